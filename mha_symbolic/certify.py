@@ -1,0 +1,343 @@
+"""Certified numbers: exact SymPy values evaluated with rigorous Arb enclosures.
+
+A :class:`CertifiedValue` wraps an exact value (a SymPy expression built from
+integers, rationals, ``e``, ``pi``, ``exp``, ``log`` and algebraic operations).
+Every digit it prints is certified:
+
+* exact rationals are handled with exact rational arithmetic;
+* everything else is enclosed in an Arb ball (python-flint), whose radius is
+  a proven bound, and the precision is raised until the question asked
+  (a rounding, a comparison, a leading digit) has the same answer at both
+  ends of the ball (Ziv's strategy).  If a cap is reached, the answer is
+  :class:`~mha_symbolic.errors.PrecisionError`, never a guess.
+
+Two notions of "digits" are offered, because books use both:
+
+``digits(n)``
+    the true decimal expansion cut after ``n`` significant digits, followed
+    by ``…`` when more digits follow: every printed digit is a digit of the
+    exact value (``1 − e^(−32)`` → ``0.99999999999998733583…``);
+``round_places(k)`` / ``round_significant(n)``
+    the correctly rounded decimal (round half to even on exact ties), as an
+    exact :class:`fractions.Fraction`.
+
+>>> from mha_symbolic.certify import certify
+>>> certify("1 - e^(-32)").digits(20)
+'0.99999999999998733583…'
+>>> str(certify("e^(sqrt(2)/2)/(e^(sqrt(2)/2)+1)").round_places(4))
+'3349/5000'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from .errors import PrecisionError, SpecError
+
+if TYPE_CHECKING:
+    import flint
+    import sympy
+
+__all__ = ["CertifiedValue", "certify", "to_arb"]
+
+#: Working precisions (bits) tried in turn before giving up.
+PRECISIONS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+@contextmanager
+def _precision(bits: int) -> Iterator[None]:
+    from flint import ctx
+
+    old = ctx.prec
+    ctx.prec = bits
+    try:
+        yield
+    finally:
+        ctx.prec = old
+
+
+def to_arb(expr: Any, bits: int) -> flint.arb:
+    """Enclose an exact SymPy expression in an Arb ball at ``bits`` of precision.
+
+    The ball provably contains the value: each operation is Arb's, whose
+    output ball contains the image of the input balls.
+    """
+    with _precision(bits):
+        return _arb(expr)
+
+
+def _arb(e: Any) -> flint.arb:
+    import sympy as sp
+    from flint import arb, fmpq
+
+    if e.is_Integer or e.is_Rational:
+        return arb(fmpq(int(e.p), int(e.q)))
+    if e.is_Float:
+        sign, man, exp, _ = e._mpf_  # exact binary value of the Float
+        value = arb(int(man)) * arb(2) ** int(exp)
+        return -value if sign else value
+    if e is sp.pi:
+        return arb.pi()
+    if e is sp.E:
+        return arb.const_e()
+    if e.is_Add:
+        total = arb(0)
+        for term in e.args:
+            total += _arb(term)
+        return total
+    if e.is_Mul:
+        prod = arb(1)
+        for factor in e.args:
+            prod *= _arb(factor)
+        return prod
+    if e.is_Pow:
+        base, exponent = e.args
+        if exponent.is_Integer:
+            b = _arb(base)
+            n = int(exponent)
+            return b**n if n >= 0 else 1 / b ** (-n)
+        if exponent == sp.Rational(1, 2):
+            return _arb(base).sqrt()
+        if exponent == sp.Rational(-1, 2):
+            return _arb(base).rsqrt()
+        b = _arb(base)
+        if base is sp.E:
+            return _arb(exponent).exp()
+        return (_arb(exponent) * b.log()).exp()
+    if isinstance(e, sp.exp):
+        return _arb(e.args[0]).exp()
+    if isinstance(e, sp.log):
+        if len(e.args) != 1:
+            return _arb(e.args[0]).log() / _arb(e.args[1]).log()
+        return _arb(e.args[0]).log()
+    if isinstance(e, sp.Abs):
+        return abs(_arb(e.args[0]))
+    if isinstance(e, (sp.Max, sp.Min)):
+        balls = [_arb(a) for a in e.args]
+        out = balls[0]
+        for b in balls[1:]:
+            out = out.max(b) if isinstance(e, sp.Max) else out.min(b)
+        return out
+    if e.free_symbols:
+        names = ", ".join(sorted(str(s) for s in e.free_symbols))
+        raise SpecError(f"cannot evaluate an expression with free symbols ({names}): give them values")
+    if e.has(sp.oo, -sp.oo, sp.zoo, sp.nan):
+        raise SpecError(f"cannot evaluate {e}: it is not a finite real number")
+    raise SpecError(f"cannot evaluate {sp.srepr(e)[:80]} with certified arithmetic")
+
+
+def _fraction(ball_end: flint.arb) -> Fraction:
+    """An exact dyadic arb (an endpoint) as a Fraction."""
+    man, exp = ball_end.man_exp()
+    man, exp = int(man), int(exp)
+    return Fraction(man * 2**exp) if exp >= 0 else Fraction(man, 2 ** (-exp))
+
+
+def _bounds(ball: flint.arb) -> tuple[Fraction, Fraction] | None:
+    """Exact endpoints of a ball; call at the ball's precision (Arb rounds
+    ``lower()`` down and ``upper()`` up to the context precision)."""
+    if not ball.is_finite():
+        return None
+    return _fraction(ball.lower()), _fraction(ball.upper())
+
+
+def _round_half_even(x: Fraction) -> tuple[int, bool]:
+    """Nearest integer to x, ties to even; also whether x was an exact tie."""
+    floor = math.floor(x)
+    rest = x - floor
+    if rest > Fraction(1, 2):
+        return floor + 1, False
+    if rest < Fraction(1, 2):
+        return floor, False
+    return (floor if floor % 2 == 0 else floor + 1), True
+
+
+def _exponent10(x: Fraction) -> int:
+    """floor(log10(|x|)) for x != 0, exactly."""
+    ax = abs(x)
+    k = len(str(ax.numerator)) - len(str(ax.denominator))
+    # adjust: 10^k <= ax < 10^(k+1)
+    while Fraction(10) ** k > ax:
+        k -= 1
+    while Fraction(10) ** (k + 1) <= ax:
+        k += 1
+    return k
+
+
+def _pow10(k: int) -> Fraction:
+    return Fraction(10**k) if k >= 0 else Fraction(1, 10 ** (-k))
+
+
+@dataclass(frozen=True)
+class CertifiedValue:
+    """An exact real number with certified decimal and binary views."""
+
+    expr: Any
+    exact: Fraction | None = None  # set when the value is a rational number
+    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    # -- core: decide a question with rising precision --------------------------
+    def _decide(self, question: Any, what: str) -> Any:
+        """Evaluate ``question`` (a function of an exact Fraction) at both ends
+        of ever tighter balls until the answers agree."""
+        if self.exact is not None:
+            return question(self.exact)
+        for bits in PRECISIONS:
+            with _precision(bits):  # lower()/upper() round to the context precision
+                bounds = _bounds(_arb(self.expr))
+            if bounds is None:
+                continue
+            lo, hi = bounds
+            a, b = question(lo), question(hi)
+            if a == b:
+                return a
+        raise PrecisionError(
+            f"could not decide {what} for {self.expr} at {PRECISIONS[-1]} bits "
+            "(the value may sit exactly on a boundary)"
+        )
+
+    def enclosure(self, bits: int = 128) -> flint.arb:
+        """A rigorous Arb ball containing the value."""
+        return to_arb(self.expr, bits)
+
+    def sign(self) -> int:
+        """-1, 0 or 1, certified."""
+        if self.exact is not None:
+            return (self.exact > 0) - (self.exact < 0)
+        if self.expr.is_zero:
+            return 0
+        try:
+            return int(self._decide(lambda x: (x > 0) - (x < 0), "the sign"))
+        except PrecisionError:
+            import sympy as sp
+
+            if sp.simplify(self.expr) == 0:
+                return 0
+            raise
+
+    def compare(self, other: Fraction) -> int:
+        """Sign of (value - other), certified."""
+        if self.exact is not None:
+            d = self.exact - other
+            return (d > 0) - (d < 0)
+        return int(self._decide(lambda x: (x > other) - (x < other), f"the comparison with {other}"))
+
+    def round_places(self, places: int) -> Fraction:
+        """Correctly rounded to ``places`` digits after the decimal point (ties to even)."""
+        scale = _pow10(places)
+        n = self._decide(lambda x: _round_half_even(x * scale)[0], f"rounding to {places} places")
+        return Fraction(n) / scale
+
+    def is_tie(self, places: int) -> bool:
+        """Whether the value lies exactly half-way between two ``places``-digit decimals."""
+        return self.exact is not None and _round_half_even(self.exact * _pow10(places))[1]
+
+    def exponent10(self) -> int:
+        """floor(log10(|value|)), certified (value must be non-zero)."""
+        if self.sign() == 0:
+            raise PrecisionError("zero has no decimal exponent")
+        return int(self._decide(_exponent10, "the decimal exponent"))
+
+    def round_significant(self, digits: int) -> Fraction:
+        """Correctly rounded to ``digits`` significant digits (ties to even)."""
+        if self.sign() == 0:
+            return Fraction(0)
+
+        def q(x: Fraction) -> Fraction:
+            k = _exponent10(x) - digits + 1
+            n, _ = _round_half_even(x / _pow10(k))
+            return n * _pow10(k)
+
+        return Fraction(self._decide(q, f"rounding to {digits} significant digits"))
+
+    def truncate_places(self, places: int) -> Fraction:
+        """The value cut (toward zero) after ``places`` decimals, certified."""
+        scale = _pow10(places)
+        n = self._decide(lambda x: math.trunc(x * scale), f"truncation to {places} places")
+        return Fraction(n) / scale
+
+    def digits(self, significant: int = 20) -> str:
+        """The leading ``significant`` digits of the exact decimal expansion,
+        followed by ``…`` if the expansion goes on. Every printed digit is certified."""
+        if self.sign() == 0:
+            return "0"
+        k = self.exponent10()
+        places = max(significant - 1 - k, 0)
+        if self.exact is not None and _terminates(self.exact):
+            return _format_fraction(self.exact, _decimal_places(self.exact))
+        cut = self.truncate_places(places)
+        text = _format_fraction(cut, places)
+        return text + "…"
+
+    def to_float(self) -> float:
+        """The correctly rounded float64 (round to nearest even)."""
+        if self.exact is not None:
+            return float(self.exact)  # int/int true division is correctly rounded in CPython
+        return float(self._decide(float, "rounding to float64"))
+
+    def __float__(self) -> float:
+        return self.to_float()
+
+
+def _terminates(x: Fraction) -> bool:
+    d = x.denominator
+    for p in (2, 5):
+        while d % p == 0:
+            d //= p
+    return d == 1
+
+
+def _decimal_places(x: Fraction) -> int:
+    places = 0
+    while (x * _pow10(places)).denominator != 1:
+        places += 1
+    return places
+
+
+def _format_fraction(x: Fraction, places: int) -> str:
+    """Exact decimal text of x, which must be a multiple of 10^-places."""
+    scaled = x * _pow10(places)
+    assert scaled.denominator == 1, (x, places)
+    n = int(scaled)
+    sign = "-" if n < 0 else ""
+    digits = str(abs(n)).rjust(places + 1, "0")
+    if places == 0:
+        return sign + digits
+    return f"{sign}{digits[:-places]}.{digits[-places:]}"
+
+
+def certify(value: Any) -> CertifiedValue:
+    """Wrap an exact value for certified evaluation.
+
+    ``value`` may be a SymPy expression, an int, a Fraction, or a string in the
+    restricted grammar of :func:`mha_symbolic.grammar.parse_number`. Python
+    floats are refused (they are not exact statements of a book's number).
+
+    >>> certify("1/3").digits(5)
+    '0.33333…'
+    >>> certify(20).digits()
+    '20'
+    """
+    import sympy as sp
+
+    if isinstance(value, float):
+        raise SpecError(f"value={value!r} is a float; pass a string such as {str(value)!r} "
+                        "or a Fraction so that the exact number is explicit")
+    if isinstance(value, str):
+        from .grammar import parse_number
+
+        expr = parse_number(value)
+    elif isinstance(value, Fraction):
+        expr = sp.Rational(value.numerator, value.denominator)
+    else:
+        expr = sp.sympify(value, strict=True) if not isinstance(value, sp.Basic) else value
+    if expr.free_symbols:
+        names = ", ".join(sorted(str(s) for s in expr.free_symbols))
+        raise SpecError(f"cannot certify an expression with free symbols ({names})")
+    exact = Fraction(int(expr.p), int(expr.q)) if expr.is_Rational else None
+    return CertifiedValue(expr, exact)

@@ -1,0 +1,153 @@
+"""The ``mha-symbolic`` command line.
+
+Each subcommand's arguments are declared here; its work is done by a
+``cli_<name>(args) -> int`` function in the module that owns the concept,
+imported only when that subcommand runs (so ``--help`` stays fast).
+
+Exit status: 0 success, 1 a checked statement is false (a wrong claim, a
+failed proof), 2 unusable input (one line on stderr, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from .errors import MhaSymbolicError
+
+PROG = "mha-symbolic"
+
+# subcommand -> (module, function)
+_HANDLERS: dict[str, tuple[str, str]] = {
+    "shapes": ("shapes", "cli_shapes"),
+    "params": ("params", "cli_params"),
+    "check": ("textbook", "cli_check"),
+    "derive": ("derive", "cli_derive"),
+    "plot": ("figures", "cli_plot"),
+    "prove": ("prove", "cli_prove"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _dims(p: argparse.ArgumentParser, *, symbolic_default: bool) -> None:
+    note = " (omit to keep it symbolic)" if symbolic_default else ""
+    p.add_argument("--d-model", type=str, help=f"model width d_model{note}")
+    p.add_argument("--heads", type=str, help=f"number of query heads h{note}")
+    p.add_argument("--kv-heads", type=str,
+                   help="number of key/value heads (GQA; 1 = MQA; default: heads)")
+    p.add_argument("--d-k", type=str, help="query/key width per head (default d_model/heads)")
+    p.add_argument("--d-v", type=str, help="value width per head (default d_model/heads)")
+    p.add_argument("--kdim", type=str, help="width of the key input (cross-attention; default d_model)")
+    p.add_argument("--vdim", type=str, help="width of the value input (cross-attention; default d_model)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Multi-head attention, exactly: check worked examples, derive, prove, count.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("check", help="check a worked-example file claim by claim",
+                       description="Check every claim of a worked-example TOML file. Exit 0 when "
+                       "all claims hold, 1 when any is wrong, 2 for unusable input.")
+    p.add_argument("file", help="worked-example TOML file")
+    p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    p.add_argument("--example", action="append", metavar="NAME",
+                   help="check only this example (repeatable)")
+
+    p = sub.add_parser("derive", help="write a step-by-step derivation (LaTeX or Markdown)",
+                       description="Derive every example of a worked-example file step by step.")
+    p.add_argument("file", help="worked-example TOML file")
+    p.add_argument("--format", choices=["tex", "fragment", "markdown"], default="tex")
+    p.add_argument("-o", "--output", metavar="OUT", help="output file (default: standard output)")
+    p.add_argument("--example", action="append", metavar="NAME",
+                   help="derive only this example (repeatable)")
+    p.add_argument("--pdf", action="store_true",
+                   help="also run pdflatex on the .tex output (needs -o and a TeX system)")
+    p.add_argument("--figures", action="store_true",
+                   help="generate figures next to the output and include them (needs matplotlib)")
+
+    p = sub.add_parser("plot", help="draw a figure (softmax collapse, attention heatmap)",
+                       description="Draw one of the documented figure kinds.")
+    p.add_argument("kind", help="figure kind: 'collapse' or 'heatmap'")
+    p.add_argument("-o", "--output", metavar="OUT", required=True,
+                   help="output file; its suffix (.png, .pdf, .pgf) picks the format")
+    p.add_argument("--file", help="worked-example TOML file (for 'heatmap')")
+    p.add_argument("--example", metavar="NAME", help="example to draw (for 'heatmap')")
+    p.add_argument("--gap", type=str, default="20",
+                   help="score gap to mark on the collapse curve (default 20, Example D)")
+
+    p = sub.add_parser("shapes", help="shape of every intermediate, symbolic or numeric",
+                       description="Print the shape of every intermediate of multi-head "
+                       "attention. Sizes left out stay symbolic.")
+    p.add_argument("--n-q", type=str, help="query length n_q (omit to keep it symbolic)")
+    p.add_argument("--n-k", type=str, help="key/value length n_k (default n_q: self-attention)")
+    _dims(p, symbolic_default=True)
+    p.add_argument("--format", choices=["text", "json", "latex"], default="text")
+
+    p = sub.add_parser("params", help="parameter and FLOP counts",
+                       description="Count the learnable parameters (and forward FLOPs) of one "
+                       "multi-head attention block; matches torch.nn.MultiheadAttention.")
+    _dims(p, symbolic_default=True)
+    p.add_argument("--no-bias", action="store_true", help="projections without biases")
+    p.add_argument("--add-bias-kv", action="store_true",
+                   help="learned extra key/value bias rows (torch add_bias_kv=True)")
+    p.add_argument("--n-q", type=str, help="query length, for FLOP counts")
+    p.add_argument("--n-k", type=str, help="key length, for FLOP counts (default n_q)")
+    p.add_argument("--format", choices=["text", "json", "latex"], default="text")
+
+    p = sub.add_parser("prove", help="run the machine-checked proofs in proofs/",
+                       description="Prove every theorem for general sizes and cross-check it "
+                       "numerically with Arb. Exit 0 only if all hold.")
+    p.add_argument("--latex", metavar="DIR", help="write each proof's LaTeX into DIR")
+    p.add_argument("--only", action="append", metavar="NAME", help="run only this theorem")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    return parser
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    module_name, func_name = _HANDLERS[args.command]
+    try:
+        module = importlib.import_module(f"mha_symbolic.{module_name}")
+        handler = getattr(module, func_name)
+        return int(handler(args))
+    except MhaSymbolicError as exc:
+        print(f"{PROG} {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        name = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        print(f"{PROG} {args.command}: error:{name}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(text.split())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

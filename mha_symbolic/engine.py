@@ -1,0 +1,420 @@
+"""The exact engine: every intermediate of multi-head attention as a SymPy expression.
+
+Inputs can be given at any of three levels:
+
+1. raw ``scores`` (one ``n_q x n_k`` matrix per head) and, optionally, ``value``;
+2. ``query``, ``key``, ``value`` (heads side by side: ``n x h·d_k``, ``n x h·d_v``);
+3. ``x`` (and ``x_kv`` for cross-attention) with ``w_q``, ``w_k``, ``w_v``, optional
+   ``w_o`` and biases (``y = x W + b``: W is ``in x out``).
+
+Entries may be ints, Fractions, SymPy numbers or symbols, strings in the
+restricted grammar (``"sqrt(2)"``, ``"0.707"``, ``"e^3"``), or Python floats,
+which are read as the decimal they print as (``0.1`` is 1/10).  Exact inputs give
+exact outputs: nothing is rounded, and masked keys get weight exactly 0.
+
+The identities used (per head ``i``, query row ``r``, key ``j``)::
+
+    S_i = Q_i K_i^T                          raw scores
+    T_i = scale · S_i + M                    scaled scores (M: additive mask, 0 if none)
+    A_i[r, j] = exp(T_i[r, j]) / Σ_{j' kept} exp(T_i[r, j'])      (0 for masked j)
+    head_i = A_i V_i,   Concat = [head_1 | … | head_h],   Output = Concat W^O + b^O
+
+>>> import sympy as sp
+>>> att = exact_attention(query=[[1, 0], [0, 1]], key=[[1, 0], [0, 1]],
+...                       value=[[2, 0], [0, 4]])
+>>> att.weights()[0, 0]
+exp(sqrt(2)/2)/(1 + exp(sqrt(2)/2))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from .errors import InputValueError, ShapeError, SpecError
+from .spec import AttentionSpec
+
+if TYPE_CHECKING:
+    import sympy
+
+__all__ = ["ExactAttention", "HeadResult", "exact_attention", "exact_number", "exact_matrix"]
+
+#: Largest number of score entries (heads · n_q · n_k) the symbolic engine builds.
+MAX_SCORE_ENTRIES = 4096
+
+
+def exact_number(x: Any, name: str = "value") -> sympy.Expr:
+    """One input entry as an exact SymPy number (or symbol)."""
+    import sympy as sp
+
+    if isinstance(x, bool):
+        raise SpecError(f"{name}={x!r} is a boolean, expected a number")
+    if isinstance(x, sp.Basic):
+        if x.has(sp.nan, sp.zoo) or (x.is_number and x.is_real is False):
+            raise InputValueError(f"{name}={x} is not a real number")
+        return x
+    if isinstance(x, int):
+        return sp.Integer(x)
+    if isinstance(x, Fraction):
+        return sp.Rational(x.numerator, x.denominator)
+    if isinstance(x, str):
+        from .grammar import parse_number
+
+        return parse_number(x)
+    try:  # numpy scalars and Python floats
+        import numbers
+
+        if isinstance(x, numbers.Integral):
+            return sp.Integer(int(x))
+        if isinstance(x, numbers.Real):
+            f = float(x)
+            if f != f or f in (float("inf"), float("-inf")):
+                raise InputValueError(f"{name}={x!r} is not a finite number")
+            # A float typed by a person stands for the decimal it prints as.
+            return sp.Rational(repr(f))
+    except (TypeError, ValueError):
+        pass
+    raise SpecError(f"{name}={x!r} ({type(x).__name__}) is not a number")
+
+
+def exact_matrix(rows: Any, name: str) -> sympy.Matrix:
+    """A 2-D input as an exact SymPy Matrix (a vector is one row)."""
+    import sympy as sp
+
+    if isinstance(rows, sp.MatrixBase):
+        return sp.Matrix(rows).applyfunc(lambda e: exact_number(e, name))
+    if hasattr(rows, "tolist"):
+        rows = rows.tolist()
+    if not isinstance(rows, (list, tuple)) or not rows:
+        raise SpecError(f"{name} must be a non-empty matrix (a list of rows)")
+    if not isinstance(rows[0], (list, tuple)):
+        rows = [rows]
+    width = len(rows[0])
+    if width == 0:
+        raise SpecError(f"{name} has an empty row")
+    for i, row in enumerate(rows):
+        if not isinstance(row, (list, tuple)):
+            raise SpecError(f"{name} row {i} is not a list")
+        if len(row) != width:
+            raise ShapeError(f"{name} row {i} has {len(row)} entries but row 0 has {width}")
+    return sp.Matrix([[exact_number(e, f"{name}[{i}][{j}]") for j, e in enumerate(row)]
+                      for i, row in enumerate(rows)])
+
+
+def _shape(m: Any) -> str:
+    return f"{m.rows} × {m.cols}"
+
+
+@dataclass(frozen=True)
+class HeadResult:
+    """Every intermediate of one head, exactly."""
+
+    index: int
+    q: Any  # n_q x d_k or None
+    k: Any  # n_k x d_k or None
+    v: Any  # n_k x d_v or None
+    scores: Any  # n_q x n_k, Q_i K_i^T
+    scaled: Any  # n_q x n_k, scale·S + M (masked entries: -oo)
+    weights: Any  # n_q x n_k
+    output: Any  # n_q x d_v or None
+
+
+@dataclass(frozen=True)
+class ExactAttention:
+    """The exact value of every intermediate of one attention computation."""
+
+    spec: AttentionSpec
+    scale: Any
+    heads: tuple[HeadResult, ...]
+    concat: Any = None
+    output: Any = None
+    inputs: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    # -- access -----------------------------------------------------------------
+    def head(self, i: int = 0) -> HeadResult:
+        if not 0 <= i < len(self.heads):
+            raise SpecError(f"head={i} is out of range: there are {len(self.heads)} heads")
+        return self.heads[i]
+
+    def scores(self, head: int = 0) -> Any:
+        return self.head(head).scores
+
+    def scaled_scores(self, head: int = 0) -> Any:
+        return self.head(head).scaled
+
+    def weights(self, head: int = 0) -> Any:
+        return self.head(head).weights
+
+    def head_output(self, head: int = 0) -> Any:
+        out = self.head(head).output
+        if out is None:
+            raise SpecError("no values were given, so there is no head output")
+        return out
+
+    def final(self) -> Any:
+        """The block's output: Concat·W^O + b^O when W^O was given, else the concat."""
+        if self.output is not None:
+            return self.output
+        if self.concat is None:
+            raise SpecError("no values were given, so there is no output")
+        return self.concat
+
+    def evalf(self, expr: Any, digits: int = 15) -> Any:
+        """Evaluate any intermediate with mpmath (through SymPy) to ``digits`` digits.
+
+        For digits that are *certified*, use :func:`mha_symbolic.certify`.
+        """
+        return expr.evalf(digits)
+
+    def latex(self) -> str:
+        import sympy as sp
+
+        parts = []
+        for h in self.heads:
+            parts.append(rf"A_{{{h.index + 1}}} = {sp.latex(h.weights)}")
+            if h.output is not None:
+                parts.append(rf"\mathrm{{head}}_{{{h.index + 1}}} = {sp.latex(h.output)}")
+        if self.output is not None:
+            parts.append(rf"\mathrm{{Output}} = {sp.latex(self.output)}")
+        return ",\\quad ".join(parts)
+
+    def _repr_latex_(self) -> str:
+        return f"$${self.latex()}$$"
+
+
+def _scale_value(scale: Any, d_k: Any, default_unscaled: bool) -> Any:
+    import sympy as sp
+
+    if scale is None:
+        if d_k is None:
+            if default_unscaled:
+                return sp.Integer(1)
+            raise SpecError("scale=None needs d_k to form 1/sqrt(d_k)")
+        return 1 / sp.sqrt(d_k)
+    return exact_number(scale, "scale")
+
+
+def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int) -> Any:
+    """Row-wise softmax of the scaled scores over the kept keys."""
+    import sympy as sp
+
+    n_q, n_k = t.shape
+    w = sp.zeros(n_q, n_k)
+    for r in range(n_q):
+        cols = [j for j in range(n_k) if keep[r][j] and t[r, j] != -sp.oo]
+        if not cols:
+            if masked_rows == "error":
+                raise InputValueError(
+                    f"query row {r} of head {head} has every key masked (masked_rows='error')"
+                )
+            if masked_rows == "nan":
+                for j in range(n_k):
+                    w[r, j] = sp.nan
+            continue  # "zero": the row stays 0, as PyTorch SDPA and FlashAttention return
+        exps = {j: sp.exp(t[r, j]) for j in cols}
+        denom = sp.Add(*exps.values())
+        for j in cols:
+            w[r, j] = exps[j] / denom
+    return w
+
+
+def _keep_matrix(spec: AttentionSpec, n_q: int, n_k: int) -> list[list[bool]]:
+    return [[spec.takes_part(i, j) for j in range(n_k)] for i in range(n_q)]
+
+
+def _split(m: Any, parts: int, width: int, name: str) -> list[Any]:
+    if m.cols != parts * width:
+        raise ShapeError(f"{name} has {m.cols} columns; expected {parts} heads × {width} = "
+                         f"{parts * width}")
+    return [m[:, p * width:(p + 1) * width] for p in range(parts)]
+
+
+def _bias(b: Any, width: int, rows: int, name: str) -> Any:
+    import sympy as sp
+
+    if b is None:
+        return sp.zeros(rows, width)
+    vec = exact_matrix(b, name)
+    if vec.shape != (1, width):
+        raise ShapeError(f"{name} has shape {_shape(vec)}; expected a vector of {width}")
+    return sp.ones(rows, 1) * vec
+
+
+def _project(x: Any, w: Any, b: Any, xname: str, wname: str, bname: str) -> Any:
+    wm = exact_matrix(w, wname)
+    if x.cols != wm.rows:
+        raise ShapeError(
+            f"cannot multiply {xname} ({_shape(x)}) by {wname} ({_shape(wm)}): "
+            f"inner sizes {x.cols} and {wm.rows} differ"
+        )
+    return x * wm + _bias(b, wm.cols, x.rows, bname)
+
+
+def exact_attention(
+    *,
+    scores: Any = None,
+    query: Any = None,
+    key: Any = None,
+    value: Any = None,
+    x: Any = None,
+    x_kv: Any = None,
+    w_q: Any = None,
+    w_k: Any = None,
+    w_v: Any = None,
+    w_o: Any = None,
+    b_q: Any = None,
+    b_k: Any = None,
+    b_v: Any = None,
+    b_o: Any = None,
+    heads: int = 1,
+    kv_heads: int | None = None,
+    d_k: Any = None,
+    scale: Any = None,
+    mask: Any = None,
+    causal_alignment: str = "top_left",
+    masked_rows: str = "zero",
+) -> ExactAttention:
+    """Build every intermediate of (multi-head, masked, cross-, GQA) attention exactly.
+
+    ``scale=None`` is ``1/sqrt(d_k)``, with ``d_k`` the per-head query width
+    (given, or read off ``query``); for raw ``scores`` without ``d_k`` the
+    scores are taken as already scaled (scale 1).  ``scale=0`` means zero.
+    ``mask``: None, ``"causal"``, a boolean matrix (True = takes part) or an
+    additive matrix added to the scaled scores, whose entries may be
+    ``float("-inf")``, ``"-inf"`` or SymPy's ``-oo`` to remove a key exactly.
+    """
+    import sympy as sp
+
+    if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
+        raise SpecError(f"heads={heads!r} must be a positive integer")
+    kv = heads if kv_heads is None else kv_heads
+    if not isinstance(kv, int) or isinstance(kv, bool) or kv < 1 or heads % kv:
+        raise SpecError(f"kv_heads={kv_heads!r} must be a positive divisor of heads={heads}")
+    group = heads // kv
+    inputs: dict[str, Any] = {}
+
+    q_heads: list[Any] | None = None
+    k_heads: list[Any] | None = None
+    v_heads: list[Any] | None = None
+    score_mats: list[Any]
+
+    if x is not None:
+        if scores is not None or query is not None or key is not None:
+            raise SpecError("give either x (with weights) or query/key/value or scores, not several")
+        if w_q is None or w_k is None or w_v is None:
+            raise SpecError("x needs w_q, w_k and w_v")
+        xm = exact_matrix(x, "x")
+        xkv = exact_matrix(x_kv, "x_kv") if x_kv is not None else xm
+        inputs.update(x=xm, x_kv=xkv)
+        query = _project(xm, w_q, b_q, "x", "w_q", "b_q")
+        key = _project(xkv, w_k, b_k, "x_kv", "w_k", "b_k")
+        value = _project(xkv, w_v, b_v, "x_kv", "w_v", "b_v")
+        inputs.update(q=query, k=key, v=value)
+
+    if query is not None or key is not None:
+        if scores is not None:
+            raise SpecError("give either scores or query/key, not both")
+        if query is None or key is None:
+            raise SpecError("query and key must be given together")
+        qm = exact_matrix(query, "query")
+        km = exact_matrix(key, "key")
+        if qm.cols % heads:
+            raise ShapeError(f"query has {qm.cols} columns, not divisible by heads={heads}")
+        width = qm.cols // heads
+        if d_k is not None and d_k != width:
+            raise ShapeError(f"d_k={d_k} but query has {qm.cols} columns for heads={heads}")
+        d_k = width
+        if km.cols != kv * width:
+            raise ShapeError(
+                f"key has {km.cols} columns; expected kv_heads={kv} × d_k={width} = {kv * width}"
+            )
+        q_heads = _split(qm, heads, width, "query")
+        k_heads = _split(km, kv, width, "key")
+        inputs.update(q=qm, k=km)
+        n_q, n_k = qm.rows, km.rows
+    elif scores is not None:
+        mats = scores if heads > 1 else [scores]
+        if heads > 1 and (not isinstance(scores, (list, tuple)) or len(scores) != heads):
+            raise ShapeError(f"scores must be a list of heads={heads} matrices")
+        score_mats = [exact_matrix(s, f"scores[{i}]") for i, s in enumerate(mats)]
+        n_q, n_k = score_mats[0].shape
+        for i, s in enumerate(score_mats):
+            if s.shape != (n_q, n_k):
+                raise ShapeError(f"scores[{i}] is {_shape(s)} but scores[0] is {n_q} × {n_k}")
+    else:
+        raise SpecError("give scores, or query and key (and value), or x with w_q, w_k, w_v")
+
+    if n_q * n_k * heads > MAX_SCORE_ENTRIES:
+        raise SpecError(
+            f"heads·n_q·n_k = {heads}·{n_q}·{n_k} exceeds {MAX_SCORE_ENTRIES} entries: "
+            "too large to build symbolically; use reference_attention for numeric inputs"
+        )
+
+    if value is not None:
+        vm = exact_matrix(value, "value")
+        if vm.rows != n_k:
+            raise ShapeError(f"value has n_k={vm.rows} rows but key has n_k={n_k}")
+        if vm.cols % kv:
+            raise ShapeError(f"value has {vm.cols} columns, not divisible by kv_heads={kv}")
+        v_heads = _split(vm, kv, vm.cols // kv, "value")
+        inputs["v"] = vm
+
+    d_v = v_heads[0].cols if v_heads else None
+    spec = AttentionSpec(
+        n_q=n_q, n_k=n_k, d_model=(heads * d_k) if isinstance(d_k, int) else None,
+        heads=heads, kv_heads=kv, d_k=d_k if isinstance(d_k, int) else None,
+        d_v=d_v, scale=scale, mask=mask, causal_alignment=causal_alignment,  # type: ignore[arg-type]
+        masked_rows=masked_rows,  # type: ignore[arg-type]
+    )
+    scale_value = _scale_value(scale, d_k, default_unscaled=q_heads is None)
+    keep = _keep_matrix(spec, n_q, n_k)
+    additive = spec.additive_mask
+    add = (sp.Matrix([[_mask_entry(e) for e in row] for row in additive])
+           if additive is not None else sp.zeros(n_q, n_k))
+
+    results = []
+    for i in range(heads):
+        g = i // group
+        if q_heads is not None and k_heads is not None:
+            s = q_heads[i] * k_heads[g].T
+        else:
+            s = score_mats[i]
+        t = s * scale_value + add
+        t = sp.Matrix(n_q, n_k, lambda r, j: t[r, j] if keep[r][j] else -sp.oo)
+        w = _softmax_rows(t, keep, masked_rows, i)
+        out = None
+        if v_heads is not None:
+            vh = v_heads[g]
+            out = sp.Matrix(n_q, vh.cols,
+                            lambda r, c: sp.Add(*[w[r, j] * vh[j, c] for j in range(n_k)]))
+        results.append(HeadResult(
+            i,
+            q_heads[i] if q_heads else None,
+            k_heads[g] if k_heads else None,
+            v_heads[g] if v_heads else None,
+            s, t, w, out,
+        ))
+
+    concat = None
+    output = None
+    if v_heads is not None:
+        concat = sp.Matrix.hstack(*[h.output for h in results])
+        if w_o is not None:
+            output = _project(concat, w_o, b_o, "concat", "w_o", "b_o")
+        elif b_o is not None:
+            raise SpecError("b_o given without w_o")
+    return ExactAttention(spec, scale_value, tuple(results), concat, output, inputs)
+
+
+def _mask_entry(e: Any) -> Any:
+    """An additive-mask entry: a number, or -inf (float, string or -oo) to remove a key."""
+    import sympy as sp
+
+    if isinstance(e, float) and e == float("-inf"):
+        return -sp.oo
+    if isinstance(e, str) and e.strip().replace("\u2212", "-") in ("-inf", "-oo", "-∞"):
+        return -sp.oo
+    if isinstance(e, sp.Basic) and e == -sp.oo:
+        return e
+    return exact_number(e, "mask")

@@ -1,0 +1,76 @@
+"""Every exception the library raises.
+
+One root, :class:`MhaSymbolicError`; each specific error also subclasses the
+built-in it behaves like, so ``except ValueError`` keeps working for callers
+who do not know this library.  Messages name the argument, what was expected
+and what came (``d_model=10 is not divisible by heads=4``); the data is also on
+``e.args``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AttentionMismatchError",
+    "ClaimError",
+    "ExampleFileError",
+    "InputValueError",
+    "MhaSymbolicError",
+    "OptionalDependencyError",
+    "ParseError",
+    "PrecisionError",
+    "ProofError",
+    "ShapeError",
+    "SpecError",
+]
+
+
+class MhaSymbolicError(Exception):
+    """Root of every error raised by mha_symbolic."""
+
+
+class SpecError(MhaSymbolicError, ValueError):
+    """An attention specification is inconsistent (dimensions, scale, mask, policy)."""
+
+
+class ShapeError(MhaSymbolicError, ValueError):
+    """Two shapes that must agree do not (matrix product, broadcast, concatenation)."""
+
+
+class ParseError(MhaSymbolicError, ValueError):
+    """A string is not in the restricted number/expression grammar."""
+
+
+class ExampleFileError(MhaSymbolicError, ValueError):
+    """A worked-example file is malformed or names something unknown."""
+
+
+class ClaimError(MhaSymbolicError, ValueError):
+    """A claim cannot be understood (unknown quantity, unreadable printed answer)."""
+
+
+class InputValueError(MhaSymbolicError, ValueError):
+    """An input holds a value the computation cannot take (NaN, Inf, fully masked row
+    under the "error" policy)."""
+
+
+class PrecisionError(MhaSymbolicError, ArithmeticError):
+    """Certified evaluation could not decide within its precision cap (for example an
+    exact tie between two representable numbers)."""
+
+
+class ProofError(MhaSymbolicError, AssertionError):
+    """A theorem in proofs/ did not check out."""
+
+
+class AttentionMismatchError(MhaSymbolicError, AssertionError):
+    """An attention output is farther from the exact answer than the tolerance allows."""
+
+
+class OptionalDependencyError(MhaSymbolicError, ImportError):
+    """An optional integration (torch, jax, matplotlib) is needed but not installed."""
+
+    def __init__(self, package: str, feature: str, extra: str | None = None) -> None:
+        hint = f"pip install 'mha-symbolic[{extra}]'" if extra else f"pip install {package}"
+        super().__init__(f"{feature} needs {package}, which is not installed: {hint}")
+        self.package = package
+        self.feature = feature

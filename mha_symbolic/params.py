@@ -1,0 +1,209 @@
+"""Parameter and FLOP counts of one multi-head attention block.
+
+Layout (y = x W + b, the book's convention; torch stores W transposed):
+
+=============  =====================  ===============================
+part           shape                  count
+=============  =====================  ===============================
+W^Q            d_model × h·d_k        d_model·h·d_k
+W^K            kdim × g·d_k           kdim·g·d_k        (g = kv_heads)
+W^V            vdim × g·d_v           vdim·g·d_v
+W^O            h·d_v × d_model        h·d_v·d_model
+b^Q, b^K, b^V  h·d_k, g·d_k, g·d_v    (with bias)
+b^O            d_model                (with bias)
+bias_k, bias_v g·d_k, g·d_v           (add_bias_kv: torch's learned extra key/value row)
+=============  =====================  ===============================
+
+With g = h, kdim = vdim = d_model and d_k = d_v = d_model/h the weights total
+4·d_model², the biases 4·d_model: ``torch.nn.MultiheadAttention(E, h)`` has
+4E² + 4E parameters (REFERENCES.md §2).
+
+FLOPs count one multiply-add as 2 FLOPs; the softmax is counted as n_q·n_k
+exponentials, n_q·(n_k − 1) additions and n_q·n_k divisions per head (the
+max-shift adds n_q·n_k subtractions and comparisons; not counted).
+
+>>> parameter_count(d_model=512, heads=8, bias=False).total
+1048576
+>>> parameter_count(d_model="d", heads="h", bias=False).total
+4*d**2
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .spec import AttentionSpec
+
+__all__ = ["FlopCount", "ParameterCount", "flop_count", "parameter_count"]
+
+
+@dataclass(frozen=True)
+class ParameterCount:
+    """Learnable numbers of one attention block, part by part."""
+
+    spec: AttentionSpec
+    parts: tuple[tuple[str, str, Any], ...]  # (name, shape text, count)
+
+    @property
+    def total(self) -> Any:
+        total = sum((c for _, _, c in self.parts), 0)
+        return _simplify(total)
+
+    @property
+    def weights(self) -> Any:
+        return _simplify(sum((c for n, _, c in self.parts if n.startswith("W")), 0))
+
+    @property
+    def biases(self) -> Any:
+        return _simplify(sum((c for n, _, c in self.parts if not n.startswith("W")), 0))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "parts": {n: {"shape": s, "count": str(c)} for n, s, c in self.parts},
+            "weights": str(self.weights),
+            "biases": str(self.biases),
+            "total": str(self.total),
+        }
+
+    def text(self) -> str:
+        lines = [f"{n:8s} {s:22s} {c}" for n, s, c in self.parts]
+        lines.append(f"{'total':8s} {'':22s} {self.total}")
+        total = self.total
+        d = self.spec.d_model
+        if isinstance(total, int) and isinstance(d, int) and total == 4 * d * d:
+            lines.append(f"         = 4·d_model² = 4·{d}²")
+        return "\n".join(lines)
+
+    def latex(self) -> str:
+        import sympy as sp
+
+        terms = " + ".join(sp.latex(sp.sympify(c)) for _, _, c in self.parts)
+        return rf"{terms} = {sp.latex(sp.sympify(self.total))}"
+
+
+def _simplify(x: Any) -> Any:
+    if isinstance(x, int):
+        return x
+    import sympy as sp
+
+    x = sp.factor(sp.expand(x))
+    return int(x) if x.is_Integer else x
+
+
+def _shape(a: Any, b: Any) -> str:
+    def t(x: Any) -> str:
+        s = str(x).replace("*", "·")
+        return f"({s})" if any(o in s for o in "+-/") else s
+
+    return f"{t(a)} × {t(b)}"
+
+
+def parameter_count(spec: AttentionSpec | None = None, **sizes: Any) -> ParameterCount:
+    """Parameters of one multi-head attention block (MHA, GQA, MQA, kdim/vdim).
+
+    Sizes may be numbers or symbol names; ``bias`` and ``add_bias_kv`` follow
+    ``torch.nn.MultiheadAttention``.
+    """
+    if spec is None:
+        sizes.setdefault("d_model", "d_model")
+        sizes.setdefault("heads", "h")
+        spec = AttentionSpec(**sizes)
+    s = spec
+    h, g = s.heads, s.kv_heads
+    parts: list[tuple[str, str, Any]] = [
+        ("W^Q", _shape(s.d_model, h * s.d_k), s.d_model * h * s.d_k),
+        ("W^K", _shape(s.kdim, g * s.d_k), s.kdim * g * s.d_k),
+        ("W^V", _shape(s.vdim, g * s.d_v), s.vdim * g * s.d_v),
+        ("W^O", _shape(h * s.d_v, s.d_model), h * s.d_v * s.d_model),
+    ]
+    if s.bias:
+        parts += [
+            ("b^Q", str(h * s.d_k).replace("*", "·"), h * s.d_k),
+            ("b^K", str(g * s.d_k).replace("*", "·"), g * s.d_k),
+            ("b^V", str(g * s.d_v).replace("*", "·"), g * s.d_v),
+            ("b^O", str(s.d_model), s.d_model),
+        ]
+    if s.add_bias_kv:
+        parts += [
+            ("bias_k", str(g * s.d_k).replace("*", "·"), g * s.d_k),
+            ("bias_v", str(g * s.d_v).replace("*", "·"), g * s.d_v),
+        ]
+    return ParameterCount(s, tuple((n, sh, _simplify(c)) for n, sh, c in parts))
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    """Forward-pass FLOPs (multiply-add = 2) of one attention block, by stage."""
+
+    parts: tuple[tuple[str, Any], ...]
+
+    @property
+    def total(self) -> Any:
+        return _simplify(sum((c for _, c in self.parts), 0))
+
+    def as_dict(self) -> dict[str, str]:
+        return {**{n: str(c) for n, c in self.parts}, "total": str(self.total)}
+
+    def text(self) -> str:
+        lines = [f"{n:22s} {c}" for n, c in self.parts]
+        lines.append(f"{'total':22s} {self.total}")
+        return "\n".join(lines)
+
+
+def flop_count(spec: AttentionSpec | None = None, **sizes: Any) -> FlopCount:
+    """Forward FLOPs: projections, scores, softmax, weighted sum, output projection.
+
+    >>> flop_count(n_q=2, d_model=2, heads=1, bias=False).total
+    110
+    """
+    if spec is None:
+        sizes.setdefault("n_q", "n_q")
+        sizes.setdefault("d_model", "d_model")
+        sizes.setdefault("heads", "h")
+        spec = AttentionSpec(**sizes)
+    s = spec
+    h, g, nq, nk = s.heads, s.kv_heads, s.n_q, s.n_k
+    bias = 1 if s.bias else 0
+    parts = (
+        ("Q projection", 2 * nq * s.d_model * h * s.d_k + bias * nq * h * s.d_k),
+        ("K projection", 2 * nk * s.kdim * g * s.d_k + bias * nk * g * s.d_k),
+        ("V projection", 2 * nk * s.vdim * g * s.d_v + bias * nk * g * s.d_v),
+        ("scores Q K^T", 2 * h * nq * nk * s.d_k),
+        ("scaling", h * nq * nk),
+        ("softmax", h * nq * (3 * nk - 1)),
+        ("weighted sum A V", 2 * h * nq * nk * s.d_v),
+        ("output projection", 2 * nq * h * s.d_v * s.d_model + bias * nq * s.d_model),
+    )
+    return FlopCount(tuple((n, _simplify(c)) for n, c in parts))
+
+
+def cli_params(args: Any) -> int:
+    sizes = {k: getattr(args, k) for k in
+             ("d_model", "heads", "kv_heads", "d_k", "d_v", "kdim", "vdim")}
+    sizes = {k: v for k, v in sizes.items() if v is not None}
+    spec_sizes = dict(sizes, bias=not args.no_bias, add_bias_kv=args.add_bias_kv)
+    spec_sizes.setdefault("d_model", "d_model")
+    spec_sizes.setdefault("heads", "h")
+    if args.n_q is not None:
+        spec_sizes["n_q"] = args.n_q
+        if args.n_k is not None:
+            spec_sizes["n_k"] = args.n_k
+    spec = AttentionSpec(**spec_sizes)
+    count = parameter_count(spec)
+    flops = flop_count(spec) if args.n_q is not None else None
+    if args.format == "json":
+        out: dict[str, Any] = {"parameters": count.as_dict()}
+        if flops is not None:
+            out["flops"] = flops.as_dict()
+        print(json.dumps(out, indent=2))
+    elif args.format == "latex":
+        print(count.latex())
+    else:
+        print(f"parameters ({spec.kind}, {'with' if spec.bias else 'no'} bias):")
+        print(count.text())
+        if flops is not None:
+            print("\nforward FLOPs (multiply-add = 2):")
+            print(flops.text())
+    return 0

@@ -1,0 +1,244 @@
+"""The attention specification: one object that states an attention computation.
+
+Conventions (stated once, used everywhere):
+
+* ``n_q`` query length, ``n_k`` key/value length (``n_k = n_q`` for
+  self-attention), ``d_model`` model width, ``heads`` query heads,
+  ``kv_heads`` key/value heads (``== heads``: MHA; ``1``: MQA; between: GQA,
+  query head ``g`` uses key/value head ``g // (heads // kv_heads)``, as
+  ``repeat_interleave`` does).
+* ``d_k`` and ``d_v`` default to ``d_model / heads``; ``kdim``/``vdim`` (widths
+  of the key and value *inputs*, cross-attention) default to ``d_model``.
+* ``scale=None`` means the default ``1/sqrt(d_k)``; any other exact number is
+  used as given, ``1`` is "unscaled" and ``0`` is zero (uniform weights), never
+  "default".
+* masks: ``None``; ``"causal"`` aligned ``"top_left"`` (query i sees keys
+  j <= i, PyTorch's ``is_causal``) or ``"bottom_right"`` (j <= i + n_k - n_q,
+  FlashAttention >= 2.1); a boolean ``n_q x n_k`` matrix with **True = takes
+  part**; or an additive ``n_q x n_k`` matrix added to the scaled scores
+  (``-oo`` removes a key).
+* ``masked_rows``: what a query row with no key left gets: ``"zero"`` (output
+  0, as PyTorch SDPA and FlashAttention), ``"nan"``, or ``"error"``.
+
+>>> spec = AttentionSpec(n_q=3, n_k=5, d_model=512, heads=8)
+>>> spec.d_k, spec.is_cross, spec.kind
+(64, True, 'MHA')
+>>> AttentionSpec(d_model=10, heads=4)
+Traceback (most recent call last):
+...
+mha_symbolic.errors.SpecError: d_model=10 is not divisible by heads=4: give d_k and d_v explicitly
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import SpecError
+
+__all__ = ["AttentionSpec", "Dim", "dim"]
+
+Dim = Any  # a positive int, or a SymPy expression for a symbolic size
+MaskedRows = Literal["zero", "nan", "error"]
+Alignment = Literal["top_left", "bottom_right"]
+
+_MASKED_ROWS = ("zero", "nan", "error")
+_ALIGNMENTS = ("top_left", "bottom_right")
+MAX_DIM = 10**9  # sizes beyond this are refused: nobody means them, and they would hang
+
+
+def dim(value: Any, name: str) -> Dim:
+    """Normalize a size: a positive int, or a symbol name / SymPy expression."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise SpecError(f"{name}={value!r} is not a size")
+    if isinstance(value, int):
+        if value < 1:
+            raise SpecError(f"{name}={value} must be a positive integer")
+        if value > MAX_DIM:
+            raise SpecError(f"{name}={value} is larger than the limit {MAX_DIM}")
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            return dim(int(text), name)
+        if text.isidentifier() and len(text) <= 32:
+            import sympy as sp
+
+            return sp.Symbol(text, integer=True, positive=True)
+        raise SpecError(f"{name}={value!r} is neither a positive integer nor a symbol name")
+    import sympy as sp
+
+    if isinstance(value, sp.Basic):
+        if value.is_Integer:
+            return dim(int(value), name)
+        if value.is_positive is False:
+            raise SpecError(f"{name}={value} must be positive")
+        return value
+    raise SpecError(f"{name}={value!r} ({type(value).__name__}) is not a size")
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, int)
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """A complete statement of one (multi-head) attention computation.
+
+    Every size may be an int or a symbol (a name string or SymPy symbol) for
+    shape algebra and counts; the numeric checks run where the sizes are numbers.
+    """
+
+    n_q: Dim = None
+    n_k: Dim = None
+    d_model: Dim = None
+    heads: Dim = 1
+    kv_heads: Dim = None
+    d_k: Dim = None
+    d_v: Dim = None
+    kdim: Dim = None
+    vdim: Dim = None
+    bias: bool = True
+    add_bias_kv: bool = False
+    scale: Any = None
+    mask: Any = None
+    causal_alignment: Alignment = "top_left"
+    masked_rows: MaskedRows = "zero"
+    _given: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        given = {k for k in ("n_k", "kv_heads", "d_k", "d_v", "kdim", "vdim")
+                 if getattr(self, k) is not None}
+        put = object.__setattr__
+        put(self, "_given", frozenset(given))
+        for name in ("n_q", "n_k", "d_model", "heads", "kv_heads", "d_k", "d_v", "kdim", "vdim"):
+            put(self, name, dim(getattr(self, name), name))
+        if self.n_k is None:
+            put(self, "n_k", self.n_q)
+        if self.kv_heads is None:
+            put(self, "kv_heads", self.heads)
+        for name in ("kdim", "vdim"):
+            if getattr(self, name) is None:
+                put(self, name, self.d_model)
+        for name in ("d_k", "d_v"):
+            if getattr(self, name) is None and self.d_model is not None:
+                put(self, name, self._per_head(name))
+        self._check()
+
+    def _per_head(self, name: str) -> Dim:
+        d_model, heads = self.d_model, self.heads
+        if _is_num(d_model) and _is_num(heads):
+            if d_model % heads:
+                raise SpecError(
+                    f"d_model={d_model} is not divisible by heads={heads}: "
+                    "give d_k and d_v explicitly"
+                )
+            return d_model // heads
+        return d_model / heads
+
+    def _check(self) -> None:
+        if self.masked_rows not in _MASKED_ROWS:
+            raise SpecError(f"masked_rows={self.masked_rows!r} must be one of {_MASKED_ROWS}")
+        if self.causal_alignment not in _ALIGNMENTS:
+            raise SpecError(
+                f"causal_alignment={self.causal_alignment!r} must be one of {_ALIGNMENTS}"
+            )
+        heads, kv = self.heads, self.kv_heads
+        if _is_num(heads) and _is_num(kv):
+            if kv > heads:
+                raise SpecError(f"kv_heads={kv} is larger than heads={heads}")
+            if heads % kv:
+                raise SpecError(
+                    f"heads={heads} is not a multiple of kv_heads={kv}: each key/value head "
+                    "must serve the same number of query heads"
+                )
+        self._check_mask()
+
+    def _check_mask(self) -> None:
+        mask = self.mask
+        if mask is None or mask == "causal":
+            return
+        if isinstance(mask, str):
+            raise SpecError(f"mask={mask!r} must be None, 'causal', or an n_q x n_k matrix")
+        rows = _rows(mask, "mask")
+        if _is_num(self.n_q) and len(rows) != self.n_q:
+            raise SpecError(f"mask has {len(rows)} rows but n_q={self.n_q}")
+        for i, row in enumerate(rows):
+            if _is_num(self.n_k) and len(row) != self.n_k:
+                raise SpecError(f"mask row {i} has {len(row)} entries but n_k={self.n_k}")
+
+    # -- derived facts ------------------------------------------------------------
+    @property
+    def is_cross(self) -> bool:
+        """Whether queries and keys have different lengths (or widths)."""
+        return bool(self.n_k != self.n_q or self.kdim != self.d_model or self.vdim != self.d_model)
+
+    @property
+    def kind(self) -> str:
+        """'MHA', 'GQA' or 'MQA'."""
+        if self.kv_heads == self.heads:
+            return "MHA"
+        if self.kv_heads == 1:
+            return "MQA"
+        return "GQA"
+
+    @property
+    def group_size(self) -> Dim:
+        """Query heads per key/value head."""
+        if _is_num(self.heads) and _is_num(self.kv_heads):
+            return self.heads // self.kv_heads
+        return self.heads / self.kv_heads
+
+    def kv_head_of(self, query_head: int) -> int:
+        """The key/value head used by query head ``query_head`` (repeat_interleave)."""
+        return int(query_head // self.group_size)
+
+    def resolved_scale(self) -> Any:
+        """The scale as an exact SymPy number: ``1/sqrt(d_k)`` unless given."""
+        import sympy as sp
+
+        if self.scale is None:
+            if self.d_k is None:
+                raise SpecError("the default scale 1/sqrt(d_k) needs d_k (or d_model and heads)")
+            return 1 / sp.sqrt(self.d_k)
+        return self.scale
+
+    def takes_part(self, i: int, j: int) -> bool:
+        """Whether query ``i`` may attend to key ``j`` under a causal or boolean mask."""
+        mask = self.mask
+        if mask is None:
+            return True
+        if mask == "causal":
+            offset = 0 if self.causal_alignment == "top_left" else int(self.n_k) - int(self.n_q)
+            return j <= i + offset
+        entry = mask[i][j]
+        if isinstance(entry, bool):
+            return entry
+        return True  # additive masks remove keys through -oo, handled by the engine
+
+    @property
+    def additive_mask(self) -> list[list[Any]] | None:
+        """The additive mask matrix, or None when the mask is not additive."""
+        mask = self.mask
+        if mask is None or isinstance(mask, str):
+            return None
+        rows = _rows(mask, "mask")
+        if all(isinstance(x, bool) for row in rows for x in row):
+            return None
+        return rows
+
+
+def _rows(matrix: Any, name: str) -> list[list[Any]]:
+    if hasattr(matrix, "tolist"):
+        matrix = matrix.tolist()
+    if not isinstance(matrix, Sequence) or isinstance(matrix, str):
+        raise SpecError(f"{name} must be a matrix (a list of rows)")
+    rows = []
+    for i, row in enumerate(matrix):
+        if not isinstance(row, Sequence) or isinstance(row, str):
+            raise SpecError(f"{name} row {i} is not a list")
+        rows.append(list(row))
+    return rows
