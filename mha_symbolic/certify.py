@@ -196,10 +196,31 @@ class CertifiedValue:
             a, b = question(lo), question(hi)
             if a == b:
                 return a
+            if bits == PRECISIONS[1]:
+                # Still undecided: the value may be a rational number in disguise
+                # (a row of weights summing to 1), sitting exactly on the boundary.
+                hidden = self._hidden_rational()
+                if hidden is not None:
+                    return question(hidden)
         raise PrecisionError(
             f"could not decide {what} for {self.expr} at {PRECISIONS[-1]} bits "
             "(the value may sit exactly on a boundary)"
         )
+
+    def _hidden_rational(self) -> Fraction | None:
+        """The value as an exact rational, if cheap exact algebra shows it is one."""
+        if "rational" not in self._cache:
+            import sympy as sp
+
+            found = None
+            try:
+                r = sp.cancel(sp.together(self.expr))
+                if r.is_Rational:
+                    found = Fraction(int(r.p), int(r.q))
+            except (TypeError, ValueError, RecursionError):  # pragma: no cover - defensive
+                found = None
+            self._cache["rational"] = found
+        return self._cache["rational"]  # type: ignore[no-any-return]
 
     def enclosure(self, bits: int = 128) -> flint.arb:
         """A rigorous Arb ball containing the value."""
@@ -266,10 +287,11 @@ class CertifiedValue:
         followed by ``…`` if the expansion goes on. Every printed digit is certified."""
         if self.sign() == 0:
             return "0"
+        exact = self.exact if self.exact is not None else self._hidden_rational()
+        if exact is not None and _terminates(exact):
+            return _format_fraction(exact, _decimal_places(exact))
         k = self.exponent10()
         places = max(significant - 1 - k, 0)
-        if self.exact is not None and _terminates(self.exact):
-            return _format_fraction(self.exact, _decimal_places(self.exact))
         cut = self.truncate_places(places)
         text = _format_fraction(cut, places)
         return text + "…"

@@ -274,6 +274,7 @@ def exact_attention(
     mask: Any = None,
     causal_alignment: str = "top_left",
     masked_rows: str = "zero",
+    softmax_over: str = "keys",
 ) -> ExactAttention:
     """Build every intermediate of (multi-head, masked, cross-, GQA) attention exactly.
 
@@ -283,6 +284,9 @@ def exact_attention(
     ``mask``: None, ``"causal"``, a boolean matrix (True = takes part) or an
     additive matrix added to the scaled scores, whose entries may be
     ``float("-inf")``, ``"-inf"`` or SymPy's ``-oo`` to remove a key exactly.
+    ``softmax_over="queries"`` normalizes each *column* instead of each row: it is
+    wrong attention, built only so that the textbook checker can recognise a text
+    that took the softmax over the wrong axis.
     """
     import sympy as sp
 
@@ -382,7 +386,12 @@ def exact_attention(
             s = score_mats[i]
         t = s * scale_value + add
         t = sp.Matrix(n_q, n_k, lambda r, j: t[r, j] if keep[r][j] else -sp.oo)
-        w = _softmax_rows(t, keep, masked_rows, i)
+        if softmax_over == "queries":
+            w = _softmax_rows(t.T, [list(c) for c in zip(*keep)], masked_rows, i).T
+        elif softmax_over == "keys":
+            w = _softmax_rows(t, keep, masked_rows, i)
+        else:
+            raise SpecError(f"softmax_over={softmax_over!r} must be 'keys' or 'queries'")
         out = None
         if v_heads is not None:
             vh = v_heads[g]

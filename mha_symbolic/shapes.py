@@ -142,9 +142,14 @@ def attention_shapes(spec: AttentionSpec | None = None, **sizes: Any) -> ShapeTa
             if sizes.get(key) is None and symbolic:
                 sizes[key] = key
         spec = AttentionSpec(**sizes)
+    if spec.n_q is None:  # lengths not stated: keep them symbolic
+        import dataclasses
+
+        spec = dataclasses.replace(spec, n_q="n_q", n_k=spec.n_k if spec.n_k is not None
+                                   else "n_q")
     s = spec
-    if s.n_q is None or s.d_model is None:
-        raise ShapeError("shape algebra needs n_q and d_model (numbers or symbols)")
+    if s.d_model is None:
+        raise ShapeError("shape algebra needs d_model (a number or a symbol)")
     h = s.heads
     x = Shape(s.n_q, s.d_model)
     xk = Shape(s.n_k, s.kdim)
