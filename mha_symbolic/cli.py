@@ -135,6 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MhaSymbolicError as exc:
         print(f"{PROG} {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and closed: not an error of ours
+        try:
+            sys.stdout.close()
+        except OSError:
+            pass
+        return 0
     except OSError as exc:
         name = f" {exc.filename}" if getattr(exc, "filename", None) else ""
         print(f"{PROG} {args.command}: error:{name}: {exc.strerror or exc}", file=sys.stderr)
