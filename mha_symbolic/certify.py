@@ -41,7 +41,6 @@ from .errors import PrecisionError, SpecError
 
 if TYPE_CHECKING:
     import flint
-    import sympy
 
 __all__ = ["CertifiedValue", "certify", "to_arb"]
 
@@ -133,8 +132,8 @@ def _arb(e: Any) -> flint.arb:
 
 def _fraction(ball_end: flint.arb) -> Fraction:
     """An exact dyadic arb (an endpoint) as a Fraction."""
-    man, exp = ball_end.man_exp()
-    man, exp = int(man), int(exp)
+    m, e = ball_end.man_exp()
+    man, exp = int(m), int(e)
     return Fraction(man * 2**exp) if exp >= 0 else Fraction(man, 2 ** (-exp))
 
 
@@ -220,7 +219,8 @@ class CertifiedValue:
             except (TypeError, ValueError, RecursionError):  # pragma: no cover - defensive
                 found = None
             self._cache["rational"] = found
-        return self._cache["rational"]  # type: ignore[no-any-return]
+        found_rational: Fraction | None = self._cache["rational"]
+        return found_rational
 
     def enclosure(self, bits: int = 128) -> flint.arb:
         """A rigorous Arb ball containing the value."""

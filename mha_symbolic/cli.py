@@ -11,6 +11,7 @@ failed proof), 2 unusable input (one line on stderr, never a traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -136,10 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG} {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and closed: not an error of ours
-        try:
+        with contextlib.suppress(OSError):
             sys.stdout.close()
-        except OSError:
-            pass
         return 0
     except OSError as exc:
         name = f" {exc.filename}" if getattr(exc, "filename", None) else ""

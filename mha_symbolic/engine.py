@@ -38,7 +38,7 @@ from .spec import AttentionSpec
 if TYPE_CHECKING:
     import sympy
 
-__all__ = ["ExactAttention", "HeadResult", "exact_attention", "exact_number", "exact_matrix"]
+__all__ = ["ExactAttention", "HeadResult", "exact_attention", "exact_matrix", "exact_number"]
 
 #: Largest number of score entries (heads · n_q · n_k) the symbolic engine builds.
 MAX_SCORE_ENTRIES = 4096
@@ -380,14 +380,11 @@ def exact_attention(
     results = []
     for i in range(heads):
         g = i // group
-        if q_heads is not None and k_heads is not None:
-            s = q_heads[i] * k_heads[g].T
-        else:
-            s = score_mats[i]
+        s = q_heads[i] * k_heads[g].T if q_heads is not None and k_heads is not None else score_mats[i]
         t = s * scale_value + add
-        t = sp.Matrix(n_q, n_k, lambda r, j: t[r, j] if keep[r][j] else -sp.oo)
+        t = sp.Matrix(n_q, n_k, lambda r, j, t=t: t[r, j] if keep[r][j] else -sp.oo)
         if softmax_over == "queries":
-            w = _softmax_rows(t.T, [list(c) for c in zip(*keep)], masked_rows, i).T
+            w = _softmax_rows(t.T, [list(c) for c in zip(*keep, strict=True)], masked_rows, i).T
         elif softmax_over == "keys":
             w = _softmax_rows(t, keep, masked_rows, i)
         else:
@@ -395,8 +392,8 @@ def exact_attention(
         out = None
         if v_heads is not None:
             vh = v_heads[g]
-            out = sp.Matrix(n_q, vh.cols,
-                            lambda r, c: sp.Add(*[w[r, j] * vh[j, c] for j in range(n_k)]))
+            out = sp.Matrix(n_q, vh.cols, lambda r, c, w=w, vh=vh:
+                            sp.Add(*[w[r, j] * vh[j, c] for j in range(n_k)]))
         results.append(HeadResult(
             i,
             q_heads[i] if q_heads else None,

@@ -303,4 +303,4 @@ def parse_number(text: str) -> sympy.Expr:
         raise ParseError(f"{text!r} is not a finite number")
     if value.is_real is False:
         raise ParseError(f"{text!r} is not a real number")
-    return value  # type: ignore[no-any-return]
+    return value

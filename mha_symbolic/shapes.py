@@ -50,7 +50,7 @@ class Shape:
         return f"{_text(self.rows)} × {_text(self.cols)}"
 
     @property
-    def T(self) -> Shape:  # noqa: N802 - the mathematical name
+    def T(self) -> Shape:
         return Shape(self.cols, self.rows)
 
     def matmul(self, other: Shape, *, left: str = "left", right: str = "right") -> Shape:

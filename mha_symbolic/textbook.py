@@ -553,7 +553,7 @@ def _quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
 
         from .certify import certify
 
-        ordered = sorted(finite, key=cmp_to_key(lambda a, b: certify(b - a).sign()))
+        ordered: list[Any] = sorted(finite, key=cmp_to_key(lambda a, b: certify(b - a).sign()))
         return ordered[0] - ordered[1]
     matrix = {
         "score": head.scores, "scaled_score": head.scaled, "weight": head.weights,
@@ -750,17 +750,18 @@ def _premature(ex: WorkedExample, index: int, claim: Claim, p: PrintedAnswer) ->
     parts = p.parts if p.kind == "tuple" else (p,)
     if len(parts) != len(candidates):
         return None
-    for part, cand in zip(parts, candidates):
+    for part, cand in zip(parts, candidates, strict=True):
         if part.kind != "decimal" or part.value is None or part.unit is None:
             return None
-        from .claims import _places
-        from .certify import certify
         import sympy as sp
 
-        c = certify(sp.Rational(cand.numerator, cand.denominator))
-        if c.round_places(_places(part.unit)) != part.value:
+        from .certify import certify
+        from .claims import _places
+
+        cv = certify(sp.Rational(cand.numerator, cand.denominator))
+        if cv.round_places(_places(part.unit)) != part.value:
             return None
-    exact = all(part.value == cand for part, cand in zip(parts, candidates))
+    exact = all(part.value == cand for part, cand in zip(parts, candidates, strict=True))
     return ("premature rounding: the printed answer is " + ("exactly " if exact else "")
             + f"what {how} give; computed from exact weights it differs")
 
@@ -781,7 +782,7 @@ def _variant_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer) -> str
         variants += [
             (f"scaled by 1/d_k = 1/{d_k} instead of 1/sqrt(d_k)", {"scale": sp.Rational(1, d_k)}),
             ("not scaled at all (the 1/sqrt(d_k) factor is missing)", {"scale": 1}),
-            (f"multiplied by sqrt(d_k) instead of divided", {"scale": sp.sqrt(d_k)}),
+            ("multiplied by sqrt(d_k) instead of divided", {"scale": sp.sqrt(d_k)}),
         ]
     if name != "scaled_score" and att.spec.n_q > 1:
         variants.append(("softmax taken over the query axis (columns) instead of the keys",
@@ -801,7 +802,7 @@ def _holds(value: Any, p: PrintedAnswer, rtol: Fraction) -> bool:
     if p.kind == "tuple":
         if not isinstance(value, tuple) or len(value) != len(p.parts):
             return False
-        return all(_judge(v, part, rtol).ok for v, part in zip(value, p.parts))
+        return all(_judge(v, part, rtol).ok for v, part in zip(value, p.parts, strict=True))
     if isinstance(value, tuple):
         return False
     return _judge(value, p, rtol).ok
@@ -870,9 +871,9 @@ def _shape_record(ex: WorkedExample, claim: Claim, value: Any) -> ClaimRecord:
 
 def _describe(value: Any, sig: int) -> tuple[str, str]:
     """(certified digits, short exact form) of a value."""
-    from .certify import certify
-
     import sympy as sp
+
+    from .certify import certify
 
     cv = certify(value)
     digits = cv.digits(sig)
@@ -897,7 +898,7 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
     if isinstance(value, tuple) and len(parts) != len(values):
         raise ClaimError(f"{claim.quantity} has {len(values)} entries but claimed="
                          f"{claim.claimed!r} has {len(parts)}")
-    judgements = [_judge(sp.sympify(v), part, claim.rtol) for v, part in zip(values, parts)]
+    judgements = [_judge(sp.sympify(v), part, claim.rtol) for v, part in zip(values, parts, strict=True)]
     # enough certified digits to see why the verdict holds: three beyond the claim's,
     # at least 15, and 20 for formulas (1 − e^(−32) only differs after 14 nines)
     sig = max([part.significant_digits + 3 for part in parts]
@@ -914,7 +915,7 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
                else "approximation" if "approximation" in verdicts else "correctly rounded")
     rounded = None
     if any(j.rounded for j in judgements):
-        rounded_parts = [j.rounded or part.text.strip() for j, part in zip(judgements, parts)]
+        rounded_parts = [j.rounded or part.text.strip() for j, part in zip(judgements, parts, strict=True)]
         rounded = rounded_parts[0] if len(parts) == 1 else "(" + ", ".join(rounded_parts) + ")"
     errors = [j.error_units for j in judgements if j.error_units]
     error_units = ", ".join(errors) if errors else None
