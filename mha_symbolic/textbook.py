@@ -553,9 +553,11 @@ def _quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
 
         from .certify import certify
 
-        ordered = sorted(finite, key=cmp_to_key(lambda a, b: certify(b - a).sign()))
-        top: Any = ordered[0]
-        return top - ordered[1]
+        def descending(a: Any, b: Any) -> int:
+            return certify(b - a).sign()
+
+        ordered = sorted(finite, key=cmp_to_key(descending))
+        return ordered[0] - ordered[1]
     matrix = {
         "score": head.scores, "scaled_score": head.scaled, "weight": head.weights,
         "head_output": head.output, "concat": att.concat, "output": att.final()
