@@ -130,10 +130,20 @@ def _arb(e: Any) -> flint.arb:
     raise SpecError(f"cannot evaluate {sp.srepr(e)[:80]} with certified arithmetic")
 
 
+#: Values beyond 2^±MAX_BINARY_EXPONENT (about 10^±30000) are refused: their exact
+#: endpoints would be integers of that many bits, and no worked example needs them.
+MAX_BINARY_EXPONENT = 100_000
+
+
 def _fraction(ball_end: flint.arb) -> Fraction:
     """An exact dyadic arb (an endpoint) as a Fraction."""
     m, e = ball_end.man_exp()
     man, exp = int(m), int(e)
+    if man and abs(exp + man.bit_length()) > MAX_BINARY_EXPONENT:
+        raise PrecisionError(
+            f"a value of magnitude about 2^{exp + man.bit_length()} is outside the range "
+            f"2^±{MAX_BINARY_EXPONENT} handled by certified evaluation"
+        )
     return Fraction(man * 2**exp) if exp >= 0 else Fraction(man, 2 ** (-exp))
 
 
@@ -237,7 +247,9 @@ class CertifiedValue:
         except PrecisionError:
             import sympy as sp
 
-            if sp.simplify(self.expr) == 0:
+            # A last, bounded attempt at an exact zero (an identity in disguise);
+            # simplify is only tried on small expressions, so that it cannot hang.
+            if sp.count_ops(self.expr) <= 60 and sp.simplify(self.expr) == 0:
                 return 0
             raise
 
