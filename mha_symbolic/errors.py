@@ -14,6 +14,7 @@ __all__ = [
     "ClaimError",
     "ExampleFileError",
     "InputValueError",
+    "LatexError",
     "MhaSymbolicError",
     "OptionalDependencyError",
     "ParseError",
@@ -56,6 +57,10 @@ class InputValueError(MhaSymbolicError, ValueError):
 class PrecisionError(MhaSymbolicError, ArithmeticError):
     """Certified evaluation could not decide within its precision cap (for example an
     exact tie between two representable numbers)."""
+
+
+class LatexError(MhaSymbolicError, RuntimeError):
+    """pdflatex is missing, failed on a document, or timed out."""
 
 
 class ProofError(MhaSymbolicError, AssertionError):

@@ -1,0 +1,345 @@
+"""Tests of the proof machinery (mha_symbolic/prove.py) and of the theorems in proofs/.
+
+Every theorem must hold; deliberately false statements, fed through the same
+machinery, must come out FAILED with a message that names the step.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import sympy as sp
+from flint import arb, fmpq
+
+from mha_symbolic import cli as cli_module
+from mha_symbolic import prove as pv
+from mha_symbolic._latex import compile_tex, pdflatex_path
+from mha_symbolic.errors import MhaSymbolicError, ProofError
+from mha_symbolic.prove import (
+    CrossCheck,
+    Derivation,
+    ProofResult,
+    Theorem,
+    load_theorems,
+    proofs_dir,
+    run_proofs,
+    run_theorem,
+)
+
+N = sp.Symbol("n", integer=True, positive=True)
+J = sp.Symbol("j", integer=True, positive=True)
+I = sp.Symbol("i", integer=True, positive=True)
+C = sp.Symbol("c", real=True)
+S = sp.IndexedBase("s", real=True)
+
+EXPECTED = ["uniform", "convex", "shift", "onehot", "temperature", "scale", "jacobian",
+            "single_token", "permutation", "masking", "shapes", "params", "stacked"]
+
+
+@pytest.fixture(scope="module")
+def results() -> list[ProofResult]:
+    """Every theorem, run once for the whole module (about 15 s)."""
+    return run_proofs()
+
+
+def _no_check(rng: random.Random) -> CrossCheck:
+    return CrossCheck("none")
+
+
+def _theorem(prove, cross_check=_no_check, name: str = "false") -> Theorem:
+    return Theorem(name=name, title="A false statement", statement_latex="false",
+                   prove=prove, cross_check=cross_check, number=99)
+
+
+# --- the real theorems ---------------------------------------------------------
+
+
+def test_all_thirteen_theorems_are_found_in_order() -> None:
+    theorems = load_theorems()
+    assert [t.name for t in theorems] == EXPECTED
+    assert [t.number for t in theorems] == list(range(1, 14))
+
+
+def test_proofs_dir_is_the_repository_proofs_folder() -> None:
+    assert proofs_dir() == Path(__file__).resolve().parent.parent / "proofs"
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_theorem_holds(results: list[ProofResult], name: str) -> None:
+    result = next(r for r in results if r.name == name)
+    assert result.status == "proved", result.message
+    assert result.ok
+    assert result.steps, "a proof without steps"
+    assert any(s.machine_checked for s in result.steps)
+    assert result.checks and all(c.ok for c in result.checks)
+    assert result.method.startswith("symbolic (all sizes) + ")
+
+
+def test_stated_facts_are_counted_and_marked(results: list[ProofResult]) -> None:
+    for r in results:
+        assert r.facts == sum(1 for s in r.steps if s.kind == "fact")
+        for s in r.steps:
+            if s.kind == "fact":
+                assert not s.machine_checked and "not machine-checked" in s.decided_by
+
+
+def test_theorems_load_from_a_copied_directory(tmp_path: Path) -> None:
+    # what an installed wheel does: the modules are loaded by file path
+    copy = tmp_path / "proofs"
+    shutil.copytree(proofs_dir(), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert [t.name for t in load_theorems(copy)] == EXPECTED
+    assert [t.name for t in load_theorems()] == EXPECTED  # and back again
+
+
+def test_only_selects_by_name_number_and_tag() -> None:
+    got = run_proofs(only=["uniform", "8", "t10"])
+    assert [r.name for r in got] == ["uniform", "single_token", "masking"]
+    assert run_proofs(only="shift")[0].name == "shift"
+
+
+def test_only_unknown_name_is_a_clear_error() -> None:
+    with pytest.raises(MhaSymbolicError, match=r"only='nope' names no theorem; known: uniform"):
+        run_proofs(only=["nope"])
+
+
+# --- false statements through the same machinery --------------------------------
+
+
+def test_false_uniform_weight_one_over_n_plus_one_fails() -> None:
+    def prove() -> Derivation:
+        d = Derivation()
+        w = sp.exp(C) / sp.Sum(sp.exp(C), (J, 1, N))
+        d.identity(w, 1 / (N + 1), "equal scores give 1/(n+1)")
+        return d
+
+    r = run_theorem(_theorem(prove))
+    assert r.status == "FAILED" and not r.ok
+    assert "step 1 (equal scores give 1/(n+1))" in r.message
+    assert "simplify(lhs - rhs)" in r.message and "not 0" in r.message
+
+
+def test_false_shift_invariance_under_multiplication_fails() -> None:
+    def prove() -> Derivation:
+        d = Derivation()
+        scaled = sp.exp(C * S[I]) / sp.Sum(sp.exp(C * S[J]), (J, 1, N))
+        plain = sp.exp(S[I]) / sp.Sum(sp.exp(S[J]), (J, 1, N))
+        d.identity(scaled, plain, "multiplying the scores changes nothing")
+        return d
+
+    r = run_theorem(_theorem(prove))
+    assert r.status == "FAILED"
+    assert "multiplying the scores changes nothing" in r.message
+
+
+def test_failure_after_true_steps_reports_the_right_step_number() -> None:
+    def prove() -> Derivation:
+        d = Derivation()
+        d.identity(sp.Sum(1, (J, 1, N)), N, "n ones")
+        d.identity(sp.Sum(1, (J, 1, N)), N + 1, "n + 1 ones")
+        return d
+
+    r = run_theorem(_theorem(prove))
+    assert r.status == "FAILED" and r.message.startswith("step 2 (n + 1 ones)")
+    assert [s.reason for s in r.steps] == ["n ones"]  # the steps that held, not the false one
+
+
+def test_false_inequality_fails() -> None:
+    x = sp.Symbol("x", nonnegative=True)
+
+    def prove() -> Derivation:
+        d = Derivation()
+        d.inequality(x, "<=", x / (1 + x), "x <= x/(1 + x)")
+        return d
+
+    r = run_theorem(_theorem(prove))
+    assert r.status == "FAILED" and "could not decide" in r.message
+
+
+def test_undecidable_sign_fails() -> None:
+    def prove() -> Derivation:
+        d = Derivation()
+        d.sign(S[I], ">", "a real score is positive")
+        return d
+
+    assert "could not decide" in run_theorem(_theorem(prove)).message
+
+
+def test_false_limit_fails() -> None:
+    beta, g = sp.Symbol("beta", positive=True), sp.Symbol("g", positive=True)
+
+    def prove() -> Derivation:
+        d = Derivation()
+        d.limit(sp.exp(-beta * g), beta, sp.oo, 1, "e^(-beta g) -> 1")
+        return d
+
+    r = run_theorem(_theorem(prove))
+    assert r.status == "FAILED" and "is 0, not 1" in r.message
+
+
+def test_false_numeric_cross_check_fails() -> None:
+    # a correct derivation whose numerical claim is false: 1/(n+1) for equal scores
+    def prove() -> Derivation:
+        d = Derivation()
+        d.identity(sp.exp(C) / sp.Sum(sp.exp(C), (J, 1, N)), 1 / N, "uniform")
+        return d
+
+    def cross_check(rng: random.Random) -> CrossCheck:
+        chk = CrossCheck("Arb")
+        e = arb(2).exp()
+        chk.agree("n=3: w = 1/4", e / (3 * e), fmpq(1, 4))
+        return chk
+
+    r = run_theorem(_theorem(prove, cross_check))
+    assert r.status == "FAILED"
+    assert r.message.startswith("cross-check 1 (n=3: w = 1/4)") and "excludes 0" in r.message
+    assert r.checks and not r.checks[-1].ok
+
+
+def test_cross_check_refuses_a_ball_too_wide_to_decide() -> None:
+    chk = CrossCheck("Arb")
+    with pytest.raises(ProofError, match="wider than 2\\^-90"):
+        chk.agree("wide", arb(1, 1e-10), 1)
+
+
+def test_uncertain_arb_comparison_is_not_a_pass() -> None:
+    chk = CrossCheck("Arb")
+    with pytest.raises(ProofError, match="does not hold"):
+        chk.holds("1/3 <= 1/3 with Arb", bool(arb(1) / 3 <= arb(1) / 3))
+
+
+def test_proof_code_that_crashes_is_an_error_not_a_pass() -> None:
+    def prove() -> Derivation:
+        raise ZeroDivisionError("boom")
+
+    r = run_theorem(_theorem(prove))
+    assert r.status == "ERROR" and r.message == "ZeroDivisionError: boom"
+
+
+def test_prove_must_return_a_derivation() -> None:
+    r = run_theorem(_theorem(lambda: 42))
+    assert r.status == "FAILED" and "not a Derivation" in r.message
+
+
+# --- the decision procedure -------------------------------------------------------
+
+
+def test_sums_with_different_dummy_indices_are_identified() -> None:
+    # the pitfall of REFERENCES.md section 5: Sum_i f(i) / Sum_j f(j) is 1
+    d = Derivation()
+    ratio = sp.Sum(sp.exp(S[I]), (I, 1, N)) / sp.Sum(sp.exp(S[J]), (J, 1, N))
+    d.identity(ratio, 1, "rename the bound index")
+    assert d.steps[0].kind == "identity"
+
+
+def test_sums_with_different_ranges_are_not_identified() -> None:
+    d = Derivation()
+    ratio = sp.Sum(sp.exp(S[I]), (I, 1, N)) / sp.Sum(sp.exp(S[J]), (J, 2, N))
+    with pytest.raises(ProofError):
+        d.identity(ratio, 1, "different ranges")
+
+
+def test_explicit_matrix_identity_is_checked_entrywise() -> None:
+    d = Derivation()
+    a = sp.Symbol("a")
+    d.identity(sp.Matrix([[a, 1]]) * 2, sp.Matrix([[2 * a, 2]]), "scale")
+    with pytest.raises(ProofError, match="shapes"):
+        d.identity(sp.Matrix([[a, 1]]), sp.Matrix([[a], [1]]), "transpose is not equal")
+
+
+def test_method_is_honest_about_instance_scopes() -> None:
+    def prove() -> Derivation:
+        d = Derivation()
+        d.identity(sp.Integer(2) + 2, 4, "an instance", scope="n = 2")
+        return d
+
+    assert run_theorem(_theorem(prove)).method == "symbolic for n = 2 + none check"
+
+
+# --- command line and LaTeX ----------------------------------------------------------
+
+
+def test_cli_prove_prints_the_table_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_module.main(["prove", "--only", "uniform", "--only", "shift"]) == 0
+    out = capsys.readouterr().out
+    assert "theorem" in out and "method" in out and "status" in out and "time" in out
+    assert "uniform" in out and "proved" in out and "2 of 2 theorems hold" in out
+
+
+def test_cli_prove_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_module.main(["prove", "--only", "masking", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is True
+    (entry,) = data["results"]
+    assert entry["name"] == "masking" and entry["status"] == "proved"
+    assert entry["steps"][0]["decided_by"] and entry["checks"][0]["ok"] is True
+
+
+def test_cli_prove_exits_1_when_a_theorem_fails(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    def prove() -> Derivation:
+        d = Derivation()
+        d.identity(sp.Sum(1, (J, 1, N)), N + 1, "n + 1 ones")
+        return d
+
+    monkeypatch.setattr(pv, "load_theorems", lambda directory=None: [_theorem(prove)])
+    assert cli_module.main(["prove"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "theorem 99 (false): step 1 (n + 1 ones)" in out
+    assert "0 of 1 theorems hold" in out
+
+
+def test_cli_prove_unknown_theorem_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_module.main(["prove", "--only", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "names no theorem" in err
+
+
+def test_latex_files_are_written(tmp_path: Path) -> None:
+    run_proofs(only=["uniform", "shapes"], latex_dir=tmp_path / "tex")
+    names = sorted(p.name for p in (tmp_path / "tex").iterdir())
+    assert names == ["proofs.tex", "t01_uniform.tex", "t11_shapes.tex"]
+    text = (tmp_path / "tex" / "proofs.tex").read_text()
+    assert "\\begin{align*}" in text and "[SymPy]" in text and "\\end{document}" in text
+
+
+def test_latex_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(MhaSymbolicError, match="is not a directory"):
+        run_proofs(only=["uniform"], latex_dir=f)
+
+
+@pytest.mark.skipif(pdflatex_path() is None, reason="pdflatex is not installed")
+def test_latex_of_every_proof_compiles(results: list[ProofResult], tmp_path: Path) -> None:
+    # a failed result is rendered too: its message must survive LaTeX escaping
+    def prove() -> Derivation:
+        d = Derivation()
+        d.identity(sp.Sum(1, (J, 1, N)), N + 1, "n + 1 ones & 50% of $x_1$")
+        return d
+
+    failed = run_theorem(_theorem(prove))
+    master = pv.write_latex([*results, failed], tmp_path)
+    pdf = compile_tex(master, runs=1)  # no cross-references: one run is enough
+    assert pdf.read_bytes()[:5] == b"%PDF-"
+
+
+def test_a_broken_theorem_module_is_named(tmp_path: Path) -> None:
+    copy = tmp_path / "proofs"
+    shutil.copytree(proofs_dir(), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "t14_broken.py").write_text("THEOREM = undefined_name\n")
+    try:
+        with pytest.raises(MhaSymbolicError, match=r"t14_broken\.py failed to load: NameError"):
+            load_theorems(copy)
+    finally:
+        load_theorems()  # leave the real package loaded for the other tests
+
+
+def test_prove_subprocess_writes_latex_and_exits_0(cli, tmp_path: Path) -> None:
+    proc = cli("prove", "--only", "single_token", "--latex", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "1 of 1 theorems hold" in proc.stdout
+    assert (tmp_path / "proofs.tex").is_file() and (tmp_path / "t08_single_token.tex").is_file()
