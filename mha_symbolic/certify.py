@@ -169,7 +169,8 @@ def _round_half_even(x: Fraction) -> tuple[int, bool]:
 def _exponent10(x: Fraction) -> int:
     """floor(log10(|x|)) for x != 0, exactly."""
     ax = abs(x)
-    k = len(str(ax.numerator)) - len(str(ax.denominator))
+    # an estimate from the bit lengths (str() stops at 4300 digits); the loops make it exact
+    k = int((ax.numerator.bit_length() - ax.denominator.bit_length()) * 0.30103)
     # adjust: 10^k <= ax < 10^(k+1)
     while Fraction(10) ** k > ax:
         k -= 1
@@ -311,11 +312,27 @@ class CertifiedValue:
     def to_float(self) -> float:
         """The correctly rounded float64 (round to nearest even)."""
         if self.exact is not None:
-            return float(self.exact)  # int/int true division is correctly rounded in CPython
-        return float(self._decide(float, "rounding to float64"))
+            return _float(self.exact)
+        return float(self._decide(_float, "rounding to float64"))
 
     def __float__(self) -> float:
         return self.to_float()
+
+
+def _decimal(n: int) -> str:
+    """str(n) without Python's 4300-digit limit (python-flint's fmpz has none)."""
+    from flint import fmpz
+
+    return str(fmpz(n))
+
+
+def _float(x: Fraction) -> float:
+    """The correctly rounded float64 of x; beyond the largest double, ±inf (IEEE
+    round-to-nearest overflows to infinity)."""
+    try:
+        return float(x)  # int/int true division is correctly rounded in CPython
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
 
 
 def _terminates(x: Fraction) -> bool:
@@ -339,7 +356,7 @@ def _format_fraction(x: Fraction, places: int) -> str:
     assert scaled.denominator == 1, (x, places)
     n = int(scaled)
     sign = "-" if n < 0 else ""
-    digits = str(abs(n)).rjust(places + 1, "0")
+    digits = _decimal(abs(n)).rjust(places + 1, "0")
     if places == 0:
         return sign + digits
     return f"{sign}{digits[:-places]}.{digits[-places:]}"
@@ -369,7 +386,13 @@ def certify(value: Any) -> CertifiedValue:
     elif isinstance(value, Fraction):
         expr = sp.Rational(value.numerator, value.denominator)
     else:
-        expr = sp.sympify(value, strict=True) if not isinstance(value, sp.Basic) else value
+        try:
+            expr = sp.sympify(value, strict=True) if not isinstance(value, sp.Basic) else value
+        except (sp.SympifyError, TypeError, ValueError):
+            raise SpecError(f"value={value!r} ({type(value).__name__}) is not an exact number; "
+                            "pass an int, a Fraction, a SymPy number or a string") from None
+        if not isinstance(expr, sp.Expr):
+            raise SpecError(f"value={value!r} ({type(value).__name__}) is not a number")
     if expr.free_symbols:
         names = ", ".join(sorted(str(s) for s in expr.free_symbols))
         raise SpecError(f"cannot certify an expression with free symbols ({names})")

@@ -44,6 +44,9 @@ MAX_DIGITS = 2000
 # An exact power a^b with rational a and integer b is expanded by SymPy; keep the
 # result below this many decimal digits.
 MAX_POWER_DIGITS = 20_000
+# A parsed value may not hold a rational with more digits than this (Python's str()
+# of an int stops at 4300 digits, and no book prints such a number).
+MAX_VALUE_DIGITS = 4000
 
 _TRANSLATE = str.maketrans({
     "\u2212": "-",  # minus sign
@@ -154,6 +157,12 @@ class _Parser:
                     value = value / rhs
                 else:
                     value = value * rhs
+            elif tok.kind == "number" and self.toks[self.i - 1].kind == "number":
+                # "1.2.3", "10 000", "1 2": two numbers side by side are not a product
+                raise ParseError(
+                    f"two numbers side by side at position {tok.pos} in {self.text!r}; "
+                    "write * between them (digit groups are not accepted)"
+                )
             elif tok.kind in ("number", "name") or tok.text in ("(", "√"):
                 value = value * self.factor()  # juxtaposition: "2 sqrt(2)", "3e^2"
             else:
@@ -248,6 +257,12 @@ class _Parser:
         sp = self.sp
         if base == sp.E:
             return sp.exp(exponent)
+        if exponent.is_Rational and abs(exponent) > MAX_POWER_DIGITS:
+            # SymPy expands some powers of algebraic bases (sqrt(2)^(10^100) = 2^(5·10^99))
+            raise ParseError(
+                f"exponent {_short(exponent)} is larger than {MAX_POWER_DIGITS} "
+                f"in {self.text[:60]!r}"
+            )
         if base == 0 and (exponent.is_negative or exponent == 0):
             raise ParseError(f"0^{exponent} is undefined in {self.text!r}")
         if exponent.is_Rational and not exponent.is_Integer and base.is_negative:
@@ -259,14 +274,22 @@ class _Parser:
         size = abs(exponent) * max(_digits(base.p), _digits(base.q))
         if size > MAX_POWER_DIGITS:
             raise ParseError(
-                f"{base}^{exponent} would have about {int(size)} digits "
+                f"{_short(base)}^{_short(exponent)} would have about {int(size)} digits "
                 f"(limit {MAX_POWER_DIGITS}) in {self.text[:60]!r}"
             )
         return sp.Pow(base, exponent)
 
 
 def _digits(n: int) -> int:
-    return len(str(abs(int(n))))
+    """Decimal digits of n, rounded up (no str(): Python refuses str() beyond 4300 digits)."""
+    return int(abs(int(n)).bit_length() * 0.30103) + 1
+
+
+def _short(x: Any) -> str:
+    """A number for an error message, never thousands of digits long."""
+    if x.is_Rational and max(_digits(x.p), _digits(x.q)) > 30:
+        return f"<a number of about {max(_digits(x.p), _digits(x.q))} digits>"
+    return str(x)
 
 
 def parse_number(text: str) -> sympy.Expr:
@@ -299,6 +322,10 @@ def parse_number(text: str) -> sympy.Expr:
         tok = parser.peek()
         assert tok is not None
         raise ParseError(f"unexpected {tok.text!r} at position {tok.pos} in {normalized!r}")
+    for r in value.atoms(parser.sp.Rational):
+        if max(_digits(r.p), _digits(r.q)) > MAX_VALUE_DIGITS:
+            raise ParseError(f"{text[:60]!r} holds a number of more than "
+                             f"{MAX_VALUE_DIGITS} digits")
     if value.has(parser.sp.zoo, parser.sp.nan, parser.sp.oo, -parser.sp.oo):
         raise ParseError(f"{text!r} is not a finite number")
     if value.is_real is False:

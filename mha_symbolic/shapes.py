@@ -137,7 +137,10 @@ def attention_shapes(spec: AttentionSpec | None = None, **sizes: Any) -> ShapeTa
         if sizes.get("n_k") is None:
             sizes["n_k"] = "n_k" if sizes.get("cross") else sizes["n_q"]
         sizes.pop("cross", None)
-        symbolic = not (isinstance(sizes["d_model"], int) and isinstance(sizes["heads"], int))
+        from .spec import dim
+
+        d_model, heads = dim(sizes["d_model"], "d_model"), dim(sizes["heads"], "heads")
+        symbolic = not (isinstance(d_model, int) and isinstance(heads, int))
         for key in ("d_k", "d_v"):
             if sizes.get(key) is None and symbolic:
                 sizes[key] = key

@@ -62,7 +62,9 @@ def dim(value: Any, name: str) -> Dim:
         return value
     if isinstance(value, str):
         text = value.strip()
-        if text.isdigit():
+        if text.isascii() and text.isdigit():  # not "²" or "٣", which int() may refuse
+            if len(text.lstrip("0")) > len(str(MAX_DIM)):
+                raise SpecError(f"{name}={text[:20]}... is larger than the limit {MAX_DIM}")
             return dim(int(text), name)
         if text.isidentifier() and len(text) <= 32:
             import sympy as sp
@@ -114,6 +116,8 @@ class AttentionSpec:
                  if getattr(self, k) is not None}
         put = object.__setattr__
         put(self, "_given", frozenset(given))
+        if hasattr(self.mask, "tolist"):  # numpy arrays: plain lists of Python bools/numbers
+            put(self, "mask", self.mask.tolist())
         for name in ("n_q", "n_k", "d_model", "heads", "kv_heads", "d_k", "d_v", "kdim", "vdim"):
             put(self, name, dim(getattr(self, name), name))
         if self.n_k is None:
@@ -159,7 +163,7 @@ class AttentionSpec:
 
     def _check_mask(self) -> None:
         mask = self.mask
-        if mask is None or mask == "causal":
+        if mask is None or (isinstance(mask, str) and mask == "causal"):
             return
         if isinstance(mask, str):
             raise SpecError(f"mask={mask!r} must be None, 'causal', or an n_q x n_k matrix")
@@ -211,7 +215,7 @@ class AttentionSpec:
         mask = self.mask
         if mask is None:
             return True
-        if mask == "causal":
+        if isinstance(mask, str) and mask == "causal":
             offset = 0 if self.causal_alignment == "top_left" else int(self.n_k) - int(self.n_q)
             return j <= i + offset
         entry = mask[i][j]

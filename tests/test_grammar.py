@@ -1,0 +1,226 @@
+"""The restricted number grammar: book notations give exact values, hostile text a
+ParseError, quickly.  Expected values are built directly with SymPy constructors."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import sympy as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mha_symbolic.errors import MhaSymbolicError, ParseError
+from mha_symbolic.grammar import parse_number
+
+R = sp.Rational
+
+
+class _Hang(Exception):
+    """Raised by the alarm when a parse takes far too long."""
+
+
+@contextmanager
+def _time_limit(seconds: int) -> Iterator[None]:
+    """Abort a call that hangs (SIGALRM; a no-op where there is no SIGALRM)."""
+    if not hasattr(signal, "SIGALRM"):  # pragma: no cover - Windows
+        yield
+        return
+
+    def _raise(*_: object) -> None:
+        raise _Hang(f"took more than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _same(a: sp.Expr, b: sp.Expr) -> bool:
+    return a == b or sp.simplify(a - b) == 0
+
+
+# -- book notations -------------------------------------------------------------------
+
+BOOK = [
+    ("0.6698", R(6698, 10000)),
+    ("4.85 × 10^8", sp.Integer(485_000_000)),
+    ("4.85 \u00d7 10^8", sp.Integer(485_000_000)),
+    ("1 − e^(−32)", 1 - sp.exp(-32)),
+    ("1 - e^(-32)", 1 - sp.exp(-32)),
+    ("70%", R(7, 10)),
+    ("1/3", R(1, 3)),
+    ("sqrt(2)", sp.sqrt(2)),
+    ("√2", sp.sqrt(2)),
+    ("e^3", sp.exp(3)),
+    ("exp(-3)", sp.exp(-3)),
+    ("−2", sp.Integer(-2)),
+    ("3×4", sp.Integer(12)),
+    ("2·3", sp.Integer(6)),
+    ("1.5e-3", R(3, 2000)),
+    ("1E+3", sp.Integer(1000)),
+    (".5", R(1, 2)),
+    ("2^-1", R(1, 2)),
+    ("10^-3", R(1, 1000)),
+    ("-2^2", sp.Integer(-4)),
+    ("(-2)^2", sp.Integer(4)),
+    ("2^0.5", sp.sqrt(2)),
+    ("2 sqrt(2)", 2 * sp.sqrt(2)),
+    ("π", sp.pi),
+    ("2 pi", 2 * sp.pi),
+    ("ln(e)", sp.Integer(1)),
+    ("e^(sqrt(2)/2)", sp.exp(sp.sqrt(2) / 2)),
+    ("e^(sqrt(2)/2)/(e^(sqrt(2)/2)+1)", sp.exp(sp.sqrt(2) / 2) / (sp.exp(sp.sqrt(2) / 2) + 1)),
+    ("1/3 + 1/6", R(1, 2)),
+    ("12.5%", R(1, 8)),
+    ("2^3^2", sp.Integer(512)),  # right associative: 2^(3^2)
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), BOOK, ids=[t for t, _ in BOOK])
+def test_book_notation_gives_the_exact_value(text: str, expected: sp.Expr) -> None:
+    value = parse_number(text)
+    assert _same(value, expected), (text, value, expected)
+
+
+def test_decimals_are_exact_rationals_not_floats() -> None:
+    value = parse_number("0.1")
+    assert value.is_Rational and value == R(1, 10)
+    assert not value.has(sp.Float)
+    # 0.1 + 0.2 is exactly 3/10 here (it is not in binary floating point)
+    assert parse_number("0.1 + 0.2") == R(3, 10)
+
+
+def test_approximately_sign_is_not_part_of_the_number_grammar() -> None:
+    with pytest.raises(ParseError):
+        parse_number("≈0.6698")
+    with pytest.raises(ParseError):
+        parse_number("0.6698 ≈")
+
+
+def test_parse_error_is_a_value_error_and_a_library_error() -> None:
+    with pytest.raises(ValueError):
+        parse_number("1+")
+    with pytest.raises(MhaSymbolicError):
+        parse_number("1+")
+
+
+@pytest.mark.parametrize("text", [
+    "1/0", "1/(1-1)", "0^0", "0^(-1)", "ln(0)", "log(-1)", "sqrt(-1)", "sqrt(1-2)",
+    "(-8)^(1/3)", "(-1)^(0.5)", "", "   ", "()", "1+", "*1", "%", "10%%",
+    "inf", "nan", "oo", "zoo", "I", "x", "e^(i)", "0x10",
+])
+def test_undefined_or_malformed_numbers_are_refused(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_number(text)
+
+
+def test_non_string_input_is_refused() -> None:
+    with pytest.raises(ParseError, match="expected a string"):
+        parse_number(3)  # type: ignore[arg-type]
+
+
+# -- hostile input ------------------------------------------------------------------
+
+HOSTILE = [
+    "__import__('os').system('x')",
+    "lambda: 1",
+    "1;2",
+    "10^10^10",
+    "9^9^9",
+    "2^(10^10)",
+    "(" * 5000 + "1" + ")" * 5000,
+    "(" * 100 + "1" + ")" * 100,
+    "-" * 1500 + "1",
+    "1" * 5000,
+    "exp(",
+    "sqrt(2",
+    "open('/etc/passwd').read()",
+    "().__class__.__bases__[0]",
+    "Symbol('x')",
+    "1 if 1 else 2",
+    "[1, 2]",
+    "{1: 2}",
+    "1e99999999",
+    "10^20001",
+    "(1/2)^(-100000)",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE, ids=[h[:30] for h in HOSTILE])
+def test_hostile_strings_raise_parse_error_quickly(text: str) -> None:
+    start = time.perf_counter()
+    with _time_limit(20), pytest.raises(ParseError):
+        parse_number(text)
+    # generous: the assertion is about hanging, not speed
+    assert time.perf_counter() - start < 15
+
+
+def test_error_message_names_the_problem() -> None:
+    with pytest.raises(ParseError, match="unknown name 'abc'"):
+        parse_number("abc")
+    with pytest.raises(ParseError, match="division by zero"):
+        parse_number("1/0")
+    with pytest.raises(ParseError, match="longer than"):
+        parse_number("1" * 5000)
+
+
+def test_error_message_is_one_line() -> None:
+    for text in ("abc", "1/0", "exp(", "(" * 5000, "10^10^10"):
+        with pytest.raises(ParseError) as info:
+            parse_number(text)
+        assert "\n" not in str(info.value)
+
+
+def test_power_of_algebraic_base_does_not_hang() -> None:
+    # sqrt(2)^(10^100) = 2^(5·10^99): SymPy evaluates it to an Integer
+    with _time_limit(5), pytest.raises(ParseError):
+        parse_number("sqrt(2)^(10^100)")
+
+
+def test_intermediate_beyond_int_str_limit_is_a_parse_error() -> None:
+    # the base of a power has 8001 digits: counting them with str() hits the 4300 limit
+    with pytest.raises(ParseError):
+        parse_number("(10^4000*10^4000)^2")
+
+
+@pytest.mark.parametrize("text", ["1.2.3", "10 000", "1\u2009000", "1 2"])
+def test_two_numbers_side_by_side_are_refused(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_number(text)
+
+
+# -- fuzzing ------------------------------------------------------------------------
+
+_GRAMMAR_ALPHABET = "0123456789.eE+-*/^()% √πsqrtexplng×·−"
+
+
+def _check_parse(text: str) -> None:
+    try:
+        with _time_limit(10):
+            value = parse_number(text)
+    except ParseError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert isinstance(value, sp.Expr)
+    assert not value.free_symbols
+    assert not value.has(sp.nan, sp.zoo, sp.oo, -sp.oo)
+    assert value.is_real is not False
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet=_GRAMMAR_ALPHABET, max_size=40))
+def test_random_grammar_like_text_gives_a_value_or_parse_error(text: str) -> None:
+    _check_parse(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60))
+def test_random_unicode_text_gives_a_value_or_parse_error(text: str) -> None:
+    _check_parse(text)
