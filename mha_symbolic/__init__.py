@@ -28,13 +28,13 @@ _EXPORTS: dict[str, str] = {
     "exact_attention": "engine",
     "ExactAttention": "engine",
     "parse_number": "grammar",
-    "certify": "certify",
-    "CertifiedValue": "certify",
+    "certify": "certified",
+    "CertifiedValue": "certified",
     # textbook verifier and derivations
     "load_examples": "textbook",
     "check_examples": "textbook",
     "WorkedExample": "textbook",
-    "derive": "derive",
+    "derive": "derivation",
     # proofs
     "run_proofs": "prove",
     # oracle
@@ -42,6 +42,8 @@ _EXPORTS: dict[str, str] = {
     "reference_mha": "oracle",
     "compare_attention": "compare",
     "assert_attention_close": "compare",
+    "compare_mha": "compare",
+    "assert_mha_close": "compare",
     # errors
     "MhaSymbolicError": "errors",
     "SpecError": "errors",
@@ -74,9 +76,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from .certify import CertifiedValue, certify
-    from .compare import assert_attention_close, compare_attention
-    from .derive import derive
+    from .certified import CertifiedValue, certify
+    from .compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
+    from .derivation import derive
     from .engine import ExactAttention, exact_attention
     from .errors import (
         AttentionMismatchError,

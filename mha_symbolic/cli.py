@@ -25,7 +25,7 @@ _HANDLERS: dict[str, tuple[str, str]] = {
     "shapes": ("shapes", "cli_shapes"),
     "params": ("params", "cli_params"),
     "check": ("textbook", "cli_check"),
-    "derive": ("derive", "cli_derive"),
+    "derive": ("derivation", "cli_derive"),
     "plot": ("figures", "cli_plot"),
     "prove": ("prove", "cli_prove"),
 }

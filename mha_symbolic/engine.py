@@ -163,7 +163,7 @@ class ExactAttention:
     def evalf(self, expr: Any, digits: int = 15) -> Any:
         """Evaluate any intermediate with mpmath (through SymPy) to ``digits`` digits.
 
-        For digits that are *certified*, use :func:`mha_symbolic.certify`.
+        For digits that are *certified*, use :func:`mha_symbolic.certified`.
         """
         return expr.evalf(digits)
 

@@ -14,7 +14,7 @@ A worked-example file is TOML (see ``docs/worked-example-format.md``)::
 
 Each claim is judged at the precision its printed digits state
 (:mod:`mha_symbolic.claims`), against the exact value from the engine, with
-certified digits (:mod:`mha_symbolic.certify`).  A wrong claim is diagnosed
+certified digits (:mod:`mha_symbolic.certified`).  A wrong claim is diagnosed
 when a specific slip provably reproduces it: truncation instead of rounding,
 rounding in the wrong direction, premature rounding of an earlier printed
 value, scaling by d_k (or not at all) instead of sqrt(d_k), softmax over the
@@ -178,6 +178,7 @@ class ClaimRecord:
     error_units: str | None  # signed error in units of the last printed digit
     diagnosis: str | None
     note: str = ""
+    exact_expr: Any = field(default=None, compare=False, repr=False)  # SymPy value / tuple / Shape
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -551,7 +552,7 @@ def _quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
             raise ClaimError(f"{claim.quantity}: the row has fewer than two unmasked scores")
         from functools import cmp_to_key
 
-        from .certify import certify
+        from .certified import certify
 
         def descending(a: Any, b: Any) -> int:
             return certify(b - a).sign()
@@ -624,13 +625,13 @@ def _fraction_text(x: Fraction, unit: Fraction | None = None) -> str:
 
 def _decimal_text(x: Fraction) -> str:
     """A terminating decimal Fraction as its exact decimal text."""
-    from .certify import certify
+    from .certified import certify
 
     return certify(x).digits(60)
 
 
 def _judge_decimal(value: Any, p: PrintedAnswer) -> _Judgement:
-    from .certify import certify
+    from .certified import certify
 
     assert p.value is not None and p.unit is not None
     cv = certify(value)
@@ -658,7 +659,7 @@ def _signed(cv: Any) -> str:
 
 
 def _judge_expression(value: Any, p: PrintedAnswer, rtol: Fraction) -> _Judgement:
-    from .certify import certify
+    from .certified import certify
 
     diff = certify(value - p.expr)
     if diff.sign() == 0:
@@ -758,7 +759,7 @@ def _premature(ex: WorkedExample, index: int, claim: Claim, p: PrintedAnswer) ->
             return None
         import sympy as sp
 
-        from .certify import certify
+        from .certified import certify
         from .claims import _places
 
         cv = certify(sp.Rational(cand.numerator, cand.denominator))
@@ -815,7 +816,7 @@ def _digit_diagnosis(value: Any, p: PrintedAnswer) -> str | None:
     """Truncation, or rounding the wrong way, for one decimal claim."""
     if p.kind != "decimal" or p.value is None or p.unit is None:
         return None
-    from .certify import certify
+    from .certified import certify
     from .claims import _places
 
     cv = certify(value)
@@ -869,14 +870,14 @@ def _shape_record(ex: WorkedExample, claim: Claim, value: Any) -> ClaimRecord:
         diagnosis = "transposed: rows and columns swapped"
     return ClaimRecord(ex.name, claim.quantity, claim.head, claim.claimed, str(value), "",
                        None if ok else str(value), "shape", "exact" if ok else "wrong", ok,
-                       None, diagnosis, claim.note)
+                       None, diagnosis, claim.note, value)
 
 
 def _describe(value: Any, sig: int) -> tuple[str, str]:
     """(certified digits, short exact form) of a value."""
     import sympy as sp
 
-    from .certify import certify
+    from .certified import certify
 
     cv = certify(value)
     digits = cv.digits(sig)
@@ -930,7 +931,7 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
             diagnosis = _digit_diagnosis(sp.sympify(values[0]), parts[0])
     precision = "; ".join(dict.fromkeys(part.describe_precision() for part in parts))
     return ClaimRecord(ex.name, claim.quantity, claim.head, claim.claimed, exact, form, rounded,
-                       precision, verdict, ok, error_units, diagnosis, claim.note)
+                       precision, verdict, ok, error_units, diagnosis, claim.note, value)
 
 
 def check_examples(examples: Iterable[WorkedExample] | WorkedExample,

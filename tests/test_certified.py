@@ -10,7 +10,7 @@ import mpmath
 import pytest
 import sympy as sp
 
-from mha_symbolic.certify import CertifiedValue, certify, to_arb
+from mha_symbolic.certified import CertifiedValue, certify, to_arb
 from mha_symbolic.errors import MhaSymbolicError, ParseError, PrecisionError, SpecError
 
 # text for certify -> the same number computed by mpmath at 200 digits

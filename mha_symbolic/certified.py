@@ -21,7 +21,7 @@ Two notions of "digits" are offered, because books use both:
     the correctly rounded decimal (round half to even on exact ties), as an
     exact :class:`fractions.Fraction`.
 
->>> from mha_symbolic.certify import certify
+>>> from mha_symbolic.certified import certify
 >>> certify("1 - e^(-32)").digits(20)
 '0.99999999999998733583…'
 >>> str(certify("e^(sqrt(2)/2)/(e^(sqrt(2)/2)+1)").round_places(4))
@@ -300,12 +300,17 @@ class CertifiedValue:
         followed by ``…`` if the expansion goes on. Every printed digit is certified."""
         if self.sign() == 0:
             return "0"
-        exact = self.exact if self.exact is not None else self._hidden_rational()
-        if exact is not None and _terminates(exact):
-            return _format_fraction(exact, _decimal_places(exact))
+        if self.exact is not None and _terminates(self.exact):
+            return _format_fraction(self.exact, _decimal_places(self.exact))
         k = self.exponent10()
         places = max(significant - 1 - k, 0)
         cut = self.truncate_places(places)
+        # A terminating decimal in disguise sits exactly on a cut, so the truncation
+        # above was undecided at 128 bits and _decide already ran _hidden_rational;
+        # otherwise more digits do follow and the (costly) exact algebra is not needed.
+        hidden = self._cache.get("rational")
+        if hidden is not None and _terminates(hidden):
+            return _format_fraction(hidden, _decimal_places(hidden))
         text = _format_fraction(cut, places)
         return text + "…"
 
