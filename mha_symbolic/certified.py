@@ -140,8 +140,10 @@ def _fraction(ball_end: flint.arb) -> Fraction:
     m, e = ball_end.man_exp()
     man, exp = int(m), int(e)
     if man and abs(exp + man.bit_length()) > MAX_BINARY_EXPONENT:
+        e2 = exp + man.bit_length()
+        size = f"2^{e2}" if abs(e2) < 10**15 else f"2^(±10^{len(str(e2.bit_length()))}…)"
         raise PrecisionError(
-            f"a value of magnitude about 2^{exp + man.bit_length()} is outside the range "
+            f"a value of magnitude about {size} is outside the range "
             f"2^±{MAX_BINARY_EXPONENT} handled by certified evaluation"
         )
     return Fraction(man * 2**exp) if exp >= 0 else Fraction(man, 2 ** (-exp))

@@ -10,7 +10,7 @@ printed                     read as                                     holds wh
                                                                         exact tie accepts both
                                                                         neighbours)
 ``29.99999994``, ``30``     same; an integer has unit 1                 same
-``4.85 × 10^8``             scientific, unit 10^(8-2)                   same
+``4.85 × 10^8``, ``1.8e-2``  scientific, unit 10^(8-2), 10^(-2-1)      same
 ``≈ 10^6``                  1 × 10^6, unit 10^6                         same
 ``70%``                     0.70, unit 0.01                             same
 ``1/3``, ``2^20``,          an exact expression                         it equals the value
@@ -20,6 +20,7 @@ printed                     read as                                     holds wh
                                                                         (default 1e-6)
 ``(1.3396, 1.3208)``        a tuple, each part read as above            every part holds
 ``3 × 5``                   a shape (for shape quantities)              sizes equal
+``-inf``, ``−∞``, ``NaN``   a masked score, a NaN row                   the entry is that
 ==========================  ==========================================  =====================
 
 A leading ``≈``, ``~``, ``=`` or ``about`` is noted and stripped.  The
@@ -38,12 +39,15 @@ from .errors import ClaimError, ParseError
 
 __all__ = ["PrintedAnswer", "parse_printed"]
 
-_APPROX = ("≈", "~", "about", "approximately", "approx.")
+_APPROX = ("≈", "~", "approximately", "approx.", "approx", "about")
+#: Largest power of ten a printed answer may use (10^±1000 is far beyond any book).
+MAX_EXPONENT = 1000
 _DECIMAL = re.compile(r"^[+-]?(\d+)(?:\.(\d+))?$")
 _SCIENTIFIC = re.compile(
     r"^([+-]?\d+(?:\.(\d+))?)\s*(?:×|x|\*|·)\s*10\s*\^\s*\(?\s*([+-]?\d+)\s*\)?$"
 )
 _POWER10 = re.compile(r"^10\s*\^\s*\(?\s*([+-]?\d+)\s*\)?$")
+_ENOTATION = re.compile(r"^([+-]?\d+(?:\.(\d+))?)[eE]([+-]?\d+)$")
 _PERCENT = re.compile(r"^([+-]?\d+(?:\.(\d+))?)\s*%$")
 _SHAPE = re.compile(r"^\(?\s*(\w+)\s*(?:×|x|\*)\s*(\w+)\s*\)?$")
 MAX_CLAIM_LENGTH = 500
@@ -59,8 +63,8 @@ class PrintedAnswer:
     """One printed answer, read.
 
     ``kind`` is ``"decimal"`` (a rounded number: ``value`` and ``unit``),
-    ``"expression"`` (an exact SymPy value), ``"tuple"`` (``parts``) or
-    ``"shape"`` (``sizes``).
+    ``"expression"`` (an exact SymPy value), ``"tuple"`` (``parts``),
+    ``"shape"`` (``sizes``) or ``"special"`` (``expr`` is ``"-inf"`` or ``"nan"``).
     """
 
     text: str
@@ -92,20 +96,16 @@ class PrintedAnswer:
             return f"multiples of {_plain(self.unit)}"
         if self.kind == "expression":
             return "approximation formula" if self.approx else "exact claim"
+        if self.kind == "special":
+            return ""
         return self.kind
 
 
 def _places(unit: Fraction) -> int:
     """-log10(unit) for a power of ten (may be negative)."""
-    k = 0
-    u = unit
-    while u < 1:
-        u *= 10
-        k += 1
-    while u > 1:
-        u /= 10
-        k -= 1
-    return k
+    if unit >= 1:
+        return -(len(str(unit.numerator)) - 1)
+    return len(str(unit.denominator)) - 1
 
 
 def _plain(x: Fraction) -> str:
@@ -144,6 +144,12 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
                 changed = True
     if not s:
         raise ClaimError(f"claimed={raw!r} holds no answer")
+    if s.startswith("(") and s.endswith(")") and _balanced(s[1:-1]) and not _top_level_comma(
+            s[1:-1]) and not shape:
+        # "(17.311)": a one-entry tuple reads as its entry
+        inner = parse_printed(s[1:-1])
+        return PrintedAnswer(raw, inner.kind, approx or inner.approx, inner.value, inner.unit,
+                             inner.expr, inner.parts, inner.sizes)
 
     if shape:
         m = _SHAPE.match(s)
@@ -153,21 +159,27 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
         return PrintedAnswer(raw, "shape", approx, sizes=sizes)
 
     if s.startswith("(") and s.endswith(")") and _top_level_comma(s[1:-1]):
-        parts = tuple(parse_printed(p) for p in _split_top(s[1:-1]))
+        try:
+            parts = tuple(parse_printed(p) for p in _split_top(s[1:-1]))
+        except ClaimError as exc:
+            raise ClaimError(f"in claimed={raw!r}: {exc}") from None
         return PrintedAnswer(raw, "tuple", approx, parts=parts)
 
+    special = _SPECIAL.get(s.replace(" ", "").lower())
+    if special is not None:
+        return PrintedAnswer(raw, "special", approx, expr=special)
     if m := _DECIMAL.match(s):
         places = len(m.group(2) or "")
         value = Fraction(s)
         return PrintedAnswer(raw, "decimal", approx, value=value, unit=_pow10(-places))
-    if m := _SCIENTIFIC.match(s):
+    if m := (_SCIENTIFIC.match(s) or _ENOTATION.match(s)):
         mant, frac, exp = m.groups()
         places = len(frac or "")
-        k = int(exp)
+        k = _exponent(exp, raw)
         return PrintedAnswer(raw, "decimal", approx, value=Fraction(mant) * _pow10(k),
                              unit=_pow10(k - places))
     if approx and (m := _POWER10.match(s)):
-        k = int(m.group(1))
+        k = _exponent(m.group(1), raw)
         return PrintedAnswer(raw, "decimal", approx, value=_pow10(k), unit=_pow10(k))
     if m := _PERCENT.match(s):
         places = len(m.group(2) or "")
@@ -181,6 +193,25 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
     except ParseError as exc:
         raise ClaimError(f"cannot read claimed={raw!r}: {exc}") from None
     return PrintedAnswer(raw, "expression", approx, expr=expr)
+
+
+#: Printed answers for masked entries (a scaled score of −∞) and NaN rows.
+_SPECIAL = {"-inf": "-inf", "-∞": "-inf", "-oo": "-inf", "nan": "nan"}
+
+
+def _exponent(text: str, raw: str) -> int:
+    if len(text) > 6 or abs(int(text)) > MAX_EXPONENT:
+        raise ClaimError(f"claimed={raw!r}: the power of ten is outside ±{MAX_EXPONENT}")
+    return int(text)
+
+
+def _balanced(s: str) -> bool:
+    depth = 0
+    for ch in s:
+        depth += (ch == "(") - (ch == ")")
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def _top_level_comma(s: str) -> bool:

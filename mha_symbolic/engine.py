@@ -42,6 +42,11 @@ __all__ = ["ExactAttention", "HeadResult", "exact_attention", "exact_matrix", "e
 
 #: Largest number of score entries (heads · n_q · n_k) the symbolic engine builds.
 MAX_SCORE_ENTRIES = 4096
+#: Largest |scaled score| the symbolic engine exponentiates. SymPy rewrites
+#: exp(k·log 2) as the integer 2^k, so an unbounded score could make it build an
+#: integer of astronomically many digits; e^(10^5) ≈ 10^43429 is far beyond any
+#: worked example (the numeric oracle, reference_attention, has no such limit).
+MAX_ABS_SCORE = 10**5
 
 
 def exact_number(x: Any, name: str = "value") -> sympy.Expr:
@@ -59,9 +64,13 @@ def exact_number(x: Any, name: str = "value") -> sympy.Expr:
     if isinstance(x, Fraction):
         return sp.Rational(x.numerator, x.denominator)
     if isinstance(x, str):
+        from .errors import ParseError
         from .grammar import parse_number
 
-        return parse_number(x)
+        try:
+            return parse_number(x)
+        except ParseError as exc:
+            raise ParseError(f"{name}={x[:60]!r}: {exc}") from None
     try:  # numpy scalars and Python floats
         import numbers
 
@@ -193,6 +202,23 @@ def _scale_value(scale: Any, d_k: Any, default_unscaled: bool) -> Any:
             raise SpecError("scale=None needs d_k to form 1/sqrt(d_k)")
         return 1 / sp.sqrt(d_k)
     return exact_number(scale, "scale")
+
+
+def _check_magnitude(t: Any, head: int) -> None:
+    """Refuse scaled scores beyond ±MAX_ABS_SCORE before SymPy exponentiates them."""
+    import sympy as sp
+
+    from .certified import to_arb
+
+    for (r, j), e in zip(((r, j) for r in range(t.rows) for j in range(t.cols)), t, strict=True):
+        if e == -sp.oo or e.free_symbols or not e.has(sp.exp, sp.log):
+            continue
+        ball = to_arb(e, 64)
+        if not ball.is_finite() or abs(ball) > MAX_ABS_SCORE:
+            raise InputValueError(
+                f"scaled score [{r + 1},{j + 1}] of head {head + 1} is beyond ±{MAX_ABS_SCORE}: "
+                "too large to exponentiate exactly; use reference_attention for such inputs"
+            )
 
 
 def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int) -> Any:
@@ -341,7 +367,8 @@ def exact_attention(
         mats = scores if heads > 1 else [scores]
         if heads > 1 and (not isinstance(scores, (list, tuple)) or len(scores) != heads):
             raise ShapeError(f"scores must be a list of heads={heads} matrices")
-        score_mats = [exact_matrix(s, f"scores[{i}]") for i, s in enumerate(mats)]
+        score_mats = [exact_matrix(s, f"scores[{i}]" if heads > 1 else "scores")
+                      for i, s in enumerate(mats)]
         n_q, n_k = score_mats[0].shape
         for i, s in enumerate(score_mats):
             if s.shape != (n_q, n_k):
@@ -383,6 +410,7 @@ def exact_attention(
         s = q_heads[i] * k_heads[g].T if q_heads is not None and k_heads is not None else score_mats[i]
         t = s * scale_value + add
         t = sp.Matrix(n_q, n_k, lambda r, j, t=t: t[r, j] if keep[r][j] else -sp.oo)
+        _check_magnitude(t, i)
         if softmax_over == "queries":
             w = _softmax_rows(t.T, [list(c) for c in zip(*keep, strict=True)], masked_rows, i).T
         elif softmax_over == "keys":

@@ -201,7 +201,7 @@ class CheckReport:
         return all(r.ok for r in self.records)
 
     def summary(self) -> dict[str, int]:
-        counts = {"claims": len(self.records), "ok": sum(r.ok for r in self.records),
+        counts = {"claims": len(self.records), "hold": sum(r.ok for r in self.records),
                   "wrong": sum(not r.ok for r in self.records)}
         for verdict in ("exact", "correctly rounded", "approximation", "wrong"):
             counts[verdict] = sum(r.verdict == verdict for r in self.records)
@@ -237,7 +237,7 @@ class CheckReport:
                         out.append(f"      diagnosis: {r.diagnosis}")
             out.append("")
         s = self.summary()
-        out.append(f"{s['claims']} claims: {s['ok']} hold ({s['exact']} exact, "
+        out.append(f"{s['claims']} claims: {s['hold']} hold ({s['exact']} exact, "
                    f"{s['correctly rounded']} correctly rounded, {s['approximation']} "
                    f"approximations), {s['wrong']} wrong ({s['diagnosed']} diagnosed).")
         out.append("Digits shown as exact are certified (exact rational arithmetic or Arb "
@@ -265,7 +265,7 @@ class CheckReport:
                 out.append("| " + " | ".join(cells) + " |")
             out.append("")
         s = self.summary()
-        out.append(f"**{s['claims']} claims: {s['ok']} hold, {s['wrong']} wrong "
+        out.append(f"**{s['claims']} claims: {s['hold']} hold, {s['wrong']} wrong "
                    f"({s['diagnosed']} diagnosed).**")
         return "\n".join(out)
 
@@ -523,7 +523,7 @@ def _quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
     if name == "dim":
         spec = ex.spec
         if sub == "concat_width":
-            return _count(spec.heads * spec.d_v)
+            return _count(spec.heads) * _count(spec.d_v)
         return _count(getattr(spec, sub or ""))
     if name == "params":
         return _param(ex.spec, sub or "")
@@ -589,6 +589,9 @@ def _count(x: Any) -> Any:
 def _param(spec: Any, part: str) -> Any:
     from .params import parameter_count
 
+    if spec.d_model is None or spec.d_k is None or spec.d_v is None:
+        raise ClaimError("parameter counts need d_model (and heads, or d_k and d_v): "
+                         "the example does not state them")
     pc = parameter_count(spec)
     by = {n: c for n, _, c in pc.parts}
     table = {
@@ -653,9 +656,17 @@ def _judge_decimal(value: Any, p: PrintedAnswer) -> _Judgement:
 
 
 def _signed(cv: Any) -> str:
+    """A signed error size with 2 significant digits, for any magnitude (no float overflow)."""
     x = cv.round_significant(2)
-    s = f"{float(x):+.2g}"
-    return s
+    if x == 0:
+        return "+0"
+    from .certified import _exponent10
+
+    k = _exponent10(x)
+    if -4 <= k <= 15:
+        return f"{float(x):+.2g}"
+    m = x / Fraction(10) ** k
+    return f"{float(m):+.2g}e{k:+d}"
 
 
 def _judge_expression(value: Any, p: PrintedAnswer, rtol: Fraction) -> _Judgement:
@@ -676,7 +687,23 @@ def _judge_expression(value: Any, p: PrintedAnswer, rtol: Fraction) -> _Judgemen
     return _Judgement("wrong", False)
 
 
+def _special(value: Any) -> str | None:
+    """'-inf' for a masked (−∞) entry, 'nan' for a NaN one, else None."""
+    import sympy as sp
+
+    if value == -sp.oo:
+        return "-inf"
+    if value is sp.nan:
+        return "nan"
+    return None
+
+
 def _judge(value: Any, p: PrintedAnswer, rtol: Fraction) -> _Judgement:
+    special = _special(value)
+    if special is not None or p.kind == "special":
+        ok = special == p.expr
+        return _Judgement("exact" if ok else "wrong", ok,
+                          None if ok else {"-inf": "−∞", "nan": "NaN"}.get(special or ""))
     if p.kind == "decimal":
         return _judge_decimal(value, p)
     if p.kind == "expression":
@@ -686,7 +713,9 @@ def _judge(value: Any, p: PrintedAnswer, rtol: Fraction) -> _Judgement:
 
 # --------------------------------------------------------------------------- diagnosis
 def _claimed_weights(ex: WorkedExample, upto: int) -> dict[tuple[int, int, int], Fraction]:
-    """Weights printed by the example's earlier claims: (head, row, col) -> value (0-based)."""
+    """Weights printed by the example's earlier claims: (head, row, col) -> value (0-based).
+
+    The values are :class:`_Printed` fractions, which remember the text as printed."""
     got: dict[tuple[int, int, int], Fraction] = {}
     for claim in ex.claims[:upto]:
         try:
@@ -698,12 +727,23 @@ def _claimed_weights(ex: WorkedExample, upto: int) -> dict[tuple[int, int, int],
             continue
         h = claim.head - 1
         if len(idx) == 2 and p.kind == "decimal" and p.value is not None:
-            got[(h, idx[0] - 1, idx[1] - 1)] = p.value
+            got[(h, idx[0] - 1, idx[1] - 1)] = _Printed(p.value, p.text)
         elif len(idx) == 1 and p.kind == "tuple":
             for c, part in enumerate(p.parts):
                 if part.kind == "decimal" and part.value is not None:
-                    got[(h, idx[0] - 1, c)] = part.value
+                    got[(h, idx[0] - 1, c)] = _Printed(part.value, part.text)
     return got
+
+
+class _Printed(Fraction):
+    """A Fraction that remembers how it was printed ("0.0900", not "0.09")."""
+
+    text: str
+
+    def __new__(cls, value: Fraction, text: str) -> _Printed:
+        self = super().__new__(cls, value)
+        self.text = text.strip().lstrip("≈~= ").strip()
+        return self
 
 
 def _premature(ex: WorkedExample, index: int, claim: Claim, p: PrintedAnswer) -> str | None:
@@ -750,7 +790,8 @@ def _premature(ex: WorkedExample, index: int, claim: Claim, p: PrintedAnswer) ->
                     total += w * Fraction(int(vj.p), int(vj.q))
                 candidates.append(total)
         how = "the rounded weights printed earlier (" + ", ".join(
-            _decimal_text(w) for w in row if w is not None) + ")"
+            w.text if isinstance(w, _Printed) else _decimal_text(w) for w in row
+            if w is not None) + ")"
     parts = p.parts if p.kind == "tuple" else (p,)
     if len(parts) != len(candidates):
         return None
@@ -788,33 +829,44 @@ def _variant_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer) -> str
             ("not scaled at all (the 1/sqrt(d_k) factor is missing)", {"scale": 1}),
             ("multiplied by sqrt(d_k) instead of divided", {"scale": sp.sqrt(d_k)}),
         ]
-    if name != "scaled_score" and att.spec.n_q > 1:
+    if name not in ("scaled_score", "weight_sum") and att.spec.n_q > 1:
         variants.append(("softmax taken over the query axis (columns) instead of the keys",
                          {"softmax_over": "queries"}))
+    parts = p.parts if p.kind == "tuple" else (p,)
+    # A one-digit answer matches too many variants to single one out, unless a
+    # variant gives it exactly.
+    coarse = all(part.kind == "decimal" and part.significant_digits < 2 for part in parts)
     for text, changes in variants:
         try:
             alt = ex.attention(**changes)
             value = _quantity_value(ex, claim, alt)
-            if _holds(value, p, claim.rtol):
+            if _holds(value, p, claim.rtol, exactly=coarse):
                 return text
         except MhaSymbolicError:
             continue
     return None
 
 
-def _holds(value: Any, p: PrintedAnswer, rtol: Fraction) -> bool:
+def _holds(value: Any, p: PrintedAnswer, rtol: Fraction, *, exactly: bool = False) -> bool:
+    """Whether the printed answer holds for ``value`` (``exactly``: with verdict exact)."""
+    def ok(v: Any, part: PrintedAnswer) -> bool:
+        j = _judge(v, part, rtol)
+        return j.verdict == "exact" if exactly else j.ok
+
     if p.kind == "tuple":
         if not isinstance(value, tuple) or len(value) != len(p.parts):
             return False
-        return all(_judge(v, part, rtol).ok for v, part in zip(value, p.parts, strict=True))
+        return all(ok(v, part) for v, part in zip(value, p.parts, strict=True))
     if isinstance(value, tuple):
         return False
-    return _judge(value, p, rtol).ok
+    return ok(value, p)
 
 
 def _digit_diagnosis(value: Any, p: PrintedAnswer) -> str | None:
     """Truncation, or rounding the wrong way, for one decimal claim."""
-    if p.kind != "decimal" or p.value is None or p.unit is None:
+    if _special(value) == "-inf":
+        return "the entry is masked out (−∞): no finite score is right, and its weight is exactly 0"
+    if p.kind != "decimal" or p.value is None or p.unit is None or _special(value):
         return None
     from .certified import certify
     from .claims import _places
@@ -879,6 +931,9 @@ def _describe(value: Any, sig: int) -> tuple[str, str]:
 
     from .certified import certify
 
+    special = _special(value)
+    if special is not None:
+        return ("−∞" if special == "-inf" else "NaN"), ""
     cv = certify(value)
     digits = cv.digits(sig)
     form = str(sp.together(value) if value.is_Add else value).replace("**", "^")
@@ -929,7 +984,7 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
                      or _count_diagnosis(ex, claim, p))
         if diagnosis is None and len(values) == 1:
             diagnosis = _digit_diagnosis(sp.sympify(values[0]), parts[0])
-    precision = "; ".join(dict.fromkeys(part.describe_precision() for part in parts))
+    precision = "; ".join(d for d in dict.fromkeys(part.describe_precision() for part in parts) if d)
     return ClaimRecord(ex.name, claim.quantity, claim.head, claim.claimed, exact, form, rounded,
                        precision, verdict, ok, error_units, diagnosis, claim.note, value)
 
