@@ -232,7 +232,7 @@ def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int) -
         if not cols:
             if masked_rows == "error":
                 raise InputValueError(
-                    f"query row {r} of head {head} has every key masked (masked_rows='error')"
+                    f"query row {r + 1} of head {head + 1} has every key masked (masked_rows='error')"
                 )
             if masked_rows == "nan":
                 for j in range(n_k):
