@@ -155,7 +155,7 @@ def test_fully_masked_row_policy(policy: str) -> None:
     kwargs: dict[str, Any] = dict(scores=[[1, 2], [3, 4]], value=[[1, 2], [3, 4]],
                   mask=[[False, False], [True, True]], masked_rows=policy)
     if policy == "error":
-        with pytest.raises(InputValueError, match="row 0"):
+        with pytest.raises(InputValueError, match="query row 1 of head 1"):
             exact_attention(**kwargs)
         return
     att = exact_attention(**kwargs)
