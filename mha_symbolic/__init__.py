@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     # oracle
     "reference_attention": "oracle",
     "reference_mha": "oracle",
+    "Enclosure": "oracle",
     "compare_attention": "compare",
     "assert_attention_close": "compare",
     "compare_mha": "compare",
@@ -95,7 +96,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         SpecError,
     )
     from .grammar import parse_number
-    from .oracle import reference_attention, reference_mha
+    from .oracle import Enclosure, reference_attention, reference_mha
     from .params import flop_count, parameter_count
     from .prove import run_proofs
     from .shapes import Shape, attention_shapes

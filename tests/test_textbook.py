@@ -410,7 +410,7 @@ def test_cli_bad_format_is_usage_error(cli: Any) -> None:
      "key=[[3, -3, 1e308, 3], [-4, 0, 8, -6]]\n", "too large"),
     ("[[example]]\nname='A'\nscale=1\nscores=[[" + ", ".join(["1"] * 4097) + "]]\n",
      "exceeds 4096"),
-])
+], ids=lambda x: x[:40] if isinstance(x, str) else None)
 def test_cli_bad_input_one_line_exit_2(cli: Any, tmp_path: Path, text: str,
                                        message: str) -> None:
     p = tmp_path / "bad.toml"

@@ -1,0 +1,115 @@
+"""Input conversion for the oracle and the testing tool.
+
+Every element is taken as the exact number its dtype represents. torch and jax
+are never imported here: a tensor is recognised by ``type(x).__module__`` and
+converted through its own methods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import InputValueError, SpecError
+
+__all__ = ["as_exact_array", "is_float_dtype", "to_float64", "validate_finite"]
+
+_FLOAT_NAMES = {"float64", "float32", "float16", "bfloat16"}
+
+
+def is_float_dtype(dtype: np.dtype[Any]) -> bool:
+    """True for float64/32/16 and ml_dtypes.bfloat16."""
+    return dtype.name in _FLOAT_NAMES
+
+
+def _from_torch(x: Any, name: str) -> np.ndarray[Any, Any]:
+    t = x.detach()
+    if getattr(t, "is_complex", lambda: False)():
+        raise SpecError(f"{name}.dtype={t.dtype}: complex tensors are not supported")
+    if str(t.dtype) == "torch.bfloat16":
+        import ml_dtypes
+
+        # bf16 -> fp32 is exact (same exponent range, more significand bits),
+        # and fp32 -> bf16 of a value that came from bf16 is exact too.
+        return np.asarray(t.cpu().float().numpy()).astype(ml_dtypes.bfloat16)
+    return np.asarray(t.cpu().numpy())
+
+
+def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
+    """``x`` as a numpy array holding exactly the same numbers.
+
+    numpy arrays (ml_dtypes.bfloat16 included) keep their dtype; torch tensors
+    go through ``.detach().cpu()`` (bfloat16 through an exact float32 step);
+    jax arrays through ``np.asarray``; nested lists and Python scalars become
+    float64 (a Python float is a double, so this is exact; an integer must be
+    exactly representable). Bool arrays are returned as bool (for masks).
+
+    >>> as_exact_array([[1, 2.5]], "query").dtype
+    dtype('float64')
+    """
+    module = type(x).__module__ or ""
+    if module.startswith("torch"):
+        arr = _from_torch(x, name)
+    elif module.startswith(("jax", "jaxlib")):
+        arr = np.asarray(x)
+    elif isinstance(x, np.ndarray):
+        arr = x
+    elif isinstance(x, np.generic):
+        arr = np.asarray(x)
+    else:
+        try:
+            arr = np.asarray(x)
+        except (ValueError, TypeError) as exc:
+            raise SpecError(
+                f"{name} could not be read as an array of numbers (ragged nested lists?): "
+                f"{exc}"
+            ) from None
+        if arr.dtype == object or arr.dtype.kind in "US":
+            raise SpecError(
+                f"{name} must hold numbers, got an array of dtype={arr.dtype} "
+                "(ragged nested lists or strings?)"
+            )
+        if arr.dtype.kind in "iuf":
+            arr = _ints_to_float64(arr, name) if arr.dtype.kind in "iu" else arr.astype(
+                np.float64
+            )
+    if arr.dtype == bool:
+        return arr
+    if arr.dtype.kind in "iu":
+        return _ints_to_float64(arr, name)
+    if not is_float_dtype(arr.dtype):
+        raise SpecError(
+            f"{name}.dtype={arr.dtype}: expected float64, float32, float16, bfloat16 "
+            "(or bool for a mask)"
+        )
+    return arr
+
+
+def _ints_to_float64(arr: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:
+    if arr.size and int(np.max(np.abs(arr.astype(object)))) > 2**53:
+        raise InputValueError(
+            f"{name} holds an integer above 2**53 in magnitude, which float64 cannot "
+            "hold exactly; pass floats"
+        )
+    return arr.astype(np.float64)
+
+
+def to_float64(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Exact widening to float64 (every supported format is a subset of it)."""
+    return np.asarray(arr, dtype=np.float64)
+
+
+def validate_finite(x: np.ndarray[Any, Any], name: str, *, allow_neg_inf: bool = False) -> None:
+    """Raise InputValueError naming ``name`` and the first index holding NaN or
+    ±Inf (only NaN and +Inf when ``allow_neg_inf``, as for additive masks)."""
+    if x.dtype == bool or x.size == 0:
+        return
+    a = np.asarray(x, dtype=np.float64)
+    bad = np.isnan(a) | (a == np.inf) if allow_neg_inf else ~np.isfinite(a)
+    if np.any(bad):
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise InputValueError(
+            f"{name}[{', '.join(map(str, idx))}] = {float(a[idx])!r}: expected a finite number"
+            + (" (or -inf)" if allow_neg_inf else "")
+        )

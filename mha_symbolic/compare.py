@@ -1,0 +1,667 @@
+"""Judge an attention output against the exact answer.
+
+:func:`compare_attention` returns the findings as data (:class:`AttentionComparison`);
+:func:`assert_attention_close` raises :class:`~mha_symbolic.errors.AttentionMismatchError`
+with a report in the style of ``torch.testing``.  :func:`compare_mha` and
+:func:`assert_mha_close` do the same for a whole multi-head attention block.
+
+The exact answer is the oracle's certified enclosure ``[lower, upper]``; an element is
+a mismatch only when the *certified* distance from ``actual`` to the enclosure exceeds
+the tolerance, so the oracle's own uncertainty can never raise a false alarm.
+
+Tolerance rules (``rule=``):
+
+``"model"`` (default)
+    the rounding-error model of a plain implementation in the dtype of ``actual``
+    (accumulating in ``accumulation_dtype`` when given), times ``safety``;
+    see :mod:`mha_symbolic._tolerance` and docs/testing.md.
+``"ulp"``
+    ``|actual - exact| <= ulps × ulp(exact)`` in the dtype of ``actual``.
+``"allclose"``
+    ``|actual - exact| <= atol + rtol × |exact|`` (both required).
+``"flash"``
+    FlashAttention's rule: ``max|actual - exact| <= factor × max|plain - exact|``,
+    where ``plain`` is a plain implementation in the same dtype, simulated here
+    (inputs, scores, weights and output stored in the dtype, products in float32 for
+    fp16/bf16), floored at one ulp of ``max|exact|``.
+
+>>> import numpy as np
+>>> from mha_symbolic.compare import compare_attention
+>>> rng = np.random.default_rng(0)
+>>> q, k, v = (rng.standard_normal((1, 2, 3, 4)).astype(np.float32) for _ in range(3))
+>>> s = np.einsum("bhle,bhse->bhls", q.astype(np.float64), k) / 2.0
+>>> w = np.exp(s - s.max(-1, keepdims=True)); w /= w.sum(-1, keepdims=True)
+>>> compare_attention((w @ v).astype(np.float32), q, k, v).passed
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._arrays import as_exact_array
+from ._diagnose import (
+    AttentionInputs,
+    Candidate,
+    MhaInputs,
+    diagnose,
+    diagnose_mha,
+    plain_attention,
+    plain_in_dtype,
+    plain_mha,
+)
+from ._tolerance import DEFAULT_SAFETY, FloatFormat, format_of, ulp
+from .errors import AttentionMismatchError, PrecisionError, ShapeError, SpecError
+
+__all__ = [
+    "AttentionComparison",
+    "Diagnosis",
+    "ElementFinding",
+    "assert_attention_close",
+    "assert_mha_close",
+    "compare_attention",
+    "compare_mha",
+]
+
+_RULES = ("model", "ulp", "allclose", "flash")
+DEFAULT_ULPS = 4.0
+DEFAULT_FLASH_FACTOR = 2.0
+
+
+# ------------------------------------------------------------------------------------
+# Findings as data
+
+
+@dataclass(frozen=True)
+class ElementFinding:
+    """One output element: where, the certified enclosure of the exact value, the
+    actual value, and the error (distance from actual to the enclosure's midpoint)."""
+
+    index: tuple[int, ...]
+    exact_lower: float
+    exact_upper: float
+    actual: float
+    error: float
+    error_ulps: float
+    tolerance: float
+
+    @property
+    def ratio(self) -> float:
+        """error / tolerance (inf for a zero tolerance and a nonzero error)."""
+        if self.error == 0:
+            return 0.0
+        return self.error / self.tolerance if self.tolerance > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """A known bug class the actual output matches (checked: within tolerance of
+    that buggy variant, while not within tolerance of the truth)."""
+
+    bug: str
+    description: str
+    ratio: float  # max |actual - buggy| / tolerance of the buggy variant
+
+
+@dataclass(frozen=True)
+class AttentionComparison:
+    """Everything :func:`compare_attention` found; ``report()`` renders it."""
+
+    passed: bool
+    rule: str
+    shape: tuple[int, ...]
+    dtype: str
+    accumulation: str
+    index_names: tuple[str, ...]
+    n_elements: int
+    n_mismatched: int
+    n_nonfinite: int            # NaN/Inf where the exact value is finite
+    first_nonfinite: tuple[int, ...] | None
+    n_missing_nan: int          # finite where the exact answer is NaN (masked_rows="nan")
+    worst: ElementFinding | None     # greatest error / tolerance among finite elements
+    max_error: float
+    max_error_index: tuple[int, ...] | None
+    max_ulps: float
+    diagnoses: tuple[Diagnosis, ...] = ()
+    diagnosis_run: bool = False
+    mismatched: np.ndarray = field(default_factory=lambda: np.zeros(0, bool), repr=False)
+    title: str = "attention output"
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def report(self) -> str:
+        return _render(self)
+
+    def __str__(self) -> str:
+        return self.report()
+
+
+# ------------------------------------------------------------------------------------
+# Inputs
+
+
+def _as_array(x: Any, name: str) -> np.ndarray:
+    """numpy view of an array-like (numpy, torch, jax, lists), keeping its dtype."""
+    return np.asarray(as_exact_array(x, name))
+
+
+def _as_mask(m: Any) -> np.ndarray | None:
+    if m is None:
+        return None
+    a = _as_array(m, "attn_mask")
+    return a if a.dtype == np.bool_ else np.asarray(a, dtype=np.float64)
+
+
+def _f64(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64)
+
+
+def _rule_options(
+    rule: str, *, rtol: float | None, atol: float | None, ulps: float | None,
+    factor: float | None, safety: float | None,
+) -> None:
+    if rule not in _RULES:
+        raise SpecError(f"rule={rule!r} is not a tolerance rule: expected one of {_RULES}")
+    given = {"rtol": rtol, "atol": atol, "ulps": ulps, "factor": factor, "safety": safety}
+    allowed = {"model": {"safety"}, "ulp": {"ulps"}, "allclose": {"rtol", "atol"},
+               "flash": {"factor"}}[rule]
+    for key, val in given.items():
+        if val is None:
+            continue
+        if key not in allowed:
+            raise SpecError(f"{key}={val!r} does not apply to rule={rule!r} "
+                            f"(it takes {', '.join(sorted(allowed))})")
+        if not (isinstance(val, (int, float)) and math.isfinite(val) and val >= 0):
+            raise SpecError(f"{key}={val!r} must be a finite number >= 0")
+    if rule == "allclose" and (rtol is None or atol is None):
+        raise SpecError(f"rule='allclose' needs both rtol and atol (got rtol={rtol!r}, "
+                        f"atol={atol!r})")
+
+
+def _as_actual(actual: Any) -> np.ndarray:
+    """The actual output, refusing integer and bool arrays (an output must be floats)."""
+    dt = str(getattr(actual, "dtype", ""))
+    if "int" in dt or "bool" in dt:
+        raise SpecError(f"actual.dtype={dt} is not a float format: expected float64, "
+                        "float32, float16 or bfloat16")
+    return _as_array(actual, "actual")
+
+
+def _formats(actual: np.ndarray, accumulation_dtype: Any) -> tuple[FloatFormat, FloatFormat]:
+    try:
+        fmt = format_of(actual.dtype)
+    except SpecError:
+        raise SpecError(f"actual.dtype={actual.dtype} is not a float format: expected "
+                        "float64, float32, float16 or bfloat16") from None
+    if accumulation_dtype is None:
+        return fmt, fmt
+    name = accumulation_dtype if isinstance(accumulation_dtype, str) else None
+    if name is None:
+        s = str(accumulation_dtype)
+        name = s.rsplit(".", 1)[-1] if s.startswith("torch.") else np.dtype(accumulation_dtype).name
+    try:
+        acc = format_of(name)
+    except SpecError:
+        raise SpecError(f"accumulation_dtype={accumulation_dtype!r} is not a float format: "
+                        "expected float64, float32, float16 or bfloat16") from None
+    return fmt, acc
+
+
+# ------------------------------------------------------------------------------------
+# The core: one actual array against one enclosure, with one tolerance array
+
+
+def _judge(
+    actual: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    tol: np.ndarray,
+    *,
+    fmt: FloatFormat,
+    acc: FloatFormat,
+    rule: str,
+    index_names: tuple[str, ...],
+    title: str,
+) -> tuple[AttentionComparison, np.ndarray]:
+    a = _f64(actual)
+    mid = 0.5 * (lower + upper)
+    exact_nan = np.isnan(lower) | np.isnan(upper)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        # certified lower bound of |actual - exact|: distance to the enclosure
+        dist = np.maximum(np.maximum(a - upper, lower - a), 0.0)
+        err = np.abs(a - mid)
+        nonfinite = ~np.isfinite(a) & ~exact_nan
+        missing_nan = exact_nan & ~np.isnan(a)
+        finite = np.isfinite(a) & ~exact_nan
+        bad = np.where(finite, dist > tol, False) | nonfinite | missing_nan
+        ulps = np.where(finite, err / ulp(mid, fmt), 0.0)
+        ratio = np.where(finite & (err > 0), err / np.where(tol > 0, tol, 0.0), 0.0)
+        ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    worst = None
+    max_err, max_idx, max_ulps = 0.0, None, 0.0
+    if np.any(finite):
+        flat = int(np.argmax(np.where(finite, ratio, -1.0)))
+        idx = tuple(int(i) for i in np.unravel_index(flat, a.shape))
+        worst = ElementFinding(idx, float(lower[idx]), float(upper[idx]), float(a[idx]),
+                               float(err[idx]), float(ulps[idx]), float(tol[idx]))
+        e_f = np.where(finite, err, -1.0)
+        flat_e = int(np.argmax(e_f))
+        max_idx = tuple(int(i) for i in np.unravel_index(flat_e, a.shape))
+        max_err = float(e_f[max_idx])
+        max_ulps = float(np.max(np.where(finite, ulps, 0.0)))
+    first_nf = None
+    if np.any(nonfinite):
+        first_nf = tuple(int(i) for i in np.argwhere(nonfinite)[0])
+    n_bad = int(np.sum(bad))
+    comp = AttentionComparison(
+        passed=n_bad == 0, rule=rule, shape=tuple(a.shape), dtype=fmt.name,
+        accumulation=acc.name, index_names=index_names, n_elements=int(a.size),
+        n_mismatched=n_bad, n_nonfinite=int(np.sum(nonfinite)), first_nonfinite=first_nf,
+        n_missing_nan=int(np.sum(missing_nan)), worst=worst, max_error=max_err,
+        max_error_index=max_idx, max_ulps=max_ulps, mismatched=bad, title=title,
+    )
+    return comp, bad
+
+
+def _tolerance(
+    rule: str, *, model: np.ndarray, mid: np.ndarray, fmt: FloatFormat, rtol: float | None,
+    atol: float | None, ulps: float | None, factor: float | None, safety: float | None,
+    plain: np.ndarray | None,
+) -> np.ndarray:
+    if rule == "model":
+        return (DEFAULT_SAFETY if safety is None else safety) * model
+    if rule == "ulp":
+        return (DEFAULT_ULPS if ulps is None else ulps) * ulp(mid, fmt)
+    if rule == "allclose":
+        assert rtol is not None and atol is not None
+        return atol + rtol * np.abs(mid)
+    # flash: factor × the error of a plain same-dtype implementation, a scalar
+    assert plain is not None
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(plain) & np.isfinite(mid)
+        e = float(np.max(np.abs(plain - mid)[ok])) if np.any(ok) else 0.0
+        ymax = float(np.max(np.abs(mid)[np.isfinite(mid)])) if np.any(np.isfinite(mid)) else 0.0
+    floor = float(ulp(np.array(ymax), fmt))
+    t = max((DEFAULT_FLASH_FACTOR if factor is None else factor) * e, floor)
+    return np.full(mid.shape, t)
+
+
+def _index_names(ndim: int, *, mha: bool = False) -> tuple[str, ...]:
+    tail: tuple[str, ...]
+    if mha:
+        tail = ("query", "feature")
+        lead = ndim - 2
+        names = ("batch",) if lead == 1 else tuple(f"batch{i}" for i in range(lead))
+        return names + tail
+    tail = ("head", "query", "feature")[-min(ndim, 3):]
+    lead = ndim - len(tail)
+    names = ("batch",) if lead == 1 else tuple(f"batch{i}" for i in range(lead))
+    return names + tail
+
+
+def _check_shape(actual: np.ndarray, shape: tuple[int, ...], what: str) -> None:
+    if tuple(actual.shape) != tuple(shape):
+        raise ShapeError(f"actual.shape={tuple(actual.shape)} does not match the {what} "
+                         f"shape={tuple(shape)}")
+
+
+# ------------------------------------------------------------------------------------
+# Public API: scaled-dot-product attention
+
+
+def compare_attention(
+    actual: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    *,
+    attn_mask: Any = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    causal_alignment: str = "top_left",
+    masked_rows: str = "zero",
+    rule: str = "model",
+    accumulation_dtype: Any = None,
+    safety: float | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    ulps: float | None = None,
+    factor: float | None = None,
+    diagnose_bugs: bool = True,
+) -> AttentionComparison:
+    """Compare ``actual`` with the exact ``scaled_dot_product_attention(query, key,
+    value, ...)``; the options are those of :func:`mha_symbolic.reference_attention`.
+
+    Returns an :class:`AttentionComparison` (truthy when it passed); never raises for
+    a mismatch.  Raises :class:`~mha_symbolic.errors.SpecError` /
+    :class:`~mha_symbolic.errors.ShapeError` for unusable arguments.
+
+    >>> import numpy as np
+    >>> q = k = v = np.eye(2, dtype=np.float32)[None]
+    >>> compare_attention(np.zeros((1, 2, 2), np.float32), q, k, v).passed
+    False
+    """
+    _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
+    a = _as_actual(actual)
+    fmt, acc = _formats(a, accumulation_dtype)
+    ref = _reference_attention(
+        query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+        enable_gqa=enable_gqa, causal_alignment=causal_alignment, masked_rows=masked_rows,
+    )
+    _check_shape(a, tuple(ref.shape), "attention output")
+    lower, upper = _f64(ref.lower), _f64(ref.upper)
+    x = AttentionInputs(
+        _f64(_as_array(query, "query")), _f64(_as_array(key, "key")),
+        _f64(_as_array(value, "value")), attn_mask=_as_mask(attn_mask), is_causal=is_causal,
+        scale=None if scale is None else float(scale), enable_gqa=enable_gqa,
+        causal_alignment=causal_alignment, masked_rows=masked_rows,
+    )
+    plain = plain_attention(x)
+    model = plain.bound(fmt, acc)
+    lower, upper = _refined(ref, lower, upper, model, rule, fmt, safety, rtol, atol, ulps)
+    mid = 0.5 * (lower + upper)
+    tol = _tolerance(
+        rule, model=model, mid=mid, fmt=fmt, rtol=rtol, atol=atol, ulps=ulps, factor=factor,
+        safety=safety, plain=plain_in_dtype(x, a.dtype) if rule == "flash" else None,
+    )
+    comp, _ = _judge(a, lower, upper, tol, fmt=fmt, acc=acc, rule=_rule_text(rule, safety,
+                     rtol, atol, ulps, factor), index_names=_index_names(a.ndim),
+                     title="attention output")
+    if comp.passed or not diagnose_bugs:
+        return comp
+    saf = DEFAULT_SAFETY if safety is None or rule != "model" else safety
+    if not _within(a, lower, upper, saf * model):
+        found = diagnose(a, x, fmt=fmt, acc=acc, safety=saf)
+        comp = _with_diagnoses(comp, found)
+    return comp
+
+
+def assert_attention_close(actual: Any, query: Any, key: Any, value: Any,
+                           **options: Any) -> None:
+    """Raise :class:`~mha_symbolic.errors.AttentionMismatchError` (an AssertionError)
+    with a readable report unless :func:`compare_attention` passes.
+
+    >>> import numpy as np
+    >>> q = k = v = np.eye(2, dtype=np.float32)[None]
+    >>> assert_attention_close(np.zeros((1, 2, 2), np.float32), q, k, v)
+    Traceback (most recent call last):
+    ...
+    mha_symbolic.errors.AttentionMismatchError: attention output is not close to the exact answer...
+    """
+    __tracebackhide__ = True
+    comp = compare_attention(actual, query, key, value, **options)
+    if not comp.passed:
+        raise _mismatch(comp) from None
+
+
+# ------------------------------------------------------------------------------------
+# Public API: a whole multi-head attention block
+
+
+def compare_mha(
+    actual: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    *,
+    rule: str = "model",
+    accumulation_dtype: Any = None,
+    safety: float | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    ulps: float | None = None,
+    factor: float | None = None,
+    diagnose_bugs: bool = True,
+    **mha_options: Any,
+) -> AttentionComparison:
+    """Compare the output of a multi-head attention block with the exact
+    :func:`mha_symbolic.reference_mha` of the same inputs and weights
+    (``mha_options`` are passed to it unchanged)."""
+    _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
+    if rule == "flash":
+        raise SpecError("rule='flash' is available for compare_attention only; use "
+                        "rule='model', 'ulp' or 'allclose' for a multi-head block")
+    a = _as_actual(actual)
+    fmt, acc = _formats(a, accumulation_dtype)
+    from .oracle import reference_mha
+
+    ref = reference_mha(query, key, value, **mha_options)
+    _check_shape(a, tuple(ref.shape), "multi-head attention output")
+    lower, upper = _f64(ref.lower), _f64(ref.upper)
+    x = _mha_inputs(query, key, value, mha_options)
+    plain = plain_mha(x)
+    model = plain.bound_fn(fmt, acc)
+    # the float64 block works batch-first (N, L, E): back to the caller's layout
+    mod = mha_options.get("module")
+    bf = bool(getattr(mod, "batch_first", False) if mod is not None
+              else mha_options.get("batch_first", False))
+    seq_first = a.ndim == 3 and not bf
+    if seq_first:
+        model = np.swapaxes(model, 0, 1)
+    elif a.ndim == 2:
+        model = model[0]
+    lower, upper = _refined(ref, lower, upper, model, rule, fmt, safety, rtol, atol, ulps)
+    mid = 0.5 * (lower + upper)
+    tol = _tolerance(rule, model=model, mid=mid, fmt=fmt, rtol=rtol, atol=atol, ulps=ulps,
+                     factor=factor, safety=safety, plain=None)
+    comp, _ = _judge(a, lower, upper, tol, fmt=fmt, acc=acc,
+                     rule=_rule_text(rule, safety, rtol, atol, ulps, factor),
+                     index_names=("query", "batch", "feature") if seq_first
+                     else _index_names(a.ndim, mha=True),
+                     title="multi-head attention output")
+    if comp.passed or not diagnose_bugs:
+        return comp
+    saf = DEFAULT_SAFETY if safety is None or rule != "model" else safety
+    if not _within(a, lower, upper, saf * model):
+        comp = _with_diagnoses(comp, diagnose_mha(
+            np.swapaxes(a, 0, 1) if seq_first else (a[None] if a.ndim == 2 else a), x,
+            fmt=fmt, acc=acc, safety=saf))
+    return comp
+
+
+def assert_mha_close(actual: Any, query: Any, key: Any, value: Any, **options: Any) -> None:
+    """:func:`compare_mha`, raising :class:`~mha_symbolic.errors.AttentionMismatchError`."""
+    __tracebackhide__ = True
+    comp = compare_mha(actual, query, key, value, **options)
+    if not comp.passed:
+        raise _mismatch(comp) from None
+
+
+def _mha_inputs(query: Any, key: Any, value: Any, o: dict[str, Any]) -> MhaInputs:
+    """The block in float64, batch-first, torch weight layout, masks as (N, H, L, S)
+    ``keep`` (True = takes part) and additive float; the conventions of reference_mha
+    (which has already validated every shape when this runs)."""
+    mod = o.get("module")
+
+    def opt(name: str, attr: str | None = None) -> np.ndarray | None:
+        val = o.get(name)
+        if mod is not None:
+            obj = mod.out_proj if attr and attr.startswith("out_proj.") else mod
+            val = getattr(obj, (attr or name).split(".")[-1], None)
+        return None if val is None else _f64(_as_array(val, name))
+
+    q, k, v = (_f64(_as_array(t, n)) for t, n in ((query, "query"), (key, "key"),
+                                                    (value, "value")))
+    batch_first = bool(getattr(mod, "batch_first", False)) if mod is not None else bool(
+        o.get("batch_first", False))
+    if q.ndim == 2:
+        q, k, v = q[None], k[None], v[None]
+    elif not batch_first:
+        q, k, v = (np.swapaxes(t, 0, 1) for t in (q, k, v))
+    H = int(mod.num_heads) if mod is not None else int(o["num_heads"])
+    g = H if o.get("num_kv_heads") is None else int(o["num_kv_heads"])
+    w_in = opt("in_proj_weight")
+    wq: np.ndarray | None
+    wk: np.ndarray | None
+    wv: np.ndarray | None
+    if w_in is not None:
+        E = w_in.shape[0] // 3
+        wq, wk, wv = w_in[:E], w_in[E:2 * E], w_in[2 * E:]
+    else:
+        wq, wk, wv = (opt(n) for n in ("q_proj_weight", "k_proj_weight", "v_proj_weight"))
+    wo = opt("out_proj_weight", "out_proj.weight")
+    if wq is None or wk is None or wv is None or wo is None:
+        raise SpecError("compare_mha needs the projection weights: in_proj_weight (or "
+                        "q/k/v_proj_weight) and out_proj_weight, or module=")
+    E, Ekv = wq.shape[0], wk.shape[0]
+    b_in = opt("in_proj_bias")
+    bq = bk = bv = None
+    if b_in is not None:
+        bq, bk, bv = b_in[:E], b_in[E:E + Ekv], b_in[E + Ekv:]
+    bo = opt("out_proj_bias", "out_proj.bias")
+    N, L, S = q.shape[0], q.shape[1], k.shape[1]
+    keep = np.ones((N, H, L, S), dtype=bool)
+    mask_add = None
+    for name in ("key_padding_mask", "attn_mask"):
+        m = o.get(name)
+        if m is None:
+            continue
+        a = _as_array(m, name)
+        if name == "key_padding_mask":
+            a4 = np.broadcast_to(a.reshape(N, 1, 1, S), (N, H, L, S))
+        elif a.shape == (L, S):
+            a4 = np.broadcast_to(a, (N, H, L, S))
+        else:
+            a4 = a.reshape(N, H, L, S)                 # torch: index n * num_heads + h
+        if a4.dtype == np.bool_:
+            keep = keep & ~a4                          # torch MHA: True = masked out
+        else:
+            f = _f64(a4)
+            keep = keep & (f != -np.inf)
+            fin = np.where(f == -np.inf, 0.0, f)
+            mask_add = fin if mask_add is None else mask_add + fin
+    if o.get("is_causal"):
+        keep = keep & (np.arange(S)[None, :] <= np.arange(L)[:, None])
+    return MhaInputs(q, k, v, H, wq, wk, wv, wo, bq, bk, bv, bo, keep, mask_add,
+                     num_kv_heads=g, masked_rows=str(o.get("masked_rows", "zero")))
+
+
+# ------------------------------------------------------------------------------------
+# Helpers
+
+
+def _reference_attention(query: Any, key: Any, value: Any, **o: Any) -> Any:
+    from .oracle import reference_attention
+
+    return reference_attention(query, key, value, **o)
+
+
+def _refined(ref: Any, lower: np.ndarray, upper: np.ndarray, model: np.ndarray, rule: str,
+             fmt: FloatFormat, safety: float | None, rtol: float | None, atol: float | None,
+             ulps: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """A tighter certified enclosure where the oracle's fast one is too wide for the
+    verdict (typically float64 outputs: the fast enclosure is ~1e-11 relative).
+
+    ``ref.rounded("float64")`` is the correctly rounded double r of the exact value,
+    so the exact value lies strictly between r's two neighbours: intersecting
+    ``[nextafter(r, -inf), nextafter(r, +inf)]`` with ``[lower, upper]`` keeps a
+    certified enclosure, of width at most 2 ulp(float64)."""
+    mid = 0.5 * (lower + upper)
+    tol = _tolerance(rule, model=model, mid=mid, fmt=fmt, rtol=rtol, atol=atol, ulps=ulps,
+                     factor=None, safety=safety, plain=None) if rule != "flash" else (
+        ulp(mid, fmt))
+    with np.errstate(invalid="ignore"):
+        need = np.isfinite(upper - lower) & (upper - lower > 0.01 * tol)
+    if not np.any(need):
+        return lower, upper
+    try:
+        r = _f64(ref.rounded("float64"))
+    except PrecisionError:  # an exact tie the oracle could not settle: keep the coarse one
+        return lower, upper
+    ok = np.isfinite(r)
+    lo2 = np.where(ok, np.maximum(lower, np.nextafter(r, -np.inf)), lower)
+    hi2 = np.where(ok, np.minimum(upper, np.nextafter(r, np.inf)), upper)
+    return lo2, hi2
+
+
+def _mismatch(comp: AttentionComparison) -> AttentionMismatchError:
+    """The error raised by the assert functions: the report as message, the findings
+    as ``.comparison``."""
+    exc = AttentionMismatchError(comp.report())
+    exc.comparison = comp  # type: ignore[attr-defined]
+    return exc
+
+
+def _within(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray) -> bool:
+    with np.errstate(invalid="ignore"):
+        dist = np.maximum(np.maximum(_f64(a) - upper, lower - _f64(a)), 0.0)
+        both_nan = np.isnan(lower) & np.isnan(a)
+        ok = both_nan | (dist <= tol)
+    return bool(np.all(ok))
+
+
+def _with_diagnoses(comp: AttentionComparison,
+                    found: tuple[Candidate, ...]) -> AttentionComparison:
+    from dataclasses import replace
+
+    diags = tuple(Diagnosis(c.name, c.description, c.ratio) for c in found)
+    return replace(comp, diagnosis_run=True, diagnoses=diags)
+
+
+def _rule_text(rule: str, safety: float | None, rtol: float | None, atol: float | None,
+               ulps: float | None, factor: float | None) -> str:
+    if rule == "model":
+        return f"rounding-error model × {DEFAULT_SAFETY if safety is None else safety:g}"
+    if rule == "ulp":
+        return f"{DEFAULT_ULPS if ulps is None else ulps:g} ulp of the exact value"
+    if rule == "allclose":
+        return f"atol={atol:g} + rtol={rtol:g} × |exact|"
+    return (f"{DEFAULT_FLASH_FACTOR if factor is None else factor:g} × the error of a "
+            "plain same-dtype implementation")
+
+
+def _idx_text(idx: tuple[int, ...], names: tuple[str, ...]) -> str:
+    if len(names) != len(idx):
+        return str(idx)
+    return "(" + ", ".join(f"{n}={i}" for n, i in zip(names, idx, strict=True)) + ")"
+
+
+def _render(c: AttentionComparison) -> str:
+    """The failure report: metadata first, then counts, the worst element, diagnosis."""
+    lines: list[str] = []
+    verdict = "is close to" if c.passed else "is not close to"
+    lines.append(f"{c.title} {verdict} the exact answer.")
+    lines.append(f"  shape: {c.shape}, dtype: {c.dtype}, accumulation: {c.accumulation}")
+    lines.append(f"  tolerance: {c.rule}")
+    if c.n_nonfinite:
+        where = _idx_text(c.first_nonfinite or (), c.index_names)
+        lines.append(f"Non-finite: {c.n_nonfinite} element(s) are NaN/Inf where the exact "
+                     f"value is finite, first at {where}")
+    if c.n_missing_nan:
+        lines.append(f"Expected NaN (fully masked rows, masked_rows='nan'): "
+                     f"{c.n_missing_nan} element(s) are finite instead")
+    pct = 100.0 * c.n_mismatched / c.n_elements if c.n_elements else 0.0
+    lines.append(f"Mismatched elements: {c.n_mismatched} / {c.n_elements} ({pct:.1f}%)")
+    w = c.worst
+    if w is not None:
+        label = "Worst element" if not c.passed else "Closest call"
+        lines.append(f"{label} (greatest error / tolerance) at index "
+                     f"{_idx_text(w.index, c.index_names)}:")
+        if w.exact_lower == w.exact_upper:
+            lines.append(f"  exact value:  {w.exact_lower!r} (exact)")
+        else:
+            lines.append(f"  exact value:  in [{w.exact_lower!r}, {w.exact_upper!r}] "
+                         "(certified enclosure)")
+        lines.append(f"  actual value: {w.actual!r}")
+        lines.append(f"  error:        {w.error:.4g} = {w.error_ulps:.4g} ulp({c.dtype}) = "
+                     f"{w.ratio:.4g} × tolerance ({w.tolerance:.4g})")
+        if c.max_error_index is not None and c.max_error_index != w.index:
+            lines.append(f"Greatest absolute error: {c.max_error:.4g} at index "
+                         f"{_idx_text(c.max_error_index, c.index_names)}")
+        lines.append(f"Greatest error in ulps: {c.max_ulps:.4g} ulp({c.dtype})")
+    for d in c.diagnoses:
+        lines.append(f"Diagnosis: matches bug class '{d.bug}' — {d.description} "
+                     f"(within {d.ratio:.2g} × tolerance of that variant; "
+                     "not within tolerance of the exact answer)")
+    if c.diagnosis_run and not c.diagnoses:
+        lines.append("Diagnosis: no known bug class matches.")
+    lines.append("(errors are distances to the midpoint of the certified enclosure, "
+                 "shown to 4 digits; a mismatch is declared only when the distance to "
+                 "the whole enclosure exceeds the tolerance)")
+    return "\n".join(lines)

@@ -1,0 +1,77 @@
+"""pytest plugin: the ``attention_oracle`` fixture.
+
+Registered under the ``pytest11`` entry point, so it loads in every pytest run of
+every project that installs mha-symbolic.  It therefore imports nothing but pytest
+and the standard library at import time; numpy, python-flint and the oracle are
+imported on the first call of a fixture method.
+
+>>> # in a test file of yours:
+>>> # def test_my_kernel(attention_oracle):
+>>> #     attention_oracle.assert_close(my_attention(q, k, v), q, k, v, is_causal=True)
+
+A failed check raises :class:`mha_symbolic.errors.AttentionMismatchError` (an
+``AssertionError``), which pytest reports as a test failure showing the report
+(shapes and dtype, mismatched elements, the worst element with its exact value,
+the error in ulps and as a multiple of the tolerance, the diagnosis), not a
+traceback through the library: the assert functions set ``__tracebackhide__``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+__all__ = ["AttentionOracle", "attention_oracle"]
+
+
+class AttentionOracle:
+    """What the ``attention_oracle`` fixture returns: the testing tool bound to
+    optional defaults (for example ``rule="ulp", ulps=8``)."""
+
+    def __init__(self, **defaults: Any) -> None:
+        self.defaults = defaults
+
+    def with_options(self, **defaults: Any) -> AttentionOracle:
+        """A copy with more default options (``rule``, ``accumulation_dtype``, ...)."""
+        return AttentionOracle(**{**self.defaults, **defaults})
+
+    def assert_close(self, actual: Any, query: Any, key: Any, value: Any, **options: Any) -> None:
+        """:func:`mha_symbolic.assert_attention_close` with this oracle's defaults."""
+        __tracebackhide__ = True
+        from .compare import assert_attention_close
+
+        assert_attention_close(actual, query, key, value, **{**self.defaults, **options})
+
+    def compare(self, actual: Any, query: Any, key: Any, value: Any, **options: Any) -> Any:
+        """:func:`mha_symbolic.compare_attention` (returns the findings, never raises)."""
+        from .compare import compare_attention
+
+        return compare_attention(actual, query, key, value, **{**self.defaults, **options})
+
+    def assert_mha_close(self, actual: Any, query: Any, key: Any, value: Any,
+                         **options: Any) -> None:
+        """:func:`mha_symbolic.compare.assert_mha_close` with this oracle's defaults."""
+        __tracebackhide__ = True
+        from .compare import assert_mha_close
+
+        assert_mha_close(actual, query, key, value, **{**self.defaults, **options})
+
+    def reference(self, query: Any, key: Any, value: Any, **options: Any) -> Any:
+        """The exact answer: :func:`mha_symbolic.reference_attention`."""
+        from .oracle import reference_attention
+
+        return reference_attention(query, key, value, **options)
+
+    def reference_mha(self, query: Any, key: Any, value: Any, **options: Any) -> Any:
+        """The exact multi-head block: :func:`mha_symbolic.reference_mha`."""
+        from .oracle import reference_mha
+
+        return reference_mha(query, key, value, **options)
+
+
+@pytest.fixture
+def attention_oracle() -> AttentionOracle:
+    """The attention testing tool: ``.assert_close(actual, q, k, v, **options)``,
+    ``.compare(...)``, ``.assert_mha_close(...)``, ``.reference(...)``."""
+    return AttentionOracle()

@@ -1,0 +1,315 @@
+"""The testing tool (mha_symbolic/compare.py): verdicts, reports, diagnoses.
+
+Correct and buggy implementations come from tests/bugs_catalog.py, written in
+plain numpy independently of the library; the exact answer comes from the oracle.
+The full evaluation (thousands of cases) is bench/bench_verdicts.py; this file runs
+a smaller but real sample of it.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from mha_symbolic import AttentionMismatchError, assert_attention_close, compare_attention
+from mha_symbolic.compare import assert_mha_close, compare_mha
+from mha_symbolic.errors import ShapeError, SpecError
+
+sys.path.insert(0, str(Path(__file__).parent))
+import bugs_catalog as bc
+
+DTYPE_NAMES = ["float64", "float32", "float16", "bfloat16"]
+
+
+def _qkv(seed: int = 0, dtype: object = np.float32, shape_q: tuple[int, ...] = (1, 2, 5, 8),
+         shape_kv: tuple[int, ...] = (1, 2, 7, 8)) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape_q).astype(dtype),
+            rng.standard_normal(shape_kv).astype(dtype),
+            rng.standard_normal(shape_kv).astype(dtype))
+
+
+# ---------------------------------------------------------------------------------
+# No false alarms
+
+
+@pytest.mark.parametrize("dtype", DTYPE_NAMES)
+def test_correct_numpy_implementations_pass_random_and_hard_cases(dtype: str) -> None:
+    rng = np.random.default_rng(100 + DTYPE_NAMES.index(dtype))
+    for i in range(24):
+        kind = ("random", "long_rows", "large_range", "near_ties", "cancelling",
+                "fully_masked_row")[i % 6]
+        case = bc.random_case(rng, dtype, kind=kind, max_len=8, max_e=8)
+        for variant in bc.CORRECT_SDPA:
+            out = bc.numpy_attention(case, variant=variant)
+            result = compare_attention(out, case.q, case.k, case.v, **case.kwargs())
+            assert result.passed, (variant, case.kind, result.report())
+
+
+# ---------------------------------------------------------------------------------
+# No false passes: every bug class, caught and named
+
+
+def _designed_case(bug: str) -> bc.Case:
+    """A float32 case on which ``bug`` changes the output far beyond rounding."""
+    q, k, v = _qkv(1, np.float32, (1, 2, 5, 8), (1, 2, 7, 8))
+    case = bc.Case("float32", q, k, v)
+    if bug == "inverted_bool_mask":
+        m = np.random.default_rng(2).random((5, 7)) < 0.5
+        m[:, 0], m[:, 1] = True, False
+        case.attn_mask = m
+    elif bug.startswith("causal"):
+        case.is_causal = True
+    elif bug == "gqa_tile":
+        case.q = _qkv(3, np.float32, (1, 4, 5, 8))[0]
+        case.enable_gqa = True
+    elif bug == "finite_mask_sentinel":     # matters where a row is fully masked
+        m = np.ones((5, 7), dtype=bool)
+        m[2] = False
+        case.attn_mask = m
+    return case
+
+
+@pytest.mark.parametrize("bug", bc.SDPA_BUGS)
+def test_every_bug_class_is_caught_and_diagnosed_in_float32(bug: str) -> None:
+    case = _designed_case(bug)
+    assert bc.bug_applies(bug, case)
+    out = bc.numpy_attention(case, bug=bug)
+    result = compare_attention(out, case.q, case.k, case.v, **case.kwargs())
+    assert not result.passed
+    assert bug in [d.bug for d in result.diagnoses], result.report()
+    # the correct implementation of the same case passes
+    good = bc.numpy_attention(case)
+    assert compare_attention(good, case.q, case.k, case.v, **case.kwargs()).passed
+
+
+@pytest.mark.parametrize("bug", ["no_scale", "softmax_over_query_axis", "swapped_key_value",
+                                 "causal_excludes_diagonal", "inverted_bool_mask"])
+def test_coarse_bugs_are_caught_in_bfloat16(bug: str) -> None:
+    case = _designed_case(bug)
+    for name in ("q", "k", "v"):
+        setattr(case, name, getattr(case, name).astype(ml_dtypes.bfloat16))
+    case.dtype = "bfloat16"
+    out = bc.numpy_attention(case, bug=bug)
+    result = compare_attention(out, case.q, case.k, case.v, **case.kwargs())
+    assert not result.passed
+    assert bug in [d.bug for d in result.diagnoses], result.report()
+
+
+def test_random_sample_of_bugs_in_float32_is_caught_when_above_rounding() -> None:
+    rng = np.random.default_rng(9)
+    checked = 0
+    for _ in range(12):
+        case = bc.random_case(rng, "float32", max_len=8, max_e=8)
+        exact = bc.numpy_attention(_as64(case)).astype(np.float64)
+        for bug in bc.SDPA_BUGS:
+            if not bc.bug_applies(bug, case):
+                continue
+            effect = np.max(np.abs(bc.numpy_attention(_as64(case), bug=bug) - exact), initial=0)
+            if effect < 1e-3:          # not above float32 rounding by a wide margin
+                continue
+            out = bc.numpy_attention(case, bug=bug)
+            result = compare_attention(out, case.q, case.k, case.v, **case.kwargs(),
+                                       diagnose_bugs=False)
+            assert not result.passed, (bug, effect)
+            checked += 1
+    assert checked > 30
+
+
+def _as64(case: bc.Case) -> bc.Case:
+    c = bc.Case("float64", *(x.astype(np.float64) for x in (case.q, case.k, case.v)),
+                **case.kwargs())
+    if c.attn_mask is not None and c.attn_mask.dtype != np.bool_:
+        c.attn_mask = c.attn_mask.astype(np.float64)
+    return c
+
+
+# ---------------------------------------------------------------------------------
+# Multi-head attention
+
+
+def test_mha_correct_passes_and_each_mha_bug_is_named() -> None:
+    rng = np.random.default_rng(21)
+    case = bc.random_mha_case(rng, "float32")
+    while case.num_heads < 2 or case.query.shape[1] < 2:
+        case = bc.random_mha_case(rng, "float32")
+    assert compare_mha(bc.numpy_mha(case), case.query, case.key, case.value,
+                       **case.kwargs()).passed
+    for bug in bc.MHA_BUGS:
+        out = bc.numpy_mha(case, bug=bug)
+        result = compare_mha(out, case.query, case.key, case.value, **case.kwargs())
+        assert not result.passed, bug
+        assert bug in [d.bug for d in result.diagnoses], result.report()
+        with pytest.raises(AttentionMismatchError, match=bug):
+            assert_mha_close(out, case.query, case.key, case.value, **case.kwargs())
+
+
+# ---------------------------------------------------------------------------------
+# The report
+
+
+def test_report_shows_metadata_counts_worst_element_and_diagnosis() -> None:
+    q, k, v = _qkv(4)
+    good = bc.numpy_attention(bc.Case("float32", q, k, v))
+    bad = good.copy()
+    bad[0, 1, 3, 2] += np.float32(0.25)
+    result = compare_attention(bad, q, k, v)
+    text = result.report()
+    lines = text.splitlines()
+    assert lines[0] == "attention output is not close to the exact answer."
+    assert lines[1] == "  shape: (1, 2, 5, 8), dtype: float32, accumulation: float32"
+    assert "Mismatched elements: 1 / 80 (1.2%)" in text
+    assert "index (batch=0, head=1, query=3, feature=2)" in text
+    assert result.worst is not None and result.worst.index == (0, 1, 3, 2)
+    # the exact value is shown as its certified enclosure, and contains the truth
+    w = result.worst
+    assert w.exact_lower <= float(good[0, 1, 3, 2]) + 1e-6
+    assert abs(w.error - 0.25) < 1e-6
+    assert w.error_ulps == pytest.approx(w.error / 2.0 ** (math.floor(math.log2(abs(
+        w.exact_lower))) - 23), rel=1e-6)
+    assert "Diagnosis: no known bug class matches." in text
+
+
+def test_report_names_nan_first() -> None:
+    q, k, v = _qkv(5)
+    out = bc.numpy_attention(bc.Case("float32", q, k, v))
+    out[0, 0, 1, 1] = np.nan
+    out[0, 1, 0, 0] += 1
+    text = compare_attention(out, q, k, v).report()
+    nan_line = text.index("Non-finite: 1 element(s) are NaN/Inf where the exact value is "
+                          "finite, first at (batch=0, head=0, query=1, feature=1)")
+    assert nan_line < text.index("Mismatched elements: 2 / 80")
+
+
+def test_fully_masked_rows_follow_the_policy() -> None:
+    q, k, v = _qkv(6)
+    mask = np.ones((5, 7), dtype=bool)
+    mask[3] = False
+    zero = bc.numpy_attention(bc.Case("float32", q, k, v, attn_mask=mask))
+    assert np.all(zero[..., 3, :] == 0)
+    assert compare_attention(zero, q, k, v, attn_mask=mask).passed
+    nan_policy = compare_attention(zero, q, k, v, attn_mask=mask, masked_rows="nan")
+    assert not nan_policy.passed
+    assert nan_policy.n_missing_nan == 16
+    with_nan = zero.copy()
+    with_nan[..., 3, :] = np.nan
+    assert compare_attention(with_nan, q, k, v, attn_mask=mask, masked_rows="nan").passed
+
+
+def test_assert_raises_an_assertion_error_carrying_the_report() -> None:
+    q, k, v = _qkv(7)
+    with pytest.raises(AssertionError) as info:
+        assert_attention_close(np.zeros((1, 2, 5, 8), np.float32), q, k, v)
+    assert isinstance(info.value, AttentionMismatchError)
+    assert "Mismatched elements:" in str(info.value)
+    findings = info.value.comparison  # type: ignore[attr-defined]
+    assert findings.n_mismatched == 80 and not findings.passed
+
+
+# ---------------------------------------------------------------------------------
+# The other rules
+
+
+def test_ulp_rule_accepts_the_correctly_rounded_answer_and_not_one_ulp_off() -> None:
+    from mha_symbolic import reference_attention
+
+    q, k, v = _qkv(8)
+    best = np.asarray(reference_attention(q, k, v).rounded("float32"))
+    assert compare_attention(best, q, k, v, rule="ulp", ulps=0.5).passed
+    off = best.copy()
+    off[0, 0, 0, 0] = np.nextafter(off[0, 0, 0, 0], np.float32(np.inf))
+    off[0, 0, 0, 0] = np.nextafter(off[0, 0, 0, 0], np.float32(np.inf))
+    result = compare_attention(off, q, k, v, rule="ulp", ulps=1.0)
+    assert not result.passed and result.n_mismatched == 1
+
+
+def test_allclose_rule_uses_atol_plus_rtol_times_exact() -> None:
+    q, k, v = _qkv(9, np.float64)
+    good = bc.numpy_attention(bc.Case("float64", q, k, v))
+    shifted = good + 1e-4
+    assert compare_attention(shifted, q, k, v, rule="allclose", rtol=0, atol=2e-4).passed
+    assert not compare_attention(shifted, q, k, v, rule="allclose", rtol=0, atol=5e-5).passed
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_flash_rule_passes_a_plain_same_dtype_run_and_fails_a_bug(dtype: str) -> None:
+    q, k, v = _qkv(10, bc.DTYPES[dtype])
+    case = bc.Case(dtype, q, k, v)
+    assert compare_attention(bc.numpy_attention(case), q, k, v, rule="flash").passed
+    bad = bc.numpy_attention(case, bug="scale_1_over_d")
+    assert not compare_attention(bad, q, k, v, rule="flash").passed
+
+
+def test_accumulation_dtype_is_stated_in_the_report() -> None:
+    q, k, v = _qkv(11, ml_dtypes.bfloat16)
+    out = bc.numpy_attention(bc.Case("bfloat16", q, k, v))
+    result = compare_attention(out, q, k, v, accumulation_dtype="float32")
+    assert result.passed
+    assert "dtype: bfloat16, accumulation: float32" in result.report()
+
+
+# ---------------------------------------------------------------------------------
+# Bad arguments: one clear line naming the argument
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"rule": "fuzzy"}, "rule='fuzzy' is not a tolerance rule"),
+    ({"rule": "allclose", "rtol": 1e-3}, "rule='allclose' needs both rtol and atol"),
+    ({"ulps": 2}, "ulps=2 does not apply to rule='model'"),
+    ({"rule": "ulp", "ulps": -1}, "ulps=-1 must be a finite number >= 0"),
+    ({"accumulation_dtype": "int8"}, "accumulation_dtype='int8' is not a float format"),
+])
+def test_bad_options_raise_spec_error(kwargs: dict[str, object], message: str) -> None:
+    q, k, v = _qkv(12)
+    with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        compare_attention(np.zeros((1, 2, 5, 8), np.float32), q, k, v, **kwargs)  # type: ignore[arg-type]
+
+
+def test_wrong_actual_shape_names_both_shapes() -> None:
+    q, k, v = _qkv(13)
+    with pytest.raises(ShapeError, match=r"actual.shape=\(1, 2, 8, 5\) does not match the "
+                                         r"attention output shape=\(1, 2, 5, 8\)"):
+        compare_attention(np.zeros((1, 2, 8, 5), np.float32), q, k, v)
+
+
+def test_integer_actual_is_refused() -> None:
+    q, k, v = _qkv(14)
+    with pytest.raises(SpecError, match=r"actual\.dtype=int"):
+        compare_attention(np.zeros((1, 2, 5, 8), np.int32), q, k, v)
+
+
+@pytest.mark.parametrize(("shape_q", "shape_kv"), [((1, 2, 0, 4), (1, 2, 3, 4)),
+                                                   ((1, 2, 3, 4), (1, 2, 0, 4))])
+def test_empty_lengths_are_judged_not_crashed(shape_q: tuple[int, ...],
+                                              shape_kv: tuple[int, ...]) -> None:
+    q = np.ones(shape_q, np.float32)
+    k = v = np.ones(shape_kv, np.float32)
+    out_shape = (*shape_q[:-1], shape_kv[-1])
+    # no key at all: every row is fully masked, the output is 0 under masked_rows="zero"
+    assert compare_attention(np.zeros(out_shape, np.float32), q, k, v).passed
+    if np.prod(out_shape):
+        assert not compare_attention(np.ones(out_shape, np.float32), q, k, v).passed
+
+
+def test_float64_error_just_above_the_tolerance_is_caught() -> None:
+    # the oracle's fast enclosure is far wider than a float64 tolerance; the verdict
+    # must still see an error of a few tolerances (the enclosure gets refined)
+    from mha_symbolic._diagnose import AttentionInputs, plain_attention
+    from mha_symbolic._tolerance import format_of
+
+    q, k, v = _qkv(15, np.float64)
+    good = bc.numpy_attention(bc.Case("float64", q, k, v))
+    assert compare_attention(good, q, k, v).passed
+    f64 = format_of("float64")
+    bound = plain_attention(AttentionInputs(q, k, v)).bound(f64, f64)
+    bad = good.copy()
+    bad[0, 1, 2, 3] += 3 * bound[0, 1, 2, 3]
+    verdict = compare_attention(bad, q, k, v)
+    assert verdict.n_mismatched == 1 and verdict.worst is not None
+    assert verdict.worst.index == (0, 1, 2, 3)
+    assert 2.5 < verdict.worst.ratio < 3.5

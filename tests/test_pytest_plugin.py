@@ -1,0 +1,107 @@
+"""The pytest plugin (mha_symbolic/pytest_plugin.py), run in pytester sandboxes."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mha_symbolic
+
+pytest_plugins = ["pytester"]
+
+_ROOT = str(Path(mha_symbolic.__file__).resolve().parents[1])
+
+
+@pytest.fixture(autouse=True)
+def _package_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sandboxed pytest runs in a subprocess: let it import this checkout."""
+    old = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", _ROOT if not old else _ROOT + os.pathsep + old)
+
+
+def _plugin_args() -> list[str]:
+    """``-p mha_symbolic.pytest_plugin`` unless the installed entry point loads it."""
+    eps = importlib.metadata.entry_points(group="pytest11")
+    if any(ep.value == "mha_symbolic.pytest_plugin" for ep in eps):
+        return []
+    return ["-p", "mha_symbolic.pytest_plugin"]
+
+
+_GOOD_AND_BAD = '''
+import numpy as np
+
+rng = np.random.default_rng(0)
+q, k, v = (rng.standard_normal((1, 2, 4, 8)).astype(np.float32) for _ in range(3))
+
+
+def attention(q, k, v, scale):
+    s = (q.astype(np.float64) @ np.swapaxes(k, -1, -2)) * scale
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True) @ v).astype(np.float32)
+
+
+def test_correct(attention_oracle):
+    attention_oracle.assert_close(attention(q, k, v, 8 ** -0.5), q, k, v)
+
+
+def test_unscaled(attention_oracle):
+    attention_oracle.assert_close(attention(q, k, v, 1.0), q, k, v)
+'''
+
+
+def test_fixture_passes_a_correct_kernel_and_fails_a_buggy_one(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(_GOOD_AND_BAD)
+    result = pytester.runpytest_subprocess(*_plugin_args())
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*AttentionMismatchError: attention output is not close to the exact answer.*",
+        "*shape: (1, 2, 4, 8), dtype: float32*",
+        "*Mismatched elements: * / 64 (*%)*",
+        "*Worst element (greatest error / tolerance) at index (batch=*, head=*, query=*, "
+        "feature=*)*",
+        "*Diagnosis: matches bug class 'no_scale'*",
+    ])
+
+
+def test_failure_report_hides_library_frames(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(_GOOD_AND_BAD)
+    result = pytester.runpytest_subprocess(*_plugin_args(), "-k", "unscaled")
+    text = result.stdout.str()
+    assert "test_unscaled" in text
+    # the traceback stops in the user's test: no frame from inside the library
+    assert "mha_symbolic/compare.py" not in text
+    assert "mha_symbolic/pytest_plugin.py" not in text
+
+
+def test_fixture_offers_reference_and_options(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile('''
+import numpy as np
+
+def test_reference(attention_oracle):
+    q = k = v = np.eye(2, dtype=np.float32)[None]
+    ref = attention_oracle.reference(q, k, v)
+    assert ref.shape == (1, 2, 2)
+    assert np.all(ref.lower <= ref.upper)
+
+def test_options(attention_oracle):
+    strict = attention_oracle.with_options(rule="ulp", ulps=0.0)
+    q = k = v = np.eye(2, dtype=np.float32)[None]
+    assert not strict.compare(np.zeros((1, 2, 2), np.float32), q, k, v).passed
+''')
+    result = pytester.runpytest_subprocess(*_plugin_args())
+    result.assert_outcomes(passed=2)
+
+
+def test_plugin_import_is_light() -> None:
+    code = ("import sys, mha_symbolic.pytest_plugin; "
+            "print(sorted(m for m in ('numpy', 'sympy', 'mpmath', 'flint', 'torch', 'jax', "
+            "'ml_dtypes', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
