@@ -104,10 +104,9 @@ def _arb(e: Any) -> flint.arb:
             return _arb(base).sqrt()
         if exponent == sp.Rational(-1, 2):
             return _arb(base).rsqrt()
-        b = _arb(base)
         if base is sp.E:
             return _arb(exponent).exp()
-        return (_arb(exponent) * b.log()).exp()
+        return (_arb(exponent) * _arb(base).log()).exp()
     if isinstance(e, sp.exp):
         return _arb(e.args[0]).exp()
     if isinstance(e, sp.log):
@@ -214,8 +213,10 @@ class CertifiedValue:
                 hidden = self._hidden_rational()
                 if hidden is not None:
                     return question(hidden)
+        from .grammar import short_text
+
         raise PrecisionError(
-            f"could not decide {what} for {self.expr} at {PRECISIONS[-1]} bits "
+            f"could not decide {what} for {short_text(self.expr)} at {PRECISIONS[-1]} bits "
             "(the value may sit exactly on a boundary)"
         )
 
@@ -261,7 +262,8 @@ class CertifiedValue:
         if self.exact is not None:
             d = self.exact - other
             return (d > 0) - (d < 0)
-        return int(self._decide(lambda x: (x > other) - (x < other), f"the comparison with {other}"))
+        return int(self._decide(lambda x: (x > other) - (x < other),
+                                f"the comparison with {_brief(other)}"))
 
     def round_places(self, places: int) -> Fraction:
         """Correctly rounded to ``places`` digits after the decimal point (ties to even)."""
@@ -269,9 +271,18 @@ class CertifiedValue:
         n = self._decide(lambda x: _round_half_even(x * scale)[0], f"rounding to {places} places")
         return Fraction(n) / scale
 
+    def rational(self) -> Fraction | None:
+        """The value as an exact Fraction when it is rational (also in disguise), else None."""
+        return self.exact if self.exact is not None else self._hidden_rational()
+
     def is_tie(self, places: int) -> bool:
         """Whether the value lies exactly half-way between two ``places``-digit decimals."""
-        return self.exact is not None and _round_half_even(self.exact * _pow10(places))[1]
+        scale = _pow10(places)
+        if self.exact is not None:
+            return _round_half_even(self.exact * scale)[1]
+        # a value half-way between two decimals is not on a decimal, so its floor is decided
+        floor = self._decide(lambda x: math.floor(x * scale), f"the floor at {places} places")
+        return self.compare((Fraction(floor) + Fraction(1, 2)) / scale) == 0
 
     def exponent10(self) -> int:
         """floor(log10(|value|)), certified (value must be non-zero)."""
@@ -281,6 +292,7 @@ class CertifiedValue:
 
     def round_significant(self, digits: int) -> Fraction:
         """Correctly rounded to ``digits`` significant digits (ties to even)."""
+        _check_digits(digits)
         if self.sign() == 0:
             return Fraction(0)
 
@@ -300,6 +312,7 @@ class CertifiedValue:
     def digits(self, significant: int = 20) -> str:
         """The leading ``significant`` digits of the exact decimal expansion,
         followed by ``…`` if the expansion goes on. Every printed digit is certified."""
+        _check_digits(significant)
         if self.sign() == 0:
             return "0"
         if self.exact is not None and _terminates(self.exact):
@@ -307,12 +320,8 @@ class CertifiedValue:
         k = self.exponent10()
         places = max(significant - 1 - k, 0)
         cut = self.truncate_places(places)
-        # A terminating decimal in disguise sits exactly on a cut, so the truncation
-        # above was undecided at 128 bits and _decide already ran _hidden_rational;
-        # otherwise more digits do follow and the (costly) exact algebra is not needed.
-        hidden = self._cache.get("rational")
-        if hidden is not None and _terminates(hidden):
-            return _format_fraction(hidden, _decimal_places(hidden))
+        if self.compare(cut) == 0:  # the expansion ends here (a rational in disguise)
+            return _format_fraction(cut, _decimal_places(cut))
         text = _format_fraction(cut, places)
         return text + "…"
 
@@ -340,6 +349,17 @@ def _float(x: Fraction) -> float:
         return float(x)  # int/int true division is correctly rounded in CPython
     except OverflowError:
         return math.inf if x > 0 else -math.inf
+
+
+def _brief(x: Fraction) -> str:
+    """A Fraction for a message: never thousands of digits long."""
+    size = max(x.numerator.bit_length(), x.denominator.bit_length())
+    return str(x) if size < 200 else f"<a number of about {int(size * 0.30103)} digits>"
+
+
+def _check_digits(n: int) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise SpecError(f"significant digits={n!r} must be a positive integer")
 
 
 def _terminates(x: Fraction) -> bool:
@@ -403,5 +423,10 @@ def certify(value: Any) -> CertifiedValue:
     if expr.free_symbols:
         names = ", ".join(sorted(str(s) for s in expr.free_symbols))
         raise SpecError(f"cannot certify an expression with free symbols ({names})")
+    if expr.has(sp.Float):
+        raise SpecError(f"value={expr} holds a floating-point Float: pass a string such as "
+                        "'0.1' or a Rational so that the exact number is explicit")
+    if expr.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
+        raise SpecError(f"value={expr} is not a finite real number")
     exact = Fraction(int(expr.p), int(expr.q)) if expr.is_Rational else None
     return CertifiedValue(expr, exact)

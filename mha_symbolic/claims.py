@@ -14,7 +14,7 @@ printed                     read as                                     holds wh
 ``≈ 10^6``                  1 × 10^6, unit 10^6                         same
 ``70%``                     0.70, unit 0.01                             same
 ``1/3``, ``2^20``,          an exact expression                         it equals the value
-``4 × 512^2``, ``= 20``                                                 exactly
+``4 × 512^2``, ``e^2/3``                                                exactly
 ``≈ 1 − e^(−32)``           an approximation formula                    its certified relative
                                                                         error is <= rtol
                                                                         (default 1e-6)
@@ -23,7 +23,9 @@ printed                     read as                                     holds wh
 ``-inf``, ``−∞``, ``NaN``   a masked score, a NaN row                   the entry is that
 ==========================  ==========================================  =====================
 
-A leading ``≈``, ``~``, ``=`` or ``about`` is noted and stripped.  The
+A leading ``≈``, ``~``, ``approx.`` or ``about`` is noted and stripped; a
+leading ``=`` is stripped (books write ``= 198.20`` for a rounded result, so a
+printed decimal is always judged at its printed precision).  The
 verdicts are ``exact``, ``correctly rounded``, ``approximation`` (a formula
 within rtol) and ``wrong``.
 """
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from .certified import _pow10
 from .errors import ClaimError, ParseError
 
 __all__ = ["PrintedAnswer", "parse_printed"]
@@ -112,10 +115,6 @@ def _plain(x: Fraction) -> str:
     return str(x.numerator) if x.denominator == 1 else str(x)
 
 
-def _pow10(k: int) -> Fraction:
-    return Fraction(10) ** k
-
-
 def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
     """Read a printed answer.  ``shape=True`` reads ``3 × 5`` as a shape.
 
@@ -155,7 +154,7 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
         m = _SHAPE.match(s)
         if not m:
             raise ClaimError(f"claimed={raw!r} is not a shape like '3 × 5'")
-        sizes = tuple(int(g) if g.isdigit() else g for g in m.groups())
+        sizes = tuple(int(g) if g.isascii() and g.isdigit() else g for g in m.groups())
         return PrintedAnswer(raw, "shape", approx, sizes=sizes)
 
     if s.startswith("(") and s.endswith(")") and _top_level_comma(s[1:-1]):

@@ -1695,15 +1695,9 @@ def _plain(markup: str) -> str:
 
 
 def _select(examples: list[Any], names: Sequence[str] | None) -> list[Any]:
-    if not names:
-        return examples
-    by_name = {str(e.name): e for e in examples}
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        raise ExampleFileError(
-            f"--example={unknown[0]!r} is not in the file; its examples are "
-            + ", ".join(repr(n) for n in by_name))
-    return [by_name[n] for n in names]
+    from .textbook import select_examples
+
+    return select_examples(examples, names)
 
 
 def cli_derive(args: Any) -> int:
@@ -1726,7 +1720,8 @@ def cli_derive(args: Any) -> int:
     if out is None:
         print(text, end="")
         return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.parent.is_dir():
+        raise ExampleFileError(f"-o {out}: the folder {out.parent} does not exist")
     out.write_text(text, encoding="utf-8")
     if args.pdf:
         from ._latex import compile_tex

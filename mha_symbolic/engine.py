@@ -58,6 +58,11 @@ def exact_number(x: Any, name: str = "value") -> sympy.Expr:
     if isinstance(x, sp.Basic):
         if x.has(sp.nan, sp.zoo) or (x.is_number and x.is_real is False):
             raise InputValueError(f"{name}={x} is not a real number")
+        if x.has(sp.Float):
+            raise InputValueError(
+                f"{name}={x} holds a floating-point Float, which SymPy evaluates to 15 digits: "
+                "pass a string such as '0.1' or a Rational so that the exact number is explicit"
+            )
         return x
     if isinstance(x, int):
         return sp.Integer(x)
@@ -93,6 +98,15 @@ def exact_matrix(rows: Any, name: str) -> sympy.Matrix:
 
     if isinstance(rows, sp.MatrixBase):
         return sp.Matrix(rows).applyfunc(lambda e: exact_number(e, name))
+    if hasattr(rows, "dtype") and getattr(rows.dtype, "kind", "") == "f":
+        # A floating array holds numbers typed by a person: each element stands for the
+        # shortest decimal that prints as it *in its own dtype* (float32 0.1 is 1/10).
+        import numpy as np
+
+        def text(v: Any) -> str:
+            return np.format_float_positional(v, unique=True, trim="0")
+
+        rows = [[text(v) for v in row] for row in np.atleast_2d(rows)]
     if hasattr(rows, "tolist"):
         rows = rows.tolist()
     if not isinstance(rows, (list, tuple)) or not rows:
@@ -168,13 +182,6 @@ class ExactAttention:
         if self.concat is None:
             raise SpecError("no values were given, so there is no output")
         return self.concat
-
-    def evalf(self, expr: Any, digits: int = 15) -> Any:
-        """Evaluate any intermediate with mpmath (through SymPy) to ``digits`` digits.
-
-        For digits that are *certified*, use :func:`mha_symbolic.certified`.
-        """
-        return expr.evalf(digits)
 
     def latex(self) -> str:
         import sympy as sp
@@ -314,13 +321,27 @@ def exact_attention(
     wrong attention, built only so that the textbook checker can recognise a text
     that took the softmax over the wrong axis.
     """
+    import numbers
+
     import sympy as sp
 
-    if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
+    def whole(v: Any) -> bool:
+        return isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= 1
+
+    if not whole(heads):
         raise SpecError(f"heads={heads!r} must be a positive integer")
+    heads = int(heads)
     kv = heads if kv_heads is None else kv_heads
-    if not isinstance(kv, int) or isinstance(kv, bool) or kv < 1 or heads % kv:
+    if not whole(kv) or heads % int(kv):
         raise SpecError(f"kv_heads={kv_heads!r} must be a positive divisor of heads={heads}")
+    kv = int(kv)
+    if d_k is not None:
+        if not whole(d_k):
+            raise SpecError(f"d_k={d_k!r} must be a positive integer")
+        d_k = int(d_k)
+    if x_kv is not None and x is None:
+        raise SpecError("x_kv needs x (and w_q, w_k, w_v): it is the key/value input of the "
+                        "projections")
     group = heads // kv
     inputs: dict[str, Any] = {}
 

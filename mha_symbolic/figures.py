@@ -79,7 +79,8 @@ def _check_suffix(path: str | Path) -> Path:
 def _save(fig: Any, path: str | Path) -> Path:
     path = _check_suffix(path)
     suffix = path.suffix.lower()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.is_dir():
+        raise SpecError(f"-o {path}: the folder {path.parent} does not exist")
     if suffix == ".pgf":
         from ._latex import pdflatex_path
 
@@ -372,11 +373,9 @@ def _example_attention(file: str, name: str | None) -> tuple[Any, Any]:
                             f"{len(candidates)} examples with inputs")
         example = candidates[0]
     else:
-        by_name = {str(e.name): e for e in examples}
-        if name not in by_name:
-            raise SpecError(f"--example={name!r} is not in {file}; its examples are "
-                            + ", ".join(repr(n) for n in by_name))
-        example = by_name[name]
+        from .textbook import select_examples
+
+        (example,) = select_examples(examples, [name])
     att = example.attention()
     if att is None:
         raise SpecError(f"--example={example.name!r} has no inputs (sizes only): "

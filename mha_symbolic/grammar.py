@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ParseError
+from .errors import MhaSymbolicError, ParseError
 
 if TYPE_CHECKING:
     import sympy
@@ -47,6 +47,8 @@ MAX_POWER_DIGITS = 20_000
 # A parsed value may not hold a rational with more digits than this (Python's str()
 # of an int stops at 4300 digits, and no book prints such a number).
 MAX_VALUE_DIGITS = 4000
+# exp(x) and a^x (x irrational) are refused when |x| (resp. |x ln a|) exceeds this.
+MAX_LOG = 10**5
 
 _TRANSLATE = str.maketrans({
     "\u2212": "-",  # minus sign
@@ -152,7 +154,7 @@ class _Parser:
                 self.take()
                 rhs = self.factor()
                 if tok.text == "/":
-                    if rhs == 0:
+                    if rhs == 0 or _is_zero(rhs):
                         raise ParseError(f"division by zero in {self.text!r}")
                     value = value / rhs
                 else:
@@ -221,7 +223,7 @@ class _Parser:
                 if name == "sqrt":
                     return self._sqrt(arg)
                 if name == "exp":
-                    return sp.exp(arg)
+                    return self._exp(arg)
                 if arg.is_positive is False or arg == 0:
                     raise ParseError(f"{name}({arg}) is not defined: the argument must be positive")
                 return sp.log(arg)
@@ -248,6 +250,22 @@ class _Parser:
         numerator = int((whole or "0") + frac)
         return self.sp.Rational(numerator, 10 ** len(frac)) * self.sp.Rational(10) ** exponent
 
+    def _exp(self, arg: Any) -> Any:
+        self._bound_log(arg, f"exp({_short(arg)})")
+        return self.sp.exp(arg)
+
+    def _bound_log(self, log_value: Any, what: str) -> None:
+        """Refuse a^x or e^x whose natural logarithm exceeds MAX_LOG in size
+        (e^(10^5) has 43430 digits: no book prints such a number)."""
+        from .certified import to_arb
+
+        try:
+            ball = to_arb(log_value, 64)
+        except MhaSymbolicError:
+            return  # not a number we can bound here: left to later stages
+        if not ball.is_finite() or abs(ball) > MAX_LOG:
+            raise ParseError(f"{what} is beyond e^±{MAX_LOG} in {self.text[:60]!r}")
+
     def _sqrt(self, value: Any) -> Any:
         if value.is_negative:
             raise ParseError(f"sqrt of a negative number ({value}) in {self.text!r}")
@@ -256,7 +274,10 @@ class _Parser:
     def _pow(self, base: Any, exponent: Any) -> Any:
         sp = self.sp
         if base == sp.E:
-            return sp.exp(exponent)
+            return self._exp(exponent)
+        if base.is_negative and exponent.is_integer is not True:
+            raise ParseError(f"{_short(base)}^{_short(exponent)} is not a real number in "
+                             f"{self.text[:60]!r}")
         if exponent.is_Rational and abs(exponent) > MAX_POWER_DIGITS:
             # SymPy expands some powers of algebraic bases (sqrt(2)^(10^100) = 2^(5·10^99))
             raise ParseError(
@@ -268,7 +289,9 @@ class _Parser:
         if exponent.is_Rational and not exponent.is_Integer and base.is_negative:
             raise ParseError(f"{base}^{exponent} is not a real number in {self.text!r}")
         if not (exponent.is_Rational and base.is_Rational):
-            # a^x with irrational x: keep it symbolic, but bound the magnitude
+            # a^x with irrational x: keep it symbolic, but bound its magnitude
+            if base.is_positive and base != 1:
+                self._bound_log(exponent * sp.log(base), f"{_short(base)}^{_short(exponent)}")
             return sp.Pow(base, exponent)
         # Exact rational power: bound the size of what SymPy would expand.
         size = abs(exponent) * max(_digits(base.p), _digits(base.q))
@@ -280,16 +303,39 @@ class _Parser:
         return sp.Pow(base, exponent)
 
 
+def _is_zero(x: Any) -> bool:
+    """Whether a parsed number is exactly 0 in disguise (log(6) - log(2) - log(3))."""
+    if x.is_Rational or x.free_symbols:
+        return bool(x == 0)
+    from .certified import certify
+
+    try:
+        return certify(x).sign() == 0
+    except MhaSymbolicError:
+        return False
+
+
 def _digits(n: int) -> int:
     """Decimal digits of n, rounded up (no str(): Python refuses str() beyond 4300 digits)."""
     return int(abs(int(n)).bit_length() * 0.30103) + 1
 
 
-def _short(x: Any) -> str:
-    """A number for an error message, never thousands of digits long."""
-    if x.is_Rational and max(_digits(x.p), _digits(x.q)) > 30:
-        return f"<a number of about {max(_digits(x.p), _digits(x.q))} digits>"
-    return str(x)
+def short_text(x: Any, limit: int = 80) -> str:
+    """A number or expression for an error message: never thousands of digits long,
+    and printed without evaluating it."""
+    import sympy as sp
+
+    if isinstance(x, sp.Basic):
+        big = [r for r in x.atoms(sp.Rational) if max(_digits(r.p), _digits(r.q)) > 30]
+        if big:
+            n = max(max(_digits(r.p), _digits(r.q)) for r in big)
+            return (f"<a number of about {n} digits>" if x.is_Rational
+                    else f"<an expression holding a number of about {n} digits>")
+    text = str(x)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_short = short_text
 
 
 def parse_number(text: str) -> sympy.Expr:

@@ -34,6 +34,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import SpecError
 from .spec import AttentionSpec
 
 __all__ = ["FlopCount", "ParameterCount", "flop_count", "parameter_count"]
@@ -93,11 +94,21 @@ def _simplify(x: Any) -> Any:
 
 
 def _shape(a: Any, b: Any) -> str:
-    def t(x: Any) -> str:
-        s = str(x).replace("*", "·")
-        return f"({s})" if any(o in s for o in "+-/") else s
+    from .shapes import Shape
 
-    return f"{t(a)} × {t(b)}"
+    return str(Shape(a, b))
+
+
+def _size(x: Any) -> str:
+    from .shapes import _text
+
+    return _text(x)
+
+
+def _need(spec: AttentionSpec, *names: str) -> None:
+    missing = [n for n in names if getattr(spec, n) is None]
+    if missing:
+        raise SpecError(f"counting needs {', '.join(missing)} (a number or a symbol name)")
 
 
 def parameter_count(spec: AttentionSpec | None = None, **sizes: Any) -> ParameterCount:
@@ -111,6 +122,7 @@ def parameter_count(spec: AttentionSpec | None = None, **sizes: Any) -> Paramete
         sizes.setdefault("heads", "h")
         spec = AttentionSpec(**sizes)
     s = spec
+    _need(s, "d_model", "d_k", "d_v")
     h, g = s.heads, s.kv_heads
     parts: list[tuple[str, str, Any]] = [
         ("W^Q", _shape(s.d_model, h * s.d_k), s.d_model * h * s.d_k),
@@ -120,15 +132,15 @@ def parameter_count(spec: AttentionSpec | None = None, **sizes: Any) -> Paramete
     ]
     if s.bias:
         parts += [
-            ("b^Q", str(h * s.d_k).replace("*", "·"), h * s.d_k),
-            ("b^K", str(g * s.d_k).replace("*", "·"), g * s.d_k),
-            ("b^V", str(g * s.d_v).replace("*", "·"), g * s.d_v),
-            ("b^O", str(s.d_model), s.d_model),
+            ("b^Q", _size(h * s.d_k), h * s.d_k),
+            ("b^K", _size(g * s.d_k), g * s.d_k),
+            ("b^V", _size(g * s.d_v), g * s.d_v),
+            ("b^O", _size(s.d_model), s.d_model),
         ]
     if s.add_bias_kv:
         parts += [
-            ("bias_k", str(g * s.d_k).replace("*", "·"), g * s.d_k),
-            ("bias_v", str(g * s.d_v).replace("*", "·"), g * s.d_v),
+            ("bias_k", _size(g * s.d_k), g * s.d_k),
+            ("bias_v", _size(g * s.d_v), g * s.d_v),
         ]
     return ParameterCount(s, tuple((n, sh, _simplify(c)) for n, sh, c in parts))
 
@@ -164,6 +176,7 @@ def flop_count(spec: AttentionSpec | None = None, **sizes: Any) -> FlopCount:
         sizes.setdefault("heads", "h")
         spec = AttentionSpec(**sizes)
     s = spec
+    _need(s, "n_q", "d_model", "d_k", "d_v")
     h, g, nq, nk = s.heads, s.kv_heads, s.n_q, s.n_k
     bias = 1 if s.bias else 0
     parts = (
@@ -186,6 +199,8 @@ def cli_params(args: Any) -> int:
     spec_sizes = dict(sizes, bias=not args.no_bias, add_bias_kv=args.add_bias_kv)
     spec_sizes.setdefault("d_model", "d_model")
     spec_sizes.setdefault("heads", "h")
+    if args.n_k is not None and args.n_q is None:
+        raise SpecError("--n-k needs --n-q (FLOPs are counted for a query length)")
     if args.n_q is not None:
         spec_sizes["n_q"] = args.n_q
         if args.n_k is not None:

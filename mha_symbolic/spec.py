@@ -76,6 +76,8 @@ def dim(value: Any, name: str) -> Dim:
     if isinstance(value, sp.Basic):
         if value.is_Integer:
             return dim(int(value), name)
+        if value.is_number or value.has(sp.Float) or value.is_integer is False:
+            raise SpecError(f"{name}={value} is not a whole number of rows or columns")
         if value.is_positive is False:
             raise SpecError(f"{name}={value} must be positive")
         return value

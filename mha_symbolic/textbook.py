@@ -301,6 +301,8 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None) ->
     if path is not None:
         p = Path(path)
         source = str(p)
+        if p.is_dir():
+            raise ExampleFileError(f"{source}: is a directory, not a worked-example file")
         if not p.is_file():
             raise ExampleFileError(f"{source}: no such file")
         data = p.read_bytes()
@@ -612,18 +614,12 @@ class _Judgement:
     error_units: str | None = None
 
 
-def _fraction_text(x: Fraction, unit: Fraction | None = None) -> str:
-    """Exact decimal text of x (x is a multiple of unit, a power of ten)."""
-    if unit is not None and unit < 1:
-        from .claims import _places
+def _fraction_text(x: Fraction, unit: Fraction) -> str:
+    """Exact decimal text of x, a multiple of ``unit`` (a power of ten)."""
+    from .certified import _format_fraction
+    from .claims import _places
 
-        places = _places(unit)
-        scaled = x * Fraction(10) ** places
-        n = int(scaled)
-        sign = "-" if n < 0 else ""
-        digits = str(abs(n)).rjust(places + 1, "0")
-        return f"{sign}{digits[:-places]}.{digits[-places:]}"
-    return str(x.numerator) if x.denominator == 1 else str(x)
+    return _format_fraction(x, max(_places(unit), 0))
 
 
 def _decimal_text(x: Fraction) -> str:
@@ -648,10 +644,14 @@ def _judge_decimal(value: Any, p: PrintedAnswer) -> _Judgement:
     if rounded == p.value:
         return _Judgement("correctly rounded", True, text)
     # An exact tie: both neighbours are correct roundings (half-up and half-even).
-    if cv.exact is not None and cv.is_tie(places) and abs(p.value - cv.exact) * 2 == p.unit:
+    # An exact tie (the value half-way between the printed answer and its neighbour, also
+    # as a rational in disguise) accepts both neighbours. compare() is 0 only for an exact
+    # equality; the costly exact algebra runs only when the enclosures cannot separate.
+    half = p.unit / 2
+    if cv.compare(p.value + half) == 0 or cv.compare(p.value - half) == 0:
         return _Judgement("correctly rounded", True, text)
-    err = certify((p.value - cv.expr) / p.unit if cv.exact is None
-                  else (p.value - cv.exact) / p.unit)
+    exact = cv.exact
+    err = certify((p.value - cv.expr) / p.unit if exact is None else (p.value - exact) / p.unit)
     return _Judgement("wrong", False, text, _signed(err))
 
 
@@ -989,17 +989,24 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
                        precision, verdict, ok, error_units, diagnosis, claim.note, value)
 
 
+def select_examples(examples: Sequence[WorkedExample], names: Sequence[str] | None
+                    ) -> list[WorkedExample]:
+    """The examples named in ``names`` (all when None or empty), in the order given."""
+    if not names:
+        return list(examples)
+    by_name = {e.name: e for e in examples}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise ExampleFileError(f"no example named {', '.join(map(repr, missing))}; "
+                               f"the file has {', '.join(repr(n) for n in by_name)}")
+    return [by_name[n] for n in dict.fromkeys(names)]
+
+
 def check_examples(examples: Iterable[WorkedExample] | WorkedExample,
                    only: Sequence[str] | None = None) -> CheckReport:
     """Check every claim of the examples; ``only`` restricts to examples by name."""
     exs = [examples] if isinstance(examples, WorkedExample) else list(examples)
-    if only:
-        names = {e.name for e in exs}
-        missing = [n for n in only if n not in names]
-        if missing:
-            raise ExampleFileError(f"no example named {', '.join(map(repr, missing))}; "
-                                   f"the file has {', '.join(sorted(names))}")
-        exs = [e for e in exs if e.name in only]
+    exs = select_examples(exs, only)
     records: list[ClaimRecord] = []
     for ex in exs:
         for i, claim in enumerate(ex.claims):

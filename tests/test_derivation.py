@@ -378,7 +378,7 @@ def test_cli_rejects_an_unknown_example_in_one_line(capsys: pytest.CaptureFixtur
     rc = main(["derive", str(SEED), "--example", "Z"])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err.count("\n") == 1 and "--example='Z' is not in the file" in err
+    assert err.count("\n") == 1 and "no example named 'Z'" in err
 
 
 def test_cli_pdf_needs_an_output_file(capsys: pytest.CaptureFixture[str]) -> None:
