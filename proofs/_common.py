@@ -9,12 +9,12 @@ Conventions: scores ``s_j`` and values ``v_j`` are real; indices run from 1;
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import sympy as sp
-from flint import arb, ctx, fmpq
+from flint import arb, fmpq
 
 n = sp.Symbol("n", integer=True, positive=True)
 i, j, k, l = sp.symbols("i j k l", integer=True, positive=True)
@@ -29,15 +29,11 @@ def softmax_denominator(scores: Any, upper: Any = n, dummy: Any = j) -> Any:
     return sp.Sum(sp.exp(scores[dummy]), (dummy, 1, upper))
 
 
-@contextmanager
-def arb_precision(bits: int = PREC) -> Iterator[None]:
+def arb_precision(bits: int = PREC) -> AbstractContextManager[None]:
     """Run the body with python-flint's working precision set to ``bits``."""
-    old = ctx.prec
-    ctx.prec = bits
-    try:
-        yield
-    finally:
-        ctx.prec = old
+    from mha_symbolic.certified import _precision
+
+    return _precision(bits)
 
 
 def random_rational(rng: random.Random, lo: int = -8, hi: int = 8, den: int = 16) -> fmpq:
