@@ -303,8 +303,10 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None) ->
         source = str(p)
         if p.is_dir():
             raise ExampleFileError(f"{source}: is a directory, not a worked-example file")
-        if not p.is_file():
+        if not p.exists():
             raise ExampleFileError(f"{source}: no such file")
+        if not p.is_file():
+            raise ExampleFileError(f"{source}: not a regular file")
         data = p.read_bytes()
         if len(data) > MAX_FILE_BYTES:
             raise ExampleFileError(f"{source}: larger than {MAX_FILE_BYTES} bytes")
