@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CertifiedValue", "certify", "to_arb"]
 
+#: Largest expression (SymPy operation count) on which an exact identity is attempted.
+MAX_IDENTITY_OPS = 400
+
 #: Working precisions (bits) tried in turn before giving up.
 PRECISIONS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -148,6 +151,12 @@ def _fraction(ball_end: flint.arb) -> Fraction:
     return Fraction(man * 2**exp) if exp >= 0 else Fraction(man, 2 ** (-exp))
 
 
+def arb_2_pow(k: int) -> flint.arb:
+    from flint import arb
+
+    return arb(2) ** k
+
+
 def _bounds(ball: flint.arb) -> tuple[Fraction, Fraction] | None:
     """Exact endpoints of a ball; call at the ball's precision (Arb rounds
     ``lower()`` down and ``upper()`` up to the context precision)."""
@@ -221,18 +230,40 @@ class CertifiedValue:
         )
 
     def _hidden_rational(self) -> Fraction | None:
-        """The value as an exact rational, if cheap exact algebra shows it is one."""
-        if "rational" not in self._cache:
-            import sympy as sp
+        """The value as an exact rational, if cheap exact algebra shows it is one.
 
-            found = None
-            try:
-                r = sp.cancel(sp.together(self.expr))
-                if r.is_Rational:
-                    found = Fraction(int(r.p), int(r.q))
-            except (TypeError, ValueError, RecursionError):  # pragma: no cover - defensive
-                found = None
-            self._cache["rational"] = found
+        A candidate q with a small denominator is read off a 512-bit enclosure, then
+        value − q = 0 is *proved*: over a common denominator, the numerator must expand
+        to exactly 0 (exponentials multiply out, logarithms split). Only expansion is
+        used, never polynomial gcds: SymPy's ``cancel`` can hang, or crash the process
+        with SIGFPE under python-flint ground types, on exponentials of irrational
+        arguments (seen on a 3 × 3 example with sqrt(2) scales).
+        """
+        if "rational" not in self._cache:
+            self._cache["rational"] = self._prove_rational()
+        found_rational: Fraction | None = self._cache["rational"]
+        return found_rational
+
+    def _prove_rational(self) -> Fraction | None:
+        import sympy as sp
+
+        if sp.count_ops(self.expr) > MAX_IDENTITY_OPS:
+            return None
+        with _precision(512):
+            ball = _arb(self.expr)
+            if not ball.is_finite() or ball.rad() > arb_2_pow(-400):
+                return None
+            mid = _fraction(ball.mid())
+        q = mid.limit_denominator(10**12)
+        if abs(mid - q) > Fraction(1, 2**300):
+            return None  # not a rational with a small denominator
+        try:
+            num, _ = sp.together(self.expr - sp.Rational(q.numerator, q.denominator)).as_numer_denom()
+            expanded = sp.expand(num, log=True, force=True)
+            zero = expanded == 0 or sp.logcombine(expanded, force=True).doit() == 0
+        except (TypeError, ValueError, RecursionError):  # pragma: no cover - defensive
+            return None
+        return q if zero else None
         found_rational: Fraction | None = self._cache["rational"]
         return found_rational
 
@@ -246,16 +277,7 @@ class CertifiedValue:
             return (self.exact > 0) - (self.exact < 0)
         if self.expr.is_zero:
             return 0
-        try:
-            return int(self._decide(lambda x: (x > 0) - (x < 0), "the sign"))
-        except PrecisionError:
-            import sympy as sp
-
-            # A last, bounded attempt at an exact zero (an identity in disguise);
-            # simplify is only tried on small expressions, so that it cannot hang.
-            if sp.count_ops(self.expr) <= 60 and sp.simplify(self.expr) == 0:
-                return 0
-            raise
+        return int(self._decide(lambda x: (x > 0) - (x < 0), "the sign"))
 
     def compare(self, other: Fraction) -> int:
         """Sign of (value - other), certified."""

@@ -354,8 +354,9 @@ def _tidy(expr: Any) -> Any:
         return expr  # rewriting a long sum costs more than it can gain on the page
     best, best_len = expr, len(_tex(expr))
     try:
-        together = sp.together(expr)
-        candidates = [together, sp.factor(together)]
+        # together() only combines fractions; factor()/cancel() would run polynomial gcds,
+        # which can hang (or crash under python-flint ground types) on exponentials
+        candidates = [sp.together(expr)]
     except Exception:  # SymPy rewriting is best effort; the original stays exact
         return expr
     for cand in candidates:
@@ -873,7 +874,12 @@ def _sums_to_one(total: Any) -> bool:
         return True
     if sp.together(total) == 1:
         return True
-    return bool(sp.simplify(total - 1) == 0)
+    from .certified import certify
+
+    try:  # an exact identity, proved without polynomial gcds (see certified.py)
+        return certify(total - 1).sign() == 0
+    except MhaSymbolicError:
+        return False
 
 
 def _attention_checks(att: Any) -> list[Check]:
