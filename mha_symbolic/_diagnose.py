@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -366,6 +367,20 @@ def diagnose(
     """Bug classes whose float64 variant ``actual`` matches within the model
     tolerance (times ``safety``), best match first.  The caller has already
     established that ``actual`` does not match the truth."""
+    return _matching(actual, x, catalogue, lambda pv: pv.bound(fmt, acc), safety)
+
+
+def diagnose_mha(
+    actual: np.ndarray, x: MhaInputs, *, fmt: FloatFormat, acc: FloatFormat, safety: float,
+) -> tuple[Candidate, ...]:
+    """As :func:`diagnose`, for the multi-head bug classes."""
+    return _matching(actual, x, MHA_BUG_CLASSES, lambda pv: pv.bound_fn(fmt, acc), safety)
+
+
+def _matching(actual: np.ndarray, x: Any, catalogue: Any, bound: Callable[[Any], np.ndarray],
+              safety: float) -> tuple[Candidate, ...]:
+    """The bug classes of ``catalogue`` whose variant output fits ``actual`` within
+    ``safety`` times its bound, best match first."""
     found: list[Candidate] = []
     a = np.asarray(actual, dtype=np.float64)
     for bug in catalogue:
@@ -373,29 +388,10 @@ def diagnose(
             if not bug.applies(x):
                 continue
             pv = bug.variant(x)
-            ok, ratio = _fits(a, pv.out, safety * pv.bound(fmt, acc))
-        except (ValueError, IndexError):  # a variant that makes no sense for these shapes
-            continue
-        if ok:
-            found.append(Candidate(bug.name, bug.description, ratio))
-    return tuple(sorted(found, key=lambda c: c.ratio))
-
-
-def diagnose_mha(
-    actual: np.ndarray, x: MhaInputs, *, fmt: FloatFormat, acc: FloatFormat, safety: float,
-) -> tuple[Candidate, ...]:
-    """As :func:`diagnose`, for the multi-head bug classes."""
-    found: list[Candidate] = []
-    a = np.asarray(actual, dtype=np.float64)
-    for bug in MHA_BUG_CLASSES:
-        try:
-            if not bug.applies(x):
-                continue
-            pv = bug.variant(x)
             if pv.out.shape != a.shape:
                 continue
-            ok, ratio = _fits(a, pv.out, safety * pv.bound_fn(fmt, acc))
-        except (ValueError, IndexError):
+            ok, ratio = _fits(a, pv.out, safety * bound(pv))
+        except (ValueError, IndexError):  # a variant that makes no sense for these shapes
             continue
         if ok:
             found.append(Candidate(bug.name, bug.description, ratio))
