@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 import bugs_catalog as bc  # noqa: E402
 
 from mha_symbolic import compare_attention, reference_attention  # noqa: E402
-from mha_symbolic._diagnose import AttentionInputs, plain_attention  # noqa: E402
-from mha_symbolic._tolerance import format_of  # noqa: E402
+from mha_symbolic.testing.bugs import AttentionInputs, plain_attention  # noqa: E402
+from mha_symbolic.testing.tolerance import format_of  # noqa: E402
 
 try:
     import torch
@@ -252,8 +252,8 @@ def mha_runs(n: int, rng: np.random.Generator) -> dict[str, Any]:
     """Multi-head blocks: numpy and torch.nn.MultiheadAttention (must pass), and the
     three multi-head bug classes (must fail where above the model tolerance)."""
     from mha_symbolic import reference_mha
-    from mha_symbolic._diagnose import plain_mha
-    from mha_symbolic.compare import _mha_inputs, compare_mha
+    from mha_symbolic.testing.bugs import plain_mha
+    from mha_symbolic.testing.compare import _mha_inputs, compare_mha
 
     good: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0.0])
     bad: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mha_symbolic import AttentionMismatchError, assert_attention_close
-from mha_symbolic.pytest_plugin import AttentionOracle
+from mha_symbolic.testing.pytest_plugin import AttentionOracle
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 

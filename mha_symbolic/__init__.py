@@ -11,40 +11,41 @@ python-flint.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     # specification, shapes, counts
-    "AttentionSpec": "spec",
-    "attention_shapes": "shapes",
-    "Shape": "shapes",
-    "parameter_count": "params",
-    "flop_count": "params",
+    "AttentionSpec": "exact.spec",
+    "attention_shapes": "exact.shapes",
+    "Shape": "exact.shapes",
+    "parameter_count": "exact.params",
+    "flop_count": "exact.params",
     # exact engine and certified numbers
-    "exact_attention": "engine",
-    "ExactAttention": "engine",
-    "parse_number": "grammar",
-    "certify": "certified",
-    "CertifiedValue": "certified",
+    "exact_attention": "exact.engine",
+    "ExactAttention": "exact.engine",
+    "parse_number": "exact.grammar",
+    "certify": "exact.certified",
+    "CertifiedValue": "exact.certified",
     # textbook verifier and derivations
-    "load_examples": "textbook",
-    "check_examples": "textbook",
-    "WorkedExample": "textbook",
-    "derive": "derivation",
+    "load_examples": "textbook.check",
+    "check_examples": "textbook.check",
+    "WorkedExample": "textbook.check",
+    "derive": "textbook.derivation",
     # proofs
-    "run_proofs": "prove",
+    "run_proofs": "exact.prove",
     # oracle
     "reference_attention": "oracle",
     "reference_mha": "oracle",
     "Enclosure": "oracle",
-    "compare_attention": "compare",
-    "assert_attention_close": "compare",
-    "compare_mha": "compare",
-    "assert_mha_close": "compare",
+    "compare_attention": "testing.compare",
+    "assert_attention_close": "testing.compare",
+    "compare_mha": "testing.compare",
+    "assert_mha_close": "testing.compare",
     # errors
     "MhaSymbolicError": "errors",
     "SpecError": "errors",
@@ -60,27 +61,10 @@ _EXPORTS: dict[str, str] = {
     "OptionalDependencyError": "errors",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mha_symbolic' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"mha_symbolic.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from .certified import CertifiedValue, certify
-    from .compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
-    from .derivation import derive
-    from .engine import ExactAttention, exact_attention
     from .errors import (
         AttentionMismatchError,
         ClaimError,
@@ -95,10 +79,14 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ShapeError,
         SpecError,
     )
-    from .grammar import parse_number
+    from .exact.certified import CertifiedValue, certify
+    from .exact.engine import ExactAttention, exact_attention
+    from .exact.grammar import parse_number
+    from .exact.params import flop_count, parameter_count
+    from .exact.prove import run_proofs
+    from .exact.shapes import Shape, attention_shapes
+    from .exact.spec import AttentionSpec
     from .oracle import Enclosure, reference_attention, reference_mha
-    from .params import flop_count, parameter_count
-    from .prove import run_proofs
-    from .shapes import Shape, attention_shapes
-    from .spec import AttentionSpec
-    from .textbook import WorkedExample, check_examples, load_examples
+    from .testing.compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
+    from .textbook.check import WorkedExample, check_examples, load_examples
+    from .textbook.derivation import derive

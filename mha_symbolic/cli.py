@@ -22,12 +22,12 @@ PROG = "mha-symbolic"
 
 # subcommand -> (module, function)
 _HANDLERS: dict[str, tuple[str, str]] = {
-    "shapes": ("shapes", "cli_shapes"),
-    "params": ("params", "cli_params"),
-    "check": ("textbook", "cli_check"),
-    "derive": ("derivation", "cli_derive"),
-    "plot": ("figures", "cli_plot"),
-    "prove": ("prove", "cli_prove"),
+    "shapes": ("exact.shapes", "cli_shapes"),
+    "params": ("exact.params", "cli_params"),
+    "check": ("textbook.check", "cli_check"),
+    "derive": ("textbook.derivation", "cli_derive"),
+    "plot": ("textbook.figures", "cli_plot"),
+    "prove": ("exact.prove", "cli_prove"),
 }
 
 

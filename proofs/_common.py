@@ -31,7 +31,7 @@ def softmax_denominator(scores: Any, upper: Any = n, dummy: Any = j) -> Any:
 
 def arb_precision(bits: int = PREC) -> AbstractContextManager[None]:
     """Run the body with python-flint's working precision set to ``bits``."""
-    from mha_symbolic.certified import _precision
+    from mha_symbolic.exact.certified import _precision
 
     return _precision(bits)
 

@@ -11,7 +11,7 @@ import random
 import sympy as sp
 from flint import fmpq
 
-from mha_symbolic.prove import CrossCheck, Derivation, Theorem
+from mha_symbolic.exact.prove import CrossCheck, Derivation, Theorem
 
 from ._common import arb_dot, arb_precision, arb_softmax, i, j, l, n, random_rational, v
 

@@ -14,7 +14,7 @@ from typing import Any
 import sympy as sp
 from flint import arb
 
-from mha_symbolic.prove import CrossCheck, Derivation, Theorem
+from mha_symbolic.exact.prove import CrossCheck, Derivation, Theorem
 
 from ._common import arb_dot, arb_precision, arb_softmax, i, j, l, n, random_scores, s
 

@@ -13,7 +13,7 @@ import random
 import sympy as sp
 from flint import arb, fmpq
 
-from mha_symbolic.prove import CrossCheck, Derivation, Theorem
+from mha_symbolic.exact.prove import CrossCheck, Derivation, Theorem
 
 from ._common import arb_precision, arb_softmax, i, l, n, s, show
 

@@ -18,7 +18,7 @@ import random
 import sympy as sp
 from flint import fmpq
 
-from mha_symbolic.prove import CrossCheck, Derivation, Theorem
+from mha_symbolic.exact.prove import CrossCheck, Derivation, Theorem
 
 from ._common import i, j
 

@@ -14,7 +14,7 @@ import random
 import sympy as sp
 from flint import arb, arb_series
 
-from mha_symbolic.prove import CrossCheck, Derivation, Theorem
+from mha_symbolic.exact.prove import CrossCheck, Derivation, Theorem
 
 from ._common import arb_precision, arb_softmax, i, k, l, n, random_scores, s, show
 

@@ -13,7 +13,7 @@ import random
 
 import sympy as sp
 
-from mha_symbolic.prove import CrossCheck, Derivation, Theorem
+from mha_symbolic.exact.prove import CrossCheck, Derivation, Theorem
 
 from ._common import arb_precision, attention, hstack, random_arb_mat
 
@@ -87,14 +87,14 @@ def cross_check(rng: random.Random) -> CrossCheck:
     except AssertionError:
         refused = True
     chk.holds("the checker refuses Q_i K_i without the transpose (d_k vs n_k)", refused)
-    # the library's own checker (mha_symbolic.shapes) must derive the same shapes
-    from mha_symbolic.shapes import attention_shapes
+    # the library's own checker (mha_symbolic.exact.shapes) must derive the same shapes
+    from mha_symbolic.exact.shapes import attention_shapes
 
     table = attention_shapes(n_q="n_q", n_k="n_k", d_model="d_model", heads="h",
                              d_k="d_k", d_v="d_v")
     for key, (rows, cols) in shapes.items():
         got = table[key].shape
-        chk.holds(f"mha_symbolic.shapes agrees on {key}: {rows} x {cols}",
+        chk.holds(f"mha_symbolic.exact.shapes agrees on {key}: {rows} x {cols}",
                   _same(rows, got.rows) and _same(cols, got.cols), f"library: {got}")
     with arb_precision(128):
         for _ in range(4):

@@ -18,7 +18,7 @@ from typing import Any
 
 import sympy as sp
 
-from mha_symbolic.prove import CrossCheck, Derivation, Theorem
+from mha_symbolic.exact.prove import CrossCheck, Derivation, Theorem
 
 h, g, dm, dk, dv, kdim, vdim, E = sp.symbols("h g d_model d_k d_v kdim vdim E",
                                              integer=True, positive=True)
@@ -96,7 +96,7 @@ def cross_check(rng: random.Random) -> CrossCheck:
     chk = CrossCheck("exact + torch")
     chk.agree("Example I by construction: d_model=512, h=8, no bias",
               _count_by_construction(512, 8, 8, 64, 64, 512, 512, False), 1048576)
-    from mha_symbolic.params import parameter_count
+    from mha_symbolic.exact.params import parameter_count
 
     torch: Any = None
     try:
@@ -125,7 +125,7 @@ def cross_check(rng: random.Random) -> CrossCheck:
         chk.agree(f"{label}: construction = formula", built, weights + biases)
         lib = parameter_count(d_model=d_model, heads=heads, kv_heads=kv, kdim=kd, vdim=vd,
                               bias=bias).total
-        chk.agree(f"{label}: mha_symbolic.params agrees", int(lib), built)
+        chk.agree(f"{label}: mha_symbolic.exact.params agrees", int(lib), built)
         if torch is not None and kv == heads:
             mha = torch.nn.MultiheadAttention(d_model, heads, bias=bias, kdim=kd, vdim=vd)
             got = sum(p.numel() for p in mha.parameters())
@@ -134,7 +134,7 @@ def cross_check(rng: random.Random) -> CrossCheck:
                                      bias=False).total)
     names = {str(x): x for x in (dm, h, g)}
     sym = sym.xreplace({x: names.get(str(x), x) for x in sym.free_symbols})
-    chk.holds("mha_symbolic.params, symbolic GQA: 2 d^2 (1 + g/h)",
+    chk.holds("mha_symbolic.exact.params, symbolic GQA: 2 d^2 (1 + g/h)",
               sp.simplify(sym - (2 * dm**2 + 2 * dm**2 * g / h)) == 0, str(sym))
     return chk
 

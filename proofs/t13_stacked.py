@@ -13,7 +13,7 @@ import random
 
 import sympy as sp
 
-from mha_symbolic.prove import CrossCheck, Derivation, Theorem
+from mha_symbolic.exact.prove import CrossCheck, Derivation, Theorem
 
 from ._common import arb_precision, attention, columns, hstack, max_abs_diff, random_arb_mat
 

@@ -1,4 +1,4 @@
-"""Tests of mha_symbolic._arrays: exact input conversion and finiteness checks."""
+"""Tests of mha_symbolic.oracle.inputs: exact input conversion and finiteness checks."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from mha_symbolic._arrays import as_exact_array, to_float64, validate_finite
 from mha_symbolic.errors import InputValueError, SpecError
+from mha_symbolic.oracle.inputs import as_exact_array, to_float64, validate_finite
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, ml_dtypes.bfloat16])
@@ -50,7 +50,7 @@ def test_torch_tensors_exact_including_bfloat16() -> None:
 
 
 def test_numpy_input_does_not_import_torch_or_jax() -> None:
-    code = ("import sys, numpy as np; from mha_symbolic._arrays import as_exact_array; "
+    code = ("import sys, numpy as np; from mha_symbolic.oracle.inputs import as_exact_array; "
             "as_exact_array(np.ones(3, np.float32), 'q'); as_exact_array([1.0], 'k'); "
             "print('torch' in sys.modules, 'jax' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -10,8 +10,8 @@ import mpmath
 import pytest
 import sympy as sp
 
-from mha_symbolic.certified import CertifiedValue, certify, to_arb
 from mha_symbolic.errors import MhaSymbolicError, ParseError, PrecisionError, SpecError
+from mha_symbolic.exact.certified import CertifiedValue, certify, to_arb
 
 # text for certify -> the same number computed by mpmath at 200 digits
 _MP = mpmath.mp.clone()
@@ -271,7 +271,7 @@ def _endpoint(x: object) -> mpmath.mpf:
 def test_to_arb_encloses_the_value(text: str) -> None:
     import flint
 
-    from mha_symbolic.grammar import parse_number
+    from mha_symbolic.exact.grammar import parse_number
 
     ball = to_arb(parse_number(text), 128)
     old = flint.ctx.prec

@@ -1,4 +1,4 @@
-"""Reading printed answers (mha_symbolic.claims): the semantics table, row by row.
+"""Reading printed answers (mha_symbolic.textbook.claims): the semantics table, row by row.
 
 Expected values and units are written by hand as exact fractions: the printed digits
 define the unit of the last digit (0.6698 -> 1/10000, 4.85 × 10^8 -> 10^6, 70% -> 1/100).
@@ -10,8 +10,8 @@ from fractions import Fraction
 
 import pytest
 
-from mha_symbolic.claims import MAX_CLAIM_LENGTH, PrintedAnswer, parse_printed
 from mha_symbolic.errors import ClaimError, MhaSymbolicError
+from mha_symbolic.textbook.claims import MAX_CLAIM_LENGTH, PrintedAnswer, parse_printed
 
 F = Fraction
 

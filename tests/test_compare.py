@@ -1,4 +1,4 @@
-"""The testing tool (mha_symbolic/compare.py): verdicts, reports, diagnoses.
+"""The testing tool (mha_symbolic/testing/compare.py): verdicts, reports, diagnoses.
 
 Correct and buggy implementations come from tests/bugs_catalog.py, written in
 plain numpy independently of the library; the exact answer comes from the oracle.
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from mha_symbolic import AttentionMismatchError, assert_attention_close, compare_attention
-from mha_symbolic.compare import assert_mha_close, compare_mha
 from mha_symbolic.errors import ShapeError, SpecError
+from mha_symbolic.testing.compare import assert_mha_close, compare_mha
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bugs_catalog as bc
@@ -299,8 +299,8 @@ def test_empty_lengths_are_judged_not_crashed(shape_q: tuple[int, ...],
 def test_float64_error_just_above_the_tolerance_is_caught() -> None:
     # the oracle's fast enclosure is far wider than a float64 tolerance; the verdict
     # must still see an error of a few tolerances (the enclosure gets refined)
-    from mha_symbolic._diagnose import AttentionInputs, plain_attention
-    from mha_symbolic._tolerance import format_of
+    from mha_symbolic.testing.bugs import AttentionInputs, plain_attention
+    from mha_symbolic.testing.tolerance import format_of
 
     q, k, v = _qkv(15, np.float64)
     good = bc.numpy_attention(bc.Case("float64", q, k, v))

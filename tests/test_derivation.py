@@ -1,4 +1,4 @@
-"""Tests of mha_symbolic.derivation: step-by-step derivations in LaTeX and Markdown.
+"""Tests of mha_symbolic.textbook.derivation: step-by-step derivations in LaTeX and Markdown.
 
 Expected numbers come from independent computations (mpmath at 50 digits, or
 hand-derived closed forms written here), never from the module under test.
@@ -16,9 +16,9 @@ import pytest
 import sympy as sp
 
 from mha_symbolic.cli import main
-from mha_symbolic.derivation import Derivation, derive
-from mha_symbolic.engine import exact_attention
 from mha_symbolic.errors import SpecError
+from mha_symbolic.exact.engine import exact_attention
+from mha_symbolic.textbook.derivation import Derivation, derive
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "examples" / "seed.toml"
@@ -48,14 +48,14 @@ def softmax_mp(row: list[mpmath.mpf]) -> list[mpmath.mpf]:
 
 @pytest.fixture(scope="module")
 def seed_examples() -> list:
-    from mha_symbolic.textbook import load_examples
+    from mha_symbolic.textbook.check import load_examples
 
     return load_examples(SEED)
 
 
 @pytest.fixture(scope="module")
 def seed_report(seed_examples: list):
-    from mha_symbolic.textbook import check_examples
+    from mha_symbolic.textbook.check import check_examples
 
     return check_examples(seed_examples)
 
@@ -230,7 +230,7 @@ def test_parameter_count_is_the_sum_of_the_parts(seed_derivation) -> None:
 
 
 def test_a_spec_with_symbolic_sizes_derives_a_symbolic_count() -> None:
-    from mha_symbolic.spec import AttentionSpec
+    from mha_symbolic.exact.spec import AttentionSpec
 
     d = derive(AttentionSpec(d_model="d", heads="h", bias=False), format="fragment")
     assert "4 d^{2}" in d.text
@@ -278,7 +278,7 @@ def test_repr_latex_is_math_mode_for_jupyter() -> None:
 
 
 def test_user_text_is_escaped_for_latex() -> None:
-    from mha_symbolic.textbook import load_examples
+    from mha_symbolic.textbook.check import load_examples
 
     ex = load_examples(text='''
 [[example]]
@@ -323,7 +323,7 @@ value = [[1], [2], [3], [4], [5], [6], [7], [8]]
 
 
 def test_gqa_with_mask_and_biases_derives_and_checks() -> None:
-    from mha_symbolic.textbook import load_examples
+    from mha_symbolic.textbook.check import load_examples
 
     d = derive(load_examples(text=GQA_TOML), format="fragment")
     gqa = d.examples[0]
@@ -339,7 +339,7 @@ def test_gqa_with_mask_and_biases_derives_and_checks() -> None:
 @pytest.mark.parametrize("which", ["seed", "gqa"])
 def test_derivation_compiles_with_pdflatex(tmp_path: Path, seed_derivation, which) -> None:
     from mha_symbolic._latex import compile_tex, pdflatex_path
-    from mha_symbolic.textbook import load_examples
+    from mha_symbolic.textbook.check import load_examples
 
     if pdflatex_path() is None:
         pytest.skip("pdflatex is not installed (Debian: texlive-latex-base, "

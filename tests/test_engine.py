@@ -10,8 +10,8 @@ import mpmath
 import pytest
 import sympy as sp
 
-from mha_symbolic.engine import exact_attention, exact_matrix, exact_number
 from mha_symbolic.errors import InputValueError, MhaSymbolicError, ShapeError, SpecError
+from mha_symbolic.exact.engine import exact_attention, exact_matrix, exact_number
 
 E = sp.E
 R = sp.Rational

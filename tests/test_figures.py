@@ -1,4 +1,4 @@
-"""Tests of mha_symbolic.figures: the softmax collapse curve and weight heatmaps.
+"""Tests of mha_symbolic.textbook.figures: the softmax collapse curve and weight heatmaps.
 
 Pixel sizes are read from the PNG header here (not through matplotlib); the
 marked point's value is checked against the closed form computed with mpmath.
@@ -15,8 +15,8 @@ import mpmath
 import pytest
 
 from mha_symbolic.cli import main
-from mha_symbolic.engine import exact_attention
 from mha_symbolic.errors import MhaSymbolicError, OptionalDependencyError, SpecError
+from mha_symbolic.exact.engine import exact_attention
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "examples" / "seed.toml"
@@ -42,7 +42,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 def test_missing_matplotlib_gives_the_install_hint(monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: Path) -> None:
-    from mha_symbolic import figures
+    from mha_symbolic.textbook import figures
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     with pytest.raises(OptionalDependencyError, match=r"mha-symbolic\[plot\]"):
@@ -57,7 +57,7 @@ def test_committed_readme_figures_have_their_sizes() -> None:
 
 
 def test_collapse_parameters_recognise_a_collapsed_row_only() -> None:
-    from mha_symbolic.figures import collapse_parameters
+    from mha_symbolic.textbook.figures import collapse_parameters
 
     assert collapse_parameters(exact_attention(scores=[[0, 0, 20]])) == (3, 20)
     assert collapse_parameters(exact_attention(scores=[[40, 8]])) == (2, 32)
@@ -85,7 +85,7 @@ def test_readme_commands_produce_the_figures(tmp_path: Path, monkeypatch) -> Non
 def test_collapse_marks_the_gap_with_a_magenta_dot_at_the_exact_weight() -> None:
     from matplotlib.colors import to_hex
 
-    from mha_symbolic.figures import MAGENTA, _collapse_plot
+    from mha_symbolic.textbook.figures import MAGENTA, _collapse_plot
 
     fig = _collapse_plot(3, 20)
     left = fig.axes[0]
@@ -102,7 +102,7 @@ def test_collapse_marks_the_gap_with_a_magenta_dot_at_the_exact_weight() -> None
 
 @needs_mpl
 def test_heatmap_size_follows_the_shape(tmp_path: Path) -> None:
-    from mha_symbolic.figures import heatmap_figure
+    from mha_symbolic.textbook.figures import heatmap_figure
 
     att = exact_attention(scores=[[1, 2, 3, 4, 5], [0, 0, 0, 0, 0], [5, 4, 3, 2, 1]])
     out = heatmap_figure(att, tmp_path / "h.png")
@@ -112,7 +112,7 @@ def test_heatmap_size_follows_the_shape(tmp_path: Path) -> None:
 
 @needs_mpl
 def test_heatmap_cells_show_correctly_rounded_weights() -> None:
-    from mha_symbolic.figures import _heatmap_plot
+    from mha_symbolic.textbook.figures import _heatmap_plot
 
     att = exact_attention(scores=[[2, 2, 2], [0, 0, 20]])
     fig = _heatmap_plot(att, 0, None, None, None)
@@ -123,7 +123,7 @@ def test_heatmap_cells_show_correctly_rounded_weights() -> None:
 
 @needs_mpl
 def test_pdf_output_by_suffix(tmp_path: Path) -> None:
-    from mha_symbolic.figures import collapse_figure
+    from mha_symbolic.textbook.figures import collapse_figure
 
     out = collapse_figure(tmp_path / "c.pdf", n_tokens=2, gap="32")
     assert out.read_bytes()[:5] == b"%PDF-"
@@ -133,7 +133,7 @@ def test_pdf_output_by_suffix(tmp_path: Path) -> None:
 @needs_mpl
 def test_pgf_output_needs_pdflatex(tmp_path: Path) -> None:
     from mha_symbolic._latex import pdflatex_path
-    from mha_symbolic.figures import collapse_figure
+    from mha_symbolic.textbook.figures import collapse_figure
 
     if pdflatex_path() is None:
         with pytest.raises(MhaSymbolicError, match="pdflatex"):
@@ -145,7 +145,7 @@ def test_pgf_output_needs_pdflatex(tmp_path: Path) -> None:
 
 @needs_mpl
 def test_bad_arguments_are_one_line_errors(tmp_path: Path) -> None:
-    from mha_symbolic.figures import collapse_figure
+    from mha_symbolic.textbook.figures import collapse_figure
 
     with pytest.raises(SpecError, match=r"suffix '\.svg'"):
         collapse_figure(tmp_path / "c.svg")
@@ -194,7 +194,7 @@ def test_derive_includes_figures_next_to_the_output(tmp_path: Path) -> None:
 
 @needs_mpl
 def test_heatmap_labels_a_nan_row_under_the_nan_policy() -> None:
-    from mha_symbolic.figures import _heatmap_plot
+    from mha_symbolic.textbook.figures import _heatmap_plot
 
     att = exact_attention(scores=[[1, 2], [3, 3]], mask=[[False, False], [True, True]],
                           masked_rows="nan")

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mha_symbolic.errors import MhaSymbolicError, ParseError
-from mha_symbolic.grammar import parse_number
+from mha_symbolic.exact.grammar import parse_number
 
 R = sp.Rational
 

@@ -1,4 +1,4 @@
-"""Tests of the certified attention oracle (mha_symbolic.oracle, mha_symbolic._fpformats).
+"""Tests of the certified attention oracle (mha_symbolic.oracle, mha_symbolic.oracle.formats).
 
 Every expected value comes from an independent method written here:
 exact rationals (fractions.Fraction) for the scores, per-element Arb balls at
@@ -21,10 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mha_symbolic import _fpformats as fpf
-from mha_symbolic import oracle
 from mha_symbolic.errors import InputValueError, ShapeError, SpecError
-from mha_symbolic.oracle import reference_attention, reference_mha
+from mha_symbolic.oracle import constants, fast, reference_attention, reference_mha
+from mha_symbolic.oracle import formats as fpf
 
 flint = pytest.importorskip("flint")
 arb = flint.arb
@@ -627,7 +626,7 @@ def test_rounded_accepts_dtype_spellings() -> None:
 # ---------------------------------------------------------------------------
 
 def test_agrees_with_the_symbolic_engine() -> None:
-    from mha_symbolic.engine import exact_attention
+    from mha_symbolic.exact.engine import exact_attention
 
     q = np.array([[0.5, -1.25, 2.0], [1.0, 0.0, -0.75]])
     k = np.array([[1.0, 2.0, -0.5], [0.25, 0.125, 3.0], [-1.0, 1.5, 0.0]])
@@ -645,7 +644,7 @@ def test_agrees_with_the_symbolic_engine() -> None:
 
 
 def test_mha_agrees_with_the_symbolic_engine() -> None:
-    from mha_symbolic.engine import exact_attention
+    from mha_symbolic.exact.engine import exact_attention
 
     rng = np.random.default_rng(2)
     L, E, H = 2, 4, 2
@@ -749,9 +748,9 @@ def test_ln2_split_constants() -> None:
     ctx.prec = 300
     try:
         ln2 = arb(2).log()
-        d = ln2 - arb(oracle._LN2_HI) - arb(oracle._LN2_LO)
+        d = ln2 - arb(constants.LN2_HI) - arb(constants.LN2_LO)
         assert abs(d) < arb(2) ** -86
-        m, _ = oracle._LN2_HI.as_integer_ratio()
+        m, _ = constants.LN2_HI.as_integer_ratio()
         assert m.bit_length() <= 32  # k·LN2_HI exact for |k| < 2**21
     finally:
         ctx.prec = old
@@ -761,7 +760,7 @@ def test_exp_error_is_within_the_proved_bound() -> None:
     rng = np.random.default_rng(0)
     t = np.concatenate([-rng.random(3000) * 700, -rng.random(1000) * 2, [0.0, -700.0, -1e-300,
                         -math.log(2) / 2, -0.34657359027997264, -699.9999]])
-    got = oracle._exp_nonpos(t)
+    got = fast.exp_nonpos(t)
     ctx = flint.ctx
     old = ctx.prec
     ctx.prec = 200
@@ -769,11 +768,11 @@ def test_exp_error_is_within_the_proved_bound() -> None:
         for ti, gi in zip(t.tolist(), got.tolist(), strict=False):
             ex = arb(ti).exp()
             err = abs(arb(gi) - ex) / ex
-            assert err < arb(oracle._RHO_EXP), ti
+            assert err < arb(constants.RHO_EXP), ti
     finally:
         ctx.prec = old
-    assert oracle._exp_nonpos(np.array([0.0]))[0] == 1.0
-    assert oracle._exp_nonpos(np.array([-np.inf, -700.5]))[:].tolist() == [0.0, 0.0]
+    assert fast.exp_nonpos(np.array([0.0]))[0] == 1.0
+    assert fast.exp_nonpos(np.array([-np.inf, -700.5]))[:].tolist() == [0.0, 0.0]
 
 
 @pytest.mark.parametrize("name", list(DTYPES))

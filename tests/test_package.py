@@ -19,7 +19,8 @@ from mha_symbolic import errors
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-FOUNDATION = ["grammar", "certified", "spec", "shapes", "params", "engine", "errors", "cli"]
+FOUNDATION = ["exact.grammar", "exact.certified", "exact.spec", "exact.shapes", "exact.params",
+              "exact.engine", "errors", "cli"]
 
 
 def _python(code: str) -> subprocess.CompletedProcess[str]:
@@ -91,8 +92,8 @@ def test_no_public_name_is_shadowed_by_a_submodule() -> None:
 def test_function_survives_importing_its_module() -> None:
     r = _python(
         "import mha_symbolic\n"
-        "from mha_symbolic.certified import to_arb  # binds mha_symbolic.certified\n"
-        "import mha_symbolic.derivation\n"
+        "from mha_symbolic.exact.certified import to_arb  # binds mha_symbolic.exact.certified\n"
+        "import mha_symbolic.textbook.derivation\n"
         "print(mha_symbolic.certify('1/3').digits(5), callable(mha_symbolic.derive))"
     )
     assert r.returncode == 0, r.stderr[-300:]

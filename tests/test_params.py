@@ -8,8 +8,8 @@ import pytest
 import sympy as sp
 
 from mha_symbolic.errors import SpecError
-from mha_symbolic.params import flop_count, parameter_count
-from mha_symbolic.spec import AttentionSpec
+from mha_symbolic.exact.params import flop_count, parameter_count
+from mha_symbolic.exact.spec import AttentionSpec
 
 
 def _sym(name: str) -> sp.Symbol:

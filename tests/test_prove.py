@@ -16,10 +16,10 @@ import sympy as sp
 from flint import arb, fmpq
 
 from mha_symbolic import cli as cli_module
-from mha_symbolic import prove as pv
 from mha_symbolic._latex import compile_tex, pdflatex_path
 from mha_symbolic.errors import MhaSymbolicError, ProofError
-from mha_symbolic.prove import (
+from mha_symbolic.exact import prove as pv
+from mha_symbolic.exact.prove import (
     CrossCheck,
     Derivation,
     ProofResult,

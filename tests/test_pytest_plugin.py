@@ -1,4 +1,4 @@
-"""The pytest plugin (mha_symbolic/pytest_plugin.py), run in pytester sandboxes."""
+"""The pytest plugin (mha_symbolic/testing/pytest_plugin.py), run in pytester sandboxes."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ def _package_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _plugin_args() -> list[str]:
-    """``-p mha_symbolic.pytest_plugin`` unless the installed entry point loads it."""
+    """``-p mha_symbolic.testing.pytest_plugin`` unless the installed entry point loads it."""
     eps = importlib.metadata.entry_points(group="pytest11")
-    if any(ep.value == "mha_symbolic.pytest_plugin" for ep in eps):
+    if any(ep.value == "mha_symbolic.testing.pytest_plugin" for ep in eps):
         return []
-    return ["-p", "mha_symbolic.pytest_plugin"]
+    return ["-p", "mha_symbolic.testing.pytest_plugin"]
 
 
 _GOOD_AND_BAD = '''
@@ -75,8 +75,8 @@ def test_failure_report_hides_library_frames(pytester: pytest.Pytester) -> None:
     text = result.stdout.str()
     assert "test_unscaled" in text
     # the traceback stops in the user's test: no frame from inside the library
-    assert "mha_symbolic/compare.py" not in text
-    assert "mha_symbolic/pytest_plugin.py" not in text
+    assert "mha_symbolic/testing/compare.py" not in text
+    assert "mha_symbolic/testing/pytest_plugin.py" not in text
 
 
 def test_fixture_offers_reference_and_options(pytester: pytest.Pytester) -> None:
@@ -99,7 +99,7 @@ def test_options(attention_oracle):
 
 
 def test_plugin_import_is_light() -> None:
-    code = ("import sys, mha_symbolic.pytest_plugin; "
+    code = ("import sys, mha_symbolic.testing.pytest_plugin; "
             "print(sorted(m for m in ('numpy', 'sympy', 'mpmath', 'flint', 'torch', 'jax', "
             "'ml_dtypes', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

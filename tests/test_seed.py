@@ -2,7 +2,7 @@
 
 Every expected verdict is derived here, independently of the code under test:
 the exact values are written by hand as closed forms and evaluated with mpmath at
-60 significant digits (never through ``mha_symbolic.certified`` or the engine), and the
+60 significant digits (never through ``mha_symbolic.exact.certified`` or the engine), and the
 printed answers are read with :mod:`decimal`.  A printed decimal is "correctly
 rounded" when the 60-digit value rounds to it at the printed unit (we also check that
 the value is nowhere near a rounding tie, so 60 digits settle it); an exact claim
@@ -21,7 +21,7 @@ from pathlib import Path
 import mpmath
 import pytest
 
-from mha_symbolic.textbook import CheckReport, ClaimRecord, check_examples, load_examples
+from mha_symbolic.textbook.check import CheckReport, ClaimRecord, check_examples, load_examples
 
 SEED = Path(__file__).resolve().parent.parent / "examples" / "seed.toml"
 mp = mpmath.mp
@@ -42,7 +42,7 @@ _SCI = re.compile(r"^([+-]?\d+(?:\.\d+)?)\s*×\s*10\^(-?\d+)$")
 
 
 def printed(text: str) -> tuple[Fraction, Fraction]:
-    """(value, unit) of a printed decimal, read independently of mha_symbolic.claims."""
+    """(value, unit) of a printed decimal, read independently of mha_symbolic.textbook.claims."""
     s = text.replace("≈", "").replace("−", "-").strip()
     if s.endswith("%"):
         v, u = printed(s[:-1])

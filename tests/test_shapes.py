@@ -8,8 +8,8 @@ import pytest
 import sympy as sp
 
 from mha_symbolic.errors import ShapeError
-from mha_symbolic.shapes import Shape, attention_shapes, same_size
-from mha_symbolic.spec import AttentionSpec
+from mha_symbolic.exact.shapes import Shape, attention_shapes, same_size
+from mha_symbolic.exact.spec import AttentionSpec
 
 
 def _sym(name: str) -> sp.Symbol:

@@ -6,7 +6,7 @@ import pytest
 import sympy as sp
 
 from mha_symbolic.errors import MhaSymbolicError, SpecError
-from mha_symbolic.spec import AttentionSpec, dim
+from mha_symbolic.exact.spec import AttentionSpec, dim
 
 
 def test_defaults_follow_the_stated_conventions() -> None:

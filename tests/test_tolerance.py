@@ -1,4 +1,4 @@
-"""The rounding-error model (mha_symbolic/_tolerance.py).
+"""The rounding-error model (mha_symbolic/testing/tolerance.py).
 
 Expected values come from independent methods: hand-derived constants, numpy's
 own ``spacing`` for ulps, and an exact attention computed here with Python
@@ -16,7 +16,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from mha_symbolic._tolerance import (
+from mha_symbolic.errors import SpecError
+from mha_symbolic.testing.tolerance import (
     FORMATS,
     attention_error_bound,
     format_of,
@@ -24,7 +25,6 @@ from mha_symbolic._tolerance import (
     linear_error_bound,
     ulp,
 )
-from mha_symbolic.errors import SpecError
 
 U = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 

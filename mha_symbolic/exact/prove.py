@@ -17,7 +17,7 @@ as ``mha_symbolic/proofs``) and exposes ``THEOREM = Theorem(...)``:
 :func:`run_proofs` runs them all and returns one :class:`ProofResult` each;
 ``mha-symbolic prove`` prints the table and exits 0 only when all hold.
 
->>> from mha_symbolic.prove import run_proofs
+>>> from mha_symbolic.exact.prove import run_proofs
 >>> [r.status for r in run_proofs(only=["uniform"])]
 ['proved']
 """
@@ -35,7 +35,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .errors import MhaSymbolicError, ProofError
+from ..errors import MhaSymbolicError, ProofError
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
@@ -119,7 +119,7 @@ class Step:
         return self.kind not in ("definition", "fact")
 
     def latex(self) -> str:
-        from ._latex import latex_text
+        from .._latex import latex_text
 
         rel = _RELATION_LATEX.get(self.relation, self.relation)
         tag = _TAG[self.kind]
@@ -481,7 +481,7 @@ class ProofResult:
 
     def latex(self) -> str:
         """This proof as a LaTeX fragment (a ``\\section`` with aligned steps)."""
-        from ._latex import latex_escape
+        from .._latex import latex_escape
 
         out = [f"\\section{{{latex_escape(self.title)}}}\\label{{thm:{self.name}}}",
                f"\\textbf{{Theorem {self.number}.}} {self.statement_latex}", "",
@@ -573,12 +573,13 @@ def run_theorem(theorem: Theorem, *, seed: int = DEFAULT_SEED) -> ProofResult:
 def proofs_dir() -> Path:
     """Where the theorem modules are: ``mha_symbolic/proofs`` in an installed wheel,
     else ``proofs/`` at the root of the source checkout."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "proofs", here.parent / "proofs"):
+    package = Path(__file__).resolve().parent.parent  # mha_symbolic/
+    candidates = (package / "proofs", package.parent / "proofs")
+    for candidate in candidates:
         if (candidate / "__init__.py").is_file():
             return candidate
     raise MhaSymbolicError(
-        f"no proofs directory: looked for {here / 'proofs'} and {here.parent / 'proofs'}"
+        f"no proofs directory: looked for {candidates[0]} and {candidates[1]}"
     )
 
 
@@ -681,7 +682,7 @@ def run_proofs(only: Sequence[str] | None = None, latex_dir: str | Path | None =
 
 def proofs_latex(results: Sequence[ProofResult]) -> str:
     """A complete LaTeX document with every proof of ``results``."""
-    from ._latex import latex_escape, standalone_document
+    from .._latex import latex_escape, standalone_document
 
     held = sum(r.ok for r in results)
     intro = (

@@ -34,7 +34,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import SpecError
+from ..errors import SpecError
 from .spec import AttentionSpec
 
 __all__ = ["FlopCount", "ParameterCount", "flop_count", "parameter_count"]

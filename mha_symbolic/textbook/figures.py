@@ -29,7 +29,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from .errors import MhaSymbolicError, OptionalDependencyError, SpecError
+from ..errors import MhaSymbolicError, OptionalDependencyError, SpecError
 
 __all__ = [
     "COLLAPSE_SIZE",
@@ -82,7 +82,7 @@ def _save(fig: Any, path: str | Path) -> Path:
     if not path.parent.is_dir():
         raise SpecError(f"-o {path}: the folder {path.parent} does not exist")
     if suffix == ".pgf":
-        from ._latex import pdflatex_path
+        from .._latex import pdflatex_path
 
         if pdflatex_path() is None:
             raise MhaSymbolicError("PGF output measures its text with pdflatex, which is not "
@@ -98,8 +98,8 @@ def _save(fig: Any, path: str | Path) -> Path:
 
 def _gap_value(gap: Any) -> Any:
     """The gap as an exact SymPy number, validated."""
-    from .certified import certify
-    from .engine import exact_number
+    from ..exact.certified import certify
+    from ..exact.engine import exact_number
 
     value = exact_number(gap, "gap")
     if getattr(value, "free_symbols", None):
@@ -141,7 +141,7 @@ def _collapse_plot(n_tokens: int, gap: Any) -> Any:
         raise SpecError(f"n_tokens={n_tokens!r} must be an integer >= 2")
     import numpy as np
 
-    from .certified import certify
+    from ..exact.certified import certify
 
     g = _gap_value(gap)
     w = certify(collapse_weight(n_tokens, g))
@@ -221,7 +221,7 @@ def heatmap_figure(
 ) -> Path:
     """Draw the attention weights of one head (rows: queries, columns: keys).
 
-    ``attention`` is an :class:`~mha_symbolic.engine.ExactAttention`.  Each cell
+    ``attention`` is an :class:`~mha_symbolic.exact.engine.ExactAttention`.  Each cell
     shows its weight correctly rounded to 3 places (certified); the colours use
     the correctly rounded float64 values.  Masked weights are exactly 0.
     """
@@ -232,7 +232,7 @@ def heatmap_figure(
 def _heatmap_plot(attention: Any, head: int, title: str | None,
                   query_labels: Sequence[str] | None, key_labels: Sequence[str] | None) -> Any:
     """The heatmap as a matplotlib Figure (not saved)."""
-    from .certified import certify
+    from ..exact.certified import certify
 
     weights = attention.weights(head)
     n_q, n_k = weights.shape
@@ -302,7 +302,7 @@ def collapse_parameters(attention: Any) -> tuple[int, Any] | None:
     entries = list(t)
     if any(getattr(e, "free_symbols", None) for e in entries):
         return None
-    from .certified import certify
+    from ..exact.certified import certify
 
     top = max(range(len(entries)), key=lambda j: certify(entries[j]).to_float())
     others = [e for j, e in enumerate(entries) if j != top]
@@ -363,7 +363,7 @@ def _token_labels(att: Any, tokens: Any) -> dict[str, Any]:
 
 
 def _example_attention(file: str, name: str | None) -> tuple[Any, Any]:
-    from .textbook import load_examples
+    from .check import load_examples
 
     examples = load_examples(file)
     if name is None:
@@ -373,7 +373,7 @@ def _example_attention(file: str, name: str | None) -> tuple[Any, Any]:
                             f"{len(candidates)} examples with inputs")
         example = candidates[0]
     else:
-        from .textbook import select_examples
+        from .check import select_examples
 
         (example,) = select_examples(examples, [name])
     att = example.attention()

@@ -128,7 +128,7 @@ def format_of(dtype: object) -> FloatFormat:
     name = dtype if isinstance(dtype, str) else np.dtype(dtype).name  # type: ignore[call-overload]
     fmt = FORMATS.get(str(name))
     if fmt is None:
-        from .errors import SpecError
+        from ..errors import SpecError
 
         raise SpecError(
             f"dtype={name!s} is not a supported float format: expected one of "

@@ -18,7 +18,7 @@ Every number is exact: ``0.707`` is 707/1000, ``1/3`` a third, ``1e-3`` is
 accepted.  Sizes are bounded (length, nesting, and the size of exact integer
 powers) so that no input can make the parser hang or exhaust memory.
 
->>> from mha_symbolic.grammar import parse_number
+>>> from mha_symbolic.exact.grammar import parse_number
 >>> parse_number("1 − e^(−32)")
 1 - exp(-32)
 >>> parse_number("0.6698")
@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import MhaSymbolicError, ParseError
+from ..errors import MhaSymbolicError, ParseError
 
 if TYPE_CHECKING:
     import sympy

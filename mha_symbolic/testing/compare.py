@@ -14,7 +14,7 @@ Tolerance rules (``rule=``):
 ``"model"`` (default)
     the rounding-error model of a plain implementation in the dtype of ``actual``
     (accumulating in ``accumulation_dtype`` when given), times ``safety``;
-    see :mod:`mha_symbolic._tolerance` and docs/testing.md.
+    see :mod:`mha_symbolic.testing.tolerance` and docs/testing.md.
 ``"ulp"``
     ``|actual - exact| <= ulps × ulp(exact)`` in the dtype of ``actual``.
 ``"allclose"``
@@ -26,7 +26,7 @@ Tolerance rules (``rule=``):
     fp16/bf16), floored at one ulp of ``max|exact|``.
 
 >>> import numpy as np
->>> from mha_symbolic.compare import compare_attention
+>>> from mha_symbolic.testing.compare import compare_attention
 >>> rng = np.random.default_rng(0)
 >>> q, k, v = (rng.standard_normal((1, 2, 3, 4)).astype(np.float32) for _ in range(3))
 >>> s = np.einsum("bhle,bhse->bhls", q.astype(np.float64), k) / 2.0
@@ -43,8 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import as_exact_array
-from ._diagnose import (
+from ..errors import AttentionMismatchError, PrecisionError, ShapeError, SpecError
+from ..oracle.inputs import as_exact_array
+from .bugs import (
     AttentionInputs,
     Candidate,
     MhaInputs,
@@ -54,8 +55,7 @@ from ._diagnose import (
     plain_in_dtype,
     plain_mha,
 )
-from ._tolerance import DEFAULT_SAFETY, FloatFormat, format_of, ulp
-from .errors import AttentionMismatchError, PrecisionError, ShapeError, SpecError
+from .tolerance import DEFAULT_SAFETY, FloatFormat, format_of, ulp
 
 __all__ = [
     "AttentionComparison",
@@ -429,7 +429,7 @@ def compare_mha(
                         "rule='model', 'ulp' or 'allclose' for a multi-head block")
     a = _as_actual(actual)
     fmt, acc = _formats(a, accumulation_dtype)
-    from .oracle import reference_mha
+    from ..oracle import reference_mha
 
     ref = reference_mha(query, key, value, **mha_options)
     _check_shape(a, tuple(ref.shape), "multi-head attention output")
@@ -547,7 +547,7 @@ def _mha_inputs(query: Any, key: Any, value: Any, o: dict[str, Any]) -> MhaInput
 
 
 def _reference_attention(query: Any, key: Any, value: Any, **o: Any) -> Any:
-    from .oracle import reference_attention
+    from ..oracle import reference_attention
 
     return reference_attention(query, key, value, **o)
 

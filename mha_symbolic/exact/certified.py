@@ -21,7 +21,7 @@ Two notions of "digits" are offered, because books use both:
     the correctly rounded decimal (round half to even on exact ties), as an
     exact :class:`fractions.Fraction`.
 
->>> from mha_symbolic.certified import certify
+>>> from mha_symbolic.exact.certified import certify
 >>> certify("1 - e^(-32)").digits(20)
 '0.99999999999998733583…'
 >>> str(certify("e^(sqrt(2)/2)/(e^(sqrt(2)/2)+1)").round_places(4))
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from .errors import PrecisionError, SpecError
+from ..errors import PrecisionError, SpecError
 
 if TYPE_CHECKING:
     import flint
@@ -415,7 +415,7 @@ def certify(value: Any) -> CertifiedValue:
     """Wrap an exact value for certified evaluation.
 
     ``value`` may be a SymPy expression, an int, a Fraction, or a string in the
-    restricted grammar of :func:`mha_symbolic.grammar.parse_number`. Python
+    restricted grammar of :func:`mha_symbolic.exact.grammar.parse_number`. Python
     floats are refused (they are not exact statements of a book's number).
 
     >>> certify("1/3").digits(5)

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import SpecError
+from ..errors import SpecError
 
 __all__ = ["AttentionSpec", "Dim", "dim"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputValueError, SpecError
+from ..errors import InputValueError, SpecError
 
 __all__ = ["as_exact_array", "is_float_dtype", "to_float64", "validate_finite"]
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import SpecError
+from ..errors import SpecError
 
 __all__ = [
     "FORMATS",

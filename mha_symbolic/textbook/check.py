@@ -13,8 +13,8 @@ A worked-example file is TOML (see ``docs/worked-example-format.md``)::
     claimed  = "≈ 0.6698"        # exactly as printed
 
 Each claim is judged at the precision its printed digits state
-(:mod:`mha_symbolic.claims`), against the exact value from the engine, with
-certified digits (:mod:`mha_symbolic.certified`).  A wrong claim is diagnosed
+(:mod:`mha_symbolic.textbook.claims`), against the exact value from the engine, with
+certified digits (:mod:`mha_symbolic.exact.certified`).  A wrong claim is diagnosed
 when a specific slip provably reproduces it: truncation instead of rounding,
 rounding in the wrong direction, premature rounding of an earlier printed
 value, scaling by d_k (or not at all) instead of sqrt(d_k), softmax over the
@@ -45,8 +45,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
 from .claims import PrintedAnswer, parse_printed
-from .errors import ClaimError, ExampleFileError, MhaSymbolicError
 
 __all__ = [
     "CheckReport",
@@ -129,7 +129,7 @@ class WorkedExample:
         key = repr(sorted(changes.items()))
         if changes and key in self._variants:
             return self._variants[key]
-        from .engine import exact_attention
+        from ..exact.engine import exact_attention
 
         kwargs = {**self.inputs, **self.options, **changes}
         result = exact_attention(**kwargs)
@@ -142,7 +142,7 @@ class WorkedExample:
     @property
     def spec(self) -> Any:
         """The attention specification: from the inputs, else from the stated sizes."""
-        from .spec import AttentionSpec
+        from ..exact.spec import AttentionSpec
 
         att = self.attention()
         stated = {k: v for k, v in {**self.dims, **self.options}.items()
@@ -516,12 +516,12 @@ def _quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
     """The exact value of a claim's quantity: a SymPy scalar, a tuple, a Shape or an int."""
     name, sub, idx = _parse_quantity(claim.quantity)
     if name == "expr":
-        from .grammar import parse_number
+        from ..exact.grammar import parse_number
 
         assert claim.expr is not None
         return parse_number(claim.expr)
     if name == "shape":
-        from .shapes import attention_shapes
+        from ..exact.shapes import attention_shapes
 
         return attention_shapes(ex.spec)[sub or ""].shape
     if name == "dim":
@@ -556,7 +556,7 @@ def _quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
             raise ClaimError(f"{claim.quantity}: the row has fewer than two unmasked scores")
         from functools import cmp_to_key
 
-        from .certified import certify
+        from ..exact.certified import certify
 
         def descending(a: Any, b: Any) -> int:
             return certify(b - a).sign()
@@ -591,7 +591,7 @@ def _count(x: Any) -> Any:
 
 
 def _param(spec: Any, part: str) -> Any:
-    from .params import parameter_count
+    from ..exact.params import parameter_count
 
     if spec.d_model is None or spec.d_k is None or spec.d_v is None:
         raise ClaimError("parameter counts need d_model (and heads, or d_k and d_v): "
@@ -618,7 +618,7 @@ class _Judgement:
 
 def _fraction_text(x: Fraction, unit: Fraction) -> str:
     """Exact decimal text of x, a multiple of ``unit`` (a power of ten)."""
-    from .certified import _format_fraction
+    from ..exact.certified import _format_fraction
     from .claims import _places
 
     return _format_fraction(x, max(_places(unit), 0))
@@ -626,13 +626,13 @@ def _fraction_text(x: Fraction, unit: Fraction) -> str:
 
 def _decimal_text(x: Fraction) -> str:
     """A terminating decimal Fraction as its exact decimal text."""
-    from .certified import certify
+    from ..exact.certified import certify
 
     return certify(x).digits(60)
 
 
 def _judge_decimal(value: Any, p: PrintedAnswer) -> _Judgement:
-    from .certified import certify
+    from ..exact.certified import certify
 
     assert p.value is not None and p.unit is not None
     cv = certify(value)
@@ -662,7 +662,7 @@ def _signed(cv: Any) -> str:
     x = cv.round_significant(2)
     if x == 0:
         return "+0"
-    from .certified import _exponent10
+    from ..exact.certified import _exponent10
 
     k = _exponent10(x)
     if -4 <= k <= 15:
@@ -672,7 +672,7 @@ def _signed(cv: Any) -> str:
 
 
 def _judge_expression(value: Any, p: PrintedAnswer, rtol: Fraction) -> _Judgement:
-    from .certified import certify
+    from ..exact.certified import certify
 
     diff = certify(value - p.expr)
     if diff.sign() == 0:
@@ -802,7 +802,7 @@ def _premature(ex: WorkedExample, index: int, claim: Claim, p: PrintedAnswer) ->
             return None
         import sympy as sp
 
-        from .certified import certify
+        from ..exact.certified import certify
         from .claims import _places
 
         cv = certify(sp.Rational(cand.numerator, cand.denominator))
@@ -870,7 +870,7 @@ def _digit_diagnosis(value: Any, p: PrintedAnswer) -> str | None:
         return "the entry is masked out (−∞): no finite score is right, and its weight is exactly 0"
     if p.kind != "decimal" or p.value is None or p.unit is None or _special(value):
         return None
-    from .certified import certify
+    from ..exact.certified import certify
     from .claims import _places
 
     cv = certify(value)
@@ -889,7 +889,7 @@ def _count_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer) -> str |
         return None
     import dataclasses
 
-    from .params import parameter_count
+    from ..exact.params import parameter_count
 
     spec = ex.spec
     claimed = p.value if p.kind == "decimal" else p.expr
@@ -909,7 +909,7 @@ def _count_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer) -> str |
 
 
 def _shape_record(ex: WorkedExample, claim: Claim, value: Any) -> ClaimRecord:
-    from .shapes import Shape, same_size
+    from ..exact.shapes import Shape, same_size
 
     p = parse_printed(claim.claimed, shape=True)
     import sympy as sp
@@ -931,7 +931,7 @@ def _describe(value: Any, sig: int) -> tuple[str, str]:
     """(certified digits, short exact form) of a value."""
     import sympy as sp
 
-    from .certified import certify
+    from ..exact.certified import certify
 
     special = _special(value)
     if special is not None:

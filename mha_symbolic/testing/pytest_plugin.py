@@ -51,7 +51,7 @@ class AttentionOracle:
 
     def assert_mha_close(self, actual: Any, query: Any, key: Any, value: Any,
                          **options: Any) -> None:
-        """:func:`mha_symbolic.compare.assert_mha_close` with this oracle's defaults."""
+        """:func:`mha_symbolic.testing.compare.assert_mha_close` with this oracle's defaults."""
         __tracebackhide__ = True
         from .compare import assert_mha_close
 
@@ -59,13 +59,13 @@ class AttentionOracle:
 
     def reference(self, query: Any, key: Any, value: Any, **options: Any) -> Any:
         """The exact answer: :func:`mha_symbolic.reference_attention`."""
-        from .oracle import reference_attention
+        from ..oracle import reference_attention
 
         return reference_attention(query, key, value, **options)
 
     def reference_mha(self, query: Any, key: Any, value: Any, **options: Any) -> Any:
         """The exact multi-head block: :func:`mha_symbolic.reference_mha`."""
-        from .oracle import reference_mha
+        from ..oracle import reference_mha
 
         return reference_mha(query, key, value, **options)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from .errors import InputValueError, ShapeError, SpecError
+from ..errors import InputValueError, ShapeError, SpecError
 from .spec import AttentionSpec
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def exact_number(x: Any, name: str = "value") -> sympy.Expr:
     if isinstance(x, Fraction):
         return sp.Rational(x.numerator, x.denominator)
     if isinstance(x, str):
-        from .errors import ParseError
+        from ..errors import ParseError
         from .grammar import parse_number
 
         try:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ._tolerance import FloatFormat, attention_error_bound, linear_error_bound
+from .tolerance import FloatFormat, attention_error_bound, linear_error_bound
 
 __all__ = [
     "BUG_CLASSES",

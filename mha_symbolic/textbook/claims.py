@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from .certified import _pow10
-from .errors import ClaimError, ParseError
+from ..errors import ClaimError, ParseError
+from ..exact.certified import _pow10
 
 __all__ = ["PrintedAnswer", "parse_printed"]
 
@@ -185,7 +185,7 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
         return PrintedAnswer(raw, "decimal", approx, value=Fraction(m.group(1)) / 100,
                              unit=_pow10(-places) / 100)
 
-    from .grammar import parse_number
+    from ..exact.grammar import parse_number
 
     try:
         expr = parse_number(s)

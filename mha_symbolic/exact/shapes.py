@@ -5,7 +5,7 @@ symbolic; this module does not.  A product ``(a x b)·(c x d)`` is accepted only
 when ``b == c`` is *proved* (identical numbers, or ``simplify(b - c) == 0``);
 otherwise :class:`~mha_symbolic.errors.ShapeError` names both shapes.
 
->>> from mha_symbolic.shapes import attention_shapes
+>>> from mha_symbolic.exact.shapes import attention_shapes
 >>> table = attention_shapes(n_q=3, n_k=5, d_model=512, heads=8)
 >>> str(table["scores"].shape), str(table["head"].shape), str(table["output"].shape)
 ('3 × 5', '3 × 64', '3 × 512')
@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ShapeError
+from ..errors import ShapeError
 from .spec import AttentionSpec, Dim
 
 __all__ = ["Shape", "ShapeEntry", "ShapeTable", "attention_shapes", "same_size"]

@@ -11,7 +11,7 @@ questions the shape algebra, for counts the sum of the parts.  Each step shows
   places the parentheses; terminating rationals such as 1/2 print as ``0.5``,
   which is the same exact number),
 * the decimal value with its *certified* digits
-  (:meth:`~mha_symbolic.certified.CertifiedValue.digits`: every printed digit is
+  (:meth:`~mha_symbolic.exact.certified.CertifiedValue.digits`: every printed digit is
   a digit of the exact value, ``…`` marks that more follow),
 * and a one-line reason ("why this step").
 
@@ -26,7 +26,7 @@ amsmath and amssymb only, plus graphicx when figures are included),
 (``$...$`` inline math and fenced ``math`` blocks, which GitHub renders;
 ``Derivation.markdown(math="dollars")`` writes ``$$...$$`` instead).
 
->>> from mha_symbolic.engine import exact_attention
+>>> from mha_symbolic.exact.engine import exact_attention
 >>> att = exact_attention(scores=[[0, 0, 20]], value=[[10], [20], [30]])
 >>> d = derive(att, format="markdown")
 >>> [c.name for c in d.examples[0].checks]
@@ -44,8 +44,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ._latex import latex_escape, standalone_document
-from .errors import ExampleFileError, MhaSymbolicError, SpecError
+from .._latex import latex_escape, standalone_document
+from ..errors import ExampleFileError, MhaSymbolicError, SpecError
 
 __all__ = [
     "Check",
@@ -277,7 +277,7 @@ def _tex(expr: Any) -> str:
 def _certified(expr: Any) -> Any:
     """One CertifiedValue per exact value, so that the enclosures and exact-algebra
     results it caches serve every step and check that prints or tests the value."""
-    from .certified import certify
+    from ..exact.certified import certify
 
     return certify(expr)
 
@@ -285,7 +285,7 @@ def _certified(expr: Any) -> Any:
 def _sign(expr: Any) -> int:
     """The sign of an exact value, certified: first from one Arb enclosure (a ball
     that excludes 0 settles it), else by :meth:`CertifiedValue.sign`'s full strategy."""
-    from .certified import to_arb
+    from ..exact.certified import to_arb
 
     if _is_rational(expr):
         return int(bool(expr > 0)) - int(bool(expr < 0))
@@ -522,7 +522,7 @@ def _sub(i: int) -> str:
 
 def _given_matrices(given: dict[str, Any] | None) -> dict[str, Any]:
     """The example's stated weight matrices (W^Q, W^K, W^V, W^O, biases) as exact matrices."""
-    from .engine import exact_matrix
+    from ..exact.engine import exact_matrix
 
     out: dict[str, Any] = {}
     for key in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"):
@@ -874,7 +874,7 @@ def _sums_to_one(total: Any) -> bool:
         return True
     if sp.together(total) == 1:
         return True
-    from .certified import certify
+    from ..exact.certified import certify
 
     try:  # an exact identity, proved without polynomial gcds (see certified.py)
         return certify(total - 1).sign() == 0
@@ -885,7 +885,7 @@ def _sums_to_one(total: Any) -> bool:
 def _attention_checks(att: Any) -> list[Check]:
     import sympy as sp
 
-    from .shapes import Shape
+    from ..exact.shapes import Shape
 
     positive = zeros = undecided = negative = 0
     row_total = row_ok = row_empty = 0
@@ -1025,7 +1025,7 @@ def _shape_tex(shape: tuple[int, int]) -> str:
 
 
 def _shape_steps(spec: Any) -> tuple[list[Step], list[Check]]:
-    from .shapes import Shape, attention_shapes, same_size
+    from ..exact.shapes import Shape, attention_shapes, same_size
 
     table = attention_shapes(spec)
     sh = {e.name: e.shape for e in table.entries}
@@ -1122,7 +1122,7 @@ def _simplify(x: Any) -> Any:
 def _count_steps(spec: Any) -> tuple[list[Step], list[Check]]:
     import sympy as sp
 
-    from .params import parameter_count
+    from ..exact.params import parameter_count
 
     count = parameter_count(spec)
     h, g = spec.heads, spec.kv_heads
@@ -1248,7 +1248,7 @@ def _claim_lines(example: Any, records: Sequence[Any]) -> tuple[ClaimLine, ...]:
 def _claim_value(example: Any, claim: Any) -> Any:
     """The exact value of a claim's quantity, as the checker computes it (None if unknown)."""
     try:
-        from .textbook import _quantity_value
+        from .check import _quantity_value
     except ImportError:  # pragma: no cover - textbook without that helper
         return None
     try:
@@ -1260,7 +1260,7 @@ def _claim_value(example: Any, claim: Any) -> Any:
 def _exact_tex(expr: Any) -> str | None:
     import sympy as sp
 
-    from .shapes import Shape
+    from ..exact.shapes import Shape
 
     if isinstance(expr, Shape):
         return expr.latex()
@@ -1279,7 +1279,7 @@ def _records_for(example: Any, report: Any) -> list[Any]:
     if report is None:
         if not getattr(example, "claims", None):
             return []
-        from .textbook import check_examples
+        from .check import check_examples
 
         report = check_examples([example])
     return [r for r in report.records if _record_example_name(r) == example.name]
@@ -1317,8 +1317,8 @@ def _derive_spec(name: str, title: str, notes: str, spec: Any, example: Any) -> 
 
 
 def _derive_one(obj: Any, report: Any) -> ExampleDerivation:
-    from .engine import ExactAttention
-    from .spec import AttentionSpec
+    from ..exact.engine import ExactAttention
+    from ..exact.spec import AttentionSpec
 
     if isinstance(obj, ExactAttention):
         return ExampleDerivation("attention", "Attention", "", tuple(_attention_steps(obj)),
@@ -1355,16 +1355,16 @@ def derive(
 ) -> Derivation:
     r"""Derive one or more worked examples (or exact attention computations) step by step.
 
-    ``example_or_attention``: a :class:`~mha_symbolic.textbook.WorkedExample`, an
-    :class:`~mha_symbolic.engine.ExactAttention`, an
-    :class:`~mha_symbolic.spec.AttentionSpec` (shape algebra and counts), or a
-    list of them.  ``report``: a :class:`~mha_symbolic.textbook.CheckReport`
+    ``example_or_attention``: a :class:`~mha_symbolic.textbook.check.WorkedExample`, an
+    :class:`~mha_symbolic.exact.engine.ExactAttention`, an
+    :class:`~mha_symbolic.exact.spec.AttentionSpec` (shape algebra and counts), or a
+    list of them.  ``report``: a :class:`~mha_symbolic.textbook.check.CheckReport`
     whose records give the verdicts; when omitted, examples with claims are
     checked here.  ``figures``: a directory to draw figures into (needs
     matplotlib); the document refers to them relative to ``relative_to``
     (default: the current directory).
 
-    >>> from mha_symbolic.engine import exact_attention
+    >>> from mha_symbolic.exact.engine import exact_attention
     >>> d = derive(exact_attention(scores=[[2, 2, 2]], value=[[10], [20], [30]]),
     ...            format="fragment")
     >>> r"w_{11} &= \frac{e^{2}}{e^{2} + e^{2} + e^{2}} = \frac{1}{3}" in d.text
@@ -1701,14 +1701,14 @@ def _plain(markup: str) -> str:
 
 
 def _select(examples: list[Any], names: Sequence[str] | None) -> list[Any]:
-    from .textbook import select_examples
+    from .check import select_examples
 
     return select_examples(examples, names)
 
 
 def cli_derive(args: Any) -> int:
     """``mha-symbolic derive FILE [--format F] [-o OUT] [--example NAME] [--pdf] [--figures]``."""
-    from .textbook import check_examples, load_examples
+    from .check import check_examples, load_examples
 
     fmt = args.format
     out = Path(args.output) if args.output else None
@@ -1730,7 +1730,7 @@ def cli_derive(args: Any) -> int:
         raise ExampleFileError(f"-o {out}: the folder {out.parent} does not exist")
     out.write_text(text, encoding="utf-8")
     if args.pdf:
-        from ._latex import compile_tex
+        from .._latex import compile_tex
 
         pdf = compile_tex(out)
         print(f"wrote {out} and {pdf}")

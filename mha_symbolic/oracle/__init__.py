@@ -1,0 +1,26 @@
+"""The oracle: certified references for floating-point attention.
+
+Files name the method: :mod:`.inputs` (numpy/torch/jax/lists to exact dyadics),
+:mod:`.formats` (fp64 … bf16: exact values, correct rounding), :mod:`.conventions`
+(scale, masks, causal alignment, masked rows), :mod:`.constants` (of the error
+analysis), :mod:`.fast` (proved float64 bounds), :mod:`.arb` (the ball-arithmetic
+fallback), :mod:`.enclosure` (rounding and ties), :mod:`.forward`
+(:func:`reference_attention`), :mod:`.mha` (:func:`reference_mha`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "reference_attention": "forward",
+    "reference_mha": "mha",
+    "Enclosure": "enclosure",
+})
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .enclosure import Enclosure
+    from .forward import reference_attention
+    from .mha import reference_mha

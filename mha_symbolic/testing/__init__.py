@@ -1,0 +1,30 @@
+"""Testing tools for kernel authors: the rounding-error model (:mod:`.tolerance`),
+the catalogue of known bugs (:mod:`.bugs`), verdicts and reports (:mod:`.compare`)
+and the pytest plugin (:mod:`.pytest_plugin`).
+
+Built on the oracle; importing this package loads nothing heavy (the pytest plugin
+is registered from here).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "compare_attention": "compare",
+    "assert_attention_close": "compare",
+    "compare_mha": "compare",
+    "assert_mha_close": "compare",
+    "AttentionComparison": "compare",
+})
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .compare import (
+        AttentionComparison,
+        assert_attention_close,
+        assert_mha_close,
+        compare_attention,
+        compare_mha,
+    )
