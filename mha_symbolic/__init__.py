@@ -32,9 +32,9 @@ _EXPORTS: dict[str, str] = {
     "certify": "exact.certified",
     "CertifiedValue": "exact.certified",
     # textbook verifier and derivations
-    "load_examples": "textbook.check",
+    "load_examples": "textbook.examples",
     "check_examples": "textbook.check",
-    "WorkedExample": "textbook.check",
+    "WorkedExample": "textbook.examples",
     "derive": "textbook.derivation",
     # proofs
     "run_proofs": "exact.prove",
@@ -88,5 +88,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .exact.spec import AttentionSpec
     from .oracle import Enclosure, reference_attention, reference_mha
     from .testing.compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
-    from .textbook.check import WorkedExample, check_examples, load_examples
+    from .textbook.check import check_examples
     from .textbook.derivation import derive
+    from .textbook.examples import WorkedExample, load_examples

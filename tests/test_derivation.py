@@ -48,14 +48,14 @@ def softmax_mp(row: list[mpmath.mpf]) -> list[mpmath.mpf]:
 
 @pytest.fixture(scope="module")
 def seed_examples() -> list:
-    from mha_symbolic.textbook.check import load_examples
+    from mha_symbolic.textbook import load_examples
 
     return load_examples(SEED)
 
 
 @pytest.fixture(scope="module")
 def seed_report(seed_examples: list):
-    from mha_symbolic.textbook.check import check_examples
+    from mha_symbolic.textbook import check_examples
 
     return check_examples(seed_examples)
 
@@ -278,7 +278,7 @@ def test_repr_latex_is_math_mode_for_jupyter() -> None:
 
 
 def test_user_text_is_escaped_for_latex() -> None:
-    from mha_symbolic.textbook.check import load_examples
+    from mha_symbolic.textbook import load_examples
 
     ex = load_examples(text='''
 [[example]]
@@ -323,7 +323,7 @@ value = [[1], [2], [3], [4], [5], [6], [7], [8]]
 
 
 def test_gqa_with_mask_and_biases_derives_and_checks() -> None:
-    from mha_symbolic.textbook.check import load_examples
+    from mha_symbolic.textbook import load_examples
 
     d = derive(load_examples(text=GQA_TOML), format="fragment")
     gqa = d.examples[0]
@@ -339,7 +339,7 @@ def test_gqa_with_mask_and_biases_derives_and_checks() -> None:
 @pytest.mark.parametrize("which", ["seed", "gqa"])
 def test_derivation_compiles_with_pdflatex(tmp_path: Path, seed_derivation, which) -> None:
     from mha_symbolic._latex import compile_tex, pdflatex_path
-    from mha_symbolic.textbook.check import load_examples
+    from mha_symbolic.textbook import load_examples
 
     if pdflatex_path() is None:
         pytest.skip("pdflatex is not installed (Debian: texlive-latex-base, "

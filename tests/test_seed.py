@@ -21,7 +21,7 @@ from pathlib import Path
 import mpmath
 import pytest
 
-from mha_symbolic.textbook.check import CheckReport, ClaimRecord, check_examples, load_examples
+from mha_symbolic.textbook import CheckReport, ClaimRecord, check_examples, load_examples
 
 SEED = Path(__file__).resolve().parent.parent / "examples" / "seed.toml"
 mp = mpmath.mp

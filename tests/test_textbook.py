@@ -15,7 +15,7 @@ import mpmath
 import pytest
 
 from mha_symbolic.errors import ClaimError, ExampleFileError, MhaSymbolicError
-from mha_symbolic.textbook.check import CheckReport, check_examples, load_examples
+from mha_symbolic.textbook import CheckReport, check_examples, load_examples
 
 DATA = Path(__file__).resolve().parent / "data"
 PLANTED = DATA / "planted.toml"

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mha_symbolic.errors import MhaSymbolicError
-from mha_symbolic.textbook.check import check_examples, load_examples
+from mha_symbolic.textbook import check_examples, load_examples
 
 SEED = Path(__file__).resolve().parent.parent / "examples" / "seed.toml"
 SEED_TEXT = SEED.read_text(encoding="utf-8")

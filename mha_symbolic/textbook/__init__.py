@@ -1,5 +1,7 @@
-"""The textbook side: answers as printed (:mod:`.claims`), worked-example files,
-verdicts, diagnoses and reports (:mod:`.check`), step-by-step derivations
+"""The textbook side: answers as printed (:mod:`.claims`), worked-example files
+(:mod:`.examples`), the quantities a claim names (:mod:`.quantities`), verdicts
+(:mod:`.verdicts`), diagnoses of slips (:mod:`.slips`), reports (:mod:`.reports`),
+the check itself and its command (:mod:`.check`), step-by-step derivations
 (:mod:`.derivation`) and figures (:mod:`.figures`).
 
 It builds on the exact core and never imports the oracle.
@@ -12,17 +14,20 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "load_examples": "check",
+    "load_examples": "examples",
+    "select_examples": "examples",
+    "WorkedExample": "examples",
+    "Claim": "examples",
     "check_examples": "check",
-    "select_examples": "check",
-    "WorkedExample": "check",
-    "CheckReport": "check",
-    "ClaimRecord": "check",
+    "CheckReport": "reports",
+    "ClaimRecord": "reports",
     "derive": "derivation",
     "parse_printed": "claims",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .check import CheckReport, ClaimRecord, WorkedExample, check_examples, load_examples, select_examples
+    from .check import check_examples
     from .claims import parse_printed
     from .derivation import derive
+    from .examples import Claim, WorkedExample, load_examples, select_examples
+    from .reports import CheckReport, ClaimRecord

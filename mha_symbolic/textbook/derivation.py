@@ -1248,11 +1248,11 @@ def _claim_lines(example: Any, records: Sequence[Any]) -> tuple[ClaimLine, ...]:
 def _claim_value(example: Any, claim: Any) -> Any:
     """The exact value of a claim's quantity, as the checker computes it (None if unknown)."""
     try:
-        from .check import _quantity_value
+        from .quantities import quantity_value
     except ImportError:  # pragma: no cover - textbook without that helper
         return None
     try:
-        return _quantity_value(example, claim)
+        return quantity_value(example, claim)
     except MhaSymbolicError:
         return None
 
@@ -1355,10 +1355,10 @@ def derive(
 ) -> Derivation:
     r"""Derive one or more worked examples (or exact attention computations) step by step.
 
-    ``example_or_attention``: a :class:`~mha_symbolic.textbook.check.WorkedExample`, an
+    ``example_or_attention``: a :class:`~mha_symbolic.textbook.examples.WorkedExample`, an
     :class:`~mha_symbolic.exact.engine.ExactAttention`, an
     :class:`~mha_symbolic.exact.spec.AttentionSpec` (shape algebra and counts), or a
-    list of them.  ``report``: a :class:`~mha_symbolic.textbook.check.CheckReport`
+    list of them.  ``report``: a :class:`~mha_symbolic.textbook.reports.CheckReport`
     whose records give the verdicts; when omitted, examples with claims are
     checked here.  ``figures``: a directory to draw figures into (needs
     matplotlib); the document refers to them relative to ``relative_to``
@@ -1701,7 +1701,7 @@ def _plain(markup: str) -> str:
 
 
 def _select(examples: list[Any], names: Sequence[str] | None) -> list[Any]:
-    from .check import select_examples
+    from .examples import select_examples
 
     return select_examples(examples, names)
 

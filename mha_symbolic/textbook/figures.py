@@ -363,7 +363,7 @@ def _token_labels(att: Any, tokens: Any) -> dict[str, Any]:
 
 
 def _example_attention(file: str, name: str | None) -> tuple[Any, Any]:
-    from .check import load_examples
+    from .examples import load_examples
 
     examples = load_examples(file)
     if name is None:
@@ -373,7 +373,7 @@ def _example_attention(file: str, name: str | None) -> tuple[Any, Any]:
                             f"{len(candidates)} examples with inputs")
         example = candidates[0]
     else:
-        from .check import select_examples
+        from .examples import select_examples
 
         (example,) = select_examples(examples, [name])
     att = example.attention()
