@@ -50,6 +50,48 @@ MAX_IDENTITY_OPS = 400
 #: Working precisions (bits) tried in turn before giving up.
 PRECISIONS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
+#: Largest number of terms an exact expansion may produce (counted before expanding).
+MAX_EXPANSION_TERMS = 2000
+
+
+def expansion_terms(expr: Any, cap: int = 10**9) -> int:
+    """An upper bound on the number of terms ``sympy.expand`` produces from ``expr``
+    (capped at ``cap``): sums add, products multiply, a power (t terms)^n gives at most
+    C(n + t − 1, t − 1) terms, and a function's arguments are expanded inside it.
+
+    >>> import sympy as sp
+    >>> expansion_terms(sp.Mul(*[1 + sp.sqrt(p) for p in (2, 3, 5, 7, 11)], evaluate=False))
+    32
+    """
+    import sympy as sp
+
+    def count(e: Any) -> int:
+        if e.is_Atom:
+            return 1
+        if e.is_Add:
+            return min(sum(count(a) for a in e.args), cap)
+        if e.is_Mul:
+            total = 1
+            for a in e.args:
+                total = min(total * count(a), cap)
+            return total
+        if e.is_Pow:
+            t = count(e.base)
+            n = e.exp
+            inner = count(n) if not n.is_Atom else 1
+            if t == 1 or not n.is_Integer:
+                return min(max(t, inner), cap)
+            k = abs(int(n))
+            if k * math.log2(t) > 40:  # t^k >= C(k + t - 1, t - 1): beyond any cap used
+                return cap
+            return min(max(math.comb(k + t - 1, t - 1), inner), cap)
+        # a function (exp, log, ...): its arguments are expanded; exp of a sum splits
+        return min(max((count(a) for a in e.args), default=1), cap)
+
+    if not isinstance(expr, sp.Basic):
+        return 1
+    return count(expr)
+
 
 @contextmanager
 def _precision(bits: int) -> Iterator[None]:
@@ -202,31 +244,42 @@ class CertifiedValue:
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # -- core: decide a question with rising precision --------------------------
-    def _decide(self, question: Any, what: str) -> Any:
+    def _decide(self, question: Any, what: str, max_bits: int | None = None) -> Any:
         """Evaluate ``question`` (a function of an exact Fraction) at both ends
-        of ever tighter balls until the answers agree."""
+        of ever tighter balls until the answers agree.
+
+        The precision rises through :data:`PRECISIONS` (at most ``max_bits``); at 128
+        bits the value is also tried as a rational number in disguise (a row of
+        weights summing to 1 sits exactly on a boundary and no ball can settle it).
+        Undecided at the cap: :class:`~mha_symbolic.errors.PrecisionError`.
+        """
         if self.exact is not None:
             return question(self.exact)
+        cap = PRECISIONS[-1] if max_bits is None else max_bits
+        tried_rational = False
         for bits in PRECISIONS:
+            if bits > cap:
+                break
             with _precision(bits):  # lower()/upper() round to the context precision
                 bounds = _bounds(_arb(self.expr))
-            if bounds is None:
-                continue
-            lo, hi = bounds
-            a, b = question(lo), question(hi)
-            if a == b:
-                return a
-            if bits == PRECISIONS[1]:
+            if bounds is not None:
+                lo, hi = bounds
+                a, b = question(lo), question(hi)
+                if a == b:
+                    return a
+            if bits >= PRECISIONS[1] and not tried_rational:
                 # Still undecided: the value may be a rational number in disguise
                 # (a row of weights summing to 1), sitting exactly on the boundary.
+                tried_rational = True
                 hidden = self._hidden_rational()
                 if hidden is not None:
                     return question(hidden)
         from .grammar import short_text
 
         raise PrecisionError(
-            f"could not decide {what} for {short_text(self.expr)} at {PRECISIONS[-1]} bits "
-            "(the value may sit exactly on a boundary)"
+            f"could not decide {what} for {short_text(self.expr)} at {min(cap, PRECISIONS[-1])} "
+            "bits: the value may be exactly on the boundary (an exact identity that cheap "
+            "algebra cannot prove), or closer to it than that precision resolves"
         )
 
     def _hidden_rational(self) -> Fraction | None:
@@ -237,7 +290,9 @@ class CertifiedValue:
         to exactly 0 (exponentials multiply out, logarithms split). Only expansion is
         used, never polynomial gcds: SymPy's ``cancel`` can hang, or crash the process
         with SIGFPE under python-flint ground types, on exponentials of irrational
-        arguments (seen on a 3 × 3 example with sqrt(2) scales).
+        arguments (seen on a 3 × 3 example with sqrt(2) scales).  The expansion is
+        attempted only when its number of terms, counted beforehand, is at most
+        :data:`MAX_EXPANSION_TERMS` (a product of k binomials has 2^k terms).
         """
         if "rational" not in self._cache:
             self._cache["rational"] = self._prove_rational()
@@ -259,25 +314,28 @@ class CertifiedValue:
             return None  # not a rational with a small denominator
         try:
             num, _ = sp.together(self.expr - sp.Rational(q.numerator, q.denominator)).as_numer_denom()
+            if expansion_terms(num) > MAX_EXPANSION_TERMS:
+                return None
             expanded = sp.expand(num, log=True, force=True)
             zero = expanded == 0 or sp.logcombine(expanded, force=True).doit() == 0
-        except (TypeError, ValueError, RecursionError):  # pragma: no cover - defensive
+        except (TypeError, ValueError, ArithmeticError, RecursionError):  # pragma: no cover
             return None
         return q if zero else None
-        found_rational: Fraction | None = self._cache["rational"]
-        return found_rational
 
     def enclosure(self, bits: int = 128) -> flint.arb:
         """A rigorous Arb ball containing the value."""
         return to_arb(self.expr, bits)
 
-    def sign(self) -> int:
-        """-1, 0 or 1, certified."""
+    def sign(self, *, max_bits: int | None = None) -> int:
+        """-1, 0 or 1, certified (Arb at rising precision, at most ``max_bits``; a zero
+        is recognised exactly when cheap expansion proves it).  Never asks SymPy's
+        assumptions, which may run ``minimal_polynomial`` on a zero in disguise.
+        Undecided: :class:`~mha_symbolic.errors.PrecisionError`."""
         if self.exact is not None:
             return (self.exact > 0) - (self.exact < 0)
-        if self.expr.is_zero:
+        if self.expr == 0:
             return 0
-        return int(self._decide(lambda x: (x > 0) - (x < 0), "the sign"))
+        return int(self._decide(lambda x: (x > 0) - (x < 0), "the sign", max_bits))
 
     def compare(self, other: Fraction) -> int:
         """Sign of (value - other), certified."""

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from .._text import expr_text, int_text
 from ..errors import InputValueError, ShapeError, SpecError
 from .spec import AttentionSpec
 
@@ -42,11 +43,87 @@ __all__ = ["ExactAttention", "HeadResult", "exact_attention", "exact_matrix", "e
 
 #: Largest number of score entries (heads · n_q · n_k) the symbolic engine builds.
 MAX_SCORE_ENTRIES = 4096
+#: Largest number of exact term operations (see :func:`attention_work`) for one
+#: computation: about a few seconds of SymPy arithmetic.
+MAX_WORK = 400_000
 #: Largest |scaled score| the symbolic engine exponentiates. SymPy rewrites
 #: exp(k·log 2) as the integer 2^k, so an unbounded score could make it build an
 #: integer of astronomically many digits; e^(10^5) ≈ 10^43429 is far beyond any
 #: worked example (the numeric oracle, reference_attention, has no such limit).
 MAX_ABS_SCORE = 10**5
+
+
+def _dims(m: Any) -> tuple[int, int] | None:
+    """(rows, columns) of a matrix input as given (nested lists, arrays, SymPy), without
+    reading its entries; a flat list is one row.  None when absent or not a matrix."""
+    if m is None:
+        return None
+    shape = getattr(m, "shape", None)
+    if shape is not None:
+        shape = tuple(int(n) for n in shape)
+        if len(shape) == 1:
+            return (1, shape[0])
+        return (shape[-2], shape[-1]) if len(shape) >= 2 else None
+    if isinstance(m, (list, tuple)) and m:
+        first = m[0]
+        if isinstance(first, (list, tuple)):
+            return (len(m), len(first))
+        return (1, len(m))
+    return None
+
+
+def attention_work(*, scores: Any = None, query: Any = None, key: Any = None, value: Any = None,
+                   x: Any = None, x_kv: Any = None, w_q: Any = None, w_k: Any = None,
+                   w_v: Any = None, w_o: Any = None, heads: int = 1, kv_heads: int | None = None,
+                   **_: Any) -> dict[str, int]:
+    """The exact term operations each stage of :func:`exact_attention` will perform,
+    counted from the input shapes before any arithmetic is done.
+
+    A product of an m × k by a k × n matrix of single-term entries is m·k·n term
+    operations; the weights are sums over n_k keys, so A·V costs n_q·n_k·(h·d_v) and
+    W^O, which multiplies sums of n_k terms, n_q·(h·d_v)·d_out·n_k.
+
+    >>> attention_work(query=[[1, 0]] * 64, key=[[1, 0]] * 64, value=[[1] * 64] * 64)["A·V"]
+    262144
+    """
+    h = heads if isinstance(heads, int) and heads > 0 else 1
+    kv = kv_heads if isinstance(kv_heads, int) and kv_heads > 0 else h
+    work = {"projections": 0, "scores": 0, "softmax": 0, "A·V": 0, "W^O": 0}
+    if x is not None:
+        n_q, d_model = _dims(x) or (0, 0)
+        n_k, kdim = _dims(x_kv) or (n_q, d_model)
+        q_width = (_dims(w_q) or (0, 0))[1]
+        k_width = (_dims(w_k) or (0, 0))[1]
+        v_width = (_dims(w_v) or (0, 0))[1]
+        work["projections"] = n_q * d_model * q_width + n_k * kdim * (k_width + v_width)
+    elif query is not None or key is not None:
+        n_q, q_width = _dims(query) or (0, 0)
+        n_k = (_dims(key) or (0, 0))[0]
+        v_width = (_dims(value) or (0, 0))[1]
+    else:
+        first = scores[0] if h > 1 and isinstance(scores, (list, tuple)) and scores else scores
+        n_q, n_k = _dims(first) or (0, 0)
+        q_width = 0
+        v_width = (_dims(value) or (0, 0))[1]
+    work["scores"] = n_q * n_k * q_width
+    work["softmax"] = 2 * h * n_q * n_k
+    hd_v = v_width * h // kv  # every query head reads its key/value head's d_v columns
+    work["A·V"] = n_q * n_k * hd_v
+    if w_o is not None:
+        work["W^O"] = n_q * hd_v * (_dims(w_o) or (0, 0))[1] * max(n_k, 1)
+    return work
+
+
+def _check_work(kwargs: dict[str, Any]) -> None:
+    work = attention_work(**kwargs)
+    total = sum(work.values())
+    if total > MAX_WORK:
+        parts = ", ".join(f"{k} {v:,}" for k, v in work.items() if v)
+        raise SpecError(
+            f"this example needs about {total:,} exact term operations ({parts}); the limit "
+            f"is {MAX_WORK:,} (MAX_WORK): too large to compute symbolically, use "
+            "reference_attention for numeric inputs"
+        )
 
 
 def exact_number(x: Any, name: str = "value") -> sympy.Expr:
@@ -75,7 +152,7 @@ def exact_number(x: Any, name: str = "value") -> sympy.Expr:
         try:
             return parse_number(x)
         except ParseError as exc:
-            raise ParseError(f"{name}={x[:60]!r}: {exc}") from None
+            raise ParseError(f"{name}: {exc}") from None
     try:  # numpy scalars and Python floats
         import numbers
 
@@ -212,20 +289,61 @@ def _scale_value(scale: Any, d_k: Any, default_unscaled: bool) -> Any:
 
 
 def _check_magnitude(t: Any, head: int) -> None:
-    """Refuse scaled scores beyond ±MAX_ABS_SCORE before SymPy exponentiates them."""
+    """Refuse scaled scores beyond ±MAX_ABS_SCORE before SymPy exponentiates them.
+
+    Softmax depends only on each entry's distance below its row's largest entry m, so
+    the bound applies to m and to every entry that may lie within MAX_ABS_SCORE of it;
+    an entry certainly more than MAX_ABS_SCORE below m (a finite mask such as −1e9)
+    has weight below e^−100000 and is allowed at any size.  Rational entries are
+    enclosed exactly (a score of 10^1945 is refused at once), the others on 64-bit Arb
+    balls; no SymPy assumption is asked.
+    """
     import sympy as sp
+    from flint import arb
 
     from .certified import to_arb
 
-    for (r, j), e in zip(((r, j) for r in range(t.rows) for j in range(t.cols)), t, strict=True):
-        if e == -sp.oo or e.free_symbols or not e.has(sp.exp, sp.log):
-            continue
-        ball = to_arb(e, 64)
-        if not ball.is_finite() or abs(ball) > MAX_ABS_SCORE:
+    for r in range(t.rows):
+        balls = []
+        for j in range(t.cols):
+            e = t[r, j]
+            if e == -sp.oo or e.free_symbols:
+                continue
+            balls.append((j, e, to_arb(e, 64)))
+        finite = [b for _, _, b in balls if b.is_finite()]
+        top_lo = max((b.lower() for b in finite), default=None)
+        for j, e, ball in balls:
+            far = top_lo is not None and ball.is_finite() and (
+                ball.upper() < top_lo - arb(MAX_ABS_SCORE))
+            if far:
+                continue  # far below the row's maximum: its weight is tiny, not its size
+            if ball.is_finite() and abs(ball) <= MAX_ABS_SCORE:
+                continue
             raise InputValueError(
-                f"scaled score [{r + 1},{j + 1}] of head {head + 1} is beyond ±{MAX_ABS_SCORE}: "
-                "too large to exponentiate exactly; use reference_attention for such inputs"
+                f"scaled score [{r + 1},{j + 1}] of head {head + 1} is beyond ±{MAX_ABS_SCORE} "
+                f"(it is {expr_text(e, 40)}): too large to exponentiate exactly; use "
+                "reference_attention for such inputs"
             )
+
+
+def _check_radicals(mats: list[Any]) -> None:
+    """Bound SymPy's radical arithmetic over every input entry (see
+    :func:`mha_symbolic.exact.grammar.check_radicals`): products of entries combine
+    their fractional powers."""
+    import sympy as sp
+
+    from ..errors import ParseError
+    from .grammar import check_radicals
+
+    radicals = []
+    for m in mats:
+        if isinstance(m, sp.Basic):
+            radicals += [(p.base, p.exp) for p in m.atoms(sp.Pow)
+                         if p.base.is_Rational and p.exp.is_Rational and not p.exp.is_Integer]
+    try:
+        check_radicals(radicals)
+    except ParseError as exc:
+        raise InputValueError(f"the inputs' {exc}") from None
 
 
 def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int) -> Any:
@@ -284,6 +402,29 @@ def _project(x: Any, w: Any, b: Any, xname: str, wname: str, bname: str) -> Any:
     return x * wm + _bias(b, wm.cols, x.rows, bname)
 
 
+def _guarded(build: Any) -> Any:
+    """SymPy's own arithmetic errors on extreme inputs (an OverflowError in its
+    perfect-power test, a RecursionError) become one-line InputValueErrors."""
+    import functools
+
+    from ..errors import MhaSymbolicError
+
+    @functools.wraps(build)
+    def run(**kwargs: Any) -> ExactAttention:
+        try:
+            result: ExactAttention = build(**kwargs)
+        except MhaSymbolicError:
+            raise
+        except (ArithmeticError, RecursionError, ValueError, TypeError) as exc:
+            raise InputValueError(f"exact arithmetic on these inputs failed inside SymPy "
+                                  f"({type(exc).__name__}): the numbers are too large or "
+                                  "too deeply nested to handle exactly") from None
+        return result
+
+    return run
+
+
+@_guarded
 def exact_attention(
     *,
     scores: Any = None,
@@ -329,20 +470,31 @@ def exact_attention(
         return isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= 1
 
     if not whole(heads):
-        raise SpecError(f"heads={heads!r} must be a positive integer")
+        raise SpecError(f"heads={expr_text(heads, 40)} must be a positive integer")
     heads = int(heads)
     kv = heads if kv_heads is None else kv_heads
     if not whole(kv) or heads % int(kv):
-        raise SpecError(f"kv_heads={kv_heads!r} must be a positive divisor of heads={heads}")
+        raise SpecError(f"kv_heads={expr_text(kv_heads, 40)} must be a positive divisor of "
+                        f"heads={int_text(heads)}")
     kv = int(kv)
     if d_k is not None:
         if not whole(d_k):
-            raise SpecError(f"d_k={d_k!r} must be a positive integer")
+            raise SpecError(f"d_k={expr_text(d_k, 40)} must be a positive integer")
         d_k = int(d_k)
     if x_kv is not None and x is None:
         raise SpecError("x_kv needs x (and w_q, w_k, w_v): it is the key/value input of the "
                         "projections")
     group = heads // kv
+    # Count the work and bound the radicals before any arithmetic is done.
+    _check_work(dict(scores=scores, query=query, key=key, value=value, x=x, x_kv=x_kv,
+                     w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o, heads=heads, kv_heads=kv))
+    score_list = (scores if heads > 1 and isinstance(scores, (list, tuple)) else [scores]
+                  ) if scores is not None else []
+    _check_radicals([exact_matrix(m, "scores") for m in score_list] + [
+        exact_matrix(m, name) for name, m in (("query", query), ("key", key),
+        ("value", value), ("x", x), ("x_kv", x_kv), ("w_q", w_q), ("w_k", w_k), ("w_v", w_v),
+        ("w_o", w_o), ("b_q", b_q), ("b_k", b_k), ("b_v", b_v), ("b_o", b_o)) if m is not None]
+        + ([exact_number(scale, "scale")] if scale is not None else []))
     inputs: dict[str, Any] = {}
 
     q_heads: list[Any] | None = None
@@ -371,10 +523,10 @@ def exact_attention(
         qm = exact_matrix(query, "query")
         km = exact_matrix(key, "key")
         if qm.cols % heads:
-            raise ShapeError(f"query has {qm.cols} columns, not divisible by heads={heads}")
+            raise ShapeError(f"query has {qm.cols} columns, not divisible by heads={int_text(heads)}")
         width = qm.cols // heads
         if d_k is not None and d_k != width:
-            raise ShapeError(f"d_k={d_k} but query has {qm.cols} columns for heads={heads}")
+            raise ShapeError(f"d_k={d_k} but query has {qm.cols} columns for heads={int_text(heads)}")
         d_k = width
         if km.cols != kv * width:
             raise ShapeError(
@@ -387,7 +539,7 @@ def exact_attention(
     elif scores is not None:
         mats = scores if heads > 1 else [scores]
         if heads > 1 and (not isinstance(scores, (list, tuple)) or len(scores) != heads):
-            raise ShapeError(f"scores must be a list of heads={heads} matrices")
+            raise ShapeError(f"scores must be a list of heads={int_text(heads)} matrices")
         score_mats = [exact_matrix(s, f"scores[{i}]" if heads > 1 else "scores")
                       for i, s in enumerate(mats)]
         n_q, n_k = score_mats[0].shape
@@ -399,7 +551,7 @@ def exact_attention(
 
     if n_q * n_k * heads > MAX_SCORE_ENTRIES:
         raise SpecError(
-            f"heads·n_q·n_k = {heads}·{n_q}·{n_k} exceeds {MAX_SCORE_ENTRIES} entries: "
+            f"heads·n_q·n_k = {int_text(heads)}·{n_q}·{n_k} exceeds {MAX_SCORE_ENTRIES} entries: "
             "too large to build symbolically; use reference_attention for numeric inputs"
         )
 

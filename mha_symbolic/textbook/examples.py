@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -10,7 +11,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from .._text import decimal_digits, echo, int_text, sanitize
 from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
+from ..exact.grammar import MAX_VALUE_DIGITS
 from .quantities import parse_quantity
 
 __all__ = ["Claim", "WorkedExample", "load_examples", "select_examples"]
@@ -110,17 +113,10 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None) ->
         raise ExampleFileError("give a path or text, not both or neither")
     source = "<text>"
     if path is not None:
-        p = Path(path)
-        source = str(p)
-        if p.is_dir():
-            raise ExampleFileError(f"{source}: is a directory, not a worked-example file")
-        if not p.exists():
-            raise ExampleFileError(f"{source}: no such file")
-        if not p.is_file():
-            raise ExampleFileError(f"{source}: not a regular file")
-        data = p.read_bytes()
-        if len(data) > MAX_FILE_BYTES:
-            raise ExampleFileError(f"{source}: larger than {MAX_FILE_BYTES} bytes")
+        from .._io import STDIN, read_bounded
+
+        source = "<stdin>" if str(path) == STDIN else sanitize(str(path))
+        data = read_bounded(path, MAX_FILE_BYTES)
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -129,33 +125,66 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None) ->
     assert text is not None
     if len(text) > MAX_FILE_BYTES:
         raise ExampleFileError(f"{source}: larger than {MAX_FILE_BYTES} characters")
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ExampleFileError(f"{source}: not valid TOML: {exc}") from None
-    except RecursionError:
-        raise ExampleFileError(f"{source}: TOML nested too deeply") from None
+    doc = _parse_toml(text, source)
     unknown = set(doc) - {"example", "title", "source", "notes"}
     if unknown:
-        raise ExampleFileError(f"{source}: unknown top-level key(s) {', '.join(sorted(unknown))};"
+        raise ExampleFileError(f"{source}: unknown top-level key(s) {_keys(unknown)};"
                                " examples go in [[example]] tables")
     raw = doc.get("example")
     if not isinstance(raw, list) or not raw:
         raise ExampleFileError(f"{source}: no [[example]] tables")
     if len(raw) > MAX_EXAMPLES:
         raise ExampleFileError(f"{source}: more than {MAX_EXAMPLES} examples")
+    # counted before any example is built: the limit is on work not yet done
+    claims = sum(len(item.get("claim", ())) for item in raw
+                 if isinstance(item, dict) and isinstance(item.get("claim", ()), list))
+    if claims > MAX_CLAIMS:
+        raise ExampleFileError(f"{source}: more than {MAX_CLAIMS} claims ({claims})")
     examples = [_example(item, i, source) for i, item in enumerate(raw)]
     names = [e.name for e in examples]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise ExampleFileError(f"{source}: duplicate example name(s) {', '.join(dupes)}")
+        raise ExampleFileError(f"{source}: duplicate example name(s) {_keys(dupes)}")
     if sum(len(e.claims) for e in examples) > MAX_CLAIMS:
         raise ExampleFileError(f"{source}: more than {MAX_CLAIMS} claims")
     return examples
+
+
+def _show(value: Any) -> str:
+    """A value from a file for a message: short, quoted, safe for a terminal."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int_text(value)
+    if isinstance(value, (list, dict)):
+        return f"<a TOML {'array' if isinstance(value, list) else 'table'}>"
+    return echo(repr(value), 40)[1:-1]
+
+
+def _keys(keys: Any, most: int = 8) -> str:
+    """Names from a file for a message: quoted safely, at most ``most`` of them."""
+    names = sorted(str(k) for k in keys)
+    shown = ", ".join(k if k.isidentifier() and k.isascii() and len(k) <= 40 else echo(k, 40)
+                      for k in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    """TOML text as a dict; every failure of the TOML reader is an ExampleFileError."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ExampleFileError(f"{source}: not valid TOML: {sanitize(str(exc))}") from None
+    except RecursionError:
+        raise ExampleFileError(f"{source}: TOML nested too deeply") from None
+    except ValueError as exc:
+        # tomllib lets int() refuse literals beyond Python's 4300-digit limit
+        if "integer string conversion" in str(exc):
+            raise ExampleFileError(f"{source}: not valid TOML here: an integer literal with "
+                                   f"more than {MAX_VALUE_DIGITS} digits") from None
+        raise ExampleFileError(f"{source}: not valid TOML: {sanitize(str(exc))[:200]}") from None
 
 
 def _example(item: Any, index: int, source: str) -> WorkedExample:
@@ -165,10 +194,10 @@ def _example(item: Any, index: int, source: str) -> WorkedExample:
     name = item.get("name", str(index + 1))
     if not isinstance(name, str) or not name.strip() or len(name) > 100:
         raise ExampleFileError(f"{where}: name must be a non-empty string")
-    where = f"{source}: example {name!r}"
+    where = f"{source}: example {echo(name, 40)}"
     unknown = set(item) - _EXAMPLE_KEYS
     if unknown:
-        raise ExampleFileError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+        raise ExampleFileError(f"{where}: unknown key(s) {_keys(unknown)}")
     for key in ("title", "notes"):
         if key in item and not isinstance(item[key], str):
             raise ExampleFileError(f"{where}: {key} must be a string")
@@ -186,7 +215,7 @@ def _example(item: Any, index: int, source: str) -> WorkedExample:
                     raise ExampleFileError(f"{where}: {key} must be true or false")
             elif not (isinstance(value, int) and not isinstance(value, bool)) and not (
                     isinstance(value, str) and value.isidentifier()):
-                raise ExampleFileError(f"{where}: {key}={value!r} must be a positive integer "
+                raise ExampleFileError(f"{where}: {key}={_show(value)} must be a positive integer "
                                        "or a symbol name")
             dims[key] = value
     claims_raw = item.get("claim", [])
@@ -221,9 +250,12 @@ def _matrix_input(value: Any, where: str) -> Any:
             for y in x:
                 walk(y)
         elif isinstance(x, bool) or not isinstance(x, (int, float, str)):
-            raise ExampleFileError(f"{where}: entry {x!r} is not a number or a number string")
+            raise ExampleFileError(f"{where}: entry {_show(x)} is not a number or a number string")
         elif isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))):
-            raise ExampleFileError(f"{where}: entry {x!r} is not a finite number")
+            raise ExampleFileError(f"{where}: entry {_show(x)} is not a finite number")
+        elif isinstance(x, int) and decimal_digits(x) > MAX_VALUE_DIGITS:
+            raise ExampleFileError(f"{where}: entry {int_text(x)} has more than "
+                                   f"{MAX_VALUE_DIGITS} digits")
 
     walk(value)
     return value
@@ -232,16 +264,23 @@ def _matrix_input(value: Any, where: str) -> Any:
 def _option(key: str, value: Any, where: str) -> Any:
     if key in ("heads", "kv_heads", "d_k"):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ExampleFileError(f"{where}: {key}={value!r} must be a positive integer")
+            raise ExampleFileError(f"{where}: {key}={_show(value)} must be a positive integer")
         return value
     if key == "scale":
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ExampleFileError(f"{where}: scale={value!r} must be a number or number string")
+            raise ExampleFileError(f"{where}: scale={echo(repr(value), 40)} must be a number or "
+                                   "number string")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ExampleFileError(f"{where}: scale={_show(value)} is not finite: the scale must be "
+                                   "a finite number")
+        if isinstance(value, int) and decimal_digits(value) > MAX_VALUE_DIGITS:
+            raise ExampleFileError(f"{where}: scale={int_text(value)} has more than "
+                                   f"{MAX_VALUE_DIGITS} digits")
         return value
     if key == "mask":
         if isinstance(value, str):
             if value != "causal":
-                raise ExampleFileError(f"{where}: mask={value!r} must be 'causal' or a matrix")
+                raise ExampleFileError(f"{where}: mask={_show(value)} must be 'causal' or a matrix")
             return value
         if not isinstance(value, list):
             raise ExampleFileError(f"{where}: mask must be 'causal' or a matrix")
@@ -259,18 +298,18 @@ def _claim(item: Any, index: int, where: str) -> Claim:
         raise ExampleFileError(f"{cwhere} is not a table")
     unknown = set(item) - _CLAIM_KEYS
     if unknown:
-        raise ExampleFileError(f"{cwhere}: unknown key(s) {', '.join(sorted(unknown))}")
+        raise ExampleFileError(f"{cwhere}: unknown key(s) {_keys(unknown)}")
     quantity, claimed = item.get("quantity"), item.get("claimed")
     if not isinstance(quantity, str) or not quantity.strip():
         raise ExampleFileError(f"{cwhere}: quantity must be a non-empty string")
     if isinstance(claimed, (int, float)) and not isinstance(claimed, bool):
-        raise ExampleFileError(f"{cwhere}: claimed={claimed!r} must be a string, as printed "
-                               f"(write claimed = \"{claimed}\")")
+        raise ExampleFileError(f"{cwhere}: claimed={_show(claimed)} must be a string, as printed "
+                               f"(write claimed = \"{_show(claimed)}\")")
     if not isinstance(claimed, str) or not claimed.strip():
         raise ExampleFileError(f"{cwhere}: claimed must be a non-empty string (as printed)")
     head = item.get("head", 1)
     if not isinstance(head, int) or isinstance(head, bool) or head < 1:
-        raise ExampleFileError(f"{cwhere}: head={head!r} must be a positive integer (1-based)")
+        raise ExampleFileError(f"{cwhere}: head={_show(head)} must be a positive integer (1-based)")
     expr = item.get("expr")
     if expr is not None and not isinstance(expr, str):
         raise ExampleFileError(f"{cwhere}: expr must be a string")
@@ -278,7 +317,7 @@ def _claim(item: Any, index: int, where: str) -> Claim:
     rtol_f = Fraction(1, 10**6)
     if rtol is not None:
         if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 < rtol < 1:
-            raise ExampleFileError(f"{cwhere}: rtol={rtol!r} must be a number in (0, 1)")
+            raise ExampleFileError(f"{cwhere}: rtol={_show(rtol)} must be a number in (0, 1)")
         rtol_f = Fraction(repr(float(rtol)))
     note = item.get("note", "")
     if not isinstance(note, str):

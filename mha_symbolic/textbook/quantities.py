@@ -27,15 +27,22 @@ _DIM_NAMES = ("n_q", "n_k", "d_model", "heads", "kv_heads", "d_k", "d_v", "kdim"
               "concat_width")
 _PARAM_NAMES = ("total", "weights", "biases", "w_q", "w_k", "w_v", "w_o", "w_q_head", "w_k_head",
                 "w_v_head", "qkv")
-_QUANTITY = re.compile(r"^(?P<name>[a-z_]+)(?:\.(?P<sub>[a-z_]+))?(?:\[(?P<idx>[\d,\s]*)\])?$")
+#: Longest quantity name read (``scaled_score[12,34]`` is 19 characters).
+MAX_QUANTITY_LENGTH = 100
+_QUANTITY = re.compile(r"^(?P<name>[a-z_]+)(?:\.(?P<sub>[a-z_]+))?(?:\[(?P<idx>[0-9,\s]*)\])?$")
 
 
 def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
-    m = _QUANTITY.match(q.replace(" ", ""))
+    from .._text import echo
+
+    m = _QUANTITY.match(q.replace(" ", "")) if len(q) <= MAX_QUANTITY_LENGTH else None
     if not m:
-        raise ClaimError(f"quantity={q!r} is not of the form name, name[i], name[i,j] or "
+        raise ClaimError(f"quantity={echo(q)} is not of the form name, name[i], name[i,j] or "
                          "shape.name / dim.name / params.name")
+    q = echo(q)[1:-1]  # as quoted in the messages below
     name, sub, idx = m.group("name"), m.group("sub"), m.group("idx")
+    if idx and any(len(i.strip()) > 9 for i in idx.split(",")):
+        raise ClaimError(f"quantity={q!r}: an index beyond 999999999 is out of range")
     indices = tuple(int(i) for i in idx.split(",") if i) if idx else ()
     if any(i < 1 for i in indices):
         raise ClaimError(f"quantity={q!r}: indices are 1-based")
