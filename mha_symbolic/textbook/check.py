@@ -38,13 +38,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..errors import ClaimError, MhaSymbolicError
+from ..errors import ClaimError, MhaSymbolicError, PrecisionError
 from .claims import parse_printed
 from .examples import Claim, WorkedExample, load_examples, select_examples
 from .quantities import parse_quantity, quantity_value
 from .reports import CheckReport, ClaimRecord
 from .slips import count_diagnosis, digit_diagnosis, premature, variant_diagnosis
-from .verdicts import describe, judge
+from .verdicts import UNDECIDED, describe, judge
 
 __all__ = [
     "CheckReport",
@@ -105,8 +105,11 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
         form = f"({form})" if form and all(f for _, f in described) else ""
     ok = all(j.ok for j in judgements)
     verdicts = [j.verdict for j in judgements]
-    verdict = ("wrong" if not ok else "exact" if all(v == "exact" for v in verdicts)
+    # a definite wrong part makes the claim wrong; else an undecided part, undecided
+    verdict = ("wrong" if "wrong" in verdicts else UNDECIDED if UNDECIDED in verdicts
+               else "exact" if all(v == "exact" for v in verdicts)
                else "approximation" if "approximation" in verdicts else "correctly rounded")
+    detail = next((j.detail for j in judgements if j.detail), None)
     rounded = None
     if any(j.rounded for j in judgements):
         rounded_parts = [j.rounded or part.text.strip() for j, part in zip(judgements, parts, strict=True)]
@@ -114,14 +117,18 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
     errors = [j.error_units for j in judgements if j.error_units]
     error_units = ", ".join(errors) if errors else None
     diagnosis = None
-    if not ok:
-        diagnosis = (premature(ex, index, claim, p) or variant_diagnosis(ex, claim, p)
-                     or count_diagnosis(ex, claim, p))
-        if diagnosis is None and len(values) == 1:
-            diagnosis = digit_diagnosis(sp.sympify(values[0]), parts[0])
+    if verdict == "wrong":
+        try:  # a diagnosis is stated only when proved; undecided means none is stated
+            diagnosis = (premature(ex, index, claim, p) or variant_diagnosis(ex, claim, p)
+                         or count_diagnosis(ex, claim, p))
+            if diagnosis is None and len(values) == 1:
+                diagnosis = digit_diagnosis(sp.sympify(values[0]), parts[0])
+        except PrecisionError:
+            diagnosis = None
     precision = "; ".join(d for d in dict.fromkeys(part.describe_precision() for part in parts) if d)
     return ClaimRecord(ex.name, claim.quantity, claim.head, claim.claimed, exact, form, rounded,
-                       precision, verdict, ok, error_units, diagnosis, claim.note, value)
+                       precision, verdict, ok, error_units, diagnosis, claim.note, value,
+                       detail=detail)
 
 
 def check_examples(examples: Iterable[WorkedExample] | WorkedExample,
@@ -148,4 +155,4 @@ def cli_check(args: Any) -> int:
         print(report.markdown())
     else:
         print(report.text())
-    return 0 if report.ok else 1
+    return report.exit_status

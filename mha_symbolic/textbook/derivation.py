@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from .._latex import latex_escape, standalone_document
+from .._text import sanitize
 from ..errors import ExampleFileError, MhaSymbolicError, SpecError
 
 __all__ = [
@@ -1480,11 +1481,13 @@ def _markup_tex(text: str) -> str:
     return "".join(parts)
 
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#$~!])")
 
 
 def _md_text(text: str) -> str:
-    return _MD_SPECIAL.sub(r"\\\1", text)
+    """Plain text for Markdown: control characters made visible, every character that
+    Markdown (or GitHub's math, ``$``) would interpret escaped."""
+    return _MD_SPECIAL.sub(r"\\\1", sanitize(text))
 
 
 def _markup_md(text: str) -> str:
@@ -1510,10 +1513,11 @@ def _mark(ok: bool) -> tuple[str, str]:
 def _render_latex(d: Derivation) -> str:
     out: list[str] = []
     for ex in d.examples:
-        out.append(f"\\section*{{{_markup_tex(ex.title)}}}")
-        out.append(f"\\addcontentsline{{toc}}{{section}}{{{_markup_tex(ex.title)}}}")
+        # the title and notes come from the file: plain text, never markup (see _tex_text)
+        out.append(f"\\section*{{{_tex_text(ex.title)}}}")
+        out.append(f"\\addcontentsline{{toc}}{{section}}{{{_tex_text(ex.title)}}}")
         for para in _paragraphs(ex.notes):
-            out.append(_markup_tex(para) + "\n")
+            out.append(_tex_text(para) + "\n")
         for k, step in enumerate(ex.steps, 1):
             out.append(f"\\subsection*{{{k}.\\ {_markup_tex(step.title)}}}")
             out.append(f"\\emph{{Why this step?}} {_markup_tex(_capital(step.why))}\n")
@@ -1597,10 +1601,10 @@ def _render_markdown(d: Derivation, math: str = "github") -> str:
                "the checker's verdict.")
     out.append("")
     for ex in d.examples:
-        out.append(f"## {_markup_md(ex.title)}")
+        out.append(f"## {_md_text(ex.title)}")  # file text: plain, never markup
         out.append("")
         for para in _paragraphs(ex.notes):
-            out += [_markup_md(para), ""]
+            out += [_md_text(para), ""]
         for k, step in enumerate(ex.steps, 1):
             out += [f"### {k}. {_markup_md(step.title)}", ""]
             out += [f"*Why this step?* {_markup_md(_capital(step.why))}", ""]
@@ -1621,7 +1625,8 @@ def _render_markdown(d: Derivation, math: str = "github") -> str:
 
 
 def _claim_md(cl: ClaimLine) -> str:
-    parts = [f"**{_md_text(cl.quantity)}**: the text says `{cl.claimed.replace('`', '')}`"]
+    parts = [f"**{_md_text(cl.quantity)}**: the text says "
+             f"`{sanitize(cl.claimed).replace('`', '')}`"]
     if cl.exact_digits and "…" not in cl.exact_digits:
         parts.append(f"; exact value `{cl.exact_digits}`")
     else:
@@ -1664,7 +1669,7 @@ def _block_md(block: Block, math: str = "github") -> list[str]:
 def _render_mathjax(d: Derivation) -> str:
     rows: list[str] = []
     for ex in d.examples:
-        rows.append("&" + _markup_math(ex.title, r"\textbf"))
+        rows.append("&" + rf"\textbf{{{latex_escape(ex.title)}}}")  # file text: plain
         for step in ex.steps:
             rows.append("&" + _markup_math(step.title, r"\textit"))
             for block in step.blocks:
@@ -1708,17 +1713,20 @@ def _select(examples: list[Any], names: Sequence[str] | None) -> list[Any]:
 
 def cli_derive(args: Any) -> int:
     """``mha-symbolic derive FILE [--format F] [-o OUT] [--example NAME] [--pdf] [--figures]``."""
+    from .._io import output_path, write_output
     from .check import check_examples, load_examples
 
     fmt = args.format
-    out = Path(args.output) if args.output else None
+    out = output_path(args.output, inputs=[args.file])
     if args.pdf and (out is None or fmt != "tex"):
         raise SpecError("--pdf needs -o OUT and --format tex (the default)")
     if args.figures and out is None:
         raise SpecError("--figures needs -o OUT: the figures are written next to it")
     examples = _select(load_examples(args.file), args.example)
     report = check_examples(examples) if any(getattr(e, "claims", None) for e in examples) else None
-    figures_dir = out.parent / f"{out.stem}-figures" if (args.figures and out) else None
+    # the figures' folder name goes into \includegraphics: letters, digits, '.', '-' only
+    figures_dir = (out.parent / (re.sub(r"[^A-Za-z0-9.-]+", "-", out.stem).strip("-.")
+                                 + "-figures") if (args.figures and out) else None)
     derivation = derive(examples, format=fmt, report=report, figures=figures_dir,
                         relative_to=out.parent if out else None,
                         title=f"Derivations: {Path(args.file).name}")
@@ -1726,14 +1734,13 @@ def cli_derive(args: Any) -> int:
     if out is None:
         print(text, end="")
         return 0
-    if not out.parent.is_dir():
-        raise ExampleFileError(f"-o {out}: the folder {out.parent} does not exist")
-    out.write_text(text, encoding="utf-8")
+    write_output(out, text)
     if args.pdf:
         from .._latex import compile_tex
 
-        pdf = compile_tex(out)
-        print(f"wrote {out} and {pdf}")
+        resources = [f.ref for ex in derivation.examples for f in ex.figures]
+        pdf = compile_tex(out, resources=resources)
+        print(f"wrote {sanitize(str(out))} and {sanitize(str(pdf))}")
     else:
-        print(f"wrote {out}")
+        print(f"wrote {sanitize(str(out))}")
     return 0

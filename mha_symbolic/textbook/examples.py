@@ -182,8 +182,9 @@ def _parse_toml(text: str, source: str) -> dict[str, Any]:
     except ValueError as exc:
         # tomllib lets int() refuse literals beyond Python's 4300-digit limit
         if "integer string conversion" in str(exc):
-            raise ExampleFileError(f"{source}: not valid TOML here: an integer literal with "
-                                   f"more than {MAX_VALUE_DIGITS} digits") from None
+            raise ExampleFileError(f"{source}: an integer literal of more than 4300 digits "
+                                   f"(Python's limit; entries may have at most "
+                                   f"{MAX_VALUE_DIGITS})") from None
         raise ExampleFileError(f"{source}: not valid TOML: {sanitize(str(exc))[:200]}") from None
 
 

@@ -35,7 +35,10 @@ _QUANTITY = re.compile(r"^(?P<name>[a-z_]+)(?:\.(?P<sub>[a-z_]+))?(?:\[(?P<idx>[
 def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
     from .._text import echo
 
-    m = _QUANTITY.match(q.replace(" ", "")) if len(q) <= MAX_QUANTITY_LENGTH else None
+    if len(q) > MAX_QUANTITY_LENGTH:
+        raise ClaimError(f"quantity={echo(q, 40)} is longer than {MAX_QUANTITY_LENGTH} "
+                         "characters")
+    m = _QUANTITY.match(q.replace(" ", ""))
     if not m:
         raise ClaimError(f"quantity={echo(q)} is not of the form name, name[i], name[i,j] or "
                          "shape.name / dim.name / params.name")

@@ -82,6 +82,10 @@ def premature(ex: WorkedExample, index: int, claim: Claim, p: PrintedAnswer) -> 
             candidates = [sum(w for w in row if w is not None)]
         else:
             v = att.heads[h].v
+            if name == "weight" or v is None:
+                # a row of weights is not computed from other printed weights, and
+                # without values there is no weighted sum to redo
+                return None
             cols = [idx[1] - 1] if len(idx) == 2 else list(range(v.cols))
             candidates = []
             for c in cols:

@@ -7,8 +7,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from .._text import expr_text
 from ..errors import ClaimError
 from .claims import PrintedAnswer
+
+#: The verdict of a claim that certified arithmetic could not decide within its
+#: precision cap: never counted as holding (ok is False), never called wrong.
+UNDECIDED = "undecided"
 
 
 @dataclass(frozen=True)
@@ -17,6 +22,7 @@ class Judgement:
     ok: bool
     rounded: str | None = None
     error_units: str | None = None
+    detail: str | None = None  # why an undecided claim could not be decided
 
 
 def _fraction_text(x: Fraction, unit: Fraction) -> str:
@@ -62,33 +68,41 @@ def _judge_decimal(value: Any, p: PrintedAnswer) -> Judgement:
 
 def _signed(cv: Any) -> str:
     """A signed error size with 2 significant digits, for any magnitude (no float overflow)."""
-    x = cv.round_significant(2)
+    return _two_digits(cv.round_significant(2), "+")
+
+
+def _two_digits(x: Fraction, sign: str = "") -> str:
+    """x (already rounded to 2 significant digits) as ``1.6e-28`` / ``+0.77``, for any
+    magnitude: never ``float(x)`` of a number beyond the float range."""
     if x == 0:
-        return "+0"
+        return f"{sign}0"
     from ..exact.certified import _exponent10
 
     k = _exponent10(x)
     if -4 <= k <= 15:
-        return f"{float(x):+.2g}"
+        return f"{float(x):{sign}.2g}"
     m = x / Fraction(10) ** k
-    return f"{float(m):+.2g}e{k:+d}"
+    return f"{float(m):{sign}.2g}e{k:+d}"
 
 
 def _judge_expression(value: Any, p: PrintedAnswer, rtol: Fraction) -> Judgement:
     from ..exact.certified import certify
 
     diff = certify(value - p.expr)
-    if diff.sign() == 0:
+    d = diff.sign()
+    if d == 0:
         return Judgement("exact", True)
     if p.approx:
-        target = certify(value)
-        if target.sign() == 0:
+        v = certify(value).sign()
+        if v == 0:
             return Judgement("wrong", False)
-        rel = certify(abs(value - p.expr) / abs(value))
+        # |value − claim| / |value| with the signs already decided: no sp.Abs, whose
+        # evaluation asks SymPy for signs (minimal_polynomial on algebraic numbers)
+        rel = certify((value - p.expr) * d / (value * v))
         ok = rel.compare(rtol) <= 0
         size = rel.round_significant(2)
         return Judgement("approximation" if ok else "wrong", ok,
-                          error_units=f"relative error {float(size):.2g}")
+                          error_units=f"relative error {_two_digits(size)}")
     return Judgement("wrong", False)
 
 
@@ -104,6 +118,17 @@ def special_value(value: Any) -> str | None:
 
 
 def judge(value: Any, p: PrintedAnswer, rtol: Fraction) -> Judgement:
+    """The verdict on one printed answer; ``undecided`` (ok False) when certified
+    arithmetic cannot decide it within its precision cap."""
+    from ..errors import PrecisionError
+
+    try:
+        return _judge(value, p, rtol)
+    except PrecisionError as exc:
+        return Judgement(UNDECIDED, False, detail=str(exc))
+
+
+def _judge(value: Any, p: PrintedAnswer, rtol: Fraction) -> Judgement:
     special = special_value(value)
     if special is not None or p.kind == "special":
         ok = special == p.expr
@@ -140,9 +165,14 @@ def describe(value: Any, sig: int) -> tuple[str, str]:
     special = special_value(value)
     if special is not None:
         return ("−∞" if special == "-inf" else "NaN"), ""
+    from ..errors import PrecisionError
+
     cv = certify(value)
-    digits = cv.digits(sig)
-    form = str(sp.together(value) if value.is_Add else value).replace("**", "^")
-    if len(form) > 60 or form == digits:
+    try:
+        digits = cv.digits(sig)
+    except PrecisionError:
+        digits = "(digits undecided)"
+    form = expr_text(sp.together(value) if value.is_Add and len(value.args) <= 12 else value, 61)
+    if len(form) > 60 or form == digits or form.startswith("<"):
         form = ""
     return digits, form
