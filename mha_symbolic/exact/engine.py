@@ -45,7 +45,7 @@ __all__ = ["ExactAttention", "HeadResult", "exact_attention", "exact_matrix", "e
 MAX_SCORE_ENTRIES = 4096
 #: Largest number of exact term operations (see :func:`attention_work`) for one
 #: computation: about a few seconds of SymPy arithmetic.
-MAX_WORK = 400_000
+MAX_WORK = 50_000
 #: Largest |scaled score| the symbolic engine exponentiates. SymPy rewrites
 #: exp(k·log 2) as the integer 2^k, so an unbounded score could make it build an
 #: integer of astronomically many digits; e^(10^5) ≈ 10^43429 is far beyond any
@@ -75,19 +75,31 @@ def _dims(m: Any) -> tuple[int, int] | None:
 def attention_work(*, scores: Any = None, query: Any = None, key: Any = None, value: Any = None,
                    x: Any = None, x_kv: Any = None, w_q: Any = None, w_k: Any = None,
                    w_v: Any = None, w_o: Any = None, heads: int = 1, kv_heads: int | None = None,
-                   **_: Any) -> dict[str, int]:
-    """The exact term operations each stage of :func:`exact_attention` will perform,
-    counted from the input shapes before any arithmetic is done.
+                   terms: dict[str, int] | None = None, **_: Any) -> dict[str, int]:
+    """The size of the exact computation, stage by stage, counted from the input
+    shapes (and ``terms``) before any arithmetic is done: the number of terms SymPy
+    builds and certified evaluation later walks.
 
-    A product of an m × k by a k × n matrix of single-term entries is m·k·n term
-    operations; the weights are sums over n_k keys, so A·V costs n_q·n_k·(h·d_v) and
-    W^O, which multiplies sums of n_k terms, n_q·(h·d_v)·d_out·n_k.
+    ``terms[name]`` is 0 for a matrix of rationals (a product of rationals is one
+    rational: 1 term) and otherwise the largest number of terms of its entries.  A
+    product of an m × k matrix whose entries have a terms by a k × n one with b-term
+    entries builds m·n entries of k·a·b terms (1 if both are rational).  A weight is
+    e^(t_j)/Σ_k e^(t_k): n_k times a score's terms; an entry of A·V sums n_k of them
+    times a value; W^O sums h·d_v entries of A·V.  Without ``terms`` every input counts
+    as rational: a lower bound, cheap enough to check before parsing anything.
 
-    >>> attention_work(query=[[1, 0]] * 64, key=[[1, 0]] * 64, value=[[1] * 64] * 64)["A·V"]
-    262144
+    >>> w = attention_work(query=[[1, 0]] * 8, key=[[1, 0]] * 8, value=[[1]] * 8)
+    >>> w["A·V"]  # 8 entries of 8 weights, each 8 terms long
+    512
     """
+    t = terms or {}
     h = heads if isinstance(heads, int) and heads > 0 else 1
     kv = kv_heads if isinstance(kv_heads, int) and kv_heads > 0 else h
+
+    def product(k: int, a: int, b: int) -> int:
+        """Terms of an entry of a product with inner size k (0: rational)."""
+        return 0 if a == 0 and b == 0 else k * max(a, 1) * max(b, 1)
+
     work = {"projections": 0, "scores": 0, "softmax": 0, "A·V": 0, "W^O": 0}
     if x is not None:
         n_q, d_model = _dims(x) or (0, 0)
@@ -95,35 +107,64 @@ def attention_work(*, scores: Any = None, query: Any = None, key: Any = None, va
         q_width = (_dims(w_q) or (0, 0))[1]
         k_width = (_dims(w_k) or (0, 0))[1]
         v_width = (_dims(w_v) or (0, 0))[1]
-        work["projections"] = n_q * d_model * q_width + n_k * kdim * (k_width + v_width)
+        t_x, t_kv = t.get("x", 0), t.get("x_kv", t.get("x", 0))
+        t_q = product(d_model, t_x, t.get("w_q", 0))
+        t_k = product(kdim, t_kv, t.get("w_k", 0))
+        t_v = product(kdim, t_kv, t.get("w_v", 0))
+        work["projections"] = (n_q * q_width * max(t_q, 1) + n_k * k_width * max(t_k, 1)
+                               + n_k * v_width * max(t_v, 1))
     elif query is not None or key is not None:
         n_q, q_width = _dims(query) or (0, 0)
         n_k = (_dims(key) or (0, 0))[0]
         v_width = (_dims(value) or (0, 0))[1]
+        t_q, t_k, t_v = t.get("query", 0), t.get("key", 0), t.get("value", 0)
     else:
         first = scores[0] if h > 1 and isinstance(scores, (list, tuple)) and scores else scores
         n_q, n_k = _dims(first) or (0, 0)
-        q_width = 0
+        q_width = t_q = t_k = 0
         v_width = (_dims(value) or (0, 0))[1]
-    work["scores"] = n_q * n_k * q_width
-    work["softmax"] = 2 * h * n_q * n_k
+        t_v = t.get("value", 0)
+    work["entries"] = h * n_q * n_k  # not a stage: the score-entry limit checks it first
+    d_k = q_width // h if h else 0
+    t_s = product(d_k, t_q, t_k) if q_width else t.get("scores", 0)
+    work["scores"] = h * n_q * n_k * max(t_s, 1)
+    weight = n_k * max(t_s, 1)  # terms of one weight e^(t_j) / Σ_k e^(t_k)
+    work["softmax"] = h * n_q * n_k * weight
     hd_v = v_width * h // kv  # every query head reads its key/value head's d_v columns
-    work["A·V"] = n_q * n_k * hd_v
+    entry = n_k * weight * max(t_v, 1)  # terms of one entry of A·V
+    work["A·V"] = n_q * hd_v * entry
     if w_o is not None:
-        work["W^O"] = n_q * hd_v * (_dims(w_o) or (0, 0))[1] * max(n_k, 1)
+        d_out = (_dims(w_o) or (0, 0))[1]
+        work["W^O"] = n_q * d_out * hd_v * entry * max(t.get("w_o", 0), 1)
     return work
 
 
-def _check_work(kwargs: dict[str, Any]) -> None:
-    work = attention_work(**kwargs)
+def _check_work(kwargs: dict[str, Any], terms: dict[str, int] | None = None) -> None:
+    work = attention_work(**kwargs, terms=terms)
+    entries = work.pop("entries")
+    if entries > MAX_SCORE_ENTRIES:
+        raise SpecError(
+            f"heads·n_q·n_k = {entries} score entries exceeds {MAX_SCORE_ENTRIES} entries: "
+            "too large to build symbolically; use reference_attention for numeric inputs"
+        )
     total = sum(work.values())
     if total > MAX_WORK:
         parts = ", ".join(f"{k} {v:,}" for k, v in work.items() if v)
         raise SpecError(
-            f"this example needs about {total:,} exact term operations ({parts}); the limit "
-            f"is {MAX_WORK:,} (MAX_WORK): too large to compute symbolically, use "
-            "reference_attention for numeric inputs"
+            f"this example's exact computation would hold about {total:,} terms ({parts}); "
+            f"the limit is {MAX_WORK:,}: too large to compute symbolically (fewer tokens or "
+            "narrower matrices, rational entries; or reference_attention for numeric inputs)"
         )
+
+
+def _terms(m: Any) -> int:
+    """0 when every entry of the parsed matrix is rational, else its largest entry's
+    number of terms (at least 1)."""
+    from .certified import expansion_terms
+
+    if all(getattr(e, "is_Rational", False) for e in m):
+        return 0
+    return max(max(expansion_terms(e, cap=10**6) for e in m), 1)
 
 
 def exact_number(x: Any, name: str = "value") -> sympy.Expr:
@@ -485,16 +526,24 @@ def exact_attention(
         raise SpecError("x_kv needs x (and w_q, w_k, w_v): it is the key/value input of the "
                         "projections")
     group = heads // kv
-    # Count the work and bound the radicals before any arithmetic is done.
-    _check_work(dict(scores=scores, query=query, key=key, value=value, x=x, x_kv=x_kv,
-                     w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o, heads=heads, kv_heads=kv))
+    # Count the work and bound the radicals before any arithmetic is done: first from the
+    # shapes alone (before reading a single entry), then with the entries' terms.
+    sizes = dict(scores=scores, query=query, key=key, value=value, x=x, x_kv=x_kv, w_q=w_q,
+                 w_k=w_k, w_v=w_v, w_o=w_o, heads=heads, kv_heads=kv)
+    _check_work(sizes)
     score_list = (scores if heads > 1 and isinstance(scores, (list, tuple)) else [scores]
                   ) if scores is not None else []
-    _check_radicals([exact_matrix(m, "scores") for m in score_list] + [
-        exact_matrix(m, name) for name, m in (("query", query), ("key", key),
-        ("value", value), ("x", x), ("x_kv", x_kv), ("w_q", w_q), ("w_k", w_k), ("w_v", w_v),
-        ("w_o", w_o), ("b_q", b_q), ("b_k", b_k), ("b_v", b_v), ("b_o", b_o)) if m is not None]
-        + ([exact_number(scale, "scale")] if scale is not None else []))
+    parsed = {name: exact_matrix(m, name) for name, m in (
+        ("query", query), ("key", key), ("value", value), ("x", x), ("x_kv", x_kv),
+        ("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o), ("b_q", b_q), ("b_k", b_k),
+        ("b_v", b_v), ("b_o", b_o)) if m is not None}
+    score_mats_parsed = [exact_matrix(m, "scores") for m in score_list]
+    _check_radicals(list(parsed.values()) + score_mats_parsed
+                    + ([exact_number(scale, "scale")] if scale is not None else []))
+    terms = {name: _terms(m) for name, m in parsed.items()}
+    if score_mats_parsed:
+        terms["scores"] = max(_terms(m) for m in score_mats_parsed)
+    _check_work(sizes, terms)
     inputs: dict[str, Any] = {}
 
     q_heads: list[Any] | None = None
