@@ -153,13 +153,22 @@ def expr_text(x: Any, limit: int = 80) -> str:
     except ImportError:  # pragma: no cover - SymPy is a core dependency
         sp = None
     if sp is not None and isinstance(x, sp.Basic):
+        # printing a huge expression costs seconds: count its nodes first (cheaply, at most
+        # a few hundred), and describe it instead of printing it when it is long
+        nodes = 0
+        for _node in sp.preorder_traversal(x):
+            nodes += 1
+            if nodes > 4 * limit:
+                return "<a long expression>"
         big = [max(decimal_digits(r.p), decimal_digits(r.q)) for r in x.atoms(sp.Rational)]
         big = [b for b in big if b > 30]
         if big:
             n = max(big)
             return (f"<a number of about {n} digits>" if x.is_Rational
                     else f"<an expression holding a number of about {n} digits>")
-        text = str(x).replace("**", "^")
+        # a long sum is printed in its canonical order: ordering it for printing makes
+        # SymPy evaluate every term numerically
+        text = (str(x) if nodes <= 60 else sp.sstr(x, order="none")).replace("**", "^")
     else:
         from fractions import Fraction
 

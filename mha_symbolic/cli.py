@@ -153,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
+        print(f"{PROG}: error: a command is needed ({', '.join(_HANDLERS)})", file=sys.stderr)
         return 2
     module_name, func_name = _HANDLERS[args.command]
     debug = args.debug or os.environ.get("MHA_SYMBOLIC_DEBUG", "") not in ("", "0")

@@ -115,63 +115,87 @@ def to_arb(expr: Any, bits: int) -> flint.arb:
         return _arb(expr)
 
 
-def _arb(e: Any) -> flint.arb:
-    import sympy as sp
-    from flint import arb, fmpq
+def _arb(e: Any, memo: dict[Any, Any] | None = None) -> flint.arb:
+    """The Arb ball of ``e`` at the current precision.  A subexpression that occurs
+    several times (the softmax denominator shared by every weight of a row) is
+    evaluated once: ``memo`` maps each evaluated node to its ball (an equal SymPy
+    expression has an equal value, so the same ball encloses it)."""
+    return _Evaluator(memo if memo is not None else {}).ball(e)
 
-    if e.is_Integer or e.is_Rational:
-        return arb(fmpq(int(e.p), int(e.q)))
-    if e.is_Float:
-        sign, man, exp, _ = e._mpf_  # exact binary value of the Float
-        value = arb(int(man)) * arb(2) ** int(exp)
-        return -value if sign else value
-    if e is sp.pi:
-        return arb.pi()
-    if e is sp.E:
-        return arb.const_e()
-    if e.is_Add:
-        total = arb(0)
-        for term in e.args:
-            total += _arb(term)
-        return total
-    if e.is_Mul:
-        prod = arb(1)
-        for factor in e.args:
-            prod *= _arb(factor)
-        return prod
-    if e.is_Pow:
-        base, exponent = e.args
-        if exponent.is_Integer:
-            b = _arb(base)
-            n = int(exponent)
-            return b**n if n >= 0 else 1 / b ** (-n)
-        if exponent == sp.Rational(1, 2):
-            return _arb(base).sqrt()
-        if exponent == sp.Rational(-1, 2):
-            return _arb(base).rsqrt()
-        if base is sp.E:
-            return _arb(exponent).exp()
-        return (_arb(exponent) * _arb(base).log()).exp()
-    if isinstance(e, sp.exp):
-        return _arb(e.args[0]).exp()
-    if isinstance(e, sp.log):
-        if len(e.args) != 1:
-            return _arb(e.args[0]).log() / _arb(e.args[1]).log()
-        return _arb(e.args[0]).log()
-    if isinstance(e, sp.Abs):
-        return abs(_arb(e.args[0]))
-    if isinstance(e, (sp.Max, sp.Min)):
-        balls = [_arb(a) for a in e.args]
-        out = balls[0]
-        for b in balls[1:]:
-            out = out.max(b) if isinstance(e, sp.Max) else out.min(b)
-        return out
-    if e.free_symbols:
-        names = ", ".join(sorted(str(s) for s in e.free_symbols))
-        raise SpecError(f"cannot evaluate an expression with free symbols ({names}): give them values")
-    if e.has(sp.oo, -sp.oo, sp.zoo, sp.nan):
-        raise SpecError(f"cannot evaluate {e}: it is not a finite real number")
-    raise SpecError(f"cannot evaluate {sp.srepr(e)[:80]} with certified arithmetic")
+
+class _Evaluator:
+    __slots__ = ("arb", "fmpq", "memo", "sp")
+
+    def __init__(self, memo: dict[Any, Any]) -> None:
+        import sympy
+        from flint import arb, fmpq
+
+        self.sp, self.arb, self.fmpq, self.memo = sympy, arb, fmpq, memo
+
+    def ball(self, e: Any) -> flint.arb:
+        if e.is_Rational:
+            return self.arb(self.fmpq(int(e.p), int(e.q)))
+        hit = self.memo.get(e)
+        if hit is None:
+            hit = self.memo[e] = self._ball(e)
+        return hit
+
+    def _ball(self, e: Any) -> flint.arb:
+        sp, arb = self.sp, self.arb
+        if e.is_Float:
+            sign, man, exp, _ = e._mpf_  # exact binary value of the Float
+            value = arb(int(man)) * arb(2) ** int(exp)
+            return -value if sign else value
+        if e is sp.pi:
+            return arb.pi()
+        if e is sp.E:
+            return arb.const_e()
+        if e.is_Add:
+            total = arb(0)
+            for term in e.args:
+                total += self.ball(term)
+            return total
+        if e.is_Mul:
+            prod = arb(1)
+            for factor in e.args:
+                prod *= self.ball(factor)
+            return prod
+        if e.is_Pow:
+            base, exponent = e.args
+            if exponent.is_Integer:
+                b = self.ball(base)
+                n = int(exponent)
+                return b**n if n >= 0 else 1 / b ** (-n)
+            if exponent == sp.S.Half:
+                return self.ball(base).sqrt()
+            if exponent == -sp.S.Half:
+                return self.ball(base).rsqrt()
+            if base is sp.E:
+                return self.ball(exponent).exp()
+            return (self.ball(exponent) * self.ball(base).log()).exp()
+        if isinstance(e, sp.exp):
+            return self.ball(e.args[0]).exp()
+        if isinstance(e, sp.log):
+            if len(e.args) != 1:
+                return self.ball(e.args[0]).log() / self.ball(e.args[1]).log()
+            return self.ball(e.args[0]).log()
+        if isinstance(e, sp.Abs):
+            return abs(self.ball(e.args[0]))
+        if isinstance(e, (sp.Max, sp.Min)):
+            balls = [self.ball(a) for a in e.args]
+            out = balls[0]
+            for b in balls[1:]:
+                out = out.max(b) if isinstance(e, sp.Max) else out.min(b)
+            return out
+        from .grammar import short_text
+
+        if e.free_symbols:
+            names = ", ".join(sorted(short_text(s, 32) for s in e.free_symbols))
+            raise SpecError(f"cannot evaluate an expression with free symbols ({names}): "
+                            "give them values")
+        if e.has(sp.oo, -sp.oo, sp.zoo, sp.nan):
+            raise SpecError(f"cannot evaluate {short_text(e)}: it is not a finite real number")
+        raise SpecError(f"cannot evaluate {short_text(sp.srepr(e), 80)} with certified arithmetic")
 
 
 #: Values beyond 2^±MAX_BINARY_EXPONENT (about 10^±30000) are refused: their exact
@@ -393,16 +417,32 @@ class CertifiedValue:
         """The leading ``significant`` digits of the exact decimal expansion,
         followed by ``…`` if the expansion goes on. Every printed digit is certified."""
         _check_digits(significant)
-        if self.sign() == 0:
+        if self.exact is not None:
+            if self.exact == 0:
+                return "0"
+            if _terminates(self.exact):
+                return _format_fraction(self.exact, _decimal_places(self.exact))
+        if self.expr == 0:
             return "0"
-        if self.exact is not None and _terminates(self.exact):
-            return _format_fraction(self.exact, _decimal_places(self.exact))
-        k = self.exponent10()
-        places = max(significant - 1 - k, 0)
-        cut = self.truncate_places(places)
-        if self.compare(cut) == 0:  # the expansion ends here (a rational in disguise)
-            return _format_fraction(cut, _decimal_places(cut))
-        text = _format_fraction(cut, places)
+
+        def view(x: Fraction) -> tuple[int, int, int, bool]:
+            """(sign, places, the value cut after them, whether digits follow), of x."""
+            if x == 0:
+                return (0, 0, 0, False)
+            places = max(significant - 1 - _exponent10(x), 0)
+            scaled = x * _pow10(places)
+            cut = math.trunc(scaled)
+            return ((x > 0) - (x < 0), places, cut, scaled != cut)
+
+        # One question decided on both ends of a ball: the sign, the decimal exponent,
+        # the digits and whether more follow (four separate decisions cost four times more)
+        sign, places, cut, more = self._decide(view, f"the first {significant} digits")
+        if sign == 0:
+            return "0"
+        text = _format_fraction(Fraction(cut) / _pow10(places), places)
+        if not more:  # the expansion ends here (a rational in disguise)
+            value = Fraction(cut) / _pow10(places)
+            return _format_fraction(value, _decimal_places(value))
         return text + "…"
 
     def to_float(self) -> float:

@@ -46,6 +46,9 @@ MAX_SCORE_ENTRIES = 4096
 #: Largest number of exact term operations (see :func:`attention_work`) for one
 #: computation: about a few seconds of SymPy arithmetic.
 MAX_WORK = 50_000
+#: The work of an example with irrational entries (sqrt(2), e^x, ln 3) counts this many
+#: times: calibrated in bench/RESULTS.md (issue 15) on the slowest derivations.
+IRRATIONAL_COST = 4
 #: Largest |scaled score| the symbolic engine exponentiates. SymPy rewrites
 #: exp(k·log 2) as the integer 2^k, so an unbounded score could make it build an
 #: integer of astronomically many digits; e^(10^5) ≈ 10^43429 is far beyond any
@@ -148,12 +151,18 @@ def _check_work(kwargs: dict[str, Any], terms: dict[str, int] | None = None) -> 
             "too large to build symbolically; use reference_attention for numeric inputs"
         )
     total = sum(work.values())
+    irrational = any(terms.values()) if terms else False
+    if irrational:
+        # a term of an irrational entry costs more than a rational product (which collapses
+        # into one number): its exponentials are evaluated, printed and compared in Arb
+        total *= IRRATIONAL_COST
     if total > MAX_WORK:
         parts = ", ".join(f"{k} {v:,}" for k, v in work.items() if v)
+        factor = f" × {IRRATIONAL_COST} for irrational entries" if irrational else ""
         raise SpecError(
-            f"this example's exact computation would hold about {total:,} terms ({parts}); "
-            f"the limit is {MAX_WORK:,}: too large to compute symbolically (fewer tokens or "
-            "narrower matrices, rational entries; or reference_attention for numeric inputs)"
+            f"this example's exact computation would hold about {total:,} terms ({parts}"
+            f"{factor}); the limit is {MAX_WORK:,}: too large to compute symbolically (fewer "
+            "tokens, narrower matrices or rational entries; reference_attention for numbers)"
         )
 
 

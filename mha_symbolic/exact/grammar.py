@@ -51,7 +51,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._text import decimal_digits, echo, expr_text
+from .._text import decimal_digits, echo, expr_text, int_text
 from ..errors import MhaSymbolicError, ParseError
 
 if TYPE_CHECKING:
@@ -440,7 +440,7 @@ class _Parser:
             if base.is_Rational:
                 size = abs(n) * max(decimal_digits(base.p), decimal_digits(base.q))
                 if size > MAX_POWER_DIGITS:
-                    raise ParseError(f"{shown} would have about {size} digits "
+                    raise ParseError(f"{shown} would have about {int_text(size)} digits "
                                      f"(limit {MAX_POWER_DIGITS}){self.within(what)}")
             elif abs(n) > 1 and base != 0:
                 # |base|^n stays within e^±MAX_LOG (exp(x)^n is rewritten as exp(n·x))
@@ -466,7 +466,7 @@ class _Parser:
         if base.is_Rational:
             size = abs(exponent) * max(decimal_digits(base.p), decimal_digits(base.q))
             if size > MAX_POWER_DIGITS:
-                raise ParseError(f"{shown} would have about {int(size)} digits "
+                raise ParseError(f"{shown} would have about {int_text(int(size))} digits "
                                  f"(limit {MAX_POWER_DIGITS}){self.within(what)}")
             check_radicals([(base, exponent)], self.shown)
         else:

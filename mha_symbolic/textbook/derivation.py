@@ -79,6 +79,9 @@ LINE_CHARS = 72
 MATRIX_WIDTH = 64
 #: Sums longer than this (as text) are not rewritten into one fraction.
 TIDY_CHARS = 400
+#: A sum with more atoms than this is printed in SymPy's canonical order of its terms,
+#: not in the printing order, which SymPy finds by evaluating every term numerically.
+ORDERED_LEAVES = 16
 
 DEFAULT_TITLE = "Multi-head attention: derivations"
 
@@ -258,6 +261,13 @@ def _tex(expr: Any) -> str:
         from sympy.printing.latex import LatexPrinter
 
         class _Printer(LatexPrinter):
+            def _as_ordered_terms(self, expr: Any, order: Any = None) -> Any:
+                # SymPy orders a sum's terms by evaluating every numeric factor (seconds
+                # for a long sum of exponentials); a long sum keeps its canonical order
+                if _leaves(expr, ORDERED_LEAVES) > ORDERED_LEAVES:
+                    return list(expr.args)
+                return super()._as_ordered_terms(expr, order=order)
+
             def _print_Rational(self, e: Any) -> str:
                 p, q = int(e.p), int(e.q)
                 places = _terminating_places(q)
@@ -346,12 +356,39 @@ def _is_rational(expr: Any) -> bool:
     return bool(getattr(expr, "is_Rational", False)) or isinstance(expr, int)
 
 
+def _leaves(expr: Any, cap: int) -> int:
+    """The number of atoms of ``expr``, counted up to ``cap + 1``.  Each atom prints as at
+    least one character, so more than ``cap`` atoms means more than ``cap`` characters:
+    a cheap test before printing, which for a long numeric sum costs seconds (SymPy's
+    printers order the terms by evaluating each of them numerically)."""
+    import sympy as sp
+
+    if not isinstance(expr, sp.Basic):
+        return 1
+    n = 0
+    for node in sp.preorder_traversal(expr):
+        if not node.args:
+            n += 1
+            if n > cap:
+                break
+    return n
+
+
+def _tex_if_short(expr: Any, limit: int) -> str | None:
+    """``_tex(expr)`` when it has at most ``limit`` characters, else None (decided first
+    by counting atoms, so that a long expression is never printed)."""
+    if _leaves(expr, limit) > limit:
+        return None
+    text = _tex(expr)
+    return text if len(text) <= limit else None
+
+
 def _tidy(expr: Any) -> Any:
     """The shortest of a few exact rewritings (sum of fractions -> one fraction)."""
     import sympy as sp
 
     if (not isinstance(expr, sp.Basic) or not expr.is_Add or len(expr.args) > 12
-            or len(str(expr)) > TIDY_CHARS):
+            or _leaves(expr, TIDY_CHARS) > TIDY_CHARS):
         return expr  # rewriting a long sum costs more than it can gain on the page
     best, best_len = expr, len(_tex(expr))
     try:
@@ -377,7 +414,7 @@ def _matrix_tex(m: Any, limit: int | None = None) -> str | None:
         row = []
         for c in range(m.cols):
             e = m[r, c]
-            if limit is not None and len(str(e)) > limit:
+            if limit is not None and _leaves(e, limit) > limit:
                 return None
             text = _tex(_tidy(e))
             used += len(text) + 3
@@ -805,8 +842,8 @@ def _softmax_row_lines(t: Any, w: Any, r: int, tag: str, n_q: int) -> list[str]:
         frac = rf"\frac{{{num}}}{{D{tag}_{{{row}}}}}" if use_d else rf"\frac{{{num}}}{{{denom_inline}}}"
         chain = [frac]
         e = w[r, j]
-        exact = _tex(e)
-        if _is_rational(e) or len(exact) < len(frac):
+        exact = _tex(e) if _is_rational(e) else _tex_if_short(e, len(frac) - 1)
+        if exact is not None:
             chain.append(exact)  # SymPy's own form, when it says more in less space
         if not _is_rational(e):
             d = _digits(e)
@@ -849,9 +886,10 @@ def _weighted_sum_lines(w: Any, v: Any, out: Any, r: int, i: str, tag: str = "")
         rhs.append(numeric)
     entries = [out[r, c] for c in range(out.cols)]
     tidy = [_tidy(e) for e in entries]
-    exact = [_tex(e) for e in tidy]
-    if all(_is_rational(e) for e in tidy) or sum(len(x) for x in exact) <= SHORT:
-        rhs.append(_vec_tex(exact) if len(exact) > 1 else exact[0])
+    if all(_is_rational(e) for e in tidy) or sum(_leaves(e, SHORT) for e in tidy) <= SHORT:
+        exact = [_tex(e) for e in tidy]
+        if all(_is_rational(e) for e in tidy) or sum(len(x) for x in exact) <= SHORT:
+            rhs.append(_vec_tex(exact) if len(exact) > 1 else exact[0])
     if not all(_is_rational(e) for e in tidy):
         digits = [_digits(e) for e in tidy]
         if all(d is not None for d in digits):
@@ -868,13 +906,34 @@ def _weighted_sum_lines(w: Any, v: Any, out: Any, r: int, i: str, tag: str = "")
 # -- checks ----------------------------------------------------------------------------
 
 
+def _over_sum(term: Any) -> tuple[Any, Any] | None:
+    """(n, D) when ``term`` is literally n · D^(−1) with D a sum, else None."""
+    import sympy as sp
+
+    if term.is_Pow and term.exp == -1 and term.base.is_Add:
+        return sp.Integer(1), term.base
+    if term.is_Mul:
+        inverse = [a for a in term.args if a.is_Pow and a.exp == -1 and a.base.is_Add]
+        if len(inverse) == 1:
+            rest = [a for a in term.args if a is not inverse[0]]
+            return sp.Mul(*rest), inverse[0].base
+    return None
+
+
 def _sums_to_one(total: Any) -> bool:
+    """Whether a row of weights provably sums to 1: structurally (every weight is
+    nᵢ/D with one shared denominator D, and Σ nᵢ is D itself, as the engine builds a
+    softmax row), else by certified evaluation with the exact-identity fallback.  No
+    ``together``: it runs ``gcd_terms`` over the whole row, seconds for 13 keys."""
     import sympy as sp
 
     if total == 1:
         return True
-    if sp.together(total) == 1:
-        return True
+    parts = [_over_sum(t) for t in sp.Add.make_args(total)]
+    if all(p is not None for p in parts):
+        dens = {d for _, d in parts}  # type: ignore[misc]
+        if len(dens) == 1 and sp.Add(*[n for n, _ in parts]) == next(iter(dens)):  # type: ignore[misc]
+            return True
     from ..exact.certified import certify
 
     try:  # an exact identity, proved without polynomial gcds (see certified.py)
@@ -1266,9 +1325,10 @@ def _exact_tex(expr: Any) -> str | None:
     if isinstance(expr, Shape):
         return expr.latex()
     if isinstance(expr, (int, sp.Basic)):
-        return _tex(_tidy(expr) if isinstance(expr, sp.Basic) else expr)
+        return _tex_if_short(_tidy(expr) if isinstance(expr, sp.Basic) else expr, SHORT * 2)
     if isinstance(expr, (tuple, list)) and all(isinstance(e, (int, sp.Basic)) for e in expr):
-        return _vec_tex([_tex(e) for e in expr])
+        parts = [_tex_if_short(e, SHORT * 2) for e in expr]
+        return None if any(p is None for p in parts) else _vec_tex(parts)  # type: ignore[arg-type]
     return None
 
 

@@ -215,9 +215,9 @@ def _example(item: Any, index: int, source: str) -> WorkedExample:
                 if not isinstance(value, bool):
                     raise ExampleFileError(f"{where}: {key} must be true or false")
             elif not (isinstance(value, int) and not isinstance(value, bool)) and not (
-                    isinstance(value, str) and value.isidentifier()):
+                    isinstance(value, str) and value.isidentifier() and value.isascii()):
                 raise ExampleFileError(f"{where}: {key}={_show(value)} must be a positive integer "
-                                       "or a symbol name")
+                                       "or a symbol name (ASCII letters, digits, _)")
             dims[key] = value
     claims_raw = item.get("claim", [])
     if not isinstance(claims_raw, list):
