@@ -30,6 +30,7 @@ Two notions of "digits" are offered, because books use both:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -265,7 +266,7 @@ class CertifiedValue:
 
     expr: Any
     exact: Fraction | None = None  # set when the value is a rational number
-    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # -- core: decide a question with rising precision --------------------------
     def _decide(self, question: Any, what: str, max_bits: int | None = None) -> Any:
@@ -284,8 +285,7 @@ class CertifiedValue:
         for bits in PRECISIONS:
             if bits > cap:
                 break
-            with _precision(bits):  # lower()/upper() round to the context precision
-                bounds = _bounds(_arb(self.expr))
+            bounds = self._bounds_at(bits)
             if bounds is not None:
                 lo, hi = bounds
                 a, b = question(lo), question(hi)
@@ -305,6 +305,16 @@ class CertifiedValue:
             "bits: the value may be exactly on the boundary (an exact identity that cheap "
             "algebra cannot prove), or closer to it than that precision resolves"
         )
+
+    def _bounds_at(self, bits: int) -> tuple[Fraction, Fraction] | None:
+        """Exact endpoints of the value's ball at ``bits`` (cached: every question about
+        the value reuses them)."""
+        key = ("bounds", bits)
+        if key not in self._cache:
+            with _precision(bits):  # lower()/upper() round to the context precision
+                self._cache[key] = _bounds(_arb(self.expr))
+        bounds: tuple[Fraction, Fraction] | None = self._cache[key]
+        return bounds
 
     def _hidden_rational(self) -> Fraction | None:
         """The value as an exact rational, if cheap exact algebra shows it is one.
@@ -540,13 +550,24 @@ def certify(value: Any) -> CertifiedValue:
                             "pass an int, a Fraction, a SymPy number or a string") from None
         if not isinstance(expr, sp.Expr):
             raise SpecError(f"value={value!r} ({type(value).__name__}) is not a number")
+    return _certified(expr)
+
+
+@functools.lru_cache(maxsize=8192)
+def _certified(expr: Any) -> CertifiedValue:
+    """One CertifiedValue per exact value (cached): the enclosures, exact-identity proofs
+    and decisions it caches serve every claim, variant and check that asks about it."""
+    import sympy as sp
+
+    from .grammar import short_text
+
     if expr.free_symbols:
-        names = ", ".join(sorted(str(s) for s in expr.free_symbols))
+        names = ", ".join(sorted(short_text(s, 32) for s in expr.free_symbols))
         raise SpecError(f"cannot certify an expression with free symbols ({names})")
     if expr.has(sp.Float):
-        raise SpecError(f"value={expr} holds a floating-point Float: pass a string such as "
-                        "'0.1' or a Rational so that the exact number is explicit")
+        raise SpecError(f"value={short_text(expr)} holds a floating-point Float: pass a string "
+                        "such as '0.1' or a Rational so that the exact number is explicit")
     if expr.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
-        raise SpecError(f"value={expr} is not a finite real number")
+        raise SpecError(f"value={short_text(expr)} is not a finite real number")
     exact = Fraction(int(expr.p), int(expr.q)) if expr.is_Rational else None
     return CertifiedValue(expr, exact)

@@ -589,6 +589,9 @@ def _parse(text: str) -> sympy.Expr:
     if not normalized:
         raise ParseError("empty expression")
     shown = echo(normalized)
+    foreign = foreign_digit(normalized)
+    if foreign is not None:
+        raise ParseError(f"non-ASCII digit {foreign} in {shown}: only the digits 0-9 are read")
     toks = _tokenize(normalized, shown)
     parser = _Parser(normalized, toks)
     try:

@@ -268,8 +268,15 @@ def _tex(expr: Any) -> str:
                     return list(expr.args)
                 return super()._as_ordered_terms(expr, order=order)
 
+            def _print_Integer(self, e: Any) -> str:
+                return _decimal(int(e.p))  # no 4300-digit limit (python-flint)
+
             def _print_Rational(self, e: Any) -> str:
                 p, q = int(e.p), int(e.q)
+                if max(p.bit_length(), q.bit_length()) > 3000:  # beyond str()'s comfort
+                    sign = "-" if p < 0 else ""
+                    return (sign + _decimal(abs(p)) if q == 1
+                            else rf"{sign}\frac{{{_decimal(abs(p))}}}{{{_decimal(q)}}}")
                 places = _terminating_places(q)
                 if q != 1 and places is not None and places <= 6:
                     sign = "-" if p < 0 else ""
@@ -280,8 +287,15 @@ def _tex(expr: Any) -> str:
 
         _PRINTER = _Printer()
     if isinstance(expr, int):
-        return str(expr)
+        return _decimal(expr)
     return str(_PRINTER.doprint(sp.sympify(expr)))
+
+
+def _decimal(n: int) -> str:
+    """The exact decimal digits of n, also beyond Python's 4300-digit limit on str()."""
+    from ..exact.certified import _decimal as digits
+
+    return ("-" + digits(-n)) if n < 0 else digits(n)
 
 
 @functools.lru_cache(maxsize=8192)

@@ -21,7 +21,11 @@ __all__ = ["Claim", "WorkedExample", "load_examples", "select_examples"]
 
 MAX_FILE_BYTES = 1_000_000
 MAX_EXAMPLES = 500
-MAX_CLAIMS = 5000
+MAX_CLAIMS = 2000
+#: Work of checking a file: each claim counts CLAIM_COST plus the atoms of its value
+#: (calibrated in bench/RESULTS.md, issue 15: a few seconds at the limit).
+CLAIM_COST = 200
+MAX_CHECK_WORK = 200_000
 _INPUT_KEYS = ("scores", "query", "key", "value", "x", "x_kv", "w_q", "w_k", "w_v", "w_o",
                "b_q", "b_k", "b_v", "b_o")
 _OPTION_KEYS = ("heads", "kv_heads", "d_k", "scale", "mask", "causal_alignment", "masked_rows")
@@ -147,7 +151,49 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None) ->
         raise ExampleFileError(f"{source}: duplicate example name(s) {_keys(dupes)}")
     if sum(len(e.claims) for e in examples) > MAX_CLAIMS:
         raise ExampleFileError(f"{source}: more than {MAX_CLAIMS} claims")
+    _check_claim_work(examples, source)
     return examples
+
+
+def _check_claim_work(examples: Sequence[WorkedExample], source: str) -> None:
+    """Bound the work of checking: each claim costs CLAIM_COST (reading, judging, and for
+    a wrong claim the diagnoses, which redo the computation with each slip) plus the
+    number of terms of the value it names (its certified evaluation, in every variant)."""
+    from .quantities import parse_quantity, quantity_value
+
+    total = 0
+    for ex in examples:
+        for claim in ex.claims:
+            size = 1
+            try:
+                if parse_quantity(claim.quantity)[0] != "gap":
+                    size = _leaves(quantity_value(ex, claim), MAX_CHECK_WORK)
+            except MhaSymbolicError:
+                pass  # reported when the claim is checked
+            total += CLAIM_COST + size
+            if total > MAX_CHECK_WORK:
+                raise ExampleFileError(
+                    f"{source}: checking these claims would take more than {MAX_CHECK_WORK:,} "
+                    f"units of work (each claim counts {CLAIM_COST} plus the terms of the "
+                    "value it names): split the file, or claim fewer or smaller values")
+
+
+def _leaves(value: Any, cap: int) -> int:
+    """Atoms in a claimed value (a number, a tuple of them, a shape), counted up to ``cap``."""
+    import sympy as sp
+
+    items = value if isinstance(value, tuple) else (value,)
+    n = 0
+    for item in items:
+        if not isinstance(item, sp.Basic):
+            n += 1
+            continue
+        for node in sp.preorder_traversal(item):
+            if not node.args:
+                n += 1
+                if n > cap:
+                    return n
+    return n
 
 
 def _show(value: Any) -> str:

@@ -8,13 +8,13 @@ failure can be replayed: ``python -m tests.fuzz.long --replay 123456``.  The mix
 =================  =====  ==================================================================
 kind               share  what runs
 =================  =====  ==================================================================
-number             50 %   ``parse_number``
-claim              30 %   ``parse_printed`` (also as a shape), ``judge``/``holds``/``describe``
-document           13 %   ``load_examples`` + ``check_examples`` + text/JSON/Markdown/HTML
-derivation          3 %   ``derive`` as LaTeX document, fragment and Markdown
-cli                3.5 %  ``mha_symbolic.cli.main(argv)`` in a sandbox folder (check, derive,
+number             52 %   ``parse_number``
+claim              33 %   ``parse_printed`` (also as a shape), ``judge``/``holds``/``describe``
+document           10 %   ``load_examples`` + ``check_examples`` + text/JSON/Markdown/HTML
+derivation          2 %   ``derive`` as LaTeX document, fragment and Markdown
+cli                2.8 %  ``mha_symbolic.cli.main(argv)`` in a sandbox folder (check, derive,
                           plot, shapes, params, prove, usage errors)
-cli-subprocess     0.5 %  ``python -m mha_symbolic`` in a fresh interpreter, with
+cli-subprocess     0.2 %  ``python -m mha_symbolic`` in a fresh interpreter, with
                           PYTHONIOENCODING utf-8/ascii/cp1252/latin-1
 =================  =====  ==================================================================
 
@@ -48,8 +48,8 @@ from . import generators as g
 from . import properties as prop
 
 KINDS: tuple[tuple[str, int], ...] = (  # shares in tenths of a percent (sum 1000)
-    ("number", 500), ("claim", 300), ("document", 130), ("derivation", 30), ("cli", 35),
-    ("cli-subprocess", 5),
+    ("number", 520), ("claim", 330), ("document", 100), ("derivation", 20), ("cli", 28),
+    ("cli-subprocess", 2),
 )
 PROBLEMS = ("foreign-exception", "over-time", "file-outside", "control-in-report",
             "tex-injection", "bad-message", "bad-exit", "harness-error")

@@ -1,0 +1,447 @@
+"""Regression tests for issue 15 (hostile input), one section per class of the issue.
+
+Each test is the issue's example *and* a second member of its class, so that the class
+is fixed, not the example.  Expected numbers come from independent computations
+(mpmath at high precision, hand algebra, exact Fractions), never from the code under
+test.  Tests assert behaviour (a one-line error, exit status, no file written, no raw
+control character), never time; the hang cases carry a generous SIGALRM guard that
+only turns a hang into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mha_symbolic.errors import ExampleFileError, MhaSymbolicError, ParseError
+from mha_symbolic.exact.grammar import parse_number
+from mha_symbolic.textbook import check_examples, load_examples
+
+# every character a terminal obeys: C0 (newline aside), DEL, C1, bidi overrides/isolates
+RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+class _Hang(Exception):
+    pass
+
+
+@contextmanager
+def no_hang(seconds: int = 60) -> Iterator[None]:
+    """Turn a hang into a failure (generous: the machine may be shared)."""
+    def fire(*_: Any) -> None:
+        raise _Hang(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def check_text(text: str) -> Any:
+    return check_examples(load_examples(text=text))
+
+
+# -- 1. TeX injection ---------------------------------------------------------------------------
+
+TEX_PAYLOADS = [r"\input{/etc/passwd}", r"\immediate\openout5=pwned.txt\immediate\write5{x}",
+                r"\write18{touch shell-ran}", r"^^5cinput{/etc/passwd}", r"\catcode`\^^M=13",
+                r"$\input{/etc/hostname}$", "$x$ and $"]
+DANGEROUS = re.compile(r"\\(?:input|openout|write|immediate|catcode|csname|openin)(?![A-Za-z])|\^\^")
+
+
+def _payload_toml(payload: str) -> str:
+    q = json.dumps(payload)  # a JSON string is a valid TOML basic string
+    return (f"[[example]]\nname = {q}\ntitle = {q}\nnotes = {q}\nscores = [[1, 0]]\n"
+            f"[[example.claim]]\nquantity = \"weight[1,1]\"\nclaimed = \"0.7311\"\nnote = {q}\n")
+
+
+@pytest.mark.parametrize("payload", TEX_PAYLOADS)
+def test_text_from_a_file_reaches_latex_escaped(payload: str) -> None:
+    from mha_symbolic.textbook.derivation import derive
+
+    for fmt in ("tex", "fragment"):
+        tex = derive(load_examples(text=_payload_toml(payload)), format=fmt).text
+        assert not DANGEROUS.search(tex), DANGEROUS.search(tex)
+        assert "$\\input" not in tex
+
+
+def test_notes_are_plain_text_in_markdown_too() -> None:
+    from mha_symbolic.textbook.derivation import derive
+
+    md = derive(load_examples(text=_payload_toml(r"$\input{/etc/passwd}$")),
+                format="markdown").text
+    assert r"\$" in md and "$\\input" not in md
+
+
+@pytest.mark.skipif(__import__("shutil").which("pdflatex") is None, reason="no pdflatex")
+def test_derive_pdf_writes_only_the_tex_and_the_pdf(tmp_path: Path, cli: Any) -> None:
+    src = tmp_path / "in.toml"
+    src.write_text(_payload_toml(r"\immediate\openout5=pwned.txt\immediate\write5{x}"
+                                 r"\immediate\closeout5 \input{/etc/passwd}"), encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    r = cli("derive", str(src), "-o", str(out / "d.tex"), "--pdf")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["d.pdf", "d.tex"]
+    assert not (tmp_path / "pwned.txt").exists()
+
+
+# -- 2. Terminal escapes ------------------------------------------------------------------------
+
+NASTY_NAME = "red\x1b[31m\x9b2J\u202eevil\u2066\x7f\r\nline"
+
+
+def test_every_report_shows_control_characters_visibly() -> None:
+    text = (f"[[example]]\nname = {json.dumps(NASTY_NAME)}\ntitle = {json.dumps(NASTY_NAME)}\n"
+            "scores = [[1, 0]]\n[[example.claim]]\nquantity = \"weight[1,1]\"\n"
+            f"claimed = {json.dumps('0.7311' + chr(0x1b) + '[0m')}\n")
+    with pytest.raises(MhaSymbolicError) as info:  # the claim is unreadable
+        check_text(text)
+    assert not RAW_CONTROL.search(str(info.value))
+    text = text.replace('0.7311\\u001b[0m', "0.7311")
+    report = check_text(text)
+    for rendering in (report.text(), report.markdown(), report._repr_html_()):
+        assert not RAW_CONTROL.search(rendering), RAW_CONTROL.search(rendering)
+        assert "\\x1b" in rendering and "\\u202e" in rendering
+    raw = report.json()
+    assert not RAW_CONTROL.search(raw)
+    assert json.loads(raw)["claims"][0]["example"] == NASTY_NAME  # lossless in JSON
+
+
+def test_error_messages_of_the_command_line_are_safe(cli: Any, tmp_path: Path) -> None:
+    f = tmp_path / "a.toml"
+    f.write_text("[[example]]\nscores = [[1, 0]]\n", encoding="utf-8")
+    r = cli("check", str(f), "--example", "x\x1b]0;owned\x07y")
+    assert r.returncode == 2
+    assert not RAW_CONTROL.search(r.stderr) and "\\x1b" in r.stderr
+
+
+# -- 3. Python's 4300-digit limit on int -> str ---------------------------------------------------
+
+@pytest.mark.parametrize("text", ["sqrt(-1e4400)", "ln(-1e5000)", "0^(-1e-4400)", "sqrt(-1e4400 - 1)",
+                                  "log(-(1e4400))", "(-1e4400)^(1/2)"])
+def test_huge_numbers_in_error_messages_are_parse_errors(text: str) -> None:
+    with pytest.raises(ParseError) as info:
+        parse_number(text)
+    assert len(str(info.value)) < 400
+
+
+@pytest.mark.parametrize("doc", [
+    '[[example]]\nscores = [[1, 0]]\n[[example.claim]]\nquantity = "weight[' + "9" * 5000 + ',1]"\n'
+    'claimed = "1"\n',
+    "[[example]]\nscores = [[" + "9" * 5000 + ", 0]]\n",  # tomllib raises ValueError here
+    "[[example]]\nscores = [[1, 0]]\nheads = " + "9" * 4400 + "\n",
+])
+def test_huge_integers_in_files_are_one_line_errors(doc: str) -> None:
+    with pytest.raises(ExampleFileError) as info:
+        check_text(doc)
+    assert len(str(info.value)) < 500
+
+
+def test_values_beyond_4300_digits_are_described_and_derived() -> None:
+    from mha_symbolic.textbook.derivation import derive
+
+    # V = x·W^V = 10^7998 (7999 digits): every report and the derivation print it exactly
+    doc = ('[[example]]\nx = [["1e3999"]]\nw_q = [[0]]\nw_k = [[0]]\nw_v = [["1e3999"]]\n'
+           '[[example.claim]]\nquantity = "head_output[1,1]"\nclaimed = "1"\n')
+    report = check_text(doc)
+    assert report.records[0].exact == "1" + "0" * 7998
+    assert report.records[0].verdict == "wrong"
+    assert "1" + "0" * 7998 in derive(load_examples(text=doc), format="markdown").text
+
+
+# -- 4. OverflowError from float() of huge rationals ------------------------------------------------
+
+def test_relative_error_of_an_approximation_beyond_the_float_range() -> None:
+    import mpmath
+
+    report = check_text('[[example]]\nscores = [[-1000, 0]]\n[[example.claim]]\n'
+                        'quantity = "weight[1,1]"\nclaimed = "≈ 1/2"\n')
+    r = report.records[0]
+    assert r.verdict == "wrong"
+    # independent: |w − 1/2| / w with w = e^−1000/(1 + e^−1000), in mpmath at 50 digits
+    mpmath.mp.dps = 50
+    w = mpmath.e ** -1000 / (1 + mpmath.e ** -1000)
+    rel = abs(w - mpmath.mpf(1) / 2) / w
+    k = int(mpmath.floor(mpmath.log10(rel)))
+    assert r.error_units == f"relative error {float(rel / mpmath.mpf(10) ** k):.2g}e+{k}"
+
+
+@pytest.mark.parametrize("text", ["7" * 360 + "^(4/5)", "7" * 360 + "^0.8", "sqrt(" + "3" * 600 + ")"])
+def test_radicals_of_huge_integers_are_refused_before_sympy(text: str) -> None:
+    with no_hang(), pytest.raises(ParseError, match="fractional powers"):
+        parse_number(text)
+
+
+def test_plot_gap_with_a_huge_radical_is_exit_2(cli: Any, tmp_path: Path) -> None:
+    r = cli("plot", "collapse", "-o", str(tmp_path / "c.png"), "--gap", "7" * 360 + "^(4/5)")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+# -- 5. AttributeError for a wrong weight row without values --------------------------------------
+
+def test_wrong_weight_row_claim_without_values_is_judged() -> None:
+    report = check_text('[[example]]\nscores = [[1, 0]]\n'
+                        '[[example.claim]]\nquantity = "weight[1,1]"\nclaimed = "0.7311"\n'
+                        '[[example.claim]]\nquantity = "weight[1,2]"\nclaimed = "0.2689"\n'
+                        '[[example.claim]]\nquantity = "weight[1]"\nclaimed = "(0.7, 0.2)"\n'
+                        '[[example.claim]]\nquantity = "weight_sum[1]"\nclaimed = "0.9"\n')
+    # e/(1+e) = 0.731…, 1/(1+e) = 0.268…: (0.7, 0.3) is right at one decimal
+    assert [r.verdict for r in report.records][2:] == ["wrong", "wrong"]
+    assert report.records[2].rounded == "(0.7, 0.3)"
+
+
+# -- 6. Hangs inside SymPy -----------------------------------------------------------------------------
+
+ZERO = ("((1+sqrt(2))*(1+sqrt(3))*(1+sqrt(5))*(1+sqrt(7))*(1+sqrt(11))"
+        "-(1+sqrt(3))*(1+sqrt(2))*(sqrt(5)+1)*(1+sqrt(7))*(sqrt(11)+1)"
+        "+(1+sqrt(2))*(1+sqrt(3))-(1+sqrt(2)+sqrt(3)+sqrt(6)))")
+
+
+@pytest.mark.parametrize("text", ["524296^0.56998", "12^0.56998", "524296^(1/49999)*524296^(1/50001)",
+                                  "sqrt(" + "9" * 1990 + ")", "2^0.5678"])
+def test_costly_radicals_are_refused_at_once(text: str) -> None:
+    with no_hang(), pytest.raises(ParseError, match="fractional powers"):
+        parse_number(text)
+
+
+@pytest.mark.parametrize("text", [f"sqrt({ZERO})", f"1/{ZERO}", f"ln({ZERO})", f"{ZERO}^(1/3)"])
+def test_zeros_in_disguise_are_refused_where_they_matter(text: str) -> None:
+    with no_hang(), pytest.raises(ParseError, match=r"zero|division"):
+        parse_number(text)
+
+
+def test_a_zero_in_disguise_is_decided_exact_without_minimal_polynomial() -> None:
+    import sympy as sp
+
+    # independent: the two products expand to the same 32 square roots (SymPy's expand)
+    assert sp.expand(parse_number(ZERO)) == 0
+    doc = (f'[[example]]\nscores = [[0, 0]]\n[[example.claim]]\nquantity = "expr"\n'
+           f'expr = "{ZERO}"\nclaimed = "0"\n')
+    with no_hang():
+        assert check_text(doc).records[0].verdict == "exact"
+
+
+BINOMIALS = "*".join(f"(1+sqrt({p}))" for p in (5, 7, 11, 13, 17))
+BIG_ZERO = f"((1+sqrt(2))*(1+sqrt(3))*{BINOMIALS} - (1+sqrt(2)+sqrt(3)+sqrt(6))*{BINOMIALS})"
+
+
+def test_an_undecidable_claim_is_undecided_never_holds(cli: Any, tmp_path: Path) -> None:
+    import sympy as sp
+
+    # Z² + 1/2 with Z a zero in disguise (two ways of writing one product of seven
+    # binomials): exactly 1/2 (independent: expanding Z gives 0), but Z² expands to over
+    # 30,000 terms, so the checker may not try to prove it, and no ball separates it
+    assert sp.expand(parse_number(BIG_ZERO)) == 0
+    value = f"{BIG_ZERO}^2 + 1/2"
+    doc = (f'[[example]]\nscores = [[0, 0]]\n[[example.claim]]\nquantity = "expr"\n'
+           f'expr = "{value}"\nclaimed = "0.5"\n')
+    with no_hang():
+        report = check_text(doc)
+    r = report.records[0]
+    assert r.verdict == "undecided" and not r.ok and not report.ok
+    assert report.exit_status == 4 and report.summary()["undecided"] == 1
+    assert json.loads(report.json())["claims"][0]["verdict"] == "undecided"
+    f = tmp_path / "u.toml"
+    f.write_text(doc, encoding="utf-8")
+    assert cli("check", str(f)).returncode == 4
+
+
+# -- 7. Unbounded work inside the limits --------------------------------------------------------------
+
+def _matrix(n: int, m: int) -> str:
+    return "[" + ", ".join("[" + ", ".join(str((i * 7 + j * 3) % 5 - 2) for j in range(m)) + "]"
+                           for i in range(n)) + "]"
+
+
+@pytest.mark.parametrize("n", [64, 24])
+def test_a_large_example_with_weights_is_refused_before_any_work(n: int) -> None:
+    doc = (f"[[example]]\nx = {_matrix(n, n)}\nw_q = {_matrix(n, n)}\nw_k = {_matrix(n, n)}\n"
+           f"w_v = {_matrix(n, n)}\nw_o = {_matrix(n, n)}\n")
+    with no_hang(), pytest.raises(ExampleFileError, match="the limit is 50,000"):
+        load_examples(text=doc)
+
+
+def test_a_small_example_with_weights_is_still_checked() -> None:
+    doc = (f"[[example]]\nx = {_matrix(6, 6)}\nw_q = {_matrix(6, 6)}\nw_k = {_matrix(6, 6)}\n"
+           f"w_v = {_matrix(6, 6)}\nw_o = {_matrix(6, 6)}\n")
+    assert load_examples(text=doc)[0].attention().output.shape == (6, 6)
+
+
+@pytest.mark.parametrize("row", ['"1e1945", 0', "100001, 0", '"-1e1945", "-1e1945"',
+                                 '"e^(99999)*e^(99999)", 1', '-100001, "-100001"'])
+def test_every_scaled_score_is_bounded_rational_or_not(row: str) -> None:
+    with no_hang(), pytest.raises(ExampleFileError, match="beyond ±100000"):
+        load_examples(text=f"[[example]]\nscale = 1\nscores = [[{row}]]\n")
+
+
+def test_a_finite_mask_far_below_the_row_maximum_is_allowed() -> None:
+    att = load_examples(text="[[example]]\nscores = [[1, 2]]\nmask = [[0, -1e9]]\n")[0].attention()
+    assert att.weights()[0, 1] != 0
+
+
+def test_too_many_claims_are_refused_before_any_example_is_built() -> None:
+    claims = '[[example.claim]]\nquantity = "weight[1,1]"\nclaimed = "0.5"\n' * 2001
+    with pytest.raises(ExampleFileError, match="more than 2000 claims"):
+        load_examples(text="[[example]]\nscores = [[1, 0]]\n" + claims)
+
+
+def test_the_work_of_checking_many_claims_is_bounded() -> None:
+    claims = '[[example.claim]]\nquantity = "weight[1,1]"\nclaimed = "0.5"\n' * 1500
+    with pytest.raises(ExampleFileError, match="units of work"):
+        load_examples(text="[[example]]\nscores = [[1, 0]]\n" + claims)
+
+
+def test_the_limits_table_lists_the_enforced_limits() -> None:
+    from mha_symbolic.exact import certified, engine, grammar, spec
+    from mha_symbolic.textbook import claims, examples, figures
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "worked-example-format.md").read_text()
+    limits = doc[doc.index("## Limits"):]
+    for value in (examples.MAX_FILE_BYTES, examples.MAX_EXAMPLES, examples.MAX_CLAIMS,
+                  claims.MAX_CLAIM_LENGTH, claims.MAX_EXPONENT, grammar.MAX_LENGTH,
+                  grammar.MAX_DEPTH, grammar.MAX_POWER_DIGITS, grammar.MAX_VALUE_DIGITS,
+                  grammar.MAX_LOG, grammar.MAX_RADICAL_WORK, grammar.ARGUMENT_BITS,
+                  engine.MAX_SCORE_ENTRIES, engine.MAX_WORK, engine.MAX_ABS_SCORE,
+                  certified.PRECISIONS[-1], certified.MAX_BINARY_EXPONENT,
+                  certified.MAX_IDENTITY_OPS, certified.MAX_EXPANSION_TERMS, figures.MAX_GAP,
+                  examples.MAX_CHECK_WORK):
+        assert f"{value:,}" in limits or str(value) in limits, value
+    assert "10^9" in limits and spec.MAX_DIM == 10**9
+    assert "32 ASCII" in limits
+
+
+# -- 8. Reading before the size check ---------------------------------------------------------------
+
+def test_a_huge_sparse_file_is_refused_from_its_size(tmp_path: Path) -> None:
+    f = tmp_path / "huge.toml"
+    with open(f, "wb") as out:
+        out.truncate(20 * 2**30)  # 20 GB, sparse: reading it would exhaust memory
+    with pytest.raises(ExampleFileError, match="larger than 1000000 bytes"):
+        load_examples(f)
+
+
+def test_standard_input_is_read_with_the_same_limit() -> None:
+    import io
+
+    from mha_symbolic._io import read_bounded
+
+    with pytest.raises(ExampleFileError, match="larger than 10 bytes"):
+        read_bounded("-", 10, stdin=io.BytesIO(b"x" * 11))
+    assert read_bounded("-", 10, stdin=io.BytesIO(b"x" * 10)) == b"x" * 10
+
+
+# -- 9. Messages ---------------------------------------------------------------------------------------
+
+def test_messages_cut_the_input_with_an_ellipsis() -> None:
+    with pytest.raises(ParseError) as info:
+        parse_number("1+" * 990 + "abc")
+    assert "…" in str(info.value) and len(str(info.value)) < 400
+
+
+def test_a_negative_base_keeps_its_parentheses() -> None:
+    with pytest.raises(ParseError, match=re.escape("'(-1)^(1/2)' is not a real number")):
+        parse_number("(-1)^(1/2)")
+
+
+def test_derive_to_dev_full_names_the_file(cli: Any) -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    r = cli("derive", "examples/seed.toml", "--example", "C", "-o", "/dev/full")
+    assert r.returncode == 2
+    assert r.stderr.strip() == "mha-symbolic derive: error: /dev/full: No space left on device"
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
+def test_a_scale_that_is_not_finite_says_so(value: str) -> None:
+    with pytest.raises(ExampleFileError, match="not finite"):
+        load_examples(text=f"[[example]]\nscale = {value}\nscores = [[1, 0]]\n")
+
+
+def test_a_huge_exponent_is_not_mistaken_for_a_boundary() -> None:
+    # "could not decide … may sit exactly on a boundary" was an overflow in disguise
+    with pytest.raises(ExampleFileError, match="beyond ±100000"):
+        load_examples(text='[[example]]\nscale = 1\nscores = [["1e1945", 0]]\n')
+
+
+# -- 10. Decisions ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", ["\u0661\u0662\u0663", "\u06f5", "1\u0662", "\u0967"])
+def test_digits_of_other_scripts_are_refused_by_name(text: str) -> None:
+    with pytest.raises(ParseError, match=r"non-ASCII digit .*DIGIT"):
+        parse_number(text)
+
+
+@pytest.mark.parametrize("text", ["1e5e5", "2e5pi", "1.2.3", "1e5x"])
+def test_malformed_e_notation_is_refused(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_number(text)
+
+
+def test_e_after_a_number_is_still_eulers_number() -> None:
+    import sympy as sp
+
+    assert parse_number("2e") == 2 * sp.E and parse_number("3e^2") == 3 * sp.exp(2)
+
+
+def test_empty_output_name_is_refused_and_dash_is_stdout(cli: Any) -> None:
+    r = cli("derive", "examples/seed.toml", "--example", "C", "-o", "")
+    assert r.returncode == 2 and "empty file name" in r.stderr
+    r = cli("derive", "examples/seed.toml", "--example", "C", "-o", "-", "--format", "markdown")
+    assert r.returncode == 0 and r.stdout.startswith("# ")
+
+
+def test_derive_overwrites_an_output_but_never_its_input(cli: Any, tmp_path: Path) -> None:
+    src = tmp_path / "in.toml"
+    src.write_text("[[example]]\nscores = [[1, 0]]\n", encoding="utf-8")
+    out = tmp_path / "d.md"
+    out.write_text("old", encoding="utf-8")
+    assert cli("derive", str(src), "--format", "markdown", "-o", str(out)).returncode == 0
+    assert out.read_text().startswith("# ")
+    r = cli("derive", str(src), "-o", str(src))
+    assert r.returncode == 2 and "refusing to overwrite" in r.stderr
+    assert src.read_text(encoding="utf-8").startswith("[[example]]")
+
+
+# -- Robustness: internal errors and encodings ------------------------------------------------------------
+
+def test_an_internal_error_exits_3_with_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import mha_symbolic.exact.params as params
+    from mha_symbolic.cli import main
+
+    def broken(args: Any) -> int:
+        raise KeyError("bug")
+
+    monkeypatch.setattr(params, "cli_params", broken)
+    assert main(["params"]) == 3
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "internal error: KeyError" in err
+    assert main(["--debug", "params"]) == 3
+    assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "cp1252", "latin-1"])
+def test_output_is_safe_on_any_encoding(encoding: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONIOENCODING": encoding, "PYTHONPATH": str(root)}
+    r = subprocess.run([sys.executable, "-m", "mha_symbolic", "check", "examples/seed.toml",
+                        "--example", "A"], capture_output=True, cwd=root, env=env, timeout=300)
+    out, err = r.stdout.decode(encoding), r.stderr.decode(encoding)
+    assert r.returncode == 1 and "Traceback" not in err, err
+    assert "  ok score[1]" in out and "  XX head_output[1]" in out  # ✓ and ✗ as ASCII

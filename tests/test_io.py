@@ -1,0 +1,77 @@
+"""Reading untrusted input with the limit applied first, and output paths checked
+before any work (mha_symbolic/_io.py)."""
+
+from __future__ import annotations
+
+import doctest
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from mha_symbolic import _io
+from mha_symbolic._io import output_path, read_bounded, write_output
+from mha_symbolic.errors import ExampleFileError
+
+
+def test_doctests() -> None:
+    assert doctest.testmod(_io, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def test_size_is_checked_before_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "big"
+    with open(f, "wb") as out:
+        out.truncate(10**9)  # sparse
+    opened: list[str] = []
+    real_open = open
+
+    def spy(path: object, *args: object, **kwargs: object) -> object:
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr("builtins.open", spy)
+    with pytest.raises(ExampleFileError, match="larger than 100 bytes"):
+        read_bounded(f, 100)
+    assert str(f) not in opened  # refused from the size alone
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda p: None, "no such file"),
+    (lambda p: p.mkdir(), "is a directory"),
+    (lambda p: os.mkfifo(p), "not a regular file"),
+])
+def test_what_is_not_a_regular_file_is_named(tmp_path: Path, make: object, message: str) -> None:
+    p = tmp_path / "x"
+    make(p)  # type: ignore[operator]
+    with pytest.raises(ExampleFileError, match=message):
+        read_bounded(p, 100)
+
+
+def test_stdin_is_bounded_too() -> None:
+    assert read_bounded("-", 3, stdin=io.BytesIO(b"abc")) == b"abc"
+    with pytest.raises(ExampleFileError, match="<stdin>: larger than 3 bytes"):
+        read_bounded("-", 3, stdin=io.BytesIO(b"abcd"))
+
+
+def test_output_path_refuses_what_a_user_never_means(tmp_path: Path) -> None:
+    src = tmp_path / "in.toml"
+    src.write_text("x")
+    assert output_path(None) is None and output_path("-") is None
+    with pytest.raises(ExampleFileError, match="empty file name"):
+        output_path("")
+    with pytest.raises(ExampleFileError, match="is a directory"):
+        output_path(str(tmp_path))
+    with pytest.raises(ExampleFileError, match="does not exist"):
+        output_path(str(tmp_path / "missing" / "out.tex"))
+    with pytest.raises(ExampleFileError, match="refusing to overwrite"):
+        output_path(str(src), inputs=[str(src)])
+    assert output_path(str(tmp_path / "new.tex"), inputs=[str(src)]) == tmp_path / "new.tex"
+
+
+def test_write_errors_name_the_file() -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    with pytest.raises(OSError) as info:
+        write_output(Path("/dev/full"), "x" * 100_000)
+    assert info.value.filename == "/dev/full" and "No space" in str(info.value.strerror)
