@@ -3,13 +3,11 @@ ParseError, quickly.  Expected values are built directly with SymPy constructors
 
 from __future__ import annotations
 
-import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 import sympy as sp
+from conftest import time_limit as _time_limit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,29 +15,6 @@ from mha_symbolic.errors import MhaSymbolicError, ParseError
 from mha_symbolic.exact.grammar import parse_number
 
 R = sp.Rational
-
-
-class _Hang(Exception):
-    """Raised by the alarm when a parse takes far too long."""
-
-
-@contextmanager
-def _time_limit(seconds: int) -> Iterator[None]:
-    """Abort a call that hangs (SIGALRM; a no-op where there is no SIGALRM)."""
-    if not hasattr(signal, "SIGALRM"):  # pragma: no cover - Windows
-        yield
-        return
-
-    def _raise(*_: object) -> None:
-        raise _Hang(f"took more than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _same(a: sp.Expr, b: sp.Expr) -> bool:

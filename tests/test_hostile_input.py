@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import time_limit
 
 from mha_symbolic.errors import ExampleFileError, MhaSymbolicError, ParseError
 from mha_symbolic.exact.grammar import parse_number
@@ -28,23 +26,9 @@ from mha_symbolic.textbook import check_examples, load_examples
 RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
-class _Hang(Exception):
-    pass
-
-
-@contextmanager
-def no_hang(seconds: int = 60) -> Iterator[None]:
+def no_hang(seconds: int = 60) -> Any:
     """Turn a hang into a failure (generous: the machine may be shared)."""
-    def fire(*_: Any) -> None:
-        raise _Hang(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+    return time_limit(seconds)
 
 
 def check_text(text: str) -> Any:
