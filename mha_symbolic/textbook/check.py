@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .._text import echo
 from ..errors import ClaimError, MhaSymbolicError, PrecisionError
 from .claims import parse_printed
 from .examples import Claim, WorkedExample, load_examples, select_examples
@@ -88,10 +89,10 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
     values = value if isinstance(value, tuple) else (value,)
     parts = p.parts if p.kind == "tuple" else (p,)
     if p.kind == "tuple" and not isinstance(value, tuple):
-        raise ClaimError(f"{claim.quantity} is one number but claimed={claim.claimed!r} is a tuple")
+        raise ClaimError(f"{claim.quantity} is one number but claimed={echo(claim.claimed)} is a tuple")
     if isinstance(value, tuple) and len(parts) != len(values):
         raise ClaimError(f"{claim.quantity} has {len(values)} entries but claimed="
-                         f"{claim.claimed!r} has {len(parts)}")
+                         f"{echo(claim.claimed)} has {len(parts)}")
     judgements = [judge(sp.sympify(v), part, claim.rtol) for v, part in zip(values, parts, strict=True)]
     # enough certified digits to see why the verdict holds: three beyond the claim's,
     # at least 15, and 20 for formulas (1 − e^(−32) only differs after 14 nines)
@@ -142,7 +143,7 @@ def check_examples(examples: Iterable[WorkedExample] | WorkedExample,
             try:
                 records.append(_check_claim(ex, i, claim))
             except MhaSymbolicError as exc:
-                raise type(exc)(f"example {ex.name!r}, claim {claim.quantity!r}: {exc}") from None
+                raise type(exc)(f"example {echo(ex.name)}, claim {echo(claim.quantity)}: {exc}") from None
     return CheckReport(tuple(exs), tuple(records))
 
 

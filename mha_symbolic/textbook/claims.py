@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from .._text import echo
 from ..errors import ClaimError, ParseError
 from ..exact.certified import _pow10
 
@@ -127,7 +128,7 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
     (3, 5)
     """
     if not isinstance(text, str):
-        raise ClaimError(f"claimed={text!r} must be a string (the answer as printed)")
+        raise ClaimError(f"claimed={echo(text)} must be a string (the answer as printed)")
     if len(text) > MAX_CLAIM_LENGTH:
         raise ClaimError(f"claimed answer longer than {MAX_CLAIM_LENGTH} characters")
     raw = text
@@ -142,7 +143,7 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
                 s = s[len(prefix):].strip()
                 changed = True
     if not s:
-        raise ClaimError(f"claimed={raw!r} holds no answer")
+        raise ClaimError(f"claimed={echo(raw)} holds no answer")
     if s.startswith("(") and s.endswith(")") and _balanced(s[1:-1]) and not _top_level_comma(
             s[1:-1]) and not shape:
         # "(17.311)": a one-entry tuple reads as its entry
@@ -153,7 +154,7 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
     if shape:
         m = _SHAPE.match(s)
         if not m:
-            raise ClaimError(f"claimed={raw!r} is not a shape like '3 × 5'")
+            raise ClaimError(f"claimed={echo(raw)} is not a shape like '3 × 5'")
         sizes = tuple(int(g) if g.isascii() and g.isdigit() else g for g in m.groups())
         return PrintedAnswer(raw, "shape", approx, sizes=sizes)
 
@@ -161,7 +162,7 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
         try:
             parts = tuple(parse_printed(p) for p in _split_top(s[1:-1]))
         except ClaimError as exc:
-            raise ClaimError(f"in claimed={raw!r}: {exc}") from None
+            raise ClaimError(f"in claimed={echo(raw)}: {exc}") from None
         return PrintedAnswer(raw, "tuple", approx, parts=parts)
 
     special = _SPECIAL.get(s.replace(" ", "").lower())
@@ -190,7 +191,7 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
     try:
         expr = parse_number(s)
     except ParseError as exc:
-        raise ClaimError(f"cannot read claimed={raw!r}: {exc}") from None
+        raise ClaimError(f"cannot read claimed={echo(raw)}: {exc}") from None
     return PrintedAnswer(raw, "expression", approx, expr=expr)
 
 
@@ -200,7 +201,7 @@ _SPECIAL = {"-inf": "-inf", "-∞": "-inf", "-oo": "-inf", "nan": "nan"}
 
 def _exponent(text: str, raw: str) -> int:
     if len(text) > 6 or abs(int(text)) > MAX_EXPONENT:
-        raise ClaimError(f"claimed={raw!r}: the power of ten is outside ±{MAX_EXPONENT}")
+        raise ClaimError(f"claimed={echo(raw)}: the power of ten is outside ±{MAX_EXPONENT}")
     return int(text)
 
 

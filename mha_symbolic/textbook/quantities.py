@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from .._text import echo
 from ..errors import ClaimError
 
 if TYPE_CHECKING:
@@ -33,8 +34,6 @@ _QUANTITY = re.compile(r"^(?P<name>[a-z_]+)(?:\.(?P<sub>[a-z_]+))?(?:\[(?P<idx>[
 
 
 def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
-    from .._text import echo
-
     if len(q) > MAX_QUANTITY_LENGTH:
         raise ClaimError(f"quantity={echo(q, 40)} is longer than {MAX_QUANTITY_LENGTH} "
                          "characters")
@@ -90,7 +89,7 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
         return _param(ex.spec, sub or "")
     att = att if att is not None else ex.attention()
     if att is None:
-        raise ClaimError(f"{claim.quantity}: example {ex.name!r} gives no inputs to compute it")
+        raise ClaimError(f"{claim.quantity}: example {echo(ex.name)} gives no inputs to compute it")
     h = claim.head - 1
     if not 0 <= h < len(att.heads):
         raise ClaimError(f"{claim.quantity}: head={claim.head} but the example has "
@@ -126,7 +125,7 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
         if att.concat is not None else None, "q": head.q, "k": head.k, "v": head.v,
     }[name]
     if matrix is None:
-        raise ClaimError(f"{claim.quantity}: example {ex.name!r} does not give what this needs")
+        raise ClaimError(f"{claim.quantity}: example {echo(ex.name)} does not give what this needs")
     r = idx[0] - 1
     _check_index(claim.quantity, r, matrix.rows, "row")
     if len(idx) == 2:

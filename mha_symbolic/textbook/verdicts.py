@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from .._text import expr_text
+from .._text import echo, expr_text
 from ..errors import ClaimError
 from .claims import PrintedAnswer
 
@@ -138,7 +138,7 @@ def _judge(value: Any, p: PrintedAnswer, rtol: Fraction) -> Judgement:
         return _judge_decimal(value, p)
     if p.kind == "expression":
         return _judge_expression(value, p, rtol)
-    raise ClaimError(f"claimed={p.text!r} cannot be compared with a single number")
+    raise ClaimError(f"claimed={echo(p.text)} cannot be compared with a single number")
 
 
 def holds(value: Any, p: PrintedAnswer, rtol: Fraction, *, exactly: bool = False) -> bool:
