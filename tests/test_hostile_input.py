@@ -270,6 +270,16 @@ def test_every_scaled_score_is_bounded_rational_or_not(row: str) -> None:
         load_examples(text=f"[[example]]\nscale = 1\nscores = [[{row}]]\n")
 
 
+def test_a_score_far_below_the_maximum_is_still_bounded() -> None:
+    # found by the long fuzz run: x_kv·w_k put −4·e^99999.9/√3 beside a 0 in one row;
+    # e^(that) cost Arb minutes at every precision.  Far-below entries stop at ±10^18.
+    doc = ('[[example]]\nx = [[2]]\nx_kv = [[0], [-2], [-1]]\nw_q = [[1, -1, "ln(3)"]]\n'
+           'w_k = [["e^(99999.9)", 2, 0]]\nw_v = [[2, 1, -3]]\n')
+    with no_hang(), pytest.raises(ExampleFileError, match="beyond ±100000"):
+        load_examples(text=doc)
+    assert load_examples(text="[[example]]\nscores = [[1, 2]]\nmask = [[0, -9e15]]\n")
+
+
 def test_a_finite_mask_far_below_the_row_maximum_is_allowed() -> None:
     att = load_examples(text="[[example]]\nscores = [[1, 2]]\nmask = [[0, -1e9]]\n")[0].attention()
     assert att.weights()[0, 1] != 0

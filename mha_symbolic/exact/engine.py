@@ -54,6 +54,9 @@ IRRATIONAL_COST = 4
 #: integer of astronomically many digits; e^(10^5) ≈ 10^43429 is far beyond any
 #: worked example (the numeric oracle, reference_attention, has no such limit).
 MAX_ABS_SCORE = 10**5
+#: A scaled score far below its row's maximum (a finite mask, −1e9 or −9e15) may be this
+#: large: its weight is below e^−100000, and Arb still evaluates e^t cheaply.
+MAX_MASKED_SCORE = 10**18
 
 
 def _dims(m: Any) -> tuple[int, int] | None:
@@ -344,7 +347,8 @@ def _check_magnitude(t: Any, head: int) -> None:
     Softmax depends only on each entry's distance below its row's largest entry m, so
     the bound applies to m and to every entry that may lie within MAX_ABS_SCORE of it;
     an entry certainly more than MAX_ABS_SCORE below m (a finite mask such as −1e9)
-    has weight below e^−100000 and is allowed at any size.  Rational entries are
+    has weight below e^−100000 and is allowed up to ±MAX_MASKED_SCORE (10^18: Arb's
+    cost for e^t grows with the digits of t, and e^(−e^99999.9) would take minutes).  Rational entries are
     enclosed exactly (a score of 10^1945 is refused at once), the others on 64-bit Arb
     balls; no SymPy assumption is asked.
     """
@@ -365,7 +369,7 @@ def _check_magnitude(t: Any, head: int) -> None:
         for j, e, ball in balls:
             far = top_lo is not None and ball.is_finite() and (
                 ball.upper() < top_lo - arb(MAX_ABS_SCORE))
-            if far:
+            if far and abs(ball) <= MAX_MASKED_SCORE:
                 continue  # far below the row's maximum: its weight is tiny, not its size
             if ball.is_finite() and abs(ball) <= MAX_ABS_SCORE:
                 continue

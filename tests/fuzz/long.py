@@ -55,8 +55,9 @@ PROBLEMS = ("foreign-exception", "over-time", "file-outside", "control-in-report
             "tex-injection", "bad-message", "bad-exit", "harness-error")
 
 
-class OverLimit(Exception):
-    """Raised by the CPU-time alarm inside an input that runs past the limit."""
+class OverLimit(BaseException):
+    """Raised by the CPU-time alarm inside an input that runs past the limit (a
+    BaseException, so that no ``except Exception`` of the code under test swallows it)."""
 
 
 def kind_of(seed: int, i: int) -> str:
