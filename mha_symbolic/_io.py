@@ -30,7 +30,7 @@ from typing import BinaryIO
 from ._text import sanitize
 from .errors import ExampleFileError
 
-__all__ = ["STDIN", "output_path", "read_bounded", "write_output"]
+__all__ = ["STDIN", "check_name", "output_path", "read_bounded", "write_output"]
 
 #: The file name that means standard input.
 STDIN = "-"
@@ -38,6 +38,17 @@ STDIN = "-"
 
 def _shown(path: str | os.PathLike[str]) -> str:
     return sanitize(str(path))
+
+
+def check_name(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse a name the operating system cannot take: an embedded NUL, or a lone
+    surrogate that no file-system encoding can write (os.fsencode would raise)."""
+    try:
+        os.fsencode(path)
+    except (UnicodeError, TypeError):
+        raise ExampleFileError(f"{what}{_shown(path)}: not a valid file name") from None
+    if "\x00" in os.fspath(path):
+        raise ExampleFileError(f"{what}{_shown(path)}: not a valid file name (a NUL character)")
 
 
 def read_bounded(path: str | os.PathLike[str], limit: int, *,
@@ -56,6 +67,7 @@ def read_bounded(path: str | os.PathLike[str], limit: int, *,
         if len(data) > limit:
             raise ExampleFileError(f"<stdin>: larger than {limit} bytes")
         return data
+    check_name(path, "")
     p = Path(path)
     try:
         st = p.stat()
@@ -108,6 +120,7 @@ def output_path(value: str | None, *, inputs: Sequence[str | os.PathLike[str]] =
     if value == "":
         raise ExampleFileError(f"{option} '': an empty file name; use {option} - for standard "
                                "output")
+    check_name(value, f"{option} ")
     path = Path(value)
     shown = _shown(value)
     if path.is_dir():
@@ -118,6 +131,10 @@ def output_path(value: str | None, *, inputs: Sequence[str | os.PathLike[str]] =
     for source in inputs:
         if str(source) == STDIN:
             continue
+        try:
+            os.fsencode(source)
+        except (UnicodeError, TypeError):
+            continue  # not a name any file can have: not the output's either
         try:
             same = path.exists() and Path(source).exists() and path.samefile(source)
         except OSError:

@@ -75,3 +75,20 @@ def test_write_errors_name_the_file() -> None:
     with pytest.raises(OSError) as info:
         write_output(Path("/dev/full"), "x" * 100_000)
     assert info.value.filename == "/dev/full" and "No space" in str(info.value.strerror)
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "\ud800", "x\udbff.toml"])
+def test_names_no_file_can_have_are_one_line_errors(name: str, tmp_path: Path) -> None:
+    # found by the long fuzz run: pathlib raised ValueError / UnicodeEncodeError
+    with pytest.raises(ExampleFileError, match="not a valid file name"):
+        read_bounded(name, 100)
+    with pytest.raises(ExampleFileError, match="not a valid file name"):
+        output_path(name, inputs=[name])
+
+
+def test_the_command_line_refuses_such_names_with_exit_2(tmp_path: Path) -> None:
+    from mha_symbolic.cli import main
+
+    assert main(["check", "\ud800"]) == 2
+    assert main(["derive", "examples/seed.toml", "-o", "a\x00b"]) == 2
+    assert main(["prove", "--only", "uniform", "--latex", "\ud800"]) == 2

@@ -78,6 +78,9 @@ def _check_suffix(path: str | Path) -> Path:
 
 
 def _save(fig: Any, path: str | Path) -> Path:
+    from .._io import check_name
+
+    check_name(path, "-o ")
     path = _check_suffix(path)
     suffix = path.suffix.lower()
     if not path.parent.is_dir():

@@ -533,8 +533,8 @@ def cli_call(src: Source) -> CliCall:
     """One command line with its input files."""
     doc = document_text(src)
     files = {"in.toml": doc}
-    infile = src.choice(["in/in.toml"] * 6 + ["-", "in/missing.toml", "in", "/dev/null", "out",
-                                              "in/in.toml\x1b[31m", ""])
+    infile = src.choice(["in/in.toml"] * 8 + ["-", "in/missing.toml", "in", "/dev/null", "out",
+                                              "a\x00b", "\ud800", "in/in.toml\x1b[31m", ""])
     stdin = doc if infile == "-" else ""
     k = src.integer(0, 19)
     argv: list[str]

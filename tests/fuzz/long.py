@@ -60,7 +60,13 @@ class OverLimit(BaseException):
     BaseException, so that no ``except Exception`` of the code under test swallows it)."""
 
 
+#: ``--only``: restrict a run to some kinds (a scouting run); empty means the mix above.
+ONLY: tuple[str, ...] = ()
+
+
 def kind_of(seed: int, i: int) -> str:
+    if ONLY:
+        return g.RandomSource((seed, i, "kind")).choice(ONLY)
     r = g.RandomSource((seed, i, "kind")).integer(0, 999)
     for kind, share in KINDS:
         if r < share:
@@ -164,7 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--crashes", default="fuzz-crashes")
     ap.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     ap.add_argument("--replay", type=int, metavar="I", help="run input I alone and print it")
+    ap.add_argument("--only", default="", metavar="KINDS",
+                    help="comma-separated kinds to run (a scouting run), e.g. document,cli")
     args = ap.parse_args(argv)
+    global ONLY
+    ONLY = tuple(k for k in args.only.split(",") if k)
+    unknown = set(ONLY) - {k for k, _ in KINDS}
+    if unknown:
+        sys.exit(f"--only: unknown kind(s) {', '.join(sorted(unknown))}")
 
     if args.replay is not None:
         kind, payload = make_input(args.seed, args.replay)

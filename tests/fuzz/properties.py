@@ -283,8 +283,13 @@ def run_cli_subprocess(call: CliCall, timeout: float = 120) -> tuple[Problems, f
         env["PYTHONIOENCODING"] = call.encoding
         env.pop("MHA_SYMBOLIC_DEBUG", None)
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # an argument the OS can carry: a lone surrogate outside U+DC80–U+DCFF (which
+        # no real argv holds) becomes U+FFFD; NUL, which no argv can hold, becomes '?'
+        argv = [a.encode("utf-8", "surrogateescape" if all(
+            not 0xD800 <= ord(c) < 0xDC80 for c in a) else "replace").decode(
+            "utf-8", "surrogateescape").replace("\x00", "?") for a in call.argv]
         try:
-            proc = subprocess.run([sys.executable, "-m", "mha_symbolic", *call.argv],
+            proc = subprocess.run([sys.executable, "-m", "mha_symbolic", *argv],
                                   input=call.stdin.encode("utf-8", "surrogatepass"),
                                   capture_output=True, cwd=root, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
