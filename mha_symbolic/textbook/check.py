@@ -42,7 +42,7 @@ from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
 from .claims import parse_printed
 from .examples import Claim, WorkedExample, load_examples, select_examples
 from .quantities import MATRIX_QUANTITIES, parse_quantity, quantity_value
-from .reports import CheckReport, ClaimRecord
+from .reports import CONSISTENT, CheckReport, ClaimRecord
 from .slips import count_diagnosis, digit_diagnosis, index_diagnosis, premature, variant_diagnosis
 from .verdicts import describe, judge, nested_shape, pairs
 
@@ -200,12 +200,16 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
     details = [j.detail for j in judgements if j.detail]
     detail = details[0] if details else None
     diagnosis = None
+    p_inputs = ""
     if not ok and ex.printed_inputs:
         from .intervals import consistent_with_printed
 
         verdict_text, note = consistent_with_printed(ex, claim, value, p, judgements)
         if verdict_text is not None:
+            from .intervals import input_decimals
+
             verdict, ok, detail = verdict_text, True, note
+            p_inputs = f"{input_decimals(ex.engine_inputs()[claim.batch - 1])} decimals"
         elif note:
             detail = note
     if not ok:
@@ -215,6 +219,8 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
             diagnosis = digit_diagnosis(values[0], parts[0])
     precision = p.describe_precision() if p.kind in ("tuple", "array") else "; ".join(
         d for d in dict.fromkeys(part.describe_precision() for part in parts) if d)
+    if verdict == CONSISTENT:
+        precision = p_inputs  # the inputs' printed precision
     return ClaimRecord(ex.name, claim.quantity, claim.head, claim.claimed, exact, form, rounded,
                        precision, verdict, ok, error_units, diagnosis, claim.note, value,
                        file=ex.source, line=claim.line, batch=claim.batch, detail=detail,
