@@ -523,11 +523,11 @@ def exact_attention(
         else:  # masked_fill: the masked entries take the fill value and stay in the softmax
             t = sp.Matrix(n_q, n_k, lambda r, j, t=t, keep=keep: t[r, j] if keep[r][j] else fill)
             keep = [[True] * n_k for _ in range(n_q)]
-        row_parts = None
+        row_parts: list[Any] | None = None
         if softmax_over == "queries":
             w = _softmax_rows(t.T, [list(c) for c in zip(*keep, strict=True)], masked_rows, i).T
         elif softmax_over == "keys":
-            row_parts: list[Any] = []
+            row_parts = []
             w = _softmax_rows(t, keep, masked_rows, i, row_parts)
         else:
             raise SpecError(f"softmax_over={softmax_over!r} must be 'keys' or 'queries'")

@@ -63,7 +63,7 @@ class Dominated:
         try:
             lg = arb(self.bound.upper()).log() / arb(10).log()  # log10 of the bound, enclosed
             n = arb((-lg).lower()).floor().unique_fmpz()  # bound ≤ 10^(−n)
-            return max(int(n), 0)
+            return max(int(n), 0) if n is not None else 0
         finally:
             ctx.prec = old
 

@@ -153,7 +153,8 @@ def ball_attention(kwargs: dict[str, Any], env: dict[tuple[str, tuple[int, ...]]
                 e = scores[h][r][j] * scale
                 if additive is not None:
                     a = additive[r][j]
-                    if isinstance(a, str) and "inf" in a or (isinstance(a, float) and a == float("-inf")):
+                    if (isinstance(a, str) and "inf" in a) or (isinstance(a, float)
+                                                                and a == float("-inf")):
                         row.append(None)
                         continue
                     e = e + to_arb(exact_number(a, "mask"), 128)

@@ -125,6 +125,7 @@ def _claim_value(ex: WorkedExample, claim: Claim, p: Any) -> Any:
     heads = len(ex.attention(0).heads) if ex.has_attention else 1
     batch = ex.batch_size
     per_head = name in _PER_HEAD
+    order: tuple[str, ...]
     if axes == 2:
         if not per_head:
             raise ClaimError(f"{claim.quantity} has no heads axis: claim it as batch × rows × columns")

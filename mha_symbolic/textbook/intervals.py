@@ -62,7 +62,7 @@ _INPUTS = ("scores", "query", "key", "value", "x", "x_kv", "w_q", "w_k", "w_v", 
 
 def _unit(entry: Any) -> Fraction | None:
     """The unit of an input entry's last printed digit (None: exact, not an interval)."""
-    if isinstance(entry, bool) or isinstance(entry, (int, Fraction)):
+    if isinstance(entry, (bool, int, Fraction)):
         return None
     text = repr(entry) if isinstance(entry, float) else entry if isinstance(entry, str) else None
     if text is None:
@@ -73,7 +73,7 @@ def _unit(entry: Any) -> Fraction | None:
         p = parse_printed(text)
     except Exception:  # an exact expression such as 'sqrt(2)' is not a rounded decimal
         return None
-    if p.kind != "decimal" or p.unit is None or p.unit >= 1 and "." not in text:
+    if p.kind != "decimal" or p.unit is None or (p.unit >= 1 and "." not in text):
         return None
     return p.unit
 
@@ -99,8 +99,8 @@ def _printed_inputs(kwargs: dict[str, Any]) -> list[tuple[str, tuple[int, ...], 
             continue
         leaves = _leaves(kwargs[key])
         units = {path: _unit(entry) for path, entry in leaves}
-        floats = [units[path] for path, entry in leaves
-                  if isinstance(entry, float) and units[path] is not None]
+        floats: list[Fraction] = [u for path, entry in leaves
+                                  if isinstance(entry, float) and (u := units[path]) is not None]
         finest = min(floats) if floats else None
         for path, entry in leaves:
             u = units[path]
@@ -125,7 +125,7 @@ def consistent_with_printed(ex: WorkedExample, claim: Claim, value: Any, p: Prin
     """(CONSISTENT, note) when every wrong entry is reached by inputs inside their printed
     intervals; (None, note) when that is disproved or undetermined; (None, None) when
     the claim is not of a kind this covers."""
-    name, _, idx = parse_quantity(claim.quantity)
+    name, _, _ = parse_quantity(claim.quantity)
     if name not in ("score", "scaled_score", "weight", "head_output", "concat", "output", "q",
                     "k", "v", "weight_sum"):
         return None, None
@@ -143,7 +143,8 @@ def consistent_with_printed(ex: WorkedExample, claim: Claim, value: Any, p: Prin
     ctx.prec = BITS
     try:
         model = _Model(ex, claim, kwargs, printed)
-        shown, disproved = [], []
+        shown: list[int] = []
+        disproved: list[int] = []
         for i in wrong:
             outcome = model.reach(i, parts[i])
             (shown if outcome == "consistent" else disproved if outcome == "inconsistent"
@@ -193,7 +194,7 @@ class _Model:
         if m is None:
             raise ValueError("not modelled")
         rows = range(len(m)) if not self.idx else [self.idx[0] - 1]
-        out = []
+        out: list[Any] = []
         for r in rows:
             out.extend(m[r] if len(self.idx) < 2 else [m[r][self.idx[1] - 1]])
         return out

@@ -135,7 +135,7 @@ def draw(init: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _cache_names(values: dict[str, Any]) -> dict[str, str]:
+def _cache_names(values: dict[str, Any]) -> dict[str, str]:  # 'w_q[2]' → 'w_q__2'
     return {k: k.replace("[", "__").replace("]", "") for k in values}
 
 
@@ -161,8 +161,11 @@ def _read_cache(init: dict[str, Any], base: Path | None, where: str) -> dict[str
         raise ExampleFileError(f"{where}: init.cache {init['cache']!r} was drawn for another "
                                f"recipe ({recorded[:80]!r}); rewrite it with "
                                "python -m mha_symbolic.textbook.seeded FILE")
-    back = {v: k for k, v in _cache_names({n: None for n in _expected(init)}).items()}
-    return {back.get(k, k): v for k, v in data.items()}
+    back = {v: k for k, v in _cache_names(dict.fromkeys(_expected(init))).items()}
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        out[back.get(str(k), str(k))] = v
+    return out
 
 
 def _expected(init: dict[str, Any]) -> list[str]:
