@@ -293,6 +293,12 @@ class CertifiedValue:
         """-1, 0 or 1, certified."""
         if self.exact is not None:
             return (self.exact > 0) - (self.exact < 0)
+        try:  # an enclosure that excludes 0 settles it without asking SymPy (is_zero is slow)
+            ball = to_arb(self.expr, 64)
+            if ball > 0 or ball < 0:
+                return 1 if ball > 0 else -1
+        except (PrecisionError, SpecError):
+            pass
         if self.expr.is_zero:
             return 0
         return int(self._decide(lambda x: (x > 0) - (x < 0), "the sign"))

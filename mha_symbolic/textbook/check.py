@@ -73,7 +73,11 @@ def _shape_record(ex: WorkedExample, claim: Claim, value: Any) -> ClaimRecord:
     import sympy as sp
 
     def size(x: Any) -> Any:
-        return x if isinstance(x, int) else sp.Symbol(x, integer=True, positive=True)
+        if isinstance(x, int):
+            return x
+        factors = [int(f) if f.isdigit() else sp.Symbol(f, integer=True, positive=True)
+                   for f in x.split("·")]
+        return sp.Mul(*factors)
 
     _, sub, _ = parse_quantity(claim.quantity)
     leading: list[Any] = []

@@ -74,7 +74,9 @@ _POWER10 = re.compile(r"^10\s*\^\s*\(?\s*([+-]?\d+)\s*\)?$")
 _ENOTATION = re.compile(r"^([+-]?\d+(?:\.(\d*))?)[eE]([+-]?\d+)$")
 _PERCENT = re.compile(r"^([+-]?\d+(?:\.(\d+))?)\s*%$")
 _SHAPE_SEP = re.compile(r"\s*(?:×|x|\*)\s*")
-_SIZE = re.compile(r"^(?:\d+|[A-Za-z_]\w{0,31})$")
+_FACTOR = r"(?:\d+|[A-Za-z_]\w{0,31})"
+# a size: a number, a symbol, or a product of them (h·d_v, 3*d_model)
+_SIZE = re.compile(rf"^{_FACTOR}(?:\s*[·*]\s*{_FACTOR}){{0,3}}$")
 _SHAPE_WRAPPER = re.compile(r"^(?:torch\.Size\s*\(\s*\[(.*)\]\s*\)|\[(.*)\]|\((.*)\))$", re.DOTALL)
 
 #: Scale words and suffixes: 2.36M is 2.36 × 10^6 (its unit 10^4, from its digits).
@@ -142,7 +144,8 @@ class PrintedAnswer:
 
     def describe_precision(self) -> str:
         if self.kind in ("tuple", "array"):
-            return "; ".join(d for d in dict.fromkeys(p.describe_precision() for p in self.parts) if d)
+            kinds = [d for d in dict.fromkeys(p.describe_precision() for p in self.parts) if d]
+            return "; ".join(kinds) if len(kinds) <= 2 else "each entry at its printed precision"
         if self.kind == "decimal" and self.unit is not None:
             places = _places(self.unit)
             if places > 0:
@@ -324,12 +327,15 @@ def _shape_sizes(s: str, raw: str) -> tuple[Any, ...]:
         items = [t.strip() for t in inner.split(",")]
         if items and items[-1] == "":  # (5,)
             items = items[:-1]
+    elif "×" in inner:
+        items = [t.strip() for t in inner.split("×")]
     else:
         items = [t.strip() for t in _SHAPE_SEP.split(inner)]
     if not 2 <= len(items) <= 4 or not all(_SIZE.match(t) for t in items):
         raise ClaimError(f"claimed={raw!r} is not a shape like '3 × 5', '2 × 4 × 100' or "
                          "torch.Size([2, 6, 2]) (two to four sizes)")
-    return tuple(int(t) if t.isascii() and t.isdigit() else t for t in items)
+    return tuple(int(t) if t.isascii() and t.isdigit() else re.sub(r"\s*[·*]\s*", "·", t)
+                 for t in items)
 
 
 #: Printed answers for masked entries (a scaled score of −∞) and NaN rows.

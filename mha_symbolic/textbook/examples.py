@@ -150,6 +150,13 @@ class WorkedExample:
             merged = {k: getattr(base, k) for k in ("n_q", "n_k", "heads", "kv_heads", "d_k",
                                                      "d_v")}
             merged.update({k: v for k, v in stated.items() if v is not None})
+            inputs = att.inputs
+            if merged.get("d_model") is None and inputs.get("x") is not None:
+                merged["d_model"] = inputs["x"].cols  # the token width, not h·d_k
+                for key, name in (("kdim", "x_kv"), ("vdim", "x_kv")):
+                    if merged.get(key) is None and inputs.get(name) is not None \
+                            and inputs[name] is not inputs["x"]:
+                        merged[key] = inputs[name].cols
             if merged.get("d_model") is None and base.d_model is not None:
                 merged["d_model"] = base.d_model
             if merged.get("d_model") is None:
@@ -414,8 +421,11 @@ def _dim(key: str, value: Any, where: str) -> Any:
 
 def _option(key: str, value: Any, where: str) -> Any:
     if key in ("heads", "kv_heads", "d_k"):
+        if isinstance(value, str) and value.isidentifier() and len(value) <= 32:
+            return value  # a symbol, for examples that state sizes only
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ExampleFileError(f"{where}: {key}={value!r} must be a positive integer")
+            raise ExampleFileError(f"{where}: {key}={value!r} must be a positive integer "
+                                   "(or a symbol name, for an example without inputs)")
         return value
     if key in ("scale", "mask_fill"):
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):

@@ -178,7 +178,7 @@ def _batch_item(key: str, value: Any, i: int, b: int, heads: int) -> Any:
     depth = len(shape_of(value))
     if key in _BATCHED and depth == _BATCHED[key] + 1:
         return value[i]
-    if key == "scores" and (depth == 4 or (depth == 3 and heads == 1 and b > 1)):
+    if key == "scores" and (depth == 4 or (depth == 3 and heads == 1)):
         return value[i]
     return value
 

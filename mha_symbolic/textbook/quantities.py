@@ -123,6 +123,14 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
         return _count(getattr(spec, sub or ""), sub or "")
     if name == "params":
         return _param(ex.spec, sub or "")
+    if att is None and name == "scale" and not ex.has_attention:
+        import sympy as sp
+
+        from ..exact.engine import exact_number
+
+        given = ex.options.get("scale")
+        return exact_number(given, "scale") if given is not None else sp.sympify(
+            ex.spec.resolved_scale())
     if att is None:
         if not ex.has_attention:
             raise ClaimError(f"{claim.quantity}: example {ex.name!r} gives no inputs to compute it "
@@ -200,6 +208,11 @@ def _shape(ex: WorkedExample, sub: str) -> Any:
                  "w_qkv": Shape(spec.d_model, h * spec.d_k + g * spec.d_k + g * spec.d_v)}[sub]
     else:
         shape = attention_shapes(spec)[sub].shape
+        att = ex.attention() if ex.has_attention else None
+        if att is not None and att.output is not None and sub in ("w_o", "output"):
+            # W^O as given: torch's out_proj may map h·d_v to any width, not only d_model
+            width = att.output.cols
+            shape = Shape(shape.rows, width)
     if sub in WEIGHT_SHAPES and ex.options.get("layout") == "torch":
         return shape.T
     return shape
