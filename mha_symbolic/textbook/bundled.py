@@ -95,10 +95,10 @@ def cli_examples(args: Any) -> int:
     for name, paths in _sets().items():
         if name == "books":
             total = sum(_title(p)[2] for p in paths)
-            print(f"{name:32s} {len(paths)} files, {total} claims (the whole corpus)")
+            print(f"{name:40s} {len(paths)} files, {total} claims (the whole corpus)")
             continue
         title, n_ex, n_claims = _title(paths[0])
-        print(f"{name:32s} {n_ex:3d} examples {n_claims:4d} claims  {title}")
+        print(f"{name:40s} {n_ex:3d} examples {n_claims:4d} claims  {title}")
     print("\ncheck one:  mha-symbolic check --example NAME\n"
           "copy one:   mha-symbolic examples --copy NAME")
     return 0
