@@ -297,3 +297,12 @@ def test_seeded_draws_reproduce_the_raschka_query() -> None:
     x2 = [F("0.55"), F("0.87"), F("0.66")]
     q = [sum((x2[i] * w[i][j] for i in range(3)), F(0)) for j in range(2)]
     assert [round(float(v), 4) for v in q] == [0.4306, 1.4551]
+
+
+def test_a_pasted_printout_is_an_input() -> None:
+    pasted = base(scale=1) + 'scores = """tensor([[0.5100, 0.0000],\n        [1.0000, 2.0000]])"""\n'
+    plain = base(scale=1, scores=[["0.5100", "0"], [1, 2]])
+    a, b = load_examples(text=pasted)[0], load_examples(text=plain)[0]
+    assert a.attention().heads[0].weights == b.attention().heads[0].weights
+    masked = base(scale=1, scores=[[0, 0]]) + 'mask = "tensor([[True, False]])"\n'
+    assert one(masked + claim("weight[1]", "(1, 0)")).verdict == "exact"

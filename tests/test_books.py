@@ -128,6 +128,11 @@ class Model:
     def __init__(self, ex: dict[str, Any], b: int) -> None:
         inputs = {k: ex[k] for k in ("x", "query", "key", "value", "scores", "w_q", "w_k",
                                      "w_v", "w_o", "b_q", "b_k", "b_v", "b_o") if k in ex}
+        for k, v in list(inputs.items()):  # a pasted printout: its numbers, as many per row
+            if isinstance(v, str):           # as the printout has columns
+                width = len(printed_numbers(v.split("\n")[0]))
+                nums = [val for val, _ in printed_numbers(v)]
+                inputs[k] = [nums[i:i + width] for i in range(0, len(nums), width)]
         inputs.update(load_init(ex))
         self.heads = int(ex.get("heads", 1))
 
@@ -360,7 +365,12 @@ def test_printed_inputs_witnesses() -> None:
         model = Model({**ex, **inputs, "inputs": "exact"}, 0)
         return model.out[0][0][0]
 
-    base = {k: tree(ex[k], exact_leaf) for k in ("query", "key", "value")}
+
+    def rows(text: str) -> list[list[Fraction]]:  # the pasted printout's numbers, 2 per row
+        nums = [v for v, _ in printed_numbers(text)]
+        return [nums[i:i + 2] for i in range(0, len(nums), 2)]
+
+    base = {k: rows(ex[k]) for k in ("query", "key", "value")}
     centre = entry(base)
     assert not rounds_to(centre, F("0.5698"), F("0.0001"))
     assert rounds_to(centre, F("0.5697"), F("0.0001"))

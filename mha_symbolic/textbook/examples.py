@@ -327,7 +327,9 @@ def _file_inputs(item: dict[str, Any], raw_inputs: dict[str, Any], at: Any,
 
     out: dict[str, Any] = {}
     for key in list(raw_inputs):
-        if isinstance(raw_inputs[key], str):
+        if isinstance(raw_inputs[key], str) and _is_printout(raw_inputs[key]):
+            raw_inputs[key] = printout_matrix(raw_inputs[key], f"{at(key)}: {key}")
+        elif isinstance(raw_inputs[key], str):
             ref = raw_inputs.pop(key)
             arr = load_array(ref, base, f"{at(key)}: {key}")
             if isinstance(arr, dict):
@@ -361,6 +363,43 @@ def _file_inputs(item: dict[str, Any], raw_inputs: dict[str, Any], at: Any,
 
 
 _MAX_INPUT_DEPTH = 4
+
+
+def _is_printout(text: str) -> bool:
+    from .printouts import looks_like_printout
+
+    return looks_like_printout(text)
+
+
+def printout_matrix(text: str, where: str) -> Any:
+    """A pasted torch/numpy printout as an input: nested lists of its entries as printed
+    (``"0.3367"`` keeps its digits, so ``inputs = "printed"`` reads its precision;
+    ``True``/``False`` become booleans for masks).
+
+    >>> printout_matrix("tensor([[ 0.3367,  0.1288]])", "query")
+    [['0.3367', '0.1288']]
+    """
+    from .printouts import read_printout
+
+    try:
+        p = read_printout(text)
+    except ClaimError as exc:
+        raise ExampleFileError(f"{where}: {exc}".replace("claimed=", "")) from None
+
+    def entry(e: str) -> Any:
+        return {"True": True, "False": False}.get(e, e)
+
+    flat = [entry(e) for e in p.entries]
+    if not p.shape:
+        raise ExampleFileError(f"{where}: a single number is not a matrix")
+
+    def nest(items: list[Any], shape: tuple[int, ...]) -> Any:
+        if len(shape) == 1:
+            return items
+        step = len(items) // shape[0]
+        return [nest(items[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+    return nest(flat, p.shape)
 
 
 def _matrix_input(value: Any, where: str) -> Any:
@@ -433,6 +472,8 @@ def _option(key: str, value: Any, where: str) -> Any:
         if isinstance(value, float) and value != value:
             raise ExampleFileError(f"{where}: {key}={value!r} is not a number")
         return "-inf" if isinstance(value, float) and value == float("-inf") else value
+    if key in ("mask", "masked") and isinstance(value, str) and _is_printout(value):
+        return printout_matrix(value, f"{where}: {key}")
     if key == "mask":
         if isinstance(value, str):
             if value != "causal":
