@@ -8,7 +8,8 @@ Each command runs in a fresh interpreter several times; printed are the min and 
 wall time and the min and median CPU time of the child (user + system, from
 ``resource.getrusage(RUSAGE_CHILDREN)``), with baselines measured in the same run:
 ``python -c pass`` and ``python -c "import sympy"`` (the import the checker cannot avoid
-for claims with e, sqrt or exp).  ``--baseline-tree DIR`` times the seed and n = 64
+for claims with e, sqrt or exp).  Bytecode is written to a temporary PYTHONPYCACHEPREFIX
+by one warm-up run, as an installed package has it.  ``--baseline-tree DIR`` times the seed and n = 64
 commands with another source tree as well (for example ``/work/main`` before a change),
 in the same run and with the same thread settings.  The load average is printed: on a
 shared machine wall times vary; CPU times and same-run ratios are steadier.
@@ -60,9 +61,13 @@ def n64_example(path: Path) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def measure(cmd: list[str], tree: Path, runs: int, ok: tuple[int, ...]) -> tuple[list[float], list[float]]:
+def measure(cmd: list[str], tree: Path, runs: int, ok: tuple[int, ...],
+            pycache: Path) -> tuple[list[float], list[float]]:
     env = dict(os.environ, **THREADS)
     env["PYTHONPATH"] = str(tree)
+    # bytecode as an installed package has it: written once (outside the trees), then reused
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(pycache)
     walls, cpus = [], []
     for _ in range(runs):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -105,7 +110,8 @@ def main() -> None:
         for label, tree in trees:
             if label == "baseline" and not compare:
                 continue
-            walls, cpus = measure(cmd, tree, args.runs, ok)
+            measure(cmd, tree, 1, ok, work / "pycache")  # warm-up: writes the bytecode
+            walls, cpus = measure(cmd, tree, args.runs, ok, work / "pycache")
             line = (f"{name + ('' if label == 'this tree' else ' [' + label + ']'):58s} "
                     f"wall min {min(walls):6.3f} s median {statistics.median(walls):6.3f} s   "
                     f"cpu min {min(cpus):6.3f} s median {statistics.median(cpus):6.3f} s")

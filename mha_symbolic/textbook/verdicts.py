@@ -321,7 +321,25 @@ def describe(value: Any, sig: int) -> tuple[str, str]:
         return f"{main} {side} (less than 10^−{dom.places:,})", ""
     cv = certify(value)
     digits = cv.digits(sig)
+    if not _small(value):  # its printed form would exceed 60 characters: not worth printing
+        return digits, ""
     form = str(sp.together(value) if value.is_Add else value).replace("**", "^")
     if len(form) > 60 or form == digits:
         form = ""
     return digits, form
+
+
+def _small(value: Any, nodes: int = 30) -> bool:
+    """Whether an expression is small enough that its form may fit 60 characters (a
+    bounded walk: at most ``nodes`` nodes, no rational with more than 12 digits)."""
+    stack = [value]
+    seen = 0
+    while stack:
+        e = stack.pop()
+        seen += 1
+        if seen > nodes:
+            return False
+        if getattr(e, "is_Rational", False) and (abs(e.p) > 10**12 or e.q > 10**12):
+            return False
+        stack.extend(getattr(e, "args", ()))
+    return True
