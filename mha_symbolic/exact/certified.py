@@ -106,6 +106,22 @@ def _precision(bits: int) -> Iterator[None]:
         ctx.prec = old
 
 
+#: Symbols bound to Arb balls while an interval evaluation runs (see :func:`bound_symbols`).
+_BOUND: dict[Any, Any] = {}
+
+
+@contextmanager
+def bound_symbols(env: dict[Any, Any]) -> Iterator[None]:
+    """Evaluate with these SymPy symbols standing for these Arb balls: the enclosure then
+    holds for every value of each symbol in its ball (interval evaluation)."""
+    _BOUND.update(env)
+    try:
+        yield
+    finally:
+        for key in env:
+            _BOUND.pop(key, None)
+
+
 def to_arb(expr: Any, bits: int) -> flint.arb:
     """Enclose an exact SymPy expression in an Arb ball at ``bits`` of precision.
 
@@ -136,6 +152,8 @@ class _Evaluator:
     def ball(self, e: Any) -> flint.arb:
         if e.is_Rational:
             return self.arb(self.fmpq(int(e.p), int(e.q)))
+        if _BOUND and e in _BOUND:
+            return _BOUND[e]
         hit = self.memo.get(e)
         if hit is None:
             hit = self.memo[e] = self._ball(e)

@@ -205,11 +205,12 @@ def _cli_output_problems(rc: int, out: str, err: str, call: CliCall) -> Problems
     elif rc not in (0, 1, 2, 4):
         problems.append(("bad-exit", f"exit {rc}: {err[-500:]!r} argv={call.argv!r}"))
     elif rc == 2:
+        # one line per error: a refused input, or each unreadable claim of a checked file
         lines = [x for x in err.splitlines() if x.strip()]
-        if len(lines) != 1 or not lines[0].startswith("mha-symbolic"):
+        if not lines or not all(x.startswith("mha-symbolic") for x in lines):
             problems.append(("bad-exit", f"exit 2 with stderr {err[-500:]!r} argv={call.argv!r}"))
-        elif len(lines[0]) > MAX_MESSAGE + 100:
-            problems.append(("bad-message", f"{lines[0][:300]!r}"))
+        elif any(len(x) > MAX_MESSAGE + 200 for x in lines):
+            problems.append(("bad-message", f"{max(lines, key=len)[:300]!r}"))
     problems += _control_lines(out, f"stdout of {call.argv[:2]!r}")
     problems += _control_lines(err, f"stderr of {call.argv[:2]!r}")
     return problems
