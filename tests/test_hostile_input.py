@@ -447,3 +447,14 @@ def test_output_is_safe_on_any_encoding(encoding: str) -> None:
     out, err = r.stdout.decode(encoding), r.stderr.decode(encoding)
     assert r.returncode == 1 and "Traceback" not in err, err
     assert "  ok score[1]" in out and "  XX head_output[1]" in out  # ✓ and ✗ as ASCII
+
+
+# -- Found by the fuzz runs ----------------------------------------------------------------------
+
+def test_a_printed_input_in_percent_is_read_as_printed() -> None:
+    # inputs = "printed" read a string entry with Fraction(), which refuses "70%"
+    report = check_text('[[example]]\ninputs = "printed"\nscores = [["70%", 0.25]]\n'
+                        '[[example.claim]]\nquantity = "weight[1,1]"\nclaimed = "0.7"\n')
+    # independent: e^0.7/(e^0.25 + e^0.7) = 1/(1 + e^-0.45) = 0.6106…, 0.7 only if the
+    # printed inputs (0.695…0.705, 0.245…0.255) could reach it: they cannot
+    assert report.records[0].verdict == "wrong"

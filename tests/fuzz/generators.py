@@ -471,6 +471,20 @@ def example_table(src: Source, index: int) -> str:
         lines.append(f"masked_rows = {toml_string(rows)}")
     if bad and src.chance(0.03):
         lines.append(f"{src.choice(['kv_heads', 'd_k'])} = {src.choice(['1', '2', '0', '7'])}")
+    # issue 14's inputs as books give them: replacing masks, torch layout, printed inputs
+    if inputs and src.chance(0.05):
+        if not any(x.startswith("mask =") for x in lines):
+            lines.append('mask = "causal"')
+        fills = ["-1e9", "-1e6", '"-inf"', "-9e15", "-1e4"] + (["1e31", '"x"'] if bad else [])
+        lines.append(f"mask_fill = {src.choice(fills)}")
+    if inputs and src.chance(0.03):
+        lines.append(f"layout = {toml_string(src.choice(['torch', 'book'] + (['x'] if bad else [])))}")
+    if inputs and src.chance(0.03):
+        lines.append('inputs = "printed"')
+    if bad and src.chance(0.03):
+        where = src.choice(["../../etc/passwd", "/etc/passwd", "x.npz", "in.toml", "../in.toml",
+                            "a" * 300])
+        lines.append(f"arrays = {toml_string(where)}")
     for _ in range(src.integer(0, 5)):
         lines.append("[[example.claim]]")
         q = quantity(src, n, m, values=values, inputs=inputs, projected=level >= 4)
@@ -484,6 +498,8 @@ def example_table(src: Source, index: int) -> str:
         if inputs and src.chance(0.1):
             choices = [str(src.integer(1, h))] + (["0", "99", "1" + "0" * 40] if bad else [])
             lines.append(f"head = {src.choice(choices)}")
+        if src.chance(0.05):
+            lines.append(f"batch = {src.choice(['1', '1', '2'] + (['0', '9' * 30] if bad else []))}")
         if src.chance(0.05):
             choices = ["0.01", "1e-30", "0.5", "0.1"] + (["0", "1", "nan"] if bad else [])
             lines.append(f"rtol = {src.choice(choices)}")

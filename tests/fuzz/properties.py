@@ -224,9 +224,23 @@ def _prepare(call: CliCall, root: Path) -> None:
             f.write(text)
 
 
-def _files_outside(before: dict[str, float], after: dict[str, float]) -> Problems:
+def _outputs(call: CliCall) -> tuple[str, ...]:
+    """What the call names as its output (``-o PATH``): that file, the PDF beside it and
+    its figures' folder may be written, wherever it is."""
+    argv = call.argv
+    for k, a in enumerate(argv[:-1]):
+        if a in ("-o", "--output") and argv[k + 1] not in ("", "-"):
+            path = os.path.normpath(argv[k + 1])
+            stem = os.path.splitext(path)[0]
+            return (path, stem + ".pdf", stem + "-figures")
+    return ()
+
+
+def _files_outside(before: dict[str, float], after: dict[str, float],
+                   allowed: tuple[str, ...] = ()) -> Problems:
     new = [p for p, t in after.items() if (p not in before or before[p] != t)
-           and not p.startswith("out" + os.sep) and p != "out"]
+           and not p.startswith("out" + os.sep) and p != "out"
+           and not any(p == a or p.startswith(a + os.sep) for a in allowed)]
     return [("file-outside", f"written: {new[:5]!r}")] if new else []
 
 
@@ -263,7 +277,7 @@ def run_cli_inprocess(call: CliCall) -> Problems:
             sys.stdin = saved
             os.chdir(old)
         problems += _cli_output_problems(rc, out.getvalue(), err.getvalue(), call)
-        problems += _files_outside(before, _snapshot(root))
+        problems += _files_outside(before, _snapshot(root), _outputs(call))
         if _tex_dirs() - tex_before:
             problems.append(("file-outside", "a pdflatex working directory was left behind"))
     return problems
@@ -300,5 +314,5 @@ def run_cli_subprocess(call: CliCall, timeout: float = 120) -> tuple[Problems, f
         out = proc.stdout.decode(call.encoding, errors="replace")
         err = proc.stderr.decode(call.encoding, errors="replace")
         problems += _cli_output_problems(proc.returncode, out, err, call)
-        problems += _files_outside(before, _snapshot(root))
+        problems += _files_outside(before, _snapshot(root), _outputs(call))
     return problems, cpu
