@@ -458,3 +458,39 @@ def test_a_printed_input_in_percent_is_read_as_printed() -> None:
     # independent: e^0.7/(e^0.25 + e^0.7) = 1/(1 + e^-0.45) = 0.6106…, 0.7 only if the
     # printed inputs (0.695…0.705, 0.245…0.255) could reach it: they cannot
     assert report.records[0].verdict == "wrong"
+
+
+def test_a_derivation_with_logarithms_in_the_inputs_finishes() -> None:
+    # the exact-identity attempt ran logcombine, which rewrote c·log(3) as log(3^c) and
+    # built 3^c; the identity test now splits logs of integers into primes instead
+    from mha_symbolic.textbook.derivation import derive
+
+    doc = ('[[example]]\nheads = 2\nx = [[-2], [2.5e2]]\nx_kv = [["ln(3)"], [2]]\n'
+           'w_q = [[5, 2]]\nw_k = [[3, "e"]]\nw_v = [["-2", 3]]\nb_v = [[1, 4]]\n')
+    with no_hang(120):
+        assert "Checks" in derive(load_examples(text=doc), format="markdown").text
+
+
+def test_an_identity_of_logarithms_is_still_proved() -> None:
+    import sympy as sp
+
+    from mha_symbolic.exact.certified import certify
+
+    # independent: log 6 = log 2 + log 3
+    assert certify(sp.log(6, evaluate=False) - sp.log(2) - sp.log(3) + sp.Rational(1, 2)
+                   ).rational() == sp.Rational(1, 2)
+
+
+def test_an_unreadable_expr_claim_in_a_derivation() -> None:
+    from mha_symbolic.textbook.derivation import derive
+
+    doc = ('[[example]]\nscores = [[1, 0]]\n[[example.claim]]\nquantity = "expr"\n'
+           'claimed = 0.5\nexpr = "2^-1"\n')
+    assert "claims" in derive(load_examples(text=doc), format="markdown").text
+
+
+def test_a_ragged_weight_in_torch_layout_is_a_one_line_error() -> None:
+    doc = ('[[example]]\nlayout = "torch"\nx = [[1, 2, 3]]\nw_q = [[1, 0, 0], [0, 1, 0], [0, 0, 1]]\n'
+           'w_k = [[4, -3, 1], [3, 5, 1, 3], [0, -1, -3, 0]]\nw_v = [[1, 0, 0], [0, 1, 0], [0, 0, 1]]\n')
+    with pytest.raises(ExampleFileError, match="rows of equal length"):
+        load_examples(text=doc)

@@ -368,8 +368,16 @@ class CertifiedValue:
             num, _ = sp.together(self.expr - sp.Rational(q.numerator, q.denominator)).as_numer_denom()
             if expansion_terms(num) > MAX_EXPANSION_TERMS:
                 return None
-            expanded = sp.expand(num, log=True, force=True)
-            zero = expanded == 0 or sp.logcombine(expanded, force=True).doit() == 0
+            # logarithms of integers are split into logarithms of primes (factor=True), so
+            # that log 6 − log 2 − log 3 expands to 0; factoring is bounded by refusing
+            # integers above 10^18 under a logarithm.  No logcombine: it rewrites c·log(b)
+            # as log(b^c) and builds b^c, of unbounded size (found by the long fuzz run).
+            for lg in num.atoms(sp.log):
+                for r in lg.args[0].atoms(sp.Rational):
+                    if max(abs(int(r.p)), int(r.q)) > 10**18:
+                        return None
+            expanded = sp.expand(num, log=True, force=True, factor=True)
+            zero = expanded == 0
         except (TypeError, ValueError, ArithmeticError, RecursionError):  # pragma: no cover
             return None
         return q if zero else None

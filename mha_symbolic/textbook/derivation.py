@@ -1325,6 +1325,8 @@ def _claim_value(example: Any, claim: Any) -> Any:
         from .quantities import quantity_value
     except ImportError:  # pragma: no cover - textbook without that helper
         return None
+    if getattr(claim, "error", None) is not None:
+        return None  # an unreadable claim has no value
     try:
         return quantity_value(example, claim)
     except MhaSymbolicError:

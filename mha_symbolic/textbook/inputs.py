@@ -58,6 +58,12 @@ def shape_of(value: Any) -> tuple[int, ...]:
 
 
 def _transpose(m: list[list[Any]]) -> list[list[Any]]:
+    if not isinstance(m, list) or not all(isinstance(row, list) for row in m) or len(
+            {len(row) for row in m}) > 1:
+        # a ragged matrix has no transpose (zip(strict=True) raised ValueError; fuzz run)
+        raise ExampleFileError(f"a weight in torch layout must be a matrix of rows of equal "
+                               f"length; its rows have {sorted({len(r) for r in m if isinstance(r, list)})} "
+                               "entries")
     return [list(col) for col in zip(*m, strict=True)]
 
 

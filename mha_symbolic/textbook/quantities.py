@@ -116,7 +116,8 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
     if name == "expr":
         from ..exact.grammar import parse_number
 
-        assert claim.expr is not None
+        if claim.expr is None:  # an unreadable claim reaching here (a derivation's claims)
+            raise ClaimError(f"{claim.quantity}: quantity 'expr' needs expr = \"...\"")
         return parse_number(claim.expr)
     if name == "shape":
         return _shape(ex, sub or "")
