@@ -129,6 +129,11 @@ def _q(x: Fraction) -> Any:
     return arb(flint.fmpq(x.numerator, x.denominator))
 
 
+def _fr(x: Any) -> Fraction:
+    """An input entry as an exact Fraction (floats of any dtype are read exactly)."""
+    return x if isinstance(x, Fraction) else Fraction(float(x))
+
+
 def ref_row(q: Any, k: Any, v: Any, keep: Any, madd: Any, scale: Any,
             prec: int, drop: Any = None, factor: Fraction | None = None
             ) -> tuple[list[Any], list[Any]]:
@@ -147,17 +152,16 @@ def ref_row(q: Any, k: Any, v: Any, keep: Any, madd: Any, scale: Any,
         for j, kj in enumerate(k):
             if not keep[j]:
                 continue
-            g[j] = sum((Fraction(float(a)) * Fraction(float(b)) for a, b in zip(q, kj, strict=False)),
-                       Fraction(0))
-            m[j] = Fraction(float(madd[j])) if madd is not None else Fraction(0)
+            g[j] = sum((_fr(a) * _fr(b) for a, b in zip(q, kj, strict=False)), Fraction(0))
+            m[j] = _fr(madd[j]) if madd is not None else Fraction(0)
         assert g, "ref_row needs an unmasked key"
         if c_rat is not None:
             top = max(g, key=lambda j: c_rat * g[j] + m[j])
             t = {j: _q(c_rat * (g[j] - g[top]) + (m[j] - m[top])) for j in g}
         else:
-            top = max(g, key=lambda j: float((c * _q(g[j]) + _q(m[j])).mid()))
+            top = max(g, key=lambda j: (c * _q(g[j]) + _q(m[j])).mid())  # exact arb mids
             t = {j: c * _q(g[j] - g[top]) + _q(m[j] - m[top]) for j in g}
-        tiny = arb(-(10**6)).exp() * arb(0.5, 0.5)
+        tiny = (arb(-(10**6)).exp() * arb(0.5, 0.5)).nonnegative_part()  # [0, e**-1e6]
         w = {j: (tj.exp() if not tj.upper() < -(10**6) else tiny) for j, tj in t.items()}
         d = sum(w.values(), arb(0))
         f = arb(1) if factor is None else _q(factor)
@@ -167,7 +171,7 @@ def ref_row(q: Any, k: Any, v: Any, keep: Any, madd: Any, scale: Any,
             acc = arb(0)
             for j, wj in w.items():
                 if kept[j]:
-                    acc += wj * arb(float(v[j][col]))
+                    acc += wj * _q(_fr(v[j][col]))
             outs.append(acc * f / d)
         weights = [w[j] * f / d if j in w and kept[j] else arb(0) for j in range(len(k))]
         return outs, weights
@@ -214,11 +218,24 @@ def ref_sign(q: Any, k: Any, v: Any, keep: Any, madd: Any, scale: Any, col: int,
             return arb(flint.fmpq(key.numerator, key.denominator))
 
         sc = {key: score(key) for key in merged}
-        top = max(sc.values(), key=lambda x: float(x.mid())).mid()
-        total = sum(((sc[key] - top).exp() * arb(flint.fmpq(c.numerator, c.denominator))
-                     for key, c in merged.items() if c != 0), arb(0))
-        assert total > 0 or total < 0, total
-        return 1 if total > 0 else -1
+        top = max(sc.values(), key=lambda x: x.mid()).mid()  # exact arb mids
+        big = arb(0)
+        tiny_signs = set()
+        for key, c in merged.items():
+            if c == 0:
+                continue
+            d = sc[key] - top
+            if d.upper() < -(10**6):  # 0 < e**d < e**-1e6: only its sign can matter
+                tiny_signs.add(1 if c > 0 else -1)
+            else:
+                big += d.exp() * arb(flint.fmpq(c.numerator, c.denominator))
+        if big.is_zero():  # only tiny (positive) exponentials: their common sign
+            assert len(tiny_signs) == 1, tiny_signs
+            return tiny_signs.pop()
+        rest = arb(-(10**6)).exp() * sum(abs(c) for c in merged.values())
+        assert abs(big) > rest, big  # the tiny terms cannot change the sign
+        assert big > 0 or big < 0, big
+        return 1 if big > 0 else -1
     finally:
         ctx.prec = old
 

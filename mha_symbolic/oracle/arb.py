@@ -123,7 +123,7 @@ def attention_rows(g_rows: list[list[Any]], vm: Any, g_prec: int, scale: Fractio
         ctx.prec = prec
         c = scale_arb(scale, E)
         zero = arb(0)
-        w_tiny = arb(EXP_FLOOR).exp() * arb(0.5, 0.5)
+        w_tiny = (arb(EXP_FLOOR).exp() * arb(0.5, 0.5)).nonnegative_part()  # [0, e**EXP_FLOOR]
         fac = None if factor is None else arb(fmpq(factor.numerator, factor.denominator))
         w_rows: list[list[Any]] = []
         for i in range(r):

@@ -105,17 +105,30 @@ def _decide_balls(balls: list[Any], fmt: FloatFormat) -> tuple[Array, Array]:
 
 
 def dd_enclosure(hi: Array, lo: Array, err: Array) -> tuple[Array, Array]:
-    """Outward float64 bounds of [hi + lo - err, hi + lo + err]: a = fl(lo ∓ err) and
-    s = fl(hi + a) err by <= u(|a| + |s|) together; subtracting/adding twice that
-    and stepping one ulp outward covers the roundings of the bound itself."""
+    """Outward float64 bounds of [hi + lo - err, hi + lo + err], at most one ulp outside.
+
+    For the lower end: a = fl(lo - err) errs by <= u|a|; (s, e) = TwoSum(hi, a) is
+    exact, so the end is within s + e ± u|a|.  If e >= u|a|(1 + 2**-50) it is >= s
+    (lower = s); otherwise, when u|a| is below a quarter of the gap under s, it is
+    >= s - gap (lower = nextafter(s, -inf): |e| <= half the gap on its side).  Else
+    (huge err) a generous form: s - 2u(|a| + |s|) stepped outward."""
+    from .dd import two_sum
+
     with np.errstate(invalid="ignore", over="ignore"):
-        a = lo - err
-        s = hi + a
-        lower = np.nextafter(s - 2 * U * (np.abs(a) + np.abs(s)) - 2.0**-1074, -np.inf)
-        a = lo + err
-        s = hi + a
-        upper = np.nextafter(s + 2 * U * (np.abs(a) + np.abs(s)) + 2.0**-1074, np.inf)
-    return lower, upper
+        out = []
+        for sign, toward in ((-1.0, -np.inf), (1.0, np.inf)):
+            a = lo + sign * err
+            s, e = two_sum(hi, a)
+            slack = U * np.abs(a) * (1 + 2.0**-50) + 2.0**-1074
+            step = np.nextafter(s, toward)
+            safe = slack <= np.abs(step - s) / 4
+            # lower (sign -1): end >= s when e >= slack; upper: end <= s when -e >= slack
+            inside = (e >= slack) if sign < 0 else (-e >= slack)
+            bound = np.where(inside, s, step)
+            generous = np.nextafter(s + sign * 2 * U * (np.abs(a) + np.abs(s)) + sign * 2.0**-1074,
+                                    toward)
+            out.append(np.where(safe, bound, generous))
+    return out[0], out[1]
 
 
 class Problem:

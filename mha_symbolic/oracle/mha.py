@@ -424,6 +424,15 @@ def _get(module: Any, name: str) -> Any:
     return as_exact_array(val, f"module.{name}")
 
 
+def _sdpa_form(a: Array, name: str) -> Array:
+    """A torch MultiheadAttention mask in SDPA form: bool True = masked out becomes
+    True = takes part; a float mask is checked and kept (added to the scores)."""
+    if a.dtype == bool:
+        return ~a
+    validate_finite(a, name, allow_neg_inf=True)
+    return to_float64(a)
+
+
 def reference_mha(
     query: Any, key: Any, value: Any, *,
     num_heads: int | None = None,
@@ -556,20 +565,13 @@ def reference_mha(
 
     # masks (torch MHA: bool True = masked out) -> SDPA form over batch (N, H)
     masks: list[Array] = []
-    floats = 0
     if key_padding_mask is not None:
         a = read_mask(key_padding_mask, "key_padding_mask")
         kp_shape = (S,) if unbatched else (N, S)
         if a.shape != kp_shape:
             raise ShapeError(f"key_padding_mask.shape={a.shape}: expected {kp_shape} "
                              "(batch, S)")
-        a = a.reshape(N, 1, 1, S)
-        if a.dtype == bool:
-            masks.append(~a)
-        else:
-            validate_finite(a, "key_padding_mask", allow_neg_inf=True)
-            masks.append(to_float64(a))
-            floats += 1
+        masks.append(_sdpa_form(a.reshape(N, 1, 1, S), "key_padding_mask"))
     if attn_mask is not None:
         a = read_mask(attn_mask, "attn_mask")
         if a.shape == (L, S):
@@ -579,12 +581,8 @@ def reference_mha(
         else:
             raise ShapeError(f"attn_mask.shape={a.shape}: expected ({L}, {S}) or "
                              f"({N * H}, {L}, {S}) (batch*num_heads, L, S)")
-        if a.dtype == bool:
-            masks.append(~a)
-        else:
-            validate_finite(a, "attn_mask", allow_neg_inf=True)
-            masks.append(to_float64(a))
-            floats += 1
+        masks.append(_sdpa_form(a, "attn_mask"))
+    floats = sum(m.dtype != bool for m in masks)
     if floats > 1:
         # two float masks: their float sum need not be exact; refuse (pass one combined)
         raise SpecError("key_padding_mask and attn_mask are both float masks; pass one "

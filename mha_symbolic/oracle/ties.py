@@ -101,7 +101,7 @@ def sign_of_sum(terms: list[tuple[Any, Fraction]], scale_ball: Any) -> int | Non
     accuracy (precision raised to 2**16 bits when the terms cancel)."""
     from flint import arb, fmpq
 
-    from .arb import Prec
+    from .arb import EXP_FLOOR, Prec
 
     live = [(a, cf) for a, cf in terms if cf != 0]
     if not live:
@@ -111,13 +111,22 @@ def sign_of_sum(terms: list[tuple[Any, Fraction]], scale_ball: Any) -> int | Non
         with Prec(prec):
             c = scale_ball()
             balls = [(key_arb(a, c), cf) for a, cf in live]
-            top = max(balls, key=lambda t: float(t[0].mid()))[0].mid()
-            total = arb(0)
+            top = max(balls, key=lambda t: t[0].mid())[0].mid()  # exact arb midpoints
+            big = arb(0)
+            tiny_signs = set()
             for a_g, cf in balls:
-                total += (a_g - top).exp() * arb(fmpq(cf.numerator, cf.denominator))
-            if total > 0:
+                d = a_g - top
+                if d.upper() < EXP_FLOOR:  # 0 < e**d < e**EXP_FLOOR: only the sign counts
+                    tiny_signs.add(1 if cf > 0 else -1)
+                else:
+                    big += d.exp() * arb(fmpq(cf.numerator, cf.denominator))
+            if big.is_zero() and len(tiny_signs) == 1:
+                return tiny_signs.pop()  # a sum of positive exponentials of one sign
+            ssum = sum((abs(cf) for _, cf in live), Fraction(0))
+            rest = arb(EXP_FLOOR).exp() * arb(fmpq(ssum.numerator, ssum.denominator))
+            if big > rest * 2:
                 return 1
-            if total < 0:
+            if big < -rest * 2:
                 return -1
         prec *= 4
     return None
