@@ -40,9 +40,9 @@ from .constants import (
     gamma,
 )
 from .conventions import Block, DDScale
-from .dd import dd_add_d, dd_div, dd_mul, dd_mul_d, pow2, two_sum
+from .dd import dd_div, dd_mul, pow2, two_sum
 from .exact_scores import Slices, beta_for, exact_product, norm_up, row_exponents, slice_rows
-from .expo import exp_dd
+from .jit import t2_scores, t2_weights, w_slices
 
 Array = np.ndarray[Any, Any]
 
@@ -216,25 +216,20 @@ def _tier2(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
     # replaced by 0 with that bound; scores too large go to Arb
     tiny_rows = P < -1022
     bad |= (P > 1023)
-    gh = gh * ps[:, None]
-    gl = gl * ps[:, None]
+    gh0, gl0 = gh, gl
     abs_c = abs(cs.hi) + abs(cs.lo) + cs.rho
     with np.errstate(over="ignore"):
         scale_abs = np.where(okp, ps, 0.0) * abs_c  # |c|·2**(e_i + F) (cs.e folded into P)
         cg_max = scale_abs * gmax  # >= max_j |c g_ij|
-    if tiny_rows.any():
-        gh[tiny_rows] = 0.0
-        gl[tiny_rows] = 0.0
     if cs.lo == 0.0 and cs.hi in (1.0, -1.0):
-        sh, sl = (gh, gl) if cs.hi == 1.0 else (-gh, -gl)
+        mode = 0  # c = ±2**e: the scaling by 2**P already multiplied by it, exactly
         e_mul = np.zeros(r)
+    elif cs.lo == 0.0:
+        mode = 1
+        e_mul = 4.02 * U * U * cg_max
     else:
-        if cs.lo == 0.0:
-            sh, sl = dd_mul_d(gh, gl, np.float64(cs.hi))
-            e_mul = 4.02 * U * U * cg_max
-        else:
-            sh, sl = dd_mul(gh, gl, np.full_like(gh, cs.hi), np.full_like(gh, cs.lo))
-            e_mul = 8.02 * U * U * cg_max
+        mode = 2
+        e_mul = 8.02 * U * U * cg_max
     # |c g - s~| <= |c_m| 2**P (err G') + rho_c 2**P |G'| + mul error + scaling underflow
     with np.errstate(over="ignore", invalid="ignore"):
         alpha = (scale_abs * g_err + cs.rho * np.where(okp, ps, 0.0) * gmax + e_mul + 4 * ETA
@@ -244,38 +239,24 @@ def _tier2(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
             tb = np.ldexp(abs_c * (gmax + 1.0), P) + ETA
         alpha = np.where(tiny_rows, tb, alpha)
         cg_max = np.where(tiny_rows, tb, cg_max)
-    if blk.madd is not None:
-        sh, sl = dd_add_d(sh, sl, blk.madd)
     if blk.uniform is not None:
-        sh[blk.uniform] = 0.0
-        sl[blk.uniform] = 0.0
         alpha[blk.uniform] = 0.0
         cg_max[blk.uniform] = 0.0
     notallowed = None if blk.allowed is None else ~blk.allowed
-    has_key = np.ones(r, dtype=bool) if blk.allowed is None else blk.allowed.any(axis=-1)
-    if notallowed is not None:
-        np.putmask(sh, notallowed, -np.inf)
-    with np.errstate(invalid="ignore"):
-        m = np.max(sh, axis=-1) if S else np.zeros(r)
-    m = np.where(has_key & np.isfinite(m), m, 0.0)
-    with np.errstate(invalid="ignore"):
-        th, tl = dd_add_d(sh, sl, -m[:, None])
+    has_key = np.ones(r, dtype=bool) if blk.allowed is None else np.asarray(blk.allowed.any(axis=-1))
+    # s~ = c·(2**P G') + M in double-double, the row maxima m (one fused pass)
+    sh, sl, m = t2_scores(gh0, gl0, ps, tiny_rows, mode, cs.hi, cs.lo, blk.madd, blk.uniform,
+                          notallowed, has_key)
     # per key: |t~ - t| <= alpha + u²(3|m| + 3000 + 2|c g|max) for keys with t~ >= -600
     # (mask addition and shift each err by <= u(u|result| + |low word|)); cut keys have
     # true t <= -599 as long as e_t <= 2**-30.
     abs_m = np.abs(m)
     e_t = (alpha + U * U * (3 * abs_m + 3000.0 + 2 * cg_max)) * UP
     bad |= ~(e_t <= DD_ERR_CAP) | ~(abs_m <= MAX_SCORE_DD) | ~np.isfinite(cg_max)
-    del sh, sl, gh, gl
-    # ---- 3. weights
-    with np.errstate(invalid="ignore"):
-        wh, wl = exp_dd(th, tl)
-    del th, tl
-    if notallowed is not None:
-        np.putmask(wh, notallowed, 0.0)
-        np.putmask(wl, notallowed, 0.0)
-    with np.errstate(over="ignore", invalid="ignore"):
-        tau = (e_t * (1.0 + e_t) + RHO_EXP2) * (1.0 + 2.0 * RHO_EXP2) * UP
+    # ---- 3. weights: w~ = exp~(s~ - m) in double-double, masked keys 0 (one fused pass)
+    wh, wl = t2_weights(sh, sl, m, notallowed)
+    del sh, sl, gh0, gl0
+    tau = (e_t * (1.0 + e_t) + RHO_EXP2) * (1.0 + 2.0 * RHO_EXP2) * UP
     # ---- 4. N = W·V (keep applied) and D = Σ W, exact slice products per key block
     Dh, Dl, eD, Nh, Nl, eN = _weighted_sums(wh, wl, kv, blk.keep, kind == "output")
     d_low = (Dh + Dl) * (1 - 2.0**-50) - eD - ETA  # <= D~
@@ -342,7 +323,6 @@ def _weighted_sums(wh: Array, wl: Array, kv: KVdd, keep: Array | None, want_n: b
     nb = max(1, -(-S // KEY_BLOCK))
     Sb = min(S, KEY_BLOCK) if S else 1
     gS = gamma(max(Sb, 1))
-    ones_align = np.ones(r, dtype=np.int64)
     d_terms: list[Array] = []
     n_terms: list[Array] = []
     psum = np.zeros(r)  # >= Σ_j |P_j|
@@ -350,18 +330,16 @@ def _weighted_sums(wh: Array, wl: Array, kv: KVdd, keep: Array | None, want_n: b
     vs = kv.vs
     for j0 in range(0, S, KEY_BLOCK):
         j1 = min(S, j0 + KEY_BLOCK)
-        ws = slice_rows(wh[:, j0:j1], BETA_W, W_SLICES, ones_align)
-        rw = wh[:, j0:j1] - sum(ws.parts) if not ws.zero_rem else None
-        p = wl[:, j0:j1] if rw is None else wl[:, j0:j1] + rw
+        parts, nonzero, p = w_slices(wh[:, j0:j1], wl[:, j0:j1])
         psum += np.sum(np.abs(p), axis=-1) * (1 + 2 * gS)
-        for part, nz in zip(ws.parts, ws.nonzero, strict=True):
+        for part, nz in zip(parts, nonzero, strict=True):
             if nz:
                 d_terms.append(np.sum(part, axis=-1))
         d_terms.append(np.sum(p, axis=-1))
         if not want_n or vs is None:
             continue
         kb = keep[:, j0:j1] if keep is not None else None
-        for s_, (part, nz) in enumerate(zip(ws.parts, ws.nonzero, strict=True)):
+        for s_, (part, nz) in enumerate(zip(parts, nonzero, strict=True)):
             if not nz:
                 continue
             wpart = part if kb is None else part * kb
@@ -369,8 +347,8 @@ def _weighted_sums(wh: Array, wl: Array, kv: KVdd, keep: Array | None, want_n: b
                 if not vnz:
                     continue
                 if s_ * BETA_W + t_ * BETA_V >= PRUNE_WV:
-                    pruned += (j1 - j0) * 2.0 ** (1 - s_ * BETA_W) * vs.bounds[t_].max() * 2.0 ** (
-                        -t_ * BETA_V) / max(vs.bounds[t_].max(), 1e-300) * vs.bounds[t_]
+                    # Σ_j |W_s,j||V_t,jl| <= Sb·2**(1 - s·22)·(bound of V_t in column l)
+                    pruned += (j1 - j0) * 2.0 ** (1 - s_ * BETA_W) * vs.bounds[t_]
                     continue
                 n_terms.append(wpart @ vpart[:, j0:j1].T)
         pk = p if kb is None else p * kb
@@ -381,7 +359,8 @@ def _weighted_sums(wh: Array, wl: Array, kv: KVdd, keep: Array | None, want_n: b
     Dh, Dl, Kd = _accumulate(d_terms, (r,))
     dsum = (np.abs(Dh) + np.abs(Dl)) * (1 + 2.0**-40) + psum * 2 + S * 2.0 ** (2 - BETA_W) + S * ETA
     gK = gamma(Kd)
-    eD = (gS * psum + nb * Sb * ETA + Kd * U * gK * (1 + gK) * (dsum + psum + S * 2.0 ** (2 - BETA_W))) * UP
+    eD = (gS * psum + U * psum + nb * Sb * ETA
+          + Kd * U * gK * (1 + gK) * (dsum + psum + S * 2.0 ** (2 - BETA_W))) * UP
     if not want_n:
         return Dh, Dl, eD, None, None, None
     if vs is None:
@@ -391,7 +370,7 @@ def _weighted_sums(wh: Array, wl: Array, kv: KVdd, keep: Array | None, want_n: b
     gKn = gamma(Kn)
     colx = kv.colmax + 2.0 ** (1 - BETA_V)
     eN = (dsum[:, None] * (kv.rv_max + U * kv.vl_max)[None, :]
-          + pruned[None, :] * nb
+          + pruned[None, :]
           + gS * (psum[:, None] * (kv.colmax[None, :] + U) + dsum[:, None] * kv.vl_max[None, :])
           + 2 * nb * Sb * ETA
           + U * psum[:, None] * kv.colmax[None, :]

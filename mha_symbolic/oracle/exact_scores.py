@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .constants import ETA, UP, U
-from .dd import pow2, two_sum
+from .dd import pow2
 
 Array = np.ndarray[Any, Any]
 
@@ -131,6 +131,12 @@ class Product:
         return out * UP
 
 
+def accumulate(terms: list[Array]) -> tuple[Array, Array]:
+    from .jit import accumulate as acc
+
+    return acc(terms)
+
+
 def exact_product(A: Slices, B: Slices, prune_bits: int = 112,
                   plain: list[tuple[Array, Array]] | None = None,
                   plain_bounds: list[tuple[Array, Array]] | None = None) -> Product:
@@ -185,17 +191,13 @@ def exact_product(A: Slices, B: Slices, prune_bits: int = 112,
     if not terms:
         hi = np.zeros((n, m))
         return Product(hi, np.zeros((n, m)), rows, cols)
-    hi = terms[0]
-    lo = np.zeros_like(hi)
-    for x in terms[1:]:
-        hi, e = two_sum(hi, x)
-        lo += e
     K = len(terms)
-    if K > 1:
-        gK = K * U / (1 - K * U)
-        f = K * U * gK * (1 + gK) * UP
-        for r_, c_ in zip(sum_rows, sum_cols, strict=True):
-            rows.append(f * r_)
-            cols.append(c_)
-        hi, lo = two_sum(hi, lo)
+    if K == 1:
+        return Product(terms[0], np.zeros_like(terms[0]), rows, cols)
+    gK = K * U / (1 - K * U)
+    f = K * U * gK * (1 + gK) * UP
+    for r_, c_ in zip(sum_rows, sum_cols, strict=True):
+        rows.append(f * r_)
+        cols.append(c_)
+    hi, lo = accumulate(terms)  # TwoSum chain, renormalised (jit, numpy twin)
     return Product(hi, lo, rows, cols)

@@ -18,7 +18,6 @@ import numpy as np
 
 from .constants import (
     ETA,
-    EXP1_CUT,
     FLOOR,
     KEY_BLOCK,
     MAX_SCORE_ERR,
@@ -31,7 +30,7 @@ from .constants import (
 from .conventions import Block
 from .dd import two_sum
 from .exact_scores import norm_up
-from .expo import exp_double
+from .jit import Workspace, t1_finish, t1_weights
 
 Array = np.ndarray[Any, Any]
 
@@ -68,6 +67,7 @@ class KV:
             sc = np.ones(Ev)
             v2 = self.v
         self.vexp = F
+        self.vscale = np.ldexp(1.0, F)  # 2**F_l: multiplying by it is exact (normal range)
         absv = np.abs(v2)
         self.vmax = np.max(absv, axis=0) if S else np.zeros(Ev)
         self.vr2 = None if self.vr is None else self.vr * sc * UP
@@ -119,23 +119,25 @@ def _sum_blocks(w: Array, kv: KV, keep: Array | None) -> tuple[Array, Array, Arr
 
 
 def tier1_block(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: float,
-                r_f: float = 1.0, rho_r: float = 0.0, want_weights: bool = False) -> Tier1:
+                r_f: float = 1.0, rho_r: float = 0.0, want_weights: bool = False,
+                ws: Workspace | None = None) -> Tier1:
     """Attention of query rows q (r, E) (``qr[i] >= ||q_i - q~_i||`` or None) against
     ``kv``, with the scores, masks and dropout of ``blk``, the true scale within
     ``rho_c`` of ``c_f`` and the dropout factor within ``rho_r`` of ``r_f``.
     Rows without an allowed key get ok = False (callers apply the policy)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        return _tier1(q, qr, kv, blk, c_f, rho_c, r_f, rho_r, want_weights)
+        return _tier1(q, qr, kv, blk, c_f, rho_c, r_f, rho_r, want_weights, ws)
 
 
 def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: float,
-           r_f: float, rho_r: float, want_weights: bool) -> Tier1:
+           r_f: float, rho_r: float, want_weights: bool, ws: Workspace | None) -> Tier1:
     r, E = q.shape
     S = kv.S
     gE = gamma(max(E, 1))
     # (1) G = fl(q kᵀ): |G_ij - q_i·k_j| <= gamma_E ||q_i|| ||k_j|| + E·ETA =: eg (row bound
     # with K = max_j ||k_j||), plus the input radii ||qr_i||(K + Kr) + ||q_i|| Kr.
-    G = q @ kv.k.T
+    G = q @ kv.k.T if ws is None or want_weights else np.matmul(
+        q, kv.k.T, out=ws.get("t1_G", (r, S)))
     qn = norm_up(q)
     eg = gE * qn * kv.kmax + E * ETA
     if qr is not None or kv.kr is not None:
@@ -143,43 +145,28 @@ def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: fl
         eg = eg + qrv * (kv.kmax + kv.krmax) + qn * kv.krmax
     # (2) s~ = fl(fl(c_f G) + M): |s~_j - s_j| <= alpha + u|s~_j| with the row constant
     # alpha = (u|c_f| + rho_c)(||q|| K + eg) + (|c_f| + rho_c) eg + ETA/2.
-    s = G
-    s *= c_f
-    if blk.madd is not None:
-        s += blk.madd
-    if blk.uniform is not None:
-        s[blk.uniform] = 0.0
-    notallowed = None
-    if blk.allowed is not None:
-        notallowed = ~blk.allowed
-        np.putmask(s, notallowed, -np.inf)
+    notallowed = None if blk.allowed is None else ~blk.allowed
     ac = abs(c_f)
     alpha = (U * ac + rho_c) * (qn * (kv.kmax + kv.krmax) + eg) + (ac + rho_c) * eg + ETA
     if blk.uniform is not None:
         alpha[blk.uniform] = 0.0
-    has_key = np.ones(r, dtype=bool) if blk.allowed is None else blk.allowed.any(axis=-1)
-    with np.errstate(invalid="ignore"):
-        m = np.max(s, axis=-1) if S else np.zeros(r)
-    m = np.where(has_key, m, 0.0)
-    # (3) t~ = fl(s~ - m) <= 0; for keys with t~ >= EXP1_CUT: |t~ - t| <= alpha + u|m|
-    # + 2u|t~| =: eps0 + 2u|t~|.  Keys below the cut: true t <= -707 (eps0 + u|m| <= 1).
-    with np.errstate(invalid="ignore"):
-        s -= m[:, None]
-    t = s
-    np.maximum(t, EXP1_CUT, out=t)  # clamp (masked keys: -inf -> -708, zeroed below)
+    has_key = np.ones(r, dtype=bool) if blk.allowed is None else np.asarray(blk.allowed.any(axis=-1))
+    # (3) t~ = fl(s~ - m) <= 0 with m the row maximum of s~ (masked keys -inf); for keys
+    # with t~ >= EXP1_CUT: |t~ - t| <= alpha + u|m| + 2u|t~| =: eps0 + 2u|t~|.  Keys below
+    # the cut: true t <= -707 (eps0 + u|m| <= 1); t~ is clamped there.
+    # (4) w~ = exp~(t~) (masked keys 0): one fused pass (jit.t1_weights; numpy twin).
+    w, t, m = t1_weights(G, c_f, blk.madd, blk.uniform, notallowed, has_key,
+                         None if want_weights else ws)
     eps0 = (alpha + U * np.abs(m)) * UP
     e_t = (eps0 + 1416.0 * U) * UP  # the largest per-key error
-    # (4) w~ = exp~(t~): |w~ - e^{t~}| <= RHO_EXP1 e^{t~} (uncut keys); masked keys 0.
+    # |w~ - e^{t~}| <= RHO_EXP1 e^{t~} (uncut keys).
     # w = e^t = w~(1 + theta_j), |theta_j| <= (eps_j(1 + e_t) + rho)(1 + 2 rho)
     #   <= tau0 + tau1 |t~_j|,  tau0 = (eps0(1 + e_t) + rho)(1 + 2 rho), tau1 = 2u(1 + e_t)(1 + 2 rho).
     # Keys below the cut: |w - w~| <= TINY1, at most S of them, and D~ >= 1 (the
     # argmax key has t~ = 0, w~ = 1): T0 = S·TINY1 bounds their share relative to D~.
-    w = exp_double(t)
-    if notallowed is not None:
-        np.putmask(w, notallowed, 0.0)
     # Tw = Σ_j w~_j |t~_j| (<= D~ log S: an entropy), rounded up: fl errs by gamma_{S+1}
     tw = -np.einsum("ij,ij->i", w, t) / (1.0 - gamma(S + 1)) * UP
-    del t, s, G
+    del t, G
     with np.errstate(over="ignore"):
         tau0 = (eps0 * (1.0 + e_t) + RHO_EXP1) * (1.0 + 2.0 * RHO_EXP1) * UP
         tau1 = 2.0 * U * (1.0 + e_t) * (1.0 + 2.0 * RHO_EXP1) * UP
@@ -195,35 +182,23 @@ def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: fl
     gn = gamma(nb) if nb > 1 else 0.0
     g = gS + ((nb * U * gn * 1.01 + U) * (1 + gS) if nb > 1 else 0.0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        y = n_f / d_f[:, None]
         d_low = d_f * (1.0 - g) - S * ETA  # <= D~
-        # A~ <= (fl(A) + S ETA)/((1 - gS)(1 - gn)); a = A~/D~
-        a_up = ((a_f + S * ETA) / ((1.0 - gS) * (1.0 - gn)) * UP) / d_low[:, None]
-        abs_y = np.abs(y)
-        rnd = U * abs_y * (1.0 + 2 * U) + ETA  # |y~ - fl(N)/fl(D)|
-        # |fl(N)/fl(D) - N~/D~| <= g(a + 2.01|y_c|) + S ETA/D~
-        e_fl = (g * (a_up + 2.01 * (abs_y + ETA)) + S * ETA / d_low[:, None]) * UP
-        yhat = (abs_y + e_fl + rnd) * UP  # >= |N~/D~|
-        vr = kv.vr2 if kv.vr2 is not None else 0.0
-        # Σ_j w~|theta||x_j| <= tau0 Σ w~|x| + tau1 Tw max|x|, |x_j| = |k_j v_j - y^| <=
-        # Vmax + |y^|; relative to D >= D~(1 - tau_d), tau_d = tau0 + tau1 Tw/D~ + T0:
-        # |y - N~/D~| <= [tau0(a + |y^|) + (tau1 Tw/D~ + T0)(Vmax + |y^|) + (1 + tau_d)Vr]/(1 - tau_d)
-        twd = (tau1 * tw / d_low)[:, None]  # tau1 Tw / D~
-        tau_d1 = tau0[:, None] + twd + t0
-        e_w = (tau0[:, None] * (a_up + yhat) + (twd + t0) * (kv.vmax[None, :] + yhat)
-               + (1.0 + tau_d1) * vr) / (1.0 - tau_d1)
-        err = (e_w + e_fl + rnd) * UP + FLOOR
-        if r_f != 1.0 or rho_r:
-            # y_out = r·y: fl(r_f y~) errs by <= |r_f| err + rho_r |y| + u|fl| + ETA
-            y2 = y * r_f
-            err = (abs(r_f) * err * (1 + U) + rho_r * (yhat + err) + U * np.abs(y2) + ETA) * UP
-            y = y2
-        # back to the values' own scale (exact: powers of two; + 2 ETA for underflow)
-        y = np.ldexp(y, kv.vexp)
-        err = np.ldexp(err, kv.vexp) + 2 * ETA
-    tau_d = tau_d1[:, 0]
-    ok = has_key & (e_t <= MAX_SCORE_ERR) & (tau_d < 2.0**-10)
-    ok &= np.all(np.isfinite(y) & np.isfinite(err), axis=-1) & (d_low > 0)
+        twt0 = tau1 * tw / d_low + t0  # tau1 Tw/D~ + T0
+        tau_d = tau0 + twt0  # bounds |D/D~ - 1|
+    # the per-element bound (jit.t1_finish; the formula is jit._t1_elem):
+    # A~ <= (fl(A) + S ETA)/((1 - gS)(1 - gn)), a = A~/D~;
+    # |y~ - fl(N)/fl(D)| <= u|y~|(1 + 2u) + ETA =: rnd;
+    # |fl(N)/fl(D) - N~/D~| <= g(a + 2.01|y_c|) + S ETA/D~ =: e_fl, |y^| <= |y~| + e_fl + rnd;
+    # Σ_j w~|theta||x_j| <= tau0 Σ w~|x| + tau1 Tw max|x|, |x_j| = |k_j v_j - y^| <=
+    # Vmax + |y^|, relative to D >= D~(1 - tau_d):
+    # |y - N~/D~| <= [tau0(a + |y^|) + (tau1 Tw/D~ + T0)(Vmax + |y^|) + (1 + tau_d)Vr]/(1 - tau_d);
+    # dropout y_out = r·y: fl(r_f y~) errs by <= |r_f| err + rho_r |y| + u|fl| + ETA;
+    # the values' scale 2**F_l is put back exactly (+ 2 ETA for underflow).
+    ascale = UP / ((1.0 - gS) * (1.0 - gn))
+    vr = kv.vr2 if kv.vr2 is not None else np.zeros(kv.vmax.shape)
+    y, err, fin = t1_finish(n_f, a_f, d_f, d_low, tau0, twt0, tau_d, kv.vmax, vr, g, ascale,
+                            S * ETA, r_f, rho_r, bool(r_f != 1.0 or rho_r), kv.vscale)
+    ok = has_key & (e_t <= MAX_SCORE_ERR) & (tau_d < 2.0**-10) & fin & (d_low > 0)
     p = err_p = None
     if want_weights:
         # p_j = k_j r w_j / D.  |p_j - w~_j/D~| <= (w~_j/D~)(tau_max + tau_d)/(1 - tau_d) for
@@ -236,7 +211,7 @@ def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: fl
             # per key |theta_j| <= tau_max (the largest per-key error e_t); D's relative
             # error <= tau_d
             tau_max = ((e_t * (1.0 + e_t) + RHO_EXP1) * (1.0 + 2.0 * RHO_EXP1) * UP)[:, None]
-            tdd = tau_d1
+            tdd = tau_d[:, None]
             pb = (p * (1.0 + U) + ETA) * (1.0 + g)
             rel = (tau_max + tdd) / (1.0 - tdd) + 2 * g / (1.0 - g)
             err_p = (pb * rel + U * p * (1.0 + 2 * U) + ETA + 2.0 * TINY1) * UP + FLOOR

@@ -233,6 +233,21 @@ def half_gaps(
     value the "next value" is the overflow threshold (IEEE: ``max + ulp/2``).
     Values may underflow to 0 in float64 for fmt=float64 subnormals; callers
     treat a zero gap as "undecided"."""
+    if fmt.name in ("float64", "float32"):
+        # the neighbours in the format itself: differences of adjacent values are exact
+        # (halving can underflow to 0 for float64 subnormals: "undecided" for callers);
+        # above the largest finite value the "next value" is the overflow threshold
+        dt = np.float64 if fmt.name == "float64" else np.float32
+        zz = np.asarray(z).astype(dt)
+        with np.errstate(over="ignore", invalid="ignore"):
+            lo_n = np.nextafter(zz, dt(-np.inf)).astype(np.float64)
+            hi_n = np.nextafter(zz, dt(np.inf)).astype(np.float64)
+            zf = zz.astype(np.float64)
+            below = (zf - lo_n) / 2
+            above = (hi_n - zf) / 2
+            above = np.where(np.isfinite(hi_n), above, (zf - lo_n) / 2)
+            below = np.where(np.isfinite(lo_n), below, (hi_n - zf) / 2)
+        return below, above
     az = np.abs(z)
     _, e2 = np.frexp(np.where(az == 0, 1.0, az))
     e = np.where(az == 0, fmt.emin, np.maximum(e2 - 1, fmt.emin))

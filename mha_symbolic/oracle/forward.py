@@ -29,6 +29,7 @@ from .dd_attention import KVdd, tier2_block
 from .enclosure import Enclosure, Problem
 from .fast import KV, tier1_block
 from .inputs import as_exact_array, to_float64, validate_finite
+from .jit import Workspace
 from .progress import Progress, expected_seconds
 
 __all__ = ["reference_attention"]
@@ -349,6 +350,7 @@ def reference_attention(
         step = max(1, CHUNK_ELEMS // S)
         bar = prog.bar(B * (-(-L // step)), "certified attention")
         kv_cache: OrderedDict[tuple[int, ...], KV] = OrderedDict()
+        ws = Workspace()
         for c in range(B):
             qc, kc, vc, kidx = stack.qkv(c)
             kv = _AttentionProblem._cached(kv_cache, kidx, lambda kc=kc, vc=vc: KV(
@@ -357,7 +359,7 @@ def reference_attention(
                 i1 = min(L, i0 + step)
                 blk = model.block(c, slice(i0, i1))
                 res = tier1_block(np.ascontiguousarray(qc[i0:i1]), None, kv, blk, c_f, rho_c,
-                                  r_f, rho_r, return_weights)
+                                  r_f, rho_r, return_weights, ws)
                 y[c, i0:i1], err_y[c, i0:i1], ok[c, i0:i1] = res.y, res.err, res.ok
                 if return_weights:
                     assert p is not None and err_p is not None
