@@ -84,23 +84,38 @@ def slice_rows(x: Array, beta: int, max_slices: int, align: Array | None = None)
     |r - q| <= w/2 <= 2**52·ulp(r)."""
     n, d = x.shape
     a = row_exponents(x) if align is None else align
-    r = np.array(x, dtype=np.float64, copy=True)
     parts: list[Array] = []
     bounds: list[Array] = []
     nonzero: list[bool] = []
     sq = math.sqrt(d) if d else 0.0
     extra = np.zeros(n)
-    for s in range(1, max_slices + 1):
-        up = pow2(s * beta - a)[:, None]
-        q = np.rint(r * up)
-        q /= up
-        r -= q
-        parts.append(q)
-        bounds.append(pow2(a - (s - 1) * beta).astype(np.float64))
-        nonzero.append(bool(q.any()))
-        extra += pow2(a - s * beta)  # rint adds at most half a unit per slice and entry
-        if not r.any():
-            break
+    from .jit import slice_kernel
+
+    got = slice_kernel(x, pow2(beta - a), 2.0**beta, max_slices)
+    if got is not None:  # compiled: all slices at once, then cut where the numpy loop stops
+        allp, r = got
+        for s in range(1, max_slices + 1):
+            q = allp[s - 1]
+            parts.append(q)
+            bounds.append(pow2(a - (s - 1) * beta).astype(np.float64))
+            nonzero.append(bool(q.any()))
+            extra += pow2(a - s * beta)
+            rest = allp[s:].any() or r.any()
+            if not rest:
+                break
+    else:
+        r = np.array(x, dtype=np.float64, copy=True)
+        for s in range(1, max_slices + 1):
+            up = pow2(s * beta - a)[:, None]
+            q = np.rint(r * up)
+            q /= up
+            r -= q
+            parts.append(q)
+            bounds.append(pow2(a - (s - 1) * beta).astype(np.float64))
+            nonzero.append(bool(q.any()))
+            extra += pow2(a - s * beta)  # rint adds at most half a unit per slice and entry
+            if not r.any():
+                break
     zero_rem = not r.any()
     rem_norm = np.zeros(n) if zero_rem else norm_up(r)
     # sum_s |parts_s| <= |x| + sum_s unit_s (each rint moves by <= unit_s/2, twice)

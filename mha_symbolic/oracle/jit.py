@@ -189,6 +189,20 @@ def _np_w_slices(wh: Array, wl: Array) -> tuple[list[Array], list[bool], Array]:
 
 # ---- dispatch ------------------------------------------------------------------------
 
+def slice_kernel(x: Array, up1: Array, step: float, n: int) -> tuple[Array, Array] | None:
+    """All ``n`` row-aligned slices of x at once (compiled) and the remainder, or None
+    without numba.  Slice s of row i: q = rint(r·2**(sβ - a_i))·2**(a_i - sβ), r -= q;
+    every step is exact, so any evaluation gives the same numbers as the numpy loop
+    of :func:`.exact_scores.slice_rows` (which stops early once r is 0)."""
+    k = _kernels()
+    if k is None or x.size == 0 or x.ndim != 2:
+        return None
+    parts = np.empty((n, *x.shape))
+    rem = np.empty_like(x, dtype=np.float64)
+    k.slc(np.ascontiguousarray(x, dtype=np.float64), up1, step, parts, rem)
+    return parts, rem
+
+
 def w_slices(wh: Array, wl: Array) -> tuple[list[Array], list[bool], Array]:
     k = _kernels()
     if k is None or wh.size == 0:
@@ -501,6 +515,22 @@ def _build(numba: Any) -> Any:  # pragma: no cover - exercised only where numba 
     elem = njit(_t1_elem)
 
     @njit
+    def slc(x, up1, step, parts, rem):
+        n_s = parts.shape[0]
+        r_, d = x.shape
+        for i in range(r_):
+            for j in range(d):
+                rr = x[i, j]
+                up = up1[i]
+                for s in range(n_s):
+                    q = np.rint(rr * up)  # exact scalings; np.rint: any magnitude
+                    q = q / up
+                    rr = rr - q
+                    parts[s, i, j] = q
+                    up = up * step
+                rem[i, j] = rr
+
+    @njit
     def wsl(wh, w1, w2, w3, rem):
         r, S = wh.shape
         for i in range(r):
@@ -539,5 +569,5 @@ def _build(numba: Any) -> Any:  # pragma: no cover - exercised only where numba 
         pass
 
     ns = K()
-    ns.t1, ns.t2s, ns.t2w, ns.acc, ns.t1f, ns.wsl = t1, t2s, t2w, acc, t1f, wsl  # type: ignore[attr-defined]
+    ns.t1, ns.t2s, ns.t2w, ns.acc, ns.t1f, ns.wsl, ns.slc = t1, t2s, t2w, acc, t1f, wsl, slc  # type: ignore[attr-defined]
     return ns
