@@ -201,7 +201,7 @@ def growth_table(max_len: int) -> None:
           "fp64 ratio | numpy peak | fp32 peak |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     L = 256
-    while L <= max_len:
+    while max_len >= L:
         rep = 3 if L <= 1024 else 1
         base = run_child("numpy", L, rep)
         r32 = run_child("float32", L, rep)
@@ -210,7 +210,7 @@ def growth_table(max_len: int) -> None:
         def cell(r: dict[str, Any], key: str = "cpu_min") -> str:
             return r["error"] if "error" in r else f"{r[key]:.3f}"
 
-        def ratio(r: dict[str, Any]) -> str:
+        def ratio(r: dict[str, Any], base: dict[str, Any] = base) -> str:
             if "error" in r or "error" in base:
                 return "-"
             return f"{r['cpu_min'] / base['cpu_min']:.2f}x"
