@@ -290,3 +290,29 @@ class ScoreModel:
         if allowed is not None and allowed.all():
             allowed = None
         return Block(allowed, madd, keep, uniform)
+
+
+def prepare_mask(attn_mask: Any, is_causal: bool, causal_alignment: str,
+                 batch: tuple[int, ...], L: int, S: int) -> tuple[Any, Any]:
+    """(allowed bool array broadcastable to batch+(L,S), additive float64 or None).
+
+    The materialising form of :class:`ScoreModel` (kept for callers written against
+    the API before issue 11, e.g. the gradients); integer masks are refused."""
+    allowed: np.ndarray[Any, Any] = np.ones((1,) * len(batch) + (L, S), dtype=bool)
+    madd = None
+    if attn_mask is not None:
+        m = read_mask(attn_mask, "attn_mask")
+        ScoreModel._check_shape(m, "attn_mask", (*batch, L, S))
+        if m.dtype == bool:
+            allowed = allowed & m
+        else:
+            validate_finite(m, "attn_mask", allow_neg_inf=True)
+            m64 = to_float64(m)
+            allowed = allowed & (m64 != -np.inf)
+            madd = np.where(m64 == -np.inf, 0.0, m64)
+    if is_causal:
+        i = np.arange(L)[:, None]
+        j = np.arange(S)[None, :]
+        causal = j <= i if causal_alignment == "top_left" else j <= i + (S - L)
+        allowed = allowed & causal
+    return allowed, madd

@@ -237,3 +237,46 @@ def proj_fast(x: Array, w: Array, b: Array | None) -> tuple[Array, Array]:
     if b is not None:
         err = err + U * np.abs(y) + ETA
     return y, err * UP
+
+
+# ---- the API before issue 11 (kept for the gradients) ------------------------------
+
+row_norm_up = norm_up
+
+
+class FastResult:
+    """Fast-path output for a stack of C problems (arrays indexed [c, i, ...])."""
+
+    def __init__(self, y: Any, err_y: Any, ok: Any, p: Any, err_p: Any) -> None:
+        self.y, self.err_y, self.ok, self.p, self.err_p = y, err_y, ok, p, err_p
+
+
+def fast_attention(q: Array, qr: Array | None, k: Array, kr: Array | None, v: Array,
+                   vr: Array | None, allowed: Array, madd: Array | None, c_f: float,
+                   rho_c: float, want_weights: bool) -> FastResult:
+    """Tier 1 for C stacked problems with *elementwise* input radii (qr (C,L,E),
+    kr (C,S,E), vr (C,S,Ev)): q (C,L,E), k (C,S,E), v (C,S,Ev), allowed (C,L,S),
+    madd (C,L,S) or None.  Calls :func:`tier1_block` per problem (radii as row
+    norms and column maxima, which is what its bound uses)."""
+    C, L = q.shape[:2]
+    S, Ev = k.shape[1], v.shape[2]
+    y = np.zeros((C, L, Ev))
+    err = np.zeros((C, L, Ev))
+    ok = np.zeros((C, L), dtype=bool)
+    p = np.zeros((C, L, S)) if want_weights else None
+    err_p = np.zeros((C, L, S)) if want_weights else None
+    if not (L and S):
+        return FastResult(y, err, ok, p, err_p)
+    for c in range(C):
+        kv = KV(np.ascontiguousarray(k[c]), np.ascontiguousarray(v[c]),
+                None if kr is None else norm_up(kr[c]),
+                None if vr is None else np.max(vr[c], axis=0) * UP)
+        al = np.asarray(allowed[c], dtype=bool)
+        blk = Block(None if al.all() else al, None if madd is None else madd[c], None, None)
+        res = tier1_block(np.ascontiguousarray(q[c]), None if qr is None else norm_up(qr[c]),
+                          kv, blk, c_f, rho_c, want_weights=want_weights)
+        y[c], err[c], ok[c] = res.y, res.err, res.ok
+        if want_weights:
+            assert p is not None and err_p is not None
+            p[c], err_p[c] = res.p, res.err_p
+    return FastResult(y, err, ok, p, err_p)
