@@ -266,15 +266,18 @@ class Enclosure:
 
     def _arb_row(self, b: int, i: int) -> None:
         """Tier 3 bounds of one row: Arb at rising precision until every ball is finite
-        and narrower than 2**-40 of its magnitude (or the cap)."""
+        and, unless it holds 0, narrower than 2**-40 of its magnitude (or the cap)."""
         prec = 128
         while True:
             balls = self._problem.arb_rows(b, [i], prec, self._kind)[0]
             with Prec(4 * prec):
                 bounds = [ball_bounds(x) for x in balls]
                 mids = [float(x.mid()) if x.is_finite() else math.nan for x in balls]
+            # raise the precision while a ball is infinite, or wide relative to its
+            # magnitude when it excludes 0 (a ball around 0 cannot be relatively narrow;
+            # Ziv's loop in rounded() refines such elements when it needs to)
             wide = any(not (math.isfinite(lo) and math.isfinite(hi))
-                       or hi - lo > 2.0**-40 * max(abs(lo), abs(hi)) + 2.0**-1000
+                       or (lo > 0 or hi < 0) and hi - lo > 2.0**-40 * max(abs(lo), abs(hi))
                        for lo, hi in bounds)
             if not wide or prec >= MAX_PREC:
                 break
@@ -429,7 +432,7 @@ class Enclosure:
                 got = self._problem.arb_rows(b, ilist, prec, self._kind, need)
                 for i, row_balls in zip(ilist, got, strict=False):
                     for col in rows[(b, i)]:
-                        balls.append(row_balls[pos[col]] if self._kind != "weights"
+                        balls.append(row_balls[pos[col]] if self._kind == "output"
                                      else row_balls[col])
                         where.append((b, i, col))
             with Prec(2 * prec):  # endpoints and mid - float(mid) stay exact

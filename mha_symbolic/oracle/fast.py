@@ -222,6 +222,7 @@ def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: fl
                 p = p2
             if notallowed is not None:
                 np.putmask(err_p, notallowed, 0.0)
+                np.putmask(p, notallowed, 0.0)  # exactly 0 (also in rows without a key)
         ok &= np.all(np.isfinite(p) & np.isfinite(err_p), axis=-1)
     return Tier1(y, err, ok, p, err_p)
 

@@ -158,6 +158,29 @@ class _MhaProblem(Problem):
     def _c(self, b: int, h: int) -> int:
         return b * self.H + h
 
+    # the materialised masks, (N, H, L, S) — for callers written against the previous
+    # API (the gradients); the tiers never build them
+    @property
+    def allowed(self) -> Array:
+        if not hasattr(self, "_allowed_full"):
+            N, H = self.model.batch
+            L, S = self.model.L, self.model.S
+            out = np.ones((N, H, L, S), dtype=bool)
+            for c in range(N * H):
+                al = self.model.raw_allowed(c, slice(0, L))
+                if al is not None:
+                    out[c // H, c % H] = al
+            self._allowed_full = out
+        return self._allowed_full
+
+    @property
+    def madd(self) -> Array | None:
+        if not hasattr(self, "_madd_full"):
+            f = self.model._float
+            self._madd_full = None if f is None else np.ascontiguousarray(
+                np.where(f == -np.inf, 0.0, f))
+        return self._madd_full
+
     def _empty_zero(self, b: int, h: int, rows: Array) -> Array:
         """Rows of head h that are fully masked and take the value 0 (policy zero)."""
         if self.masked_rows != "zero":
