@@ -277,7 +277,7 @@ class Enclosure:
             # magnitude when it excludes 0 (a ball around 0 cannot be relatively narrow;
             # Ziv's loop in rounded() refines such elements when it needs to)
             wide = any(not (math.isfinite(lo) and math.isfinite(hi))
-                       or (lo > 0 or hi < 0) and hi - lo > 2.0**-40 * max(abs(lo), abs(hi))
+                       or ((lo > 0 or hi < 0) and hi - lo > 2.0**-40 * max(abs(lo), abs(hi)))
                        for lo, hi in bounds)
             if not wide or prec >= MAX_PREC:
                 break
