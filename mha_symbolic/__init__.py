@@ -42,6 +42,8 @@ _EXPORTS: dict[str, str] = {
     "reference_attention": "oracle",
     "reference_mha": "oracle",
     "Enclosure": "oracle",
+    "reference_attention_backward": "oracle",
+    "AttentionGradients": "oracle",
     "compare_attention": "testing.compare",
     "assert_attention_close": "testing.compare",
     "compare_mha": "testing.compare",
@@ -86,7 +88,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .exact.prove import run_proofs
     from .exact.shapes import Shape, attention_shapes
     from .exact.spec import AttentionSpec
-    from .oracle import Enclosure, reference_attention, reference_mha
+    from .oracle import (
+        AttentionGradients,
+        Enclosure,
+        reference_attention,
+        reference_attention_backward,
+        reference_mha,
+    )
     from .testing.compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
     from .textbook.check import check_examples
     from .textbook.derivation import derive
