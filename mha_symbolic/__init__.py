@@ -44,6 +44,8 @@ _EXPORTS: dict[str, str] = {
     "Enclosure": "oracle",
     "reference_attention_backward": "oracle",
     "AttentionGradients": "oracle",
+    "reference_mha_backward": "oracle",
+    "MhaGradients": "oracle",
     "compare_attention": "testing.compare",
     "assert_attention_close": "testing.compare",
     "compare_mha": "testing.compare",
@@ -91,9 +93,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .oracle import (
         AttentionGradients,
         Enclosure,
+        MhaGradients,
         reference_attention,
         reference_attention_backward,
         reference_mha,
+        reference_mha_backward,
     )
     from .testing.compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
     from .textbook.check import check_examples

@@ -89,3 +89,80 @@ def forward_mode_gradients(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.n
         return out
     finally:
         ctx.prec = old
+
+
+def forward_mode_mha_gradients(x: dict[str, np.ndarray], num_heads: int, dout: np.ndarray,
+                               key_padding: np.ndarray | None = None,
+                               prec: int = 300) -> dict[str, np.ndarray]:
+    """Forward-mode Arb derivatives of Σ dout ∘ MHA(x) for a one-batch block, written out
+    element by element: x holds "query" (L, E), "key" (S, kdim), "value" (S, vdim), "wq"
+    (E, E), "wk" (E, kdim), "wv" (E, vdim), "bq", "bk", "bv" (E,), "wo" (E_out, E), "bo";
+    key_padding (S,) bool True = masked out.  Returns the derivative of every element of
+    every entry of x."""
+    old = ctx.prec
+    ctx.prec = prec
+    try:
+        out: dict[str, np.ndarray] = {}
+        for name, arr in x.items():
+            res = np.empty(arr.shape, dtype=object)
+            for idx in np.ndindex(*arr.shape):
+                val = _mha_scalar(x, num_heads, dout, key_padding, (name, idx))
+                res[idx] = val.coeffs()[1] if len(val.coeffs()) > 1 else arb(0)
+            out[name] = res
+        return out
+    finally:
+        ctx.prec = old
+
+
+def _mha_scalar(x: dict[str, np.ndarray], H: int, dout: np.ndarray,
+                key_padding: np.ndarray | None, which: tuple[str, tuple[int, ...]]) -> Any:
+    def e(name: str, *idx: int) -> Any:
+        val = _arb_of(float(x[name][idx]))
+        return arb_series([val, 1] if which == (name, idx) else [val], prec=2)
+
+    def lin(inp: str, w: str, b: str, row: int) -> list[Any]:
+        n_out, n_in = x[w].shape
+        res = []
+        for r in range(n_out):
+            acc = e(b, r) if b in x else arb_series([0], prec=2)
+            for c in range(n_in):
+                acc = acc + e(inp, row, c) * e(w, r, c)
+            res.append(acc)
+        return res
+
+    L, S = x["query"].shape[0], x["key"].shape[0]
+    E = x["wq"].shape[0]
+    hd = E // H
+    c = arb(hd).rsqrt()
+    Q = [lin("query", "wq", "bq", i) for i in range(L)]
+    K = [lin("key", "wk", "bk", j) for j in range(S)]
+    V = [lin("value", "wv", "bv", j) for j in range(S)]
+    A = [[arb_series([0], prec=2)] * E for _ in range(L)]
+    for h in range(H):
+        cols = range(h * hd, (h + 1) * hd)
+        for i in range(L):
+            w = {}
+            for j in range(S):
+                if key_padding is not None and key_padding[j]:
+                    continue
+                g = arb_series([0], prec=2)
+                for col in cols:
+                    g = g + Q[i][col] * K[j][col]
+                w[j] = (g * c).exp()
+            z = arb_series([0], prec=2)
+            for wj in w.values():
+                z = z + wj
+            for col in cols:
+                acc = arb_series([0], prec=2)
+                for j, wj in w.items():
+                    acc = acc + wj * V[j][col]
+                A[i][col] = acc / z
+    total = arb_series([0], prec=2)
+    E_out = x["wo"].shape[0]
+    for i in range(L):
+        for r in range(E_out):
+            o = e("bo", r) if "bo" in x else arb_series([0], prec=2)
+            for col in range(E):
+                o = o + A[i][col] * e("wo", r, col)
+            total = total + o * _arb_of(float(dout[i, r]))
+    return total

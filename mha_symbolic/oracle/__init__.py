@@ -23,10 +23,13 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "Enclosure": "enclosure",
     "reference_attention_backward": "backward",
     "AttentionGradients": "backward",
+    "reference_mha_backward": "backward_mha",
+    "MhaGradients": "backward_mha",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backward import AttentionGradients, reference_attention_backward
+    from .backward_mha import MhaGradients, reference_mha_backward
     from .enclosure import Enclosure
     from .forward import reference_attention
     from .mha import reference_mha

@@ -32,13 +32,13 @@ import numpy as np
 from ..errors import InputValueError, ShapeError, SpecError
 from .backward_arb import ArbGradients, arb_backward
 from .backward_exact import (
+    Accumulator,
     Decomposition,
-    ExactRow,
+    ExactProblem,
+    IntMatrix,
     QField,
     decide_sign,
-    decompose,
     exact_value,
-    row_term,
 )
 from .backward_fast import fast_attention_backward
 from .constants import CHUNK_ELEMS, UP, U, gamma
@@ -252,9 +252,8 @@ class _BackwardProblem(Problem):
                 g[t].append(e)
             self.groups[kind] = g
         self._full: dict[tuple[int, int], ArbGradients] = {}
-        self._exact_rows: dict[tuple[int, int], ExactRow] = {}
+        self._exact_problems: dict[int, ExactProblem] = {}
         self._decomp: dict[tuple[str, int, int, int], Decomposition] = {}
-        self._ints: dict[tuple[str, int], list[list[int]]] = {}
         self.fld = QField(self._c_rat(), st.E)
 
     # -- Arb
@@ -340,126 +339,45 @@ class _BackwardProblem(Problem):
         rt = math.isqrt(st.E)
         return Fraction(1, rt) if rt * rt == st.E else None
 
-    def _ints_of(self, name: str, e: int) -> list[list[int]]:
-        """Rows of an input as exact integers x·2**1074 (every double is one)."""
-        key = (name, e)
-        got = self._ints.get(key)
+    def _exact(self, e: int) -> ExactProblem:
+        got = self._exact_problems.get(e)
         if got is None:
-            arr = getattr(self.st, name)[e]
-            got = []
-            for row in arr.tolist():
-                r = []
-                for x in row:
-                    n, d = float(x).as_integer_ratio()
-                    r.append(n * ((1 << 1074) // d))
-                got.append(r)
-            if len(self._ints) > 64:
-                self._ints.clear()
-            self._ints[key] = got
+            st = self.st
+            got = ExactProblem(
+                self.fld, IntMatrix.of_doubles(st.q[e]), IntMatrix.of_doubles(st.k[e]),
+                IntMatrix.of_doubles(st.v[e]), IntMatrix.of_doubles(st.do[e]), st.allowed[e],
+                None if st.madd is None else st.madd[e], None if st.keep is None else st.keep[e],
+                st.f, st.uniform[e])
+            if len(self._exact_problems) > 64:
+                self._exact_problems.clear()
+            self._exact_problems[e] = got
         return got
 
-    def _exact_row(self, e: int, i: int) -> ExactRow:
-        key = (e, i)
-        got = self._exact_rows.get(key)
-        if got is not None:
-            return got
-        st = self.st
-        qi = self._ints_of("q", e)[i]
-        km = self._ints_of("k", e)
-        vm = self._ints_of("v", e)
-        doi = self._ints_of("do", e)[i]
-        den = 1 << 2148
-        c_rat = self.fld.c_rat
-        keys: dict[int, Any] = {}
-        dp: dict[int, Fraction] = {}
-        allowed = st.allowed[e][i]
-        madd = None if st.madd is None else st.madd[e][i]
-        keep = None if st.keep is None else st.keep[e][i]
-        for j in np.flatnonzero(allowed).tolist():
-            g = Fraction(sum(a * b for a, b in zip(qi, km[j], strict=True)), den)
-            mj = Fraction(float(madd[j])) if madd is not None else Fraction(0)
-            keys[j] = c_rat * g + mj if c_rat is not None else (g, mj)
-            if keep is not None and not keep[j]:
-                dp[j] = Fraction(0)
-            else:
-                dp[j] = st.f * Fraction(sum(a * b for a, b in zip(doi, vm[j], strict=True)), den)
-        row = ExactRow(keys, dp)
-        if len(self._exact_rows) > 1 << 16:
-            self._exact_rows.clear()
-        self._exact_rows[key] = row
-        return row
-
     def _decomposition(self, kind: str, b: int, r: int, col: int) -> Decomposition:
+        """Element (b, r, col) of ``kind`` as a constant plus row terms: the sum over
+        the problems (and broadcast rows/columns) it collects."""
         key = (kind, b, r, col)
         got = self._decomp.get(key)
         if got is not None:
             return got
         st = self.st
-        fld = self.fld
-        cc = fld.c()
-        zero = Fraction(0)
-        const = (zero, zero)
-        terms = []
+        one = (Fraction(1), Fraction(0))
+        acc = Accumulator(self.fld)
         L, S = st.allowed.shape[1:]
         for e in self.groups[kind][b]:
+            ex = self._exact(e)
             if kind == "dq":
-                if st.empty[e][r]:
-                    continue  # zero or uniform: dS = 0 on the row
-                row = self._exact_row(e, r)
-                kcol = [Fraction(float(x)) for x in st.k[e][:, col]]
-                kg = {a: sum((kcol[j] for j in js), zero) for a, js in row.groups.items()}
-                kpg = {a: sum((kcol[j] * row.dp[j] for j in js), zero)
-                       for a, js in row.groups.items()}
-                n: dict[Any, tuple[Fraction, Fraction]] = {}
-                for a in row.groups:
-                    for h, jh in row.groups.items():
-                        val = kpg[a] * len(jh) - kg[a] * row.pg[h]
-                        if val:
-                            kk = fld.key_add(a, h)
-                            cf = fld.mul(cc, (val, zero))
-                            old = n.get(kk, (zero, zero))
-                            n[kk] = (old[0] + cf[0], old[1] + cf[1])
-                terms.append(row_term(n, row.z, 2))
-            elif kind == "dv":
-                for i in range(L):
-                    keep_ij = st.keep is None or bool(st.keep[e][i][r])
-                    if not keep_ij:
-                        continue
-                    doi = Fraction(float(st.do[e][i][col]))
-                    if st.uniform[e][i]:
-                        const = (const[0] + st.f * doi / S, const[1])
-                    elif st.allowed[e][i][r]:
-                        row = self._exact_row(e, i)
-                        terms.append(row_term({row.keys[r]: (st.f * doi, zero)}, row.z, 1))
+                ex.add_dq(acc, r, col, one)
             elif kind == "dk":
-                for i in range(L):
-                    if st.uniform[e][i] or not st.allowed[e][i][r]:
-                        continue
-                    row = self._exact_row(e, i)
-                    qil = fld.mul(cc, (Fraction(float(st.q[e][i][col])), zero))
-                    aj = row.keys[r]
-                    n = {}
-                    for a, val in row.ds_numerator(r).items():
-                        if val:
-                            cf = fld.mul(qil, (val, zero))
-                            n[fld.key_add(aj, a)] = cf
-                    terms.append(row_term(n, row.z, 2))
+                ex.add_dk(acc, r, col, one)
+            elif kind == "dv":
+                ex.add_dv(acc, r, col, one)
             else:  # dmask
                 bl, bs = st.mask_bcast
-                rows = range(L) if bl else [r]
-                cols = range(S) if bs else [col]
-                for i in rows:
-                    if st.uniform[e][i]:
-                        continue
-                    for j in cols:
-                        if not st.allowed[e][i][j]:
-                            continue
-                        row = self._exact_row(e, i)
-                        aj = row.keys[j]
-                        n = {fld.key_add(aj, a): (val, zero)
-                             for a, val in row.ds_numerator(j).items() if val}
-                        terms.append(row_term(n, row.z, 2))
-        dec = decompose(fld, const, terms)
+                for i in (range(L) if bl else [r]):
+                    for j in (range(S) if bs else [col]):
+                        ex.add_ds(acc, i, j, one)
+        dec = acc.decomposition()
         if len(self._decomp) > 1 << 14:
             self._decomp.clear()
         self._decomp[key] = dec

@@ -33,11 +33,13 @@ __all__ = ["ArbGradients", "arb_backward"]
 
 class ArbGradients:
     """Ball rows of one problem: ``dq`` (L×E, only the rows asked for), ``ds``
-    (the same rows, L×S), and with ``full`` also ``dk`` (S×E) and ``dv`` (S×E_v)."""
+    (the same rows, L×S), and with ``full`` also ``dk`` (S×E), ``dv`` (S×E_v) and
+    the forward output ``out`` (L×E_v, o = W V)."""
 
     def __init__(self, dq: list[list[Any]], ds: list[list[Any]],
-                 dk: list[list[Any]] | None, dv: list[list[Any]] | None) -> None:
-        self.dq, self.ds, self.dk, self.dv = dq, ds, dk, dv
+                 dk: list[list[Any]] | None, dv: list[list[Any]] | None,
+                 out: list[list[Any]] | None = None) -> None:
+        self.dq, self.ds, self.dk, self.dv, self.out = dq, ds, dk, dv, out
 
 
 def _fmpq_arb(x: Fraction) -> Any:
@@ -61,15 +63,18 @@ def _shift_index(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any], c_f: float,
 
 
 def arb_backward(
-    q: np.ndarray[Any, Any], k: np.ndarray[Any, Any], v: np.ndarray[Any, Any],
-    do: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any],
+    q: Any, k: Any, v: Any, do: Any, allowed: np.ndarray[Any, Any],
     madd: np.ndarray[Any, Any] | None, keep: np.ndarray[Any, Any] | None,
     f: Fraction, c: Any, c_f: float, uniform: np.ndarray[Any, Any],
     rows: list[int] | None, prec: int,
+    q_f: np.ndarray[Any, Any] | None = None, k_f: np.ndarray[Any, Any] | None = None,
 ) -> ArbGradients:
     """Gradients of one problem at ``prec`` bits (sets and restores the precision).
 
-    q, k, v, do: float64 arrays holding the exact inputs; allowed (L×S) bool;
+    q, k, v, do: float64 arrays holding the exact inputs, or callables returning
+    arb_mat enclosures of them at the current precision (with ``q_f``, ``k_f``
+    float approximations of q and k, which only choose the softmax shift);
+    allowed (L×S) bool;
     madd (L×S) finite additive mask or None; keep (L×S) bool dropout keep-mask or
     None; f the exact dropout factor 1/(1 − p); c the scale as an arb (computed at
     ``prec`` by the caller inside this call's precision: pass a callable's result);
@@ -83,7 +88,6 @@ def arb_backward(
     try:
         cb = c() if callable(c) else c
         L, S = allowed.shape
-        E, Ev = q.shape[1], v.shape[1]
         full = rows is None
         rr = list(range(L)) if rows is None else rows
         r = len(rr)
@@ -93,14 +97,22 @@ def arb_backward(
         ma = None if madd is None else np.asarray(madd[rr])
         kp = None if keep is None else np.asarray(keep[rr])
         un = np.asarray(uniform[rr])
-        km = to_arb_mat(k)
-        g_ents = (((to_arb_mat(q[rr]) * km.transpose()) * cb).entries() if E and r and S
-                  else [zero] * (r * S))
-        if Ev and r and S:
-            x_ents = (to_arb_mat(do[rr]) * to_arb_mat(v).transpose()).entries()
+        if callable(q):
+            qm_all, km, vm, dom_all = q(), k(), v(), do()
+            assert q_f is not None and k_f is not None
+            qm = arb_mat([[qm_all[i, l] for l in range(qm_all.ncols())] for i in rr]) \
+                if r and qm_all.ncols() else arb_mat(r, qm_all.ncols())
+            dom = arb_mat([[dom_all[i, l] for l in range(dom_all.ncols())] for i in rr]) \
+                if r and dom_all.ncols() else arb_mat(r, dom_all.ncols())
+            shift = _shift_index(q_f[rr], k_f, c_f, al, ma)
         else:
-            x_ents = [zero] * (r * S)
-        shift = _shift_index(q[rr], k, c_f, al, ma)
+            qm_all, km, vm, dom_all = to_arb_mat(q), to_arb_mat(k), to_arb_mat(v), to_arb_mat(do)
+            qm, dom = to_arb_mat(q[rr]), to_arb_mat(do[rr])
+            shift = _shift_index(q[rr], k, c_f, al, ma)
+        E, Ev = km.ncols(), vm.ncols()
+        g_ents = (((qm * km.transpose()) * cb).entries() if E and r and S
+                  else [zero] * (r * S))
+        x_ents = (dom * vm.transpose()).entries() if Ev and r and S else [zero] * (r * S)
         inv_s = arb(1) / S if S else zero
         p_rows: list[list[Any]] = []
         ds_rows: list[list[Any]] = []
@@ -161,15 +173,19 @@ def arb_backward(
                                (pj * fa if fa is not None else pj)
                                for j, pj in enumerate(p_rows[n])])
         if S and Ev and r:
-            ents = (arb_mat(w_rows).transpose() * to_arb_mat(do)).entries()
+            wm = arb_mat(w_rows)
+            ents = (wm.transpose() * dom_all).entries()
             dv = [ents[j * Ev:(j + 1) * Ev] for j in range(S)]
+            ents = (wm * vm).entries()
+            out = [ents[i * Ev:(i + 1) * Ev] for i in range(r)]
         else:
             dv = [[zero] * Ev for _ in range(S)]
+            out = [[zero] * Ev for _ in range(r)]
         if S and E and r:
-            ents = ((arb_mat(ds_rows).transpose() * to_arb_mat(q)) * cb).entries()
+            ents = ((arb_mat(ds_rows).transpose() * qm_all) * cb).entries()
             dk = [ents[j * E:(j + 1) * E] for j in range(S)]
         else:
             dk = [[zero] * E for _ in range(S)]
-        return ArbGradients(dq, ds_rows, dk, dv)
+        return ArbGradients(dq, ds_rows, dk, dv, out)
     finally:
         ctx.prec = old

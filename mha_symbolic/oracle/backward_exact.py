@@ -54,9 +54,12 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+
 from ..errors import PrecisionError
 
-__all__ = ["TERM_BUDGET", "ExactRow", "QField", "decide_sign", "exact_value"]
+__all__ = ["TERM_BUDGET", "Accumulator", "ExactProblem", "IntMatrix", "QField", "decide_sign",
+           "exact_value"]
 
 TERM_BUDGET = 200_000  # most terms an expansion of F may have before giving up
 MAX_SIGN_PREC = 1 << 16
@@ -322,5 +325,162 @@ def decide_sign(dec: Decomposition, boundary: Fraction, c_arb: Callable[[], Any]
         ctx.prec = old
 
 
-def row_term(n: Poly, z: dict[Key, int], d: int) -> _Term:
-    return _Term(n, z, d)
+# --------------------------------------------------------------------------------------
+# One attention problem in exact arithmetic, and the row terms of its gradient elements
+
+
+class IntMatrix:
+    """An exact matrix as Python integers times one power of two: rows[i][j]·2**-shift."""
+
+    def __init__(self, rows: list[list[int]], shift: int) -> None:
+        self.rows, self.shift = rows, shift
+
+    @staticmethod
+    def of_doubles(arr: Any) -> IntMatrix:
+        """Every double is an integer multiple of 2**-1074."""
+        rows = []
+        for row in arr.tolist():
+            r = []
+            for x in row:
+                n, d = float(x).as_integer_ratio()
+                r.append(n * ((1 << 1074) // d))
+            rows.append(r)
+        return IntMatrix(rows, 1074)
+
+    def frac(self, i: int, j: int) -> Fraction:
+        return Fraction(self.rows[i][j], 1 << self.shift)
+
+    def dot(self, i: int, other: IntMatrix, j: int) -> Fraction:
+        """Row i of self · row j of other, exactly."""
+        tot = sum(a * b for a, b in zip(self.rows[i], other.rows[j], strict=True))
+        return Fraction(tot, 1 << (self.shift + other.shift))
+
+
+class Accumulator:
+    """A gradient element being assembled: a constant plus row terms."""
+
+    def __init__(self, fld: QField) -> None:
+        self.fld = fld
+        self.const: Coef = (_ZERO, _ZERO)
+        self.terms: list[_Term] = []
+
+    def add_const(self, x: Coef) -> None:
+        self.const = (self.const[0] + x[0], self.const[1] + x[1])
+
+    def decomposition(self) -> Decomposition:
+        return decompose(self.fld, self.const, self.terms)
+
+
+class ExactProblem:
+    """One attention problem (one batch and head) in exact arithmetic: q (L×E),
+    k (S×E), v (S×Ev), do (L×Ev) as :class:`IntMatrix`; allowed (L×S) bool; madd
+    (L×S) float additive mask or None; keep (L×S) dropout keep-mask or None; f the
+    exact dropout factor; uniform (L,) rows of weight 1/S.  The ``add_*`` methods
+    add ``wt`` times one element of a gradient (or of the output) to an
+    :class:`Accumulator`, as row terms N/Z^d (module docstring)."""
+
+    def __init__(self, fld: QField, q: IntMatrix, k: IntMatrix, v: IntMatrix, do: IntMatrix,
+                 allowed: Any, madd: Any, keep: Any, f: Fraction, uniform: Any) -> None:
+        self.fld = fld
+        self.q, self.k, self.v, self.do = q, k, v, do
+        self.allowed, self.madd, self.keep, self.f, self.uniform = allowed, madd, keep, f, uniform
+        self.S = allowed.shape[1]
+        self._rows: dict[int, ExactRow] = {}
+
+    def row(self, i: int) -> ExactRow:
+        got = self._rows.get(i)
+        if got is not None:
+            return got
+        c_rat = self.fld.c_rat
+        keys: dict[int, Key] = {}
+        dp: dict[int, Fraction] = {}
+        madd = None if self.madd is None else self.madd[i]
+        keep = None if self.keep is None else self.keep[i]
+        for j in np.flatnonzero(self.allowed[i]).tolist():
+            g = self.q.dot(i, self.k, j)
+            mj = Fraction(float(madd[j])) if madd is not None else _ZERO
+            keys[j] = c_rat * g + mj if c_rat is not None else (g, mj)
+            dp[j] = _ZERO if keep is not None and not keep[j] else self.f * self.do.dot(i, self.v, j)
+        row = ExactRow(keys, dp)
+        self._rows[i] = row
+        return row
+
+    def _live(self, i: int) -> bool:
+        return bool(self.allowed[i].any()) and not bool(self.uniform[i])
+
+    def add_dq(self, acc: Accumulator, i: int, col: int, wt: Coef) -> None:
+        """dQ_il = c Σ_{g,h} (KP_gl n_h − K_gl P_h) e^{a_g + a_h} / Z²."""
+        if not self._live(i) or _is_zero(wt):
+            return
+        fld = self.fld
+        row = self.row(i)
+        scale = fld.mul(fld.c(), wt)
+        kg = {a: sum((self.k.frac(j, col) for j in js), _ZERO) for a, js in row.groups.items()}
+        kpg = {a: sum((self.k.frac(j, col) * row.dp[j] for j in js), _ZERO)
+               for a, js in row.groups.items()}
+        n: Poly = {}
+        for a in row.groups:
+            for h, jh in row.groups.items():
+                val = kpg[a] * len(jh) - kg[a] * row.pg[h]
+                if val:
+                    _add_into(n, fld.key_add(a, h), fld.mul(scale, (val, _ZERO)))
+        acc.terms.append(_Term(n, row.z, 2))
+
+    def add_ds(self, acc: Accumulator, i: int, j: int, wt: Coef) -> None:
+        """dS_ij = e^{a_j} Σ_g (n_g dP_ij − P_g) e^{a_g} / Z²."""
+        if not self._live(i) or not self.allowed[i][j] or _is_zero(wt):
+            return
+        fld = self.fld
+        row = self.row(i)
+        aj = row.keys[j]
+        n: Poly = {}
+        for a, val in row.ds_numerator(j).items():
+            if val:
+                _add_into(n, fld.key_add(aj, a), fld.mul(wt, (val, _ZERO)))
+        acc.terms.append(_Term(n, row.z, 2))
+
+    def add_dk(self, acc: Accumulator, j: int, col: int, wt: Coef) -> None:
+        """dK_jl = c Σ_i q_il dS_ij."""
+        fld = self.fld
+        scale = fld.mul(fld.c(), wt)
+        for i in range(len(self.q.rows)):
+            qil = self.q.frac(i, col)
+            if qil:
+                self.add_ds(acc, i, j, fld.mul(scale, (qil, _ZERO)))
+
+    def add_dv(self, acc: Accumulator, j: int, col: int, wt: Coef) -> None:
+        """dV_jl = Σ_i f keep_ij dO_il P_ij (uniform rows: P_ij = 1/S)."""
+        fld = self.fld
+        for i in range(len(self.do.rows)):
+            if self.keep is not None and not self.keep[i][j]:
+                continue
+            c_ = fld.mul(wt, (self.f * self.do.frac(i, col), _ZERO))
+            if _is_zero(c_):
+                continue
+            if self.uniform[i]:
+                acc.add_const((c_[0] / self.S, c_[1] / self.S))
+            elif self.allowed[i][j]:
+                row = self.row(i)
+                acc.terms.append(_Term({row.keys[j]: c_}, row.z, 1))
+
+    def add_out(self, acc: Accumulator, i: int, col: int, wt: Coef) -> None:
+        """The forward output o_il = Σ_j f keep_ij P_ij v_jl."""
+        fld = self.fld
+        if _is_zero(wt):
+            return
+        kp = None if self.keep is None else self.keep[i]
+        if self.uniform[i]:
+            for j in range(self.S):
+                if kp is None or kp[j]:
+                    c_ = fld.mul(wt, (self.f * self.v.frac(j, col) / self.S, _ZERO))
+                    acc.add_const(c_)
+            return
+        if not self.allowed[i].any():
+            return
+        row = self.row(i)
+        n: Poly = {}
+        for j, kk in row.keys.items():
+            if kp is not None and not kp[j]:
+                continue
+            _add_into(n, kk, fld.mul(wt, (self.f * self.v.frac(j, col), _ZERO)))
+        acc.terms.append(_Term(n, row.z, 1))

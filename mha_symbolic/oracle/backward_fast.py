@@ -44,7 +44,8 @@ class FastGradients:
 
     dq, e_dq (C, L, E); dk, e_dk (C, S, E); dv, e_dv (C, S, Ev); ds, e_ds (C, L, S);
     row_ok (C, L): the forward row was usable (dq and ds of that row are valid);
-    all_ok (C,): every row was usable (dk and dv are valid)."""
+    all_ok (C,): every row was usable (dk and dv are valid); o, e_o (C, L, Ev) the
+    forward output without dropout and its bound (from the forward fast path)."""
 
     def __init__(self, **kw: Arr) -> None:
         self.dq, self.e_dq = kw["dq"], kw["e_dq"]
@@ -52,6 +53,7 @@ class FastGradients:
         self.dv, self.e_dv = kw["dv"], kw["e_dv"]
         self.ds, self.e_ds = kw["ds"], kw["e_ds"]
         self.row_ok, self.all_ok = kw["row_ok"], kw["all_ok"]
+        self.o, self.e_o = kw["o"], kw["e_o"]
 
 
 def fast_attention_backward(
@@ -179,4 +181,4 @@ def fast_attention_backward(
     # FLOOR covers underflow inside the bound formulas (see the module docstring)
     return FastGradients(dq=dq, e_dq=e_dq + FLOOR, dk=dk, e_dk=e_dk + FLOOR, dv=dv,
                          e_dv=e_dv + FLOOR, ds=ds, e_ds=np.where(live, e_ds + FLOOR, 0.0),
-                         row_ok=row_ok, all_ok=all_ok)
+                         row_ok=row_ok, all_ok=all_ok, o=fr.y, e_o=fr.err_y)
