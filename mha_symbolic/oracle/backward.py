@@ -34,11 +34,10 @@ from .backward_arb import ArbGradients, arb_backward
 from .backward_exact import (
     Accumulator,
     Decomposition,
+    ExactDecisions,
     ExactProblem,
     IntMatrix,
     QField,
-    decide_sign,
-    exact_value,
 )
 from .backward_fast import fast_attention_backward
 from .constants import CHUNK_ELEMS, UP, U, gamma
@@ -238,7 +237,7 @@ def _setup(query: Any, key: Any, value: Any, grad_output: Any, attn_mask: Any,
 # The problem behind the four Enclosures: Arb rows and exact decisions
 
 
-class _BackwardProblem(Problem):
+class _BackwardProblem(ExactDecisions, Problem):
     """Gradient rows on demand.  ``b`` indexes the flat input of the gradient
     (kind), ``rows`` its rows: query positions (dq), key positions (dk, dv), mask
     rows (dmask)."""
@@ -383,17 +382,11 @@ class _BackwardProblem(Problem):
         self._decomp[key] = dec
         return dec
 
-    def rational_row(self, b: int, i: int, kind: str) -> list[Fraction | None] | None:
-        n_cols = self.st.flat[kind][2]
-        return [exact_value(self._decomposition(kind, b, i, col)) for col in range(n_cols)]
+    def _n_cols(self, kind: str) -> int:
+        return self.st.flat[kind][2]
 
-    def boundary_sign(self, b: int, i: int, col: int, kind: str, boundary: Fraction) -> int | None:
-        dec = self._decomposition(kind, b, i, col)
-
-        def what() -> str:
-            return f"{_NAMES[kind]} element (flat {b}, {i}, {col})"
-
-        return decide_sign(dec, boundary, self.scale_arb, what)
+    def _describe(self, kind: str, b: int, i: int, col: int) -> str:
+        return f"{_NAMES[kind]} element (flat {b}, {i}, {col})"
 
 
 _NAMES = {"dq": "grad_query", "dk": "grad_key", "dv": "grad_value", "dmask": "grad_attn_mask"}

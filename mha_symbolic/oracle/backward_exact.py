@@ -58,8 +58,8 @@ import numpy as np
 
 from ..errors import PrecisionError
 
-__all__ = ["TERM_BUDGET", "Accumulator", "ExactProblem", "IntMatrix", "QField", "decide_sign",
-           "exact_value"]
+__all__ = ["TERM_BUDGET", "Accumulator", "ExactDecisions", "ExactProblem", "IntMatrix", "QField",
+           "decide_sign", "exact_value"]
 
 TERM_BUDGET = 200_000  # most terms an expansion of F may have before giving up
 MAX_SIGN_PREC = 1 << 16
@@ -484,3 +484,30 @@ class ExactProblem:
                 continue
             _add_into(n, kk, fld.mul(wt, (self.f * self.v.frac(j, col), _ZERO)))
         acc.terms.append(_Term(n, row.z, 1))
+
+
+class ExactDecisions:
+    """The exact side of an :class:`~.enclosure.Problem` whose elements decompose into
+    row terms: subclasses give ``_decomposition``, ``_n_cols``, ``_describe`` and
+    ``scale_arb``; this gives ``rational_row`` and ``boundary_sign``."""
+
+    def _decomposition(self, kind: str, b: int, r: int, col: int) -> Decomposition:
+        raise NotImplementedError
+
+    def _n_cols(self, kind: str) -> int:
+        raise NotImplementedError
+
+    def _describe(self, kind: str, b: int, i: int, col: int) -> str:
+        raise NotImplementedError
+
+    def scale_arb(self) -> Any:
+        raise NotImplementedError
+
+    def rational_row(self, b: int, i: int, kind: str) -> list[Fraction | None] | None:
+        return [exact_value(self._decomposition(kind, b, i, col))
+                for col in range(self._n_cols(kind))]
+
+    def boundary_sign(self, b: int, i: int, col: int, kind: str, boundary: Fraction) -> int | None:
+        dec = self._decomposition(kind, b, i, col)
+        return decide_sign(dec, boundary, self.scale_arb,
+                           lambda: self._describe(kind, b, i, col))

@@ -35,11 +35,10 @@ from .backward_arb import arb_backward
 from .backward_exact import (
     Accumulator,
     Decomposition,
+    ExactDecisions,
     ExactProblem,
     IntMatrix,
     QField,
-    decide_sign,
-    exact_value,
 )
 from .backward_fast import fast_attention_backward, mm_up
 from .constants import ETA, FLOOR, UP, U, gamma
@@ -110,7 +109,7 @@ def _c_rat(hd: int) -> Fraction | None:
     return Fraction(1, rt) if rt * rt == hd else None
 
 
-class _MhaBackwardProblem(Problem):
+class _MhaBackwardProblem(ExactDecisions, Problem):
     """The whole block in Arb at one precision (cached), served row by row.
 
     Kinds: "dxq", "dxk", "dxv" (flat (N, ln, width)); "dwq", "dwk", "dwv", "dwin",
@@ -363,19 +362,11 @@ class _MhaBackwardProblem(Problem):
         self._decomp[key] = dec
         return dec
 
-    def rational_row(self, b: int, i: int, kind: str) -> list[Fraction | None] | None:
-        n_cols = len(self._row_widths[kind]) if kind in self._row_widths else None
-        if n_cols is None:
-            return None
-        return [exact_value(self._decomposition(kind, b, i, col)) for col in range(n_cols)]
+    def _n_cols(self, kind: str) -> int:
+        return len(self._row_widths[kind])
 
-    def boundary_sign(self, b: int, i: int, col: int, kind: str, boundary: Fraction) -> int | None:
-        dec = self._decomposition(kind, b, i, col)
-
-        def what() -> str:
-            return f"the {_PUBLIC.get(kind, kind)} gradient element (flat {b}, {i}, {col})"
-
-        return decide_sign(dec, boundary, self.scale_arb, what)
+    def _describe(self, kind: str, b: int, i: int, col: int) -> str:
+        return f"the {_PUBLIC.get(kind, kind)} gradient element (flat {b}, {i}, {col})"
 
 
 _PUBLIC = {"dxq": "query", "dxk": "key", "dxv": "value", "dwq": "q_proj_weight",
