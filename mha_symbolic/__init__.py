@@ -50,6 +50,8 @@ _EXPORTS: dict[str, str] = {
     "assert_attention_close": "testing.compare",
     "compare_mha": "testing.compare",
     "assert_mha_close": "testing.compare",
+    "compare_attention_backward": "testing.backward",
+    "assert_attention_backward_close": "testing.backward",
     # errors
     "MhaSymbolicError": "errors",
     "SpecError": "errors",
@@ -99,6 +101,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         reference_mha,
         reference_mha_backward,
     )
+    from .testing.backward import assert_attention_backward_close, compare_attention_backward
     from .testing.compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
     from .textbook.check import check_examples
     from .textbook.derivation import derive
