@@ -52,6 +52,7 @@ _EXPORTS: dict[str, str] = {
     "assert_mha_close": "testing.compare",
     "compare_attention_backward": "testing.backward",
     "assert_attention_backward_close": "testing.backward",
+    "check_attention": "testing.check",
     # errors
     "MhaSymbolicError": "errors",
     "SpecError": "errors",
@@ -102,6 +103,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         reference_mha_backward,
     )
     from .testing.backward import assert_attention_backward_close, compare_attention_backward
+    from .testing.check import check_attention
     from .testing.compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
     from .textbook.check import check_examples
     from .textbook.derivation import derive

@@ -23,6 +23,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "compare_attention_backward": "backward",
     "assert_attention_backward_close": "backward",
     "BackwardComparison": "backward",
+    "check_attention": "check",
+    "AttentionCheck": "check",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
         assert_attention_backward_close,
         compare_attention_backward,
     )
+    from .check import AttentionCheck, check_attention
     from .compare import (
         AttentionComparison,
         assert_attention_close,
