@@ -23,7 +23,8 @@ _INPUT_KEYS = ("scores", "query", "key", "value", "x", "x_kv", "w_q", "w_k", "w_
                "b_q", "b_k", "b_v", "b_o")
 _OPTION_KEYS = ("heads", "kv_heads", "d_k", "scale", "mask", "causal_alignment", "masked_rows")
 _DIM_KEYS = ("n_q", "n_k", "d_model", "d_v", "kdim", "vdim", "bias", "add_bias_kv")
-_EXAMPLE_KEYS = {"name", "title", "notes", "claim", *_INPUT_KEYS, *_OPTION_KEYS, *_DIM_KEYS}
+_EXAMPLE_KEYS = {"name", "title", "notes", "claim", "grad_output", *_INPUT_KEYS, *_OPTION_KEYS,
+                 *_DIM_KEYS}
 _CLAIM_KEYS = {"quantity", "claimed", "head", "expr", "rtol", "note"}
 
 
@@ -50,7 +51,9 @@ class WorkedExample:
     options: dict[str, Any] = field(default_factory=dict)
     dims: dict[str, Any] = field(default_factory=dict)
     claims: list[Claim] = field(default_factory=list)
+    grad_output: Any = None  # the gradient of the concatenated head outputs (backward claims)
     _attention: Any = field(default=None, repr=False)
+    _gradients: Any = field(default=None, repr=False)
     _variants: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -77,6 +80,22 @@ class WorkedExample:
         else:
             self._attention = result
         return result
+
+    def gradients(self) -> Any:
+        """The exact backward pass of every head against ``grad_output``
+        (:func:`mha_symbolic.exact.backward.exact_backward`), or None without one."""
+        if self.grad_output is None:
+            return None
+        if self._gradients is None:
+            from ..exact.backward import exact_backward
+
+            att = self.attention()
+            if att is None:
+                from ..errors import SpecError
+
+                raise SpecError("grad_output needs inputs to differentiate")
+            self._gradients = exact_backward(att, self.grad_output)
+        return self._gradients
 
     @property
     def spec(self) -> Any:
@@ -193,12 +212,16 @@ def _example(item: Any, index: int, source: str) -> WorkedExample:
     if not isinstance(claims_raw, list):
         raise ExampleFileError(f"{where}: claim must be an array of tables ([[example.claim]])")
     claims = [_claim(c, j, where) for j, c in enumerate(claims_raw)]
+    grad_output = (_matrix_input(item["grad_output"], f"{where}: grad_output")
+                   if "grad_output" in item else None)
     ex = WorkedExample(name=name.strip(), title=item.get("title", ""), notes=item.get("notes", ""),
-                       inputs=inputs, options=options, dims=dims, claims=claims)
+                       inputs=inputs, options=options, dims=dims, claims=claims,
+                       grad_output=grad_output)
     # Build once now, so that inconsistent inputs are reported at load time.
     try:
         ex.attention()
         ex.spec  # noqa: B018 - validates the stated sizes
+        ex.gradients()
     except MhaSymbolicError as exc:
         raise ExampleFileError(f"{where}: {exc}") from None
     return ex
