@@ -53,6 +53,8 @@ _EXPORTS: dict[str, str] = {
     "compare_attention_backward": "testing.backward",
     "assert_attention_backward_close": "testing.backward",
     "check_attention": "testing.check",
+    "compare_mha_backward": "testing.backward_mha",
+    "assert_mha_backward_close": "testing.backward_mha",
     # errors
     "MhaSymbolicError": "errors",
     "SpecError": "errors",
@@ -103,6 +105,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         reference_mha_backward,
     )
     from .testing.backward import assert_attention_backward_close, compare_attention_backward
+    from .testing.backward_mha import assert_mha_backward_close, compare_mha_backward
     from .testing.check import check_attention
     from .testing.compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
     from .textbook.check import check_examples

@@ -169,3 +169,25 @@ def test_other_rules_and_argument_errors() -> None:
         compare_attention_backward(g[0], g[1][..., :15], g[2], *args, **_opts(c))
     with pytest.raises(SpecError, match="only a float mask has a gradient"):
         compare_attention_backward(*g, *args, **_opts(c), d_attn_mask=np.zeros((24, 24)))
+
+
+def test_multihead_attention_module_gradients_pass_and_a_wrong_one_fails() -> None:
+    torch = pytest.importorskip("torch")
+    from mha_symbolic import assert_mha_backward_close, compare_mha_backward
+
+    torch.manual_seed(6)
+    for dt in (torch.float32, torch.bfloat16):
+        m = torch.nn.MultiheadAttention(16, 2, batch_first=True, dtype=dt)
+        x = torch.randn(2, 7, 16, dtype=dt, requires_grad=True)
+        out, _ = m(x, x, x, need_weights=False)
+        g = torch.randn_like(out)
+        params = dict(m.named_parameters())
+        grads = torch.autograd.grad(out, [x, *params.values()], g)
+        d = dict(zip(params, grads[1:], strict=True))
+        d["input"] = grads[0]     # self-attention: the sum of the three input gradients
+        comp = compare_mha_backward(d, x, x, x, g, module=m)
+        assert comp.passed, comp.report()
+        bad = dict(d)
+        bad["out_proj.weight"] = d["out_proj.weight"].T.contiguous()
+        with pytest.raises(AttentionMismatchError, match=r"grad out_proj\.weight"):
+            assert_mha_backward_close(bad, x, x, x, g, module=m)

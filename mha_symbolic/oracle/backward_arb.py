@@ -34,7 +34,7 @@ __all__ = ["ArbGradients", "arb_backward"]
 class ArbGradients:
     """Ball rows of one problem: ``dq`` (L×E, only the rows asked for), ``ds``
     (the same rows, L×S), and with ``full`` also ``dk`` (S×E), ``dv`` (S×E_v) and
-    the forward output ``out`` (L×E_v, o = W V)."""
+    the forward output ``out`` (L×E_v, o = W V; only with ``want_out``)."""
 
     def __init__(self, dq: list[list[Any]], ds: list[list[Any]],
                  dk: list[list[Any]] | None, dv: list[list[Any]] | None,
@@ -68,6 +68,7 @@ def arb_backward(
     f: Fraction, c: Any, c_f: float, uniform: np.ndarray[Any, Any],
     rows: list[int] | None, prec: int,
     q_f: np.ndarray[Any, Any] | None = None, k_f: np.ndarray[Any, Any] | None = None,
+    want_out: bool = False,
 ) -> ArbGradients:
     """Gradients of one problem at ``prec`` bits (sets and restores the precision).
 
@@ -123,6 +124,17 @@ def arb_backward(
                 p_rows.append([inv_s] * S)
                 ds_rows.append([zero] * S)
                 continue
+            if ma is None and kp is None and fa is None and shift is not None and bool(a_row.all()):
+                # the common dense row: list comprehensions, one division per row
+                top = g_ents[base + shift[n]].mid()
+                w_list = [(x - top).exp() for x in g_ents[base:base + S]]
+                inv = 1 / sum(w_list, zero)
+                p = [wj * inv for wj in w_list]
+                dp = x_ents[base:base + S]
+                d_i = sum((a * b for a, b in zip(p, dp, strict=True)), zero)
+                p_rows.append(p)
+                ds_rows.append([a * (b - d_i) for a, b in zip(p, dp, strict=True)])
+                continue
             idx = np.flatnonzero(a_row).tolist()
             if not idx:
                 p_rows.append([zero] * S)
@@ -176,8 +188,10 @@ def arb_backward(
             wm = arb_mat(w_rows)
             ents = (wm.transpose() * dom_all).entries()
             dv = [ents[j * Ev:(j + 1) * Ev] for j in range(S)]
-            ents = (wm * vm).entries()
-            out = [ents[i * Ev:(i + 1) * Ev] for i in range(r)]
+            out = None
+            if want_out:
+                ents = (wm * vm).entries()
+                out = [ents[i * Ev:(i + 1) * Ev] for i in range(r)]
         else:
             dv = [[zero] * Ev for _ in range(S)]
             out = [[zero] * Ev for _ in range(r)]

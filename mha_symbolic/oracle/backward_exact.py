@@ -357,18 +357,27 @@ class IntMatrix:
 
 
 class Accumulator:
-    """A gradient element being assembled: a constant plus row terms."""
+    """A gradient element being assembled: a constant plus row terms.  Terms of the
+    same row (same Z and power) are merged as they come: one numerator per row."""
 
     def __init__(self, fld: QField) -> None:
         self.fld = fld
         self.const: Coef = (_ZERO, _ZERO)
-        self.terms: list[_Term] = []
+        self._rows: dict[Any, _Term] = {}
 
     def add_const(self, x: Coef) -> None:
         self.const = (self.const[0] + x[0], self.const[1] + x[1])
 
+    def add(self, row_key: Any, n: Poly, z: dict[Key, int], d: int) -> None:
+        cur = self._rows.get((row_key, d))
+        if cur is None:
+            self._rows[(row_key, d)] = _Term(dict(n), z, d)
+            return
+        for kk, cf in n.items():
+            _add_into(cur.n, kk, cf)
+
     def decomposition(self) -> Decomposition:
-        return decompose(self.fld, self.const, self.terms)
+        return decompose(self.fld, self.const, list(self._rows.values()))
 
 
 class ExactProblem:
@@ -424,7 +433,7 @@ class ExactProblem:
                 val = kpg[a] * len(jh) - kg[a] * row.pg[h]
                 if val:
                     _add_into(n, fld.key_add(a, h), fld.mul(scale, (val, _ZERO)))
-        acc.terms.append(_Term(n, row.z, 2))
+        acc.add((id(self), i), n, row.z, 2)
 
     def add_ds(self, acc: Accumulator, i: int, j: int, wt: Coef) -> None:
         """dS_ij = e^{a_j} Σ_g (n_g dP_ij − P_g) e^{a_g} / Z²."""
@@ -437,7 +446,7 @@ class ExactProblem:
         for a, val in row.ds_numerator(j).items():
             if val:
                 _add_into(n, fld.key_add(aj, a), fld.mul(wt, (val, _ZERO)))
-        acc.terms.append(_Term(n, row.z, 2))
+        acc.add((id(self), i), n, row.z, 2)
 
     def add_dk(self, acc: Accumulator, j: int, col: int, wt: Coef) -> None:
         """dK_jl = c Σ_i q_il dS_ij."""
@@ -461,7 +470,7 @@ class ExactProblem:
                 acc.add_const((c_[0] / self.S, c_[1] / self.S))
             elif self.allowed[i][j]:
                 row = self.row(i)
-                acc.terms.append(_Term({row.keys[j]: c_}, row.z, 1))
+                acc.add((id(self), i), {row.keys[j]: c_}, row.z, 1)
 
     def add_out(self, acc: Accumulator, i: int, col: int, wt: Coef) -> None:
         """The forward output o_il = Σ_j f keep_ij P_ij v_jl."""
@@ -483,7 +492,7 @@ class ExactProblem:
             if kp is not None and not kp[j]:
                 continue
             _add_into(n, kk, fld.mul(wt, (self.f * self.v.frac(j, col), _ZERO)))
-        acc.terms.append(_Term(n, row.z, 1))
+        acc.add((id(self), i), n, row.z, 1)
 
 
 class ExactDecisions:
@@ -504,10 +513,37 @@ class ExactDecisions:
         raise NotImplementedError
 
     def rational_row(self, b: int, i: int, kind: str) -> list[Fraction | None] | None:
-        return [exact_value(self._decomposition(kind, b, i, col))
-                for col in range(self._n_cols(kind))]
+        return _LazyRow(self._n_cols(kind),
+                        lambda col: exact_value(self._decomposition(kind, b, i, col)))
 
     def boundary_sign(self, b: int, i: int, col: int, kind: str, boundary: Fraction) -> int | None:
         dec = self._decomposition(kind, b, i, col)
         return decide_sign(dec, boundary, self.scale_arb,
                            lambda: self._describe(kind, b, i, col))
+
+
+class _LazyRow(list[Any]):
+    """A row of exact values computed column by column when asked for (the rounding
+    asks only for its undecided columns; each costs a decomposition)."""
+
+    def __init__(self, n: int, value: Callable[[int], Fraction | None]) -> None:
+        super().__init__()
+        self._n, self._value = n, value
+        self._cache: dict[int, Fraction | None] = {}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, col: Any) -> Any:
+        if not isinstance(col, int):
+            return [self[c] for c in range(self._n)[col]]
+        if col < 0:
+            col += self._n
+        if not 0 <= col < self._n:
+            raise IndexError(col)
+        if col not in self._cache:
+            self._cache[col] = self._value(col)
+        return self._cache[col]
+
+    def __iter__(self) -> Any:
+        return (self[c] for c in range(self._n))

@@ -206,7 +206,7 @@ class _MhaBackwardProblem(ExactDecisions, Problem):
                         lambda dah=dah: dah, self.allowed[n, h],
                         None if self.madd is None else self.madd[n, h], None, Fraction(1),
                         self.scale_arb, c_f, self.uniform[n, h], None, prec,
-                        q_f=self.q_f[n * H + h], k_f=self.k_f[n * H + h])
+                        q_f=self.q_f[n * H + h], k_f=self.k_f[n * H + h], want_out=True)
                     assert res.dk is not None and res.dv is not None and res.out is not None
                     for i in range(L):
                         for c in range(hd):
@@ -583,7 +583,7 @@ class _Transposed(Problem):
 
     def rational_row(self, b: int, i: int, kind: str) -> list[Fraction | None] | None:
         row = self.inner.rational_row(0, 0, kind)
-        return None if row is None else [row[i]]
+        return None if row is None else [row[i]]   # lazy: only entry i is decided
 
     def boundary_sign(self, b: int, i: int, col: int, kind: str, boundary: Fraction) -> int | None:
         return self.inner.boundary_sign(0, 0, i, kind, boundary)

@@ -25,6 +25,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "BackwardComparison": "backward",
     "check_attention": "check",
     "AttentionCheck": "check",
+    "compare_mha_backward": "backward_mha",
+    "assert_mha_backward_close": "backward_mha",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
         assert_attention_backward_close,
         compare_attention_backward,
     )
+    from .backward_mha import assert_mha_backward_close, compare_mha_backward
     from .check import AttentionCheck, check_attention
     from .compare import (
         AttentionComparison,
