@@ -16,6 +16,8 @@ with float32 accumulation)::
                                δdV <= δPᵀ|dA| + Pᵀ δdA
     dX = dQ W, dW = Σ dQᵀ X, db = Σ dQ      (H1) with the dQ bound carried: δdQ|W| + γ̃|dQ||W| + u|dX|
     dW_o = Σ Gᵀ A, db_o = Σ G   with A's forward bound (tolerance.attention_error_bound)
+    weight and bias gradients also allow the per-sequence partial sums to be stored in
+    the dtype before they are added: + u Σ_n |partial_n|
 """
 
 from __future__ import annotations
@@ -133,9 +135,11 @@ def mha_backward_bounds(x: MhaInputs, dout: Arr, fmt: Any, acc: Any,
         dYf, eYf, Xf = dY.reshape(n_rows, -1), eY.reshape(n_rows, -1), X.reshape(n_rows, -1)
         g_rows = accumulation_gamma(n_rows, ua, W.size)
         dW = dYf.T @ Xf
-        out["w" + tag] = eYf.T @ np.abs(Xf) + g_rows * (np.abs(dYf).T @ np.abs(Xf)) + u * np.abs(dW)
+        # + u Σ_n |per-sequence partial sum|: a kernel may store them in its dtype first
+        out["w" + tag] = (eYf.T @ np.abs(Xf) + g_rows * (np.abs(dYf).T @ np.abs(Xf))
+                          + u * np.abs(dW) + u * np.abs(np.swapaxes(dY, 1, 2) @ X).sum(axis=0))
         out["b" + tag] = (eYf.sum(axis=0) + g_rows * np.abs(dYf).sum(axis=0)
-                          + u * np.abs(dYf.sum(axis=0)))
+                          + u * np.abs(dYf.sum(axis=0)) + u * np.abs(dY.sum(axis=1)).sum(axis=0))
     # the output projection: A is the kernel's own attention output, with its forward error
     att_out = _merge(np.asarray(pb.out))
     fwd = attention_error_bound(pb.q, pb.k, pb.v, np.where(pb.allowed, pb.p, 0.0),
@@ -145,8 +149,10 @@ def mha_backward_bounds(x: MhaInputs, dout: Arr, fmt: Any, acc: Any,
     Gf, Af, eAf = dout.reshape(rows, E_out), att_out.reshape(rows, -1), e_A.reshape(rows, -1)
     g_rows = accumulation_gamma(rows, ua, x.wo.size)
     dWo = Gf.T @ Af
-    out["wo"] = np.abs(Gf).T @ eAf + g_rows * (np.abs(Gf).T @ np.abs(Af)) + u * np.abs(dWo)
-    out["bo"] = g_rows * np.abs(Gf).sum(axis=0) + u * np.abs(Gf.sum(axis=0))
+    out["wo"] = (np.abs(Gf).T @ eAf + g_rows * (np.abs(Gf).T @ np.abs(Af)) + u * np.abs(dWo)
+                 + u * np.abs(np.swapaxes(dout, 1, 2) @ att_out).sum(axis=0))
+    out["bo"] = (g_rows * np.abs(Gf).sum(axis=0) + u * np.abs(Gf.sum(axis=0))
+                 + u * np.abs(dout.sum(axis=1)).sum(axis=0))
     return {k_: np.asarray(v_, dtype=np.float64) for k_, v_ in out.items()}
 
 
