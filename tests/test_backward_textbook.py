@@ -4,8 +4,6 @@ certified oracle (reference_attention_backward, an independent method from SymPy
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 import pytest
 import sympy as sp
