@@ -1,6 +1,8 @@
 """Testing tools for kernel authors: the rounding-error model (:mod:`.tolerance`),
 the catalogue of known bugs (:mod:`.bugs`), verdicts and reports (:mod:`.compare`)
-and the pytest plugin (:mod:`.pytest_plugin`).
+and the pytest plugin (:mod:`.pytest_plugin`); for gradients: the backward error
+model (:mod:`.backward_model`), the backward bug catalogue (:mod:`.bugs_backward`)
+and verdicts (:mod:`.backward`).
 
 Built on the oracle; importing this package loads nothing heavy (the pytest plugin
 is registered from here).
@@ -18,9 +20,23 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "compare_mha": "compare",
     "assert_mha_close": "compare",
     "AttentionComparison": "compare",
+    "compare_attention_backward": "backward",
+    "assert_attention_backward_close": "backward",
+    "BackwardComparison": "backward",
+    "check_attention": "check",
+    "AttentionCheck": "check",
+    "compare_mha_backward": "backward_mha",
+    "assert_mha_backward_close": "backward_mha",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .backward import (
+        BackwardComparison,
+        assert_attention_backward_close,
+        compare_attention_backward,
+    )
+    from .backward_mha import assert_mha_backward_close, compare_mha_backward
+    from .check import AttentionCheck, check_attention
     from .compare import (
         AttentionComparison,
         assert_attention_close,
