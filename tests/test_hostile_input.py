@@ -494,3 +494,17 @@ def test_a_ragged_weight_in_torch_layout_is_a_one_line_error() -> None:
            'w_k = [[4, -3, 1], [3, 5, 1, 3], [0, -1, -3, 0]]\nw_v = [[1, 0, 0], [0, 1, 0], [0, 0, 1]]\n')
     with pytest.raises(ExampleFileError, match="rows of equal length"):
         load_examples(text=doc)
+
+
+def test_masked_printed_inputs_with_gradients_do_not_hang() -> None:
+    # magnitude analysis differentiated with a nonnegative Dummy: SymPy then asked the sign
+    # of sums in it and ran real_roots for minutes (found by a fuzz scout run)
+    doc = ('[[example]]\nquery = [[0, 5], [0.1, 5]]\nkey = [[0, -3], [-1, 0.5], ["sqrt(2)", 5], '
+           '["pi/4", -1]]\nvalue = [[4, 2], ["e", 2], ["pi/4", -1], [4, -1]]\n'
+           'mask = [["-inf", 1, "-inf", -1e9], [0, 0, -1e6, -1e6]]\ninputs = "printed"\n'
+           'grad_output = [[0, 4], [4, -2]]\n[[example.claim]]\nquantity = "concat[2,1]"\n'
+           'claimed = "183562.98"\n[[example.claim]]\nquantity = "grad_query[1,1]"\n'
+           'claimed = "≈ e^2/(1+e^2)"\n')
+    with no_hang(120):
+        report = check_text(doc)
+    assert [r.verdict for r in report.records] == ["wrong", "wrong"]

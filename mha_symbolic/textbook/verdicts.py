@@ -134,17 +134,46 @@ def _judge_expression(value: Any, p: PrintedAnswer, rtol: Fraction) -> Judgement
     if d == 0:
         return Judgement("exact", True)
     if p.approx:
-        v = certify(value).sign()
-        if v == 0:
-            return Judgement("wrong", False)
-        # |value − claim| / |value| with the signs already decided: no sp.Abs, whose
-        # evaluation asks SymPy for signs (minimal_polynomial on algebraic numbers)
-        rel = certify((value - p.expr) * d / (value * v))
-        ok = rel.compare(rtol) <= 0
-        size = rel.round_significant(2)
-        return Judgement("approximation" if ok else "wrong", ok,
-                          error_units=f"relative error {_two_digit_text(size)}")
+        from ..errors import PrecisionError
+
+        try:
+            return _approximation(value, p, rtol, d)
+        except PrecisionError:
+            if not _negligible(value, p.expr):
+                raise
+            # |value| < |claim|/2, so |value − claim|/|value| > 1 > rtol: wrong, whatever
+            # the value's exact size (beyond the range of certified evaluation)
+            return Judgement("wrong", False, error_units="relative error above 1")
     return Judgement("wrong", False)
+
+
+def _approximation(value: Any, p: PrintedAnswer, rtol: Fraction, d: int) -> Judgement:
+    """An approximation formula judged by its certified relative error; ``d`` is the
+    sign of value − claim (non-zero)."""
+    from ..exact.certified import certify
+
+    v = certify(value).sign()
+    if v == 0:
+        return Judgement("wrong", False)
+    # |value − claim| / |value| with the signs already decided: no sp.Abs, whose
+    # evaluation asks SymPy for signs (minimal_polynomial on algebraic numbers)
+    rel = certify((value - p.expr) * d / (value * v))
+    ok = rel.compare(rtol) <= 0
+    size = rel.round_significant(2)
+    return Judgement("approximation" if ok else "wrong", ok,
+                     error_units=f"relative error {_two_digit_text(size)}")
+
+
+def _negligible(value: Any, claim: Any) -> bool:
+    """Whether |value| < |claim|/2, shown by 64-bit Arb enclosures (False if not shown)."""
+    from ..errors import MhaSymbolicError
+    from ..exact.certified import to_arb
+
+    try:
+        v, c = to_arb(value, 64), to_arb(claim, 64)
+    except MhaSymbolicError:
+        return False
+    return bool(v.is_finite() and c.is_finite() and 2 * abs(v).upper() < abs(c).lower())
 
 
 def special_value(value: Any) -> str | None:

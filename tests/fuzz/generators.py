@@ -481,6 +481,9 @@ def example_table(src: Source, index: int) -> str:
         lines.append(f"layout = {toml_string(src.choice(['torch', 'book'] + (['x'] if bad else [])))}")
     if inputs and src.chance(0.03):
         lines.append('inputs = "printed"')
+    grads = level in (4, 5, 6) and values and src.chance(0.08)  # issue 12: backward claims
+    if grads:
+        lines.append(f"grad_output = {matrix(src, n, d)}")
     if bad and src.chance(0.03):
         where = src.choice(["../../etc/passwd", "/etc/passwd", "x.npz", "in.toml", "../in.toml",
                             "a" * 300])
@@ -488,6 +491,9 @@ def example_table(src: Source, index: int) -> str:
     for _ in range(src.integer(0, 5)):
         lines.append("[[example.claim]]")
         q = quantity(src, n, m, values=values, inputs=inputs, projected=level >= 4)
+        if grads and src.chance(0.5):
+            q = (f"{src.choice(['grad_query', 'grad_score', 'grad_value', 'grad_key'])}"
+                 f"[1,1]")
         lines.append(f"quantity = {toml_string(q.split(_ROW)[0])}")
         if not bad or src.chance(0.995):
             claimed = printed_text(src) if bad and src.chance(0.3) else _plausible_claim(src, q)
