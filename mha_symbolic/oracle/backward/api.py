@@ -5,15 +5,15 @@ The gradients are those of the scalar Σ grad_output ∘ output with respect to
 query, key, value (and a float ``attn_mask``), for the exact inputs; the method
 mirrors the forward (:mod:`.forward`):
 
-1. :mod:`.backward_fast` computes every gradient in float64 with a proved
+1. :mod:`.fast` computes every gradient in float64 with a proved
    elementwise bound (docs/gradients.md §3), on the weights of the forward fast
    path (:func:`.fast.fast_attention`) and their bound.
 2. An element whose enclosure does not round to one value is recomputed in Arb
-   (:mod:`.backward_arb`) at rising precision (Ziv; :class:`.enclosure.Enclosure`):
+   (:mod:`.arb`) at rising precision (Ziv; :class:`.enclosure.Enclosure`):
    a dQ or mask element needs its own row only, a dK or dV element every row of
    the problems it sums over.
 3. An element still undecided at 256 bits is decided exactly
-   (:mod:`.backward_exact`: Lindemann–Weierstrass on exponential polynomials).
+   (:mod:`.exact`: Lindemann–Weierstrass on exponential polynomials).
 
 Broadcasting and GQA follow autograd: a gradient is summed over every copy of its
 input, i.e. over broadcast leading dimensions and over the query heads of a
@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputValueError, ShapeError, SpecError
-from .backward_arb import ArbGradients, arb_backward
-from .backward_exact import (
+from ...errors import InputValueError, ShapeError, SpecError
+from .arb import ArbGradients, arb_backward
+from .exact import (
     Accumulator,
     Decomposition,
     ExactDecisions,
@@ -39,11 +39,11 @@ from .backward_exact import (
     IntMatrix,
     QField,
 )
-from .backward_fast import fast_attention_backward
-from .constants import CHUNK_ELEMS, UP, U, gamma
-from .conventions import ALIGNMENTS, exact_scale, prepare_mask
-from .enclosure import Enclosure, Problem
-from .inputs import as_exact_array, to_float64, validate_finite
+from .fast import fast_attention_backward
+from ..constants import CHUNK_ELEMS, UP, U, gamma
+from ..conventions import ALIGNMENTS, exact_scale, prepare_mask
+from ..enclosure import Enclosure, Problem
+from ..inputs import as_exact_array, to_float64, validate_finite
 
 __all__ = ["POLICIES", "AttentionGradients", "reference_attention_backward"]
 

@@ -16,7 +16,7 @@ weights, as autograd does)::
     dX_q = dQ W_q    d W_q = Σ_n dQ_nᵀ X_q,n    d b_q = Σ_{n,l} dQ     (same for k, v)
 
 Every intermediate is an exact real number.  The fast path propagates the proved
-bounds of :mod:`.fast` (projections) and :mod:`.backward_fast` (attention with
+bounds of :mod:`..fast` (projections) and :mod:`.fast` (attention with
 uncertain inputs) through these products by (H1); the Arb fallback recomputes the
 whole block in ball arithmetic (every weight gradient sums over every row).
 """
@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputValueError, ShapeError, SpecError
-from .arb import to_arb_mat
-from .backward_arb import arb_backward
-from .backward_exact import (
+from ...errors import InputValueError, ShapeError, SpecError
+from ..arb import to_arb_mat
+from .arb import arb_backward
+from .exact import (
     Accumulator,
     Decomposition,
     ExactDecisions,
@@ -40,11 +40,11 @@ from .backward_exact import (
     IntMatrix,
     QField,
 )
-from .backward_fast import fast_attention_backward, mm_up
-from .constants import ETA, FLOOR, UP, U, gamma
-from .enclosure import Enclosure, Problem
-from .fast import proj_fast
-from .inputs import as_exact_array, to_float64, validate_finite
+from .fast import fast_attention_backward, mm_up
+from ..constants import ETA, FLOOR, UP, U, gamma
+from ..enclosure import Enclosure, Problem
+from ..fast import proj_fast
+from ..inputs import as_exact_array, to_float64, validate_finite
 
 __all__ = ["MhaGradients", "reference_mha_backward"]
 
@@ -402,7 +402,7 @@ def reference_mha_backward(
     >>> g.parameters["out_proj.bias"].rounded("float32").tolist()   # Σ grad_output
     [2.0, 2.0]
     """
-    from .mha import reference_mha
+    from ..mha import reference_mha
 
     if masked_rows not in _POLICIES:
         raise SpecError(f"masked_rows={masked_rows!r}: expected one of {_POLICIES}")

@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PrecisionError
+from ...errors import PrecisionError
 
 __all__ = ["TERM_BUDGET", "Accumulator", "ExactDecisions", "ExactProblem", "IntMatrix", "QField",
            "decide_sign", "exact_value"]

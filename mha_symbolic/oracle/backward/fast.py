@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .constants import ETA, FLOOR, UP, U, gamma
-from .fast import fast_attention, row_norm_up
+from ..constants import ETA, FLOOR, UP, U, gamma
+from ..fast import fast_attention, row_norm_up
 
 __all__ = ["FastGradients", "fast_attention_backward", "mm_up"]
 

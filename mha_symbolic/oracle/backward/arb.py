@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .arb import to_arb_mat
+from ..arb import to_arb_mat
 
 __all__ = ["ArbGradients", "arb_backward"]
 
