@@ -3,17 +3,17 @@
 
 The gradients are those of the scalar Σ grad_output ∘ output with respect to
 query, key, value (and a float ``attn_mask``), for the exact inputs; the method
-mirrors the forward (:mod:`.forward`):
+mirrors the forward's three tiers (docs/gradients.md §2):
 
-1. :mod:`.fast` computes every gradient in float64 with a proved
-   elementwise bound (docs/gradients.md §3), on the weights of the forward fast
-   path (:func:`.fast.fast_attention`) and their bound.
-2. An element whose enclosure does not round to one value is recomputed in Arb
-   (:mod:`.arb`) at rising precision (Ziv; :class:`.enclosure.Enclosure`):
-   a dQ or mask element needs its own row only, a dK or dV element every row of
-   the problems it sums over.
-3. An element still undecided at 256 bits is decided exactly
-   (:mod:`.exact`: Lindemann–Weierstrass on exponential polynomials).
+1. :mod:`.fast` computes every gradient in float64 with a proved elementwise
+   bound, one problem (batch × head) and one block of query rows at a time.
+2. An element whose enclosure does not round to one value is refined in
+   double-double (:mod:`.dd`, about 2**-80): a dQ or mask element needs its own
+   row, a dK or dV element its key column (and the row statistics of its problem,
+   computed once).
+3. What is still undecided goes to Arb at rising precision (:mod:`.arb`, Ziv's
+   loop in :class:`..enclosure.Enclosure`), again by rows and key columns, and
+   from 256 bits to the exact decisions of :mod:`.exact` (Lindemann–Weierstrass).
 
 Broadcasting and GQA follow autograd: a gradient is summed over every copy of its
 input, i.e. over broadcast leading dimensions and over the query heads of a
@@ -25,12 +25,32 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from ...errors import InputValueError, ShapeError, SpecError
-from .arb import ArbGradients, arb_backward
+from ..constants import UP, U, gamma
+from ..conventions import (
+    POLICIES,
+    Block,
+    DDScale,
+    ScoreModel,
+    check_dropout,
+    check_options,
+    check_sdpa_inputs,
+    dd_scale,
+    exact_scale,
+    rational_scale,
+    read_mask,
+)
+from ..enclosure import Enclosure, Problem
+from ..forward import Stack, dropout_dd, dropout_f
+from ..inputs import as_exact_array, to_float64, validate_finite
+from ..progress import Progress, expected_seconds
+from .arb import arb_backward, exact_scores
+from .dd import DDSum, HeadTier2
 from .exact import (
     Accumulator,
     Decomposition,
@@ -39,17 +59,10 @@ from .exact import (
     IntMatrix,
     QField,
 )
-from .fast import fast_attention_backward
-from ..constants import CHUNK_ELEMS, UP, U, gamma
-from ..conventions import ALIGNMENTS, exact_scale, prepare_mask
-from ..enclosure import Enclosure, Problem
-from ..inputs import as_exact_array, to_float64, validate_finite
+from .fast import tier1_backward
 
 __all__ = ["POLICIES", "AttentionGradients", "reference_attention_backward"]
 
-# masked_rows policies of the backward: the forward's, and "uniform" (JAX: every key
-# of a fully masked row gets weight 1/S, the output is the mean of the values)
-POLICIES = ("zero", "nan", "error", "uniform")
 KINDS = ("dq", "dk", "dv", "dmask")
 
 Arr = np.ndarray[Any, Any]
@@ -81,28 +94,55 @@ class AttentionGradients:
 
 @dataclass
 class _Setup:
-    """Everything the backward needs, expanded to B = prod(batch) problems, with the
-    maps from a problem to the flat index of each input it came from."""
+    """The problems (flat over the batch shape, GQA heads mapped without copies), the
+    score model, the scale and dropout factor, and the maps from a problem to the
+    flat index of each input it came from."""
 
-    q: Arr                   # (B, L, E) float64, exact inputs
-    k: Arr                   # (B, S, E)
-    v: Arr                   # (B, S, Ev)
-    do: Arr                  # (B, L, Ev)
-    allowed: Arr             # (B, L, S) bool
-    madd: Arr | None         # (B, L, S) finite additive mask
-    keep: Arr | None         # (B, L, S) dropout keep-mask
-    f: Fraction              # exact dropout factor 1/(1 - p)
+    stack: Stack
+    do: Arr                  # (*batch, L, Ev) float64
+    model: ScoreModel
+    batch: tuple[int, ...]
+    L: int
+    S: int
+    E: int
+    Ev: int
     scale: Fraction | None   # exact rational scale, None for 1/sqrt(E)
     c_f: float
     rho_c: float
-    E: int
+    cs: DDScale
+    f: Fraction              # exact dropout factor 1/(1 - p) (1 without dropout)
     policy: str
     empty: Arr               # (B, L) rows with no allowed key
     uniform: Arr             # (B, L) empty rows under "uniform"
-    maps: dict[str, Arr]     # "dq"/"dk"/"dv"/"dmask" -> (B,) flat input index
+    maps: dict[str, Arr]     # kind -> (B,) flat input index
     flat: dict[str, tuple[int, int, int]]   # flat (n, rows, cols) of each gradient
     shapes: dict[str, tuple[int, ...]]      # user shape of each gradient
     mask_bcast: tuple[bool, bool]           # the float mask broadcasts along (L, S)
+
+    @property
+    def B(self) -> int:
+        return math.prod(self.batch)
+
+    def inputs(self, e: int) -> tuple[Arr, Arr, Arr, Arr]:
+        """q (L, E), k (S, E), v (S, Ev), do (L, Ev) of problem e (contiguous float64)."""
+        q, k, v, _ = self.stack.qkv(e)
+        idx = tuple(int(x) for x in np.unravel_index(e, self.batch)) if self.batch else ()
+        return (np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v),
+                np.ascontiguousarray(self.do[idx]))
+
+    def block(self, e: int, rows: Any) -> Block:
+        return self.model.block(e, rows)
+
+    def dense(self, e: int) -> tuple[Arr, Arr | None, Arr | None, Arr]:
+        """allowed (L, S), madd, keep (L, S) or None, uniform (L,) of problem e,
+        materialised (for the exact decisions of one problem)."""
+        blk = self.block(e, slice(0, self.L))
+        allowed = np.ones((self.L, self.S), dtype=bool) if blk.allowed is None else blk.allowed
+        return allowed, blk.madd, blk.keep, self.uniform[e]
+
+    @property
+    def fac(self) -> tuple[float, float, float] | None:
+        return dropout_dd(self.model.dropout_factor)
 
 
 def _index_map(lead: tuple[int, ...], batch: tuple[int, ...], gqa_rep: int = 1) -> Arr:
@@ -114,98 +154,28 @@ def _index_map(lead: tuple[int, ...], batch: tuple[int, ...], gqa_rep: int = 1) 
     return np.broadcast_to(idx, batch).reshape(-1).copy()
 
 
-def _float_input(x: Any, name: str) -> Arr:
-    a = as_exact_array(x, name)
-    if a.dtype == bool:
-        raise SpecError(f"{name}.dtype=bool: expected a float array")
-    if a.ndim < 2:
-        raise ShapeError(f"{name}.shape={a.shape}: expected at least 2 dimensions (..., L, E)")
-    validate_finite(a, name)
-    return a
-
-
 def _setup(query: Any, key: Any, value: Any, grad_output: Any, attn_mask: Any,
            is_causal: bool, scale: Any, enable_gqa: bool, causal_alignment: str,
            masked_rows: str, dropout_p: Any, dropout_mask: Any) -> _Setup:
-    if masked_rows not in POLICIES:
-        raise SpecError(f"masked_rows={masked_rows!r}: expected one of {POLICIES}")
-    if causal_alignment not in ALIGNMENTS:
-        raise SpecError(f"causal_alignment={causal_alignment!r}: expected one of {ALIGNMENTS}")
-    q, k, v = (_float_input(x, n) for x, n in ((query, "query"), (key, "key"), (value, "value")))
-    if k.shape[-1] != q.shape[-1]:
-        raise ShapeError(f"key.shape={k.shape} does not match query.shape={q.shape}: "
-                         f"E must agree ({q.shape[-1]} vs {k.shape[-1]})")
-    if v.shape[-2] != k.shape[-2]:
-        raise ShapeError(f"value.shape={v.shape} does not match key.shape={k.shape}: "
-                         f"S must agree ({k.shape[-2]} vs {v.shape[-2]})")
-    rep = 1
-    if enable_gqa and q.ndim >= 3 and k.ndim >= 3:
-        hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
-        if hk != hv:
-            raise ShapeError(f"value.shape={v.shape} does not match key.shape={k.shape}: "
-                             f"H_kv must agree ({hk} vs {hv})")
-        if hk == 0 or hq % hk:
-            raise ShapeError(f"query.shape={q.shape}, key.shape={k.shape}: with enable_gqa=True "
-                             f"H_q must be a multiple of H_kv ({hq} vs {hk})")
-        rep = hq // hk
+    # the forward's checks (conventions.check_*): the same messages, the same rules
+    check_options(masked_rows, causal_alignment)
+    p_drop = check_dropout(dropout_p, dropout_mask)
+    q, k, v, batch, rep = check_sdpa_inputs(query, key, value, enable_gqa)
     L, E = q.shape[-2:]
     S, Ev = v.shape[-2:]
-
-    def lead(x: Arr, r: int = 1) -> tuple[int, ...]:
-        s = x.shape[:-2]
-        return (*s[:-1], s[-1] * r) if r > 1 else s
-
-    try:
-        batch = tuple(np.broadcast_shapes(q.shape[:-2], lead(k, rep), lead(v, rep)))
-    except ValueError:
-        hint = ""
-        if q.ndim >= 3 and k.ndim >= 3 and q.shape[-3] != k.shape[-3] and not enable_gqa:
-            hint = f" (H_q={q.shape[-3]} != H_kv={k.shape[-3]}: pass enable_gqa=True for GQA)"
-        raise ShapeError(f"query.shape={q.shape}, key.shape={k.shape}, value.shape={v.shape}: "
-                         f"the leading (batch, head) dimensions do not broadcast{hint}") from None
-    do = _float_input(grad_output, "grad_output")
+    do = as_exact_array(grad_output, "grad_output")
+    if do.dtype == bool:
+        raise SpecError("grad_output.dtype=bool: expected a float array")
+    validate_finite(do, "grad_output")
     if do.shape != (*batch, L, Ev):
         raise ShapeError(f"grad_output.shape={do.shape} does not match the attention output's "
                          f"shape {(*batch, L, Ev)}")
     scale_exact, c_f, rho_c = exact_scale(scale, E)
-    allowed_b, madd_b = prepare_mask(attn_mask, is_causal, causal_alignment, batch, L, S)
+    model = ScoreModel(batch, L, S, attn_mask=attn_mask, is_causal=is_causal,
+                       causal_alignment=causal_alignment, policy=masked_rows,
+                       dropout_mask=dropout_mask, dropout_p=p_drop)
     B = math.prod(batch)
-
-    def expand(x: Arr, r: int, rows: int, cols: int) -> Arr:
-        x64 = to_float64(x)
-        if r > 1:
-            x64 = np.repeat(x64, r, axis=-3)
-        return np.ascontiguousarray(np.broadcast_to(x64, (*batch, rows, cols)).reshape(B, rows, cols))
-
-    qf, kf, vf = expand(q, 1, L, E), expand(k, rep, S, E), expand(v, rep, S, Ev)
-    dof = to_float64(do).reshape(B, L, Ev)
-    allowed = np.ascontiguousarray(np.broadcast_to(allowed_b, (*batch, L, S)).reshape(B, L, S))
-    madd = None if madd_b is None else np.ascontiguousarray(
-        np.broadcast_to(madd_b, (*batch, L, S)).reshape(B, L, S))
-
-    # dropout: out = ((P ∘ keep)/(1 - p)) V with an explicit keep-mask
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float, np.floating, np.integer)):
-        raise SpecError(f"dropout_p={dropout_p!r}: expected a number in [0, 1)")
-    p_drop = float(dropout_p)
-    if not (0.0 <= p_drop < 1.0):
-        raise SpecError(f"dropout_p={dropout_p!r}: expected a number in [0, 1)")
-    keep = None
-    if dropout_mask is not None:
-        km = as_exact_array(dropout_mask, "dropout_mask")
-        if km.dtype != bool:
-            raise SpecError(f"dropout_mask.dtype={km.dtype}: expected a bool keep-mask "
-                            "(True = kept)")
-        try:
-            keep = np.ascontiguousarray(np.broadcast_to(km, (*batch, L, S)).reshape(B, L, S))
-        except ValueError:
-            raise ShapeError(f"dropout_mask.shape={km.shape} does not broadcast to the scores' "
-                             f"shape {(*batch, L, S)}") from None
-    elif p_drop > 0:
-        raise SpecError(f"dropout_p={dropout_p!r} without dropout_mask: random dropout cannot be "
-                        "certified; pass the keep-mask the kernel used (dropout_mask=)")
-    f = 1 / (1 - Fraction(p_drop))
-
-    empty: Arr = np.asarray(~allowed.any(axis=-1)) if S else np.ones((B, L), dtype=bool)
+    empty = model.empty_rows()
     if masked_rows == "error" and empty.any():
         b, i = np.argwhere(empty)[0].tolist()
         where = (*tuple(int(x) for x in np.unravel_index(b, batch)), i) if batch else (i,)
@@ -213,28 +183,30 @@ def _setup(query: Any, key: Any, value: Any, grad_output: Any, attn_mask: Any,
                               "and masked_rows='error'")
     uniform: Arr = (np.asarray(empty & (S > 0)) if masked_rows == "uniform"
                     else np.zeros_like(empty))
-
+    stack = Stack(to_float64(q), to_float64(k), to_float64(v), batch, rep)
+    f = model.dropout_factor if model.dropout_factor is not None else Fraction(1)
     maps = {"dq": _index_map(q.shape[:-2], batch), "dk": _index_map(k.shape[:-2], batch, rep),
             "dv": _index_map(v.shape[:-2], batch, rep)}
     flat = {"dq": (math.prod(q.shape[:-2]), L, E), "dk": (math.prod(k.shape[:-2]), S, E),
             "dv": (math.prod(v.shape[:-2]), S, Ev)}
     shapes = {"dq": q.shape, "dk": k.shape, "dv": v.shape}
     bc = (False, False)
-    if madd is not None:
-        m = as_exact_array(attn_mask, "attn_mask")
-        mshape = m.shape
-        m2 = (1,) * max(0, 2 - m.ndim) + tuple(mshape)
+    if model._float is not None:
+        m = read_mask(attn_mask, "attn_mask")
+        m2 = (1,) * max(0, 2 - m.ndim) + tuple(m.shape)
         mlead = m2[:-2]
         maps["dmask"] = _index_map(mlead, batch)
         flat["dmask"] = (math.prod(mlead), m2[-2], m2[-1])
-        shapes["dmask"] = tuple(mshape)
+        shapes["dmask"] = tuple(m.shape)
         bc = (m2[-2] == 1 and L != 1, m2[-1] == 1 and S != 1)
-    return _Setup(qf, kf, vf, dof, allowed, madd, keep, f, scale_exact, c_f, rho_c, E,
-                  masked_rows, empty, uniform, maps, flat, shapes, bc)
+        flat["dmask"] = (flat["dmask"][0], 1 if bc[0] else L, 1 if bc[1] else S)
+    del B
+    return _Setup(stack, to_float64(do), model, batch, L, S, E, Ev, scale_exact, c_f, rho_c,
+                  dd_scale(scale_exact, E), f, masked_rows, empty, uniform, maps, flat, shapes, bc)
 
 
 # --------------------------------------------------------------------------------------
-# The problem behind the four Enclosures: Arb rows and exact decisions
+# The problem behind the four Enclosures: tier 2, Arb rows and exact decisions
 
 
 class _BackwardProblem(ExactDecisions, Problem):
@@ -250,38 +222,85 @@ class _BackwardProblem(ExactDecisions, Problem):
             for e, t in enumerate(mp.tolist()):
                 g[t].append(e)
             self.groups[kind] = g
-        self._full: dict[tuple[int, int], ArbGradients] = {}
+        self._t2: dict[int, HeadTier2] = {}
+        self._t2_recent: list[int] = []
         self._exact_problems: dict[int, ExactProblem] = {}
         self._decomp: dict[tuple[str, int, int, int], Decomposition] = {}
-        self.fld = QField(self._c_rat(), st.E)
+        self.fld = QField(rational_scale(st.scale, st.E), st.E)
 
-    # -- Arb
+    # -- tier 2
+    def _head(self, e: int) -> HeadTier2:
+        """The tier-2 state of problem e: its row statistics are kept (O(L)); the
+        double-double keys and values only for the two most recent problems."""
+        got = self._t2.get(e)
+        if got is None:
+            st = self.st
+            q, k, v, do = st.inputs(e)
+            got = HeadTier2(q, k, v, do, partial(st.block, e), st.cs, st.fac)
+            self._t2[e] = got
+        if e in self._t2_recent:
+            self._t2_recent.remove(e)
+        self._t2_recent.append(e)
+        while len(self._t2_recent) > 2:
+            self._t2[self._t2_recent.pop(0)]._kv = None
+        return got
+
+    def refine(self, b: int, rows: Arr, kind: str) -> tuple[Arr, Arr, Arr, Arr] | None:
+        st = self.st
+        n_cols = st.flat[kind][2]
+        acc = DDSum()
+        ok = np.ones(rows.size, dtype=bool)
+        for e in self.groups[kind][b]:
+            head = self._head(e)
+            if kind == "dq":
+                h, lo, err, okr = head.rows(rows, "dq")
+            elif kind in ("dk", "dv"):
+                h, lo, err, ok_all = head.columns(rows, kind)
+                okr = np.full(rows.size, ok_all)
+            else:
+                h, lo, err, okr = self._mask_rows_dd(head, rows)
+            acc.add(h, lo, err)
+            ok &= okr
+        h, lo, err = acc.result((rows.size, n_cols))
+        ok &= np.all(np.isfinite(h) & np.isfinite(err), axis=-1)
+        return h, lo, err, ok
+
+    def _mask_rows_dd(self, head: HeadTier2, rows: Arr) -> tuple[Arr, Arr, Arr, Arr]:
+        """Rows of the mask gradient contributed by one problem: dS rows, summed over L
+        and/or S where the mask broadcasts along them (DDSum over the copies)."""
+        bl, bs = self.st.mask_bcast
+        L = self.st.L
+        src = np.arange(L) if bl else rows
+        h, lo, err, ok = head.rows(src, "ds")
+        if bl:
+            acc = DDSum()
+            for i in range(L):
+                acc.add(h[i:i + 1], lo[i:i + 1], err[i:i + 1])
+            h, lo, err = acc.result((1, h.shape[1]))
+            ok = np.full(1, bool(ok.all()))
+            h, lo, err, ok = (np.repeat(a, rows.size, axis=0) for a in (h, lo, err, ok))
+        if bs:
+            acc = DDSum()
+            for j in range(h.shape[1]):
+                acc.add(h[:, j:j + 1], lo[:, j:j + 1], err[:, j:j + 1])
+            h, lo, err = acc.result((h.shape[0], 1))
+        return h, lo, err, ok
+
+    # -- tier 3
     def scale_arb(self) -> Any:
-        from flint import arb
+        from ..arb import scale_arb
+
+        return scale_arb(self.st.scale, self.st.E)
+
+    def _arb(self, e: int, rows: list[int], keys: list[int] | None, prec: int) -> Any:
+        from ..arb import to_arb_mat
 
         st = self.st
-        if st.scale is not None:
-            return arb(st.scale.numerator) / arb(st.scale.denominator)
-        return arb(st.E).rsqrt() if st.E else arb(0)
-
-    def _arb(self, e: int, rows: list[int] | None, prec: int) -> ArbGradients:
-        st = self.st
-        if rows is None:
-            key = (e, prec)
-            got = self._full.get(key)
-            if got is None:
-                if any(kk[1] != prec for kk in self._full):
-                    self._full.clear()  # keep one precision only
-                got = arb_backward(st.q[e], st.k[e], st.v[e], st.do[e], st.allowed[e],
-                                   None if st.madd is None else st.madd[e],
-                                   None if st.keep is None else st.keep[e], st.f,
-                                   self.scale_arb, st.c_f, st.uniform[e], None, prec)
-                self._full[key] = got
-            return got
-        return arb_backward(st.q[e], st.k[e], st.v[e], st.do[e], st.allowed[e],
-                            None if st.madd is None else st.madd[e],
-                            None if st.keep is None else st.keep[e], st.f,
-                            self.scale_arb, st.c_f, st.uniform[e], rows, prec)
+        q, k, v, do = st.inputs(e)
+        g, g_prec = exact_scores(q[rows], k, st.E)
+        return arb_backward(g, g_prec, to_arb_mat(q), to_arb_mat(k), to_arb_mat(v),
+                            to_arb_mat(do), st.block(e, np.asarray(rows, dtype=np.int64)), rows,
+                            st.scale, st.E, st.f, prec, keys)
 
     def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
                  cols: list[int] | None = None) -> list[list[Any]]:
@@ -295,12 +314,10 @@ class _BackwardProblem(ExactDecisions, Problem):
             out = [[arb(0)] * n_cols for _ in rows]
             for e in self.groups[kind][b]:
                 if kind == "dq":
-                    got = self._arb(e, rows, prec).dq
+                    got = self._arb(e, rows, None, prec).dq
                 elif kind in ("dk", "dv"):
-                    full = self._arb(e, None, prec)
-                    src = full.dk if kind == "dk" else full.dv
-                    assert src is not None
-                    got = [src[j] for j in rows]
+                    res = self._arb(e, list(range(st.L)), rows, prec)
+                    got = res.dk if kind == "dk" else res.dv
                 else:
                     got = self._mask_rows(e, rows, prec)
                 for n in range(len(rows)):
@@ -316,9 +333,9 @@ class _BackwardProblem(ExactDecisions, Problem):
 
         st = self.st
         bl, bs = st.mask_bcast
-        L = st.q.shape[1]
+        L = st.L
         src_rows = list(range(L)) if bl else rows
-        ds = self._arb(e, src_rows, prec).ds
+        ds = self._arb(e, src_rows, None, prec).ds
         if bl:
             tot = [sum((ds[i][j] for i in range(L)), arb(0)) for j in range(len(ds[0]) if ds else 0)]
             ds_rows = [tot for _ in rows]
@@ -329,24 +346,15 @@ class _BackwardProblem(ExactDecisions, Problem):
         return ds_rows
 
     # -- exact decisions
-    def _c_rat(self) -> Fraction | None:
-        st = self.st
-        if st.scale is not None:
-            return st.scale
-        if st.E == 0:
-            return Fraction(0)
-        rt = math.isqrt(st.E)
-        return Fraction(1, rt) if rt * rt == st.E else None
-
     def _exact(self, e: int) -> ExactProblem:
         got = self._exact_problems.get(e)
         if got is None:
             st = self.st
-            got = ExactProblem(
-                self.fld, IntMatrix.of_doubles(st.q[e]), IntMatrix.of_doubles(st.k[e]),
-                IntMatrix.of_doubles(st.v[e]), IntMatrix.of_doubles(st.do[e]), st.allowed[e],
-                None if st.madd is None else st.madd[e], None if st.keep is None else st.keep[e],
-                st.f, st.uniform[e])
+            q, k, v, do = st.inputs(e)
+            allowed, madd, keep, uniform = st.dense(e)
+            got = ExactProblem(self.fld, IntMatrix.of_doubles(q), IntMatrix.of_doubles(k),
+                               IntMatrix.of_doubles(v), IntMatrix.of_doubles(do), allowed, madd,
+                               keep, st.f, uniform)
             if len(self._exact_problems) > 64:
                 self._exact_problems.clear()
             self._exact_problems[e] = got
@@ -362,7 +370,7 @@ class _BackwardProblem(ExactDecisions, Problem):
         st = self.st
         one = (Fraction(1), Fraction(0))
         acc = Accumulator(self.fld)
-        L, S = st.allowed.shape[1:]
+        L, S = st.L, st.S
         for e in self.groups[kind][b]:
             ex = self._exact(e)
             if kind == "dq":
@@ -393,41 +401,59 @@ _NAMES = {"dq": "grad_query", "dk": "grad_key", "dv": "grad_value", "dmask": "gr
 
 
 # --------------------------------------------------------------------------------------
-# The fast path over all problems, reduced to the inputs' shapes
+# Tier 1 over all problems, summed into the inputs' shapes
 
 
-def _reduce(kind: str, st: _Setup, vals: Arr, errs: Arr) -> tuple[Arr, Arr]:
-    """Sum problem-level gradients (B, rows, cols) into the flat input (n, rows, cols):
-    the float sum of n terms errs by <= γ_{n-1} Σ|terms| (H1), added to Σ bounds."""
-    n_in = st.flat[kind][0]
-    mp = st.maps[kind]
-    if n_in == len(mp) and np.array_equal(mp, np.arange(len(mp))):
-        return vals, errs
-    out = np.zeros((n_in, *vals.shape[1:]))
-    err = np.zeros_like(out)
-    mag = np.zeros_like(out)
-    np.add.at(out, mp, vals)
-    np.add.at(err, mp, errs)
-    np.add.at(mag, mp, np.abs(vals))
-    count = int(np.bincount(mp, minlength=n_in).max()) if len(mp) else 1
-    return out, (err + gamma(max(count, 1)) * mag) * UP
+class _Flat:
+    """A gradient laid out as its input (n, rows, cols), summed over the problems that
+    share an input: the float sum of n terms errs by <= γ_{n−1} Σ|terms| (H1), the
+    bounds are a float sum of nonnegative terms (H2)."""
+
+    def __init__(self, n: int, rows: int, cols: int) -> None:
+        self.val = np.zeros((n, rows, cols))
+        self.err = np.zeros((n, rows, cols))
+        self.mag = np.zeros((n, rows, cols))
+        self.count = np.zeros(n, dtype=np.int64)
+        self.ok = np.ones((n, rows), dtype=bool)
+        self.live = np.zeros((n, rows), dtype=bool)
+        self.nan = np.zeros((n, rows), dtype=bool)
+
+    def add(self, t: int, val: Arr, err: Arr, ok: Arr, live: Arr, nan: Arr) -> None:
+        val = np.where(live[:, None], val, 0.0)  # structural zeros: exactly 0
+        err = np.where(live[:, None], err, 0.0)
+        self.val[t] += val
+        self.err[t] += err
+        self.mag[t] += np.abs(val)
+        self.count[t] += 1
+        self.ok[t] &= ok
+        self.live[t] |= live
+        self.nan[t] |= nan
+
+    def enclosure(self, problem: Problem, kind: str, shape: tuple[int, ...]) -> Enclosure:
+        n = np.maximum(self.count, 1)
+        g = (n * U / (1 - n * U) * UP)[:, None, None]
+        many = (self.count > 1)[:, None, None]
+        err = np.where(many, (self.err + g * self.mag) / (1 - g) * UP, self.err)
+        ok = self.ok & np.all(np.isfinite(self.val) & np.isfinite(err), axis=-1)
+        zero = ~self.live & ~self.nan
+        return Enclosure(problem, kind, shape, self.val, err, ok, zero, self.nan)
 
 
-def _mask_reduce(st: _Setup, ds: Arr, e_ds: Arr) -> tuple[Arr, Arr]:
-    bl, bs = st.mask_bcast
+def _mask_part(ds: Arr, e_ds: Arr, bl: bool, bs: bool) -> tuple[Arr, Arr]:
+    """ds summed over the axes the mask broadcasts along: nested float sums of n
+    terms, γ_n Σ|terms| plus the terms' bounds (H2)."""
     n_terms = 1
     mag = np.abs(ds)
-    for axis, flag in ((1, bl), (2, bs)):
+    for axis, flag in ((0, bl), (1, bs)):
         if flag:
             n_terms *= ds.shape[axis]
             ds = ds.sum(axis=axis, keepdims=True)
             e_ds = e_ds.sum(axis=axis, keepdims=True)
             mag = mag.sum(axis=axis, keepdims=True)
     if n_terms > 1:
-        # nested sums of n_terms terms: γ_{n-1} Σ|terms|; the bound sums themselves are
-        # sums of nonnegative terms (H2)
-        e_ds = (e_ds + gamma(n_terms) * mag) / (1.0 - gamma(n_terms)) * UP
-    return _reduce("dmask", st, ds, e_ds)
+        g = gamma(n_terms)
+        e_ds = (e_ds + g * mag) / (1.0 - g) * UP
+    return ds, e_ds
 
 
 def reference_attention_backward(
@@ -435,13 +461,15 @@ def reference_attention_backward(
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
     enable_gqa: bool = False, causal_alignment: str = "top_left",
     masked_rows: str = "zero", dropout_p: float = 0.0, dropout_mask: Any = None,
+    progress: bool | None = None,
 ) -> AttentionGradients:
     """Certified gradients of scaled dot-product attention of the exact inputs.
 
     The gradients of Σ grad_output ∘ attention(query, key, value) — what
     ``torch.autograd.grad(out, (q, k, v), grad_output)`` computes — with the
     options of :func:`mha_symbolic.reference_attention` (``attn_mask``,
-    ``is_causal``, ``scale``, ``enable_gqa``, ``causal_alignment``), and:
+    ``is_causal``, ``scale``, ``enable_gqa``, ``causal_alignment``, ``progress``),
+    and:
 
     * ``grad_output``: shaped like the output (..., H_q, L, E_v);
     * ``masked_rows``: rows with every key masked — "zero" (their output is 0 and
@@ -467,105 +495,52 @@ def reference_attention_backward(
     """
     st = _setup(query, key, value, grad_output, attn_mask, is_causal, scale, enable_gqa,
                 causal_alignment, masked_rows, dropout_p, dropout_mask)
-    B, L, E = st.q.shape
-    S, Ev = st.k.shape[1], st.v.shape[2]
-    dq = np.zeros((B, L, E))
-    e_dq = np.zeros((B, L, E))
-    dk = np.zeros((B, S, E))
-    e_dk = np.zeros((B, S, E))
-    dv = np.zeros((B, S, Ev))
-    e_dv = np.zeros((B, S, Ev))
-    want_mask = st.madd is not None
-    ds = np.zeros((B, L, S)) if want_mask else None
-    e_ds = np.zeros((B, L, S)) if want_mask else None
-    row_ok = np.ones((B, L), dtype=bool)
-    all_ok = np.ones(B, dtype=bool)
-    f_f = float(st.f)
-    rho_f = 0.0 if Fraction(f_f) == st.f else U * f_f * UP
-    if B and L and S:
-        step = max(1, CHUNK_ELEMS // max(1, L * S))
-        for start in range(0, B, step):
-            sl = slice(start, min(B, start + step))
-            fg = fast_attention_backward(
-                st.q[sl], None, st.k[sl], None, st.v[sl], None, st.do[sl], None,
-                st.allowed[sl], None if st.madd is None else st.madd[sl], st.c_f, st.rho_c,
-                None if st.keep is None else st.keep[sl], f_f, rho_f, st.uniform[sl])
-            dq[sl], e_dq[sl], dk[sl], e_dk[sl] = fg.dq, fg.e_dq, fg.dk, fg.e_dk
-            dv[sl], e_dv[sl] = fg.dv, fg.e_dv
-            row_ok[sl], all_ok[sl] = fg.row_ok, fg.all_ok
+    B, L, S, E, Ev = st.B, st.L, st.S, st.E, st.Ev
+    want_mask = "dmask" in st.maps
+    outs = {kind: _Flat(*st.flat[kind]) for kind in st.maps}
+    f_f, rho_f = dropout_f(st.model.dropout_factor)
+    scale_zero = st.c_f == 0.0 and st.rho_c == 0.0  # dQ = c·dS K = 0 and dK = 0 exactly
+    prog = Progress(progress, expected_seconds(3 * B * L * S * max(1, (E + Ev) // 64), "tier1"))
+    bar = prog.bar(B, "certified gradients") if B and L and S else None
+    bl, bs = st.mask_bcast
+    for e in range(B):
+        empty = st.empty[e]
+        nan_row = empty & (st.policy == "nan")
+        nan_all = np.full(S, bool(nan_row.any()))
+        if L and S:
+            q, k, v, do = st.inputs(e)
+            hg = tier1_backward(q, k, v, do, partial(st.block, e), st.c_f,
+                                st.rho_c, f_f, rho_f, want_ds=want_mask)
+            live_q = ~empty & (not scale_zero)
+            live_k = hg.live_k & (not scale_zero)
+            parts = {"dq": (hg.dq, hg.e_dq, hg.row_ok, live_q, nan_row),
+                     "dk": (hg.dk, hg.e_dk, np.full(S, hg.all_ok), live_k, nan_all),
+                     "dv": (hg.dv, hg.e_dv, np.full(S, hg.all_ok), hg.live_v, nan_all)}
+            for kind, (val, err, ok, live, nan) in parts.items():
+                outs[kind].add(int(st.maps[kind][e]), val, err, ok, live, nan)
             if want_mask:
-                assert ds is not None and e_ds is not None
-                ds[sl], e_ds[sl] = fg.ds, fg.e_ds
-    # structural zeros: exactly 0, whatever the fast path's floor says
-    has_key = ~st.empty
-    live_k = np.any(st.allowed & ~st.uniform[..., None], axis=1)            # (B, S)
-    w_any = st.allowed | st.uniform[..., None]
-    if st.keep is not None:
-        w_any = w_any & st.keep
-    live_v = np.any(w_any, axis=1)
-    if st.c_f == 0.0 and st.rho_c == 0.0:  # scale 0: dQ = c·dS K = 0 and dK = 0 exactly
-        live_q, live_k = np.zeros_like(has_key), np.zeros_like(live_k)
-    else:
-        live_q = has_key
-    for arr, err, live in ((dq, e_dq, live_q), (dk, e_dk, live_k),
-                           (dv, e_dv, live_v)):
-        arr[~live] = 0.0
-        err[~live] = 0.0
-
+                assert hg.ds is not None and hg.e_ds is not None
+                ds, e_ds = _mask_part(hg.ds, hg.e_ds, bl, bs)
+                live_rows = (~empty & ~st.uniform[e]) if not bl else np.asarray(
+                    [bool((~empty & ~st.uniform[e]).any())])
+                ok_rows = hg.row_ok if not bl else np.asarray([bool(hg.row_ok.all())])
+                nan_m = nan_row if not bl else np.asarray([bool(nan_row.any())])
+                outs["dmask"].add(int(st.maps["dmask"][e]), ds, e_ds, ok_rows, live_rows, nan_m)
+        else:
+            zq, zk = np.zeros((L, E)), np.zeros((S, E))
+            outs["dq"].add(int(st.maps["dq"][e]), zq, zq, np.ones(L, bool), np.zeros(L, bool),
+                           nan_row)
+            outs["dk"].add(int(st.maps["dk"][e]), zk, zk, np.ones(S, bool), np.zeros(S, bool),
+                           nan_all)
+            zv = np.zeros((S, Ev))
+            outs["dv"].add(int(st.maps["dv"][e]), zv, zv, np.ones(S, bool), np.zeros(S, bool),
+                           nan_all)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
     problem = _BackwardProblem(st)
-    results: dict[str, Enclosure] = {}
-    parts: list[tuple[str, Arr, Arr, Arr, Arr]] = [
-        ("dq", dq, e_dq, row_ok, live_q),
-        ("dk", dk, e_dk, np.broadcast_to(all_ok[:, None], (B, S)), live_k),
-        ("dv", dv, e_dv, np.broadcast_to(all_ok[:, None], (B, S)), live_v),
-    ]
-    for kind, vals, errs, ok_e, live in parts:
-        n_in, n_rows, _ = st.flat[kind]
-        mp = st.maps[kind]
-        mid, err = _reduce(kind, st, vals, errs)
-        ok = np.ones((n_in, n_rows), dtype=bool)
-        np.logical_and.at(ok, mp, ok_e)
-        any_live = np.zeros((n_in, n_rows), dtype=bool)
-        np.logical_or.at(any_live, mp, live)
-        zero_rows = ~any_live
-        nan_rows = np.zeros((n_in, n_rows), dtype=bool)
-        if st.policy == "nan":
-            if kind == "dq":
-                np.logical_or.at(nan_rows, mp, st.empty)
-            else:
-                np.logical_or.at(nan_rows, mp, np.broadcast_to(np.asarray(st.empty.any(axis=1))[:, None],
-                                                               (B, n_rows)))
-        zero_rows &= ~nan_rows
-        ok &= np.all(np.isfinite(mid) & np.isfinite(err), axis=-1)
-        results[kind] = Enclosure(problem, kind, st.shapes[kind], mid, err, ok, zero_rows,
-                                  nan_rows)
-    d_mask = None
-    if want_mask:
-        assert ds is not None and e_ds is not None
-        n_in, n_rows, n_cols = st.flat["dmask"]
-        mp = st.maps["dmask"]
-        bl, bs = st.mask_bcast
-        mid, err = _mask_reduce(st, ds, e_ds)
-        ok_src = np.all(row_ok, axis=1, keepdims=True) if bl else row_ok
-        ok = np.ones((n_in, n_rows), dtype=bool)
-        np.logical_and.at(ok, mp, ok_src)
-        live_src = np.any(st.allowed & ~st.uniform[..., None], axis=(1, 2) if bl else 2)
-        live_src = live_src[:, None] if bl else live_src
-        any_live = np.zeros((n_in, n_rows), dtype=bool)
-        np.logical_or.at(any_live, mp, live_src)
-        nan_rows = np.zeros((n_in, n_rows), dtype=bool)
-        if st.policy == "nan":
-            np.logical_or.at(nan_rows, mp, st.empty.any(axis=1, keepdims=True) if bl
-                             else st.empty)
-        ok &= np.all(np.isfinite(mid) & np.isfinite(err), axis=-1)
-        if not bs:
-            live_el = np.zeros((n_in, n_rows, n_cols), dtype=bool)
-            src: Arr = st.allowed & ~st.uniform[..., None]
-            if bl:
-                src = np.asarray(src.any(axis=1, keepdims=True))
-            np.logical_or.at(live_el, mp, src)
-            mid = np.where(live_el, mid, 0.0)
-            err = np.where(live_el, err, 0.0)
-        d_mask = Enclosure(problem, "dmask", st.shapes["dmask"], mid, err, ok,
-                           ~any_live & ~nan_rows, nan_rows)
-    return AttentionGradients(results["dq"], results["dk"], results["dv"], d_mask)
+    res = {kind: outs[kind].enclosure(problem, kind, st.shapes[kind]) for kind in outs}
+    for enc in res.values():
+        enc._progress = prog if prog.enabled else None
+    return AttentionGradients(res["dq"], res["dk"], res["dv"], res.get("dmask"))

@@ -1,5 +1,6 @@
-"""The Arb fallback of the backward pass: gradients of one attention problem in
-ball arithmetic (python-flint), for the elements the fast path leaves undecided.
+"""Tier 3 of the backward pass: gradients of one attention problem in Arb ball
+arithmetic (python-flint), for the elements the double-double tier leaves
+undecided — the query rows and key columns asked for, not the whole problem.
 
 One problem is one (batch, head) slice with the query heads already matched to
 their key/value heads: q (L×E), k (S×E), v (S×E_v), grad_output dO (L×E_v).  With
@@ -12,11 +13,15 @@ proved for general sizes in proofs/t14_backward.py)::
     D_i = Σ_j P_ij dP_ij           dS_ij = P_ij (dP_ij − D_i)
     dQ = c·dS K                    dK = c·dSᵀ Q          d(mask)_ij = dS_ij
 
-Every step is exact real arithmetic enclosed by Arb balls; the softmax is shifted
-by the exact midpoint of one score per row (any real shift gives the same P).
-Rows with no allowed key: ``uniform`` rows have P_ij = 1/S and dS = 0 (the
-output is the mean of the values whatever q and k are); other policies' rows have
-P = 0 and are overwritten by the caller.
+The weights are the forward's Arb rows (:func:`..arb.attention_rows`, kind
+"weights"): from exact scores (or, for the projections of a multi-head block,
+score balls), shifted by one near-maximal key, exponents below -10**6 as
+[0, e**-10**6] — finite, tight balls for any finite input.  A dQ or mask element
+needs its own row; a dK or dV element needs the weights of every row (each row's
+normaliser and D_i), so its key columns are computed from all rows' weights, but
+the products only for the keys asked for.  Rows with no allowed key: ``uniform``
+rows have P_ij = 1/S and dS = 0 (the output is the mean of the values whatever q
+and k are); other rows have P = 0 (the caller applies the policy).
 """
 
 from __future__ import annotations
@@ -26,15 +31,18 @@ from typing import Any
 
 import numpy as np
 
-from ..arb import to_arb_mat
+from ..arb import attention_rows, exact_prec, exact_score_rows, scale_arb, to_arb_mat
+from ..conventions import Block
 
-__all__ = ["ArbGradients", "arb_backward"]
+__all__ = ["ArbGradients", "arb_backward", "exact_scores"]
+
+Arr = np.ndarray[Any, Any]
 
 
 class ArbGradients:
-    """Ball rows of one problem: ``dq`` (L×E, only the rows asked for), ``ds``
-    (the same rows, L×S), and with ``full`` also ``dk`` (S×E), ``dv`` (S×E_v) and
-    the forward output ``out`` (L×E_v, o = W V; only with ``want_out``)."""
+    """Balls of one problem: ``dq`` and ``ds`` for the query rows computed, ``dk``,
+    ``dv`` for the keys asked for (None otherwise), ``out`` (the forward output
+    o = W V of the rows, with ``want_out``)."""
 
     def __init__(self, dq: list[list[Any]], ds: list[list[Any]],
                  dk: list[list[Any]] | None, dv: list[list[Any]] | None,
@@ -48,158 +56,107 @@ def _fmpq_arb(x: Fraction) -> Any:
     return arb(fmpq(x.numerator, x.denominator))
 
 
-def _shift_index(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any], c_f: float,
-                 allowed: np.ndarray[Any, Any], madd: np.ndarray[Any, Any] | None) -> list[int] | None:
-    """Per row, an allowed key whose float score is largest (None when the float
-    scores overflow; then the ball with the largest midpoint is used)."""
-    with np.errstate(all="ignore"):
-        sa = (q @ k.T) * c_f
-        if madd is not None:
-            sa = sa + madd
-        sa = np.where(allowed, sa, -np.inf)
-        if not np.all(np.isfinite(sa[allowed])):
-            return None
-    return [int(j) for j in np.argmax(sa, axis=-1)] if sa.shape[-1] else None
+def exact_scores(q: Arr, k: Arr, E: int) -> tuple[list[list[Any]], int]:
+    """The dot products q_i·k_j of exact doubles as exact balls and the precision that
+    holds them (:func:`..arb.exact_prec`)."""
+    kmT = to_arb_mat(k).transpose()
+    k_prec = exact_prec(q, k, E)
+    return exact_score_rows(q, kmT, k_prec), k_prec
 
 
-def arb_backward(
-    q: Any, k: Any, v: Any, do: Any, allowed: np.ndarray[Any, Any],
-    madd: np.ndarray[Any, Any] | None, keep: np.ndarray[Any, Any] | None,
-    f: Fraction, c: Any, c_f: float, uniform: np.ndarray[Any, Any],
-    rows: list[int] | None, prec: int,
-    q_f: np.ndarray[Any, Any] | None = None, k_f: np.ndarray[Any, Any] | None = None,
-    want_out: bool = False,
-) -> ArbGradients:
+def arb_backward(g_rows: list[list[Any]], g_prec: int, qm: Any, km: Any, vm: Any, dom: Any,
+                 blk: Block, rows: list[int], scale: Fraction | None, E: int, f: Fraction,
+                 prec: int, keys: list[int] | None = None, want_out: bool = False
+                 ) -> ArbGradients:
     """Gradients of one problem at ``prec`` bits (sets and restores the precision).
 
-    q, k, v, do: float64 arrays holding the exact inputs, or callables returning
-    arb_mat enclosures of them at the current precision (with ``q_f``, ``k_f``
-    float approximations of q and k, which only choose the softmax shift);
-    allowed (L×S) bool;
-    madd (L×S) finite additive mask or None; keep (L×S) bool dropout keep-mask or
-    None; f the exact dropout factor 1/(1 − p); c the scale as an arb (computed at
-    ``prec`` by the caller inside this call's precision: pass a callable's result);
-    uniform (L,) rows with no allowed key under ``masked_rows="uniform"``.
-    ``rows=None`` computes everything (dK, dV need every row); else only those
-    rows of dQ and dS."""
+    ``g_rows[n]`` the scores q_i·k_j (i = rows[n]) as balls with at most ``g_prec``
+    bits; qm (L×E), km (S×E), vm (S×Ev), dom (L×Ev) arb_mat enclosures of the
+    inputs (all rows); ``blk`` the score model of ``rows`` (masks, keep, uniform);
+    ``scale`` exact or None for 1/sqrt(E); f the exact dropout factor.  Returns dq
+    and ds for ``rows``; with ``keys``, dk and dv of those keys (then ``rows`` must
+    be every row: every row contributes)."""
     from flint import arb, arb_mat, ctx
 
     old = ctx.prec
     ctx.prec = prec
     try:
-        cb = c() if callable(c) else c
-        L, S = allowed.shape
-        full = rows is None
-        rr = list(range(L)) if rows is None else rows
-        r = len(rr)
+        r = len(rows)
+        S = km.nrows()
+        Ev = vm.ncols()
         zero = arb(0)
+        allowed = np.ones((r, S), dtype=bool) if blk.allowed is None else np.asarray(blk.allowed)
+        uni: Arr = np.zeros(r, dtype=bool) if blk.uniform is None else np.asarray(blk.uniform)
+        has_key: Arr = np.asarray(allowed.any(axis=-1)) if S else np.zeros(r, dtype=bool)
+        # P: the forward's Arb weights for rows with a key (uniform rows: 1/S)
+        pos = [n for n in range(r) if has_key[n]]
+        p_rows: list[list[Any]] = [[zero] * S for _ in range(r)]
+        if pos and S:
+            sub = Block(None if blk.allowed is None else allowed[pos],
+                        None if blk.madd is None else np.asarray(blk.madd)[pos], None,
+                        None if blk.uniform is None else uni[pos])
+            got = attention_rows([g_rows[n] for n in pos], arb_mat(S, 0), g_prec, scale, E, sub,
+                                 None, "weights", prec)
+            for n, row in zip(pos, got, strict=True):
+                p_rows[n] = row
+        ctx.prec = prec
+        c = scale_arb(scale, E)
         fa = _fmpq_arb(f) if f != 1 else None
-        al = np.asarray(allowed[rr])
-        ma = None if madd is None else np.asarray(madd[rr])
-        kp = None if keep is None else np.asarray(keep[rr])
-        un = np.asarray(uniform[rr])
-        if callable(q):
-            qm_all, km, vm, dom_all = q(), k(), v(), do()
-            assert q_f is not None and k_f is not None
-            qm = arb_mat([[qm_all[i, l] for l in range(qm_all.ncols())] for i in rr]) \
-                if r and qm_all.ncols() else arb_mat(r, qm_all.ncols())
-            dom = arb_mat([[dom_all[i, l] for l in range(dom_all.ncols())] for i in rr]) \
-                if r and dom_all.ncols() else arb_mat(r, dom_all.ncols())
-            shift = _shift_index(q_f[rr], k_f, c_f, al, ma)
+        keep = None if blk.keep is None else np.asarray(blk.keep)
+        # X = dO Vᵀ for the rows; dP = f·keep∘X; D = Σ P dP; dS = P∘(dP − D) on live keys
+        if Ev and r and S:
+            dsub = arb_mat([[dom[i, col] for col in range(Ev)] for i in rows])
+            x_ents = (dsub * vm.transpose()).entries()
         else:
-            qm_all, km, vm, dom_all = to_arb_mat(q), to_arb_mat(k), to_arb_mat(v), to_arb_mat(do)
-            qm, dom = to_arb_mat(q[rr]), to_arb_mat(do[rr])
-            shift = _shift_index(q[rr], k, c_f, al, ma)
-        E, Ev = km.ncols(), vm.ncols()
-        g_ents = (((qm * km.transpose()) * cb).entries() if E and r and S
-                  else [zero] * (r * S))
-        x_ents = (dom * vm.transpose()).entries() if Ev and r and S else [zero] * (r * S)
-        inv_s = arb(1) / S if S else zero
-        p_rows: list[list[Any]] = []
+            x_ents = [zero] * (r * S)
         ds_rows: list[list[Any]] = []
+        w_rows: list[list[Any]] = []
         for n in range(r):
-            a_row = al[n]
+            p = p_rows[n]
             base = n * S
-            if un[n]:
-                p_rows.append([inv_s] * S)
-                ds_rows.append([zero] * S)
-                continue
-            if ma is None and kp is None and fa is None and shift is not None and bool(a_row.all()):
-                # the common dense row: list comprehensions, one division per row
-                top = g_ents[base + shift[n]].mid()
-                w_list = [(x - top).exp() for x in g_ents[base:base + S]]
-                inv = 1 / sum(w_list, zero)
-                p = [wj * inv for wj in w_list]
-                dp = x_ents[base:base + S]
-                d_i = sum((a * b for a, b in zip(p, dp, strict=True)), zero)
-                p_rows.append(p)
-                ds_rows.append([a * (b - d_i) for a, b in zip(p, dp, strict=True)])
-                continue
-            idx = np.flatnonzero(a_row).tolist()
-            if not idx:
-                p_rows.append([zero] * S)
-                ds_rows.append([zero] * S)
-                continue
-            s_row = {}
-            mrow = None if ma is None else ma[n].tolist()
-            for j in idx:
-                sj = g_ents[base + j]
-                if mrow is not None:
-                    sj = sj + arb(mrow[j])
-                s_row[j] = sj
-            top = (s_row[shift[n]] if shift is not None
-                   else max(s_row.values(), key=lambda b: float(b.mid()))).mid()
-            w = {j: (sj - top).exp() for j, sj in s_row.items()}
-            total = sum(w.values(), zero)
-            p = [zero] * S
-            for j, wj in w.items():
-                p[j] = wj / total
-            # dP = f·keep∘X,  D = Σ P dP,  dS = P∘(dP − D)
-            krow = None if kp is None else kp[n].tolist()
+            krow = None if keep is None else keep[n]
             dp = [zero] * S
-            for j in idx:
-                x = x_ents[base + j]
-                if krow is not None and not krow[j]:
+            for j in range(S):
+                if not allowed[n, j] or (krow is not None and not krow[j]):
                     continue
+                x = x_ents[base + j]
                 dp[j] = x * fa if fa is not None else x
-            d_i = sum((p[j] * dp[j] for j in idx), zero)
-            ds = [zero] * S
-            for j in idx:
-                ds[j] = p[j] * (dp[j] - d_i)
-            p_rows.append(p)
-            ds_rows.append(ds)
-        if E and S and r:
-            ents = ((arb_mat(ds_rows) * km) * cb).entries()
-            dq = [ents[i * E:(i + 1) * E] for i in range(r)]
+            w_rows.append([zero if (krow is not None and not krow[j]) else
+                           (p[j] * fa if fa is not None else p[j]) for j in range(S)])
+            if uni[n] or not has_key[n]:
+                ds_rows.append([zero] * S)
+                continue
+            d_i = sum((p[j] * dp[j] for j in range(S) if allowed[n, j]), zero)
+            ds_rows.append([p[j] * (dp[j] - d_i) if allowed[n, j] else zero for j in range(S)])
+        E_ = km.ncols()
+        if E_ and S and r:
+            ents = ((arb_mat(ds_rows) * km) * c).entries()
+            dq = [ents[n * E_:(n + 1) * E_] for n in range(r)]
         else:
-            dq = [[zero] * E for _ in range(r)]
-        if not full:
-            return ArbGradients(dq, ds_rows, None, None)
-        # W = f·keep∘P;  dV = Wᵀ dO;  dK = c·dSᵀ Q
-        w_rows = p_rows
-        if kp is not None or fa is not None:
-            w_rows = []
-            for n in range(r):
-                krow = None if kp is None else kp[n].tolist()
-                w_rows.append([zero if (krow is not None and not krow[j]) else
-                               (pj * fa if fa is not None else pj)
-                               for j, pj in enumerate(p_rows[n])])
-        if S and Ev and r:
-            wm = arb_mat(w_rows)
-            ents = (wm.transpose() * dom_all).entries()
-            dv = [ents[j * Ev:(j + 1) * Ev] for j in range(S)]
-            out = None
-            if want_out:
-                ents = (wm * vm).entries()
-                out = [ents[i * Ev:(i + 1) * Ev] for i in range(r)]
+            dq = [[zero] * E_ for _ in range(r)]
+        out = None
+        if want_out:
+            if S and Ev and r:
+                ents = (arb_mat(w_rows) * vm).entries()
+                out = [ents[n * Ev:(n + 1) * Ev] for n in range(r)]
+            else:
+                out = [[zero] * Ev for _ in range(r)]
+        if keys is None:
+            return ArbGradients(dq, ds_rows, None, None, out)
+        # dK = c·dS[:, keys]ᵀ Q, dV = W[:, keys]ᵀ dO (rows = every row)
+        nk = len(keys)
+        if nk and r and E_:
+            dsk = arb_mat([[ds_rows[n][j] for n in range(r)] for j in keys])
+            ents = ((dsk * qm) * c).entries()
+            dk = [ents[m * E_:(m + 1) * E_] for m in range(nk)]
         else:
-            dv = [[zero] * Ev for _ in range(S)]
-            out = [[zero] * Ev for _ in range(r)]
-        if S and E and r:
-            ents = ((arb_mat(ds_rows).transpose() * qm_all) * cb).entries()
-            dk = [ents[j * E:(j + 1) * E] for j in range(S)]
+            dk = [[zero] * E_ for _ in range(nk)]
+        if nk and r and Ev:
+            wk = arb_mat([[w_rows[n][j] for n in range(r)] for j in keys])
+            ents = (wk * dom).entries()
+            dv = [ents[m * Ev:(m + 1) * Ev] for m in range(nk)]
         else:
-            dk = [[zero] * E for _ in range(S)]
+            dv = [[zero] * Ev for _ in range(nk)]
         return ArbGradients(dq, ds_rows, dk, dv, out)
     finally:
         ctx.prec = old

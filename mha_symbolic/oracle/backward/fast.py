@@ -1,6 +1,7 @@
-"""The fast path of the backward pass: gradients in numpy float64 with a *proved*
-elementwise error bound (the proof: docs/gradients.md §3; the steps are numbered
-the same way here).
+"""Tier 1 of the backward pass: gradients in float64 with a *proved* elementwise
+error bound, one stack element (batch × head) at a time, in blocks of query rows
+(memory O(block)).  The proof is docs/gradients.md §3; the steps are numbered the
+same way here.
 
 Notation: u = 2**-53, η = 2**-1074, γ_n = nu/(1 − nu); every float64 operation
 rounds to nearest, fl(a op b) = (a op b)(1 + δ) + ε with |δ| <= u, |ε| <= η/2
@@ -15,18 +16,29 @@ formula of fewer than 2**12 operations loses at most a factor (1 − u)**4096 > 
 so it is multiplied by UP; matrix products of nonnegative matrices go through
 :func:`mm_up`, which applies (H2).  Underflow inside the bound formulas loses at
 most η per operation, covered by FLOOR added to every bound that is not zero.
+
+The weights come from the forward's tier 1 (:func:`..fast.tier1_block`, with its
+per-key bound); sums over keys and over query rows are computed by BLAS in blocks
+and the blocks accumulated by TwoSum (:class:`BlockSum`), so no bound grows with
+S or L beyond its block.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..constants import ETA, FLOOR, UP, U, gamma
-from ..fast import fast_attention, row_norm_up
+from ..constants import CHUNK_ELEMS, ETA, FLOOR, KEY_BLOCK, UP, U, gamma
+from ..conventions import Block
+from ..dd import two_sum
+from ..exact_scores import norm_up
+from ..fast import KV, tier1_block
 
-__all__ = ["FastGradients", "fast_attention_backward", "mm_up"]
+__all__ = ["BlockSum", "HeadGrads", "Radii", "blocked_matmul", "blocked_rowdot", "mm_up",
+           "tier1_backward"]
 
 Arr = np.ndarray[Any, Any]
 
@@ -39,146 +51,295 @@ def mm_up(a: Arr, b: Arr) -> Arr:
     return (np.matmul(a, b) + n * ETA) / (1.0 - gamma(max(n, 1))) * UP
 
 
-class FastGradients:
-    """Fast-path gradients of C stacked problems, each value with an error bound.
+class BlockSum:
+    """Σ_k T_k of float arrays, accumulated by TwoSum (hi, lo) with Σ|T_k| and the
+    blocks' own bounds Σ e_k.  :meth:`result` gives v and a bound of |v − Σ B_k| for
+    exact block values B_k with |T_k − B_k| <= e_k:
 
-    dq, e_dq (C, L, E); dk, e_dk (C, S, E); dv, e_dv (C, S, Ev); ds, e_ds (C, L, S);
-    row_ok (C, L): the forward row was usable (dq and ds of that row are valid);
-    all_ok (C,): every row was usable (dk and dv are valid); o, e_o (C, L, Ev) the
-    forward output without dropout and its bound (from the forward fast path)."""
+    the chain hi_k = fl(hi_{k−1} + T_k) is exact with its errors e'_k (|e'_k| <=
+    u|hi_k| <= u(1 + γ_n)Σ|T|), their float sum lo errs by <= γ_n Σ|e'_k|, and the
+    final v = fl(hi + lo) by <= u|v|: in all <= n u γ_n (1 + γ_n)/(1 − γ_n)·fl(Σ|T|)
+    + u|v| (fl(Σ|T|) is a float sum of n nonnegative terms, (H2))."""
 
-    def __init__(self, **kw: Arr) -> None:
-        self.dq, self.e_dq = kw["dq"], kw["e_dq"]
-        self.dk, self.e_dk = kw["dk"], kw["e_dk"]
-        self.dv, self.e_dv = kw["dv"], kw["e_dv"]
-        self.ds, self.e_ds = kw["ds"], kw["e_ds"]
-        self.row_ok, self.all_ok = kw["row_ok"], kw["all_ok"]
-        self.o, self.e_o = kw["o"], kw["e_o"]
+    def __init__(self) -> None:
+        self.hi: Arr | None = None
+        self.lo: Arr | None = None
+        self.mag: Arr | None = None
+        self.err: Arr | None = None
+        self.n = 0
+
+    def add(self, t: Arr, e: Arr) -> None:
+        self.n += 1
+        if self.hi is None:
+            self.hi, self.lo, self.mag, self.err = t.copy(), np.zeros_like(t), np.abs(t), e.copy()
+            return
+        assert self.lo is not None and self.mag is not None and self.err is not None
+        self.hi, lo = two_sum(self.hi, t)
+        self.lo += lo
+        self.mag += np.abs(t)
+        self.err += e
+
+    def result(self, shape: tuple[int, ...]) -> tuple[Arr, Arr]:
+        if self.hi is None:
+            return np.zeros(shape), np.zeros(shape)
+        assert self.lo is not None and self.mag is not None and self.err is not None
+        if self.n == 1:
+            return self.hi, self.err
+        n = self.n
+        gn = gamma(n)
+        v = self.hi + self.lo
+        acc = n * U * gn * (1 + gn) / (1 - gn) * self.mag + U * np.abs(v)
+        # the blocks' bounds are a float sum of n nonnegative terms too (H2)
+        return v, (self.err / (1 - gn) + acc) * UP
 
 
-def fast_attention_backward(
-    q: Arr, qr: Arr | None, k: Arr, kr: Arr | None, v: Arr, vr: Arr | None,
-    do: Arr, dor: Arr | None, allowed: Arr, madd: Arr | None,
-    c_f: float, rho_c: float, keep: Arr | None, f_f: float, rho_f: float,
-    uniform: Arr,
-) -> FastGradients:
-    """Gradients of (q ± qr, k ± kr, v ± vr) against grad_output (do ± dor).
+def _acc_g(block: int, K: int) -> float:
+    gb, gK = gamma(max(block, 1)), gamma(K)
+    return gb + (K * U * gK * (1 + gK) / (1 - gK) + 1.01 * U) * (1 + gb)
 
-    Shapes: q (C,L,E), k (C,S,E), v (C,S,Ev), do (C,L,Ev); allowed (C,L,S); madd
-    (C,L,S) or None; keep (C,L,S) dropout keep-mask or None with the true factor
-    f, |f − f_f| <= rho_f (f = 1 exactly, rho_f = 0 without dropout); the true
-    scale c, |c − c_f| <= rho_c; uniform (C,L) rows without an allowed key whose
-    weights are 1/S (masked_rows="uniform").  Other rows without an allowed key
-    give zero gradients (the caller applies the NaN and zero policies)."""
-    C, L = q.shape[:2]
-    S, Ev = k.shape[1], v.shape[2]
-    has_key = allowed.any(axis=-1) if S else np.zeros((C, L), dtype=bool)
 
-    # (0) the weights from the forward fast path: |P − P~| <= eP elementwise,
-    # exactly 0 on masked keys (P~ = eP = 0 there)
-    fr = fast_attention(q, qr, k, kr, v, vr, allowed, madd, c_f, rho_c, True)
-    assert fr.p is not None and fr.err_p is not None
-    row_ok = fr.ok | ~has_key
-    dead = ~row_ok  # rows whose forward bound failed: their results are not used
-    p = np.where(dead[..., None], 0.0, fr.p)
-    e_p = np.where(dead[..., None], 0.0, fr.err_p)
-    if np.any(uniform):
-        # 1/S rounds once: |1/S − fl(1/S)| <= u/S
-        inv_s = 1.0 / S
-        p = np.where(uniform[..., None], inv_s, p)
-        e_p = np.where(uniform[..., None], U * inv_s * UP, e_p)
-    live = allowed & ~uniform[..., None]  # keys whose dS can be nonzero
+def blocked_rowdot(a: Arr, b: Arr, block: int = KEY_BLOCK) -> tuple[Arr, float]:
+    """(v, g): v_i = Σ_j a_ij b_ij by blocks of <= ``block`` columns accumulated by
+    TwoSum, |v − Σ a b| <= g Σ|a||b| + nη (the argument of :func:`blocked_matmul`)."""
+    n = a.shape[-1]
+    if n <= block:
+        return np.einsum("ij,ij->i", a, b), gamma(max(n, 1))
+    hi = np.einsum("ij,ij->i", a[:, :block], b[:, :block])
+    lo = np.zeros_like(hi)
+    K = 1
+    for j0 in range(block, n, block):
+        hi, e = two_sum(hi, np.einsum("ij,ij->i", a[:, j0:j0 + block], b[:, j0:j0 + block]))
+        lo += e
+        K += 1
+    return hi + lo, _acc_g(block, K)
 
-    # (1) dropout weights W = f·keep∘P: |W − W~| <= rho_f P + f_f eP + u W~ + η
-    if keep is not None:
-        w = np.where(keep, f_f * p, 0.0)
-        e_w = np.where(keep, (rho_f * (p + e_p) + f_f * e_p + U * w + ETA) * UP, 0.0)
-    else:
-        w, e_w = p, e_p
 
-    # (2) X = dO vᵀ: (H1) and Cauchy–Schwarz, |dO_i||v_j| <= ||dO_i|| ||v_j||; input
-    # uncertainties add ||dor_i||(||v_j|| + ||vr_j||) + ||dO_i|| ||vr_j||
-    x = np.matmul(do, np.swapaxes(v, -1, -2))
-    n_do, n_v = row_norm_up(do), row_norm_up(v)
-    e_x = gamma(max(Ev, 1)) * n_do[..., :, None] * n_v[..., None, :] + Ev * ETA
-    if dor is not None or vr is not None:
-        r_do = row_norm_up(dor) if dor is not None else np.zeros_like(n_do)
-        r_v = row_norm_up(vr) if vr is not None else np.zeros_like(n_v)
-        e_x = e_x + r_do[..., :, None] * (n_v + r_v)[..., None, :] \
-            + n_do[..., :, None] * r_v[..., None, :]
-    e_x = e_x * UP
+def blocked_matmul(a: Arr, b: Arr, block: int = KEY_BLOCK) -> tuple[Arr, float]:
+    """(v, g): v = a @ b computed by BLAS in blocks of <= ``block`` along the inner
+    dimension n and accumulated by TwoSum, with |v − ab| <= g·(|a||b|) + nη.
 
-    # (3) dP = f·keep∘X: |dP − dP~| <= rho_f(|X~| + eX) + f_f eX + u|dP~| + η
-    if keep is not None:
-        dp = np.where(keep, f_f * x, 0.0)
-        e_dp = np.where(keep, (rho_f * (np.abs(x) + e_x) + f_f * e_x + U * np.abs(dp)
-                               + ETA) * UP, 0.0)
-    else:
-        dp, e_dp = x, e_x
-    del x, e_x
+    Per block (H1) gives γ_nb; the accumulation (:class:`BlockSum`) adds
+    K u γ_K (1 + γ_K)/(1 − γ_K)·Σ|T_k| + u|v| with Σ|T_k| <= (1 + γ_nb)|a||b| + nη and
+    |v| <= (1 + g)|a||b|: g = γ_nb + (K u γ_K (1 + γ_K)/(1 − γ_K) + 1.01u)(1 + γ_nb),
+    which depends on the block size and the number of blocks K, not on n alone."""
+    n = a.shape[-1]
+    if n <= block:
+        return a @ b, gamma(max(n, 1))
+    terms = [a[..., j0:j0 + block] @ b[..., j0:j0 + block, :] for j0 in range(0, n, block)]
+    hi = terms[0].copy()
+    lo = np.zeros_like(hi)
+    for t in terms[1:]:
+        hi, e = two_sum(hi, t)
+        lo += e
+    return hi + lo, _acc_g(block, len(terms))
 
-    # (4) D_i = Σ_j P_ij dP_ij: |D − D~| <= Σ_j [eP(|dP~| + e_dP) + P~ e_dP + γ_S P~|dP~|]
-    # + Sη, the sum of nonnegative terms bounded by (H2)
-    pd = np.where(live, p * dp, 0.0)
-    d = np.sum(pd, axis=-1)
-    gS = gamma(max(S, 1))
-    t = np.where(live, e_p * (np.abs(dp) + e_dp) + p * e_dp + gS * np.abs(pd), 0.0)
-    e_d = (np.sum(t, axis=-1) + 2 * S * ETA) / (1.0 - gamma(max(S, 1) + 1)) * UP
-    del pd, t
 
-    # (5) Y = dP − D: |Y − Y~| <= e_dP + e_D + u|Y~|(1 + 2u)
-    y = dp - d[..., None]
-    e_y = (e_dp + e_d[..., None] + U * np.abs(y) * (1 + 2 * U)) * UP
-    del dp, e_dp
+@dataclass
+class Radii:
+    """Elementwise radii of uncertain inputs (reference_mha_backward feeds the exact
+    projections as floats with bounds): |q − q~| <= q, |k − k~| <= k, |v − v~| <= v,
+    |dO − dO~| <= do (arrays shaped like the inputs; None: exact)."""
 
-    # (6) dS = P∘Y: |dS − dS~| <= eP(|Y~| + eY) + P~ eY + u|dS~| + η; exactly 0 off
-    # the live keys (P = 0 there, or dS = 0 on uniform rows)
-    ds = np.where(live, p * y, 0.0)
-    e_ds = np.where(live, (e_p * (np.abs(y) + e_y) + p * e_y + U * np.abs(ds) + ETA) * UP,
-                    0.0)
-    del y, e_y
-    abs_ds = np.abs(ds)
+    q: Arr | None = None
+    k: Arr | None = None
+    v: Arr | None = None
+    do: Arr | None = None
 
-    # (7) dV = Wᵀ dO: |dV − dV~| <= (eW + γ_L W~)ᵀ(|dO| + dor) + W~ᵀ dor + Lη
-    wt = np.swapaxes(w, -1, -2)
-    dv = np.matmul(wt, do)
-    gL = gamma(max(L, 1))
-    abs_do = np.abs(do)
-    e_dv = mm_up(np.swapaxes(e_w + gL * w, -1, -2), abs_do) + L * ETA
-    if dor is not None:
-        e_dv = e_dv + mm_up(np.swapaxes(e_w + w, -1, -2), dor)
-    e_dv = e_dv * UP
 
-    # (8) dQ = c·dS K: G = fl(dS~ K~) with |dS K − G| <= (eS + γ_S|dS~|)|K~| + Sη
-    # (+ (eS + |dS~|) kr); then |c·dS K − fl(c_f G)| <= rho_c(|G| + eG) + |c_f| eG
-    # + u|dQ~|(1 + 2u) + η
-    gq = np.matmul(ds, k)
-    e_gq = mm_up(e_ds + gS * abs_ds, np.abs(k)) + S * ETA
-    if kr is not None:
-        e_gq = e_gq + mm_up(e_ds + abs_ds, kr)
-    dq = c_f * gq
-    e_dq = (rho_c * (np.abs(gq) + e_gq) + abs(c_f) * e_gq + U * np.abs(dq) * (1 + 2 * U)
+@dataclass
+class HeadGrads:
+    """Tier-1 gradients of one stack element with their bounds: dq, e_dq (L, E);
+    dk, e_dk (S, E); dv, e_dv (S, Ev); ds, e_ds (L, S) when asked for (the mask
+    gradient); o, e_o (L, Ev) the forward output without dropout (MHA's dW_o).
+    row_ok (L,): the row's forward bound held (its dq and ds are valid; rows with
+    no allowed key count as valid, their gradients are 0); all_ok: every row held
+    (dk, dv are valid).  live_k (S,): keys whose dS can be nonzero in some row;
+    live_v (S,): keys with a nonzero weight in some row."""
+
+    dq: Arr
+    e_dq: Arr
+    dk: Arr
+    e_dk: Arr
+    dv: Arr
+    e_dv: Arr
+    ds: Arr | None
+    e_ds: Arr | None
+    o: Arr
+    e_o: Arr
+    row_ok: Arr
+    all_ok: bool
+    has_key: Arr
+    live_k: Arr
+    live_v: Arr
+
+
+def _scale_err(g: Arr, e_g: Arr, out: Arr, c_f: float, rho_c: float) -> Arr:
+    """|c·G − fl(c_f G~)| <= ρ_c(|G~| + e_G) + |c_f| e_G + u|out|(1 + 2u) + η."""
+    return (rho_c * (np.abs(g) + e_g) + abs(c_f) * e_g + U * np.abs(out) * (1 + 2 * U)
             + ETA) * UP
-    del gq, e_gq
 
-    # (9) dK = c·dSᵀ Q, the same with transposes and γ_L
-    dst = np.swapaxes(ds, -1, -2)
-    gk = np.matmul(dst, q)
-    e_gk = mm_up(np.swapaxes(e_ds + gL * abs_ds, -1, -2), np.abs(q)) + L * ETA
-    if qr is not None:
-        e_gk = e_gk + mm_up(np.swapaxes(e_ds + abs_ds, -1, -2), qr)
+
+def tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Block],
+                   c_f: float, rho_c: float, f_f: float = 1.0, rho_f: float = 0.0,
+                   radii: Radii | None = None, want_ds: bool = False,
+                   chunk: int = CHUNK_ELEMS) -> HeadGrads:
+    """Gradients of one attention problem (q (L, E), k (S, E), v (S, Ev), grad_output
+    do (L, Ev), exact doubles or approximations within ``radii``) with the score
+    model ``block(rows)`` (masks, dropout keep-mask, uniform rows), the true scale
+    within ``rho_c`` of ``c_f`` and the dropout factor 1/(1 − p) within ``rho_f`` of
+    ``f_f``.  Rows without an allowed key (other than uniform ones) give zero
+    gradients; the caller applies the nan/zero policies."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        return _tier1_backward(q, k, v, do, block, c_f, rho_c, f_f, rho_f,
+                               radii or Radii(), want_ds, chunk)
+
+
+def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Block],
+                    c_f: float, rho_c: float, f_f: float, rho_f: float, rad: Radii,
+                    want_ds: bool, chunk: int) -> HeadGrads:
+    L, E = q.shape
+    S, Ev = v.shape
+    # (0) the forward's tier 1 per block: radii as row norms and column maxima
+    kv = KV(k, v, None if rad.k is None else norm_up(rad.k),
+            None if rad.v is None else np.max(rad.v, axis=0) * UP if S else np.zeros(Ev))
+    qr_n = None if rad.q is None else norm_up(rad.q)
+    abs_k, abs_vt = np.abs(k), np.abs(v).T
+    vt = np.ascontiguousarray(v.T)
+    vr_t = None if rad.v is None else np.ascontiguousarray(rad.v.T)
+    gEv = gamma(max(Ev, 1))
+    dq = np.zeros((L, E))
+    e_dq = np.zeros((L, E))
+    ds_all = np.zeros((L, S)) if want_ds else None
+    e_ds_all = np.zeros((L, S)) if want_ds else None
+    o = np.zeros((L, Ev))
+    e_o = np.zeros((L, Ev))
+    row_ok = np.ones(L, dtype=bool)
+    has_key_all = np.zeros(L, dtype=bool)
+    live_k = np.zeros(S, dtype=bool)
+    live_v = np.zeros(S, dtype=bool)
+    acc_k, acc_v = BlockSum(), BlockSum()
+    step = max(1, chunk // max(S, 1))
+    for i0 in range(0, L, step):
+        i1 = min(L, i0 + step)
+        r = i1 - i0
+        blk = block(slice(i0, i1))
+        allowed = blk.allowed
+        has_key = np.ones(r, dtype=bool) if allowed is None else np.asarray(allowed.any(axis=-1))
+        has_key_all[i0:i1] = has_key
+        nodrop = Block(allowed, blk.madd, None, blk.uniform)
+        qb = np.ascontiguousarray(q[i0:i1])
+        res = tier1_block(qb, None if qr_n is None else qr_n[i0:i1], kv, nodrop, c_f, rho_c,
+                          want_weights=True)
+        assert res.p is not None and res.err_p is not None
+        ok = res.ok | ~has_key
+        row_ok[i0:i1] = ok
+        p = np.where(ok[:, None], res.p, 0.0)
+        e_p = np.where(ok[:, None], res.err_p, 0.0)
+        o[i0:i1], e_o[i0:i1] = res.y, res.err
+        uni = np.zeros(r, dtype=bool) if blk.uniform is None else blk.uniform
+        # keys whose dS can be nonzero: allowed, not on a uniform row (whose output does
+        # not depend on the scores)
+        live = (np.ones((r, S), dtype=bool) if allowed is None else allowed) & ~uni[:, None]
+        keep = blk.keep
+        live_k |= live.any(axis=0)
+        wk = (np.ones((r, S), dtype=bool) if allowed is None else allowed)
+        live_v |= (wk if keep is None else wk & keep).any(axis=0)
+
+        # (1) dropout weights W = f·keep∘P: |W − W~| <= ρ_f(P~ + e_P) + f~ e_P + u W~ + η
+        if keep is not None:
+            w = np.where(keep, f_f * p, 0.0)
+            e_w = np.where(keep, (rho_f * (p + e_p) + f_f * e_p + U * w + ETA) * UP, 0.0)
+        else:
+            w, e_w = p, e_p
+
+        # (2) X = dO Vᵀ: (H1) elementwise, γ_Ev (|dO||V|ᵀ) + Ev η; radii add
+        # |dO~| vrᵀ + dor (|V~| + vr)ᵀ
+        dob = np.ascontiguousarray(do[i0:i1])
+        abs_do = np.abs(dob)
+        x = dob @ vt
+        e_x = gEv * mm_up(abs_do, abs_vt) + Ev * ETA
+        if rad.v is not None:
+            assert vr_t is not None
+            e_x = e_x + mm_up(abs_do, vr_t)
+        if rad.do is not None:
+            e_x = e_x + mm_up(rad.do[i0:i1], abs_vt + (0.0 if vr_t is None else vr_t))
+        e_x = e_x * UP
+
+        # (3) dP = f·keep∘X: |dP − dP~| <= ρ_f(|X~| + e_X) + f~ e_X + u|dP~| + η
+        if keep is not None:
+            dp = np.where(keep, f_f * x, 0.0)
+            e_dp = np.where(keep, (rho_f * (np.abs(x) + e_x) + f_f * e_x + U * np.abs(dp)
+                                   + ETA) * UP, 0.0)
+        else:
+            dp, e_dp = x, e_x
+        del x, e_x
+
+        # (4) D_i = Σ_j P_ij dP_ij (live keys), summed in key blocks (blocked_matmul):
+        # |D − D~| <= Σ_j [e_P(|dP~| + e_dP) + P~ e_dP] + g Σ_j P~|dP~| + Sη
+        pl = np.where(live, p, 0.0)
+        d, g_d = blocked_rowdot(pl, dp)
+        t = np.where(live, e_p * (np.abs(dp) + e_dp) + p * e_dp + g_d * p * np.abs(dp), 0.0)
+        e_d = (np.sum(t, axis=-1) + 2 * S * ETA) / (1.0 - gamma(max(S, 1) + 1)) * UP
+        del t
+
+        # (5) Y = dP − D: |Y − Y~| <= e_dP + e_D + u|Y~|(1 + 2u)
+        y = dp - d[:, None]
+        e_y = (e_dp + e_d[:, None] + U * np.abs(y) * (1 + 2 * U)) * UP
+        del dp, e_dp
+
+        # (6) dS = P∘Y: |dS − dS~| <= e_P(|Y~| + e_Y) + P~ e_Y + u|dS~| + η; exactly 0 off
+        # the live keys
+        ds = np.where(live, p * y, 0.0)
+        e_ds = np.where(live, (e_p * (np.abs(y) + e_y) + p * e_y + U * np.abs(ds) + ETA) * UP,
+                        0.0)
+        del y, e_y
+        abs_ds = np.abs(ds)
+        if want_ds:
+            assert ds_all is not None and e_ds_all is not None
+            ds_all[i0:i1] = ds
+            e_ds_all[i0:i1] = np.where(live, e_ds + FLOOR, 0.0)
+
+        # (7) dV = Wᵀ dO, accumulated over row blocks: per block
+        # (e_W + γ_r W~)ᵀ(|dO~| + dor) + W~ᵀ dor + rη
+        gr = gamma(max(r, 1))
+        tv = w.T @ dob
+        etv = mm_up((e_w + gr * w).T, abs_do) + r * ETA
+        if rad.do is not None:
+            etv = etv + mm_up((e_w + w).T, rad.do[i0:i1])
+        acc_v.add(tv, etv * UP)
+
+        # (8) dQ = c·dS K: G = dS~ K~ in key blocks, |dS K − G| <= (e_dS + g|dS~|)|K~| + Sη
+        # (+ (e_dS + |dS~|) kr); then the scale (_scale_err)
+        gq, g_q = blocked_matmul(ds, k)
+        e_gq = mm_up(e_ds + g_q * abs_ds, abs_k) + S * ETA
+        if rad.k is not None:
+            e_gq = e_gq + mm_up(e_ds + abs_ds, rad.k)
+        dq_b = c_f * gq
+        dq[i0:i1] = dq_b
+        e_dq[i0:i1] = _scale_err(gq, e_gq, dq_b, c_f, rho_c)
+
+        # (9) dK = c·dSᵀ Q, accumulated over row blocks: per block
+        # (e_dS + γ_r|dS~|)ᵀ|Q~| + (e_dS + |dS~|)ᵀ qr + rη
+        tk = ds.T @ qb
+        etk = mm_up((e_ds + gr * abs_ds).T, np.abs(qb)) + r * ETA
+        if rad.q is not None:
+            etk = etk + mm_up((e_ds + abs_ds).T, rad.q[i0:i1])
+        acc_k.add(tk, etk * UP)
+
+    # (10) the row blocks' sums (BlockSum), then the scale for dK
+    gk, e_gk = acc_k.result((S, E))
     dk = c_f * gk
-    e_dk = (rho_c * (np.abs(gk) + e_gk) + abs(c_f) * e_gk + U * np.abs(dk) * (1 + 2 * U)
-            + ETA) * UP
-
-    all_ok = np.all(row_ok, axis=-1)
-    with np.errstate(invalid="ignore"):
-        row_ok = row_ok & np.all(np.isfinite(dq) & np.isfinite(e_dq), axis=-1) \
-            & np.all(np.isfinite(ds) & np.isfinite(e_ds), axis=-1)
-        all_ok = all_ok & np.all(row_ok, axis=-1) \
-            & np.all(np.isfinite(dk) & np.isfinite(e_dk), axis=(-2, -1)) \
-            & np.all(np.isfinite(dv) & np.isfinite(e_dv), axis=(-2, -1))
+    e_dk = _scale_err(gk, e_gk, dk, c_f, rho_c)
+    dv, e_dv = acc_v.result((S, Ev))
+    all_ok = bool(row_ok.all())
+    fin_q = np.all(np.isfinite(dq) & np.isfinite(e_dq), axis=-1)
+    row_ok &= fin_q
+    if want_ds:
+        assert ds_all is not None and e_ds_all is not None
+        row_ok &= np.all(np.isfinite(ds_all) & np.isfinite(e_ds_all), axis=-1)
+    all_ok = all_ok and bool(row_ok.all()) and bool(
+        np.all(np.isfinite(dk) & np.isfinite(e_dk)) and np.all(np.isfinite(dv) & np.isfinite(e_dv)))
     # FLOOR covers underflow inside the bound formulas (see the module docstring)
-    return FastGradients(dq=dq, e_dq=e_dq + FLOOR, dk=dk, e_dk=e_dk + FLOOR, dv=dv,
-                         e_dv=e_dv + FLOOR, ds=ds, e_ds=np.where(live, e_ds + FLOOR, 0.0),
-                         row_ok=row_ok, all_ok=all_ok, o=fr.y, e_o=fr.err_y)
+    return HeadGrads(dq, e_dq + FLOOR, dk, e_dk + FLOOR, dv, e_dv + FLOOR,
+                     ds_all, e_ds_all,
+                     o, e_o, row_ok, all_ok, has_key_all, live_k, live_v)
