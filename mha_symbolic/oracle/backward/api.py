@@ -64,6 +64,7 @@ from .fast import tier1_backward
 __all__ = ["POLICIES", "AttentionGradients", "reference_attention_backward"]
 
 KINDS = ("dq", "dk", "dv", "dmask")
+KV_BUDGET = 1 << 26  # bytes of tier-2 key/value slices kept across the gradients' roundings
 
 Arr = np.ndarray[Any, Any]
 
@@ -230,8 +231,9 @@ class _BackwardProblem(ExactDecisions, Problem):
 
     # -- tier 2
     def _head(self, e: int) -> HeadTier2:
-        """The tier-2 state of problem e: its row statistics are kept (O(L)); the
-        double-double keys and values only for the two most recent problems."""
+        """The tier-2 state of problem e: its row statistics are kept (O(L)); the sliced
+        keys and values (about 12·S·(E + Ev) doubles) for the most recent problems
+        within KV_BUDGET bytes."""
         got = self._t2.get(e)
         if got is None:
             st = self.st
@@ -241,7 +243,9 @@ class _BackwardProblem(ExactDecisions, Problem):
         if e in self._t2_recent:
             self._t2_recent.remove(e)
         self._t2_recent.append(e)
-        while len(self._t2_recent) > 2:
+        st = self.st
+        keep = max(2, KV_BUDGET // max(1, 96 * st.S * (st.E + st.Ev)))
+        while len(self._t2_recent) > keep:
             self._t2[self._t2_recent.pop(0)]._kv = None
         return got
 
@@ -409,31 +413,41 @@ class _Flat:
     share an input: the float sum of n terms errs by <= γ_{n−1} Σ|terms| (H1), the
     bounds are a float sum of nonnegative terms (H2)."""
 
-    def __init__(self, n: int, rows: int, cols: int) -> None:
+    def __init__(self, n: int, rows: int, cols: int, single: bool = False) -> None:
+        self.single = single  # every input is one problem's: no sums
         self.val = np.zeros((n, rows, cols))
         self.err = np.zeros((n, rows, cols))
-        self.mag = np.zeros((n, rows, cols))
+        self.mag = np.zeros((n, rows, cols)) if not single else np.zeros((0, rows, cols))
         self.count = np.zeros(n, dtype=np.int64)
         self.ok = np.ones((n, rows), dtype=bool)
         self.live = np.zeros((n, rows), dtype=bool)
         self.nan = np.zeros((n, rows), dtype=bool)
 
     def add(self, t: int, val: Arr, err: Arr, ok: Arr, live: Arr, nan: Arr) -> None:
-        val = np.where(live[:, None], val, 0.0)  # structural zeros: exactly 0
-        err = np.where(live[:, None], err, 0.0)
-        self.val[t] += val
-        self.err[t] += err
-        self.mag[t] += np.abs(val)
+        if self.single:
+            self.val[t] = val
+            self.err[t] = err
+            if not live.all():  # structural zeros: exactly 0
+                self.val[t][~live] = 0.0
+                self.err[t][~live] = 0.0
+        else:
+            val = np.where(live[:, None], val, 0.0)
+            err = np.where(live[:, None], err, 0.0)
+            self.val[t] += val
+            self.err[t] += err
+            self.mag[t] += np.abs(val)
         self.count[t] += 1
         self.ok[t] &= ok
         self.live[t] |= live
         self.nan[t] |= nan
 
     def enclosure(self, problem: Problem, kind: str, shape: tuple[int, ...]) -> Enclosure:
-        n = np.maximum(self.count, 1)
-        g = (n * U / (1 - n * U) * UP)[:, None, None]
-        many = (self.count > 1)[:, None, None]
-        err = np.where(many, (self.err + g * self.mag) / (1 - g) * UP, self.err)
+        err = self.err
+        if (self.count > 1).any():
+            n = np.maximum(self.count, 1)
+            g = (n * U / (1 - n * U) * UP)[:, None, None]
+            many = (self.count > 1)[:, None, None]
+            err = np.where(many, (self.err + g * self.mag) / (1 - g) * UP, self.err)
         ok = self.ok & np.all(np.isfinite(self.val) & np.isfinite(err), axis=-1)
         zero = ~self.live & ~self.nan
         return Enclosure(problem, kind, shape, self.val, err, ok, zero, self.nan)
@@ -497,7 +511,9 @@ def reference_attention_backward(
                 causal_alignment, masked_rows, dropout_p, dropout_mask)
     B, L, S, E, Ev = st.B, st.L, st.S, st.E, st.Ev
     want_mask = "dmask" in st.maps
-    outs = {kind: _Flat(*st.flat[kind]) for kind in st.maps}
+    outs = {kind: _Flat(*st.flat[kind], single=bool(
+        np.array_equal(np.sort(st.maps[kind]), np.arange(st.flat[kind][0]))))
+        for kind in st.maps}
     f_f, rho_f = dropout_f(st.model.dropout_factor)
     scale_zero = st.c_f == 0.0 and st.rho_c == 0.0  # dQ = c·dS K = 0 and dK = 0 exactly
     prog = Progress(progress, expected_seconds(3 * B * L * S * max(1, (E + Ev) // 64), "tier1"))

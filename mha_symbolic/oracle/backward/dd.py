@@ -194,6 +194,14 @@ def _chain(p: tuple[Arr, Arr, Arr], x: tuple[Arr, Arr, Arr], d: tuple[Arr, Arr, 
     return _Chain(sh, sl, se, w_h, w_l, w_e, ok)
 
 
+def _rows(blk: Block, sel: Arr) -> Block:
+    """The score model of a block restricted to the rows ``sel`` (a mask)."""
+    def sub(a: Arr | None) -> Arr | None:
+        return None if a is None else a[sel]
+
+    return Block(sub(blk.allowed), sub(blk.madd), sub(blk.keep), sub(blk.uniform))
+
+
 def _cols(blk: Block, cols: Arr) -> Block:
     """The score model of a block restricted to the keys ``cols``."""
     def sub(a: Arr | None) -> Arr | None:
@@ -236,6 +244,7 @@ class HeadTier2:
         self.S, self.Ev = v.shape
         self.chunk = chunk
         self._kv: KVdd | None = None
+        self._full: dict[str, tuple[Arr, Arr, Arr, bool]] | None = None
         L = self.L
         z = np.zeros(L)
         self.st = _Stats(z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(),
@@ -251,11 +260,13 @@ class HeadTier2:
         return max(1, self.chunk // max(width, 1))
 
     # ---- 1. row statistics (and, in the same pass, what the caller wants of its rows)
-    def _stats_pass(self, rows: Arr, keys: Arr | None,
+    def _stats_pass(self, rows: Arr, want: Arr | None, keys: Arr | None,
                     use: Callable[[Arr, Block, tuple[Arr, Arr, Arr], Arr], None]) -> None:
         """Run the forward's tier 2 on ``rows`` (chunks), cache the statistics, and hand
-        each chunk's weights P (for ``keys``, all keys when None) to ``use``."""
+        the weights P of the rows in ``want`` (all when None) at ``keys`` (all when
+        None) to ``use``."""
         st = self.st
+        want_set = None if want is None else set(want.tolist())
         for s0 in range(0, rows.size, self._step(self.S)):
             rr = rows[s0:s0 + self._step(self.S)]
             blk = self.block(rr)
@@ -271,17 +282,21 @@ class HeadTier2:
             st.Ddh[rr] = np.where(has_key, dd_h, 0.0)
             st.Ddl[rr] = np.where(has_key, dd_l, 0.0)
             st.Dde[rr] = np.where(has_key, dd_e, 0.0)
-            st.ok[rr] = ok & np.isfinite(dd_h) & np.isfinite(dd_e)
+            st.ok[rr] = ok & ((np.isfinite(dd_h) & np.isfinite(dd_e)) | ~has_key)
             st.done[rr] = True
-            wh, wl = rs.wh, rs.wl
-            na = rs.notallowed
+            sel = (np.ones(rr.size, dtype=bool) if want_set is None else
+                   np.fromiter((i in want_set for i in rr.tolist()), dtype=bool, count=rr.size))
+            if not sel.any():
+                continue
+            wh, wl, na = rs.wh[sel], rs.wl[sel], None if rs.notallowed is None else rs.notallowed[sel]
+            blk = _rows(blk, sel)
             if keys is not None:
                 wh, wl = wh[:, keys], wl[:, keys]
                 na = None if na is None else na[:, keys]
                 blk = _cols(blk, keys)
-            p = weights_dd(wh, wl, rs.Dh, rs.Dl, rs.eD, rs.d_low, rs.tau, rs.tau_d, na, None,
-                           None, rs.ok | ~has_key)
-            use(rr, blk, (p.hi, p.lo, p.err), st.ok[rr])
+            p = weights_dd(wh, wl, rs.Dh[sel], rs.Dl[sel], rs.eD[sel], rs.d_low[sel],
+                           rs.tau[sel], rs.tau_d[sel], na, None, None, np.ones(int(sel.sum()), bool))
+            use(rr[sel], blk, (p.hi, p.lo, p.err), st.ok[rr[sel]])
 
     def _weights_at(self, rr: Arr, keys: Arr) -> tuple[Block, tuple[Arr, Arr, Arr], Arr]:
         """P of rows ``rr`` (statistics cached) at the keys ``keys``: the scores of those
@@ -290,7 +305,7 @@ class HeadTier2:
         (e_t(1 + e_t) + RHO_EXP2)(1 + 2 RHO_EXP2) (docs/oracle.md §3.5)."""
         st = self.st
         blk = _cols(self.block(rr), keys)
-        kv = KVdd(np.ascontiguousarray(self.k[keys]), np.ascontiguousarray(self.v[keys]))
+        kv = KVdd(np.ascontiguousarray(self.k[keys]), np.zeros((keys.size, 0)))  # scores only
         sc = dd_scores(np.ascontiguousarray(self.q[rr]), None, None, kv, blk, self.cs, st.m[rr])
         wh, wl = t2_weights(sc.sh, sc.sl, sc.m, sc.notallowed)
         e_t = sc.e_t
@@ -316,7 +331,13 @@ class HeadTier2:
 
     # ---- the rows of dQ and dS
     def rows(self, rows: Arr, want: str) -> tuple[Arr, Arr, Arr, Arr]:
-        """(hi, lo, err, ok) of dQ (want "dq": (rows, E)) or dS (want "ds": (rows, S))."""
+        """(hi, lo, err, ok) of dQ (want "dq": (rows, E)) or dS (want "ds": (rows, S)).
+
+        The first call on a problem runs the statistics pass over every row (the key
+        columns of dK and dV, usually asked for next, need them all; one pass costs
+        less than a partial pass now and the rest later).  When at least half the rows
+        are asked for (float64 rounding: nearly all), the same pass also forms dK and
+        dV of every key and keeps them for :meth:`columns`."""
         n_out = self.E if want == "dq" else self.S
         out_h = np.zeros((rows.size, n_out))
         out_l = np.zeros_like(out_h)
@@ -324,64 +345,89 @@ class HeadTier2:
         ok_out = np.zeros(rows.size, dtype=bool)
         pos = {int(i): n for n, i in enumerate(rows.tolist())}
         kt = np.ascontiguousarray(self.k.T)
+        full = 2 * rows.size >= self.L and self._full is None
+        all_keys = np.arange(self.S)
+        accs = {"dk": DDSum(), "dv": DDSum()}
+        good = [True]
 
         def use(rr: Arr, blk: Block, p: tuple[Arr, Arr, Arr], ok: Arr) -> None:
             x, ex = self._x(rr, None)
             d = (self.st.Ddh[rr], self.st.Ddl[rr], self.st.Dde[rr])
             ch = _chain(p, x, d, self._live(blk, rr.size, self.S), blk.keep, self.fac)
-            idx = np.array([pos[int(i)] for i in rr.tolist()])
-            good = ok & ex & ch.ok
+            if full:
+                good[0] = good[0] and bool(ok.all()) and ex and ch.ok
+                for kind, acc in accs.items():
+                    good[0] = good[0] and self._col_product(ch, rr, kind, acc)
+            sel = np.fromiter((int(i) in pos for i in rr.tolist()), dtype=bool, count=rr.size)
+            if not sel.any():
+                return
+            idx = np.array([pos[int(i)] for i in rr[sel].tolist()])
+            good_r = ok[sel] & ex & ch.ok
+            sh, sl, se = ch.sh[sel], ch.sl[sel], ch.se[sel]
             if want == "ds":
-                out_h[idx], out_l[idx], out_e[idx] = ch.sh, ch.sl, ch.se
+                out_h[idx], out_l[idx], out_e[idx] = sh, sl, se
             else:
-                gh, gl, ge, exq = proj_dd(ch.sh, kt, None, x_lo=ch.sl, x_err=ch.se)
+                gh, gl, ge, exq = proj_dd(sh, kt, None, x_lo=sl, x_err=se)
                 out_h[idx], out_l[idx], out_e[idx] = scale_dd(gh, gl, ge, self.cs)
-                good = good & exq
-            ok_out[idx] = good & np.all(np.isfinite(out_h[idx]) & np.isfinite(out_e[idx]), -1)
+                good_r = good_r & exq
+            ok_out[idx] = good_r & np.all(np.isfinite(out_h[idx]) & np.isfinite(out_e[idx]), -1)
 
+        if full:
+            todo = np.arange(self.L)
+        else:
+            todo = rows if self.st.done.all() else np.union1d(rows, np.flatnonzero(~self.st.done))
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            self._stats_pass(rows, None, use)
+            self._stats_pass(todo, None if full else rows, None, use)
+            if full:
+                self._full = {kind: self._col_result(acc, kind, all_keys, good[0])
+                              for kind, acc in accs.items()}
         return out_h, out_l, out_e, ok_out
+
+    def _col_product(self, ch: _Chain, rr: Arr, want: str, acc: DDSum) -> bool:
+        """Add the rows ``rr`` of dSᵀ Q (want "dk") or Wᵀ dO ("dv") to ``acc`` (exact slice
+        products of the double-double operands, proj_dd); False when a scaling was not
+        exact."""
+        bt = np.ascontiguousarray((self.q if want == "dk" else self.do)[rr].T)
+        h, lo, e = (ch.sh, ch.sl, ch.se) if want == "dk" else (ch.wh, ch.wl, ch.we)
+        th, tl, te, ex = proj_dd(np.ascontiguousarray(h.T), bt, None,
+                                 x_lo=np.ascontiguousarray(lo.T), x_err=np.ascontiguousarray(e.T))
+        acc.add(th, tl, te)
+        return bool(ex)
+
+    def _col_result(self, acc: DDSum, want: str, keys: Arr, good: bool
+                    ) -> tuple[Arr, Arr, Arr, bool]:
+        n_out = self.E if want == "dk" else self.Ev
+        h, lo, e = acc.result((keys.size, n_out))
+        if want == "dk":
+            h, lo, e = scale_dd(h, lo, e, self.cs)
+        return h, lo, e, good and bool(np.all(np.isfinite(h) & np.isfinite(e)))
 
     # ---- the key columns of dK and dV
     def columns(self, keys: Arr, want: str) -> tuple[Arr, Arr, Arr, bool]:
         """(hi, lo, err, ok) of dK (want "dk": (keys, E)) or dV ("dv": (keys, Ev)): every
         row contributes, so the row statistics of all rows are needed (computed once)."""
+        if self._full is not None:
+            h, lo, e, ok = self._full[want]
+            return h[keys], lo[keys], e[keys], ok
         L = self.L
         acc = DDSum()
         good = [True]
-        qt_or_dot = self.q if want == "dk" else self.do
 
         def use(rr: Arr, blk: Block, p: tuple[Arr, Arr, Arr], ok: Arr) -> None:
             x, ex = self._x(rr, keys)
             d = (self.st.Ddh[rr], self.st.Ddl[rr], self.st.Dde[rr])
             ch = _chain(p, x, d, self._live(blk, rr.size, keys.size), blk.keep, self.fac)
-            good[0] = good[0] and bool(ok.all()) and ex and ch.ok
-            bt = np.ascontiguousarray(qt_or_dot[rr].T)
-            if want == "dk":
-                th, tl, te, exk = proj_dd(np.ascontiguousarray(ch.sh.T), bt, None,
-                                          x_lo=np.ascontiguousarray(ch.sl.T),
-                                          x_err=np.ascontiguousarray(ch.se.T))
-            else:
-                th, tl, te, exk = proj_dd(np.ascontiguousarray(ch.wh.T), bt, None,
-                                          x_lo=np.ascontiguousarray(ch.wl.T),
-                                          x_err=np.ascontiguousarray(ch.we.T))
-            good[0] = good[0] and exk
-            acc.add(th, tl, te)
+            good[0] = (good[0] and bool(ok.all()) and ex and ch.ok
+                       and self._col_product(ch, rr, want, acc))
 
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             todo = np.flatnonzero(~self.st.done)
             if todo.size:
-                self._stats_pass(todo, keys, use)
+                self._stats_pass(todo, None, keys, use)
             rest = np.flatnonzero(self.st.done & ~np.isin(np.arange(L), todo))
             step = self._step(max(keys.size, self.E))
             for s0 in range(0, rest.size, step):
                 rr = rest[s0:s0 + step]
                 blk, p, ok_r = self._weights_at(rr, keys)
                 use(rr, blk, p, ok_r)
-            n_out = self.E if want == "dk" else self.Ev
-            h, lo, e = acc.result((keys.size, n_out))
-            if want == "dk":
-                h, lo, e = scale_dd(h, lo, e, self.cs)
-        ok = good[0] and bool(np.all(np.isfinite(h) & np.isfinite(e)))
-        return h, lo, e, ok
+            return self._col_result(acc, want, keys, good[0])

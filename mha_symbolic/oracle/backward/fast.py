@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -98,6 +99,14 @@ def _acc_g(block: int, K: int) -> float:
     return gb + (K * U * gK * (1 + gK) / (1 - gK) + 1.01 * U) * (1 + gb)
 
 
+def matmul_g(n: int, block: int = KEY_BLOCK) -> float:
+    """The g of :func:`blocked_matmul` for an inner dimension n."""
+    return gamma(max(n, 1)) if n <= block else _acc_g(block, -(-n // block))
+
+
+rowdot_g = matmul_g  # the same blocks and accumulation (:func:`blocked_rowdot`)
+
+
 def blocked_rowdot(a: Arr, b: Arr, block: int = KEY_BLOCK) -> tuple[Arr, float]:
     """(v, g): v_i = Σ_j a_ij b_ij by blocks of <= ``block`` columns accumulated by
     TwoSum, |v − Σ a b| <= g Σ|a||b| + nη (the argument of :func:`blocked_matmul`)."""
@@ -132,6 +141,93 @@ def blocked_matmul(a: Arr, b: Arr, block: int = KEY_BLOCK) -> tuple[Arr, float]:
         hi, e = two_sum(hi, t)
         lo += e
     return hi + lo, _acc_g(block, len(terms))
+
+
+# ---- the elementwise steps, one formula for numpy and numba ------------------------
+# Only +, -, *, / and abs, in one order: numpy (on arrays) and numba (on scalars,
+# compiled without fast-math) evaluate the same IEEE operations, so the two paths
+# give bit-identical results (tests/test_backward_tiers.py); the reductions
+# between the two steps (D's row sums) are numpy's in both paths.
+
+def _elem_dp(x: Any, ex: Any, f_f: float, rho_f: float) -> tuple[Any, Any]:
+    """Step (3) for a kept key: dP = f X with its bound."""
+    dp = f_f * x
+    edp = (rho_f * (abs(x) + ex) + f_f * ex + U * abs(dp) + ETA) * UP
+    return dp, edp
+
+
+def _elem_t(p: Any, ep: Any, dp: Any, edp: Any, g_d: float) -> Any:
+    """D's bound term of one key: e_P(|dP~| + e_dP) + P~ e_dP + g_d P~|dP~|."""
+    return ep * (abs(dp) + edp) + p * edp + g_d * p * abs(dp)
+
+
+def _elem_ds(p: Any, ep: Any, dp: Any, edp: Any, d: Any, ed: Any, g_q: float, g_r: float
+             ) -> tuple[Any, Any, Any, Any]:
+    """Steps (5)-(6) for a live key: Y = dP − D, dS = P∘Y with bounds, and the terms
+    e_dS + g|dS| of the dQ (key blocks, g_q) and dK (row block, g_r) bounds."""
+    y = dp - d
+    ey = (edp + ed + U * abs(y) * (1 + 2 * U)) * UP
+    ds = p * y
+    eds = (ep * (abs(y) + ey) + p * ey + U * abs(ds) + ETA) * UP
+    return ds, eds, eds + g_q * abs(ds), eds + g_r * abs(ds)
+
+
+def _elem_w(p: Any, ep: Any, f_f: float, rho_f: float, g_r: float) -> tuple[Any, Any, Any]:
+    """Step (1) for a kept key: W = f P with its bound, and e_W + γ_r W (dV's bound)."""
+    w = f_f * p
+    ew = (rho_f * (p + ep) + f_f * ep + U * w + ETA) * UP
+    return w, ew, ew + g_r * w
+
+
+@lru_cache(maxsize=1)
+def _compiled() -> Any:
+    """The compiled twins (backward/_kernels.py) when the forward's kernels are active."""
+    from ..jit import numba_active
+
+    if not numba_active():
+        return None
+    try:
+        from . import _kernels
+    except ImportError:  # pragma: no cover - numba_active() already imported numba
+        return None
+    return _kernels
+
+
+def step_dp(p: Arr, ep: Arr, x: Arr, ex: Arr, keep: Arr | None, live: Arr, f_f: float,
+            rho_f: float, g_d: float) -> tuple[Arr, Arr, Arr, Arr]:
+    """(dP, e_dP, t, P on live keys): steps (1)-(4) before D's row sums."""
+    k = _compiled()
+    if k is not None and p.size:
+        dp, edp, t, pl = (np.empty_like(p) for _ in range(4))
+        k.step_dp(p, ep, x, ex, keep, live, f_f, rho_f, g_d, dp, edp, t, pl)
+        return dp, edp, t, pl
+    if keep is None:
+        dp, edp = x, ex
+        t = _elem_t(p, ep, dp, edp, g_d)
+    else:
+        dp, edp = _elem_dp(x, ex, f_f, rho_f)
+        dp, edp = np.where(keep, dp, 0.0), np.where(keep, edp, 0.0)
+        t = _elem_t(p, ep, dp, edp, g_d)
+    return dp, edp, np.where(live, t, 0.0), np.where(live, p, 0.0)
+
+
+def step_ds(p: Arr, ep: Arr, dp: Arr, edp: Arr, d: Arr, ed: Arr, keep: Arr | None, live: Arr,
+            f_f: float, rho_f: float, g_q: float, g_r: float) -> tuple[Arr, ...]:
+    """(dS, e_dS, e_dS + g_q|dS|, e_dS + g_r|dS|, W, e_W, e_W + g_r W): steps (1), (5), (6)."""
+    k = _compiled()
+    if k is not None and p.size:
+        out = tuple(np.empty_like(p) for _ in range(7))
+        k.step_ds(p, ep, dp, edp, d, ed, keep, live, f_f, rho_f, g_q, g_r, *out)
+        return out
+    ds, eds, aq, ak = _elem_ds(p, ep, dp, edp, d[:, None], ed[:, None], g_q, g_r)
+    ds, eds, aq, ak = (np.where(live, a, 0.0) for a in (ds, eds, aq, ak))
+    if keep is None:
+        w, ew = p, ep
+        aw = ew + g_r * w
+    else:
+        w, ew, aw = _elem_w(p, ep, f_f, rho_f, g_r)
+        w, ew, aw = (np.where(keep, a, 0.0) for a in (w, ew, aw))
+    return ds, eds, aq, ak, w, ew, aw
 
 
 @dataclass
@@ -245,13 +341,6 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
         wk = (np.ones((r, S), dtype=bool) if allowed is None else allowed)
         live_v |= (wk if keep is None else wk & keep).any(axis=0)
 
-        # (1) dropout weights W = f·keep∘P: |W − W~| <= ρ_f(P~ + e_P) + f~ e_P + u W~ + η
-        if keep is not None:
-            w = np.where(keep, f_f * p, 0.0)
-            e_w = np.where(keep, (rho_f * (p + e_p) + f_f * e_p + U * w + ETA) * UP, 0.0)
-        else:
-            w, e_w = p, e_p
-
         # (2) X = dO Vᵀ: (H1) elementwise, γ_Ev (|dO||V|ᵀ) + Ev η; radii add
         # |dO~| vrᵀ + dor (|V~| + vr)ᵀ
         dob = np.ascontiguousarray(do[i0:i1])
@@ -265,35 +354,25 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
             e_x = e_x + mm_up(rad.do[i0:i1], abs_vt + (0.0 if vr_t is None else vr_t))
         e_x = e_x * UP
 
-        # (3) dP = f·keep∘X: |dP − dP~| <= ρ_f(|X~| + e_X) + f~ e_X + u|dP~| + η
-        if keep is not None:
-            dp = np.where(keep, f_f * x, 0.0)
-            e_dp = np.where(keep, (rho_f * (np.abs(x) + e_x) + f_f * e_x + U * np.abs(dp)
-                                   + ETA) * UP, 0.0)
-        else:
-            dp, e_dp = x, e_x
+        # (1), (3): W = f·keep∘P, |W − W~| <= ρ_f(P~ + e_P) + f~ e_P + u W~ + η;
+        # dP = f·keep∘X, |dP − dP~| <= ρ_f(|X~| + e_X) + f~ e_X + u|dP~| + η (both exact
+        # without dropout)
+        # (4) D_i = Σ_j P_ij dP_ij (live keys), in key blocks (blocked_rowdot, g_d):
+        # |D − D~| <= Σ_j [e_P(|dP~| + e_dP) + P~ e_dP] + g_d Σ_j P~|dP~| + Sη
+        g_d = rowdot_g(S)
+        dp, e_dp, t, pl = step_dp(p, e_p, x, e_x, keep, live, f_f, rho_f, g_d)
         del x, e_x
-
-        # (4) D_i = Σ_j P_ij dP_ij (live keys), summed in key blocks (blocked_matmul):
-        # |D − D~| <= Σ_j [e_P(|dP~| + e_dP) + P~ e_dP] + g Σ_j P~|dP~| + Sη
-        pl = np.where(live, p, 0.0)
-        d, g_d = blocked_rowdot(pl, dp)
-        t = np.where(live, e_p * (np.abs(dp) + e_dp) + p * e_dp + g_d * p * np.abs(dp), 0.0)
+        d, _ = blocked_rowdot(pl, dp)
         e_d = (np.sum(t, axis=-1) + 2 * S * ETA) / (1.0 - gamma(max(S, 1) + 1)) * UP
-        del t
-
+        del t, pl
         # (5) Y = dP − D: |Y − Y~| <= e_dP + e_D + u|Y~|(1 + 2u)
-        y = dp - d[:, None]
-        e_y = (e_dp + e_d[:, None] + U * np.abs(y) * (1 + 2 * U)) * UP
-        del dp, e_dp
-
         # (6) dS = P∘Y: |dS − dS~| <= e_P(|Y~| + e_Y) + P~ e_Y + u|dS~| + η; exactly 0 off
         # the live keys
-        ds = np.where(live, p * y, 0.0)
-        e_ds = np.where(live, (e_p * (np.abs(y) + e_y) + p * e_y + U * np.abs(ds) + ETA) * UP,
-                        0.0)
-        del y, e_y
-        abs_ds = np.abs(ds)
+        gr = gamma(max(r, 1))
+        g_q = matmul_g(S)
+        ds, e_ds, a_q, a_k, w, e_w, a_w = step_ds(p, e_p, dp, e_dp, d, e_d, keep, live, f_f,
+                                                  rho_f, g_q, gr)
+        del dp, e_dp
         if want_ds:
             assert ds_all is not None and e_ds_all is not None
             ds_all[i0:i1] = ds
@@ -301,19 +380,18 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
 
         # (7) dV = Wᵀ dO, accumulated over row blocks: per block
         # (e_W + γ_r W~)ᵀ(|dO~| + dor) + W~ᵀ dor + rη
-        gr = gamma(max(r, 1))
         tv = w.T @ dob
-        etv = mm_up((e_w + gr * w).T, abs_do) + r * ETA
+        etv = mm_up(a_w.T, abs_do) + r * ETA
         if rad.do is not None:
             etv = etv + mm_up((e_w + w).T, rad.do[i0:i1])
         acc_v.add(tv, etv * UP)
 
         # (8) dQ = c·dS K: G = dS~ K~ in key blocks, |dS K − G| <= (e_dS + g|dS~|)|K~| + Sη
         # (+ (e_dS + |dS~|) kr); then the scale (_scale_err)
-        gq, g_q = blocked_matmul(ds, k)
-        e_gq = mm_up(e_ds + g_q * abs_ds, abs_k) + S * ETA
+        gq, _ = blocked_matmul(ds, k)
+        e_gq = mm_up(a_q, abs_k) + S * ETA
         if rad.k is not None:
-            e_gq = e_gq + mm_up(e_ds + abs_ds, rad.k)
+            e_gq = e_gq + mm_up(e_ds + np.abs(ds), rad.k)
         dq_b = c_f * gq
         dq[i0:i1] = dq_b
         e_dq[i0:i1] = _scale_err(gq, e_gq, dq_b, c_f, rho_c)
@@ -321,9 +399,9 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
         # (9) dK = c·dSᵀ Q, accumulated over row blocks: per block
         # (e_dS + γ_r|dS~|)ᵀ|Q~| + (e_dS + |dS~|)ᵀ qr + rη
         tk = ds.T @ qb
-        etk = mm_up((e_ds + gr * abs_ds).T, np.abs(qb)) + r * ETA
+        etk = mm_up(a_k.T, np.abs(qb)) + r * ETA
         if rad.q is not None:
-            etk = etk + mm_up((e_ds + abs_ds).T, rad.q[i0:i1])
+            etk = etk + mm_up((e_ds + np.abs(ds)).T, rad.q[i0:i1])
         acc_k.add(tk, etk * UP)
 
     # (10) the row blocks' sums (BlockSum), then the scale for dK
