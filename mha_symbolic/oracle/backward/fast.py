@@ -278,21 +278,22 @@ def _scale_err(g: Arr, e_g: Arr, out: Arr, c_f: float, rho_c: float) -> Arr:
 def tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Block],
                    c_f: float, rho_c: float, f_f: float = 1.0, rho_f: float = 0.0,
                    radii: Radii | None = None, want_ds: bool = False,
-                   chunk: int = CHUNK_ELEMS) -> HeadGrads:
+                   chunk: int = CHUNK_ELEMS, key_block: int = KEY_BLOCK) -> HeadGrads:
     """Gradients of one attention problem (q (L, E), k (S, E), v (S, Ev), grad_output
     do (L, Ev), exact doubles or approximations within ``radii``) with the score
     model ``block(rows)`` (masks, dropout keep-mask, uniform rows), the true scale
     within ``rho_c`` of ``c_f`` and the dropout factor 1/(1 − p) within ``rho_f`` of
     ``f_f``.  Rows without an allowed key (other than uniform ones) give zero
-    gradients; the caller applies the nan/zero policies."""
+    gradients; the caller applies the nan/zero policies.  ``chunk`` (scores per row
+    block) and ``key_block`` (keys per BLAS sum) size the blocks."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         return _tier1_backward(q, k, v, do, block, c_f, rho_c, f_f, rho_f,
-                               radii or Radii(), want_ds, chunk)
+                               radii or Radii(), want_ds, chunk, key_block)
 
 
 def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Block],
                     c_f: float, rho_c: float, f_f: float, rho_f: float, rad: Radii,
-                    want_ds: bool, chunk: int) -> HeadGrads:
+                    want_ds: bool, chunk: int, key_block: int) -> HeadGrads:
     L, E = q.shape
     S, Ev = v.shape
     # (0) the forward's tier 1 per block: radii as row norms and column maxima
@@ -359,17 +360,17 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
         # without dropout)
         # (4) D_i = Σ_j P_ij dP_ij (live keys), in key blocks (blocked_rowdot, g_d):
         # |D − D~| <= Σ_j [e_P(|dP~| + e_dP) + P~ e_dP] + g_d Σ_j P~|dP~| + Sη
-        g_d = rowdot_g(S)
+        g_d = rowdot_g(S, key_block)
         dp, e_dp, t, pl = step_dp(p, e_p, x, e_x, keep, live, f_f, rho_f, g_d)
         del x, e_x
-        d, _ = blocked_rowdot(pl, dp)
+        d, _ = blocked_rowdot(pl, dp, key_block)
         e_d = (np.sum(t, axis=-1) + 2 * S * ETA) / (1.0 - gamma(max(S, 1) + 1)) * UP
         del t, pl
         # (5) Y = dP − D: |Y − Y~| <= e_dP + e_D + u|Y~|(1 + 2u)
         # (6) dS = P∘Y: |dS − dS~| <= e_P(|Y~| + e_Y) + P~ e_Y + u|dS~| + η; exactly 0 off
         # the live keys
         gr = gamma(max(r, 1))
-        g_q = matmul_g(S)
+        g_q = matmul_g(S, key_block)
         ds, e_ds, a_q, a_k, w, e_w, a_w = step_ds(p, e_p, dp, e_dp, d, e_d, keep, live, f_f,
                                                   rho_f, g_q, gr)
         del dp, e_dp
@@ -388,7 +389,7 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
 
         # (8) dQ = c·dS K: G = dS~ K~ in key blocks, |dS K − G| <= (e_dS + g|dS~|)|K~| + Sη
         # (+ (e_dS + |dS~|) kr); then the scale (_scale_err)
-        gq, _ = blocked_matmul(ds, k)
+        gq, _ = blocked_matmul(ds, k, key_block)
         e_gq = mm_up(a_q, abs_k) + S * ETA
         if rad.k is not None:
             e_gq = e_gq + mm_up(e_ds + np.abs(ds), rad.k)
