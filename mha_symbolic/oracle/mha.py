@@ -71,6 +71,8 @@ def proj_dd(x: Array, w: Array, b: Array | None, x_lo: Array | None = None,
     pb = None
     if x_lo is not None:
         xl2 = x_lo * px[:, None]
+        # the low words are scaled exactly too (a subnormal result would lose bits)
+        exact = exact and bool(np.array_equal(xl2 / px[:, None], x_lo))
         plain = [(xl2, w2)]
         pb = [(norm_up(xl2), norm_up(w2))]
     prod = exact_product(xs, ws, 112, plain, pb)

@@ -46,6 +46,7 @@ from ..conventions import (
     read_mask,
 )
 from ..enclosure import Enclosure, Problem
+from ..formats import FloatFormat
 from ..forward import Stack, dropout_dd, dropout_f
 from ..inputs import as_exact_array, to_float64, validate_finite
 from ..progress import Progress, expected_seconds
@@ -226,6 +227,9 @@ class _BackwardProblem(ExactDecisions, Problem):
         self._t2: dict[int, HeadTier2] = {}
         self._t2_recent: list[int] = []
         self._exact_problems: dict[int, ExactProblem] = {}
+        self.encs: dict[str, Enclosure] = {}   # the gradients' Enclosures (set by the API)
+        self._fmt: str | None = None
+        self._cand: dict[str, Arr] = {}
         self._decomp: dict[tuple[str, int, int, int], Decomposition] = {}
         self.fld = QField(rational_scale(st.scale, st.E), st.E)
 
@@ -249,6 +253,26 @@ class _BackwardProblem(ExactDecisions, Problem):
             self._t2[self._t2_recent.pop(0)]._kv = None
         return got
 
+    def hint(self, fmt: FloatFormat) -> None:
+        """The format being rounded: the key rows of dK and dV that tier 1 leaves
+        undecided in it are the columns the second tier will be asked for, so the
+        statistics pass of each problem (run for dQ first) forms them at once."""
+        if self._fmt == fmt.name:
+            return
+        self._fmt = fmt.name
+        self._cand = {}
+        for kind in ("dk", "dv"):
+            enc = self.encs.get(kind)
+            if enc is None:
+                continue
+            decided, _ = enc._first_test(fmt)
+            self._cand[kind] = (~decided.all(axis=-1) & (enc._tier == 1) & ~enc._zero_rows
+                                & ~enc._nan_rows)
+
+    def _columns_for(self, e: int) -> dict[str, Arr]:
+        return {kind: np.flatnonzero(und[int(self.st.maps[kind][e])])
+                for kind, und in self._cand.items()}
+
     def refine(self, b: int, rows: Arr, kind: str) -> tuple[Arr, Arr, Arr, Arr] | None:
         st = self.st
         n_cols = st.flat[kind][2]
@@ -257,7 +281,7 @@ class _BackwardProblem(ExactDecisions, Problem):
         for e in self.groups[kind][b]:
             head = self._head(e)
             if kind == "dq":
-                h, lo, err, okr = head.rows(rows, "dq")
+                h, lo, err, okr = head.rows(rows, "dq", self._columns_for(e))
             elif kind in ("dk", "dv"):
                 h, lo, err, ok_all = head.columns(rows, kind)
                 okr = np.full(rows.size, ok_all)
@@ -450,7 +474,18 @@ class _Flat:
             err = np.where(many, (self.err + g * self.mag) / (1 - g) * UP, self.err)
         ok = self.ok & np.all(np.isfinite(self.val) & np.isfinite(err), axis=-1)
         zero = ~self.live & ~self.nan
-        return Enclosure(problem, kind, shape, self.val, err, ok, zero, self.nan)
+        return _GradEnclosure(problem, kind, shape, self.val, err, ok, zero, self.nan)
+
+
+class _GradEnclosure(Enclosure):
+    """A gradient's Enclosure: before rounding it tells its problem the format
+    (:meth:`_BackwardProblem.hint`)."""
+
+    def _round(self, fmt: FloatFormat) -> Arr:
+        hint = getattr(self._problem, "hint", None)
+        if hint is not None:
+            hint(fmt)
+        return super()._round(fmt)
 
 
 def _mask_part(ds: Arr, e_ds: Arr, bl: bool, bs: bool) -> tuple[Arr, Arr]:
@@ -557,6 +592,7 @@ def reference_attention_backward(
         bar.close()
     problem = _BackwardProblem(st)
     res = {kind: outs[kind].enclosure(problem, kind, st.shapes[kind]) for kind in outs}
+    problem.encs = res
     for enc in res.values():
         enc._progress = prog if prog.enabled else None
     return AttentionGradients(res["dq"], res["dk"], res["dv"], res.get("dmask"))

@@ -230,10 +230,41 @@ class _Stats:
     done: Arr
 
 
+class _Chunk:
+    """One chunk of rows of the statistics pass: its rows, score model and the
+    forward's row statistics (weights of every key), from which :meth:`weights` gives
+    P of any rows and keys."""
+
+    def __init__(self, rr: Arr, blk: Block, rs: Any, ok: Arr) -> None:
+        self.rr, self.blk, self.rs, self.ok = rr, blk, rs, ok
+
+    def weights(self, sel: Arr | None, keys: Arr | None) -> tuple[Block, tuple[Arr, Arr, Arr]]:
+        """(score model, P = w~/D~ with its bound) of the rows ``sel`` (a mask; all when
+        None) at ``keys`` (all when None): :func:`..dd_attention.weights_dd`."""
+        rs, blk = self.rs, self.blk
+        wh, wl, na = rs.wh, rs.wl, rs.notallowed
+        Dh, Dl, eD, d_low, tau, tau_d = rs.Dh, rs.Dl, rs.eD, rs.d_low, rs.tau, rs.tau_d
+        if sel is not None:
+            wh, wl, na = wh[sel], wl[sel], None if na is None else na[sel]
+            Dh, Dl, eD, d_low, tau, tau_d = (a[sel] for a in (Dh, Dl, eD, d_low, tau, tau_d))
+            blk = _rows(blk, sel)
+        if keys is not None:
+            wh, wl = wh[:, keys], wl[:, keys]
+            na = None if na is None else na[:, keys]
+            blk = _cols(blk, keys)
+        p = weights_dd(wh, wl, Dh, Dl, eD, d_low, tau, tau_d, na, None, None,
+                       np.ones(wh.shape[0], dtype=bool))
+        return blk, (p.hi, p.lo, p.err)
+
+
 class HeadTier2:
     """Tier 2 of one attention problem: q (L, E), k (S, E), v (S, Ev), grad_output do
     (L, Ev) (exact doubles), the score model ``block(rows)`` (rows an index array),
-    the scale ``cs`` and the dropout factor ``fac`` = (hi, lo, rho) or None."""
+    the scale ``cs`` and the dropout factor ``fac`` = (hi, lo, rho) or None.
+
+    Results kept (O(L + output rows)): the row statistics; dK and dV of the key
+    columns formed in a statistics pass (every key when most rows were asked for,
+    else the columns named by ``rows(..., columns=)``)."""
 
     def __init__(self, q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[Arr], Block],
                  cs: DDScale, fac: tuple[float, float, float] | None,
@@ -244,7 +275,8 @@ class HeadTier2:
         self.S, self.Ev = v.shape
         self.chunk = chunk
         self._kv: KVdd | None = None
-        self._full: dict[str, tuple[Arr, Arr, Arr, bool]] | None = None
+        # kind -> key -> (hi, lo, err, ok) of one key row of dK or dV
+        self._cols: dict[str, dict[int, tuple[Arr, Arr, Arr, bool]]] = {"dk": {}, "dv": {}}
         L = self.L
         z = np.zeros(L)
         self.st = _Stats(z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.copy(),
@@ -259,14 +291,11 @@ class HeadTier2:
     def _step(self, width: int) -> int:
         return max(1, self.chunk // max(width, 1))
 
-    # ---- 1. row statistics (and, in the same pass, what the caller wants of its rows)
-    def _stats_pass(self, rows: Arr, want: Arr | None, keys: Arr | None,
-                    use: Callable[[Arr, Block, tuple[Arr, Arr, Arr], Arr], None]) -> None:
-        """Run the forward's tier 2 on ``rows`` (chunks), cache the statistics, and hand
-        the weights P of the rows in ``want`` (all when None) at ``keys`` (all when
-        None) to ``use``."""
+    # ---- 1. row statistics, and in the same pass whatever the caller forms of them
+    def _stats_pass(self, rows: Arr, use: Callable[[_Chunk], None]) -> None:
+        """Run the forward's tier 2 on ``rows`` (chunks), cache the statistics (D_i =
+        dO_i·O_i by :func:`_row_dot`) and hand each chunk to ``use``."""
         st = self.st
-        want_set = None if want is None else set(want.tolist())
         for s0 in range(0, rows.size, self._step(self.S)):
             rr = rows[s0:s0 + self._step(self.S)]
             blk = self.block(rr)
@@ -284,19 +313,7 @@ class HeadTier2:
             st.Dde[rr] = np.where(has_key, dd_e, 0.0)
             st.ok[rr] = ok & ((np.isfinite(dd_h) & np.isfinite(dd_e)) | ~has_key)
             st.done[rr] = True
-            sel = (np.ones(rr.size, dtype=bool) if want_set is None else
-                   np.fromiter((i in want_set for i in rr.tolist()), dtype=bool, count=rr.size))
-            if not sel.any():
-                continue
-            wh, wl, na = rs.wh[sel], rs.wl[sel], None if rs.notallowed is None else rs.notallowed[sel]
-            blk = _rows(blk, sel)
-            if keys is not None:
-                wh, wl = wh[:, keys], wl[:, keys]
-                na = None if na is None else na[:, keys]
-                blk = _cols(blk, keys)
-            p = weights_dd(wh, wl, rs.Dh[sel], rs.Dl[sel], rs.eD[sel], rs.d_low[sel],
-                           rs.tau[sel], rs.tau_d[sel], na, None, None, np.ones(int(sel.sum()), bool))
-            use(rr[sel], blk, (p.hi, p.lo, p.err), st.ok[rr[sel]])
+            use(_Chunk(rr, blk, rs, st.ok[rr].copy()))
 
     def _weights_at(self, rr: Arr, keys: Arr) -> tuple[Block, tuple[Arr, Arr, Arr], Arr]:
         """P of rows ``rr`` (statistics cached) at the keys ``keys``: the scores of those
@@ -314,7 +331,13 @@ class HeadTier2:
         p = weights_dd(wh, wl, st.Dh[rr], st.Dl[rr], st.eD[rr], st.d_low[rr], tau,
                        st.tau_d[rr], sc.notallowed, None, None, np.ones(rr.size, dtype=bool))
         has_key = np.ones(rr.size, dtype=bool) if blk.allowed is None else blk.allowed.any(-1)
-        ok = st.ok[rr] & (~sc.bad | ~has_key) & np.all(np.isfinite(p.hi) & np.isfinite(p.err), -1)
+        # exp_dd's domain is t <= 2**-40: with the shift of the statistics pass a key's
+        # recomputed t~ = s~ - m can exceed 0 by about e_t; rows where it could exceed
+        # 2**-40 (t~_hi > 2**-41) go to Arb
+        with np.errstate(invalid="ignore"):
+            hot = np.any(sc.sh - sc.m[:, None] > 2.0**-41, axis=-1)
+        ok = (st.ok[rr] & (~sc.bad | ~has_key) & ~hot
+              & np.all(np.isfinite(p.hi) & np.isfinite(p.err), -1))
         return blk, (p.hi, p.lo, p.err), ok
 
     def _x(self, rr: Arr, keys: Arr | None) -> tuple[tuple[Arr, Arr, Arr], bool]:
@@ -329,59 +352,14 @@ class HeadTier2:
             live[blk.uniform] = False
         return live
 
-    # ---- the rows of dQ and dS
-    def rows(self, rows: Arr, want: str) -> tuple[Arr, Arr, Arr, Arr]:
-        """(hi, lo, err, ok) of dQ (want "dq": (rows, E)) or dS (want "ds": (rows, S)).
-
-        The first call on a problem runs the statistics pass over every row (the key
-        columns of dK and dV, usually asked for next, need them all; one pass costs
-        less than a partial pass now and the rest later).  When at least half the rows
-        are asked for (float64 rounding: nearly all), the same pass also forms dK and
-        dV of every key and keeps them for :meth:`columns`."""
-        n_out = self.E if want == "dq" else self.S
-        out_h = np.zeros((rows.size, n_out))
-        out_l = np.zeros_like(out_h)
-        out_e = np.zeros_like(out_h)
-        ok_out = np.zeros(rows.size, dtype=bool)
-        pos = {int(i): n for n, i in enumerate(rows.tolist())}
-        kt = np.ascontiguousarray(self.k.T)
-        full = 2 * rows.size >= self.L and self._full is None
-        all_keys = np.arange(self.S)
-        accs = {"dk": DDSum(), "dv": DDSum()}
-        good = [True]
-
-        def use(rr: Arr, blk: Block, p: tuple[Arr, Arr, Arr], ok: Arr) -> None:
-            x, ex = self._x(rr, None)
-            d = (self.st.Ddh[rr], self.st.Ddl[rr], self.st.Dde[rr])
-            ch = _chain(p, x, d, self._live(blk, rr.size, self.S), blk.keep, self.fac)
-            if full:
-                good[0] = good[0] and bool(ok.all()) and ex and ch.ok
-                for kind, acc in accs.items():
-                    good[0] = good[0] and self._col_product(ch, rr, kind, acc)
-            sel = np.fromiter((int(i) in pos for i in rr.tolist()), dtype=bool, count=rr.size)
-            if not sel.any():
-                return
-            idx = np.array([pos[int(i)] for i in rr[sel].tolist()])
-            good_r = ok[sel] & ex & ch.ok
-            sh, sl, se = ch.sh[sel], ch.sl[sel], ch.se[sel]
-            if want == "ds":
-                out_h[idx], out_l[idx], out_e[idx] = sh, sl, se
-            else:
-                gh, gl, ge, exq = proj_dd(sh, kt, None, x_lo=sl, x_err=se)
-                out_h[idx], out_l[idx], out_e[idx] = scale_dd(gh, gl, ge, self.cs)
-                good_r = good_r & exq
-            ok_out[idx] = good_r & np.all(np.isfinite(out_h[idx]) & np.isfinite(out_e[idx]), -1)
-
-        if full:
-            todo = np.arange(self.L)
-        else:
-            todo = rows if self.st.done.all() else np.union1d(rows, np.flatnonzero(~self.st.done))
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            self._stats_pass(todo, None if full else rows, None, use)
-            if full:
-                self._full = {kind: self._col_result(acc, kind, all_keys, good[0])
-                              for kind, acc in accs.items()}
-        return out_h, out_l, out_e, ok_out
+    def _chain_at(self, rr: Arr, blk: Block, p: tuple[Arr, Arr, Arr], keys: Arr | None
+                  ) -> tuple[_Chain, bool]:
+        """dS and W (with bounds) of rows rr at keys (all when None), and whether X's
+        scalings were exact."""
+        x, ex = self._x(rr, keys)
+        d = (self.st.Ddh[rr], self.st.Ddl[rr], self.st.Dde[rr])
+        n = self.S if keys is None else keys.size
+        return _chain(p, x, d, self._live(blk, rr.size, n), blk.keep, self.fac), ex
 
     def _col_product(self, ch: _Chain, rr: Arr, want: str, acc: DDSum) -> bool:
         """Add the rows ``rr`` of dSᵀ Q (want "dk") or Wᵀ dO ("dv") to ``acc`` (exact slice
@@ -394,40 +372,119 @@ class HeadTier2:
         acc.add(th, tl, te)
         return bool(ex)
 
-    def _col_result(self, acc: DDSum, want: str, keys: Arr, good: bool
-                    ) -> tuple[Arr, Arr, Arr, bool]:
-        n_out = self.E if want == "dk" else self.Ev
-        h, lo, e = acc.result((keys.size, n_out))
-        if want == "dk":
-            h, lo, e = scale_dd(h, lo, e, self.cs)
-        return h, lo, e, good and bool(np.all(np.isfinite(h) & np.isfinite(e)))
+    def _keep_cols(self, accs: dict[str, tuple[Arr, DDSum]], good: dict[str, bool]) -> None:
+        """Finish column sums (the scale for dK) and keep them key by key."""
+        for kind, (keys, acc) in accs.items():
+            n_out = self.E if kind == "dk" else self.Ev
+            h, lo, e = acc.result((keys.size, n_out))
+            if kind == "dk":
+                h, lo, e = scale_dd(h, lo, e, self.cs)
+            fin = np.all(np.isfinite(h) & np.isfinite(e), axis=-1)
+            for n, j in enumerate(keys.tolist()):
+                self._cols[kind][j] = (h[n], lo[n], e[n], bool(good[kind] and fin[n]))
+
+    # ---- the rows of dQ and dS
+    def rows(self, rows: Arr, want: str, columns: dict[str, Arr] | None = None
+             ) -> tuple[Arr, Arr, Arr, Arr]:
+        """(hi, lo, err, ok) of dQ (want "dq": (rows, E)) or dS (want "ds": (rows, S)).
+
+        The first call on a problem runs the statistics pass over every row (dK and dV
+        need them all) and forms in the same pass the key columns of dK and dV named in
+        ``columns`` (kind -> keys: those the caller expects to be asked for), or every
+        key when at least half the rows are asked for (float64 rounding: nearly all)."""
+        n_out = self.E if want == "dq" else self.S
+        out_h = np.zeros((rows.size, n_out))
+        out_l = np.zeros_like(out_h)
+        out_e = np.zeros_like(out_h)
+        ok_out = np.zeros(rows.size, dtype=bool)
+        pos = {int(i): n for n, i in enumerate(rows.tolist())}
+        kt = np.ascontiguousarray(self.k.T)
+        first = not self.st.done.any()
+        accs: dict[str, tuple[Arr, DDSum]] = {}
+        if first:
+            if 2 * rows.size >= self.L:
+                accs = {kind: (np.arange(self.S), DDSum()) for kind in ("dk", "dv")}
+            elif columns:
+                accs = {kind: (keys, DDSum()) for kind, keys in columns.items() if keys.size}
+        good = {kind: True for kind in accs}
+
+        def use(ck: _Chunk) -> None:
+            rr = ck.rr
+            sel = np.fromiter((int(i) in pos for i in rr.tolist()), dtype=bool, count=rr.size)
+            full_rows = bool(sel.all())
+            for kind, (keys, acc) in accs.items():
+                full_keys = keys.size == self.S
+                if full_keys and full_rows and want == "dq":
+                    continue   # formed with the rows below
+                blk, p = ck.weights(None, None if full_keys else keys)
+                ch, ex = self._chain_at(rr, blk, p, None if full_keys else keys)
+                good[kind] = (good[kind] and bool(ck.ok.all()) and ex and ch.ok
+                              and self._col_product(ch, rr, kind, acc))
+            if not sel.any():
+                return
+            blk, p = ck.weights(None if full_rows else sel, None)
+            rs_ = rr[sel]
+            ch, ex = self._chain_at(rs_, blk, p, None)
+            for kind, (keys, acc) in accs.items():
+                if keys.size == self.S and full_rows and want == "dq":
+                    good[kind] = (good[kind] and bool(ck.ok.all()) and ex and ch.ok
+                                  and self._col_product(ch, rs_, kind, acc))
+            idx = np.array([pos[int(i)] for i in rs_.tolist()])
+            good_r = ck.ok[sel] & ex & ch.ok
+            if want == "ds":
+                out_h[idx], out_l[idx], out_e[idx] = ch.sh, ch.sl, ch.se
+            else:
+                gh, gl, ge, exq = proj_dd(ch.sh, kt, None, x_lo=ch.sl, x_err=ch.se)
+                out_h[idx], out_l[idx], out_e[idx] = scale_dd(gh, gl, ge, self.cs)
+                good_r = good_r & exq
+            ok_out[idx] = good_r & np.all(np.isfinite(out_h[idx]) & np.isfinite(out_e[idx]), -1)
+
+        if first:
+            todo = np.arange(self.L)
+        else:
+            todo = rows if self.st.done.all() else np.union1d(rows, np.flatnonzero(~self.st.done))
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            self._stats_pass(todo, use)
+            self._keep_cols(accs, good)
+        return out_h, out_l, out_e, ok_out
 
     # ---- the key columns of dK and dV
     def columns(self, keys: Arr, want: str) -> tuple[Arr, Arr, Arr, bool]:
         """(hi, lo, err, ok) of dK (want "dk": (keys, E)) or dV ("dv": (keys, Ev)): every
-        row contributes, so the row statistics of all rows are needed (computed once)."""
-        if self._full is not None:
-            h, lo, e, ok = self._full[want]
-            return h[keys], lo[keys], e[keys], ok
-        L = self.L
-        acc = DDSum()
-        good = [True]
+        row contributes, so the row statistics of all rows are needed (computed once);
+        columns formed earlier are taken as they were."""
+        if all(j in self._cols[want] for j in keys.tolist()):
+            return self._kept(keys, want)
+        accs = {want: (keys, DDSum())}
+        good = {want: True}
+        acc = accs[want][1]
 
-        def use(rr: Arr, blk: Block, p: tuple[Arr, Arr, Arr], ok: Arr) -> None:
-            x, ex = self._x(rr, keys)
-            d = (self.st.Ddh[rr], self.st.Ddl[rr], self.st.Dde[rr])
-            ch = _chain(p, x, d, self._live(blk, rr.size, keys.size), blk.keep, self.fac)
-            good[0] = (good[0] and bool(ok.all()) and ex and ch.ok
-                       and self._col_product(ch, rr, want, acc))
+        def use(ck: _Chunk) -> None:
+            blk, p = ck.weights(None, keys)
+            ch, ex = self._chain_at(ck.rr, blk, p, keys)
+            good[want] = (good[want] and bool(ck.ok.all()) and ex and ch.ok
+                          and self._col_product(ch, ck.rr, want, acc))
 
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             todo = np.flatnonzero(~self.st.done)
             if todo.size:
-                self._stats_pass(todo, None, keys, use)
-            rest = np.flatnonzero(self.st.done & ~np.isin(np.arange(L), todo))
+                self._stats_pass(todo, use)
+            rest = np.flatnonzero(self.st.done & ~np.isin(np.arange(self.L), todo))
             step = self._step(max(keys.size, self.E))
             for s0 in range(0, rest.size, step):
                 rr = rest[s0:s0 + step]
                 blk, p, ok_r = self._weights_at(rr, keys)
-                use(rr, blk, p, ok_r)
-            return self._col_result(acc, want, keys, good[0])
+                ch, ex = self._chain_at(rr, blk, p, keys)
+                good[want] = (good[want] and bool(ok_r.all()) and ex and ch.ok
+                              and self._col_product(ch, rr, want, acc))
+            self._keep_cols(accs, good)
+        return self._kept(keys, want)
+
+    def _kept(self, keys: Arr, want: str) -> tuple[Arr, Arr, Arr, bool]:
+        """The kept key rows ``keys`` of dK or dV stacked."""
+        got = [self._cols[want][j] for j in keys.tolist()]
+        if not got:
+            z = np.zeros((0, self.E if want == "dk" else self.Ev))
+            return z, z.copy(), z.copy(), True
+        return (np.stack([g[0] for g in got]), np.stack([g[1] for g in got]),
+                np.stack([g[2] for g in got]), all(g[3] for g in got))
