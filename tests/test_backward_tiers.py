@@ -164,17 +164,23 @@ def test_tier1_bound_does_not_grow_with_the_blocks() -> None:
 
 
 ORDERS: dict[str, tuple[tuple[str, str], ...]] = {
-    # (kind, rows): "all" or "some" — each order takes another path through dd.py
+    # (kind, rows): "all", "some" (every other) or "few" (two) — each order takes another
+    # path through dd.py
     "dq all rows first (dK, dV formed in that pass)": (("dq", "all"), ("dk", "all"),
                                                        ("dv", "all")),
     "dk first (statistics pass with the key columns)": (("dk", "some"), ("dv", "some"),
                                                         ("dq", "some")),
     "dq few rows, then key columns": (("dq", "some"), ("dk", "all"), ("dv", "some")),
+    "dq few rows with prefetched columns, then more columns": (("dq", "few"), ("dk", "some"),
+                                                                ("dv", "all")),
 }
+PREFETCH = {"dq few rows with prefetched columns, then more columns": {"dk": [0, 2, 4, 6, 8],
+                                                                       "dv": [1, 5]}}
 
 
 def _t2_check(c: dict[str, Any], order: tuple[tuple[str, str], ...],
-              tamper: Callable[[Any], Any] | None = None) -> tuple[int, float]:
+              tamper: Callable[[Any], Any] | None = None,
+              prefetch: dict[str, list[int]] | None = None) -> tuple[int, float]:
     """(violations, largest bound relative to the size of the summed terms) of the
     tier-2 values of every kind in ``order`` against the forward-mode reference."""
     g = reference_attention_backward(c["q"], c["k"], c["v"], c["do"], **c["kw"])
@@ -187,11 +193,17 @@ def _t2_check(c: dict[str, Any], order: tuple[tuple[str, str], ...],
     scale = (max(c_abs, 1.0) * max(np.abs(c["q"]).max(), np.abs(c["k"]).max(), 1.0)
              * np.abs(c["do"]).max() * np.abs(c["v"]).max() * c["v"].shape[1])
     todo = list(order) + ([("dmask", "all")] if g.d_attn_mask is not None else [])
+    if prefetch is not None:  # the key rows the format hint would name (api.hint)
+        prob = g.dq._problem
+        for kind, keys in prefetch.items():
+            m = np.zeros(encs[kind]._mid.shape[:2], dtype=bool)
+            m[0, keys] = True
+            prob._cand[kind] = m
     for kind, which in todo:
         enc = encs[kind]
         assert enc is not None
         live = np.flatnonzero(~enc._zero_rows[0] & ~enc._nan_rows[0])
-        rows = live if which == "all" else live[::2]
+        rows = live if which == "all" else live[::2] if which == "some" else live[:2]
         h, lo, err, ok = enc._problem.refine(0, rows, kind)
         if tamper is not None:
             h, lo, err = tamper((h, lo, err))
@@ -206,7 +218,7 @@ def _t2_check(c: dict[str, Any], order: tuple[tuple[str, str], ...],
 @pytest.mark.parametrize("kind", CASES)
 def test_tier2_values_lie_within_their_bounds_and_the_bounds_are_tiny(kind: str,
                                                                       order: str) -> None:
-    bad, worst = _t2_check(_case(3, kind), ORDERS[order])
+    bad, worst = _t2_check(_case(3, kind), ORDERS[order], prefetch=PREFETCH.get(order))
     assert bad == 0
     assert worst < 2.0**-70   # the tier decides float64 roundings: about 2**-80
 
