@@ -269,7 +269,7 @@ def _expand(dec: Decomposition, boundary: Fraction, what: Callable[[], str]) -> 
                 f"{boundary}: it is within 2**-250 of it and combines "
                 f"{len(dec.classes)} classes of softmax rows with different score sets, "
                 f"whose exact test needs more than {TERM_BUDGET} terms (see "
-                "docs/gradients.md §5)")
+                "docs/gradients.md §7)")
     one: Poly = {fld.key_zero(): (Fraction(1), _ZERO)}
     total: Poly = {}
     r_minus_t = (dec.const[0] - boundary, dec.const[1])

@@ -405,7 +405,7 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
             etk = etk + mm_up((e_ds + np.abs(ds)).T, rad.q[i0:i1])
         acc_k.add(tk, etk * UP)
 
-    # (10) the row blocks' sums (BlockSum), then the scale for dK
+    # (7), (9): the row blocks' sums (BlockSum), then the scale for dK
     gk, e_gk = acc_k.result((S, E))
     dk = c_f * gk
     e_dk = _scale_err(gk, e_gk, dk, c_f, rho_c)
