@@ -37,12 +37,13 @@ from typing import Any
 
 import numpy as np
 
-from ..constants import CHUNK_ELEMS, ETA, FLOOR, RHO_EXP2, UP, U, gamma
+from ..constants import ETA, FLOOR, RHO_EXP2, UP, U, gamma
 from ..conventions import Block, DDScale
 from ..dd import dd_add, dd_mul, dd_mul_d, two_sum
 from ..dd_attention import KVdd, dd_scores, tier2_block, weights_dd
 from ..jit import t2_weights
 from ..mha import proj_dd
+from .fast import BWD_CHUNK
 
 __all__ = ["DDSum", "HeadTier2", "scale_dd"]
 
@@ -268,7 +269,7 @@ class HeadTier2:
 
     def __init__(self, q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[Arr], Block],
                  cs: DDScale, fac: tuple[float, float, float] | None,
-                 chunk: int = CHUNK_ELEMS) -> None:
+                 chunk: int = BWD_CHUNK) -> None:
         self.q, self.k, self.v, self.do = q, k, v, do
         self.block, self.cs, self.fac = block, cs, fac
         self.L, self.E = q.shape

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..constants import CHUNK_ELEMS, ETA, FLOOR, KEY_BLOCK, UP, U, gamma
+from ..constants import ETA, FLOOR, KEY_BLOCK, UP, U, gamma
 from ..conventions import Block
 from ..dd import two_sum
 from ..exact_scores import norm_up
@@ -42,6 +42,12 @@ __all__ = ["BlockSum", "HeadGrads", "Radii", "blocked_matmul", "blocked_rowdot",
            "tier1_backward"]
 
 Arr = np.ndarray[Any, Any]
+
+# scores per block of query rows in the backward's tiers: four times the forward's
+# CHUNK_ELEMS — its products (dS K, dSᵀ Q, Wᵀ dO, per-key bounds) are BLAS calls whose
+# efficiency falls with skinny blocks (at S = 2048 the forward's block is 32 rows);
+# about 30 such arrays per block: ~60 MB
+BWD_CHUNK = 1 << 18
 
 
 def mm_up(a: Arr, b: Arr) -> Arr:
@@ -278,7 +284,7 @@ def _scale_err(g: Arr, e_g: Arr, out: Arr, c_f: float, rho_c: float) -> Arr:
 def tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Block],
                    c_f: float, rho_c: float, f_f: float = 1.0, rho_f: float = 0.0,
                    radii: Radii | None = None, want_ds: bool = False,
-                   chunk: int = CHUNK_ELEMS, key_block: int = KEY_BLOCK) -> HeadGrads:
+                   chunk: int = BWD_CHUNK, key_block: int = KEY_BLOCK) -> HeadGrads:
     """Gradients of one attention problem (q (L, E), k (S, E), v (S, Ev), grad_output
     do (L, Ev), exact doubles or approximations within ``radii``) with the score
     model ``block(rows)`` (masks, dropout keep-mask, uniform rows), the true scale
