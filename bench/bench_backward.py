@@ -1,6 +1,7 @@
 """The gradient oracle and the backward testing tool, measured (issue 12).
 
     python bench/bench_backward.py [--cases N] [--seed S] [--skip-speed] [--only SECTION]
+                                   [--speed-repeats N] [--no-growth]
 
 Sections (bench/RESULTS.md, "Issue 12"):
 
@@ -17,8 +18,10 @@ bugs          each backward bug class injected into the FA2-style kernel, in 4 d
               somewhere; "visible": the bug's effect max|bug64 − exact| is >= 10× the
               error of the correct same-dtype kernel.  Caught = the verdict fails; right
               diagnosis = the bug is the first class named.
-speed         fp32-rounded reference backward vs torch float64 autograd of SDPA
-              (forward + backward) at (2, 8, 256, 64), one thread on both sides.
+speed         fp32- and fp64-rounded reference backward vs torch float64 autograd of
+              SDPA (forward + backward) at (2, 8, 256, 64), one thread on both sides,
+              CPU and wall, min and median, numba and the numpy twins; growth with L
+              at (1, 8, L, 64), L = 256 ... 2048 (--no-growth to skip).
 """
 
 from __future__ import annotations
@@ -296,39 +299,105 @@ def bugs(n_cases: int, seed: int) -> None:
                   + (f"{at}/{r[6]}" if at is not None else "—"))
 
 
-def speed(repeats: int = 3) -> None:
+def _timed(fn: Any, repeats: int) -> tuple[list[float], list[float]]:
+    cpu, wall = [], []
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return cpu, wall
+
+
+def _med(x: list[float]) -> float:
+    return sorted(x)[len(x) // 2]
+
+
+def _numba(on: bool) -> None:
+    """Switch the compiled kernels on or off in this process (both tiers' twins)."""
+    from mha_symbolic.oracle import jit
+    from mha_symbolic.oracle.backward import fast as bfast
+
+    os.environ["MHA_SYMBOLIC_NUMBA"] = "1" if on else "0"
+    jit._kernels.cache_clear()
+    bfast._compiled.cache_clear()
+
+
+def speed(repeats: int = 5, growth: bool = True) -> None:
+    """Issue 12's target: the fp32-rounded reference backward <= 10x torch float64
+    autograd (forward + backward) of SDPA at (2, 8, 256, 64), both sides one thread,
+    CPU and wall time, min and median; fp64-rounded beside it; numba and the numpy
+    twins; the growth with L at (1, 8, L, 64)."""
     if torch is None:
         return
-    print("## Speed: fp32-rounded reference backward vs torch float64 autograd (fwd + bwd)")
-    rng = np.random.default_rng(0)
-    q, k, v, do = (rng.standard_normal((2, 8, 256, 64)).astype(np.float32) for _ in range(4))
+    print("## Speed: reference backward (construction + .rounded() of dq, dk, dv) vs torch "
+          "float64 autograd of SDPA (forward + backward), float32 inputs, one thread each")
 
-    def torch_run() -> None:
-        tq, tk, tv = (torch.from_numpy(x).double().requires_grad_(True) for x in (q, k, v))
+    def case(shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+        rng = np.random.default_rng(0)
+        return tuple(rng.standard_normal(shape).astype(np.float32) for _ in range(4))
+
+    def torch_run(x: tuple[np.ndarray, ...]) -> None:
+        q, k, v, do = x
+        tq, tk, tv = (torch.from_numpy(a).double().requires_grad_(True) for a in (q, k, v))
         out = F.scaled_dot_product_attention(tq, tk, tv)
         torch.autograd.grad(out, (tq, tk, tv), torch.from_numpy(do).double())
 
-    def ours() -> None:
-        g = reference_attention_backward(q, k, v, do)
-        for e in g:
-            e.rounded("float32")
+    split: dict[str, list[float]] = defaultdict(list)
 
-    res = {}
-    for name, fn in (("torch float64 autograd", torch_run), ("reference, fp32-rounded", ours)):
-        cpu, wall = [], []
-        for _ in range(repeats):
-            t0, c0 = time.perf_counter(), time.process_time()
-            fn()
-            wall.append(time.perf_counter() - t0)
-            cpu.append(time.process_time() - c0)
-        res[name] = (cpu, wall)
-        print(f"{name}: CPU min {min(cpu):.3f} s, median {sorted(cpu)[len(cpu) // 2]:.3f} s; "
-              f"wall min {min(wall):.3f} s, median {sorted(wall)[len(wall) // 2]:.3f} s")
-    t_cpu, o_cpu = res["torch float64 autograd"][0], res["reference, fp32-rounded"][0]
-    print(f"ratio (CPU, min/min): {min(o_cpu) / min(t_cpu):.1f}x; "
-          f"(median/median): {sorted(o_cpu)[1] / sorted(t_cpu)[1]:.1f}x")
+    def ours(x: tuple[np.ndarray, ...], fmt: str) -> None:
+        c0 = time.process_time()
+        g = reference_attention_backward(*x)
+        c1 = time.process_time()
+        for e in g:
+            e.rounded(fmt)
+        split["tier 1 (construction)"].append(c1 - c0)
+        split["rounding (tiers 2-3)"].append(time.process_time() - c1)
+
+    def report(name: str, cpu: list[float], wall: list[float], base: list[float] | None) -> str:
+        line = (f"{name}: CPU min {min(cpu):.3f} s, median {_med(cpu):.3f} s; "
+                f"wall min {min(wall):.3f} s, median {_med(wall):.3f} s")
+        if base is not None:
+            line += (f"; ratio (CPU) min/min {min(cpu) / min(base):.1f}x, "
+                     f"median/median {_med(cpu) / _med(base):.1f}x")
+        return line
+
+    x = case((2, 8, 256, 64))
+    torch_run(x)
+    for use_numba in (True, False):
+        _numba(use_numba)
+        ours(x, "float32")   # warm: compiled kernels loaded, tables built
+        label = "numba" if use_numba else "numpy twins (MHA_SYMBOLIC_NUMBA=0)"
+        t_cpu, t_wall = _timed(lambda: torch_run(x), 3 * repeats)
+        print(report("torch float64 autograd", t_cpu, t_wall, None))
+        for fmt in ("float32", "float64"):
+            split.clear()
+            cpu, wall = _timed(lambda fmt=fmt: ours(x, fmt), repeats)
+            print(report(f"reference, {fmt}-rounded, {label}", cpu, wall, t_cpu))
+            print("   of which (CPU, median): " + ", ".join(
+                f"{k} {_med(v):.3f} s" for k, v in split.items()))
+    _numba(True)
     print("threads: OMP/OPENBLAS/MKL =", os.environ.get("OMP_NUM_THREADS"),
           "torch =", torch.get_num_threads(), "; load:", _load())
+    if not growth:
+        return
+    print()
+    print("## Growth with L: (1, 8, L, 64), float32 inputs, numba; CPU min/median of 3")
+    print("L | torch fp64 autograd (s) | fp32-rounded (s) | ratio | fp64-rounded (s) | ratio")
+    for L in (256, 512, 1024, 2048):
+        x = case((1, 8, L, 64))
+        t_cpu, _ = _timed(lambda x=x: torch_run(x), 3)
+        cpu32, _ = _timed(lambda x=x: ours(x, "float32"), 3)
+        row = (f"{L} | {min(t_cpu):.3f}/{_med(t_cpu):.3f} | {min(cpu32):.3f}/{_med(cpu32):.3f} "
+               f"| {min(cpu32) / min(t_cpu):.1f}x/{_med(cpu32) / _med(t_cpu):.1f}x")
+        if L <= 1024:
+            cpu64, _ = _timed(lambda x=x: ours(x, "float64"), 3)
+            row += (f" | {min(cpu64):.3f}/{_med(cpu64):.3f} | "
+                    f"{min(cpu64) / min(t_cpu):.1f}x/{_med(cpu64) / _med(t_cpu):.1f}x")
+        else:
+            row += " | — | —"
+        print(row, flush=True)
+    print("load:", _load())
 
 
 def _load() -> str:
@@ -341,6 +410,8 @@ def main() -> None:
     ap.add_argument("--cases", type=int, default=20)
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument("--skip-speed", action="store_true")
+    ap.add_argument("--speed-repeats", type=int, default=5)
+    ap.add_argument("--no-growth", action="store_true")
     ap.add_argument("--only", choices=["false-alarms", "jax", "mha", "bugs", "speed"])
     a = ap.parse_args()
     t0 = time.time()
@@ -348,7 +419,7 @@ def main() -> None:
                 "jax": lambda: jax_false_alarms(a.cases, a.seed),
                 "mha": lambda: mha_false_alarms(max(2, a.cases // 2), a.seed),
                 "bugs": lambda: bugs(max(2, a.cases // 2), a.seed),
-                "speed": speed}
+                "speed": lambda: speed(a.speed_repeats, not a.no_growth)}
     for name, fn in sections.items():
         if a.only not in (None, name) or (name == "speed" and a.skip_speed):
             continue

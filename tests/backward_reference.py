@@ -166,3 +166,71 @@ def _mha_scalar(x: dict[str, np.ndarray], H: int, dout: np.ndarray,
                 o = o + A[i][col] * e("wo", r, col)
             total = total + o * _arb_of(float(dout[i, r]))
     return total
+
+
+def formula_gradients(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray,
+                      keep: np.ndarray, madd: np.ndarray | None, scale: Any,
+                      drop: np.ndarray | None = None, f: Fraction = Fraction(1),
+                      uniform: np.ndarray | None = None, prec: int = 200) -> dict[str, np.ndarray]:
+    """Arb balls of dq, dk, dv, dmask of one problem from the backward formulas
+    (FlashAttention-2; Theorem 14), written out here with python-flint alone — for
+    sizes where the forward-mode reference is too slow.  keep (L, S) the allowed
+    keys, madd the additive mask, drop the dropout keep-mask, uniform (L,) rows with
+    weights 1/S and no dependence on the scores."""
+    old = ctx.prec
+    ctx.prec = prec
+    try:
+        L, E = q.shape
+        S, Ev = v.shape
+        c = arb(E).rsqrt() if scale == "rsqrt" else _arb_of(scale)
+        fa = _arb_of(f)
+        qa = [[_arb_of(float(x)) for x in row] for row in q]
+        ka = [[_arb_of(float(x)) for x in row] for row in k]
+        va = [[_arb_of(float(x)) for x in row] for row in v]
+        da = [[_arb_of(float(x)) for x in row] for row in do]
+        P = [[arb(0)] * S for _ in range(L)]
+        dS = [[arb(0)] * S for _ in range(L)]
+        W = [[arb(0)] * S for _ in range(L)]
+        for i in range(L):
+            uni = uniform is not None and bool(uniform[i])
+            js = list(range(S)) if uni else [j for j in range(S) if keep[i, j]]
+            if not js:
+                continue
+            s = {}
+            for j in js:
+                if uni:
+                    s[j] = arb(0)
+                    continue
+                g = sum((qa[i][l] * ka[j][l] for l in range(E)), arb(0))
+                s[j] = c * g + (_arb_of(float(madd[i, j])) if madd is not None else arb(0))
+            top = max(s.values(), key=lambda b: float(b.mid()))
+            w = {j: (s[j] - top).exp() for j in js}
+            z = sum(w.values(), arb(0))
+            for j in js:
+                P[i][j] = w[j] / z
+            dp = {}
+            for j in js:
+                kept = drop is None or bool(drop[i, j])
+                x = sum((da[i][l] * va[j][l] for l in range(Ev)), arb(0))
+                dp[j] = x * fa if kept else arb(0)
+                W[i][j] = P[i][j] * fa if kept else arb(0)
+            if uni:
+                continue
+            d_i = sum((P[i][j] * dp[j] for j in js), arb(0))
+            for j in js:
+                dS[i][j] = P[i][j] * (dp[j] - d_i)
+        out = {"q": np.empty((L, E), dtype=object), "k": np.empty((S, E), dtype=object),
+               "v": np.empty((S, Ev), dtype=object), "m": np.empty((L, S), dtype=object)}
+        for i in range(L):
+            for l in range(E):
+                out["q"][i, l] = c * sum((dS[i][j] * ka[j][l] for j in range(S)), arb(0))
+            for j in range(S):
+                out["m"][i, j] = dS[i][j]
+        for j in range(S):
+            for l in range(E):
+                out["k"][j, l] = c * sum((dS[i][j] * qa[i][l] for i in range(L)), arb(0))
+            for l in range(Ev):
+                out["v"][j, l] = sum((W[i][j] * da[i][l] for i in range(L)), arb(0))
+        return out
+    finally:
+        ctx.prec = old

@@ -6,9 +6,8 @@ Files name the method: :mod:`.inputs` (numpy/torch/jax/lists to exact dyadics),
 analysis), :mod:`.fast` (proved float64 bounds), :mod:`.arb` (the ball-arithmetic
 fallback), :mod:`.enclosure` (rounding and ties), :mod:`.forward`
 (:func:`reference_attention`), :mod:`.mha` (:func:`reference_mha`); the backward
-pass: :mod:`.backward` (:func:`reference_attention_backward`) with its fast path
-(:mod:`.backward_fast`), Arb fallback (:mod:`.backward_arb`) and exact ties
-(:mod:`.backward_exact`).
+pass is the subpackage :mod:`.backward` (:func:`reference_attention_backward`,
+:func:`reference_mha_backward`; its files name the tiers).
 """
 
 from __future__ import annotations
@@ -23,13 +22,17 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "Enclosure": "enclosure",
     "reference_attention_backward": "backward",
     "AttentionGradients": "backward",
-    "reference_mha_backward": "backward_mha",
-    "MhaGradients": "backward_mha",
+    "reference_mha_backward": "backward",
+    "MhaGradients": "backward",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .backward import AttentionGradients, reference_attention_backward
-    from .backward_mha import MhaGradients, reference_mha_backward
+    from .backward import (
+        AttentionGradients,
+        MhaGradients,
+        reference_attention_backward,
+        reference_mha_backward,
+    )
     from .enclosure import Enclosure
     from .forward import reference_attention
     from .mha import reference_mha

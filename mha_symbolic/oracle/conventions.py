@@ -33,6 +33,95 @@ POLICIES = ("zero", "nan", "error", "uniform")
 ALIGNMENTS = ("top_left", "bottom_right")
 
 
+Array = np.ndarray[Any, Any]
+
+
+def check_options(masked_rows: str, causal_alignment: str) -> None:
+    """The masked-row policy and the causal alignment are among the known ones."""
+    if masked_rows not in POLICIES:
+        raise SpecError(f"masked_rows={masked_rows!r}: expected one of {POLICIES}")
+    if causal_alignment not in ALIGNMENTS:
+        raise SpecError(f"causal_alignment={causal_alignment!r}: expected one of {ALIGNMENTS}")
+
+
+def check_sdpa_inputs(query: Any, key: Any, value: Any, enable_gqa: bool
+                      ) -> tuple[Array, Array, Array, tuple[int, ...], int]:
+    """query, key, value of SDPA read exactly and checked (float, finite, at least 2-D,
+    E and S agree, GQA head counts): (q, k, v, batch shape, GQA repeat).  Shared by
+    the forward and the backward."""
+    q = as_exact_array(query, "query")
+    k = as_exact_array(key, "key")
+    v = as_exact_array(value, "value")
+    for name, arr in (("query", q), ("key", k), ("value", v)):
+        if arr.dtype == bool:
+            raise SpecError(f"{name}.dtype=bool: expected a float array")
+        if arr.ndim < 2:
+            raise ShapeError(f"{name}.shape={arr.shape}: expected at least 2 dimensions (..., L, E)")
+        validate_finite(arr, name)
+    if k.shape[-1] != q.shape[-1]:
+        raise ShapeError(
+            f"key.shape={k.shape} does not match query.shape={q.shape}: "
+            f"E must agree ({q.shape[-1]} vs {k.shape[-1]})"
+        )
+    if v.shape[-2] != k.shape[-2]:
+        raise ShapeError(
+            f"value.shape={v.shape} does not match key.shape={k.shape}: "
+            f"S must agree ({k.shape[-2]} vs {v.shape[-2]})"
+        )
+    rep = 1
+    if enable_gqa:
+        if min(q.ndim, k.ndim, v.ndim) < 3:
+            raise ShapeError(
+                f"query.shape={q.shape}, key.shape={k.shape}, value.shape={v.shape}: with "
+                "enable_gqa=True every input needs a head dimension (..., H, L, E), as in "
+                "torch's scaled_dot_product_attention"
+            )
+        hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
+        if hk != hv:
+            raise ShapeError(f"value.shape={v.shape} does not match key.shape={k.shape}: "
+                             f"H_kv must agree ({hk} vs {hv})")
+        if hk == 0 or hq % hk:
+            raise ShapeError(
+                f"query.shape={q.shape}, key.shape={k.shape}: with enable_gqa=True H_q must "
+                f"be a multiple of H_kv ({hq} vs {hk})"
+            )
+        rep = hq // hk
+    try:
+        if rep > 1:
+            kb = (*k.shape[:-3], k.shape[-3] * rep)
+            vb = (*v.shape[:-3], v.shape[-3] * rep)
+        else:
+            kb, vb = k.shape[:-2], v.shape[:-2]
+        batch = tuple(np.broadcast_shapes(q.shape[:-2], kb, vb))
+        if rep > 1 and batch[-1] != q.shape[-3]:
+            raise ValueError
+    except ValueError:
+        hint = ""
+        if q.ndim >= 3 and k.ndim >= 3 and q.shape[-3] != k.shape[-3] and not enable_gqa:
+            hint = f" (H_q={q.shape[-3]} != H_kv={k.shape[-3]}: pass enable_gqa=True for GQA)"
+        raise ShapeError(
+            f"query.shape={q.shape}, key.shape={k.shape}, value.shape={v.shape}: the "
+            f"leading (batch, head) dimensions do not broadcast{hint}"
+        ) from None
+    return q, k, v, batch, rep
+
+
+def check_dropout(dropout_p: Any, dropout_mask: Any) -> float:
+    """dropout_p as a float in [0, 1); a positive p needs the keep mask that was used."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float, np.floating,
+                                                                  np.integer)):
+        raise SpecError(f"dropout_p={dropout_p!r}: expected a number in [0, 1)")
+    p = float(dropout_p)
+    if not (0.0 <= p < 1.0):
+        raise SpecError(f"dropout_p={dropout_p!r}: expected a number in [0, 1)")
+    if p > 0 and dropout_mask is None:
+        raise SpecError(
+            f"dropout_p={dropout_p!r} without dropout_mask: dropout is random, so the "
+            "oracle needs the keep mask that was used (dropout_mask=, True = kept)"
+        )
+    return p
+
+
 def exact_scale(scale: Any, E: int) -> tuple[Fraction | None, float, float]:
     """(exact rational scale or None for 1/sqrt(E), c_f, rho_c) with |c - c_f| <= rho_c."""
     if scale is None:
@@ -53,6 +142,17 @@ def exact_scale(scale: Any, E: int) -> tuple[Fraction | None, float, float]:
     if not math.isfinite(sf):
         raise InputValueError(f"scale={scale!r}: expected a finite number")
     return Fraction(sf), sf, 0.0
+
+
+def rational_scale(scale: Fraction | None, E: int) -> Fraction | None:
+    """The scale as an exact rational (``scale`` from :func:`exact_scale`), or None when
+    it is 1/sqrt(E) with E not a perfect square (irrational)."""
+    if scale is not None:
+        return scale
+    if E == 0:
+        return Fraction(0)
+    rt = math.isqrt(E)
+    return Fraction(1, rt) if rt * rt == E else None
 
 
 @dataclass(frozen=True)
@@ -290,29 +390,3 @@ class ScoreModel:
         if allowed is not None and allowed.all():
             allowed = None
         return Block(allowed, madd, keep, uniform)
-
-
-def prepare_mask(attn_mask: Any, is_causal: bool, causal_alignment: str,
-                 batch: tuple[int, ...], L: int, S: int) -> tuple[Any, Any]:
-    """(allowed bool array broadcastable to batch+(L,S), additive float64 or None).
-
-    The materialising form of :class:`ScoreModel` (kept for callers written against
-    the API before issue 11, e.g. the gradients); integer masks are refused."""
-    allowed: np.ndarray[Any, Any] = np.ones((1,) * len(batch) + (L, S), dtype=bool)
-    madd = None
-    if attn_mask is not None:
-        m = read_mask(attn_mask, "attn_mask")
-        ScoreModel._check_shape(m, "attn_mask", (*batch, L, S))
-        if m.dtype == bool:
-            allowed = allowed & m
-        else:
-            validate_finite(m, "attn_mask", allow_neg_inf=True)
-            m64 = to_float64(m)
-            allowed = allowed & (m64 != -np.inf)
-            madd = np.where(m64 == -np.inf, 0.0, m64)
-    if is_causal:
-        i = np.arange(L)[:, None]
-        j = np.arange(S)[None, :]
-        causal = j <= i if causal_alignment == "top_left" else j <= i + (S - L)
-        allowed = allowed & causal
-    return allowed, madd

@@ -92,6 +92,18 @@ def dd_add_d(ah: Array, al: Array, b: Array) -> tuple[Array, Array]:
     return two_sum(s, e)
 
 
+def dd_add(ah: Array, al: Array, bh: Array, bl: Array) -> tuple[Array, Array]:
+    """dd plus dd: ``s + e = ah + bh`` exactly (TwoSum), ``t = fl(al + bl)`` errs by
+    <= u|al + bl|, ``fl(e + t)`` by <= u(|e| + |t|) <= u(u|s| + (1 + u)(|al| + |bl|)),
+    and the result is renormalised by TwoSum (exact).  So
+    ``|result - (ah + al + bh + bl)| <= u·(u|s| + 2.01(|al| + |bl|))`` with
+    |s| <= (1 + u)(|ah| + |bh|): relative to the inputs, not to the (possibly
+    cancelled) sum."""
+    s, e = two_sum(ah, bh)
+    e += al + bl
+    return two_sum(s, e)
+
+
 def dd_div(nh: Array, nl: Array, dh: Array, dl: Array) -> tuple[Array, Array]:
     """dd quotient (no underflow, ``dh > 0`` normalised):
     ``|N/D - (qh + ql)| <= 2**-100 · |qh|`` plus nothing else.

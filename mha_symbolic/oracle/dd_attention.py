@@ -136,20 +136,67 @@ class Tier2:
     p_hi: Array | None = None
     p_lo: Array | None = None
     p_err: Array | None = None
+    stats: RowStats | None = None
+
+
+@dataclass
+class Scores:
+    """Double-double scores of a block (step 1-2 of :func:`tier2_block`): s~ = sh + sl
+    (r, S) with masked keys sh = -inf, the shift m (r,) (the row maximum of sh unless
+    given), the per-key bound ``e_t`` (r,) of |t~ - t| for t~ = s~ - m (keys with
+    t~ >= -600), rows this tier cannot take (``bad``), rows with an allowed key."""
+
+    sh: Array
+    sl: Array
+    m: Array
+    e_t: Array
+    bad: Array
+    has_key: Array
+    notallowed: Array | None
+
+
+@dataclass
+class RowStats:
+    """The row quantities of a block that the gradients reuse (:func:`tier2_block`
+    with ``want_stats``): shift m, weights w~ = wh + wl (r, S; exp~(s~ - m), masked
+    keys 0), their relative bound tau (r,), D~ = Dh + Dl = Σ w~ within eD, d_low <= D~,
+    tau_d >= |Σ w / Σ w~ - 1| (docs/oracle.md §3.5), ok (r,) as the block's."""
+
+    m: Array
+    wh: Array
+    wl: Array
+    tau: Array
+    Dh: Array
+    Dl: Array
+    eD: Array
+    d_low: Array
+    tau_d: Array
+    notallowed: Array | None
+    ok: Array
 
 
 def tier2_block(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
                 cs: DDScale, dropout: tuple[float, float, float] | None = None,
-                kind: str = "output") -> Tier2:
+                kind: str = "output", want_stats: bool = False) -> Tier2:
     """Rows qh (+ ql) (r, E) (radius ``qr[i] >= ||q_i - q~_i||`` or None) against ``kv``;
     ``dropout`` = (r_hi, r_lo, rho_r) of the factor 1/(1 - p) or None; ``kind`` is
-    "output" (r × Ev) or "weights" (r × S)."""
+    "output" (r × Ev) or "weights" (r × S); ``want_stats`` (output only) also returns
+    the block's :class:`RowStats` (the gradients' second tier reuses them)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-        return _tier2(qh, ql, qr, kv, blk, cs, dropout, kind)
+        return _tier2(qh, ql, qr, kv, blk, cs, dropout, kind, want_stats)
 
 
-def _tier2(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
-           cs: DDScale, dropout: tuple[float, float, float] | None, kind: str) -> Tier2:
+def dd_scores(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
+              cs: DDScale, m: Array | None = None) -> Scores:
+    """Steps 1-2 of :func:`tier2_block` (exact scores, scale, mask) for the keys of
+    ``kv``; with ``m`` given, the shift is that (the row maximum over *all* keys, of
+    an earlier block) instead of the maximum over these keys."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        return _scores(qh, ql, qr, kv, blk, cs, m)
+
+
+def _scores(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
+            cs: DDScale, m_given: Array | None) -> Scores:
     r, E = qh.shape
     S = kv.S
     bad = np.zeros(r, dtype=bool)
@@ -247,15 +294,26 @@ def _tier2(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
     # s~ = c·(2**P G') + M in double-double, the row maxima m (one fused pass)
     sh, sl, m = t2_scores(gh0, gl0, ps, tiny_rows, mode, cs.hi, cs.lo, blk.madd, blk.uniform,
                           notallowed, has_key)
+    if m_given is not None:
+        m = m_given
     # per key: |t~ - t| <= alpha + u²(3|m| + 3000 + 2|c g|max) for keys with t~ >= -600
     # (mask addition and shift each err by <= u(u|result| + |low word|)); cut keys have
     # true t <= -599 as long as e_t <= 2**-30.
     abs_m = np.abs(m)
     e_t = (alpha + U * U * (3 * abs_m + 3000.0 + 2 * cg_max)) * UP
     bad |= ~(e_t <= DD_ERR_CAP) | ~(abs_m <= MAX_SCORE_DD) | ~np.isfinite(cg_max)
+    return Scores(sh, sl, m, e_t, bad, has_key, notallowed)
+
+
+def _tier2(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
+           cs: DDScale, dropout: tuple[float, float, float] | None, kind: str,
+           want_stats: bool) -> Tier2:
+    S = kv.S
+    sc = _scores(qh, ql, qr, kv, blk, cs, None)
+    m, e_t, bad, has_key, notallowed = sc.m, sc.e_t, sc.bad, sc.has_key, sc.notallowed
     # ---- 3. weights: w~ = exp~(s~ - m) in double-double, masked keys 0 (one fused pass)
-    wh, wl = t2_weights(sh, sl, m, notallowed)
-    del sh, sl, gh0, gl0
+    wh, wl = t2_weights(sc.sh, sc.sl, m, notallowed)
+    del sc
     tau = (e_t * (1.0 + e_t) + RHO_EXP2) * (1.0 + 2.0 * RHO_EXP2) * UP
     # ---- 4. N = W·V (keep applied) and D = Σ W, exact slice products per key block
     Dh, Dl, eD, Nh, Nl, eN = _weighted_sums(wh, wl, kv, blk.keep, kind == "output")
@@ -269,8 +327,8 @@ def _tier2(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
     if dropout is not None:
         fac = dropout
     if kind == "weights":
-        return _weights(wh, wl, Dh, Dl, eD, d_low, tau, tau_d, notallowed, blk.keep, fac,
-                        ~bad & has_key)
+        return weights_dd(wh, wl, Dh, Dl, eD, d_low, tau, tau_d, notallowed, blk.keep, fac,
+                          ~bad & has_key)
     assert Nh is not None and Nl is not None and eN is not None
     # ---- 5. y = N/D, error assembly (in the scaled units of V's columns)
     yh, yl = dd_div(Nh, Nl, np.broadcast_to(Dh[:, None], Nh.shape).copy(),
@@ -302,7 +360,9 @@ def _tier2(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
         yh, yl = y2h, y2l
     err = err * UP
     ok = ~bad & has_key & np.all(np.isfinite(yh) & np.isfinite(yl) & np.isfinite(err), axis=-1)
-    return Tier2(yh, yl, err, ok)
+    stats = (RowStats(m, wh, wl, tau, Dh, Dl, eD, d_low, tau_d, notallowed, ok) if want_stats
+             else None)
+    return Tier2(yh, yl, err, ok, stats=stats)
 
 
 def _weighted_sums(wh: Array, wl: Array, kv: KVdd, keep: Array | None, want_n: bool
@@ -392,7 +452,7 @@ def _accumulate(terms: list[Array], shape: tuple[int, ...]) -> tuple[Array, Arra
     return hi, lo, len(terms)
 
 
-def _weights(wh: Array, wl: Array, Dh: Array, Dl: Array, eD: Array, d_low: Array,
+def weights_dd(wh: Array, wl: Array, Dh: Array, Dl: Array, eD: Array, d_low: Array,
              tau: Array, tau_d: Array, notallowed: Array | None, keep: Array | None,
              fac: tuple[float, float, float] | None, ok: Array) -> Tier2:
     """p_j = keep_j r w_j/D in double-double: relative (tau + tau_d)/(1 - tau_d) for the

@@ -166,7 +166,9 @@ def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: fl
     # argmax key has t~ = 0, w~ = 1): T0 = S·TINY1 bounds their share relative to D~.
     # Tw = Σ_j w~_j |t~_j| (<= D~ log S: an entropy), rounded up: fl errs by gamma_{S+1}
     tw = -np.einsum("ij,ij->i", w, t) / (1.0 - gamma(S + 1)) * UP
-    del t, G
+    del G
+    if not want_weights:
+        del t
     with np.errstate(over="ignore"):
         tau0 = (eps0 * (1.0 + e_t) + RHO_EXP1) * (1.0 + 2.0 * RHO_EXP1) * UP
         tau1 = 2.0 * U * (1.0 + e_t) * (1.0 + 2.0 * RHO_EXP1) * UP
@@ -201,19 +203,20 @@ def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: fl
     ok = has_key & (e_t <= MAX_SCORE_ERR) & (tau_d < 2.0**-10) & fin & (d_low > 0)
     p = err_p = None
     if want_weights:
-        # p_j = k_j r w_j / D.  |p_j - w~_j/D~| <= (w~_j/D~)(tau_max + tau_d)/(1 - tau_d) for
+        # p_j = k_j r w_j / D.  |p_j - w~_j/D~| <= (w~_j/D~)(tau_j + tau_d)/(1 - tau_d) for
         # uncut keys (tau_d bounds |D/D~ - 1|), <= 2 TINY1/(1 - tau_d) for cut
         # keys; fl(w~/fl(D~)) adds u p~(1+2u) + ETA + (w~/D~) g/(1 - g).
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             p = w / d_f[:, None]
             if blk.keep is not None:
                 p *= blk.keep
-            # per key |theta_j| <= tau_max (the largest per-key error e_t); D's relative
-            # error <= tau_d
-            tau_max = ((e_t * (1.0 + e_t) + RHO_EXP1) * (1.0 + 2.0 * RHO_EXP1) * UP)[:, None]
+            # per key |theta_j| <= tau_j = tau0 + tau1 |t~_j| (step 4: the key's own score
+            # error, not the row's largest, which counts 2u·708 for every key); D's
+            # relative error <= tau_d
+            tau_k = tau0[:, None] + tau1[:, None] * np.abs(t)
             tdd = tau_d[:, None]
             pb = (p * (1.0 + U) + ETA) * (1.0 + g)
-            rel = (tau_max + tdd) / (1.0 - tdd) + 2 * g / (1.0 - g)
+            rel = (tau_k + tdd) / (1.0 - tdd) + 2 * g / (1.0 - g)
             err_p = (pb * rel + U * p * (1.0 + 2 * U) + ETA + 2.0 * TINY1) * UP + FLOOR
             if r_f != 1.0 or rho_r:
                 p2 = p * r_f
@@ -238,46 +241,3 @@ def proj_fast(x: Array, w: Array, b: Array | None) -> tuple[Array, Array]:
     if b is not None:
         err = err + U * np.abs(y) + ETA
     return y, err * UP
-
-
-# ---- the API before issue 11 (kept for the gradients) ------------------------------
-
-row_norm_up = norm_up
-
-
-class FastResult:
-    """Fast-path output for a stack of C problems (arrays indexed [c, i, ...])."""
-
-    def __init__(self, y: Any, err_y: Any, ok: Any, p: Any, err_p: Any) -> None:
-        self.y, self.err_y, self.ok, self.p, self.err_p = y, err_y, ok, p, err_p
-
-
-def fast_attention(q: Array, qr: Array | None, k: Array, kr: Array | None, v: Array,
-                   vr: Array | None, allowed: Array, madd: Array | None, c_f: float,
-                   rho_c: float, want_weights: bool) -> FastResult:
-    """Tier 1 for C stacked problems with *elementwise* input radii (qr (C,L,E),
-    kr (C,S,E), vr (C,S,Ev)): q (C,L,E), k (C,S,E), v (C,S,Ev), allowed (C,L,S),
-    madd (C,L,S) or None.  Calls :func:`tier1_block` per problem (radii as row
-    norms and column maxima, which is what its bound uses)."""
-    C, L = q.shape[:2]
-    S, Ev = k.shape[1], v.shape[2]
-    y = np.zeros((C, L, Ev))
-    err = np.zeros((C, L, Ev))
-    ok = np.zeros((C, L), dtype=bool)
-    p = np.zeros((C, L, S)) if want_weights else None
-    err_p = np.zeros((C, L, S)) if want_weights else None
-    if not (L and S):
-        return FastResult(y, err, ok, p, err_p)
-    for c in range(C):
-        kv = KV(np.ascontiguousarray(k[c]), np.ascontiguousarray(v[c]),
-                None if kr is None else norm_up(kr[c]),
-                None if vr is None else np.max(vr[c], axis=0) * UP)
-        al = np.asarray(allowed[c], dtype=bool)
-        blk = Block(None if al.all() else al, None if madd is None else madd[c], None, None)
-        res = tier1_block(np.ascontiguousarray(q[c]), None if qr is None else norm_up(qr[c]),
-                          kv, blk, c_f, rho_c, want_weights=want_weights)
-        y[c], err[c], ok[c] = res.y, res.err, res.ok
-        if want_weights:
-            assert p is not None and err_p is not None
-            p[c], err_p[c] = res.p, res.err_p
-    return FastResult(y, err, ok, p, err_p)

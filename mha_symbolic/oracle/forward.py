@@ -20,15 +20,24 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputValueError, ShapeError, SpecError
+from ..errors import InputValueError
 from . import ties
 from .arb import attention_rows, exact_prec, exact_score_rows, scale_arb, to_arb_mat
 from .constants import CHUNK_ELEMS
-from .conventions import ALIGNMENTS, POLICIES, Block, ScoreModel, dd_scale, exact_scale
+from .conventions import (
+    Block,
+    ScoreModel,
+    check_dropout,
+    check_options,
+    check_sdpa_inputs,
+    dd_scale,
+    exact_scale,
+    rational_scale,
+)
 from .dd_attention import KVdd, tier2_block
 from .enclosure import Enclosure, Problem
 from .fast import KV, tier1_block
-from .inputs import as_exact_array, to_float64, validate_finite
+from .inputs import to_float64
 from .jit import Workspace
 from .progress import Progress, expected_seconds
 
@@ -141,12 +150,7 @@ class _AttentionProblem(Problem):
     # ---- exact ties
     def _c_rat(self) -> Fraction | None:
         """The scale as an exact rational, or None when it is 1/sqrt(E) irrational."""
-        if self.scale is not None:
-            return self.scale
-        if self.E == 0:
-            return Fraction(0)
-        rt = math.isqrt(self.E)
-        return Fraction(1, rt) if rt * rt == self.E else None
+        return rational_scale(self.scale, self.E)
 
     def _row_block(self, b: int, i: int) -> Block:
         return self.model.block(b, np.array([i]))
@@ -222,65 +226,6 @@ class _AttentionProblem(Problem):
 Array = np.ndarray[Any, Any]
 
 
-def _check_inputs(query: Any, key: Any, value: Any, enable_gqa: bool
-                  ) -> tuple[Array, Array, Array, tuple[int, ...], int]:
-    q = as_exact_array(query, "query")
-    k = as_exact_array(key, "key")
-    v = as_exact_array(value, "value")
-    for name, arr in (("query", q), ("key", k), ("value", v)):
-        if arr.dtype == bool:
-            raise SpecError(f"{name}.dtype=bool: expected a float array")
-        if arr.ndim < 2:
-            raise ShapeError(f"{name}.shape={arr.shape}: expected at least 2 dimensions (..., L, E)")
-        validate_finite(arr, name)
-    if k.shape[-1] != q.shape[-1]:
-        raise ShapeError(
-            f"key.shape={k.shape} does not match query.shape={q.shape}: "
-            f"E must agree ({q.shape[-1]} vs {k.shape[-1]})"
-        )
-    if v.shape[-2] != k.shape[-2]:
-        raise ShapeError(
-            f"value.shape={v.shape} does not match key.shape={k.shape}: "
-            f"S must agree ({k.shape[-2]} vs {v.shape[-2]})"
-        )
-    rep = 1
-    if enable_gqa:
-        if min(q.ndim, k.ndim, v.ndim) < 3:
-            raise ShapeError(
-                f"query.shape={q.shape}, key.shape={k.shape}, value.shape={v.shape}: with "
-                "enable_gqa=True every input needs a head dimension (..., H, L, E), as in "
-                "torch's scaled_dot_product_attention"
-            )
-        hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
-        if hk != hv:
-            raise ShapeError(f"value.shape={v.shape} does not match key.shape={k.shape}: "
-                             f"H_kv must agree ({hk} vs {hv})")
-        if hk == 0 or hq % hk:
-            raise ShapeError(
-                f"query.shape={q.shape}, key.shape={k.shape}: with enable_gqa=True H_q must "
-                f"be a multiple of H_kv ({hq} vs {hk})"
-            )
-        rep = hq // hk
-    try:
-        if rep > 1:
-            kb = (*k.shape[:-3], k.shape[-3] * rep)
-            vb = (*v.shape[:-3], v.shape[-3] * rep)
-        else:
-            kb, vb = k.shape[:-2], v.shape[:-2]
-        batch = tuple(np.broadcast_shapes(q.shape[:-2], kb, vb))
-        if rep > 1 and batch[-1] != q.shape[-3]:
-            raise ValueError
-    except ValueError:
-        hint = ""
-        if q.ndim >= 3 and k.ndim >= 3 and q.shape[-3] != k.shape[-3] and not enable_gqa:
-            hint = f" (H_q={q.shape[-3]} != H_kv={k.shape[-3]}: pass enable_gqa=True for GQA)"
-        raise ShapeError(
-            f"query.shape={q.shape}, key.shape={k.shape}, value.shape={v.shape}: the "
-            f"leading (batch, head) dimensions do not broadcast{hint}"
-        ) from None
-    return q, k, v, batch, rep
-
-
 def reference_attention(
     query: Any, key: Any, value: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
@@ -311,12 +256,9 @@ def reference_attention(
     >>> r.rounded("float32").tolist()
     [[[2.0, 3.0], [2.0, 3.0]]]
     """
-    if masked_rows not in POLICIES:
-        raise SpecError(f"masked_rows={masked_rows!r}: expected one of {POLICIES}")
-    if causal_alignment not in ALIGNMENTS:
-        raise SpecError(f"causal_alignment={causal_alignment!r}: expected one of {ALIGNMENTS}")
-    p_drop = _check_dropout(dropout_p, dropout_mask)
-    q, k, v, batch, rep = _check_inputs(query, key, value, enable_gqa)
+    check_options(masked_rows, causal_alignment)
+    p_drop = check_dropout(dropout_p, dropout_mask)
+    q, k, v, batch, rep = check_sdpa_inputs(query, key, value, enable_gqa)
     L, E = q.shape[-2:]
     S, Ev = v.shape[-2:]
     scale_exact, c_f, rho_c = exact_scale(scale, E)
@@ -378,18 +320,3 @@ def reference_attention(
         out.weights = Enclosure(problem, "weights", (*batch, L, S), p, err_p, ok,
                                 zero_rows, nan_rows, progress=out._progress)
     return out
-
-
-def _check_dropout(dropout_p: Any, dropout_mask: Any) -> float:
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float, np.floating,
-                                                                  np.integer)):
-        raise SpecError(f"dropout_p={dropout_p!r}: expected a number in [0, 1)")
-    p = float(dropout_p)
-    if not (0.0 <= p < 1.0):
-        raise SpecError(f"dropout_p={dropout_p!r}: expected a number in [0, 1)")
-    if p > 0 and dropout_mask is None:
-        raise SpecError(
-            f"dropout_p={dropout_p!r} without dropout_mask: dropout is random, so the "
-            "oracle needs the keep mask that was used (dropout_mask=, True = kept)"
-        )
-    return p

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -70,6 +71,8 @@ def proj_dd(x: Array, w: Array, b: Array | None, x_lo: Array | None = None,
     pb = None
     if x_lo is not None:
         xl2 = x_lo * px[:, None]
+        # the low words are scaled exactly too (a subnormal result would lose bits)
+        exact = exact and bool(np.array_equal(xl2 / px[:, None], x_lo))
         plain = [(xl2, w2)]
         pb = [(norm_up(xl2), norm_up(w2))]
     prod = exact_product(xs, ws, 112, plain, pb)
@@ -157,29 +160,6 @@ class _MhaProblem(Problem):
 
     def _c(self, b: int, h: int) -> int:
         return b * self.H + h
-
-    # the materialised masks, (N, H, L, S) — for callers written against the previous
-    # API (the gradients); the tiers never build them
-    @property
-    def allowed(self) -> Array:
-        if not hasattr(self, "_allowed_full"):
-            N, H = self.model.batch
-            L, S = self.model.L, self.model.S
-            out = np.ones((N, H, L, S), dtype=bool)
-            for c in range(N * H):
-                al = self.model.raw_allowed(c, slice(0, L))
-                if al is not None:
-                    out[c // H, c % H] = al
-            self._allowed_full = out
-        return self._allowed_full
-
-    @property
-    def madd(self) -> Array | None:
-        if not hasattr(self, "_madd_full"):
-            f = self.model._float
-            self._madd_full = None if f is None else np.ascontiguousarray(
-                np.where(f == -np.inf, 0.0, f))
-        return self._madd_full
 
     def _empty_zero(self, b: int, h: int, rows: Array) -> Array:
         """Rows of head h that are fully masked and take the value 0 (policy zero)."""
@@ -456,7 +436,36 @@ def _sdpa_form(a: Array, name: str) -> Array:
     return to_float64(a)
 
 
-def reference_mha(
+@dataclass
+class MhaInputs:
+    """A multi-head block's inputs, read exactly and checked (:func:`mha_inputs`):
+    xq (N, L, E_q), xk (N, S, kdim), xv (N, S, vdim) batch-first float64; the
+    weights ``w`` ("wq", "wk", "wv", "bq", "bk", "bv", "wo", "bo"; biases may be
+    None); heads; the score model over (N, H) in SDPA form; the output layout."""
+
+    xq: Array
+    xk: Array
+    xv: Array
+    w: dict[str, Any]
+    H: int
+    Hkv: int
+    hd: int
+    model: ScoreModel
+    masked_rows: str
+    unbatched: bool
+    batch_first: bool
+    packed: bool
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        N, L = self.xq.shape[:2]
+        E_out = self.w["wo"].shape[0]
+        if self.unbatched:
+            return (L, E_out)
+        return (N, L, E_out) if self.batch_first else (L, N, E_out)
+
+
+def mha_inputs(
     query: Any, key: Any, value: Any, *,
     num_heads: int | None = None,
     in_proj_weight: Any = None, in_proj_bias: Any = None,
@@ -465,37 +474,9 @@ def reference_mha(
     num_kv_heads: int | None = None,
     key_padding_mask: Any = None, attn_mask: Any = None, is_causal: bool = False,
     batch_first: bool = False, masked_rows: str = "zero", module: Any = None,
-    progress: bool | None = None,
-) -> Enclosure:
-    """Certified output of a multi-head attention block, ``torch.nn.MultiheadAttention``
-    conventions throughout.
-
-    Inputs: ``batch_first=False`` (torch's default): query (L, N, E_q), key (S, N, kdim),
-    value (S, N, vdim); ``batch_first=True``: (N, L, E_q) ...; unbatched (L, E_q) too.
-    Weights in torch's layout, y = x Wᵀ + b: ``in_proj_weight`` (3E, E) (rows: W_q,
-    W_k, W_v) or ``q_proj_weight`` (E, E_q), ``k_proj_weight`` (E_kv, kdim),
-    ``v_proj_weight`` (E_kv, vdim); ``in_proj_bias`` (E + 2 E_kv); ``out_proj_weight``
-    (E_out, E); ``out_proj_bias``.  E_kv = num_kv_heads · E/num_heads (GQA;
-    default num_kv_heads = num_heads); query head g uses key/value head
-    g // (num_heads/num_kv_heads).  Or pass ``module=`` a torch
-    ``nn.MultiheadAttention`` to read all of these (and batch_first) from it.
-
-    Masks, as torch.nn.MultiheadAttention.forward: ``key_padding_mask`` (N, S) and
-    ``attn_mask`` (L, S) or (N·num_heads, L, S), bool **True = masked out** (ignored),
-    or float (added to the scores; -inf = masked out); integer masks are refused.
-    ``is_causal=True`` applies the top-left causal mask (key j <= query i) in
-    addition.  Scale 1/sqrt(E/num_heads), exactly.  Every intermediate (projections,
-    attention) is an exact real number: the result encloses the exact composition
-    of the exact inputs.  ``masked_rows``: "zero" (a fully masked head adds 0),
-    "nan", "error" or "uniform" (uniform weights over all keys).
-
-    >>> import numpy as np
-    >>> x = np.ones((2, 4))
-    >>> r = reference_mha(x, x, x, num_heads=2, in_proj_weight=np.concatenate([np.eye(4)] * 3),
-    ...                   out_proj_weight=np.eye(4))
-    >>> r.rounded("float32").tolist()
-    [[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]
-    """
+) -> MhaInputs:
+    """The arguments of :func:`reference_mha` read and checked (shared with
+    :func:`..backward.reference_mha_backward`); ``masked_rows="error"`` raises here."""
     if masked_rows not in POLICIES:
         raise SpecError(f"masked_rows={masked_rows!r}: expected one of {POLICIES}")
     if module is not None:
@@ -618,6 +599,67 @@ def reference_mha(
         raise InputValueError(f"query row {i} of batch {n}, head {h} has every key masked out "
                               "(key_padding_mask/attn_mask/is_causal) and masked_rows='error'")
 
+    w = {"wq": wq, "wk": wk, "wv": wv, "bq": bq, "bk": bk, "bv": bv, "wo": wo, "bo": bo}
+    return MhaInputs(xq, xk, xv, w, H, Hkv, hd, model, masked_rows, unbatched, batch_first,
+                     in_proj_weight is not None)
+
+
+def reference_mha(
+    query: Any, key: Any, value: Any, *,
+    num_heads: int | None = None,
+    in_proj_weight: Any = None, in_proj_bias: Any = None,
+    q_proj_weight: Any = None, k_proj_weight: Any = None, v_proj_weight: Any = None,
+    out_proj_weight: Any = None, out_proj_bias: Any = None,
+    num_kv_heads: int | None = None,
+    key_padding_mask: Any = None, attn_mask: Any = None, is_causal: bool = False,
+    batch_first: bool = False, masked_rows: str = "zero", module: Any = None,
+    progress: bool | None = None,
+) -> Enclosure:
+    """Certified output of a multi-head attention block, ``torch.nn.MultiheadAttention``
+    conventions throughout.
+
+    Inputs: ``batch_first=False`` (torch's default): query (L, N, E_q), key (S, N, kdim),
+    value (S, N, vdim); ``batch_first=True``: (N, L, E_q) ...; unbatched (L, E_q) too.
+    Weights in torch's layout, y = x Wᵀ + b: ``in_proj_weight`` (3E, E) (rows: W_q,
+    W_k, W_v) or ``q_proj_weight`` (E, E_q), ``k_proj_weight`` (E_kv, kdim),
+    ``v_proj_weight`` (E_kv, vdim); ``in_proj_bias`` (E + 2 E_kv); ``out_proj_weight``
+    (E_out, E); ``out_proj_bias``.  E_kv = num_kv_heads · E/num_heads (GQA;
+    default num_kv_heads = num_heads); query head g uses key/value head
+    g // (num_heads/num_kv_heads).  Or pass ``module=`` a torch
+    ``nn.MultiheadAttention`` to read all of these (and batch_first) from it.
+
+    Masks, as torch.nn.MultiheadAttention.forward: ``key_padding_mask`` (N, S) and
+    ``attn_mask`` (L, S) or (N·num_heads, L, S), bool **True = masked out** (ignored),
+    or float (added to the scores; -inf = masked out); integer masks are refused.
+    ``is_causal=True`` applies the top-left causal mask (key j <= query i) in
+    addition.  Scale 1/sqrt(E/num_heads), exactly.  Every intermediate (projections,
+    attention) is an exact real number: the result encloses the exact composition
+    of the exact inputs.  ``masked_rows``: "zero" (a fully masked head adds 0),
+    "nan", "error" or "uniform" (uniform weights over all keys).
+
+    >>> import numpy as np
+    >>> x = np.ones((2, 4))
+    >>> r = reference_mha(x, x, x, num_heads=2, in_proj_weight=np.concatenate([np.eye(4)] * 3),
+    ...                   out_proj_weight=np.eye(4))
+    >>> r.rounded("float32").tolist()
+    [[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]
+    """
+    inp = mha_inputs(query, key, value, num_heads=num_heads, in_proj_weight=in_proj_weight,
+                     in_proj_bias=in_proj_bias, q_proj_weight=q_proj_weight,
+                     k_proj_weight=k_proj_weight, v_proj_weight=v_proj_weight,
+                     out_proj_weight=out_proj_weight, out_proj_bias=out_proj_bias,
+                     num_kv_heads=num_kv_heads, key_padding_mask=key_padding_mask,
+                     attn_mask=attn_mask, is_causal=is_causal, batch_first=batch_first,
+                     masked_rows=masked_rows, module=module)
+    xq, xk, xv, w, model = inp.xq, inp.xk, inp.xv, inp.w, inp.model
+    H, Hkv, hd = inp.H, inp.Hkv, inp.hd
+    wq, wk, wv, bq, bk, bv, wo, bo = (w[n] for n in ("wq", "wk", "wv", "bq", "bk", "bv", "wo",
+                                                      "bo"))
+    unbatched, batch_first = inp.unbatched, inp.batch_first
+    N, L, _ = xq.shape
+    S = xk.shape[1]
+    E, E_out = H * hd, wo.shape[0]
+    empty = model.empty_rows().reshape(N, H, L)
     prog = Progress(progress, expected_seconds(N * H * L * S * max(1, 2 * hd // 64), "tier1"))
     # ---- tier 1: projections with bounds, attention per (batch, head, row block)
     q_t, q_e = proj_fast(xq, wq, bq)
@@ -665,7 +707,6 @@ def reference_mha(
                        else np.zeros((N, L), dtype=bool))
     ok &= ~nan_rows
     zero_rows = np.zeros((N, L), dtype=bool)
-    w = {"wq": wq, "wk": wk, "wv": wv, "bq": bq, "bk": bk, "bv": bv, "wo": wo, "bo": bo}
     problem = _MhaProblem(xq, xk, xv, w, H, Hkv, hd, model, masked_rows)
     pr = prog if prog.enabled else Progress(progress, expected_seconds(N * H * L * S, "tier2"))
     if unbatched:

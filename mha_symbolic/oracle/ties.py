@@ -25,7 +25,7 @@ is ``m·2**e`` with an integer m, so ``q·k`` is an integer times a power of two
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from fractions import Fraction
 from typing import Any
 
@@ -95,35 +95,58 @@ def key_arb(key: Any, c: Any) -> Any:
     return arb(fmpq(key.numerator, key.denominator))
 
 
-def sign_of_sum(terms: list[tuple[Any, Fraction]], scale_ball: Any) -> int | None:
-    """sign(Σ_k e^{a_k} c_k) for group keys a_k (distinct) and exact rationals c_k:
-    0 when every c_k is 0, else computed in Arb with e^{a_k - A} of full relative
-    accuracy (precision raised to 2**16 bits when the terms cancel)."""
+def _fraction_ball(cf: Any, c: Any) -> Any:
     from flint import arb, fmpq
+
+    return arb(fmpq(cf.numerator, cf.denominator))
+
+
+def sign_of_sum(terms: list[tuple[Any, Any]], scale_ball: Any,
+                key_ball: Callable[[Any, Any], Any] = key_arb,
+                coef_ball: Callable[[Any, Any], Any] = _fraction_ball,
+                max_prec: int = 1 << 16) -> int | None:
+    """sign(Σ_k e^{a_k} c_k) for distinct exponents a_k and exact coefficients c_k:
+    0 when every c_k is 0, else computed in Arb with e^{a_k - A} of full relative
+    accuracy, the precision raised (×4 from 256 bits up to ``max_prec``) while the
+    terms cancel.  Terms with a_k - A < EXP_FLOOR count by their sign only (0 <
+    e^{a_k - A} < e^EXP_FLOOR, whose sum is below e^EXP_FLOOR Σ|c_k|).
+
+    The exponents are group keys (``key_ball(a, c)`` their ball, c the scale's
+    ball: :func:`key_arb` by default) and the coefficients exact numbers
+    (``coef_ball(c_k, c)``: Fractions by default; the gradients' a + b·c pairs);
+    zero coefficients must be dropped by the caller except Fractions, which are
+    filtered here."""
+    from flint import arb
 
     from .arb import EXP_FLOOR, Prec
 
-    live = [(a, cf) for a, cf in terms if cf != 0]
+    live = [(a, cf) for a, cf in terms if not (isinstance(cf, Fraction) and cf == 0)]
     if not live:
         return 0
     prec = 256
-    while prec <= 1 << 16:
+    while prec <= max_prec:
         with Prec(prec):
             c = scale_ball()
-            balls = [(key_arb(a, c), cf) for a, cf in live]
+            balls = [(key_ball(a, c), coef_ball(cf, c)) for a, cf in live]
             top = max(balls, key=lambda t: t[0].mid())[0].mid()  # exact arb midpoints
             big = arb(0)
             tiny_signs = set()
-            for a_g, cf in balls:
+            ssum = arb(0)
+            for a_g, cb in balls:
+                ssum += abs(cb)
                 d = a_g - top
                 if d.upper() < EXP_FLOOR:  # 0 < e**d < e**EXP_FLOOR: only the sign counts
-                    tiny_signs.add(1 if cf > 0 else -1)
+                    if cb > 0:
+                        tiny_signs.add(1)
+                    elif cb < 0:
+                        tiny_signs.add(-1)
+                    else:
+                        tiny_signs.add(0)
                 else:
-                    big += d.exp() * arb(fmpq(cf.numerator, cf.denominator))
-            if big.is_zero() and len(tiny_signs) == 1:
+                    big += d.exp() * cb
+            if big.is_zero() and len(tiny_signs) == 1 and 0 not in tiny_signs:
                 return tiny_signs.pop()  # a sum of positive exponentials of one sign
-            ssum = sum((abs(cf) for _, cf in live), Fraction(0))
-            rest = arb(EXP_FLOOR).exp() * arb(fmpq(ssum.numerator, ssum.denominator))
+            rest = arb(EXP_FLOOR).exp() * ssum.upper()
             if big > rest * 2:
                 return 1
             if big < -rest * 2:

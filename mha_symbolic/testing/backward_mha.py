@@ -190,7 +190,7 @@ def compare_mha_backward(
         raise SpecError("rule='flash' is available for compare_attention_backward only")
     if error_model not in ERROR_MODELS:
         raise SpecError(f"error_model={error_model!r}: expected one of {ERROR_MODELS}")
-    from ..oracle.backward_mha import reference_mha_backward
+    from ..oracle.backward import reference_mha_backward
 
     acts = {n: _as_actual(a) for n, a in grads.items()}
     if not acts:

@@ -36,7 +36,7 @@ the smaller of it and the worst case, which always holds): the model
 of Higham & Mary (SIAM J. Sci. Comput. 41(5), 2019) — every rounding error an
 independent random variable of mean zero, bounded as above — propagated to first
 order through the exact sensitivities of the formulas (∂dS_ij/∂S_ij' =
-P_ij(δ_jj' − P_ij')Y_ij − P_ij dS_ij', Y = dP − D, and the like; docs/gradients.md §6
+P_ij(δ_jj' − P_ij')Y_ij − P_ij dS_ij', Y = dP − D, and the like; docs/gradients.md §8
 derives each), summed as
 
     tol = additive + λ·sqrt(Σ_sources (sensitivity · bound)²) · (1 + second order)
@@ -275,7 +275,7 @@ def _weighted_tensor_sq(a: Arr, x: Arr, y: Arr, wt: Arr, extra: Any = None) -> A
 
 def _probabilistic(pt: _Parts, lam: float) -> dict[str, tuple[Arr, Arr]]:
     """First-order propagation of independent errors; see the module docstring and
-    docs/gradients.md §6 for each sensitivity.  Returns (value, bound) per problem."""
+    docs/gradients.md §8 for each sensitivity.  Returns (value, bound) per problem."""
     pb = pt.pb
     u, ua, eta = pt.u, pt.ua, pt.eta
     L, S = pt.L, pt.S
@@ -304,7 +304,7 @@ def _probabilistic(pt: _Parts, lam: float) -> dict[str, tuple[Arr, Arr]]:
     # D_i: one variable per row.  FA takes rowsum(dO ∘ O) from the forward's O, whose
     # errors reach D as Σ_j dS_ij δs_ij (scores: ∂D/∂S_ij = dS_ij), Σ_j P_ij dP_ij ε_ij
     # (exp and stores), Σ_l dO_il δ_il (O stored) and the sums' own γ̃; MATH takes
-    # rowsum(P ∘ dP) of the stored P and dP.  Both are covered (docs/gradients.md §6).
+    # rowsum(P ∘ dP) of the stored P and dP.  Both are covered (docs/gradients.md §8).
     out = pb.out
     r2_d = (_rs(dS2 * (s2 + c * c * u * u * w_qk + rho2)) + _rs(P2 * dP * dP * rho2)
             + _rs(P2 * sp2) + u * u * c * c * X + u * u * _rs(do2 * out * out))

@@ -2,7 +2,7 @@
 on them (the backward counterpart of :mod:`.bugs`).
 
 Each entry of :data:`BACKWARD_BUG_CLASSES` names a mistake of real backward kernels
-(FlashAttention-2's Algorithm 2 and autograd formulas: see docs/gradients.md §7) and
+(FlashAttention-2's Algorithm 2 and autograd formulas: see docs/gradients.md §9) and
 gives the float64 gradients the buggy formula produces.  A diagnosis names a class only
 after checking it: every gradient the kernel returned lies within the model tolerance
 of that class's gradients, while the kernel does not lie within tolerance of the truth.

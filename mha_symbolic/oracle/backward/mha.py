@@ -16,7 +16,7 @@ weights, as autograd does)::
     dX_q = dQ W_q    d W_q = Σ_n dQ_nᵀ X_q,n    d b_q = Σ_{n,l} dQ     (same for k, v)
 
 Every intermediate is an exact real number.  The fast path propagates the proved
-bounds of :mod:`.fast` (projections) and :mod:`.backward_fast` (attention with
+bounds of :mod:`..fast` (projections) and :mod:`.fast` (attention with
 uncertain inputs) through these products by (H1); the Arb fallback recomputes the
 whole block in ball arithmetic (every weight gradient sums over every row).
 """
@@ -25,14 +25,21 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from ..errors import InputValueError, ShapeError, SpecError
-from .arb import to_arb_mat
-from .backward_arb import arb_backward
-from .backward_exact import (
+from ...errors import ShapeError, SpecError
+from ..arb import to_arb_mat
+from ..constants import ETA, FLOOR, UP, U, gamma
+from ..conventions import POLICIES, ScoreModel
+from ..enclosure import Enclosure, Problem
+from ..fast import proj_fast
+from ..inputs import as_exact_array, to_float64, validate_finite
+from ..mha import mha_inputs
+from .arb import arb_backward
+from .exact import (
     Accumulator,
     Decomposition,
     ExactDecisions,
@@ -40,16 +47,11 @@ from .backward_exact import (
     IntMatrix,
     QField,
 )
-from .backward_fast import fast_attention_backward, mm_up
-from .constants import ETA, FLOOR, UP, U, gamma
-from .enclosure import Enclosure, Problem
-from .fast import proj_fast
-from .inputs import as_exact_array, to_float64, validate_finite
+from .fast import Radii, mm_up, tier1_backward
 
 __all__ = ["MhaGradients", "reference_mha_backward"]
 
 Arr = np.ndarray[Any, Any]
-_POLICIES = ("zero", "nan", "error", "uniform")
 
 
 class MhaGradients:
@@ -117,12 +119,10 @@ class _MhaBackwardProblem(ExactDecisions, Problem):
     "dbo" (flat (1, rows, cols))."""
 
     def __init__(self, xq: Arr, xk: Arr, xv: Arr, w: dict[str, Any], H: int, Hkv: int,
-                 hd: int, allowed: Arr, madd: Arr | None, uniform: Arr, dout: Arr,
-                 q_f: Arr, k_f: Arr) -> None:
+                 hd: int, model: ScoreModel, dout: Arr) -> None:
         self.xq, self.xk, self.xv, self.w = xq, xk, xv, w
         self.H, self.Hkv, self.hd = H, Hkv, hd
-        self.allowed, self.madd, self.uniform, self.dout = allowed, madd, uniform, dout
-        self.q_f, self.k_f = q_f, k_f   # float heads (N·H, ln, hd): the softmax shift only
+        self.model, self.dout = model, dout
         self._prec = -1
         self._block: dict[str, list[list[list[Any]]]] = {}
         self.fld = QField(_c_rat(hd), hd)
@@ -200,13 +200,14 @@ class _MhaBackwardProblem(ExactDecisions, Problem):
                     g = h // rep
                     qh, dah = cols(qp, h * hd, (h + 1) * hd), cols(da, h * hd, (h + 1) * hd)
                     kh, vh = cols(kp, g * hd, (g + 1) * hd), cols(vp, g * hd, (g + 1) * hd)
-                    c_f = 1.0 / math.sqrt(hd) if hd else 0.0
-                    res = arb_backward(
-                        lambda qh=qh: qh, lambda kh=kh: kh, lambda vh=vh: vh,
-                        lambda dah=dah: dah, self.allowed[n, h],
-                        None if self.madd is None else self.madd[n, h], None, Fraction(1),
-                        self.scale_arb, c_f, self.uniform[n, h], None, prec,
-                        q_f=self.q_f[n * H + h], k_f=self.k_f[n * H + h], want_out=True)
+                    ctx.prec = prec
+                    g_ents = (qh * kh.transpose()).entries() if hd and L and S else []
+                    g_rows = [g_ents[i * S:(i + 1) * S] for i in range(L)] if g_ents else \
+                        [[zero] * S for _ in range(L)]
+                    res = arb_backward(g_rows, prec, qh, kh, vh, dah, self.model.block(n * H + h,
+                                                                                   slice(0, L)),
+                                       list(range(L)), None, hd, Fraction(1), prec,
+                                       keys=list(range(S)), want_out=True)
                     assert res.dk is not None and res.dv is not None and res.out is not None
                     for i in range(L):
                         for c in range(hd):
@@ -294,10 +295,17 @@ class _MhaBackwardProblem(ExactDecisions, Problem):
                            2148)
             got = ExactProblem(self.fld, cols(self._proj(n, "q"), h * hd),
                                cols(self._proj(n, "k"), g * hd), cols(self._proj(n, "v"), g * hd),
-                               da, self.allowed[n, h], None if self.madd is None else self.madd[n, h],
-                               None, Fraction(1), self.uniform[n, h])
+                               da, *self._dense(n, h))
             self._exact_cache[key] = got
         return got
+
+    def _dense(self, n: int, h: int) -> tuple[Arr, Arr | None, None, Fraction, Arr]:
+        """allowed (L, S), madd, keep (None), f = 1, uniform (L,) of head h of batch n."""
+        L, S = self.model.L, self.model.S
+        blk = self.model.block(n * self.H + h, slice(0, L))
+        allowed = np.ones((L, S), dtype=bool) if blk.allowed is None else blk.allowed
+        uniform = np.zeros(L, dtype=bool) if blk.uniform is None else blk.uniform
+        return allowed, blk.madd, None, Fraction(1), uniform
 
     def _decomposition(self, kind: str, b: int, r: int, col: int) -> Decomposition:
         key = (kind, b, r, col)
@@ -402,30 +410,25 @@ def reference_mha_backward(
     >>> g.parameters["out_proj.bias"].rounded("float32").tolist()   # Σ grad_output
     [2.0, 2.0]
     """
-    from .mha import reference_mha
-
-    if masked_rows not in _POLICIES:
-        raise SpecError(f"masked_rows={masked_rows!r}: expected one of {_POLICIES}")
-    packed_given = in_proj_weight is not None or (
-        module is not None and getattr(module, "in_proj_weight", None) is not None)
-    # reference_mha reads, validates and lays out everything (masks included)
-    fwd = reference_mha(query, key, value, num_heads=num_heads, in_proj_weight=in_proj_weight,
-                        in_proj_bias=in_proj_bias, q_proj_weight=q_proj_weight,
-                        k_proj_weight=k_proj_weight, v_proj_weight=v_proj_weight,
-                        out_proj_weight=out_proj_weight, out_proj_bias=out_proj_bias,
-                        num_kv_heads=num_kv_heads, key_padding_mask=key_padding_mask,
-                        attn_mask=attn_mask, is_causal=is_causal, batch_first=batch_first,
-                        masked_rows="zero", module=module)
-    pr: Any = fwd._problem   # reference_mha's _MhaProblem: inputs laid out batch-first
-    xq, xk, xv, w = pr.xq, pr.xk, pr.xv, pr.w
-    H, Hkv, hd = pr.H, pr.Hkv, pr.hd
-    allowed, madd = pr.allowed, pr.madd
+    if masked_rows not in POLICIES:
+        raise SpecError(f"masked_rows={masked_rows!r}: expected one of {POLICIES}")
+    # the forward's reading and checks of every argument (masks included)
+    inp = mha_inputs(query, key, value, num_heads=num_heads, in_proj_weight=in_proj_weight,
+                     in_proj_bias=in_proj_bias, q_proj_weight=q_proj_weight,
+                     k_proj_weight=k_proj_weight, v_proj_weight=v_proj_weight,
+                     out_proj_weight=out_proj_weight, out_proj_bias=out_proj_bias,
+                     num_kv_heads=num_kv_heads, key_padding_mask=key_padding_mask,
+                     attn_mask=attn_mask, is_causal=is_causal, batch_first=batch_first,
+                     masked_rows=masked_rows, module=module)
+    xq, xk, xv, w, model = inp.xq, inp.xk, inp.xv, inp.w, inp.model
+    H, Hkv, hd = inp.H, inp.Hkv, inp.hd
+    packed_given = inp.packed
     N, L, _ = xq.shape
     S = xk.shape[1]
     E, Ekv, E_out = H * hd, Hkv * hd, w["wo"].shape[0]
-    out_shape = tuple(fwd.shape)
-    unbatched = len(out_shape) == 2
-    seq_first = fwd._perm is not None
+    out_shape = inp.out_shape
+    unbatched = inp.unbatched
+    seq_first = not unbatched and not inp.batch_first
     g_in = as_exact_array(grad_output, "grad_output")
     if g_in.dtype == bool:
         raise SpecError("grad_output.dtype=bool: expected a float array")
@@ -436,11 +439,7 @@ def reference_mha_backward(
     dout = to_float64(g_in)
     dout = dout[None] if unbatched else (np.ascontiguousarray(dout.transpose(1, 0, 2))
                                          if seq_first else dout)
-    empty = ~allowed.any(axis=-1) if S else np.ones((N, H, L), dtype=bool)
-    if masked_rows == "error" and empty.any():
-        n, h, i = np.argwhere(empty)[0].tolist()
-        raise InputValueError(f"query row {i} of batch {n}, head {h} has every key masked out "
-                              "(key_padding_mask/attn_mask/is_causal) and masked_rows='error'")
+    empty = model.empty_rows().reshape(N, H, L)
     uniform = (empty & (S > 0)) if masked_rows == "uniform" else np.zeros_like(empty)
 
     # ---- fast path: projections (fast.proj_fast), dA = G W_o, attention backward
@@ -453,19 +452,19 @@ def reference_mha_backward(
     rho_c = 2.01 * U * c_f * UP + (ETA if hd else 0.0)
     qh, kh = _heads(q_t, H, H, hd), _heads(k_t, Hkv, H, hd)
     NH = N * H
+    dqh, e_dqh, a_h, e_ah = (np.zeros((NH, L, hd)) for _ in range(4))
+    dkh, e_dkh, dvh, e_dvh = (np.zeros((NH, S, hd)) for _ in range(4))
+    row_ok, all_ok = np.ones((NH, L), dtype=bool), np.ones(NH, dtype=bool)
     if L and S:
-        fg = fast_attention_backward(
-            qh, _heads(q_e, H, H, hd), kh, _heads(k_e, Hkv, H, hd), _heads(v_t, Hkv, H, hd),
-            _heads(v_e, Hkv, H, hd), _heads(da, H, H, hd), _heads(e_da, H, H, hd),
-            allowed.reshape(NH, L, S), None if madd is None else madd.reshape(NH, L, S),
-            c_f, rho_c, None, 1.0, 0.0, uniform.reshape(NH, L))
-        dqh, e_dqh, dkh, e_dkh, dvh, e_dvh = fg.dq, fg.e_dq, fg.dk, fg.e_dk, fg.dv, fg.e_dv
-        a_h, e_ah = fg.o, fg.e_o
-        row_ok, all_ok = fg.row_ok, fg.all_ok
-    else:
-        dqh = e_dqh = a_h = e_ah = np.zeros((NH, L, hd))
-        dkh = e_dkh = dvh = e_dvh = np.zeros((NH, S, hd))
-        row_ok, all_ok = np.ones((NH, L), dtype=bool), np.ones(NH, dtype=bool)
+        qe, ke, ve = _heads(q_e, H, H, hd), _heads(k_e, Hkv, H, hd), _heads(v_e, Hkv, H, hd)
+        vh, dah, edah = _heads(v_t, Hkv, H, hd), _heads(da, H, H, hd), _heads(e_da, H, H, hd)
+        for c in range(NH):
+            hg = tier1_backward(qh[c], kh[c], vh[c], dah[c],
+                                partial(model.block, c), c_f, rho_c,
+                                radii=Radii(qe[c], ke[c], ve[c], edah[c]))
+            dqh[c], e_dqh[c], dkh[c], e_dkh[c] = hg.dq, hg.e_dq, hg.dk, hg.e_dk
+            dvh[c], e_dvh[c], a_h[c], e_ah[c] = hg.dv, hg.e_dv, hg.o, hg.e_o
+            row_ok[c], all_ok[c] = hg.row_ok, hg.all_ok
     # rows of empty attention: zero output and zero dQ (uniform: output mean of V)
     dead = (empty & ~uniform).reshape(NH, L)
     a_h = np.where(dead[..., None], 0.0, a_h)
@@ -507,8 +506,7 @@ def reference_mha_backward(
     per_col_q = np.repeat(nan_head_any, hd)                                   # (E,)
     per_col_kv = np.repeat(nan_kv_any, hd)                                    # (Ekv,)
 
-    problem = _MhaBackwardProblem(xq, xk, xv, w, H, Hkv, hd, allowed, madd, uniform, dout,
-                                  qh, kh)
+    problem = _MhaBackwardProblem(xq, xk, xv, w, H, Hkv, hd, model, dout)
     perm = (1, 0, 2) if seq_first else None
 
     def x_enc(kind: str, vals: Arr, errs: Arr, ok: Arr, nan: Arr) -> Enclosure:

@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PrecisionError
+from ...errors import PrecisionError
 
 __all__ = ["TERM_BUDGET", "Accumulator", "ExactDecisions", "ExactProblem", "IntMatrix", "QField",
            "decide_sign", "exact_value"]
@@ -269,7 +269,7 @@ def _expand(dec: Decomposition, boundary: Fraction, what: Callable[[], str]) -> 
                 f"{boundary}: it is within 2**-250 of it and combines "
                 f"{len(dec.classes)} classes of softmax rows with different score sets, "
                 f"whose exact test needs more than {TERM_BUDGET} terms (see "
-                "docs/gradients.md §5)")
+                "docs/gradients.md §7)")
     one: Poly = {fld.key_zero(): (Fraction(1), _ZERO)}
     total: Poly = {}
     r_minus_t = (dec.const[0] - boundary, dec.const[1])
@@ -292,37 +292,25 @@ def _expand(dec: Decomposition, boundary: Fraction, what: Callable[[], str]) -> 
 def decide_sign(dec: Decomposition, boundary: Fraction, c_arb: Callable[[], Any],
                 what: Callable[[], str]) -> int | None:
     """sign(y − boundary) exactly: 0 on a tie, ±1 otherwise, None when Arb cannot
-    separate the sum from 0 within 2**16 bits (a nonzero F, so never a tie)."""
-    from flint import arb, ctx, fmpq
+    separate the sum from 0 within 2**16 bits (a nonzero F, so never a tie).  The
+    sign of F = Σ β_α e^α is the forward's exponential-sum sign
+    (:func:`..ties.sign_of_sum`), with keys and coefficients in Q(c)."""
+    from flint import arb, fmpq
+
+    from ..ties import sign_of_sum
 
     fld = dec.fld
     f_poly = _expand(dec, boundary, what)
     if not f_poly:
         return 0
-    keys = list(f_poly)
-    top_key = max(keys, key=fld.key_float)
-    prec = 256
-    old = ctx.prec
-    try:
-        while prec <= MAX_SIGN_PREC:
-            ctx.prec = prec
-            c = c_arb()
-            top = fld.key_arb(top_key, c)
-            total = arb(0)
-            for kk in keys:
-                a, b = f_poly[kk]
-                coef = arb(fmpq(a.numerator, a.denominator))
-                if b != 0:
-                    coef = coef + c * arb(fmpq(b.numerator, b.denominator))
-                total += (fld.key_arb(kk, c) - top).exp() * coef
-            if total > 0:
-                return 1
-            if total < 0:
-                return -1
-            prec *= 4
-        return None
-    finally:
-        ctx.prec = old
+
+    def coef_ball(cf: Coef, c: Any) -> Any:
+        a, b = cf
+        ball = arb(fmpq(a.numerator, a.denominator))
+        return ball + c * arb(fmpq(b.numerator, b.denominator)) if b != 0 else ball
+
+    return sign_of_sum(list(f_poly.items()), c_arb, key_ball=fld.key_arb, coef_ball=coef_ball,
+                       max_prec=MAX_SIGN_PREC)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,430 @@
+"""Tier 1 of the backward pass: gradients in float64 with a *proved* elementwise
+error bound, one stack element (batch × head) at a time, in blocks of query rows
+(memory O(block)).  The proof is docs/gradients.md §3; the steps are numbered the
+same way here.
+
+Notation: u = 2**-53, η = 2**-1074, γ_n = nu/(1 − nu); every float64 operation
+rounds to nearest, fl(a op b) = (a op b)(1 + δ) + ε with |δ| <= u, |ε| <= η/2
+(ε = 0 for + and −).  Facts used (Higham, *Accuracy and Stability*, 2nd ed.):
+
+(H1) |fl(xᵀy) − xᵀy| <= γ_n |x|ᵀ|y| + nη, any summation order, FMA or not;
+(H2) for nonnegative a_i, fl(Σ a_i) >= (1 − γ_{n−1}) Σ a_i, so a true sum of
+     nonnegative terms is at most (fl(Σ) + nη)/(1 − γ_n).
+
+Every bound is itself evaluated in floats from nonnegative terms: an elementwise
+formula of fewer than 2**12 operations loses at most a factor (1 − u)**4096 > 1/UP,
+so it is multiplied by UP; matrix products of nonnegative matrices go through
+:func:`mm_up`, which applies (H2).  Underflow inside the bound formulas loses at
+most η per operation, covered by FLOOR added to every bound that is not zero.
+
+The weights come from the forward's tier 1 (:func:`..fast.tier1_block`, with its
+per-key bound); sums over keys and over query rows are computed by BLAS in blocks
+and the blocks accumulated by TwoSum (:class:`BlockSum`), so no bound grows with
+S or L beyond its block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from ..constants import ETA, FLOOR, KEY_BLOCK, UP, U, gamma
+from ..conventions import Block
+from ..dd import two_sum
+from ..exact_scores import norm_up
+from ..fast import KV, tier1_block
+
+__all__ = ["BlockSum", "HeadGrads", "Radii", "blocked_matmul", "blocked_rowdot", "mm_up",
+           "tier1_backward"]
+
+Arr = np.ndarray[Any, Any]
+
+# scores per block of query rows in the backward's tiers: four times the forward's
+# CHUNK_ELEMS — its products (dS K, dSᵀ Q, Wᵀ dO, per-key bounds) are BLAS calls whose
+# efficiency falls with skinny blocks (at S = 2048 the forward's block is 32 rows);
+# about 30 such arrays per block: ~60 MB
+BWD_CHUNK = 1 << 18
+
+
+def mm_up(a: Arr, b: Arr) -> Arr:
+    """An upper bound on the exact product a @ b of nonnegative float arrays (H2):
+    the n-term sums lie below (fl(a @ b) + nη)/(1 − γ_n), times UP for the few
+    roundings of this formula."""
+    n = a.shape[-1]
+    return (np.matmul(a, b) + n * ETA) / (1.0 - gamma(max(n, 1))) * UP
+
+
+class BlockSum:
+    """Σ_k T_k of float arrays, accumulated by TwoSum (hi, lo) with Σ|T_k| and the
+    blocks' own bounds Σ e_k.  :meth:`result` gives v and a bound of |v − Σ B_k| for
+    exact block values B_k with |T_k − B_k| <= e_k:
+
+    the chain hi_k = fl(hi_{k−1} + T_k) is exact with its errors e'_k (|e'_k| <=
+    u|hi_k| <= u(1 + γ_n)Σ|T|), their float sum lo errs by <= γ_n Σ|e'_k|, and the
+    final v = fl(hi + lo) by <= u|v|: in all <= n u γ_n (1 + γ_n)/(1 − γ_n)·fl(Σ|T|)
+    + u|v| (fl(Σ|T|) is a float sum of n nonnegative terms, (H2))."""
+
+    def __init__(self) -> None:
+        self.hi: Arr | None = None
+        self.lo: Arr | None = None
+        self.mag: Arr | None = None
+        self.err: Arr | None = None
+        self.n = 0
+
+    def add(self, t: Arr, e: Arr) -> None:
+        self.n += 1
+        if self.hi is None:
+            self.hi, self.lo, self.mag, self.err = t.copy(), np.zeros_like(t), np.abs(t), e.copy()
+            return
+        assert self.lo is not None and self.mag is not None and self.err is not None
+        self.hi, lo = two_sum(self.hi, t)
+        self.lo += lo
+        self.mag += np.abs(t)
+        self.err += e
+
+    def result(self, shape: tuple[int, ...]) -> tuple[Arr, Arr]:
+        if self.hi is None:
+            return np.zeros(shape), np.zeros(shape)
+        assert self.lo is not None and self.mag is not None and self.err is not None
+        if self.n == 1:
+            return self.hi, self.err
+        n = self.n
+        gn = gamma(n)
+        v = self.hi + self.lo
+        acc = n * U * gn * (1 + gn) / (1 - gn) * self.mag + U * np.abs(v)
+        # the blocks' bounds are a float sum of n nonnegative terms too (H2)
+        return v, (self.err / (1 - gn) + acc) * UP
+
+
+def _acc_g(block: int, K: int) -> float:
+    gb, gK = gamma(max(block, 1)), gamma(K)
+    return gb + (K * U * gK * (1 + gK) / (1 - gK) + 1.01 * U) * (1 + gb)
+
+
+def matmul_g(n: int, block: int = KEY_BLOCK) -> float:
+    """The g of :func:`blocked_matmul` for an inner dimension n."""
+    return gamma(max(n, 1)) if n <= block else _acc_g(block, -(-n // block))
+
+
+rowdot_g = matmul_g  # the same blocks and accumulation (:func:`blocked_rowdot`)
+
+
+def blocked_rowdot(a: Arr, b: Arr, block: int = KEY_BLOCK) -> tuple[Arr, float]:
+    """(v, g): v_i = Σ_j a_ij b_ij by blocks of <= ``block`` columns accumulated by
+    TwoSum, |v − Σ a b| <= g Σ|a||b| + nη (the argument of :func:`blocked_matmul`)."""
+    n = a.shape[-1]
+    if n <= block:
+        return np.einsum("ij,ij->i", a, b), gamma(max(n, 1))
+    hi = np.einsum("ij,ij->i", a[:, :block], b[:, :block])
+    lo = np.zeros_like(hi)
+    K = 1
+    for j0 in range(block, n, block):
+        hi, e = two_sum(hi, np.einsum("ij,ij->i", a[:, j0:j0 + block], b[:, j0:j0 + block]))
+        lo += e
+        K += 1
+    return hi + lo, _acc_g(block, K)
+
+
+def blocked_matmul(a: Arr, b: Arr, block: int = KEY_BLOCK) -> tuple[Arr, float]:
+    """(v, g): v = a @ b computed by BLAS in blocks of <= ``block`` along the inner
+    dimension n and accumulated by TwoSum, with |v − ab| <= g·(|a||b|) + nη.
+
+    Per block (H1) gives γ_nb; the accumulation (:class:`BlockSum`) adds
+    K u γ_K (1 + γ_K)/(1 − γ_K)·Σ|T_k| + u|v| with Σ|T_k| <= (1 + γ_nb)|a||b| + nη and
+    |v| <= (1 + g)|a||b|: g = γ_nb + (K u γ_K (1 + γ_K)/(1 − γ_K) + 1.01u)(1 + γ_nb),
+    which depends on the block size and the number of blocks K, not on n alone."""
+    n = a.shape[-1]
+    if n <= block:
+        return a @ b, gamma(max(n, 1))
+    terms = [a[..., j0:j0 + block] @ b[..., j0:j0 + block, :] for j0 in range(0, n, block)]
+    hi = terms[0].copy()
+    lo = np.zeros_like(hi)
+    for t in terms[1:]:
+        hi, e = two_sum(hi, t)
+        lo += e
+    return hi + lo, _acc_g(block, len(terms))
+
+
+# ---- the elementwise steps, one formula for numpy and numba ------------------------
+# Only +, -, *, / and abs, in one order: numpy (on arrays) and numba (on scalars,
+# compiled without fast-math) evaluate the same IEEE operations, so the two paths
+# give bit-identical results (tests/test_backward_tiers.py); the reductions
+# between the two steps (D's row sums) are numpy's in both paths.
+
+def _elem_dp(x: Any, ex: Any, f_f: float, rho_f: float) -> tuple[Any, Any]:
+    """Step (3) for a kept key: dP = f X with its bound."""
+    dp = f_f * x
+    edp = (rho_f * (abs(x) + ex) + f_f * ex + U * abs(dp) + ETA) * UP
+    return dp, edp
+
+
+def _elem_t(p: Any, ep: Any, dp: Any, edp: Any, g_d: float) -> Any:
+    """D's bound term of one key: e_P(|dP~| + e_dP) + P~ e_dP + g_d P~|dP~|."""
+    return ep * (abs(dp) + edp) + p * edp + g_d * p * abs(dp)
+
+
+def _elem_ds(p: Any, ep: Any, dp: Any, edp: Any, d: Any, ed: Any, g_q: float, g_r: float
+             ) -> tuple[Any, Any, Any, Any]:
+    """Steps (5)-(6) for a live key: Y = dP − D, dS = P∘Y with bounds, and the terms
+    e_dS + g|dS| of the dQ (key blocks, g_q) and dK (row block, g_r) bounds."""
+    y = dp - d
+    ey = (edp + ed + U * abs(y) * (1 + 2 * U)) * UP
+    ds = p * y
+    eds = (ep * (abs(y) + ey) + p * ey + U * abs(ds) + ETA) * UP
+    return ds, eds, eds + g_q * abs(ds), eds + g_r * abs(ds)
+
+
+def _elem_w(p: Any, ep: Any, f_f: float, rho_f: float, g_r: float) -> tuple[Any, Any, Any]:
+    """Step (1) for a kept key: W = f P with its bound, and e_W + γ_r W (dV's bound)."""
+    w = f_f * p
+    ew = (rho_f * (p + ep) + f_f * ep + U * w + ETA) * UP
+    return w, ew, ew + g_r * w
+
+
+@lru_cache(maxsize=1)
+def _compiled() -> Any:
+    """The compiled twins (backward/_kernels.py) when the forward's kernels are active."""
+    from ..jit import numba_active
+
+    if not numba_active():
+        return None
+    try:
+        from . import _kernels
+    except ImportError:  # pragma: no cover - numba_active() already imported numba
+        return None
+    return _kernels
+
+
+def step_dp(p: Arr, ep: Arr, x: Arr, ex: Arr, keep: Arr | None, live: Arr, f_f: float,
+            rho_f: float, g_d: float) -> tuple[Arr, Arr, Arr, Arr]:
+    """(dP, e_dP, t, P on live keys): steps (1)-(4) before D's row sums."""
+    k = _compiled()
+    if k is not None and p.size:
+        dp, edp, t, pl = (np.empty_like(p) for _ in range(4))
+        k.step_dp(p, ep, x, ex, keep, live, f_f, rho_f, g_d, dp, edp, t, pl)
+        return dp, edp, t, pl
+    if keep is None:
+        dp, edp = x, ex
+        t = _elem_t(p, ep, dp, edp, g_d)
+    else:
+        dp, edp = _elem_dp(x, ex, f_f, rho_f)
+        dp, edp = np.where(keep, dp, 0.0), np.where(keep, edp, 0.0)
+        t = _elem_t(p, ep, dp, edp, g_d)
+    return dp, edp, np.where(live, t, 0.0), np.where(live, p, 0.0)
+
+
+def step_ds(p: Arr, ep: Arr, dp: Arr, edp: Arr, d: Arr, ed: Arr, keep: Arr | None, live: Arr,
+            f_f: float, rho_f: float, g_q: float, g_r: float) -> tuple[Arr, ...]:
+    """(dS, e_dS, e_dS + g_q|dS|, e_dS + g_r|dS|, W, e_W, e_W + g_r W): steps (1), (5), (6)."""
+    k = _compiled()
+    if k is not None and p.size:
+        out = tuple(np.empty_like(p) for _ in range(7))
+        k.step_ds(p, ep, dp, edp, d, ed, keep, live, f_f, rho_f, g_q, g_r, *out)
+        return out
+    ds, eds, aq, ak = _elem_ds(p, ep, dp, edp, d[:, None], ed[:, None], g_q, g_r)
+    ds, eds, aq, ak = (np.where(live, a, 0.0) for a in (ds, eds, aq, ak))
+    if keep is None:
+        w, ew = p, ep
+        aw = ew + g_r * w
+    else:
+        w, ew, aw = _elem_w(p, ep, f_f, rho_f, g_r)
+        w, ew, aw = (np.where(keep, a, 0.0) for a in (w, ew, aw))
+    return ds, eds, aq, ak, w, ew, aw
+
+
+@dataclass
+class Radii:
+    """Elementwise radii of uncertain inputs (reference_mha_backward feeds the exact
+    projections as floats with bounds): |q − q~| <= q, |k − k~| <= k, |v − v~| <= v,
+    |dO − dO~| <= do (arrays shaped like the inputs; None: exact)."""
+
+    q: Arr | None = None
+    k: Arr | None = None
+    v: Arr | None = None
+    do: Arr | None = None
+
+
+@dataclass
+class HeadGrads:
+    """Tier-1 gradients of one stack element with their bounds: dq, e_dq (L, E);
+    dk, e_dk (S, E); dv, e_dv (S, Ev); ds, e_ds (L, S) when asked for (the mask
+    gradient); o, e_o (L, Ev) the forward output without dropout (MHA's dW_o).
+    row_ok (L,): the row's forward bound held (its dq and ds are valid; rows with
+    no allowed key count as valid, their gradients are 0); all_ok: every row held
+    (dk, dv are valid).  live_k (S,): keys whose dS can be nonzero in some row;
+    live_v (S,): keys with a nonzero weight in some row."""
+
+    dq: Arr
+    e_dq: Arr
+    dk: Arr
+    e_dk: Arr
+    dv: Arr
+    e_dv: Arr
+    ds: Arr | None
+    e_ds: Arr | None
+    o: Arr
+    e_o: Arr
+    row_ok: Arr
+    all_ok: bool
+    has_key: Arr
+    live_k: Arr
+    live_v: Arr
+
+
+def _scale_err(g: Arr, e_g: Arr, out: Arr, c_f: float, rho_c: float) -> Arr:
+    """|c·G − fl(c_f G~)| <= ρ_c(|G~| + e_G) + |c_f| e_G + u|out|(1 + 2u) + η."""
+    return (rho_c * (np.abs(g) + e_g) + abs(c_f) * e_g + U * np.abs(out) * (1 + 2 * U)
+            + ETA) * UP
+
+
+def tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Block],
+                   c_f: float, rho_c: float, f_f: float = 1.0, rho_f: float = 0.0,
+                   radii: Radii | None = None, want_ds: bool = False,
+                   chunk: int = BWD_CHUNK, key_block: int = KEY_BLOCK) -> HeadGrads:
+    """Gradients of one attention problem (q (L, E), k (S, E), v (S, Ev), grad_output
+    do (L, Ev), exact doubles or approximations within ``radii``) with the score
+    model ``block(rows)`` (masks, dropout keep-mask, uniform rows), the true scale
+    within ``rho_c`` of ``c_f`` and the dropout factor 1/(1 − p) within ``rho_f`` of
+    ``f_f``.  Rows without an allowed key (other than uniform ones) give zero
+    gradients; the caller applies the nan/zero policies.  ``chunk`` (scores per row
+    block) and ``key_block`` (keys per BLAS sum) size the blocks."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        return _tier1_backward(q, k, v, do, block, c_f, rho_c, f_f, rho_f,
+                               radii or Radii(), want_ds, chunk, key_block)
+
+
+def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Block],
+                    c_f: float, rho_c: float, f_f: float, rho_f: float, rad: Radii,
+                    want_ds: bool, chunk: int, key_block: int) -> HeadGrads:
+    L, E = q.shape
+    S, Ev = v.shape
+    # (0) the forward's tier 1 per block: radii as row norms and column maxima
+    kv = KV(k, v, None if rad.k is None else norm_up(rad.k),
+            None if rad.v is None else np.max(rad.v, axis=0) * UP if S else np.zeros(Ev))
+    qr_n = None if rad.q is None else norm_up(rad.q)
+    abs_k, abs_vt = np.abs(k), np.abs(v).T
+    vt = np.ascontiguousarray(v.T)
+    vr_t = None if rad.v is None else np.ascontiguousarray(rad.v.T)
+    gEv = gamma(max(Ev, 1))
+    dq = np.zeros((L, E))
+    e_dq = np.zeros((L, E))
+    ds_all = np.zeros((L, S)) if want_ds else None
+    e_ds_all = np.zeros((L, S)) if want_ds else None
+    o = np.zeros((L, Ev))
+    e_o = np.zeros((L, Ev))
+    row_ok = np.ones(L, dtype=bool)
+    has_key_all = np.zeros(L, dtype=bool)
+    live_k = np.zeros(S, dtype=bool)
+    live_v = np.zeros(S, dtype=bool)
+    acc_k, acc_v = BlockSum(), BlockSum()
+    step = max(1, chunk // max(S, 1))
+    for i0 in range(0, L, step):
+        i1 = min(L, i0 + step)
+        r = i1 - i0
+        blk = block(slice(i0, i1))
+        allowed = blk.allowed
+        has_key = np.ones(r, dtype=bool) if allowed is None else np.asarray(allowed.any(axis=-1))
+        has_key_all[i0:i1] = has_key
+        nodrop = Block(allowed, blk.madd, None, blk.uniform)
+        qb = np.ascontiguousarray(q[i0:i1])
+        res = tier1_block(qb, None if qr_n is None else qr_n[i0:i1], kv, nodrop, c_f, rho_c,
+                          want_weights=True)
+        assert res.p is not None and res.err_p is not None
+        ok = res.ok | ~has_key
+        row_ok[i0:i1] = ok
+        p = np.where(ok[:, None], res.p, 0.0)
+        e_p = np.where(ok[:, None], res.err_p, 0.0)
+        o[i0:i1], e_o[i0:i1] = res.y, res.err
+        uni = np.zeros(r, dtype=bool) if blk.uniform is None else blk.uniform
+        # keys whose dS can be nonzero: allowed, not on a uniform row (whose output does
+        # not depend on the scores)
+        live = (np.ones((r, S), dtype=bool) if allowed is None else allowed) & ~uni[:, None]
+        keep = blk.keep
+        live_k |= live.any(axis=0)
+        wk = (np.ones((r, S), dtype=bool) if allowed is None else allowed)
+        live_v |= (wk if keep is None else wk & keep).any(axis=0)
+
+        # (2) X = dO Vᵀ: (H1) elementwise, γ_Ev (|dO||V|ᵀ) + Ev η; radii add
+        # |dO~| vrᵀ + dor (|V~| + vr)ᵀ
+        dob = np.ascontiguousarray(do[i0:i1])
+        abs_do = np.abs(dob)
+        x = dob @ vt
+        e_x = gEv * mm_up(abs_do, abs_vt) + Ev * ETA
+        if rad.v is not None:
+            assert vr_t is not None
+            e_x = e_x + mm_up(abs_do, vr_t)
+        if rad.do is not None:
+            e_x = e_x + mm_up(rad.do[i0:i1], abs_vt + (0.0 if vr_t is None else vr_t))
+        e_x = e_x * UP
+
+        # (1), (3): W = f·keep∘P, |W − W~| <= ρ_f(P~ + e_P) + f~ e_P + u W~ + η;
+        # dP = f·keep∘X, |dP − dP~| <= ρ_f(|X~| + e_X) + f~ e_X + u|dP~| + η (both exact
+        # without dropout)
+        # (4) D_i = Σ_j P_ij dP_ij (live keys), in key blocks (blocked_rowdot, g_d):
+        # |D − D~| <= Σ_j [e_P(|dP~| + e_dP) + P~ e_dP] + g_d Σ_j P~|dP~| + Sη
+        g_d = rowdot_g(S, key_block)
+        dp, e_dp, t, pl = step_dp(p, e_p, x, e_x, keep, live, f_f, rho_f, g_d)
+        del x, e_x
+        d, _ = blocked_rowdot(pl, dp, key_block)
+        e_d = (np.sum(t, axis=-1) + 2 * S * ETA) / (1.0 - gamma(max(S, 1) + 1)) * UP
+        del t, pl
+        # (5) Y = dP − D: |Y − Y~| <= e_dP + e_D + u|Y~|(1 + 2u)
+        # (6) dS = P∘Y: |dS − dS~| <= e_P(|Y~| + e_Y) + P~ e_Y + u|dS~| + η; exactly 0 off
+        # the live keys
+        gr = gamma(max(r, 1))
+        g_q = matmul_g(S, key_block)
+        ds, e_ds, a_q, a_k, w, e_w, a_w = step_ds(p, e_p, dp, e_dp, d, e_d, keep, live, f_f,
+                                                  rho_f, g_q, gr)
+        del dp, e_dp
+        if want_ds:
+            assert ds_all is not None and e_ds_all is not None
+            ds_all[i0:i1] = ds
+            e_ds_all[i0:i1] = np.where(live, e_ds + FLOOR, 0.0)
+
+        # (7) dV = Wᵀ dO, accumulated over row blocks: per block
+        # (e_W + γ_r W~)ᵀ(|dO~| + dor) + W~ᵀ dor + rη
+        tv = w.T @ dob
+        etv = mm_up(a_w.T, abs_do) + r * ETA
+        if rad.do is not None:
+            etv = etv + mm_up((e_w + w).T, rad.do[i0:i1])
+        acc_v.add(tv, etv * UP)
+
+        # (8) dQ = c·dS K: G = dS~ K~ in key blocks, |dS K − G| <= (e_dS + g|dS~|)|K~| + Sη
+        # (+ (e_dS + |dS~|) kr); then the scale (_scale_err)
+        gq, _ = blocked_matmul(ds, k, key_block)
+        e_gq = mm_up(a_q, abs_k) + S * ETA
+        if rad.k is not None:
+            e_gq = e_gq + mm_up(e_ds + np.abs(ds), rad.k)
+        dq_b = c_f * gq
+        dq[i0:i1] = dq_b
+        e_dq[i0:i1] = _scale_err(gq, e_gq, dq_b, c_f, rho_c)
+
+        # (9) dK = c·dSᵀ Q, accumulated over row blocks: per block
+        # (e_dS + γ_r|dS~|)ᵀ|Q~| + (e_dS + |dS~|)ᵀ qr + rη
+        tk = ds.T @ qb
+        etk = mm_up(a_k.T, np.abs(qb)) + r * ETA
+        if rad.q is not None:
+            etk = etk + mm_up((e_ds + np.abs(ds)).T, rad.q[i0:i1])
+        acc_k.add(tk, etk * UP)
+
+    # (7), (9): the row blocks' sums (BlockSum), then the scale for dK
+    gk, e_gk = acc_k.result((S, E))
+    dk = c_f * gk
+    e_dk = _scale_err(gk, e_gk, dk, c_f, rho_c)
+    dv, e_dv = acc_v.result((S, Ev))
+    all_ok = bool(row_ok.all())
+    fin_q = np.all(np.isfinite(dq) & np.isfinite(e_dq), axis=-1)
+    row_ok &= fin_q
+    if want_ds:
+        assert ds_all is not None and e_ds_all is not None
+        row_ok &= np.all(np.isfinite(ds_all) & np.isfinite(e_ds_all), axis=-1)
+    all_ok = all_ok and bool(row_ok.all()) and bool(
+        np.all(np.isfinite(dk) & np.isfinite(e_dk)) and np.all(np.isfinite(dv) & np.isfinite(e_dv)))
+    # FLOOR covers underflow inside the bound formulas (see the module docstring)
+    return HeadGrads(dq, e_dq + FLOOR, dk, e_dk + FLOOR, dv, e_dv + FLOOR,
+                     ds_all, e_ds_all,
+                     o, e_o, row_ok, all_ok, has_key_all, live_k, live_v)
