@@ -87,7 +87,12 @@ def read_bounded(path: str | os.PathLike[str], limit: int, *,
     if st.st_size > limit:
         raise ExampleFileError(f"{name}: larger than {limit} bytes ({st.st_size} bytes)")
     try:
-        with open(p, "rb") as f:
+        # O_NONBLOCK: if the name was swapped for a pipe since stat(), open() does not wait
+        # for a writer; fstat() then looks at what was really opened
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ExampleFileError(f"{name}: not a regular file (it changed while opened)")
             data = f.read(limit + 1)
     except PermissionError:
         raise ExampleFileError(f"{name}: permission denied") from None

@@ -8,6 +8,8 @@ Everything here is about *showing* untrusted input safely:
   (the bidirectional overrides U+202A–U+202E and isolates U+2066–U+2069);
 * :func:`echo` quotes a piece of input for an error message, cut to about 80
   characters with an ellipsis;
+* :func:`markdown_text` and :func:`markdown_code` put such text into Markdown as
+  text (no link, image, raw HTML, emphasis or math can come from a file);
 * :func:`int_text` and :func:`expr_text` print numbers without Python's
   4300-digit limit on ``str(int)`` (and without printing thousands of digits);
 * :func:`ascii_fallback` is a codec error handler that writes ✓ ✗ ≈ − × … as ASCII
@@ -38,6 +40,8 @@ __all__ = [
     "expr_text",
     "has_control",
     "int_text",
+    "markdown_code",
+    "markdown_text",
     "register_ascii_fallback",
     "sanitize",
 ]
@@ -103,6 +107,36 @@ def echo(text: Any, limit: int = 80) -> str:
     if quote in s:
         s = s.replace(quote, "\\" + quote)
     return f"{quote}{s}{'…' if cut else ''}{quote}"
+
+
+#: Every character Markdown (CommonMark, GitHub's tables and its ``$`` math) may read
+#: as markup; a backslash before any ASCII punctuation makes it a literal character.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#$~!&])")
+
+
+def markdown_text(text: str) -> str:
+    """Text from a file as Markdown text: control characters made visible and every
+    character Markdown would interpret escaped, so that no link, image, raw HTML,
+    emphasis, table cell break or ``$`` math can come from it.
+
+    >>> print(markdown_text("[x](javascript:1) <b>|</b> $a$"))
+    \\[x\\](javascript:1) \\<b\\>\\|\\</b\\> \\$a\\$
+    """
+    return _MD_SPECIAL.sub(r"\\\1", sanitize(text))
+
+
+def markdown_code(text: str) -> str:
+    """Text from a file as an inline code span that is safe in a Markdown table cell:
+    control characters made visible, ``|`` escaped (GitHub reads ``\\|`` as a pipe
+    inside code), and a text holding a backtick (which would end the span) written as
+    escaped text instead.
+
+    >>> print(markdown_code("weight[1,2]"), markdown_code("a`b"))
+    `weight[1,2]` a\\`b
+    """
+    if "`" in text:
+        return markdown_text(text)
+    return "`" + sanitize(text).replace("|", "\\|") + "`"
 
 
 def decimal_digits(n: int) -> int:

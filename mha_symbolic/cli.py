@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="check a worked-example file claim by claim",
                        description="Check every claim of a worked-example TOML file. Exit 0 when "
-                       "all claims hold, 1 when any is wrong, 2 for unusable input.")
+                       "all claims hold, 1 when any is wrong, 2 for unusable input, 4 when "
+                       "none is wrong but some could not be decided, 3 for an internal error.")
     p.add_argument("file", nargs="?", help="worked-example TOML file ('-': standard input; "
                    "none: --example names a bundled set)")
     p.add_argument("--format", choices=["text", "json", "markdown"], default="text")

@@ -304,23 +304,48 @@ def test_the_work_of_checking_many_claims_is_bounded() -> None:
         load_examples(text="[[example]]\nscores = [[1, 0]]\n" + claims)
 
 
+#: Modules that read untrusted input; every MAX_* constant in them is a limit the table
+#: must state (by its value), except the ones named here with the reason.
+_LIMIT_MODULES = ("mha_symbolic.exact.grammar", "mha_symbolic.exact.certified",
+                  "mha_symbolic.exact.engine", "mha_symbolic.exact.spec",
+                  "mha_symbolic.textbook.claims", "mha_symbolic.textbook.examples",
+                  "mha_symbolic.textbook.quantities", "mha_symbolic.textbook.printouts",
+                  "mha_symbolic.textbook.arrays", "mha_symbolic.textbook.seeded",
+                  "mha_symbolic.textbook.figures", "mha_symbolic.textbook.toml_reader",
+                  "mha_symbolic.textbook.derivation", "mha_symbolic.cli")
+_NOT_INPUT_LIMITS = {
+    "MAX_ENTRY_LINES": "derivation layout: up to this many entries are derived one per line",
+    "MAX_DIM": "stated as 10^9 (asserted below)",
+    "MAX_ABS_MASK": "stated as 10^30 (asserted below)",
+    "MAX_ABS_SCORE": "stated as 100,000 (checked by value)",
+}
+
+
 def test_the_limits_table_lists_the_enforced_limits() -> None:
-    from mha_symbolic.exact import certified, engine, grammar, spec
-    from mha_symbolic.textbook import claims, examples, figures
+    import importlib
+
+    from mha_symbolic.exact import certified, engine, spec
+    from mha_symbolic.textbook import examples
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "worked-example-format.md").read_text()
-    limits = doc[doc.index("## Limits"):]
-    for value in (examples.MAX_FILE_BYTES, examples.MAX_EXAMPLES, examples.MAX_CLAIMS,
-                  claims.MAX_CLAIM_LENGTH, claims.MAX_EXPONENT, grammar.MAX_LENGTH,
-                  grammar.MAX_DEPTH, grammar.MAX_POWER_DIGITS, grammar.MAX_VALUE_DIGITS,
-                  grammar.MAX_LOG, grammar.MAX_RADICAL_WORK, grammar.ARGUMENT_BITS,
-                  engine.MAX_SCORE_ENTRIES, engine.MAX_WORK, engine.MAX_ABS_SCORE,
-                  certified.PRECISIONS[-1], certified.MAX_BINARY_EXPONENT,
-                  certified.MAX_IDENTITY_OPS, certified.MAX_EXPANSION_TERMS, figures.MAX_GAP,
-                  examples.MAX_CHECK_WORK):
+    limits = doc[doc.index("## Limits"):doc.index("### Decisions about hostile")]
+    found = 0
+    for module_name in _LIMIT_MODULES:
+        module = importlib.import_module(module_name)
+        for name, value in vars(module).items():
+            if not (name.startswith("MAX_") and isinstance(value, int)):
+                continue
+            found += 1
+            if name in _NOT_INPUT_LIMITS and name != "MAX_ABS_SCORE":
+                continue
+            assert f"{value:,}" in limits or str(value) in limits, (module_name, name, value)
+    assert found >= 30  # the walk saw the constants (a rename would not hide them)
+    for value in (certified.PRECISIONS[0], certified.PRECISIONS[-1], examples.CLAIM_COST):
         assert f"{value:,}" in limits or str(value) in limits, value
     assert "10^9" in limits and spec.MAX_DIM == 10**9
-    assert "32 ASCII" in limits
+    assert "10^30" in limits and engine.MAX_ABS_MASK == 10**30
+    assert "32 ASCII" in limits and "200 characters" in limits and "255 characters" in limits
+    assert "2^63" in limits and "120 s" in limits
 
 
 # -- 8. Reading before the size check ---------------------------------------------------------------
@@ -508,3 +533,109 @@ def test_masked_printed_inputs_with_gradients_do_not_hang() -> None:
     with no_hang(120):
         report = check_text(doc)
     assert [r.verdict for r in report.records] == ["wrong", "wrong"]
+
+
+# -- Found while verifying the issue (TOML reader, messages, Markdown) ----------------------------
+
+@pytest.mark.parametrize("line", [
+    "a" + ".a" * 20000 + " = 1",                     # a dotted key: tomllib's cost grows as k²
+    "[example" + ".x" * 20000 + "]",                 # a table name
+    "[[a" + ".b" * 20000 + "]]",                     # an array-of-tables name
+    'x = {' + '"a" . ' * 20000 + '"a" = 1}',         # quoted parts inside an inline table
+])
+def test_a_dotted_key_of_many_parts_is_refused_before_tomllib(line: str) -> None:
+    # 200,000 parts ran for minutes in tomllib and took tens of GB
+    with no_hang(60), pytest.raises(ExampleFileError, match=r"dotted key or table name of "
+                                                           r"20001 parts; at most 16"):
+        load_examples(text="[[example]]\nscores = [[1, 0]]\n" + line + "\n")
+
+
+def test_dots_inside_strings_and_numbers_are_no_keys() -> None:
+    dots = ".".join(["a"] * 40)
+    doc = (f'[[example]]\nname = "{dots}"\nnotes = """{dots}\n{dots}"""  # {dots}\n'
+           f"scores = [[0.5, 0.25, 0.125]]\n[[example.claim]]\nquantity = 'weight[1,1]'\n"
+           f"claimed = '0.3'\nnote = '{dots}'\n")
+    assert load_examples(text=doc)[0].name == dots
+
+
+@pytest.mark.parametrize(("place", "where"), [
+    ("[[example]]\nscores = [[1, 0]]\nheads = {n}\n", "example[0].heads"),
+    ("[[example]]\nscores = [[1, 0]]\n[[example.claim]]\nquantity = 'weight[1,1]'\n"
+     "claimed = '0.5'\nhead = {n}\n", "example[0].claim[0].head"),
+    ("[[example]]\nscores = [[1, 0]]\ninit = {{torch_seed = {n}, draws = ['x = rand(1, 2)']}}\n",
+     "example[0].init.torch_seed"),
+    ("[[example]]\nscores = [[1, {n}]]\n", "example[0].scores[0][1]"),
+])
+@pytest.mark.parametrize("literal", ["0x" + "f" * 5000, "0o" + "7" * 6000, "0b" + "1" * 20000])
+def test_huge_hexadecimal_octal_and_binary_integers_are_refused(place: str, where: str,
+                                                                 literal: str) -> None:
+    # Python limits int() of *decimal* strings to 4300 digits, not of base 16, 8 or 2:
+    # such a literal reached str() (claim head, torch_seed: tracebacks) or SymPy (heads)
+    with pytest.raises(ExampleFileError, match=re.escape(where) + ": an integer of more than "
+                                                                  "4000 digits"):
+        load_examples(text=place.format(n=literal))
+
+
+def test_an_integer_of_exactly_4000_digits_is_still_an_entry() -> None:
+    n = 10**4000 - 1  # the largest integer of 4000 digits, written in hexadecimal
+    ex = load_examples(text=f"[[example]]\nscores = [[1, 0]]\nvalue = [[{hex(n)}], [0]]\n")[0]
+    assert ex.inputs["value"][0][0] == n
+    with pytest.raises(ExampleFileError, match="more than 4000 digits"):
+        load_examples(text=f"[[example]]\nscores = [[1, 0]]\nvalue = [[{hex(n + 1)}], [0]]\n")
+
+
+@pytest.mark.parametrize(("doc", "shown"), [
+    ('[[example]]\nn_q = "' + "a" * 5000 + '"\nd_model = 4\n', "n_q='aaaa"),
+    ('[[example]]\nquery = [[1]]\nkey = [[1], [2]]\nmask = [[0, "-1' + "0" * 1900 + '"]]\n',
+     "mask entry '-1000"),
+    ("[[example]]\nquery = [[1]]\nkey = [[1], [2]]\nmask = [[0, -1" + "0" * 3900 + "]]\n",
+     "mask entry <a negative integer of 3901 digits>"),
+    ("[[example]]\nquery = [[1]]\nkey = [[1], [2]]\nvalid_lens = [1" + "0" * 3900 + "]\n",
+     "valid_lens entry <an integer of 3901 digits>"),
+    ('[[example]]\nquery = [[1]]\nkey = [[1], [2]]\nqkv_layout = "' + "b" * 5000 + '"\n',
+     "qkv_layout='bbbb"),
+])
+def test_messages_about_entries_and_sizes_are_cut(doc: str, shown: str) -> None:
+    with pytest.raises(ExampleFileError) as info:
+        load_examples(text=doc)
+    msg = str(info.value)
+    assert shown in msg and len(msg) < 300 and "\n" not in msg
+
+
+def test_symbol_sizes_and_draw_sizes_are_ascii() -> None:
+    from mha_symbolic.errors import SpecError
+    from mha_symbolic.exact.spec import dim
+    from mha_symbolic.textbook.seeded import parse_draw
+
+    assert str(dim("d_k", "d_k")) == "d_k"
+    with pytest.raises(SpecError, match="32 ASCII"):
+        dim("d\u0663", "d_k")  # ARABIC-INDIC DIGIT THREE: an identifier character, not ASCII
+    with pytest.raises(ExampleFileError, match="is not 'TARGET"):
+        parse_draw("x = rand(\u0662, 3)")  # int() would read it as 2
+    assert parse_draw("x = rand(2, 3)")[3] == (2, 3)
+
+
+def test_markup_in_a_file_is_text_in_the_markdown_report() -> None:
+    payloads = {"name": "[x](javascript:alert(1))", "title": "<script>alert(1)</script>",
+                "claimed": "![i](/etc/passwd) | <img src=x>", "quantity": "w`[x](javascript:1)`"}
+    doc = (f"[[example]]\nname = {json.dumps(payloads['name'])}\n"
+           f"title = {json.dumps(payloads['title'])}\nscores = [[1, 0]]\n"
+           f"[[example.claim]]\nquantity = 'weight[1,1]'\nclaimed = {json.dumps(payloads['claimed'])}\n"
+           f"[[example.claim]]\nquantity = {json.dumps(payloads['quantity'])}\nclaimed = '0.5'\n")
+    md = check_text(doc).markdown()
+    outside_code = re.sub(r"`[^`\n]*`", "", md)
+    for live in ("](javascript:", "<script", "<img", "!["):
+        assert not re.search(r"(?<!\\)" + re.escape(live), outside_code), (live, md)
+    rows = [ln for ln in md.splitlines() if ln.startswith("| ?") or ln.startswith("| ✗")]
+    assert len(rows) == 2
+    for row in rows:  # pipes from the file do not add cells
+        assert len(re.split(r"(?<!\\)\|", row.strip().strip("|"))) == 6, row
+
+
+def test_a_long_unreadable_quantity_is_cut_in_every_report() -> None:
+    q = "weight[" + "9" * 5000 + ",1]"
+    report = check_text(f"[[example]]\nscores = [[1, 0]]\n[[example.claim]]\nquantity = '{q}'\n"
+                        "claimed = '0.5'\n")
+    assert report.records[0].verdict == "unreadable"
+    for rendering in (report.text(), report.markdown(), report._repr_html_()):
+        assert max(len(line) for line in rendering.splitlines()) < 700

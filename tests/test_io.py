@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import time_limit
 
 from mha_symbolic import _io
 from mha_symbolic._io import output_path, read_bounded, write_output
@@ -26,11 +27,21 @@ def test_size_is_checked_before_reading(tmp_path: Path, monkeypatch: pytest.Monk
     opened: list[str] = []
     real_open = open
 
+    real_os_open = os.open
+
     def spy(path: object, *args: object, **kwargs: object) -> object:
         opened.append(str(path))
         return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
 
+    def os_spy(path: object, *args: object, **kwargs: object) -> int:
+        opened.append(str(path))
+        return real_os_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
     monkeypatch.setattr("builtins.open", spy)
+    monkeypatch.setattr(os, "open", os_spy)
+    small = tmp_path / "small"
+    small.write_bytes(b"abc")
+    assert read_bounded(small, 100) == b"abc" and str(small) in opened  # the spies see opens
     with pytest.raises(ExampleFileError, match="larger than 100 bytes"):
         read_bounded(f, 100)
     assert str(f) not in opened  # refused from the size alone
@@ -92,3 +103,17 @@ def test_the_command_line_refuses_such_names_with_exit_2(tmp_path: Path) -> None
     assert main(["check", "\ud800"]) == 2
     assert main(["derive", "examples/seed.toml", "-o", "a\x00b"]) == 2
     assert main(["prove", "--only", "uniform", "--latex", "\ud800"]) == 2
+
+
+def test_a_file_swapped_for_a_pipe_after_stat_is_refused_without_waiting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the name passes stat() as a regular file, then turns out to be a FIFO with no writer:
+    # open() must not wait for one (O_NONBLOCK), and fstat() of what was opened decides
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    real_stat = Path.stat
+    regular = os.stat_result((0o100644, 0, 0, 1, 0, 0, 10, 0, 0, 0))
+    monkeypatch.setattr(Path, "stat", lambda self, **kw: regular if self == fifo
+                        else real_stat(self, **kw))
+    with time_limit(30), pytest.raises(ExampleFileError, match="not a regular file"):
+        read_bounded(fifo, 100)

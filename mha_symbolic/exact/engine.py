@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from .._text import expr_text, int_text
+from .._text import echo, expr_text, int_text
 from ..errors import InputValueError, ShapeError, SpecError
 from .spec import AttentionSpec
 
@@ -219,12 +219,17 @@ def exact_number(x: Any, name: str = "value") -> sympy.Expr:
         if isinstance(x, numbers.Real):
             f = float(x)
             if f != f or f in (float("inf"), float("-inf")):
-                raise InputValueError(f"{name}={x!r} is not a finite number")
+                raise InputValueError(f"{name}={expr_text(x)} is not a finite number")
             # A float typed by a person stands for the decimal it prints as.
             return sp.Rational(repr(f))
     except (TypeError, ValueError):
         pass
-    raise SpecError(f"{name}={x!r} ({type(x).__name__}) is not a number")
+    raise SpecError(f"{name}={_entry_text(x)} ({type(x).__name__}) is not a number")
+
+
+def _entry_text(x: Any) -> str:
+    """An entry for a message: a string quoted and cut (:func:`echo`), a number short."""
+    return echo(x) if isinstance(x, str) else expr_text(x)
 
 
 def exact_matrix(rows: Any, name: str) -> sympy.Matrix:
@@ -758,11 +763,11 @@ def _mask_entry(e: Any, name: str = "mask") -> Any:
         return e
     value = exact_number(e, name)
     if value.is_Rational and abs(value) > MAX_ABS_MASK:
-        raise InputValueError(f"{name} entry {e!r} is beyond ±{MAX_ABS_MASK:.0e}")
+        raise InputValueError(f"{name} entry {_entry_text(e)} is beyond ±{MAX_ABS_MASK:.0e}")
     if not value.is_Rational and not value.free_symbols:
         from .certified import to_arb
 
         ball = to_arb(value, 64)
         if not ball.is_finite() or abs(ball) > MAX_ABS_MASK:
-            raise InputValueError(f"{name} entry {e!r} is beyond ±{MAX_ABS_MASK:.0e}")
+            raise InputValueError(f"{name} entry {_entry_text(e)} is beyond ±{MAX_ABS_MASK:.0e}")
     return value

@@ -313,7 +313,7 @@ class _Parser:
                 f"unknown name {echo(name, 30)} at position {tok.pos} in {self.shown}; "
                 f"allowed: numbers, e, pi, {', '.join(_FUNCTIONS)}, + - * / ^ ( ) %"
             )
-        raise ParseError(f"unexpected {tok.text!r} at position {tok.pos} in {self.shown}")
+        raise ParseError(f"unexpected {echo(tok.text, 30)} at position {tok.pos} in {self.shown}")
 
     # -- exact values --------------------------------------------------------
     def _number(self, tok: _Tok) -> Any:

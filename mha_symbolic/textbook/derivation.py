@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from .._latex import latex_escape, standalone_document
-from .._text import sanitize
+from .._text import markdown_text, sanitize
 from ..errors import ExampleFileError, MhaSymbolicError, SpecError
 
 __all__ = [
@@ -1612,13 +1612,9 @@ def _markup_tex(text: str) -> str:
     return "".join(parts)
 
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#$~!])")
-
-
-def _md_text(text: str) -> str:
-    """Plain text for Markdown: control characters made visible, every character that
-    Markdown (or GitHub's math, ``$``) would interpret escaped."""
-    return _MD_SPECIAL.sub(r"\\\1", sanitize(text))
+#: Plain text for Markdown: control characters made visible, every character that
+#: Markdown (or GitHub's math, ``$``) would interpret escaped.
+_md_text = markdown_text
 
 
 def _markup_md(text: str) -> str:

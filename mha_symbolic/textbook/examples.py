@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -329,24 +328,10 @@ def _keys(keys: Any, most: int = 8) -> str:
 
 
 def _parse_toml(text: str, source: str) -> dict[str, Any]:
-    """TOML text as a dict; every failure of the TOML reader is an ExampleFileError."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ExampleFileError(f"{source}: not valid TOML: {sanitize(str(exc))}") from None
-    except RecursionError:
-        raise ExampleFileError(f"{source}: TOML nested too deeply") from None
-    except ValueError as exc:
-        # tomllib lets int() refuse literals beyond Python's 4300-digit limit
-        if "integer string conversion" in str(exc):
-            raise ExampleFileError(f"{source}: an integer literal of more than 4300 digits "
-                                   f"(Python's limit; entries may have at most "
-                                   f"{MAX_VALUE_DIGITS})") from None
-        raise ExampleFileError(f"{source}: not valid TOML: {sanitize(str(exc))[:200]}") from None
+    """TOML text as a dict, read at a bounded cost (see :mod:`.toml_reader`)."""
+    from .toml_reader import parse_toml
+
+    return parse_toml(text, source)
 
 
 def _example(item: Any, index: int, source: str, loc: Any, base: Path | None) -> WorkedExample:

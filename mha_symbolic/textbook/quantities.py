@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from .._text import echo
+from .._text import echo, int_text
 from ..errors import ClaimError
 
 if TYPE_CHECKING:
@@ -149,12 +149,12 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
                              "(it needs scores, query and key, or x with w_q, w_k, w_v)")
         b = claim.batch - 1
         if not 0 <= b < ex.batch_size:
-            raise ClaimError(f"{claim.quantity}: batch={claim.batch} but the example has "
+            raise ClaimError(f"{claim.quantity}: batch={int_text(claim.batch)} but the example has "
                              f"{ex.batch_size} batch element(s)")
         att = ex.attention(b)
     h = claim.head - 1
     if not 0 <= h < len(att.heads):
-        raise ClaimError(f"{claim.quantity}: head={claim.head} but the example has "
+        raise ClaimError(f"{claim.quantity}: head={int_text(claim.head)} but the example has "
                          f"{len(att.heads)} head(s)")
     head = att.heads[h]
     if name == "scale":

@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._text import has_control, sanitize
+from .._text import has_control, markdown_code, markdown_text, sanitize
+from .quantities import MAX_QUANTITY_LENGTH
 from .verdicts import UNDECIDED
 
 if TYPE_CHECKING:
@@ -134,8 +135,8 @@ class CheckReport:
             qw = max((len(_label(r)) for r in shown), default=8)
             cw = min(max((len(_one_line(r.claimed)) for r in shown), default=8), 40)
             for r in shown:
-                mark = "✓" if r.ok else "?" if r.verdict in ("unreadable", UNDECIDED) else "✗"
-                line = f"  {mark} {_label(r).ljust(qw)}  {_one_line(r.claimed, 40).ljust(cw)}  {r.verdict}"
+                line = (f"  {_mark(r)} {_label(r).ljust(qw)}  "
+                        f"{_one_line(r.claimed, 40).ljust(cw)}  {r.verdict}")
                 if r.verdict in ("correctly rounded", "wrong", CONSISTENT) and r.precision:
                     line += f" ({r.precision})"
                 out.append(line)
@@ -189,7 +190,8 @@ class CheckReport:
                 records = [r for r in records if not r.ok]
                 if not records:
                     continue
-            out.append(f"### Example {ex.name}" + (f" — {ex.title}" if ex.title else ""))
+            out.append(f"### Example {_md(ex.name)}" + (f" — {_md(ex.title)}" if ex.title
+                                                         else ""))
             out.append("")
             out.append("| | quantity | claimed | exact (certified digits) | verdict | diagnosis |")
             out.append("|---|---|---|---|---|---|")
@@ -198,14 +200,18 @@ class CheckReport:
                                        and r.precision else "")
                 if not r.ok and r.rounded is not None:
                     verdict += f"; correct: {r.rounded}"
-                cells = ["✓" if r.ok else "?" if r.verdict == "unreadable" else "✗",
-                         f"`{_label(r)}`", _md(_one_line(r.claimed)), _md(r.exact),
+                cells = [_mark(r),
+                         markdown_code(_label(r)),
+                         # an unreadable claim may be any length: cut like the text report's
+                         _md(_one_line(r.claimed, 80 if r.verdict == "unreadable" else 0)),
+                         _md(r.exact),
                          _md(verdict), _md(r.diagnosis or r.error or r.detail or "")]
                 out.append("| " + " | ".join(cells) + " |")
             out.append("")
         s = self.summary()
         out.append(f"**{s['claims']} claims: {s['hold']} hold, {s['wrong']} wrong "
                    f"({s['diagnosed']} diagnosed)"
+                   + (f", {s['unreadable']} unreadable" if s["unreadable"] else "")
                    + (f", {s[UNDECIDED]} undecided" if s[UNDECIDED] else "") + ".**")
         return "\n".join(out)
 
@@ -226,7 +232,7 @@ class CheckReport:
         rows = []
         for r in self.records:
             rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
-                "✓" if r.ok else "✗", r.example, _label(r), r.claimed, r.exact, r.verdict,
+                _mark(r), r.example, _label(r), r.claimed, r.exact, r.verdict,
                 r.diagnosis or "")) + "</tr>")
         head = "".join(f"<th>{h}</th>" for h in ("", "example", "quantity", "claimed", "exact",
                                                   "verdict", "diagnosis"))
@@ -238,10 +244,17 @@ CONSISTENT = "consistent with the inputs as printed"
 SCHEMA = "mha-symbolic-check/2"
 
 
+def _mark(r: ClaimRecord) -> str:
+    """✓ holds, ✗ wrong, ? neither decided nor read (unreadable, undecided)."""
+    return "✓" if r.ok else "?" if r.verdict in ("unreadable", UNDECIDED) else "✗"
+
+
 def _label(r: ClaimRecord) -> str:
     extra = [f"head {r.head}"] if r.head != 1 else []
     extra += [f"batch {r.batch}"] if r.batch != 1 else []
-    return r.quantity + (f" ({', '.join(extra)})" if extra else "")
+    # a quantity that could not be read may be any length: cut it like a claim
+    return _one_line(r.quantity, MAX_QUANTITY_LENGTH) + (f" ({', '.join(extra)})" if extra
+                                                          else "")
 
 
 def _one_line(text: str, width: int = 0) -> str:
@@ -261,7 +274,9 @@ def _block(label: str, text: str) -> list[str]:
 
 
 def _md(s: str) -> str:
-    return s.replace("|", "\\|")
+    """A table cell's text: nothing from a file may become a link, raw HTML, emphasis,
+    math or a cell break (see :func:`mha_symbolic._text.markdown_text`)."""
+    return markdown_text(s)
 
 
 def _one_line_safe(text: str) -> str:
