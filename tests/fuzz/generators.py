@@ -385,6 +385,79 @@ def _plausible_claim(src: Source, q: str) -> str:
                                                    "e^2/(1+e^2)", "1/3", "≈ 1 − e^(−32)"])
 
 
+def _other_mask(src: Source, n: int, m: int, bad: bool) -> str:
+    """D2L's valid_lens, a boolean ``masked`` (true removes a key), or the stage at which
+    a mask_fill value replaces scores (issue 14)."""
+    k = src.integer(0, 2)
+    if k == 0:
+        lens = [str(src.integer(0, m + (1 if bad else 0))) for _ in range(max(n, 1))]
+        forms = [f"[{lens[0]}]", "[[" + ", ".join(lens) + "]]"]
+        forms += [f"[{huge_int(src)}]", '["2"]', "[-1]", "[[1], [2]]", "2", "[1.5]"] if bad else []
+        return f"valid_lens = {src.choice(forms)}"
+    if k == 1:
+        rows = ["[" + ", ".join(src.choice(["true", "false", "false"]) for _ in range(m)) + "]"
+                for _ in range(n)]
+        if bad and rows and src.chance(0.3):
+            rows[0] = "[" + ", ".join([src.choice(["1", '"x"', "0.5", "[]"])] * m) + "]"
+        return "masked = [" + ", ".join(rows) + "]"
+    stages = ["scaled", "raw"] + (["x", "both"] if bad else [])
+    return f"mask_fill_stage = {toml_string(src.choice(stages))}"
+
+
+def _init_table(src: Source) -> str:
+    """``init`` (issue 14's seeded draws), always refused or sent to a cache that cannot
+    be read, so that no input imports torch (seconds, against the per-input limit)."""
+    seed = src.choice(["0", "123", "-1", huge_int(src), '"1"', "9223372036854775808"])
+    draws = src.choice(['["x = rand(2, 3)"]', '["x = rand(\u0662, 3)"]', "[]", '["q = rand(2)"]',
+                        '["w_q = Linear(2, 3, bias=True)"]', '["x = rand(100000, 100000)"]',
+                        '["x = rand(' + "9" * 150 + ')"]', "[" + '"x = rand(1)", ' * 70 + "]",
+                        toml_string("x = rand(2, 2)" * 30)])
+    cache = src.choice([', cache = "c.npz"', ', cache = "../c.npz"', ', cache = 1',
+                        ", cache = " + toml_string("c" * 300)])
+    return f"init = {{torch_seed = {seed}, draws = {draws}{cache}}}"
+
+
+def huge_int(src: Source) -> str:
+    """An integer literal of many digits: decimal (tomllib refuses more than 4300) or
+    hexadecimal, octal or binary (which it reads at any length)."""
+    k = src.choice([10, 100, 1000, 3330, 3999, 4000, 4001, 5000, 20000, 300000])
+    base = src.integer(0, 3)
+    if base == 0:
+        return src.choice(["", "-"]) + "1" + "0" * min(k, 4400)
+    return ["", "0x", "0o", "0b"][base] + ["", "f", "7", "1"][base] * k
+
+
+def toml_attack(src: Source, text: str) -> str:
+    """A document with one construct aimed at the TOML reader itself: long dotted keys and
+    table names (tomllib's cost grows as their square), deep nesting, integers of a
+    million digits in hexadecimal, and dots inside strings (which are no keys)."""
+    k = src.integer(0, 8)
+    parts = src.choice([3, 15, 16, 17, 40, 1000, 30000, 150000])
+    if k == 0:
+        line = "a" + ".a" * (parts - 1) + " = 1"
+    elif k == 1:
+        return text + "[" + ".".join(["example"] + ["x"] * (parts - 1)) + "]\n"
+    elif k == 2:
+        return text + "[[a" + ".b" * (parts - 1) + "]]\n"
+    elif k == 3:
+        line = 'x = {' + '"a" . ' * (parts - 1) + '"a" = 1}'
+    elif k == 4:
+        depth = src.choice([50, 500, 5000, 100000])
+        line = "deep = " + "[" * depth + "]" * depth
+    elif k == 5:
+        depth = src.choice([50, 500, 5000, 100000])
+        line = "deep = " + "{a = " * depth + "1" + "}" * depth
+    elif k == 6:
+        key = src.choice(["heads", "batch", "n_q", "d_k", "kv_heads", "scale", "d_model"])
+        line = f"{key} = {huge_int(src)}"
+    elif k == 7:
+        line = f"notes = {toml_string('.'.join(['a'] * min(parts, 5000)))}"
+    else:
+        return text + f"head = {huge_int(src)}\n"  # lands in the last table: a claim or example
+    head, sep, rest = text.partition("[[example]]\n")
+    return head + sep + line + "\n" + rest if sep else line + "\n" + text
+
+
 def example_table(src: Source, index: int) -> str:
     bad = hostile(src)
     lines = ["[[example]]"]
@@ -426,9 +499,14 @@ def example_table(src: Source, index: int) -> str:
         if src.chance(0.2):
             m = _dim(src, src.integer(1, 4))
             lines.append(f"x_kv = {matrix(src, m, dm)}")
-        for w in ("w_q", "w_k", "w_v"):
-            if not bad or src.chance(0.97):
-                lines.append(f"{w} = {matrix(src, dm, d)}")
+        if src.chance(0.05):  # a fused projection, as torch stores it (issue 14)
+            lines.append(f"w_qkv = {matrix(src, dm, 3 * d)}")
+            layouts = ["stacked", "per_head"] + (["x", "interleaved"] if bad else [])
+            lines.append(f"qkv_layout = {toml_string(src.choice(layouts))}")
+        else:
+            for w in ("w_q", "w_k", "w_v"):
+                if not bad or src.chance(0.97):
+                    lines.append(f"{w} = {matrix(src, dm, d)}")
         if src.chance(0.4):
             lines.append(f"w_o = {matrix(src, d, dm)}")
         for b, width in (("b_q", d), ("b_k", d), ("b_v", d), ("b_o", dm)):
@@ -481,6 +559,10 @@ def example_table(src: Source, index: int) -> str:
         lines.append(f"layout = {toml_string(src.choice(['torch', 'book'] + (['x'] if bad else [])))}")
     if inputs and src.chance(0.03):
         lines.append('inputs = "printed"')
+    if inputs and src.chance(0.05):
+        lines.append(_other_mask(src, n, m, bad))
+    if bad and src.chance(0.01):  # a seeded recipe that fails before torch is ever imported
+        lines.append(_init_table(src))
     grads = level in (4, 5, 6) and values and src.chance(0.08)  # issue 12: backward claims
     if grads:
         lines.append(f"grad_output = {matrix(src, n, d)}")
@@ -525,6 +607,8 @@ def document_text(src: Source) -> str:
     for i in range(src.integer(1, 3)):
         parts.append(example_table(src, i))
     text = "\n".join(parts) + "\n"
+    if hostile(src) and src.chance(0.03):
+        text = toml_attack(src, text)
     if hostile(src) and src.chance(0.05):
         text = mutate(src, text, 0.9)
     if hostile(src) and src.chance(0.02):

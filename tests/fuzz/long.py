@@ -52,7 +52,7 @@ KINDS: tuple[tuple[str, int], ...] = (  # shares in tenths of a percent (sum 100
     ("cli-subprocess", 2),
 )
 PROBLEMS = ("foreign-exception", "over-time", "file-outside", "control-in-report",
-            "tex-injection", "bad-message", "bad-exit", "harness-error")
+            "tex-injection", "markup-injection", "bad-message", "bad-exit", "harness-error")
 
 
 class OverLimit(BaseException):

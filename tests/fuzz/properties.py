@@ -11,6 +11,9 @@ category and a detail:
                         a derivation, or anything the command line printed
 ``tex-injection``       a TeX primitive that could read, write or run something
                         (``\\input``, ``\\openout``, ``\\write``, ``^^`` …) in LaTeX output
+``markup-injection``    markup from a file live in a Markdown or HTML rendering: a raw
+                        ``<script``/``<img``/``<iframe`` tag, a ``](javascript:`` link or an
+                        ``![`` image that no backslash escapes
 ``file-outside``        a file written outside the output folder
 ``bad-exit``            a command-line exit status outside 0, 1, 2, 4 (3 is an internal
                         error), or an error that is not exactly one line
@@ -52,6 +55,13 @@ DANGEROUS_TEX = re.compile(
 
 MAX_MESSAGE = 1500
 
+#: Markup that a file's text must never turn into live Markdown or HTML (the payloads of
+#: generators.MARKUP); in Markdown a backslash before it makes it text.
+_LIVE_MARKDOWN = re.compile(r"(?<!\\)<(?:script|img|iframe)|(?<!\\)\]\(javascript:|(?<!\\)!\[",
+                            re.IGNORECASE)
+_LIVE_HTML = re.compile(r"<(?:script|img|iframe)", re.IGNORECASE)
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+
 Problems = list[tuple[str, str]]
 
 
@@ -84,6 +94,17 @@ def _guard(problems: Problems) -> Iterator[None]:
         if type(exc).__name__ == "OverLimit":
             raise
         problems.extend(_foreign(exc))
+
+
+def _markup(text: str, what: str, *, markdown: bool = True) -> Problems:
+    """Live markup from a file's text in a Markdown (code spans are inert) or HTML
+    rendering."""
+    if markdown:
+        text = _CODE_SPAN.sub("", text)
+    m = (_LIVE_MARKDOWN if markdown else _LIVE_HTML).search(text)
+    if m:
+        return [("markup-injection", f"{what}: {text[max(0, m.start() - 80):m.end() + 40]!r}")]
+    return []
 
 
 def _control_lines(text: str, what: str) -> Problems:
@@ -140,8 +161,10 @@ def run_claim(text: str, value_text: str) -> Problems:
 def _report_problems(report: Any) -> Problems:
     problems: Problems = []
     problems += _control_lines(report.text(), "text report")
-    problems += _control_lines(report.markdown(), "markdown report")
-    problems += _control_lines(report._repr_html_(), "html report")
+    md, page = report.markdown(), report._repr_html_()
+    problems += _control_lines(md, "markdown report") + _markup(md, "markdown report")
+    problems += _control_lines(page, "html report") + _markup(page, "html report",
+                                                              markdown=False)
     raw = report.json()
     problems += _control_lines(raw, "json report")
     try:
@@ -172,7 +195,9 @@ def run_derivation(text: str, fmt: str) -> Problems:
         d = derive(load_examples(text=text), format=fmt)
         out = d.text
         problems += _control_lines(out, f"derivation ({fmt})")
-        if fmt != "markdown":
+        if fmt == "markdown":
+            problems += _markup(out, "derivation (markdown)")
+        else:
             m = DANGEROUS_TEX.search(out)
             if m:
                 around = out[max(0, m.start() - 80):m.end() + 40]
