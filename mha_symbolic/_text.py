@@ -98,11 +98,22 @@ def echo(text: Any, limit: int = 80) -> str:
 
     >>> echo("(-1)^(1/2)")
     "'(-1)^(1/2)'"
+    >>> echo("a\\x00" * 10, limit=12)
+    "'a\\\\x00a\\\\x00a…'"
     """
     s = text if isinstance(text, str) else str(text)
-    cut = len(s) > limit
-    # as repr() quotes a string: backslashes doubled, so that an escape shown is unambiguous
-    s = sanitize(s[:limit].replace("\\", "\\\\"))
+    # as repr() quotes a string: backslashes doubled, so that an escape shown is unambiguous;
+    # cut by what is *shown* (an escape such as \x00 shows 4 characters for 1), never
+    # inside an escape
+    shown, width, cut = [], 0, False
+    for ch in s:
+        piece = sanitize(ch.replace("\\", "\\\\"))
+        if width + len(piece) > limit:
+            cut = True
+            break
+        shown.append(piece)
+        width += len(piece)
+    s = "".join(shown)
     quote = '"' if "'" in s and '"' not in s else "'"
     if quote in s:
         s = s.replace(quote, "\\" + quote)

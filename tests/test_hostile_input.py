@@ -639,3 +639,18 @@ def test_a_long_unreadable_quantity_is_cut_in_every_report() -> None:
     assert report.records[0].verdict == "unreadable"
     for rendering in (report.text(), report.markdown(), report._repr_html_()):
         assert max(len(line) for line in rendering.splitlines()) < 700
+
+
+@pytest.mark.parametrize("text", [
+    "(1, " * 40 + "x" + ")" * 40,                     # every level added "in claimed=…"
+    "(8;(1e\r;\r=(e~~~~~" + "\x00" * 90 + "~;pi;(1e5)=\r,.5,=)))",  # found by atheris
+    "tensor([" + "\x00" * 300 + "])",                 # repr() of 60 NULs is 240 characters
+])
+def test_messages_of_nested_or_escaped_claims_stay_short(text: str) -> None:
+    from mha_symbolic.errors import ClaimError
+    from mha_symbolic.textbook.claims import parse_printed
+
+    with pytest.raises(ClaimError) as info:
+        parse_printed(text)
+    msg = str(info.value)
+    assert len(msg) < 500 and msg.count("in claimed=") <= 1 and not RAW_CONTROL.search(msg)

@@ -699,7 +699,7 @@ def exact_attention(
     )
     scale_value = _scale_value(scale, d_k, default_unscaled=q_heads is None)
     if mask_fill_stage not in ("scaled", "raw"):
-        raise SpecError(f"mask_fill_stage={mask_fill_stage!r} must be 'scaled' or 'raw'")
+        raise SpecError(f"mask_fill_stage={_entry_text(mask_fill_stage)} must be 'scaled' or 'raw'")
     fill = None if mask_fill is None else _mask_entry(mask_fill, "mask_fill")
     if fill is not None and fill != -sp.oo and mask_fill_stage == "raw":
         fill = fill * scale_value
@@ -726,7 +726,7 @@ def exact_attention(
             row_parts = []
             w = _softmax_rows(t, keep, masked_rows, i, row_parts)
         else:
-            raise SpecError(f"softmax_over={softmax_over!r} must be 'keys' or 'queries'")
+            raise SpecError(f"softmax_over={_entry_text(softmax_over)} must be 'keys' or 'queries'")
         out = None
         if v_heads is not None:
             out = _weighted_sum(w, v_heads[g], row_parts)

@@ -656,8 +656,10 @@ def _select(theorems: list[Theorem], only: Iterable[str] | None) -> list[Theorem
         by_key[f"t{t.number:02d}"] = t
     unknown = [w for w in wanted if w not in by_key]
     if unknown:
+        from .._text import echo
+
         names = ", ".join(t.name for t in theorems)
-        raise MhaSymbolicError(f"only={unknown[0]!r} names no theorem; known: {names}")
+        raise MhaSymbolicError(f"only={echo(unknown[0])} names no theorem; known: {names}")
     chosen = {by_key[w].name for w in wanted}
     return [t for t in theorems if t.name in chosen]
 

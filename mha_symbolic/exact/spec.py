@@ -151,10 +151,10 @@ class AttentionSpec:
 
     def _check(self) -> None:
         if self.masked_rows not in _MASKED_ROWS:
-            raise SpecError(f"masked_rows={self.masked_rows!r} must be one of {_MASKED_ROWS}")
+            raise SpecError(f"masked_rows={echo(self.masked_rows)} must be one of {_MASKED_ROWS}")
         if self.causal_alignment not in _ALIGNMENTS:
             raise SpecError(
-                f"causal_alignment={self.causal_alignment!r} must be one of {_ALIGNMENTS}"
+                f"causal_alignment={echo(self.causal_alignment)} must be one of {_ALIGNMENTS}"
             )
         heads, kv = self.heads, self.kv_heads
         if _is_num(heads) and _is_num(kv):
@@ -279,7 +279,7 @@ def _bias_flags(bias: Any) -> Any:
     if isinstance(bias, (tuple, list)) and len(bias) == 4 and all(isinstance(b, bool) for b in bias):
         flags = tuple(bias)
         return flags[0] if len(set(flags)) == 1 else flags
-    raise SpecError(f"bias={bias!r} must be True, False, or (q, k, v, o) flags")
+    raise SpecError(f"bias={echo(repr(bias))} must be True, False, or (q, k, v, o) flags")
 
 
 def _is_per_head(mask: Any) -> bool:

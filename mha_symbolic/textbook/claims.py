@@ -233,7 +233,11 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
         try:
             parts = tuple(parse_printed(p) for p in _split_top(s[1:-1]))
         except ClaimError as exc:
-            raise ClaimError(f"in claimed={echo(raw)}: {exc}") from None
+            # one "in claimed=…" naming the whole claim, however deep the tuples nest
+            detail = getattr(exc, "detail", str(exc))
+            err = ClaimError(f"in claimed={echo(raw)}: {detail}")
+            err.detail = detail  # type: ignore[attr-defined]
+            raise err from None
         return PrintedAnswer(raw, "tuple", approx, parts=parts)
 
     s, unit_word = _unit_word(s)
@@ -310,7 +314,7 @@ def _array(raw: str, s: str, approx: bool, reader: Any) -> PrintedAnswer:
     for entry in printout.entries:
         p = _scalar(_normalize(entry), entry, approx)
         if p is None:
-            raise ClaimError(f"in claimed={_brief(raw)}: cannot read the entry {entry[:40]!r} "
+            raise ClaimError(f"in claimed={_brief(raw)}: cannot read the entry {echo(entry, 40)} "
                              "as a printed number")
         parts.append(p)
     if printout.shape == ():  # tensor(0.9544): one number
@@ -320,8 +324,7 @@ def _array(raw: str, s: str, approx: bool, reader: Any) -> PrintedAnswer:
 
 
 def _brief(text: str) -> str:
-    flat = " ".join(text.split())
-    return repr(flat[:60] + ("…" if len(flat) > 60 else ""))
+    return echo(" ".join(text.split()), 60)
 
 
 def _shape_sizes(s: str, raw: str) -> tuple[Any, ...]:

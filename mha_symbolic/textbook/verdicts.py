@@ -342,8 +342,7 @@ def _dims(shape: tuple[int, ...]) -> str:
 
 
 def _brief(text: str) -> str:
-    flat = " ".join(text.split())
-    return repr(flat[:60] + ("…" if len(flat) > 60 else ""))
+    return echo(" ".join(text.split()), 60)
 
 
 def holds(value: Any, p: PrintedAnswer, rtol: Fraction, *, exactly: bool = False) -> bool:
