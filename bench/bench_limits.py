@@ -15,6 +15,7 @@ the claim-work limit: the most wrong claims a small example may carry.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -107,6 +108,41 @@ def check_all(text: str) -> None:
     report.text(), report.json(), report.markdown(), report._repr_html_()
 
 
+def toml_cases() -> list[tuple[str, str]]:
+    """Files near the 1 MB limit built to make the TOML reader slow: table names and dotted
+    keys of the most parts allowed (its cost grows as their square), long float rows (every
+    line has many dots: the key scan runs), and refused ones (one part too many,
+    nesting, a megabyte hexadecimal integer)."""
+    from mha_symbolic.textbook.examples import MAX_FILE_BYTES
+    from mha_symbolic.textbook.toml_reader import MAX_KEY_PARTS
+
+    def fill(make: Any) -> str:
+        out, size, i = [], 0, 0
+        while True:
+            line = make(i)
+            if size + len(line) > MAX_FILE_BYTES:
+                return "".join(out)
+            out.append(line)
+            size += len(line.encode())
+            i += 1
+
+    parts = ".a" * (MAX_KEY_PARTS - 1)
+    return [
+        (f"table names of {MAX_KEY_PARTS} parts", fill(lambda i: f"[k{i}{parts}]\n")),
+        (f"dotted keys of {MAX_KEY_PARTS} parts", fill(lambda i: f"k{i}{parts} = 1\n")),
+        ("rows of floats", "[[example]]\nscores = [" + fill(
+            lambda i: "[" + ", ".join(["0.125"] * 16) + "],\n")[:-2].rstrip(",") + "]\n"),
+        (f"a key of {MAX_KEY_PARTS + 1} parts, refused", fill(lambda i: f"k{i}{parts}.a = 1\n")),
+        ("nested arrays, refused", "x = " + "[" * (MAX_FILE_BYTES // 2 - 4) + "\n"),
+        ("a hexadecimal integer, refused", "x = 0x" + "f" * (MAX_FILE_BYTES - 10) + "\n"),
+    ]
+
+
+def _load_or_refuse(text: str) -> None:
+    with contextlib.suppress(MhaSymbolicError):
+        load_examples(text=text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
@@ -143,6 +179,12 @@ def main() -> None:
     rows.append({"input": f"{k} wrong claims on a 2 x 2 example", "check_min_s": min(check_s),
                  "check_median_s": statistics.median(check_s)})
     print(json.dumps(rows[-1]), flush=True)
+    # the TOML reader: a file of the largest size whose structure tomllib reads slowest
+    for name, text in toml_cases():
+        load_s = cpu(lambda text=text: _load_or_refuse(text), args.runs)
+        rows.append({"input": f"TOML, {len(text):,} bytes: {name}", "check_min_s": min(load_s),
+                     "check_median_s": statistics.median(load_s)})
+        print(json.dumps(rows[-1]), flush=True)
     print(f"MAX_WORK={engine.MAX_WORK} IRRATIONAL_COST={engine.IRRATIONAL_COST} "
           f"loadavg={os.getloadavg()}")
     worst_check = max(r["check_median_s"] for r in rows)

@@ -8,7 +8,9 @@ file can reach, both refused here *before* or right after ``tomllib`` runs:
   grow as k² (a 400 KB line ``a.a.a…`` of 200,000 parts ran for minutes and took
   tens of GB).  A key or table header of more than :data:`MAX_KEY_PARTS` parts is
   refused after one linear scan of the text (:func:`longest_dotted_key`); no worked
-  example needs more than three (``example.claim``, ``example.init``).
+  example needs more than two (``example.claim``, ``example.init``).  Within the
+  limit, a megabyte of 8-part table names still costs tomllib a few CPU seconds
+  (bench/bench_limits.py), which is why the limit is not larger.
 * **Huge integers in hexadecimal, octal or binary.**  Python refuses ``int()`` of a
   decimal string beyond 4300 digits (``tomllib`` then raises ``ValueError``), but not
   in base 16, 8 or 2: ``0xfff…`` of a megabyte is an integer of a million digits,
@@ -24,7 +26,7 @@ as one line too.
 >>> parse_toml("k" + ".k" * 40 + " = 1", "f.toml")
 Traceback (most recent call last):
 ...
-mha_symbolic.errors.ExampleFileError: f.toml:1: a dotted key or table name of 41 parts; at most 16
+mha_symbolic.errors.ExampleFileError: f.toml:1: a dotted key or table name of 41 parts; at most 8
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from ..errors import ExampleFileError
 __all__ = ["MAX_KEY_PARTS", "longest_dotted_key", "parse_toml"]
 
 #: Most parts of a dotted key or table name (``example.claim`` has 2).
-MAX_KEY_PARTS = 16
+MAX_KEY_PARTS = 8
 
 # One TOML token: a comment, a string of each of the four kinds (a multi-line string may
 # end in up to two extra quotes, which belong to its content), a bare word, or one
