@@ -41,6 +41,10 @@ _EXPORTS: dict[str, str] = {
     # oracle
     "reference_attention": "oracle",
     "reference_mha": "oracle",
+    "reference_attention_varlen": "oracle",
+    "softcap_score_mod": "oracle",
+    "alibi_score_mod": "oracle",
+    "relative_bias_score_mod": "oracle",
     "Enclosure": "oracle",
     "compare_attention": "testing.compare",
     "assert_attention_close": "testing.compare",
@@ -86,7 +90,15 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .exact.prove import run_proofs
     from .exact.shapes import Shape, attention_shapes
     from .exact.spec import AttentionSpec
-    from .oracle import Enclosure, reference_attention, reference_mha
+    from .oracle import (
+        Enclosure,
+        alibi_score_mod,
+        reference_attention,
+        reference_attention_varlen,
+        reference_mha,
+        relative_bias_score_mod,
+        softcap_score_mod,
+    )
     from .testing.compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
     from .textbook.check import check_examples
     from .textbook.derivation import derive

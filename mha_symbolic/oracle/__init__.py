@@ -5,7 +5,10 @@ Files name the method: :mod:`.inputs` (numpy/torch/jax/lists to exact dyadics),
 (scale, masks, causal alignment, masked rows), :mod:`.constants` (of the error
 analysis), :mod:`.fast` (proved float64 bounds), :mod:`.arb` (the ball-arithmetic
 fallback), :mod:`.enclosure` (rounding and ties), :mod:`.forward`
-(:func:`reference_attention`), :mod:`.mha` (:func:`reference_mha`).
+(:func:`reference_attention`), :mod:`.mha` (:func:`reference_mha`); the variants:
+:mod:`.variants` (their exact semantics), :mod:`.score_mods` (the certified
+score_mod menu), :mod:`.variant_forward` (lowering, varlen), :mod:`.transformed`
+(softcapped scores), :mod:`.views` (assembled enclosures).
 """
 
 from __future__ import annotations
@@ -16,11 +19,17 @@ from .._lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "reference_attention": "forward",
+    "reference_attention_varlen": "variant_forward",
     "reference_mha": "mha",
     "Enclosure": "enclosure",
+    "softcap_score_mod": "score_mods",
+    "alibi_score_mod": "score_mods",
+    "relative_bias_score_mod": "score_mods",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
     from .enclosure import Enclosure
     from .forward import reference_attention
     from .mha import reference_mha
+    from .score_mods import alibi_score_mod, relative_bias_score_mod, softcap_score_mod
+    from .variant_forward import reference_attention_varlen

@@ -244,7 +244,9 @@ class Enclosure:
     def _round(self, fmt: FloatFormat) -> np.ndarray[Any, Any]:
         lo = round_float64_to(self._lo, fmt)
         hi = round_float64_to(self._hi, fmt)
-        decided = lo == hi  # rounding is monotone: lo <= y <= hi => same rounding
+        # rounding is monotone: lo <= y <= hi => same rounding; -0.0 == +0.0 in floats,
+        # so the signs must agree too (an exact 0 inside [-tiny, +tiny] is +0.0)
+        decided = (lo == hi) & (np.signbit(lo) == np.signbit(hi))
         value = np.where(decided, lo, np.nan)
         decided |= self._nan_rows[..., None]
         todo = np.argwhere(~decided)

@@ -1,0 +1,429 @@
+"""Attention whose scores pass through a softcap (or carry a bias that is not a
+double): a proved fast path by perturbation, and an Arb fallback with ``tanh``.
+
+**Fast path.**  Compute float64 scores s̃_ij of the exact scores s_ij with a proved
+per-row bound δ_i >= max_j |s̃_ij - s_ij| (steps in :func:`_float_scores`).  The
+s̃_ij are doubles, so *plain attention of the scores s̃* is an exact problem that the
+plain fast path (:func:`.fast.fast_attention`, given s̃ as an exact additive mask on
+zero-width queries and keys) encloses: ỹ ± err.  Then the perturbation lemma:
+
+    if |s_j - s̃_j| <= δ for every kept key (the sink included, with v = 0), write
+    D = Σ_k e^{s_k}, D̃ = Σ_k e^{s̃_k}.  Since Σ_j e^{s̃_j}(v_j - ỹ) = 0,
+    D(y - ỹ) = Σ_j e^{s_j}(v_j - ỹ) = Σ_j e^{s̃_j}(e^{s_j - s̃_j} - 1)(v_j - ỹ), so
+    |y - ỹ| <= (e^δ - 1)(D̃/D) Σ_j p̃_j |v_j - ỹ| <= (e^δ - 1) e^δ (Σ_j p̃_j |v_j| + |ỹ|);
+    and p_j/p̃_j = e^{s_j - s̃_j} D̃/D ∈ [e^{-2δ}, e^{2δ}]: |p_j - p̃_j| <= (e^{2δ} - 1) p̃_j,
+
+with e^x - 1 <= x(1 + x) for 0 <= x <= 1.  Rows with δ > 2^-10 go to Arb.
+
+**Arb fallback** (:class:`TransformedProblem`): the exact scores as balls — q·k in
+ball arithmetic, the scale, ``C · tanh(s / C)`` with Arb's ``tanh``, the exact
+biases, the float mask — then the shifted softmax and weighted sum of
+:func:`.arb.arb_attention_rows`; precision raised until the rounding is decided.
+Exact ties: keys with equal (q·k, biases, mask) have equal scores (the pipeline is a
+function of them), so each row's keys are grouped by those exact rationals; a value
+equal to every group's mean value is then the output exactly (sufficient, not
+necessary — with a softcap the scores are transcendental and the
+Lindemann–Weierstrass argument of :mod:`.forward` is not available), and the side
+of a rounding boundary is decided from the groups as in :mod:`.forward`.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from .arb import Prec, arb_attention_rows, dd_dot_balls, to_arb_mat
+from .constants import CHUNK_ELEMS, ETA, RHO_EXP, TINY_W, UP, U, gamma
+from .conventions import exact_scale
+from .enclosure import Enclosure, Problem
+from .fast import exp_nonpos, fast_attention, row_norm_up
+from .variants import Bias, Cap, Geometry
+
+__all__ = ["E_TANH", "TransformedProblem", "tanh_proved", "transformed_attention"]
+
+_R = U * (1.0 + 2.0 * U)  # |fl(x) - x| <= _R·|fl(x)| + ETA for one rounding (u/(1-u) < _R)
+
+# expm1(t) = t·P(t), P(t) = Σ_{i<=14} t^i/(i+1)!, evaluated by Horner for
+# t in [-2·TANH_SMALL, 0] = [-0.3465, 0].  Proof of |fl(t·P) - expm1(t)| <= RHO_EXPM1·|expm1(t)|:
+# * Horner (Higham, Accuracy and Stability, Eq. 5.3): |fl(P) - P̂| <= gamma_28 Σ|d_i||t|^i,
+#   d_i = RN(1/(i+1)!) (d_0 = 1, d_1 = 1/2 exact); Σ |t|^i/(i+1)! = (e^|t| - 1)/|t|
+#   <= 1.1953 at |t| = 0.3465, so <= 28.01u·1.1953(1 + u) = 33.5u;
+# * coefficient rounding: <= u·1.1953; truncation: <= |t|^15/16!·e^|t| < 10^-4 u;
+# * P(t) >= (1 - e^-0.3465)/0.3465 >= 0.8451, hence fl(P) = P(1 + θ), |θ| <= 34.7u/0.8451
+#   <= 41.1u; the product by t (exact: t = -2|x|) adds one rounding: <= 42.2u < 43u.
+EXPM1_COEFFS = [float(Fraction(1, math.factorial(i + 1))) for i in range(15)]
+RHO_EXPM1 = 43.0 * U
+TANH_SMALL = 0.17325
+# Relative error bounds of tanh_proved (proofs in its docstring).
+REL_TANH_SMALL = 1.18 * RHO_EXPM1 + 3.0 * U      # |x| <= TANH_SMALL: <= 53.8u
+REL_TANH_LARGE = 2.83 * RHO_EXP + 4.0 * U        # |x| > TANH_SMALL: <= 2^-44.4
+ABS_TANH = 2.0 * TINY_W                           # exp(-2|x|) flushed to 0 below EXP_CUT
+# the largest of the above, as one absolute bound for |tanh| <= 1
+E_TANH = REL_TANH_LARGE + ABS_TANH
+
+
+def _expm1_small(t: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """expm1(t) for t in [-0.3465, 0] with relative error <= RHO_EXPM1 (proof above)."""
+    p = np.full_like(t, EXPM1_COEFFS[-1])
+    for c in reversed(EXPM1_COEFFS[:-1]):
+        p *= t
+        p += c
+    return t * p
+
+
+def tanh_proved(x: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(t, err): t = tanh(x) in float64 with |t - tanh(x)| <= err elementwise,
+    err = |t|·REL + ABS_TANH, REL = REL_TANH_SMALL for |x| <= TANH_SMALL, else
+    REL_TANH_LARGE (so err <= E_TANH everywhere).
+
+    tanh is odd: t = sign(x)·tanh(a), a = |x| (the sign flip is exact); -2a is exact
+    (a power-of-two scaling; -inf when it overflows).
+    * a <= TANH_SMALL: m = expm1(-2a) in [-0.293, 0], tanh(a) = f(m) = -m/(2 + m).
+      m̃ = m(1 + θ), |θ| <= RHO_EXPM1, gives f(m̃)/f(m) - 1 = 2θ/(2 + m + mθ), at most
+      |θ|/0.85 <= 1.177|θ|; then 2 + m̃ and the division round once each:
+      relative <= 1.177·RHO_EXPM1 + 2.01u <= REL_TANH_SMALL.
+    * a > TANH_SMALL: e = exp(-2a) < e^-0.3465 <= 0.70715, tanh(a) = g(e) = (1 - e)/(1 + e).
+      ẽ = exp_nonpos(-2a) has |ẽ - e| <= RHO_EXP·e (or ẽ = 0, e <= TINY_W: absolute
+      2·TINY_W); |g'| = 2/(1 + e)², so |g(ẽ) - g(e)| <= 2·RHO_EXP·e/(1 + e)², relative to
+      g(e): 2e/(1 - e²)·RHO_EXP <= 2.829·RHO_EXP; 1 - ẽ, 1 + ẽ and the division round
+      once each (values in [0, 2]): <= 3.01u more.  Total <= REL_TANH_LARGE.
+    """
+    a = np.abs(x)
+    small = a <= TANH_SMALL
+    th = np.empty_like(a)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.any(small):
+            m = _expm1_small(-2.0 * a[small])
+            th[small] = -m / (2.0 + m)
+        big = ~small
+        if np.any(big):
+            e = exp_nonpos(-2.0 * a[big])
+            th[big] = (1.0 - e) / (1.0 + e)
+    rel = np.where(small, REL_TANH_SMALL, REL_TANH_LARGE)
+    return np.copysign(th, x), th * rel + ABS_TANH
+
+
+def _rowmax(a: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """max over the kept keys of |a| per row (0 for a row with none)."""
+    return np.max(np.where(allowed, np.abs(a), 0.0), axis=-1, initial=0.0)
+
+
+def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
+                  allowed: np.ndarray[Any, Any], madd: np.ndarray[Any, Any] | None,
+                  ops: tuple[Cap | Bias, ...], geo: Geometry, flat: range, c_f: float,
+                  rho_c: float) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(s̃ (C, L, S) float64, δ (C, L)) with |s̃_ij - s_ij| <= δ_i on every kept key.
+
+    Error steps (each a bound on a row maximum, adding up):
+    1. G = fl(q kᵀ): gamma_E ||q_i|| max_j ||k_j|| + E·ETA (as :func:`.fast.fast_attention`).
+    2. s = fl(c_f·G): rho_c |G| + (|c_f| + rho_c)·err_G + _R|s| + ETA.
+    3. Cap C: x = fl(s/C), (t, err_t) = tanh_proved(x), s' = fl(C·t).  C·tanh(·/C) is
+       1-Lipschitz, so the incoming error passes unchanged; fl(s/C) moves the
+       argument by <= _R|s|/C + ETA, i.e. the result by <= _R|s| + C·ETA; the tanh
+       errs by <= C·err_t; the product by _R|s'| + ETA.
+    4. Bias b: fl(b) is exact or errs by <= _R|fl(b)| + ETA; the sum rounds by
+       _R|s'| + ETA.  The float mask (exact doubles) adds one rounding likewise.
+    """
+    E = q.shape[-1]
+    G = np.matmul(q, np.swapaxes(k, -1, -2))
+    nq, nk = row_norm_up(q), row_norm_up(k)
+    err = gamma(max(E, 1)) * nq * np.max(nk, axis=-1, initial=0.0)[:, None] + E * ETA
+    gmax = _rowmax(G, allowed)
+    s = G
+    s *= c_f
+    err = rho_c * gmax + (abs(c_f) + rho_c) * err + _R * _rowmax(s, allowed) + ETA
+    for op in ops:
+        if isinstance(op, Cap):
+            C = op.C
+            before = _rowmax(s, allowed)
+            with np.errstate(over="ignore", invalid="ignore"):
+                t, et = tanh_proved(s / C)
+                s = C * t
+            err = (err + _R * before + C * ETA + C * np.max(np.where(allowed, et, 0.0), axis=-1,
+                                                            initial=0.0)
+                   + _R * _rowmax(s, allowed) + ETA)
+        else:
+            vals, exact = op.floats(geo, flat)
+            if not exact:
+                err = err + _R * _rowmax(vals, allowed) + ETA
+            s = s + vals
+            err = err + _R * _rowmax(s, allowed) + ETA
+    if madd is not None:
+        s = s + madd
+        err = err + _R * _rowmax(s, allowed) + ETA
+    return s, err * UP
+
+
+class TransformedProblem(Problem):
+    """Rows of attention with a score pipeline, in Arb (see the module docstring)."""
+
+    def __init__(self, q: Any, k: Any, v: Any, allowed: Any, madd: Any,
+                 ops: tuple[Cap | Bias, ...], sinks: Any, scale: Fraction | None, E: int,
+                 geo: Geometry) -> None:
+        self.q, self.k, self.v = q, k, v
+        self.allowed, self.madd, self.ops, self.sinks = allowed, madd, ops, sinks
+        self.scale, self.E, self.geo = scale, E, geo
+        self._km: dict[int, Any] = {}
+        self._groups_cache: dict[tuple[int, int], dict[Any, list[int]]] = {}
+
+    # -- exact pieces -------------------------------------------------------------
+    def _scale_arb(self) -> Any:
+        from flint import arb
+
+        if self.scale is not None:
+            return arb(self.scale.numerator) / arb(self.scale.denominator)
+        return arb(0) if self.E == 0 else arb(self.E).rsqrt()
+
+    def _pipeline(self, s: Any, biases: list[Fraction], m: Fraction) -> Any:
+        """The score pipeline on one ball s = c·q·k, with the exact biases in order."""
+        from flint import arb, fmpq
+
+        it = iter(biases)
+        for op in self.ops:
+            if isinstance(op, Cap):
+                c = arb(op.C)
+                s = c * (s / c).tanh()
+            else:
+                bv = next(it)
+                s = s + arb(fmpq(bv.numerator, bv.denominator))
+        if m:
+            s = s + arb(fmpq(m.numerator, m.denominator))
+        return s
+
+    def _score_row(self, b: int, i: int, keep: list[int], g: list[Any], c: Any) -> list[Any]:
+        """The pipeline on the kept keys of one row, pass by pass (same mathematics as
+        :meth:`_pipeline`, fewer Python calls)."""
+        from flint import arb
+
+        row = [x * c for x in g]
+        for op in self.ops:
+            if isinstance(op, Cap):
+                cc = arb(op.C)
+                row = [cc * (x / cc).tanh() for x in row]
+            elif op.kind == "alibi":
+                slope = arb(float(op.data[b // self.geo.heads, b % self.geo.heads]))
+                row = [x - slope * abs(j - (i + op.offset)) for x, j in zip(row, keep,
+                                                                             strict=True)]
+            else:
+                row = [x + arb(float(op.exact(self.geo, b, i, j))) for x, j in zip(row, keep,
+                                                                                 strict=True)]
+        if self.madd is not None:
+            row = [x + arb(float(self.madd[b, i, j])) for x, j in zip(row, keep, strict=True)]
+        return row
+
+    def _biases(self, b: int, i: int, j: int) -> list[Fraction]:
+        return [op.exact(self.geo, b, i, j) for op in self.ops if isinstance(op, Bias)]
+
+    def _m(self, b: int, i: int, j: int) -> Fraction:
+        return Fraction(float(self.madd[b, i, j])) if self.madd is not None else Fraction(0)
+
+    # -- the Problem interface ----------------------------------------------------
+    def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
+                 cols: list[int] | None = None) -> list[list[Any]]:
+        from flint import arb
+
+        S = self.k.shape[1]
+        with Prec(prec):
+            qrows = self.q[b][rows]
+            g_rows = None
+            if prec <= 128 and self.E and S and len(rows) * S <= 1 << 14:
+                # few rows at a low precision: error-free dot products in numpy are
+                # cheaper than K in Arb; products of <= 24-bit significands are exact
+                fp32 = (bool(np.all(qrows.astype(np.float32) == qrows))
+                        and bool(np.all(self.k[b].astype(np.float32) == self.k[b])))
+                g_rows = dd_dot_balls(qrows, self.k[b], fp32)
+            if g_rows is not None:
+                g = [x for row in g_rows for x in row]
+            elif self.E and S:
+                if b not in self._km:
+                    self._km = {b: to_arb_mat(self.k[b]).transpose()}
+                g = (to_arb_mat(qrows) * self._km[b]).entries()
+            else:
+                g = [arb(0)] * (len(rows) * S)
+            c = self._scale_arb()
+            scores: list[list[Any]] = []
+            zero = arb(0)
+            for r, i in enumerate(rows):
+                keep = np.flatnonzero(self.allowed[b, i]).tolist()
+                kept = self._score_row(b, i, keep, [g[r * S + j] for j in keep], c)
+                row = [zero] * S
+                for j, x in zip(keep, kept, strict=True):
+                    row[j] = x
+                if self.sinks is not None:
+                    row.append(arb(float(self.sinks[b])))
+                scores.append(row)
+            allowed = np.asarray(self.allowed[b][rows])
+            vb = self.v[b]
+            if self.sinks is not None:
+                allowed = np.concatenate([allowed, np.ones((len(rows), 1), bool)], axis=1)
+                vb = np.concatenate([vb, np.zeros((1, vb.shape[1]))], axis=0)
+            if cols is not None and kind == "output":
+                vb = vb[:, cols]
+            out = arb_attention_rows(to_arb_mat(np.zeros((len(rows), 0))), None,
+                                     to_arb_mat(vb), arb(1), allowed, None, kind, None,
+                                     scores)
+        if kind == "weights" and self.sinks is not None:
+            out = [row[:S] for row in out]
+        return out
+
+    def _groups(self, b: int, i: int) -> dict[Any, list[int]]:
+        """Kept keys of row (b, i) by the exact rationals that fix their score; the
+        sink (index -1) is a group of its own."""
+        key = (b, i)
+        if key not in self._groups_cache:
+            qrow = [Fraction(float(x)) for x in self.q[b][i]]
+            groups: dict[Any, list[int]] = {}
+            for j in np.flatnonzero(self.allowed[b, i]).tolist():
+                g = sum((a * Fraction(float(x)) for a, x in zip(qrow, self.k[b][j],
+                                                                strict=True)), Fraction(0))
+                ident = (g, tuple(self._biases(b, i, j)), self._m(b, i, j))
+                groups.setdefault(ident, []).append(j)
+            if self.sinks is not None:
+                groups[("sink",)] = [-1]
+            if len(self._groups_cache) > 4096:
+                self._groups_cache.clear()
+            self._groups_cache[key] = groups
+        return self._groups_cache[key]
+
+    def _value_sum(self, b: int, js: list[int], col: int) -> Fraction:
+        return sum((Fraction(float(self.v[b][j][col])) for j in js if j >= 0), Fraction(0))
+
+    def rational_row(self, b: int, i: int, kind: str) -> list[Fraction | None] | None:
+        """The exact row when every group has the same mean value (module docstring)."""
+        groups = self._groups(b, i)
+        if not groups:
+            return None
+        if kind == "weights":
+            if len(groups) != 1 or self.sinks is not None:
+                return None
+            (js,) = groups.values()
+            S = self.k.shape[1]
+            return [Fraction(1, len(js)) if j in js else Fraction(0) for j in range(S)]
+        out: list[Fraction | None] = []
+        for col in range(self.v.shape[-1]):
+            means = {self._value_sum(b, js, col) / len(js) for js in groups.values()}
+            out.append(next(iter(means)) if len(means) == 1 else None)
+        return out
+
+    def boundary_sign(self, b: int, i: int, col: int, kind: str,
+                      boundary: Fraction) -> int | None:
+        """sign(y - T) from y - T = Σ_g e^{a_g}(V_g - n_g T) / Σ_g n_g e^{a_g}: 0 when
+        every coefficient is 0, else decided in Arb (None if not within 2**16 bits)."""
+        from flint import arb, fmpq
+
+        groups = self._groups(b, i)
+        coef = []
+        for ident, js in groups.items():
+            val = Fraction(1 if col in js else 0) if kind == "weights" else self._value_sum(b, js, col)
+            coef.append((ident, val - len(js) * boundary))
+        if all(cg == 0 for _, cg in coef):
+            return 0
+        prec = 256
+        while prec <= 1 << 16:
+            with Prec(prec):
+                c = self._scale_arb()
+                terms = []
+                for ident, cg in coef:
+                    if ident[0] == "sink":
+                        a_g = arb(float(self.sinks[b]))
+                    else:
+                        g, biases, m = ident
+                        a_g = self._pipeline(c * arb(fmpq(g.numerator, g.denominator)),
+                                             list(biases), m)
+                    terms.append((a_g, cg))
+                top = max(terms, key=lambda t: float(t[0].mid()))[0].mid()
+                total = arb(0)
+                for a_g, cg in terms:
+                    if cg != 0:
+                        total += (a_g - top).exp() * arb(fmpq(cg.numerator, cg.denominator))
+                if total > 0:
+                    return 1
+                if total < 0:
+                    return -1
+            prec *= 4
+        return None
+
+
+def transformed_attention(
+    q64: np.ndarray[Any, Any], k64: np.ndarray[Any, Any], v64: np.ndarray[Any, Any], *,
+    lead: tuple[int, ...], group: int, geo: Geometry, allowed: np.ndarray[Any, Any],
+    madd: np.ndarray[Any, Any] | None, ops: tuple[Cap | Bias, ...],
+    sinks: np.ndarray[Any, Any] | None, scale: Any, masked_rows: str, return_weights: bool,
+) -> Enclosure:
+    """The enclosure of attention with a score pipeline (module docstring)."""
+    from ..errors import InputValueError
+
+    if group > 1:
+        k64 = np.repeat(k64, group, axis=-3)
+        v64 = np.repeat(v64, group, axis=-3)
+    L, E = q64.shape[-2:]
+    S, Ev = v64.shape[-2:]
+    B = geo.B
+    qf = np.broadcast_to(q64, (*lead, L, E)).reshape(B, L, E)
+    kf = np.broadcast_to(k64, (*lead, S, E)).reshape(B, S, E)
+    vf = np.broadcast_to(v64, (*lead, S, Ev)).reshape(B, S, Ev)
+    scale_exact, c_f, rho_c = exact_scale(scale, E)
+    has_key = allowed.any(axis=-1) if S else np.zeros((B, L), dtype=bool)
+    empty: np.ndarray[Any, Any] = (np.asarray(~has_key) if sinks is None
+                                   else np.zeros((B, L), dtype=bool))
+    if masked_rows == "error" and empty.any():
+        b, i = np.argwhere(empty)[0].tolist()
+        where = (*tuple(int(x) for x in np.unravel_index(b, lead)), i) if lead else (i,)
+        raise InputValueError(f"query row {where} has every key masked out and "
+                              "masked_rows='error'")
+    zero_rows = empty if masked_rows == "zero" else np.zeros_like(empty)
+    nan_rows = empty if masked_rows == "nan" else np.zeros_like(empty)
+
+    y = np.zeros((B, L, Ev))
+    err_y = np.zeros((B, L, Ev))
+    ok = np.zeros((B, L), dtype=bool)
+    p = np.zeros((B, L, S)) if return_weights else None
+    err_p = np.zeros((B, L, S)) if return_weights else None
+    n_sink = 0 if sinks is None else 1
+    if B and L and (S or n_sink):
+        step = max(1, CHUNK_ELEMS // max(1, L * (S + n_sink)))
+        for start in range(0, B, step):
+            stop = min(B, start + step)
+            sl = slice(start, stop)
+            al = np.ascontiguousarray(allowed[sl])
+            s, delta = _float_scores(qf[sl], kf[sl], al,
+                                     None if madd is None else madd[sl], ops, geo,
+                                     range(start, stop), c_f, rho_c)
+            s = np.where(al, s, 0.0)
+            vv = vf[sl]
+            if sinks is not None:
+                s = np.concatenate([s, np.broadcast_to(sinks[sl, None, None],
+                                                       (stop - start, L, 1))], axis=-1)
+                al = np.concatenate([al, np.ones((stop - start, L, 1), bool)], axis=-1)
+                vv = np.concatenate([vv, np.zeros((stop - start, 1, Ev))], axis=1)
+            C = stop - start
+            fr = fast_attention(np.zeros((C, L, 0)), None, np.zeros((C, s.shape[-1], 0)),
+                                None, vv, None, al, np.ascontiguousarray(s), 0.0, 0.0, True)
+            with np.errstate(over="ignore", invalid="ignore"):
+                # (e^δ - 1)e^δ <= δ(1 + δ)(1 + 2δ); e^{2δ} - 1 <= 2δ(1 + 2δ)
+                factor = (delta * (1.0 + delta) * (1.0 + 2.0 * delta) * UP)[..., None]
+                factor_p = (2.0 * delta * (1.0 + 2.0 * delta) * UP)[..., None]
+                # Σ_j p̃_j |v_j| <= fl((p + err_p)·|v|)(1 + gamma_S) + S·ETA (nonnegative
+                # terms: Higham's dot-product bound), with p̃_j <= p_j + err_p_j
+                n_keys = vv.shape[1]
+                a_up = ((np.matmul(fr.p + fr.err_p, np.abs(vv)) + n_keys * ETA)
+                        * (1.0 + gamma(max(n_keys, 1))) * UP)
+                y[sl] = fr.y
+                err_y[sl] = (fr.err_y + factor * (a_up + np.abs(fr.y) + fr.err_y)) * UP
+                ok[sl] = fr.ok & (delta <= 2.0**-10) & np.all(np.isfinite(err_y[sl]), axis=-1)
+                if return_weights:
+                    assert p is not None and err_p is not None
+                    pw, ew = fr.p[..., :S], fr.err_p[..., :S]
+                    p[sl] = pw
+                    err_p[sl] = (ew + factor_p * (np.abs(pw) + ew)) * UP
+    ok &= ~empty
+    problem = TransformedProblem(qf, kf, vf, allowed, madd, ops, sinks, scale_exact, E, geo)
+    out = Enclosure(problem, "output", (*lead, L, Ev), y, err_y, ok, zero_rows, nan_rows)
+    if return_weights:
+        assert p is not None and err_p is not None
+        out.weights = Enclosure(problem, "weights", (*lead, L, S), p, err_p, ok, zero_rows,
+                                nan_rows)
+    return out
