@@ -50,6 +50,8 @@ _EXPORTS: dict[str, str] = {
     "assert_attention_close": "testing.compare",
     "compare_mha": "testing.compare",
     "assert_mha_close": "testing.compare",
+    "compare_attention_varlen": "testing.compare_variants",
+    "assert_attention_varlen_close": "testing.compare_variants",
     # errors
     "MhaSymbolicError": "errors",
     "SpecError": "errors",
@@ -100,6 +102,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         softcap_score_mod,
     )
     from .testing.compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
+    from .testing.compare_variants import assert_attention_varlen_close, compare_attention_varlen
     from .textbook.check import check_examples
     from .textbook.derivation import derive
     from .textbook.examples import WorkedExample, load_examples

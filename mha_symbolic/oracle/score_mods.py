@@ -26,6 +26,7 @@ tensors computes the same modification in torch, so one object can be given both
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -57,10 +58,21 @@ def _is_torch(x: Any) -> bool:
     return (type(x).__module__ or "").startswith("torch")
 
 
-def _as_torch(arr: np.ndarray[Any, Any], like: Any) -> Any:
+def _torch_copy(arr: np.ndarray[Any, Any]) -> Any:
+    """A float64 torch copy of ``arr`` when torch is already imported (else None): made
+    once, so that calling the object under FlexAttention's tracing mutates nothing."""
+    if "torch" not in sys.modules:
+        return None
     import torch
 
-    return torch.as_tensor(arr, dtype=like.dtype, device=like.device)
+    return torch.as_tensor(arr)
+
+
+def _on(t: Any, arr: np.ndarray[Any, Any], like: Any) -> Any:
+    import torch
+
+    base = t if t is not None else torch.as_tensor(arr)
+    return base.to(dtype=like.dtype, device=like.device)
 
 
 def _exact_positive(value: Any, name: str) -> Fraction:
@@ -94,14 +106,15 @@ class AlibiScoreMod(ScoreMod):
 
     slopes: np.ndarray[Any, Any]
     offset: int = 0
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _torch: Any = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_torch", _torch_copy(self.slopes))
 
     def __call__(self, score: Any, b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
         d = kv_idx - (q_idx + self.offset)
         if _is_torch(score):
-            t = self._cache.get("torch")
-            if t is None or t.dtype != score.dtype:
-                t = self._cache["torch"] = _as_torch(self.slopes, score)
+            t = _on(self._torch, self.slopes, score)
             slope = t[h] if t.ndim == 1 else t[b, h]
             return score - slope * d.abs()
         slope = self.slopes[h] if self.slopes.ndim == 1 else self.slopes[b, h]
@@ -115,7 +128,10 @@ class RelativeBiasScoreMod(ScoreMod):
 
     table: np.ndarray[Any, Any]
     offset: int = 0
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _torch: Any = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_torch", _torch_copy(self.table))
 
     @property
     def half_width(self) -> int:
@@ -125,9 +141,7 @@ class RelativeBiasScoreMod(ScoreMod):
         w = self.half_width
         d = kv_idx - (q_idx + self.offset)
         if _is_torch(score):
-            t = self._cache.get("torch")
-            if t is None or t.dtype != score.dtype:
-                t = self._cache["torch"] = _as_torch(self.table, score)
+            t = _on(self._torch, self.table, score)
             col = d.clamp(-w, w) + w
             return score + (t[col] if t.ndim == 1 else t[h, col])
         col = np.clip(d, -w, w) + w

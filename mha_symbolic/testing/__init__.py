@@ -1,6 +1,8 @@
 """Testing tools for kernel authors: the rounding-error model (:mod:`.tolerance`),
 the catalogue of known bugs (:mod:`.bugs`), verdicts and reports (:mod:`.compare`)
-and the pytest plugin (:mod:`.pytest_plugin`).
+and the pytest plugin (:mod:`.pytest_plugin`); for the attention variants the model
+(:mod:`.tolerance_variants`), the catalogue (:mod:`.bugs_variants`) and the verdicts
+(:mod:`.compare_variants`, varlen included).
 
 Built on the oracle; importing this package loads nothing heavy (the pytest plugin
 is registered from here).
@@ -18,6 +20,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "compare_mha": "compare",
     "assert_mha_close": "compare",
     "AttentionComparison": "compare",
+    "compare_attention_varlen": "compare_variants",
+    "assert_attention_varlen_close": "compare_variants",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,3 +32,4 @@ if TYPE_CHECKING:  # pragma: no cover
         compare_attention,
         compare_mha,
     )
+    from .compare_variants import assert_attention_varlen_close, compare_attention_varlen
