@@ -21,7 +21,8 @@ MAX_EXAMPLES = 500
 MAX_CLAIMS = 5000
 _INPUT_KEYS = ("scores", "query", "key", "value", "x", "x_kv", "w_q", "w_k", "w_v", "w_o",
                "b_q", "b_k", "b_v", "b_o")
-_OPTION_KEYS = ("heads", "kv_heads", "d_k", "scale", "mask", "causal_alignment", "masked_rows")
+_OPTION_KEYS = ("heads", "kv_heads", "d_k", "scale", "mask", "causal_alignment", "masked_rows",
+                "window", "softcap", "alibi_slopes", "sinks")
 _DIM_KEYS = ("n_q", "n_k", "d_model", "d_v", "kdim", "vdim", "bias", "add_bias_kv")
 _EXAMPLE_KEYS = {"name", "title", "notes", "claim", *_INPUT_KEYS, *_OPTION_KEYS, *_DIM_KEYS}
 _CLAIM_KEYS = {"quantity", "claimed", "head", "expr", "rtol", "note"}
@@ -249,6 +250,21 @@ def _option(key: str, value: Any, where: str) -> Any:
     if key in ("causal_alignment", "masked_rows"):
         if not isinstance(value, str):
             raise ExampleFileError(f"{where}: {key} must be a string")
+        return value
+    if key == "window":  # the engine checks the values (integers >= 0 or -1)
+        if not isinstance(value, list) or len(value) != 2:
+            raise ExampleFileError(f"{where}: window={value!r} must be [left, right] "
+                                   "(integers, -1 for unbounded)")
+        return tuple(value)
+    if key == "softcap":
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ExampleFileError(f"{where}: softcap={value!r} must be a number or number "
+                                   "string")
+        return value
+    if key in ("alibi_slopes", "sinks"):  # one entry per head
+        if not isinstance(value, list) or not value or any(
+                isinstance(x, bool) or not isinstance(x, (int, float, str)) for x in value):
+            raise ExampleFileError(f"{where}: {key} must be a list of numbers, one per head")
         return value
     raise AssertionError(key)  # pragma: no cover
 

@@ -20,6 +20,7 @@ MATRIX_QUANTITIES = {
     "concat": "concatenated heads",
     "output": "block output",
     "q": "queries", "k": "keys", "v": "values",
+    "bias": "ALiBi bias -slope·|j - (i + off)|",
 }
 _SHAPE_NAMES = ("x", "x_kv", "w_q", "w_k", "w_v", "q", "k", "v", "scores", "weights", "head",
                 "concat", "w_o", "output")
@@ -42,7 +43,7 @@ def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
     if name in MATRIX_QUANTITIES:
         if sub or len(indices) not in (1, 2):
             raise ClaimError(f"quantity={q!r}: {name} needs [row] or [row,column]")
-    elif name in ("weight_sum", "gap"):
+    elif name in ("weight_sum", "gap", "sink_weight"):
         if sub or len(indices) != 1:
             raise ClaimError(f"quantity={q!r}: {name} needs [row]")
     elif name in ("expr", "scale"):
@@ -53,7 +54,8 @@ def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
         if sub not in allowed or indices:
             raise ClaimError(f"quantity={q!r}: {name}.NAME with NAME one of {', '.join(allowed)}")
     else:
-        known = sorted([*MATRIX_QUANTITIES, "weight_sum", "gap", "scale", "expr", "shape.*",
+        known = sorted([*MATRIX_QUANTITIES, "weight_sum", "gap", "sink_weight", "scale", "expr",
+                        "shape.*",
                         "dim.*", "params.*"])
         raise ClaimError(f"unknown quantity={q!r}; known: {', '.join(known)}")
     return name, sub, indices
@@ -88,6 +90,11 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
     head = att.heads[h]
     if name == "scale":
         return att.scale
+    if name == "sink_weight":
+        if head.sink_weight is None:
+            raise ClaimError(f"{claim.quantity}: example {ex.name!r} has no sinks")
+        _check_index(claim.quantity, idx[0] - 1, head.sink_weight.rows, "row")
+        return head.sink_weight[idx[0] - 1, 0]
     if name in ("weight_sum", "gap"):
         import sympy as sp
 
@@ -114,6 +121,7 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
         "score": head.scores, "scaled_score": head.scaled, "weight": head.weights,
         "head_output": head.output, "concat": att.concat, "output": att.final()
         if att.concat is not None else None, "q": head.q, "k": head.k, "v": head.v,
+        "bias": head.bias,
     }[name]
     if matrix is None:
         raise ClaimError(f"{claim.quantity}: example {ex.name!r} does not give what this needs")
