@@ -8,10 +8,12 @@ verdict machinery (enclosure distance, tolerance rules, report) is that of
 :mod:`.compare`; the tolerance model is :mod:`.tolerance_variants`, the bug
 catalogue :mod:`.bugs_variants`.
 
-FP8 kernels: with fp8 inputs (or ``weights_dtype=`` an fp8 format) the model
-assumes FlashAttention-3's forward: fp32 accumulation (unless
-``accumulation_dtype`` says otherwise) and the unnormalised weights converted to the
-input's fp8 format before P·V.  The report says so.
+Accumulation: fp16/bf16/fp8 kernels are modelled as accumulating in fp32 (as
+FlashAttention, cuDNN, torch SDPA and FlexAttention do) unless
+``accumulation_dtype`` says otherwise (``"same"``: in the output dtype); the report
+states the accumulation.  FP8 kernels: with fp8 inputs (or ``weights_dtype=`` an fp8
+format) the model assumes FlashAttention-3's forward: the unnormalised weights
+converted to the input's fp8 format before P·V.  The report says so.
 """
 
 from __future__ import annotations
@@ -59,10 +61,15 @@ def _formats(actual: np.ndarray, in_dtype: str, accumulation_dtype: Any,
     kernel (FlashAttention-3): fp32 accumulation and the weights in the input's format."""
     fmt = _named_format(actual.dtype, "actual.dtype")
     fp8_in = in_dtype in FP8_FORMATS
-    if accumulation_dtype is not None:
+    if accumulation_dtype == "same":
+        acc = fmt
+    elif accumulation_dtype is not None:
         acc = _named_format(accumulation_dtype, "accumulation_dtype")
     else:
-        acc = _FP32 if fp8_in else fmt
+        # production kernels (FlashAttention 2/3, cuDNN, torch SDPA, FlexAttention)
+        # accumulate 16- and 8-bit formats in fp32 (issue 10's default); "same" says
+        # the kernel truly accumulates in its output dtype
+        acc = _FP32 if (fp8_in or fmt.precision < _FP32.precision) else fmt
     p_fmt = None
     if weights_dtype is not None:
         p_fmt = _named_format(weights_dtype, "weights_dtype")
