@@ -123,6 +123,7 @@ def ref_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: Any = N
                 rows = []
                 for i in range(L):
                     terms = []
+                    idents: set[tuple[Any, ...]] = set()
                     for j in range(S):
                         if causal and j > i + off:
                             continue
@@ -136,6 +137,7 @@ def ref_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: Any = N
                             continue
                         g = sum((F(q[b, h, i, e]) * fq * F(k[b, h, j, e]) * fk
                                  for e in range(E)), Fraction(0))
+                        ident: tuple[Any, ...] = (g,)
                         s = A(g) * c
                         if softcap is not None:
                             cc = A(F(softcap))
@@ -144,9 +146,12 @@ def ref_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: Any = N
                             w = (rel_table.shape[-1] - 1) // 2
                             d = j - i
                             s = s + A(F(rel_table[h, min(max(d, -w), w) + w]))
+                            ident += (F(rel_table[h, min(max(d, -w), w) + w]),)
                         if alibi is not None:
                             s = s - A(F(alibi[b, h]) * abs(i + off - j))
+                            ident += (F(alibi[b, h]) * abs(i + off - j),)
                         terms.append((s, j))
+                        idents.add(ident)
                     den = sum((t.exp() for t, _ in terms), arb(0))
                     if sinks is not None:
                         den = den + A(F(sinks[h])).exp()
@@ -154,6 +159,13 @@ def ref_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: Any = N
                     for col in range(v.shape[3]):
                         if not terms:
                             row.append(arb(0))
+                            continue
+                        if len(idents) == 1 and sinks is None:
+                            # every kept key has the same exact score: uniform weights,
+                            # the output is the exact mean (a rational: ties are exact)
+                            mean = sum((F(v[b, h, j, col]) * fv for _, j in terms),
+                                       Fraction(0)) / len(terms)
+                            row.append(A(mean))
                             continue
                         num = sum((t.exp() * A(F(v[b, h, j, col]) * fv) for t, j in terms),
                                   arb(0))
