@@ -255,3 +255,15 @@ def test_fixture_passes_variant_options(attention_oracle: Any) -> None:
     keep = vk.window_mask(8, 8, (2, 0))
     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
     attention_oracle.assert_close(out, q, k, v, window=(2, 0))
+
+
+def test_fp8_inputs_without_descale_use_the_fp8_kernel_model() -> None:
+    q, k, v = _qkv(1, 2, 16, 16, 8, "float32", seed=11)
+    q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
+    out = vk.reference_like(q8, k8, v8, out_dtype=torch.bfloat16,
+                            p_dtype=torch.float8_e4m3fn)
+    comp = compare_attention(out, q8, k8, v8)
+    assert comp.passed, comp.report()
+    assert "accumulation: float32" in comp.report() and "FP8 kernel model" in comp.report()
+    out8 = out.to(torch.float8_e4m3fn)        # an fp8 output is judged in its own format
+    assert compare_attention(out8, q8, k8, v8).passed

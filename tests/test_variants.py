@@ -18,6 +18,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mha_symbolic.errors import InputValueError, ShapeError, SpecError
 from mha_symbolic.oracle import formats as fpf
@@ -598,3 +600,44 @@ def test_doctests_of_the_variant_modules(module: str) -> None:
     mod = importlib.import_module(f"mha_symbolic.{module}")
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
+
+
+# ---------------------------------------------------------------------------
+# Random combinations (hypothesis)
+# ---------------------------------------------------------------------------
+
+@st.composite
+def _variant_case(draw: Any) -> tuple[Any, ...]:
+    L, S, E = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    seed = draw(st.integers(0, 2**31))
+    q, _, _ = _inputs((1, 2, L, E), seed=seed, scale=2.0)
+    _, k, v = _inputs((1, 2, S, E), seed=seed + 1)
+    opts: dict[str, Any] = {}
+    ref: dict[str, Any] = {}
+    align = draw(st.sampled_from(["top_left", "bottom_right"]))
+    opts["causal_alignment"] = ref["align"] = align
+    if draw(st.booleans()):
+        w = (draw(st.integers(-1, 3)), draw(st.integers(-1, 3)))
+        opts["window"] = ref["window"] = w
+    if draw(st.booleans()):
+        opts["is_causal"] = ref["causal"] = True
+    if draw(st.booleans()):
+        cap = draw(st.sampled_from([0.5, 1.0, 4.0]))
+        opts["softcap"] = ref["softcap"] = cap
+    if draw(st.booleans()):
+        sl = np.array([draw(st.sampled_from([0.5, 0.25, 0.75, 1 / 3])) for _ in range(2)])
+        opts["alibi_slopes"] = sl
+        ref["alibi"] = sl[None]
+    if draw(st.booleans()):
+        sk = np.array([draw(st.floats(-3, 3, width=32)) for _ in range(2)])
+        opts["sinks"] = ref["sinks"] = sk
+    return q, k, v, opts, ref
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_variant_case())
+def test_random_variant_combinations_round_like_the_independent_reference(
+        case: tuple[Any, ...]) -> None:
+    q, k, v, opts, ref = case
+    r = reference_attention(q, k, v, **opts)
+    _check(r, ref_attention(q, k, v, **ref), names=("float64", "float32", "bfloat16"))

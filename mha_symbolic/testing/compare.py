@@ -365,7 +365,8 @@ def compare_attention(
     variant = variant_options(window=window, softcap=softcap, alibi_slopes=alibi_slopes,
                               sinks=sinks, mask_mod=mask_mod, score_mod=score_mod,
                               q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
-    if variant is not None or weights_dtype is not None:
+    fp8 = any("float8" in str(getattr(x, "dtype", "")) for x in (actual, query, key, value))
+    if variant is not None or weights_dtype is not None or fp8:
         from ..oracle.variants import VariantOptions
         from .compare_variants import compare_variant_attention
 
