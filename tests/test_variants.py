@@ -125,7 +125,7 @@ def ref_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: Any = N
                 rows = []
                 for i in range(L):
                     terms = []
-                    idents: set[tuple[Any, ...]] = set()
+                    idents: dict[tuple[Any, ...], list[int]] = {}
                     for j in range(S):
                         if causal and j > i + off:
                             continue
@@ -153,7 +153,7 @@ def ref_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: Any = N
                             s = s - A(F(alibi[b, h]) * abs(i + off - j))
                             ident += (F(alibi[b, h]) * abs(i + off - j),)
                         terms.append((s, j))
-                        idents.add(ident)
+                        idents.setdefault(ident, []).append(j)
                     den = sum((t.exp() for t, _ in terms), arb(0))
                     if sinks is not None:
                         den = den + A(F(sinks[h])).exp()
@@ -162,12 +162,13 @@ def ref_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: Any = N
                         if not terms:
                             row.append(arb(0))
                             continue
-                        if len(idents) == 1 and sinks is None:
-                            # every kept key has the same exact score: uniform weights,
-                            # the output is the exact mean (a rational: ties are exact)
-                            mean = sum((F(v[b, h, j, col]) * fv for _, j in terms),
-                                       Fraction(0)) / len(terms)
-                            row.append(A(mean))
+                        means = {sum((F(v[b, h, j, col]) * fv for j in js), Fraction(0))
+                                 / len(js) for js in idents.values()}
+                        if len(means) == 1 and sinks is None:
+                            # keys with equal exact (q·k, biases) have equal scores; when
+                            # every such group has the same mean value m, the output is m
+                            # exactly, whatever the weights (a rational: ties are exact)
+                            row.append(A(means.pop()))
                             continue
                         num = sum((t.exp() * A(F(v[b, h, j, col]) * fv) for t, j in terms),
                                   arb(0))
