@@ -593,7 +593,8 @@ def test_block_mask_is_the_mask_its_kernel_uses() -> None:
 
 @pytest.mark.parametrize("module", ["oracle.variants", "oracle.score_mods",
                                     "oracle.variant_forward", "oracle.forward",
-                                    "oracle.formats"])
+                                    "oracle.formats", "exact.variants",
+                                    "testing.compare_variants"])
 def test_doctests_of_the_variant_modules(module: str) -> None:
     import doctest
     import importlib

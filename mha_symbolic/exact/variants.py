@@ -16,10 +16,10 @@ prints as).
 >>> import sympy as sp
 >>> window_keep(3, 3, (1, 0), "top_left")
 [[True, False, False], [True, True, False], [False, True, True]]
->>> alibi_bias(sp.Rational(1, 2), 2, 3, "bottom_right")
+>>> alibi_bias(sp.Rational(1, 2), 2, 3, "bottom_right")   # query i sits at i + 1
 Matrix([
-[-1, -1/2,    0],
-[-3/2, -1, -1/2]])
+[-1/2,    0, -1/2],
+[  -1, -1/2,    0]])
 """
 
 from __future__ import annotations
