@@ -643,3 +643,14 @@ def test_random_variant_combinations_round_like_the_independent_reference(
     q, k, v, opts, ref = case
     r = reference_attention(q, k, v, **opts)
     _check(r, ref_attention(q, k, v, **ref), names=("float64", "float32", "bfloat16"))
+
+
+def test_tanh_series_coefficients_are_the_taylor_coefficients() -> None:
+    import sympy as sp
+
+    from mha_symbolic.oracle.transformed import TANH_SERIES
+
+    x = sp.Symbol("x")
+    series = sp.series(sp.tanh(x), x, 0, 2 * len(TANH_SERIES) + 1).removeO()
+    assert [Fraction(str(series.coeff(x, 2 * n - 1))) for n in range(1, len(TANH_SERIES) + 1)
+            ] == TANH_SERIES

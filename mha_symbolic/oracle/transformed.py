@@ -29,7 +29,6 @@ of a rounding boundary is decided from the groups as in :mod:`.forward`.
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 from typing import Any
 
@@ -46,68 +45,81 @@ __all__ = ["E_TANH", "TransformedProblem", "tanh_proved", "transformed_attention
 
 _R = U * (1.0 + 2.0 * U)  # |fl(x) - x| <= _R·|fl(x)| + ETA for one rounding (u/(1-u) < _R)
 
-# expm1(t) = t·P(t), P(t) = Σ_{i<=14} t^i/(i+1)!, evaluated by Horner for
-# t in [-2·TANH_SMALL, 0] = [-0.3465, 0].  Proof of |fl(t·P) - expm1(t)| <= RHO_EXPM1·|expm1(t)|:
-# * Horner (Higham, Accuracy and Stability, Eq. 5.3): |fl(P) - P̂| <= gamma_28 Σ|d_i||t|^i,
-#   d_i = RN(1/(i+1)!) (d_0 = 1, d_1 = 1/2 exact); Σ |t|^i/(i+1)! = (e^|t| - 1)/|t|
-#   <= 1.1953 at |t| = 0.3465, so <= 28.01u·1.1953(1 + u) = 33.5u;
-# * coefficient rounding: <= u·1.1953; truncation: <= |t|^15/16!·e^|t| < 10^-4 u;
-# * P(t) >= (1 - e^-0.3465)/0.3465 >= 0.8451, hence fl(P) = P(1 + θ), |θ| <= 34.7u/0.8451
-#   <= 41.1u; the product by t (exact: t = -2|x|) adds one rounding: <= 42.2u < 43u.
-EXPM1_COEFFS = [float(Fraction(1, math.factorial(i + 1))) for i in range(15)]
-RHO_EXPM1 = 43.0 * U
+# tanh(x) = x·P(x²) for |x| <= TANH_SMALL, P(y) = Σ_{n=1..10} T_n y^{n-1}, T_n the Taylor
+# coefficients of tanh (T_n = 2^{2n}(2^{2n} - 1) B_{2n}/(2n)!; tests check them against
+# SymPy's series).  Proof of |fl(x·P̃) - tanh(x)| <= REL_TANH_SMALL·|tanh(x)|:
+# * y = fl(x²) = x²(1 + δ), y <= 0.030016 (x² <= 0.17325² plus a rounding);
+# * |T_n| = 2(2^{2n} - 1)ζ(2n)/π^{2n} <= 3.29·0.4053^n, so the omitted terms n >= 11 sum
+#   to <= 3.29·0.4053·(0.4053·y)^10/(1 - 0.4053·y) < 10^-19 < 0.001u, and
+#   Σ|T_n| y^{n-1} <= 1 + (y/3)/(1 - 0.0122) <= 1.0102, while P(y) >= 1 - y/3 >= 0.98999
+#   (an alternating series with decreasing terms);
+# * Horner (Higham, Eq. 5.3): <= gamma_18·1.0102 <= 18.2u; coefficient rounding
+#   (d_n = RN(T_n)) <= u·1.0102; so fl(P(y)) = P(y)(1 + θ), |θ| <= 19.5u;
+# * the rounding of y moves P by <= |P'(y)|·y·u <= 0.011u relative; the product by x
+#   rounds once more: <= u.  Total relative <= 20.6u < 21u.
+TANH_SERIES = [Fraction(1), Fraction(-1, 3), Fraction(2, 15), Fraction(-17, 315),
+               Fraction(62, 2835), Fraction(-1382, 155925), Fraction(21844, 6081075),
+               Fraction(-929569, 638512875), Fraction(6404582, 10854718875),
+               Fraction(-443861162, 1856156927625)]
+_TANH_COEFFS = [float(c) for c in TANH_SERIES]  # RN(T_n) (Fraction -> float rounds)
 TANH_SMALL = 0.17325
-# Relative error bounds of tanh_proved (proofs in its docstring).
-REL_TANH_SMALL = 1.18 * RHO_EXPM1 + 3.0 * U      # |x| <= TANH_SMALL: <= 53.8u
+# Relative error bounds of tanh_proved (proofs above and in its docstring).
+REL_TANH_SMALL = 21.0 * U                         # |x| <= TANH_SMALL
 REL_TANH_LARGE = 2.83 * RHO_EXP + 4.0 * U        # |x| > TANH_SMALL: <= 2^-44.4
 ABS_TANH = 2.0 * TINY_W                           # exp(-2|x|) flushed to 0 below EXP_CUT
 # the largest of the above, as one absolute bound for |tanh| <= 1
 E_TANH = REL_TANH_LARGE + ABS_TANH
 
 
-def _expm1_small(t: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """expm1(t) for t in [-0.3465, 0] with relative error <= RHO_EXPM1 (proof above)."""
-    p = np.full_like(t, EXPM1_COEFFS[-1])
-    for c in reversed(EXPM1_COEFFS[:-1]):
-        p *= t
+def _tanh_small(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """tanh(x) for |x| <= TANH_SMALL with relative error <= REL_TANH_SMALL (proof above)."""
+    y = x * x
+    p = np.full_like(x, _TANH_COEFFS[-1])
+    for c in reversed(_TANH_COEFFS[:-1]):
+        p *= y
         p += c
-    return t * p
+    return x * p
 
 
-def tanh_proved(x: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def tanh_proved(x: np.ndarray[Any, Any], need_err: bool = True
+                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any] | None]:
     """(t, err): t = tanh(x) in float64 with |t - tanh(x)| <= err elementwise,
-    err = |t|·REL + ABS_TANH, REL = REL_TANH_SMALL for |x| <= TANH_SMALL, else
-    REL_TANH_LARGE (so err <= E_TANH everywhere).
+    err = |t|·REL + ABS_TANH, REL = REL_TANH_SMALL for |x| <= TANH_SMALL (the odd
+    Taylor series, proof above), else REL_TANH_LARGE (so err <= E_TANH everywhere).
 
-    tanh is odd: t = sign(x)·tanh(a), a = |x| (the sign flip is exact); -2a is exact
-    (a power-of-two scaling; -inf when it overflows).
-    * a <= TANH_SMALL: m = expm1(-2a) in [-0.293, 0], tanh(a) = f(m) = -m/(2 + m).
-      m̃ = m(1 + θ), |θ| <= RHO_EXPM1, gives f(m̃)/f(m) - 1 = 2θ/(2 + m + mθ), at most
-      |θ|/0.85 <= 1.177|θ|; then 2 + m̃ and the division round once each:
-      relative <= 1.177·RHO_EXPM1 + 2.01u <= REL_TANH_SMALL.
-    * a > TANH_SMALL: e = exp(-2a) < e^-0.3465 <= 0.70715, tanh(a) = g(e) = (1 - e)/(1 + e).
-      ẽ = exp_nonpos(-2a) has |ẽ - e| <= RHO_EXP·e (or ẽ = 0, e <= TINY_W: absolute
-      2·TINY_W); |g'| = 2/(1 + e)², so |g(ẽ) - g(e)| <= 2·RHO_EXP·e/(1 + e)², relative to
-      g(e): 2e/(1 - e²)·RHO_EXP <= 2.829·RHO_EXP; 1 - ẽ, 1 + ẽ and the division round
-      once each (values in [0, 2]): <= 3.01u more.  Total <= REL_TANH_LARGE.
+    For a = |x| > TANH_SMALL: tanh(a) = g(e) = (1 - e)/(1 + e), e = exp(-2a) <
+    e^-0.3465 <= 0.70715 (-2a is exact: a power-of-two scaling, -inf on overflow).
+    ẽ = exp_nonpos(-2a) has |ẽ - e| <= RHO_EXP·e (or ẽ = 0, e <= TINY_W: absolute
+    2·TINY_W); |g'| = 2/(1 + e)², so |g(ẽ) - g(e)| <= 2·RHO_EXP·e/(1 + e)², relative to
+    g(e): 2e/(1 - e²)·RHO_EXP <= 2.829·RHO_EXP; 1 - ẽ, 1 + ẽ and the division round once
+    each (values in [0, 2]): <= 3.01u more.  Total <= REL_TANH_LARGE.  The sign is
+    restored exactly (tanh is odd).
     """
     a = np.abs(x)
     small = a <= TANH_SMALL
     th = np.empty_like(a)
     with np.errstate(over="ignore", invalid="ignore"):
-        if np.any(small):
-            m = _expm1_small(-2.0 * a[small])
-            th[small] = -m / (2.0 + m)
-        big = ~small
-        if np.any(big):
+        if np.all(small):
+            th = _tanh_small(a)
+        else:
+            if np.any(small):
+                th[small] = _tanh_small(a[small])
+            big = ~small
             e = exp_nonpos(-2.0 * a[big])
             th[big] = (1.0 - e) / (1.0 + e)
+    t = np.copysign(th, x)
+    if not need_err:
+        return t, None
     rel = np.where(small, REL_TANH_SMALL, REL_TANH_LARGE)
-    return np.copysign(th, x), th * rel + ABS_TANH
+    return t, th * rel + ABS_TANH
 
 
-def _rowmax(a: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """max over the kept keys of |a| per row (0 for a row with none)."""
+def _rowmax(a: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any]:
+    """max over the kept keys (all when ``allowed`` is None) of |a| per row (0 for none)."""
+    if allowed is None:
+        if a.shape[-1] == 0:
+            return np.zeros(a.shape[:-1])
+        return np.maximum(np.max(a, axis=-1), -np.min(a, axis=-1))
     return np.max(np.where(allowed, np.abs(a), 0.0), axis=-1, initial=0.0)
 
 
@@ -117,43 +129,52 @@ def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
                   rho_c: float) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """(s̃ (C, L, S) float64, δ (C, L)) with |s̃_ij - s_ij| <= δ_i on every kept key.
 
-    Error steps (each a bound on a row maximum, adding up):
+    Error steps (each a bound on a row maximum, adding up; |fl(x)| <= |x|(1 + u) + ETA
+    lets the row maximum of a rounded product be bounded from its factor's):
     1. G = fl(q kᵀ): gamma_E ||q_i|| max_j ||k_j|| + E·ETA (as :func:`.fast.fast_attention`).
     2. s = fl(c_f·G): rho_c |G| + (|c_f| + rho_c)·err_G + _R|s| + ETA.
-    3. Cap C: x = fl(s/C), (t, err_t) = tanh_proved(x), s' = fl(C·t).  C·tanh(·/C) is
+    3. Cap C: x = fl(s/C), t = tanh_proved(x), s' = fl(C·t).  C·tanh(·/C) is
        1-Lipschitz, so the incoming error passes unchanged; fl(s/C) moves the
        argument by <= _R|s|/C + ETA, i.e. the result by <= _R|s| + C·ETA; the tanh
-       errs by <= C·err_t; the product by _R|s'| + ETA.
+       errs by <= C·(|t|·REL + ABS_TANH) = |s'|·REL + C·ABS_TANH, REL = REL_TANH_SMALL
+       when every |x| of the row is <= TANH_SMALL (checked on the bound
+       max|s|(1 + 2u)/C), else REL_TANH_LARGE; the product rounds by _R|s'| + ETA.
     4. Bias b: fl(b) is exact or errs by <= _R|fl(b)| + ETA; the sum rounds by
        _R|s'| + ETA.  The float mask (exact doubles) adds one rounding likewise.
     """
     E = q.shape[-1]
+    al = None if allowed.all() else allowed
     G = np.matmul(q, np.swapaxes(k, -1, -2))
     nq, nk = row_norm_up(q), row_norm_up(k)
     err = gamma(max(E, 1)) * nq * np.max(nk, axis=-1, initial=0.0)[:, None] + E * ETA
-    gmax = _rowmax(G, allowed)
+    gmax = _rowmax(G, al)
     s = G
     s *= c_f
-    err = rho_c * gmax + (abs(c_f) + rho_c) * err + _R * _rowmax(s, allowed) + ETA
+    smax = abs(c_f) * gmax * (1.0 + 2.0 * U) + ETA  # >= max |fl(c_f G)| of the row
+    err = rho_c * gmax + (abs(c_f) + rho_c) * err + _R * smax + ETA
     for op in ops:
         if isinstance(op, Cap):
             C = op.C
-            before = _rowmax(s, allowed)
             with np.errstate(over="ignore", invalid="ignore"):
-                t, et = tanh_proved(s / C)
+                t, _ = tanh_proved(s / C, need_err=False)
                 s = C * t
-            err = (err + _R * before + C * ETA + C * np.max(np.where(allowed, et, 0.0), axis=-1,
-                                                            initial=0.0)
-                   + _R * _rowmax(s, allowed) + ETA)
+            small = smax * (1.0 + 2.0 * U) / C + ETA <= TANH_SMALL
+            rel = np.where(small, REL_TANH_SMALL, REL_TANH_LARGE)
+            new_max = _rowmax(s, al)
+            err = (err + _R * smax + C * ETA + new_max * rel + C * ABS_TANH
+                   + _R * new_max + ETA)
+            smax = new_max
         else:
             vals, exact = op.floats(geo, flat)
             if not exact:
-                err = err + _R * _rowmax(vals, allowed) + ETA
+                err = err + _R * _rowmax(vals, al) + ETA
             s = s + vals
-            err = err + _R * _rowmax(s, allowed) + ETA
+            smax = _rowmax(s, al)
+            err = err + _R * smax + ETA
     if madd is not None:
         s = s + madd
-        err = err + _R * _rowmax(s, allowed) + ETA
+        smax = _rowmax(s, al)
+        err = err + _R * smax + ETA
     return s, err * UP
 
 
@@ -400,19 +421,20 @@ def transformed_attention(
                 al = np.concatenate([al, np.ones((stop - start, L, 1), bool)], axis=-1)
                 vv = np.concatenate([vv, np.zeros((stop - start, 1, Ev))], axis=1)
             C = stop - start
+            # the |v| columns ride along: their enclosed output is Σ_j p̃_j |v_j|
             fr = fast_attention(np.zeros((C, L, 0)), None, np.zeros((C, s.shape[-1], 0)),
-                                None, vv, None, al, np.ascontiguousarray(s), 0.0, 0.0, True)
+                                None, np.concatenate([vv, np.abs(vv)], axis=-1), None, al,
+                                np.ascontiguousarray(s), 0.0, 0.0, return_weights)
             with np.errstate(over="ignore", invalid="ignore"):
                 # (e^δ - 1)e^δ <= δ(1 + δ)(1 + 2δ); e^{2δ} - 1 <= 2δ(1 + 2δ)
                 factor = (delta * (1.0 + delta) * (1.0 + 2.0 * delta) * UP)[..., None]
                 factor_p = (2.0 * delta * (1.0 + 2.0 * delta) * UP)[..., None]
-                # Σ_j p̃_j |v_j| <= fl((p + err_p)·|v|)(1 + gamma_S) + S·ETA (nonnegative
-                # terms: Higham's dot-product bound), with p̃_j <= p_j + err_p_j
-                n_keys = vv.shape[1]
-                a_up = ((np.matmul(fr.p + fr.err_p, np.abs(vv)) + n_keys * ETA)
-                        * (1.0 + gamma(max(n_keys, 1))) * UP)
-                y[sl] = fr.y
-                err_y[sl] = (fr.err_y + factor * (a_up + np.abs(fr.y) + fr.err_y)) * UP
+                # Σ_j p̃_j |v_j| is the exact output of the |v| columns, so it is at most
+                # their enclosure's upper end
+                a_up = (fr.y[..., Ev:] + fr.err_y[..., Ev:]) * UP
+                yy, ey = fr.y[..., :Ev], fr.err_y[..., :Ev]
+                y[sl] = yy
+                err_y[sl] = (ey + factor * (a_up + np.abs(yy) + ey)) * UP
                 ok[sl] = fr.ok & (delta <= 2.0**-10) & np.all(np.isfinite(err_y[sl]), axis=-1)
                 if return_weights:
                     assert p is not None and err_p is not None
