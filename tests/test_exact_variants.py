@@ -125,3 +125,17 @@ def test_derive_shows_each_variant_and_its_checks_pass() -> None:
     assert "sliding window (left 1, right 0)" in d
     assert r"w_{r,\text{sink}}" in d
     assert "✗" not in d
+
+
+def test_a_huge_sink_logit_is_refused_before_exponentiation() -> None:
+    from mha_symbolic.errors import InputValueError
+
+    with pytest.raises(InputValueError, match="sinks"):
+        exact_attention(query=Q, key=Q, value=V, sinks=["1000000000 ln(2)"])
+
+
+def test_a_huge_alibi_bias_is_refused_before_exponentiation() -> None:
+    from mha_symbolic.errors import InputValueError
+
+    with pytest.raises(InputValueError, match="beyond"):
+        exact_attention(query=Q, key=Q, value=V, alibi_slopes=["1000000000 ln(2)"])

@@ -654,3 +654,56 @@ def test_tanh_series_coefficients_are_the_taylor_coefficients() -> None:
     series = sp.series(sp.tanh(x), x, 0, 2 * len(TANH_SERIES) + 1).removeO()
     assert [Fraction(str(series.coeff(x, 2 * n - 1))) for n in range(1, len(TANH_SERIES) + 1)
             ] == TANH_SERIES
+
+
+# ---------------------------------------------------------------------------
+# Layouts and edge cases
+# ---------------------------------------------------------------------------
+
+def test_two_dimensional_inputs_take_variants() -> None:
+    q, k, v = _inputs((3, 4), seed=30)
+    r = reference_attention(q, k, v, window=(1, 0), sinks=[0.5], softcap=2.0)
+    balls = ref_attention(q[None, None], k[None, None], v[None, None], window=(1, 0),
+                          sinks=np.array([0.5]), softcap=2.0)
+    np.testing.assert_array_equal(r.rounded("float32"), ref_rounded(balls, "float32")[0, 0])
+
+
+def test_gqa_with_window_and_alibi_per_query_head() -> None:
+    rng = np.random.default_rng(31)
+    q = rng.standard_normal((1, 4, 3, 4)).astype(np.float32)
+    k = rng.standard_normal((1, 2, 5, 4)).astype(np.float32)
+    v = rng.standard_normal((1, 2, 5, 4)).astype(np.float32)
+    slopes = np.array([0.5, 0.25, 0.125, 1.0], dtype=np.float32)
+    r = reference_attention(q, k, v, enable_gqa=True, window=(2, 0), alibi_slopes=slopes,
+                            causal_alignment="bottom_right")
+    kk, vv = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)
+    _check(r, ref_attention(q, kk, vv, window=(2, 0), alibi=slopes[None],
+                            align="bottom_right"), names=("float32",))
+
+
+def test_no_keys_with_sinks_gives_zeros_and_without_follows_the_policy() -> None:
+    q = np.ones((1, 2, 3, 2))
+    k = np.ones((1, 2, 0, 2))
+    v = np.ones((1, 2, 0, 4))
+    assert np.all(reference_attention(q, k, v, sinks=[0.0, 1.0]).rounded("float32") == 0)
+    assert np.all(np.isnan(reference_attention(q, k, v, softcap=1.0,
+                                               masked_rows="nan").rounded("float32")))
+
+
+def test_huge_window_sizes_mean_unbounded() -> None:
+    q, k, v = _inputs((1, 2, 3, 4), seed=32)
+    np.testing.assert_array_equal(
+        reference_attention(q, k, v, window=(10**30, 10**30)).rounded("float32"),
+        reference_attention(q, k, v).rounded("float32"))
+
+
+def test_torch_and_jax_arguments_are_read_exactly() -> None:
+    torch = pytest.importorskip("torch")
+    jnp = pytest.importorskip("jax.numpy")
+    q, k, v = _inputs((1, 2, 3, 4), seed=33)
+    slopes = [0.5, 0.25]
+    a = reference_attention(q, k, v, alibi_slopes=torch.tensor(slopes),
+                            sinks=jnp.asarray([0.5, -0.5], dtype=jnp.float32))
+    b = reference_attention(q, k, v, alibi_slopes=np.array(slopes),
+                            sinks=np.array([0.5, -0.5], np.float32))
+    np.testing.assert_array_equal(a.rounded("float64"), b.rounded("float64"))

@@ -64,7 +64,27 @@ def validate_variants(*, window: Any, softcap: Any, alibi_slopes: Any, sinks: An
             raise ShapeError(f"{key} has {len(vals)} entries: expected one per head "
                              f"(heads={heads})")
         out[key] = [exact_number(x, f"{key}[{h}]") for h, x in enumerate(vals)]
+    if out["sinks"] is not None:
+        _check_sinks(out["sinks"])
     return out
+
+
+def _check_sinks(sinks: list[Any]) -> None:
+    """Refuse a sink logit beyond ±MAX_ABS_SCORE before SymPy exponentiates it (as the
+    engine refuses such scores: exp(k·log 2) would become the integer 2^k)."""
+    import sympy as sp
+
+    from ..errors import InputValueError
+    from .certified import to_arb
+    from .engine import MAX_ABS_SCORE
+
+    for h, sg in enumerate(sinks):
+        if sg.free_symbols or not sg.has(sp.exp, sp.log):
+            continue
+        ball = to_arb(sg, 64)
+        if not ball.is_finite() or abs(ball) > MAX_ABS_SCORE:
+            raise InputValueError(f"sinks[{h}] is beyond ±{MAX_ABS_SCORE}: too large to "
+                                  "exponentiate exactly")
 
 
 def window_keep(n_q: int, n_k: int, window: tuple[int | None, int | None] | None,

@@ -170,6 +170,8 @@ def _exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
 def _offset(offset: Any) -> int:
     if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
         raise SpecError(f"offset={offset!r}: expected an integer")
+    if abs(int(offset)) > 2**53:
+        raise SpecError(f"offset={offset!r}: expected |offset| <= 2**53")
     return int(offset)
 
 

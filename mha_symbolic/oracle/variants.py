@@ -118,7 +118,9 @@ def _window(window: Any) -> tuple[int | None, int | None] | None:
         if w < -1:
             raise SpecError(f"window={tuple(window)!r}: {side}={w} must be >= 0, or -1 for "
                             "unbounded")
-        out.append(None if w == -1 else int(w))
+        # a window wider than any sequence is unbounded in effect; 2**62 keeps the
+        # integer comparisons inside int64
+        out.append(None if w == -1 else min(int(w), 2**62))
     if out == [None, None]:
         return None
     return out[0], out[1]
