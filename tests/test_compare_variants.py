@@ -267,3 +267,15 @@ def test_fp8_inputs_without_descale_use_the_fp8_kernel_model() -> None:
     assert "accumulation: float32" in comp.report() and "FP8 kernel model" in comp.report()
     out8 = out.to(torch.float8_e4m3fn)        # an fp8 output is judged in its own format
     assert compare_attention(out8, q8, k8, v8).passed
+
+
+def test_fixture_checks_packed_varlen_outputs(attention_oracle: Any) -> None:
+    g = torch.Generator().manual_seed(12)
+    cu = [0, 3, 7]
+    q, k, v = (torch.randn(7, 2, 4, generator=g) for _ in range(3))
+    parts = [torch.nn.functional.scaled_dot_product_attention(
+        q[a:b].transpose(0, 1), k[a:b].transpose(0, 1), v[a:b].transpose(0, 1)).transpose(0, 1)
+        for a, b in ((0, 3), (3, 7))]
+    attention_oracle.assert_varlen_close(torch.cat(parts), q, k, v, cu, cu)
+    with pytest.raises(AttentionMismatchError):
+        attention_oracle.assert_varlen_close(torch.cat(parts).flip(0), q, k, v, cu, cu)
