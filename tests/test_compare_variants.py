@@ -238,10 +238,18 @@ def test_varlen_leaks_are_caught_and_diagnosed() -> None:
 # Arguments
 # ---------------------------------------------------------------------------
 
-def test_rule_flash_is_refused_with_variants() -> None:
-    q, k, v = _qkv(1, 1, 4, 4, 4, "float32")
-    with pytest.raises(SpecError, match="rule='flash'"):
-        compare_attention(q, q, k, v, window=(1, 0), rule="flash")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_rule_flash_works_with_variants(dtype: str) -> None:
+    q, k, v = _qkv(1, 2, 16, 16, 8, dtype, seed=13)
+    dt = getattr(torch, dtype)
+    out = vk.reference_like(q, k, v, out_dtype=dt, softcap=2.0, window=(3, 0), causal=True)
+    opts = {"softcap": 2.0, "window": (3, 0), "is_causal": True, "rule": "flash"}
+    comp = compare_attention(out, q, k, v, **opts)
+    assert comp.passed, comp.report()
+    assert "plain same-dtype" in comp.report()
+    bad = vk.reference_like(q, k, v, out_dtype=dt, softcap=2.0, window=(3, 0), causal=True,
+                            bug="softcap_before_scale")
+    assert not compare_attention(bad, q, k, v, **opts).passed
 
 
 def test_arbitrary_score_mod_is_refused_in_compare() -> None:

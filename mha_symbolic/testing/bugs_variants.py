@@ -84,11 +84,14 @@ def plain_variant(
     softcap_mode: str = "right", alibi_sign: float = 1.0, alibi_reverse: bool = False,
     flip_alibi_alignment: bool = False, sink_mode: str = "denominator",
     descale_power: tuple[int, int, int] = (1, 1, 1), scale: float | None = None,
-    causal_offset: int = 0,
+    causal_offset: int = 0, store: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> VariantPlain:
     """Attention with the variants of ``x`` in float64; the keyword switches make the
     buggy variants of the catalogue (the defaults are the correct semantics of
-    :mod:`mha_symbolic.oracle.variants`)."""
+    :mod:`mha_symbolic.oracle.variants`).  ``store`` (rounding to a dtype) is applied
+    wherever a plain kernel stores a tensor — the scaled scores, after each softcap
+    and bias, the weights P before P·V, the output — for FlashAttention's rule."""
+    st = store if store is not None else (lambda a: a)
     o = x.opts
     q, k, v = x.q, x.k, x.v
     hq = q.shape[-3] if q.ndim >= 3 else 1
@@ -140,9 +143,9 @@ def plain_variant(
     if cap is not None and softcap_mode == "before_scale":
         t = cap * np.tanh(G / cap)
         caps.append((np.abs(G), np.abs(t)))
-        s = c * t
+        s = st(c * t)
     else:
-        s = c * G
+        s = st(c * G)
         if cap is not None and softcap_mode == "right":
             ops.insert(0, Cap(cap))
     if o.alibi_slopes is not None:
@@ -158,14 +161,14 @@ def plain_variant(
         if isinstance(op, Cap):
             t = op.C * np.tanh(s / op.C)
             caps.append((np.abs(s), np.abs(t)))
-            s = t
+            s = st(t)
         else:
             vals, _ = op.floats(geo, range(B))
             vals = vals.reshape(*lead, L, S)
-            s = s + vals
+            s = st(s + vals)
             size = size + np.abs(vals)
     if madd is not None:
-        s = s + madd
+        s = st(s + madd)
         size = size + np.abs(madd)
     if cap is not None and softcap_mode == "after_mask":
         # the mask applied first, then the softcap: a masked score -inf becomes -C,
@@ -195,7 +198,7 @@ def plain_variant(
         empty = den == 0
         p = np.where(empty[..., None], 0.0, e / np.where(empty, 1.0, den)[..., None])
         p_sink = None if es is None else np.where(empty, 0.0, es / np.where(empty, 1.0, den))
-    out = p @ v
+    out = st(st(p) @ v) if store is not None else p @ v
     if x.masked_rows == "nan" and sink is None:
         out = np.where(~np.any(allowed, axis=-1)[..., None], np.nan, out)
     return VariantPlain(out, p, p_sink, None if sink is None else np.asarray(sink, float),
