@@ -34,11 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from .arb import Prec, arb_attention_rows, dd_dot_balls, to_arb_mat
-from .constants import CHUNK_ELEMS, ETA, RHO_EXP, TINY_W, UP, U, gamma
+from .arb import EXP_FLOOR, Prec, exact_prec, exact_score_rows, to_arb_mat
+from .constants import CHUNK_ELEMS, ETA, RHO_EXP1, TINY1, UP, U, gamma
 from .conventions import exact_scale
 from .enclosure import Enclosure, Problem
-from .fast import exp_nonpos, fast_attention, row_norm_up
+from .expo import exp_double
+from .fast import fast_attention, row_norm_up
 from .variants import Bias, Cap, Geometry
 
 __all__ = ["E_TANH", "TransformedProblem", "tanh_proved", "transformed_attention"]
@@ -65,8 +66,8 @@ _TANH_COEFFS = [float(c) for c in TANH_SERIES]  # RN(T_n) (Fraction -> float rou
 TANH_SMALL = 0.17325
 # Relative error bounds of tanh_proved (proofs above and in its docstring).
 REL_TANH_SMALL = 21.0 * U                         # |x| <= TANH_SMALL
-REL_TANH_LARGE = 2.83 * RHO_EXP + 4.0 * U        # |x| > TANH_SMALL: <= 2^-44.4
-ABS_TANH = 2.0 * TINY_W                           # exp(-2|x|) flushed to 0 below EXP_CUT
+REL_TANH_LARGE = 2.83 * RHO_EXP1 + 4.0 * U       # |x| > TANH_SMALL: <= 2^-46.4
+ABS_TANH = 4.0 * TINY1                            # exp(-2|x|) held at exp~(-708) below the cut
 # the largest of the above, as one absolute bound for |tanh| <= 1
 E_TANH = REL_TANH_LARGE + ABS_TANH
 
@@ -89,11 +90,12 @@ def tanh_proved(x: np.ndarray[Any, Any], need_err: bool = True
 
     For a = |x| > TANH_SMALL: tanh(a) = g(e) = (1 - e)/(1 + e), e = exp(-2a) <
     e^-0.3465 <= 0.70715 (-2a is exact: a power-of-two scaling, -inf on overflow).
-    ẽ = exp_nonpos(-2a) has |ẽ - e| <= RHO_EXP·e (or ẽ = 0, e <= TINY_W: absolute
-    2·TINY_W); |g'| = 2/(1 + e)², so |g(ẽ) - g(e)| <= 2·RHO_EXP·e/(1 + e)², relative to
-    g(e): 2e/(1 - e²)·RHO_EXP <= 2.829·RHO_EXP; 1 - ẽ, 1 + ẽ and the division round once
-    each (values in [0, 2]): <= 3.01u more.  Total <= REL_TANH_LARGE.  The sign is
-    restored exactly (tanh is odd).
+    ẽ = exp_double(-2a) (:mod:`.expo`) has |ẽ - e| <= RHO_EXP1·e for -2a >= -708; below,
+    ẽ = exp~(-708) and e are both <= TINY1·(1 + RHO_EXP1), so |ẽ - e| <= 2·TINY1 and the
+    result errs by <= 4·TINY1 = ABS_TANH.  |g'| = 2/(1 + e)², so |g(ẽ) - g(e)| <=
+    2·RHO_EXP1·e/(1 + e)², relative to g(e): 2e/(1 - e²)·RHO_EXP1 <= 2.829·RHO_EXP1;
+    1 - ẽ, 1 + ẽ and the division round once each (values in [0, 2]): <= 3.01u more.
+    Total <= REL_TANH_LARGE.  The sign is restored exactly (tanh is odd).
     """
     a = np.abs(x)
     small = a <= TANH_SMALL
@@ -105,7 +107,7 @@ def tanh_proved(x: np.ndarray[Any, Any], need_err: bool = True
             if np.any(small):
                 th[small] = _tanh_small(a[small])
             big = ~small
-            e = exp_nonpos(-2.0 * a[big])
+            e = exp_double(-2.0 * a[big])
             th[big] = (1.0 - e) / (1.0 + e)
     t = np.copysign(th, x)
     if not need_err:
@@ -178,6 +180,42 @@ def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
     return s, err * UP
 
 
+def _softmax_rows_arb(scores: list[list[Any]], allowed: np.ndarray[Any, Any], vm: Any,
+                      kind: str) -> list[list[Any]]:
+    """Rows of attention from score balls at the current precision: shifted by the
+    exact midpoint of a near-maximal kept score (softmax(s) = softmax(s - m) for every
+    real m), exponentials below EXP_FLOOR enclosed in [0, e^EXP_FLOOR] (Arb's exp of
+    such arguments can be the whole real line).  kind "output": Σ_j w_j v_j / Σ_j w_j
+    per row (vm the values wanted); "weights": w_j / Σ_k w_k."""
+    from flint import arb, arb_mat
+
+    r = len(scores)
+    S = allowed.shape[1]
+    zero = arb(0)
+    tiny = (arb(EXP_FLOOR).exp() * arb(0.5, 0.5)).nonnegative_part()
+    w_rows = []
+    for i in range(r):
+        idx = np.flatnonzero(allowed[i]).tolist()
+        shift = scores[i][max(idx, key=lambda j: scores[i][j].mid())].mid()
+        row = [zero] * S
+        for j in idx:
+            t = scores[i][j] - shift
+            row[j] = tiny if t.upper() < EXP_FLOOR else t.exp()
+        w_rows.append(row)
+    wm = arb_mat(w_rows) if r and S else arb_mat(r, S)
+    ones = arb_mat(S, 1)
+    for j in range(S):
+        ones[j, 0] = 1
+    d = (wm * ones).entries() if S else [arb(0)] * r
+    if kind == "weights":
+        return [[w_rows[i][j] / d[i] for j in range(S)] for i in range(r)]
+    Ev = vm.ncols()
+    if Ev == 0:
+        return [[] for _ in range(r)]
+    nm = (wm * vm).entries()
+    return [[nm[i * Ev + col] / d[i] for col in range(Ev)] for i in range(r)]
+
+
 class TransformedProblem(Problem):
     """Rows of attention with a score pipeline, in Arb (see the module docstring)."""
 
@@ -247,29 +285,18 @@ class TransformedProblem(Problem):
         from flint import arb
 
         S = self.k.shape[1]
+        if b not in self._km:  # Kᵀ as an exact arb_mat, and the precision of exact dots
+            self._km = {b: (to_arb_mat(self.k[b]).transpose(),
+                            exact_prec(self.q[b], self.k[b], self.E))}
+        kmT, k_prec = self._km[b]
+        g_rows = exact_score_rows(np.asarray(self.q[b][rows]), kmT, k_prec)
         with Prec(prec):
-            qrows = self.q[b][rows]
-            g_rows = None
-            if prec <= 128 and self.E and S and len(rows) * S <= 1 << 14:
-                # few rows at a low precision: error-free dot products in numpy are
-                # cheaper than K in Arb; products of <= 24-bit significands are exact
-                fp32 = (bool(np.all(qrows.astype(np.float32) == qrows))
-                        and bool(np.all(self.k[b].astype(np.float32) == self.k[b])))
-                g_rows = dd_dot_balls(qrows, self.k[b], fp32)
-            if g_rows is not None:
-                g = [x for row in g_rows for x in row]
-            elif self.E and S:
-                if b not in self._km:
-                    self._km = {b: to_arb_mat(self.k[b]).transpose()}
-                g = (to_arb_mat(qrows) * self._km[b]).entries()
-            else:
-                g = [arb(0)] * (len(rows) * S)
             c = self._scale_arb()
             scores: list[list[Any]] = []
             zero = arb(0)
             for r, i in enumerate(rows):
                 keep = np.flatnonzero(self.allowed[b, i]).tolist()
-                kept = self._score_row(b, i, keep, [g[r * S + j] for j in keep], c)
+                kept = self._score_row(b, i, keep, [g_rows[r][j] for j in keep], c)
                 row = [zero] * S
                 for j, x in zip(keep, kept, strict=True):
                     row[j] = x
@@ -283,9 +310,7 @@ class TransformedProblem(Problem):
                 vb = np.concatenate([vb, np.zeros((1, vb.shape[1]))], axis=0)
             if cols is not None and kind == "output":
                 vb = vb[:, cols]
-            out = arb_attention_rows(to_arb_mat(np.zeros((len(rows), 0))), None,
-                                     to_arb_mat(vb), arb(1), allowed, None, kind, None,
-                                     scores)
+            out = _softmax_rows_arb(scores, allowed, to_arb_mat(vb), kind)
         if kind == "weights" and self.sinks is not None:
             out = [row[:S] for row in out]
         return out

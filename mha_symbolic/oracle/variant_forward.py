@@ -144,39 +144,66 @@ def variant_attention(
     v64 = _descaled(v, opts.v_descale, "value", "v_descale", outer, geo.heads // group)
     exact_scale(scale, E)  # validates the scale
 
-    # keys kept: the caller's mask, the window (and causal), mask_mod / BlockMask
-    B = geo.B
-    allowed = np.ones((B, L, S), dtype=bool)
-    madd = None
+    # Keys kept and additive parts, each in the smallest shape that broadcasts to
+    # (*lead, L, S): the plain oracle reads masks block by block from broadcast views,
+    # so a window costs L·S booleans, ALiBi H·L·S doubles, whatever the batch.
+    keeps: list[np.ndarray[Any, Any]] = []
+    adds: list[np.ndarray[Any, Any]] = []
+    user_madd = None
     if attn_mask is not None:
-        from .conventions import prepare_mask
+        from .conventions import read_mask
 
-        al, ma = prepare_mask(attn_mask, False, causal_alignment, lead, L, S)
-        allowed &= np.broadcast_to(al, (*lead, L, S)).reshape(B, L, S)
-        if ma is not None:
-            madd = np.array(np.broadcast_to(ma, (*lead, L, S)).reshape(B, L, S))
+        m = read_mask(attn_mask, "attn_mask")
+        try:
+            if np.broadcast_shapes(m.shape, (*lead, L, S)) != (*lead, L, S):
+                raise ValueError
+        except ValueError:
+            raise ShapeError(f"attn_mask.shape={m.shape} does not broadcast to the scores' "
+                             f"shape {(*lead, L, S)} (batch..., L, S)") from None
+        if m.dtype == bool:
+            keeps.append(m)
+        else:
+            validate_finite(m, "attn_mask", allow_neg_inf=True)
+            m64 = to_float64(m)
+            keeps.append(m64 != -np.inf)
+            user_madd = np.where(m64 == -np.inf, 0.0, m64)
+            adds.append(user_madd)
     win = window_allowed(opts.window, is_causal, geo)
     if win is not None:
-        allowed &= win
+        keeps.append(win)
     if opts.mask_mod is not None:
-        allowed &= eval_mask_mod(opts.mask_mod, geo).reshape(B, L, S)
+        keeps.append(eval_mask_mod(opts.mask_mod, geo).reshape(*lead, L, S))
     if opts.block_mask is not None:
-        allowed &= block_mask_allowed(opts.block_mask, geo).reshape(B, L, S)
+        keeps.append(block_mask_allowed(opts.block_mask, geo).reshape(*lead, L, S))
+    keep = None
+    for part in keeps:
+        keep = part if keep is None else np.logical_and(keep, part)
 
     ops = score_pipeline(opts, geo)
     sinks = sink_logits(opts, geo)
-    biases: list[np.ndarray[Any, Any]] = [] if madd is None else [madd]
     exact = True
     for op in ops:
         if isinstance(op, Bias):
-            vals, ok = op.floats(geo, range(B))
-            biases.append(vals)
+            vals, ok = op.floats_min(geo)
+            adds.append(vals)
             exact = exact and ok
-    if not opts.has_cap and exact:
-        total, exact = _exact_sum(biases) if biases else (None, True)
+    total = None
+    if not opts.has_cap and exact and adds:
+        total, exact = _exact_sum(adds)
     if opts.has_cap or not exact:
         from .transformed import transformed_attention
 
+        B = geo.B
+
+        def flat(a: np.ndarray[Any, Any] | None, dtype: Any) -> np.ndarray[Any, Any] | None:
+            if a is None:
+                return None
+            return np.ascontiguousarray(np.broadcast_to(a, (*lead, L, S)).reshape(B, L, S),
+                                        dtype=dtype)
+
+        madd = flat(user_madd, np.float64)
+        kept = flat(keep, bool)
+        allowed = kept if kept is not None else np.ones((B, L, S), dtype=bool)
         return transformed_attention(
             q64, k64, v64, lead=lead, group=group, geo=geo, allowed=allowed, madd=madd,
             ops=ops, sinks=sinks, scale=scale, masked_rows=masked_rows,
@@ -188,16 +215,19 @@ def variant_attention(
         vz = np.zeros((*v64.shape[:-2], 1, v64.shape[-1]))
         k64 = np.concatenate([k64, kz], axis=-2)
         v64 = np.concatenate([v64, vz], axis=-2)
-    mask: np.ndarray[Any, Any]
-    if total is None and sinks is None:
-        mask = allowed
-    else:
-        base = np.zeros((B, L, S)) if total is None else np.broadcast_to(total, (B, L, S))
-        mask = np.where(allowed, base, -np.inf)
+    mask: np.ndarray[Any, Any] | None = keep
+    if total is not None or sinks is not None:
+        base = np.zeros((L, S)) if total is None else total
+        mask = base if keep is None else np.where(keep, base, -np.inf)
         if sinks is not None:
-            col = np.broadcast_to(sinks[:, None, None], (B, L, 1))
+            # the sink column: σ of each head (a head axis is needed for it)
+            H = geo.heads
+            per_head = sinks[:H] if lead else sinks[:1]
+            shape = np.broadcast_shapes(mask.shape, (H, 1, 1) if lead else (1, 1))
+            mask = np.broadcast_to(mask, shape)
+            col = np.broadcast_to(per_head.reshape((H, 1, 1) if lead else (1, 1)),
+                                  (*shape[:-1], 1))
             mask = np.concatenate([mask, col], axis=-1)
-    mask = mask.reshape(*lead, L, mask.shape[-1])
     out = reference_attention(q64, k64, v64, attn_mask=mask, scale=scale,
                               enable_gqa=group > 1, masked_rows=masked_rows,
                               return_weights=return_weights)

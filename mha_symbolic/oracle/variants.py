@@ -441,6 +441,22 @@ class Bias:
         tab = self.data[h if self.data.shape[0] > 1 else np.zeros_like(h)]
         return tab[:, col], True
 
+    def floats_min(self, geo: Geometry) -> tuple[np.ndarray[Any, Any], bool]:
+        """(values, exact) as :meth:`floats`, in the smallest shape that broadcasts to
+        (*batch, L, S): (H, L, S) when every batch element has the same data (the
+        common case: slopes (H,), one table), else (*outer, H, L, S)."""
+        H = geo.heads
+        if geo.B == 0:
+            return np.zeros((*geo.batch, geo.L, geo.S)), True
+        same = self.data.shape[0] == 1 or bool(np.all(self.data == self.data[:1]))
+        if self.kind == "table" or same:
+            vals, ok = self.floats(geo, range(H))
+            if not geo.batch:
+                return vals.reshape(geo.L, geo.S), ok
+            return vals.reshape(H, geo.L, geo.S), ok
+        vals, ok = self.floats(geo, range(geo.B))
+        return vals.reshape(*geo.batch, geo.L, geo.S), ok
+
     def exact(self, geo: Geometry, f: int, i: int, j: int) -> Fraction:
         d = j - (i + self.offset)
         h = f % geo.heads
@@ -456,14 +472,15 @@ def products_exact(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any],
     """Is every float64 product p = fl(a·b) exact?  TwoProduct (Dekker, Veltkamp split)
     gives the exact error when no partial product under- or overflows, which holds
     for |a|, |b| in [2**-450, 2**450] (or 0)."""
-    from .arb import two_prod_err
+    from .dd import two_prod
 
     for x in (a, b):
         ax = np.abs(x[x != 0])
         if ax.size and (ax.min() < 2.0**-450 or ax.max() > 2.0**450):
             return False
     aa, bb = np.broadcast_arrays(a, b)
-    return bool(np.all(two_prod_err(aa, bb, np.broadcast_to(p, aa.shape)) == 0))
+    prod, err = two_prod(aa, bb)
+    return bool(np.all(err == 0) and np.all(prod == np.broadcast_to(p, aa.shape)))
 
 
 def score_pipeline(opts: VariantOptions, geo: Geometry) -> tuple[Cap | Bias, ...]:

@@ -1,6 +1,8 @@
 """Testing tools for kernel authors: the rounding-error model (:mod:`.tolerance`),
 the catalogue of known bugs (:mod:`.bugs`), verdicts and reports (:mod:`.compare`)
-and the pytest plugin (:mod:`.pytest_plugin`); for the attention variants the model
+and the pytest plugin (:mod:`.pytest_plugin`); for gradients: the backward error
+model (:mod:`.backward_model`), the backward bug catalogue (:mod:`.bugs_backward`)
+and verdicts (:mod:`.backward`); for the attention variants the model
 (:mod:`.tolerance_variants`), the catalogue (:mod:`.bugs_variants`) and the verdicts
 (:mod:`.compare_variants`, varlen included).
 
@@ -20,11 +22,25 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "compare_mha": "compare",
     "assert_mha_close": "compare",
     "AttentionComparison": "compare",
+    "compare_attention_backward": "backward",
+    "assert_attention_backward_close": "backward",
+    "BackwardComparison": "backward",
+    "check_attention": "check",
+    "AttentionCheck": "check",
+    "compare_mha_backward": "backward_mha",
+    "assert_mha_backward_close": "backward_mha",
     "compare_attention_varlen": "compare_variants",
     "assert_attention_varlen_close": "compare_variants",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .backward import (
+        BackwardComparison,
+        assert_attention_backward_close,
+        compare_attention_backward,
+    )
+    from .backward_mha import assert_mha_backward_close, compare_mha_backward
+    from .check import AttentionCheck, check_attention
     from .compare import (
         AttentionComparison,
         assert_attention_close,

@@ -57,6 +57,13 @@ class AttentionOracle:
 
         assert_mha_close(actual, query, key, value, **{**self.defaults, **options})
 
+    def check(self, fn: Any, query: Any, key: Any, value: Any, **options: Any) -> Any:
+        """:func:`mha_symbolic.check_attention`: run ``fn`` forward and (torch, jax)
+        backward, and check the output and every gradient; raises on failure."""
+        __tracebackhide__ = True
+        from .check import check_attention
+
+        return check_attention(fn, query, key, value, **{**self.defaults, **options})
     def assert_varlen_close(self, actual: Any, query: Any, key: Any, value: Any,
                             cu_seqlens_q: Any, cu_seqlens_k: Any, *args: Any,
                             **options: Any) -> None:
@@ -84,6 +91,6 @@ class AttentionOracle:
 @pytest.fixture
 def attention_oracle() -> AttentionOracle:
     """The attention testing tool: ``.assert_close(actual, q, k, v, **options)``,
-    ``.compare(...)``, ``.assert_mha_close(...)``, ``.assert_varlen_close(...)``,
-    ``.reference(...)``."""
+    ``.compare(...)``, ``.assert_mha_close(...)``, ``.check(fn, q, k, v, ...)`` (forward
+    and backward), ``.assert_varlen_close(...)``, ``.reference(...)``."""
     return AttentionOracle()
