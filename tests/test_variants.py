@@ -707,3 +707,13 @@ def test_torch_and_jax_arguments_are_read_exactly() -> None:
     b = reference_attention(q, k, v, alibi_slopes=np.array(slopes),
                             sinks=np.array([0.5, -0.5], np.float32))
     np.testing.assert_array_equal(a.rounded("float64"), b.rounded("float64"))
+
+
+def test_uniform_policy_with_a_softcap_gives_the_mean_of_the_values() -> None:
+    q, k, v = _inputs((1, 1, 3, 2), seed=34)
+    keep = np.array([[True, True, False], [False, False, False], [True, True, True]])
+    r = reference_attention(q, k, v, attn_mask=keep, softcap=2.0, masked_rows="uniform")
+    mean = [float(sum(Fraction(float(x)) for x in v[0, 0, :, c]) / 3) for c in range(2)]
+    assert r.exact((0, 0, 1, 0)) == sum(Fraction(float(x)) for x in v[0, 0, :, 0]) / 3
+    np.testing.assert_allclose(r.midpoint[0, 0, 1], mean, rtol=1e-15)
+    assert np.all(np.isfinite(r.rounded("float32")))

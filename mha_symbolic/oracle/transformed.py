@@ -221,7 +221,8 @@ class TransformedProblem(Problem):
 
     def __init__(self, q: Any, k: Any, v: Any, allowed: Any, madd: Any,
                  ops: tuple[Cap | Bias, ...], sinks: Any, scale: Fraction | None, E: int,
-                 geo: Geometry) -> None:
+                 geo: Geometry, uniform: Any = None) -> None:
+        self.uniform = uniform  # (B, L) rows of uniform weights (masked_rows="uniform")
         self.q, self.k, self.v = q, k, v
         self.allowed, self.madd, self.ops, self.sinks = allowed, madd, ops, sinks
         self.scale, self.E, self.geo = scale, E, geo
@@ -296,7 +297,10 @@ class TransformedProblem(Problem):
             zero = arb(0)
             for r, i in enumerate(rows):
                 keep = np.flatnonzero(self.allowed[b, i]).tolist()
-                kept = self._score_row(b, i, keep, [g_rows[r][j] for j in keep], c)
+                if self.uniform is not None and self.uniform[b, i]:
+                    kept = [zero] * len(keep)
+                else:
+                    kept = self._score_row(b, i, keep, [g_rows[r][j] for j in keep], c)
                 row = [zero] * S
                 for j, x in zip(keep, kept, strict=True):
                     row[j] = x
@@ -319,6 +323,8 @@ class TransformedProblem(Problem):
         """Kept keys of row (b, i) by the exact rationals that fix their score; the
         sink (index -1) is a group of its own."""
         key = (b, i)
+        if key not in self._groups_cache and self.uniform is not None and self.uniform[b, i]:
+            self._groups_cache[key] = {("uniform",): list(range(self.k.shape[1]))}
         if key not in self._groups_cache:
             qrow = [Fraction(float(x)) for x in self.q[b][i]]
             groups: dict[Any, list[int]] = {}
@@ -375,6 +381,8 @@ class TransformedProblem(Problem):
                 for ident, cg in coef:
                     if ident[0] == "sink":
                         a_g = arb(float(self.sinks[b]))
+                    elif ident[0] == "uniform":
+                        a_g = arb(0)
                     else:
                         g, biases, m = ident
                         a_g = self._pipeline(c * arb(fmpq(g.numerator, g.denominator)),
@@ -420,7 +428,15 @@ def transformed_attention(
         where = (*tuple(int(x) for x in np.unravel_index(b, lead)), i) if lead else (i,)
         raise InputValueError(f"query row {where} has every key masked out and "
                               "masked_rows='error'")
-    zero_rows = empty if masked_rows == "zero" else np.zeros_like(empty)
+    uniform = None
+    if masked_rows == "uniform" and S and empty.any():
+        # JAX's policy: a row with no key gets uniform weights over all keys (its
+        # scores are taken as 0, so its output is the mean of the values)
+        uniform = empty
+        allowed = np.array(allowed, copy=True)
+        allowed[uniform] = True
+        empty = np.zeros_like(empty)
+    zero_rows = empty if masked_rows in ("zero", "uniform") else np.zeros_like(empty)
     nan_rows = empty if masked_rows == "nan" else np.zeros_like(empty)
 
     y = np.zeros((B, L, Ev))
@@ -439,6 +455,9 @@ def transformed_attention(
                                      None if madd is None else madd[sl], ops, geo,
                                      range(start, stop), c_f, rho_c)
             s = np.where(al, s, 0.0)
+            if uniform is not None:
+                s[uniform[sl]] = 0.0
+                delta = np.where(uniform[sl], 0.0, delta)
             vv = vf[sl]
             if sinks is not None:
                 s = np.concatenate([s, np.broadcast_to(sinks[sl, None, None],
@@ -467,7 +486,8 @@ def transformed_attention(
                     p[sl] = pw
                     err_p[sl] = (ew + factor_p * (np.abs(pw) + ew)) * UP
     ok &= ~empty
-    problem = TransformedProblem(qf, kf, vf, allowed, madd, ops, sinks, scale_exact, E, geo)
+    problem = TransformedProblem(qf, kf, vf, allowed, madd, ops, sinks, scale_exact, E, geo,
+                                 uniform)
     out = Enclosure(problem, "output", (*lead, L, Ev), y, err_y, ok, zero_rows, nan_rows)
     if return_weights:
         assert p is not None and err_p is not None
