@@ -25,6 +25,7 @@ Two routes, both exact by construction:
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -103,12 +104,30 @@ def _exact_sum(parts: list[np.ndarray[Any, Any]]) -> tuple[np.ndarray[Any, Any],
     return total, exact
 
 
-def variant_attention(
-    query: Any, key: Any, value: Any, opts: VariantOptions, *, attn_mask: Any,
-    is_causal: bool, scale: Any, enable_gqa: bool, causal_alignment: str, masked_rows: str,
-    return_weights: bool,
-) -> Any:
-    """reference_attention with variants (the options are validated by the caller)."""
+@dataclass
+class Prepared:
+    """A call with variants, validated: exact float64 inputs (descaled, heads not yet
+    expanded), the geometry, the kept keys and the additive parts in broadcast-minimal
+    shapes, the score pipeline and the sink logits."""
+
+    q64: np.ndarray[Any, Any]
+    k64: np.ndarray[Any, Any]
+    v64: np.ndarray[Any, Any]
+    lead: tuple[int, ...]
+    group: int
+    geo: Geometry
+    keep: np.ndarray[Any, Any] | None
+    user_madd: np.ndarray[Any, Any] | None
+    ops: tuple[Any, ...]
+    sinks: np.ndarray[Any, Any] | None
+    total: np.ndarray[Any, Any] | None  # Σ additive parts, exact doubles (lowerable)
+    lowerable: bool  # no softcap and every additive part a double
+
+
+def prepare(query: Any, key: Any, value: Any, opts: VariantOptions, *, attn_mask: Any,
+            is_causal: bool, scale: Any, enable_gqa: bool, causal_alignment: str,
+            masked_rows: str) -> Prepared:
+    """Validate a call with variants and build its exact pieces (module docstring)."""
     from .conventions import exact_scale
     from .forward import reference_attention
 
@@ -133,7 +152,8 @@ def variant_attention(
                 q.shape[:-2], (*k.shape[:-3], hq), (*v.shape[:-3], hq)))
     except ValueError:
         # the plain oracle words the message (GQA hint included)
-        return reference_attention(query, key, value, enable_gqa=enable_gqa)
+        reference_attention(query, key, value, enable_gqa=enable_gqa)
+        raise  # pragma: no cover - the line above raises
     L, E = q.shape[-2:]
     S = k.shape[-2]
     geo = Geometry(lead, lead[-1] if lead else 1, L, S,
@@ -190,10 +210,53 @@ def variant_attention(
     total = None
     if not opts.has_cap and exact and adds:
         total, exact = _exact_sum(adds)
-    if opts.has_cap or not exact:
+    return Prepared(q64, k64, v64, lead, group, geo, keep, user_madd, ops, sinks, total,
+                    exact and not opts.has_cap)
+
+
+def lowered(prep: Prepared) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any],
+                                     np.ndarray[Any, Any] | None]:
+    """(key, value, attn_mask) of the plain problem a lowerable call equals (module
+    docstring, 1.): the sink as one extra key (k = 0, v = 0) whose mask column is σ."""
+    k64, v64 = prep.k64, prep.v64
+    L, S = prep.geo.L, prep.geo.S
+    keep, total, sinks, lead = prep.keep, prep.total, prep.sinks, prep.lead
+    if sinks is not None:
+        E = k64.shape[-1]
+        k64 = np.concatenate([k64, np.zeros((*k64.shape[:-2], 1, E))], axis=-2)
+        v64 = np.concatenate([v64, np.zeros((*v64.shape[:-2], 1, v64.shape[-1]))], axis=-2)
+    mask: np.ndarray[Any, Any] | None = keep
+    if total is not None or sinks is not None:
+        base = np.zeros((L, S)) if total is None else total
+        mask = base if keep is None else np.where(keep, base, -np.inf)
+        if sinks is not None:
+            # the sink column: σ of each head (a head axis is needed for it)
+            H = prep.geo.heads
+            per_head = sinks[:H] if lead else sinks[:1]
+            shape = np.broadcast_shapes(mask.shape, (H, 1, 1) if lead else (1, 1))
+            mask = np.broadcast_to(mask, shape)
+            col = np.broadcast_to(per_head.reshape((H, 1, 1) if lead else (1, 1)),
+                                  (*shape[:-1], 1))
+            mask = np.concatenate([mask, col], axis=-1)
+    return k64, v64, mask
+
+
+def variant_attention(
+    query: Any, key: Any, value: Any, opts: VariantOptions, *, attn_mask: Any,
+    is_causal: bool, scale: Any, enable_gqa: bool, causal_alignment: str, masked_rows: str,
+    return_weights: bool,
+) -> Any:
+    """reference_attention with variants (the options are validated by the caller)."""
+    from .forward import reference_attention
+
+    prep = prepare(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
+                   scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+                   masked_rows=masked_rows)
+    if not prep.lowerable:
         from .transformed import transformed_attention
 
-        B = geo.B
+        lead, geo = prep.lead, prep.geo
+        L, S, B = geo.L, geo.S, geo.B
 
         def flat(a: np.ndarray[Any, Any] | None, dtype: Any) -> np.ndarray[Any, Any] | None:
             if a is None:
@@ -201,37 +264,18 @@ def variant_attention(
             return np.ascontiguousarray(np.broadcast_to(a, (*lead, L, S)).reshape(B, L, S),
                                         dtype=dtype)
 
-        madd = flat(user_madd, np.float64)
-        kept = flat(keep, bool)
+        kept = flat(prep.keep, bool)
         allowed = kept if kept is not None else np.ones((B, L, S), dtype=bool)
         return transformed_attention(
-            q64, k64, v64, lead=lead, group=group, geo=geo, allowed=allowed, madd=madd,
-            ops=ops, sinks=sinks, scale=scale, masked_rows=masked_rows,
+            prep.q64, prep.k64, prep.v64, lead=lead, group=prep.group, geo=geo,
+            allowed=allowed, madd=flat(prep.user_madd, np.float64), ops=prep.ops,
+            sinks=prep.sinks, scale=scale, masked_rows=masked_rows,
             return_weights=return_weights)
-
-    # lowering to plain attention (module docstring, 1.)
-    if sinks is not None:
-        kz = np.zeros((*k64.shape[:-2], 1, E))
-        vz = np.zeros((*v64.shape[:-2], 1, v64.shape[-1]))
-        k64 = np.concatenate([k64, kz], axis=-2)
-        v64 = np.concatenate([v64, vz], axis=-2)
-    mask: np.ndarray[Any, Any] | None = keep
-    if total is not None or sinks is not None:
-        base = np.zeros((L, S)) if total is None else total
-        mask = base if keep is None else np.where(keep, base, -np.inf)
-        if sinks is not None:
-            # the sink column: σ of each head (a head axis is needed for it)
-            H = geo.heads
-            per_head = sinks[:H] if lead else sinks[:1]
-            shape = np.broadcast_shapes(mask.shape, (H, 1, 1) if lead else (1, 1))
-            mask = np.broadcast_to(mask, shape)
-            col = np.broadcast_to(per_head.reshape((H, 1, 1) if lead else (1, 1)),
-                                  (*shape[:-1], 1))
-            mask = np.concatenate([mask, col], axis=-1)
-    out = reference_attention(q64, k64, v64, attn_mask=mask, scale=scale,
-                              enable_gqa=group > 1, masked_rows=masked_rows,
+    k64, v64, mask = lowered(prep)
+    out = reference_attention(prep.q64, k64, v64, attn_mask=mask, scale=scale,
+                              enable_gqa=prep.group > 1, masked_rows=masked_rows,
                               return_weights=return_weights)
-    if return_weights and sinks is not None:
+    if return_weights and prep.sinks is not None:
         # the view offers the Enclosure API without the sink's column
         out.weights = DropLastColumn(out.weights)  # type: ignore[assignment]
     return out

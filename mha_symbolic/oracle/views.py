@@ -10,32 +10,39 @@ import numpy as np
 
 from ..errors import SpecError
 
-__all__ = ["DropLastColumn", "PackedEnclosure"]
+__all__ = ["DropLast", "DropLastColumn", "PackedEnclosure"]
 
 
-class DropLastColumn:
-    """The enclosure ``base`` without its last column (the attention sink's weight:
-    sinks are computed as one extra key, see :mod:`.variant_forward`)."""
+class DropLast:
+    """The enclosure ``base`` without its last index along ``axis`` (the attention
+    sink: it is computed as one extra key, see :mod:`.variant_forward`; its weight is
+    the last column, its key the last row of dk and dv)."""
 
-    def __init__(self, base: Any) -> None:
+    def __init__(self, base: Any, axis: int = -1) -> None:
         self._base = base
-        self.shape = (*base.shape[:-1], base.shape[-1] - 1)
+        self._axis = axis % len(base.shape)
+        shape = list(base.shape)
+        shape[self._axis] -= 1
+        self.shape = tuple(shape)
         self.weights = None
+
+    def _cut(self, a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return np.ascontiguousarray(np.take(a, range(self.shape[self._axis]), axis=self._axis))
 
     @property
     def lower(self) -> np.ndarray[Any, Any]:
-        return np.ascontiguousarray(self._base.lower[..., :-1])
+        return self._cut(self._base.lower)
 
     @property
     def upper(self) -> np.ndarray[Any, Any]:
-        return np.ascontiguousarray(self._base.upper[..., :-1])
+        return self._cut(self._base.upper)
 
     @property
     def midpoint(self) -> np.ndarray[Any, Any]:
-        return np.ascontiguousarray(self._base.midpoint[..., :-1])
+        return self._cut(self._base.midpoint)
 
     def rounded(self, dtype: Any = "float64") -> np.ndarray[Any, Any]:
-        return np.ascontiguousarray(self._base.rounded(dtype)[..., :-1])
+        return self._cut(self._base.rounded(dtype))
 
     def exact(self, index: Any, *, prec: int = 256) -> Any:
         idx = (int(index),) if isinstance(index, (int, np.integer)) else tuple(index)
@@ -46,7 +53,10 @@ class DropLastColumn:
         return self._base.exact(idx, prec=prec)
 
     def __repr__(self) -> str:
-        return f"Enclosure(shape={self.shape}, sink column dropped)"
+        return f"Enclosure(shape={self.shape}, sink dropped)"
+
+
+DropLastColumn = DropLast  # the weights' view (axis -1)
 
 
 class PackedEnclosure:
