@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import SpecError
-from .variant_forward import lowered, prepare
+from .variant_forward import lowered, prepare, require_lowerable
 from .variants import VariantOptions
 from .views import DropLast
 
@@ -45,9 +45,7 @@ def variant_attention_backward(
     prep = prepare(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
                    scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
                    masked_rows=masked_rows)
-    if not prep.lowerable:
-        raise SpecError("the backward needs every additive bias to be an exact double "
-                        "(ALiBi slopes with at most 24 significant bits, as fp32 slopes)")
+    require_lowerable(prep)
     k64, v64, mask = lowered(prep)
     g = reference_attention_backward(prep.q64, k64, v64, grad_output, attn_mask=mask,
                                      scale=scale, enable_gqa=prep.group > 1,

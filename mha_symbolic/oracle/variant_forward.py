@@ -241,6 +241,13 @@ def lowered(prep: Prepared) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any],
     return k64, v64, mask
 
 
+def require_lowerable(prep: Prepared) -> None:
+    """Refuse, for the backward, a call that is not plain attention of exact inputs."""
+    if not prep.lowerable:
+        raise SpecError("the backward needs every additive bias to be an exact double "
+                        "(ALiBi slopes with at most 24 significant bits, as fp32 slopes)")
+
+
 def variant_attention(
     query: Any, key: Any, value: Any, opts: VariantOptions, *, attn_mask: Any,
     is_causal: bool, scale: Any, enable_gqa: bool, causal_alignment: str, masked_rows: str,

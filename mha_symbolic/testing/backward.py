@@ -170,7 +170,7 @@ def compare_attention_backward(
     if variant is not None:
         # the variants as plain attention of exact inputs (oracle/variant_forward.py):
         # the gradients, the model and the bug catalogue are the plain ones
-        from ..oracle.variant_forward import lowered, prepare
+        from ..oracle.variant_forward import lowered, prepare, require_lowerable
 
         if variant.has_cap or variant.sinks is not None or d_attn_mask is not None:
             raise SpecError("compare_attention_backward takes window, mask_mod, alibi_slopes "
@@ -182,9 +182,7 @@ def compare_attention_backward(
         prep = prepare(query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
                        scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
                        masked_rows=masked_rows)
-        if not prep.lowerable:
-            raise SpecError("the backward needs every additive bias to be an exact double "
-                            "(ALiBi slopes with at most 24 significant bits, as fp32 slopes)")
+        require_lowerable(prep)
         k64, v64, mask = lowered(prep)
         return compare_attention_backward(
             dq, dk, dv, prep.q64, k64, v64, grad_output, attn_mask=mask, scale=scale,
