@@ -717,3 +717,24 @@ def test_uniform_policy_with_a_softcap_gives_the_mean_of_the_values() -> None:
     assert r.exact((0, 0, 1, 0)) == sum(Fraction(float(x)) for x in v[0, 0, :, 0]) / 3
     np.testing.assert_allclose(r.midpoint[0, 0, 1], mean, rtol=1e-15)
     assert np.all(np.isfinite(r.rounded("float32")))
+
+
+def test_softcap_tier2_values_lie_within_their_bound_against_arb() -> None:
+    q, k, v = _inputs((1, 2, 5, 4), seed=35, scale=2.0)
+    r = reference_attention(q, k, v, softcap=3.0, sinks=[0.5, -0.5],
+                            alibi_slopes=np.array([0.1, 1 / 3]), window=(2, 1))
+    problem = r._problem
+    old = ctx.prec
+    for b in range(2):
+        hi, lo, err, ok = problem.refine(b, np.arange(5), "output")
+        assert ok.all() and np.all(err < 1e-20)
+        balls = ref_attention(q, k, v, softcap=3.0, sinks=np.array([0.5, -0.5]),
+                              alibi=np.array([[0.1, 1 / 3]]), window=(2, 1))[0][b]
+        ctx.prec = PREC
+        try:
+            for i in range(5):
+                for c in range(4):
+                    d = abs(balls[i][c] - arb(float(hi[i, c])) - arb(float(lo[i, c])))
+                    assert d < arb(float(err[i, c]))
+        finally:
+            ctx.prec = old

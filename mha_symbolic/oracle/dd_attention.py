@@ -252,13 +252,30 @@ def _tier2(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
     # true t <= -599 as long as e_t <= 2**-30.
     abs_m = np.abs(m)
     e_t = (alpha + U * U * (3 * abs_m + 3000.0 + 2 * cg_max)) * UP
-    bad |= ~(e_t <= DD_ERR_CAP) | ~(abs_m <= MAX_SCORE_DD) | ~np.isfinite(cg_max)
+    bad |= ~np.isfinite(cg_max)
+    del gh0, gl0
+    return tier2_from_scores(sh, sl, m, e_t, kv, notallowed, blk.keep, has_key, dropout,
+                             kind, bad)
+
+
+def tier2_from_scores(sh: Array, sl: Array, m: Array, e_t: Array, kv: KVdd,
+                      notallowed: Array | None, keep: Array | None, has_key: Array,
+                      dropout: tuple[float, float, float] | None, kind: str,
+                      bad: Array) -> Tier2:
+    """Steps 3-5 of tier 2 from double-double scores: ``sh + sl`` (r, S) within ``e_t``
+    (r,) of the exact shifted-or-not scores on every allowed key (the u² rounding of
+    the shift inside the weights' pass included), ``m`` (r,) a double near each row's
+    largest allowed score.  The hook for score transforms (softcapped scores, biases:
+    mha_symbolic.oracle.transformed); the plain tier 2 ends here too."""
+    S = kv.S
+    abs_m = np.abs(m)
+    bad = bad | ~(e_t <= DD_ERR_CAP) | ~(abs_m <= MAX_SCORE_DD)
     # ---- 3. weights: w~ = exp~(s~ - m) in double-double, masked keys 0 (one fused pass)
     wh, wl = t2_weights(sh, sl, m, notallowed)
-    del sh, sl, gh0, gl0
+    del sh, sl
     tau = (e_t * (1.0 + e_t) + RHO_EXP2) * (1.0 + 2.0 * RHO_EXP2) * UP
     # ---- 4. N = W·V (keep applied) and D = Σ W, exact slice products per key block
-    Dh, Dl, eD, Nh, Nl, eN = _weighted_sums(wh, wl, kv, blk.keep, kind == "output")
+    Dh, Dl, eD, Nh, Nl, eN = _weighted_sums(wh, wl, kv, keep, kind == "output")
     d_low = (Dh + Dl) * (1 - 2.0**-50) - eD - ETA  # <= D~
     bad |= ~(d_low > 0.25)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -269,7 +286,7 @@ def _tier2(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
     if dropout is not None:
         fac = dropout
     if kind == "weights":
-        return _weights(wh, wl, Dh, Dl, eD, d_low, tau, tau_d, notallowed, blk.keep, fac,
+        return _weights(wh, wl, Dh, Dl, eD, d_low, tau, tau_d, notallowed, keep, fac,
                         ~bad & has_key)
     assert Nh is not None and Nl is not None and eN is not None
     # ---- 5. y = N/D, error assembly (in the scaled units of V's columns)

@@ -35,10 +35,11 @@ from typing import Any
 import numpy as np
 
 from .arb import EXP_FLOOR, Prec, exact_prec, exact_score_rows, to_arb_mat
-from .constants import CHUNK_ELEMS, ETA, RHO_EXP1, TINY1, UP, U, gamma
+from .constants import CHUNK_ELEMS, ETA, RHO_EXP1, RHO_EXP2, TINY1, TINY2, UP, U, gamma
 from .conventions import exact_scale
+from .dd import dd_add_d, dd_div, dd_mul, dd_mul_d, two_prod, two_sum
 from .enclosure import Enclosure, Problem
-from .expo import exp_double
+from .expo import exp_dd, exp_double
 from .fast import fast_attention, row_norm_up
 from .variants import Bias, Cap, Geometry
 
@@ -70,6 +71,73 @@ REL_TANH_LARGE = 2.83 * RHO_EXP1 + 4.0 * U       # |x| > TANH_SMALL: <= 2^-46.4
 ABS_TANH = 4.0 * TINY1                            # exp(-2|x|) held at exp~(-708) below the cut
 # the largest of the above, as one absolute bound for |tanh| <= 1
 E_TANH = REL_TANH_LARGE + ABS_TANH
+
+
+# ---- tier 2: tanh in double-double (TransformedProblem.refine) -------------------------
+# The series of _tanh_small to x^31 (16 terms), coefficients as double-doubles
+# T_n = hi + lo with |T_n - hi - lo| <= 2^-106|T_n|.  For |x| <= TANH_SMALL (y = x² <=
+# 0.030016): Horner in dd, 15 steps of dd_mul (8.02u²) and two dd_add_d (each <=
+# u(u|s| + |low word|) <= 2.01u²·|partial sum|), partial sums <= 1.0102: <= 15·12.1u²·
+# 1.0102 <= 184u²; coefficients <= u²·1.0102; the omitted terms n >= 17 <= 3.29·0.4053·
+# (0.012166)^16/(1 - 0.012166) <= 25u² (u² = 2^-106); y's rounding (8.02u² relative)
+# moves P by <= 0.011·8.02u²; the product by x: 8.02u².  With P >= 0.98999 the relative
+# error is <= (184 + 1.02 + 25 + 0.1 + 8.02)u²/0.98999 < 221u² < 2^-98.
+# For |x| > TANH_SMALL: e = exp_dd(-2|x|) (RHO_EXP2 = 2^-84; -2|x| >= -600, else
+# the result is taken as 1 with an absolute error <= 2e^-600 <= 2·TINY2); (1 - e) and
+# (1 + e) by dd_add_d (<= 2.01u² each, relative: 1 - e >= 0.29), the quotient by dd_div
+# (2^-100): as for tanh_proved, relative <= 2.829·RHO_EXP2 + 2^-97.
+def _tanh_taylor(n_terms: int) -> list[Fraction]:
+    """The first Taylor coefficients of tanh, exactly: T_n = 2^{2n}(2^{2n} - 1)
+    B_{2n}/(2n)! with the Bernoulli numbers from Σ_{k<=m} C(m+1, k) B_k = 0."""
+    from math import comb, factorial
+
+    bern = [Fraction(1)]
+    for m in range(1, 2 * n_terms + 1):
+        bern.append(-sum((comb(m + 1, k) * bern[k] for k in range(m)), Fraction(0)) / (m + 1))
+    return [Fraction(4**n * (4**n - 1)) * bern[2 * n] / factorial(2 * n)
+            for n in range(1, n_terms + 1)]
+
+
+_TANH_DD = _tanh_taylor(16)
+_TANH_DD_HI = [float(c) for c in _TANH_DD]
+_TANH_DD_LO = [float(c - Fraction(h)) for c, h in zip(_TANH_DD, _TANH_DD_HI, strict=True)]
+REL_TANH_DD_SMALL = 2.0**-98
+REL_TANH_DD_LARGE = 2.83 * RHO_EXP2 + 2.0**-97
+ABS_TANH_DD = 2.0 * TINY2
+
+
+def _tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
+             ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(th, tl, rel_err_bound) for tanh(xh + xl) in double-double (proof above)."""
+    neg = xh < 0
+    ah = np.where(neg, -xh, xh)
+    al = np.where(neg, -xl, xl)
+    small = ah <= TANH_SMALL
+    th = np.zeros_like(ah)
+    tl = np.zeros_like(ah)
+    if np.any(small):
+        sh, sl = ah[small], al[small]
+        yh, yl = dd_mul(sh, sl, sh, sl)
+        ph = np.full_like(sh, _TANH_DD_HI[-1])
+        pl = np.full_like(sh, _TANH_DD_LO[-1])
+        for chi, clo in zip(reversed(_TANH_DD_HI[:-1]), reversed(_TANH_DD_LO[:-1]),
+                            strict=True):
+            ph, pl = dd_mul(ph, pl, yh, yl)
+            ph, pl = dd_add_d(ph, pl, np.full_like(ph, chi))
+            ph, pl = dd_add_d(ph, pl, np.full_like(ph, clo))
+        th[small], tl[small] = dd_mul(sh, sl, ph, pl)
+    big = ~small
+    if np.any(big):
+        bh, bl = ah[big], al[big]
+        far = bh > 300.0
+        eh, el = exp_dd(np.where(far, -600.0, -2.0 * bh), np.where(far, 0.0, -2.0 * bl))
+        eh = np.where(far, 0.0, eh)
+        el = np.where(far, 0.0, el)
+        nh, nl = dd_add_d(-eh, -el, np.ones_like(eh))
+        dh, dl = dd_add_d(eh, el, np.ones_like(eh))
+        th[big], tl[big] = dd_div(nh, nl, dh, dl)
+    rel = np.where(small, REL_TANH_DD_SMALL, REL_TANH_DD_LARGE)
+    return np.where(neg, -th, th), np.where(neg, -tl, tl), rel
 
 
 def _tanh_small(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -223,6 +291,8 @@ class TransformedProblem(Problem):
                  ops: tuple[Cap | Bias, ...], sinks: Any, scale: Fraction | None, E: int,
                  geo: Geometry, uniform: Any = None) -> None:
         self.uniform = uniform  # (B, L) rows of uniform weights (masked_rows="uniform")
+        self._kvdd: tuple[int, Any] | None = None
+        self._narrow: bool | None = None
         self.q, self.k, self.v = q, k, v
         self.allowed, self.madd, self.ops, self.sinks = allowed, madd, ops, sinks
         self.scale, self.E, self.geo = scale, E, geo
@@ -318,6 +388,138 @@ class TransformedProblem(Problem):
         if kind == "weights" and self.sinks is not None:
             out = [row[:S] for row in out]
         return out
+
+    # -- tier 2 -------------------------------------------------------------------
+    def refine(self, b: int, rows: np.ndarray[Any, Any], kind: str
+               ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any],
+                          np.ndarray[Any, Any]] | None:
+        """Tier 2: the rows in double-double — exact dot products (TwoProduct and a
+        TwoSum tree), the scale as a double-double, the softcaps by :func:`_tanh_dd`,
+        the biases exactly, then the plain tier 2's weights and sums
+        (:func:`.dd_attention.tier2_from_scores`) with the score bound.  None when the
+        inputs are outside the range where TwoProduct is exact."""
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            return self._refine(b, np.asarray(rows), kind)
+
+    def _refine(self, b: int, rows: np.ndarray[Any, Any], kind: str
+                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any],
+                           np.ndarray[Any, Any]] | None:
+        from .conventions import dd_scale
+        from .dd_attention import KVdd, tier2_from_scores
+
+        q, k = self.q[b][rows], self.k[b]
+        for x in (q, k):
+            ax = np.abs(x[x != 0])
+            if ax.size and (ax.min() < 2.0**-450 or ax.max() > 2.0**450):
+                return None
+        r = q.shape[0]
+        S = k.shape[0]
+        # 1. g = q·k exactly as hi + lo: products by TwoProduct, a pairwise TwoSum tree;
+        #    the tree's own errors summed in floats: |fl(Σe) - Σe| <= gamma_n Σ|e|
+        if self._narrow is None:  # <= 24-bit significands: every product is a double
+            self._narrow = (bool(np.all(self.q.astype(np.float32) == self.q))
+                            and bool(np.all(self.k.astype(np.float32) == self.k)))
+        if self._narrow:
+            terms = q[:, None, :] * k[None, :, :]
+        else:
+            terms = np.concatenate(two_prod(q[:, None, :], k[None, :, :]), axis=-1)
+        errs = []
+        x = terms
+        while x.shape[-1] > 1:
+            if x.shape[-1] % 2:
+                x = np.concatenate([x, np.zeros((*x.shape[:-1], 1))], axis=-1)
+            sm, e = two_sum(x[..., 0::2], x[..., 1::2])
+            errs.append(e)
+            x = sm
+        gh = x[..., 0] if x.shape[-1] else np.zeros((r, S))
+        if errs:
+            e_all = np.concatenate(errs, axis=-1)
+            n = e_all.shape[-1]
+            gl = np.sum(e_all, axis=-1)
+            g_err = gamma(n + 1) * np.sum(np.abs(e_all), axis=-1) * (1.0 + 2.0 * gamma(n + 1))
+            gh, gl = two_sum(gh, gl)
+        else:
+            gl = np.zeros_like(gh)
+            g_err = np.zeros_like(gh)
+        # 2. c·g: c = 2^e (hi + lo) within 2^e rho; dd_mul errs by 8.02u²|c g|
+        cs = dd_scale(self.scale, self.E)
+        sh, sl = dd_mul(gh, gl, np.full_like(gh, cs.hi), np.full_like(gh, cs.lo))
+        sh, sl = np.ldexp(sh, cs.e), np.ldexp(sl, cs.e)
+        c_abs = (abs(cs.hi) + abs(cs.lo)) * 2.0**cs.e
+        g_abs = np.abs(gh) + np.abs(gl) + g_err
+        err = (c_abs * g_err + cs.rho * 2.0**cs.e * g_abs + 8.02 * U * U * c_abs * g_abs
+               + 4 * ETA) * UP
+        # 3. the pipeline; err is per key, in score units
+        for op in self.ops:
+            if isinstance(op, Cap):
+                C = op.C
+                xh, xl = dd_div(sh, sl, np.full_like(sh, C), np.zeros_like(sh))
+                th, tl, rel = _tanh_dd(xh, xl)
+                nh, nl = dd_mul_d(th, tl, np.full_like(th, C))
+                t_abs = np.abs(th) + np.abs(tl)
+                # 1-Lipschitz: err passes; the division: C·2^-100|x|; tanh: C·rel|t| + C·ABS;
+                # the product by C: 4.02u²|s'|
+                err = (err + 2.0**-100 * (np.abs(sh) + np.abs(sl)) + C * (rel * t_abs + ABS_TANH_DD)
+                       + 4.02 * U * U * C * t_abs + 4 * ETA) * UP
+                sh, sl = nh, nl
+            else:
+                ph, pl = self._bias_dd(op, b, rows)
+                s1h, s1l = dd_add_d(sh, sl, ph)
+                err = err + U * (U * np.abs(s1h) + np.abs(sl))
+                sh, sl = dd_add_d(s1h, s1l, pl)
+                err = (err + U * (U * np.abs(sh) + np.abs(s1l))) * UP
+        if self.madd is not None:
+            m_rows = self.madd[b][rows]
+            s1h, s1l = dd_add_d(sh, sl, m_rows)
+            err = (err + U * (U * np.abs(s1h) + np.abs(sl))) * UP
+            sh, sl = s1h, s1l
+        allowed = np.array(self.allowed[b][rows], dtype=bool)
+        if self.uniform is not None:
+            uni = np.asarray(self.uniform[b][rows])
+            sh[uni], sl[uni], err[uni] = 0.0, 0.0, 0.0
+        vb = self.v[b]
+        if self.sinks is not None:
+            sig = float(self.sinks[b])
+            sh = np.concatenate([sh, np.full((r, 1), sig)], axis=1)
+            sl = np.concatenate([sl, np.zeros((r, 1))], axis=1)
+            err = np.concatenate([err, np.zeros((r, 1))], axis=1)
+            allowed = np.concatenate([allowed, np.ones((r, 1), bool)], axis=1)
+            vb = np.concatenate([vb, np.zeros((1, vb.shape[1]))], axis=0)
+        notallowed = None if allowed.all() else ~allowed
+        has_key: np.ndarray[Any, Any] = np.asarray(allowed.any(axis=-1))
+        err = np.where(allowed, err, 0.0)
+        sm = np.where(allowed, sh, -np.inf)
+        m = np.where(has_key, np.max(sm, axis=-1, initial=-np.inf), 0.0)
+        s_abs = np.max(np.where(allowed, np.abs(sh), 0.0), axis=-1, initial=0.0)
+        # the shift by m inside the weights' pass: u²(3|m| + 3000 + 2 max|s|) (as tier 2)
+        e_t = (np.max(err, axis=-1, initial=0.0)
+               + U * U * (3 * np.abs(m) + 3000.0 + 2 * s_abs)) * UP
+        if self._kvdd is None or self._kvdd[0] != b:
+            self._kvdd = (b, KVdd(np.zeros((vb.shape[0], 0)), np.ascontiguousarray(vb)))
+        kv = self._kvdd[1]
+        bad = ~np.isfinite(e_t) | ~np.all(np.isfinite(sh) | ~allowed, axis=-1)
+        res = tier2_from_scores(np.where(allowed, sh, 0.0), np.where(allowed, sl, 0.0), m,
+                                np.where(np.isfinite(e_t), e_t, np.inf), kv, notallowed,
+                                None, has_key, None, kind, bad)
+        hi, lo, e_out = res.hi, res.lo, res.err
+        if kind == "weights" and self.sinks is not None:
+            hi, lo, e_out = hi[:, :S], lo[:, :S], e_out[:, :S]
+        return hi, lo, e_out, res.ok
+
+    def _bias_dd(self, op: Bias, b: int, rows: np.ndarray[Any, Any]
+                 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """The bias of ``rows`` exactly as hi + lo (ALiBi: TwoProduct of the slope and
+        the integer distance; a table entry is a double)."""
+        geo = self.geo
+        d = np.arange(geo.S)[None, :] - (rows[:, None] + op.offset)
+        h = b % geo.heads
+        if op.kind == "alibi":
+            slope = float(op.data[b // geo.heads, h])
+            ph, pl = two_prod(np.full(d.shape, -slope), np.abs(d).astype(np.float64))
+            return ph, pl
+        w = (op.data.shape[-1] - 1) // 2
+        tab = op.data[h if op.data.shape[0] > 1 else 0]
+        return tab[np.clip(d, -w, w) + w].astype(np.float64), np.zeros(d.shape)
 
     def _groups(self, b: int, i: int) -> dict[Any, list[int]]:
         """Kept keys of row (b, i) by the exact rationals that fix their score; the
