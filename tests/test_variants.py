@@ -738,3 +738,17 @@ def test_softcap_tier2_values_lie_within_their_bound_against_arb() -> None:
                     assert d < arb(float(err[i, c]))
         finally:
             ctx.prec = old
+
+
+def test_softcap_compiled_and_numpy_twins_are_bit_identical() -> None:
+    from mha_symbolic.oracle import transformed
+    from mha_symbolic.oracle.jit import _kernels
+
+    if _kernels() is None:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(36)
+    s = np.concatenate([rng.standard_normal(2000) * 4, rng.standard_normal(50) * 1e3,
+                        [0.0, -0.0, 1e-300, 700.0, -1e9]]).reshape(5, -1)
+    for cap in (0.5, 30.0):
+        t, _ = transformed.tanh_proved(s / cap, need_err=False)
+        np.testing.assert_array_equal(transformed.softcap_array(s, cap), cap * t)

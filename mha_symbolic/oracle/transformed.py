@@ -184,6 +184,23 @@ def tanh_proved(x: np.ndarray[Any, Any], need_err: bool = True
     return t, th * rel + ABS_TANH
 
 
+def softcap_array(s: np.ndarray[Any, Any], cap: float) -> np.ndarray[Any, Any]:
+    """cap·tanh(s/cap) by :func:`tanh_proved` (its bound applies), in one compiled pass
+    when numba is available (bit-identical: the same operations in the same order,
+    tests/test_variants.py checks it)."""
+    from .jit import _POW2, _kernels
+
+    k = _kernels()
+    if k is None or not hasattr(k, "softcap") or s.size == 0:
+        t, _ = tanh_proved(s / cap, need_err=False)
+        return cap * t
+    from .expo import _table1
+
+    out = np.empty_like(s)
+    k.softcap(np.ascontiguousarray(s), cap, np.asarray(_TANH_COEFFS), _table1(), _POW2, out)
+    return out
+
+
 def _rowmax(a: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any]:
     """max over the kept keys (all when ``allowed`` is None) of |a| per row (0 for none)."""
     if allowed is None:
@@ -226,8 +243,7 @@ def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
         if isinstance(op, Cap):
             C = op.C
             with np.errstate(over="ignore", invalid="ignore"):
-                t, _ = tanh_proved(s / C, need_err=False)
-                s = C * t
+                s = softcap_array(s, C)
             small = smax * (1.0 + 2.0 * U) / C + ETA <= TANH_SMALL
             rel = np.where(small, REL_TANH_SMALL, REL_TANH_LARGE)
             new_max = _rowmax(s, al)
