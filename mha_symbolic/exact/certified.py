@@ -134,6 +134,8 @@ def _arb(e: Any) -> flint.arb:
         if len(e.args) != 1:
             return _arb(e.args[0]).log() / _arb(e.args[1]).log()
         return _arb(e.args[0]).log()
+    if isinstance(e, sp.tanh):  # softcapped scores (attention variants)
+        return _arb(e.args[0]).tanh()
     if isinstance(e, sp.Abs):
         return abs(_arb(e.args[0]))
     if isinstance(e, (sp.Max, sp.Min)):

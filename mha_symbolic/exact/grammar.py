@@ -9,7 +9,7 @@ Strings from files and command lines are parsed here, never with ``eval``,
     power   := postfix (("^" | "**") factor)?                      # right associative
     postfix := atom "%"?
     atom    := NUMBER | "e" | "pi" | "π" | FUNC "(" expr ")" | "√" atom | "(" expr ")"
-    FUNC    := "sqrt" | "exp" | "ln" | "log"
+    FUNC    := "sqrt" | "exp" | "ln" | "log" | "tanh"          # tanh: softcapped scores
     NUMBER  := digits ["." digits] [("e" | "E") ["+" | "-"] digits]   # 1.5e-3
              | "." digits
 
@@ -75,7 +75,7 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 
-_FUNCTIONS = ("sqrt", "exp", "ln", "log")
+_FUNCTIONS = ("sqrt", "exp", "ln", "log", "tanh")
 _CONSTANTS = ("e", "pi")
 
 
@@ -224,6 +224,8 @@ class _Parser:
                     return self._sqrt(arg)
                 if name == "exp":
                     return self._exp(arg)
+                if name == "tanh":  # bounded in (-1, 1): no size limit needed
+                    return sp.tanh(arg)
                 if arg.is_positive is False or arg == 0:
                     raise ParseError(f"{name}({arg}) is not defined: the argument must be positive")
                 return sp.log(arg)
