@@ -254,6 +254,19 @@ def test_window_refuses_malformed_sizes(bad: Any) -> None:
         reference_attention(q, k, v, window=bad)
 
 
+@pytest.mark.parametrize("dropout", [{"dropout_p": 0.5, "dropout_mask": True},
+                                     {"dropout_p": 0.0, "dropout_mask": True},
+                                     {"dropout_p": 0.25}])
+def test_variants_refuse_dropout_forward_and_backward(dropout: dict[str, Any]) -> None:
+    from mha_symbolic.oracle import reference_attention_backward
+
+    q, k, v = _inputs((1, 2, 2))
+    with pytest.raises(SpecError, match="dropout with attention variants"):
+        reference_attention(q, k, v, window=(1, 0), **dropout)
+    with pytest.raises(SpecError, match="dropout with attention variants"):
+        reference_attention_backward(q, k, v, np.ones((1, 2, 2)), window=(1, 0), **dropout)
+
+
 def test_window_unbounded_both_sides_is_plain_attention() -> None:
     q, k, v = _inputs((1, 2, 3, 4), seed=5)
     a = reference_attention(q, k, v, window=(-1, -1)).rounded("float32")

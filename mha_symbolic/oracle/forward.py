@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputValueError, SpecError
+from ..errors import InputValueError
 from . import ties
 from .arb import attention_rows, exact_prec, exact_score_rows, scale_arb, to_arb_mat
 from .constants import CHUNK_ELEMS
@@ -273,15 +273,13 @@ def reference_attention(
     >>> r.rounded("float32").tolist()   # each query sees its own key only
     [[[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]]
     """
-    from .variants import variant_options
+    from .variants import sdpa_variant_options
 
-    variant = variant_options(window=window, softcap=softcap, alibi_slopes=alibi_slopes,
-                              sinks=sinks, mask_mod=mask_mod, score_mod=score_mod,
-                              q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    variant = sdpa_variant_options(
+        dropout_p, dropout_mask, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+        sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
+        k_descale=k_descale, v_descale=v_descale)
     if variant is not None:
-        if dropout_mask is not None or dropout_p:
-            raise SpecError("dropout with attention variants is not supported: pass "
-                            "dropout_p=0 without a dropout_mask")
         from .variant_forward import variant_attention
 
         return variant_attention(

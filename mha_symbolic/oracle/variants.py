@@ -197,6 +197,21 @@ def variant_options(
     return None if opts.empty else opts
 
 
+def sdpa_variant_options(dropout_p: Any, dropout_mask: Any, **options: Any
+                         ) -> VariantOptions | None:
+    """:func:`variant_options` for ``reference_attention`` and its backward, which
+    refuse dropout together with a variant.
+
+    >>> sdpa_variant_options(0.0, None, window=None) is None
+    True
+    """
+    opts = variant_options(**options)
+    if opts is not None and (dropout_mask is not None or dropout_p):
+        raise SpecError("dropout with attention variants is not supported: pass "
+                        "dropout_p=0 without a dropout_mask")
+    return opts
+
+
 # --------------------------------------------------------------------------------------
 # The geometry of one call: flat problems f = (outer batch index, head)
 

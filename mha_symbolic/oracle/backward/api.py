@@ -549,15 +549,13 @@ def reference_attention_backward(
     and bias-table ``score_mod`` items, ``sinks`` (:mod:`..variant_backward`); a softcap
     and FP8 descale factors are refused.
     """
-    from ..variants import variant_options
+    from ..variants import sdpa_variant_options
 
-    variant = variant_options(window=window, softcap=softcap, alibi_slopes=alibi_slopes,
-                              sinks=sinks, mask_mod=mask_mod, score_mod=score_mod,
-                              q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    variant = sdpa_variant_options(
+        dropout_p, dropout_mask, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+        sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
+        k_descale=k_descale, v_descale=v_descale)
     if variant is not None:
-        if dropout_mask is not None or dropout_p:
-            raise SpecError("dropout with attention variants is not supported: pass "
-                            "dropout_p=0 without a dropout_mask")
         from ..variant_backward import variant_attention_backward
 
         return variant_attention_backward(
