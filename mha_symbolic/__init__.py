@@ -41,6 +41,10 @@ _EXPORTS: dict[str, str] = {
     # oracle
     "reference_attention": "oracle",
     "reference_mha": "oracle",
+    "reference_attention_varlen": "oracle",
+    "softcap_score_mod": "oracle",
+    "alibi_score_mod": "oracle",
+    "relative_bias_score_mod": "oracle",
     "Enclosure": "oracle",
     "reference_attention_backward": "oracle",
     "AttentionGradients": "oracle",
@@ -55,6 +59,8 @@ _EXPORTS: dict[str, str] = {
     "check_attention": "testing.check",
     "compare_mha_backward": "testing.backward_mha",
     "assert_mha_backward_close": "testing.backward_mha",
+    "compare_attention_varlen": "testing.compare_variants",
+    "assert_attention_varlen_close": "testing.compare_variants",
     # errors
     "MhaSymbolicError": "errors",
     "SpecError": "errors",
@@ -99,15 +105,20 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         AttentionGradients,
         Enclosure,
         MhaGradients,
+        alibi_score_mod,
         reference_attention,
         reference_attention_backward,
+        reference_attention_varlen,
         reference_mha,
         reference_mha_backward,
+        relative_bias_score_mod,
+        softcap_score_mod,
     )
     from .testing.backward import assert_attention_backward_close, compare_attention_backward
     from .testing.backward_mha import assert_mha_backward_close, compare_mha_backward
     from .testing.check import check_attention
     from .testing.compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
+    from .testing.compare_variants import assert_attention_varlen_close, compare_attention_varlen
     from .textbook.check import check_examples
     from .textbook.derivation import derive
     from .textbook.examples import WorkedExample, load_examples

@@ -185,7 +185,14 @@ def ref_sign(q: Any, k: Any, v: Any, keep: Any, madd: Any, scale: Any, col: int,
     y - t = Σ_j e^{s_j}(v_j - t) / Σ_j e^{s_j} (weights: Σ_j e^{s_j}([j = col] - t)).
     Keys with exactly equal scores are merged first (their terms share e^{s}, so
     the rational coefficients add exactly); each merged term is then a ball with
-    full relative accuracy, however far apart the scores are."""
+    full relative accuracy, however far apart the scores are.  Groups whose
+    coefficient is 0 drop out before the shift: the shift is the largest score of a
+    group that counts, so the sum always has a term e^0·c with c != 0, and terms
+    more than 10**6 below it cannot change its sign.  (Shifting by the largest score
+    of *all* groups left only tiny terms when that group's coefficient cancelled,
+    e.g. two equal scores whose values average to t_b, and their signs can differ:
+    the largest of them decides.)  Score differences come from the exact differences
+    of the keys, so scores of any size (1e400) keep the terms' relative accuracy."""
     E = len(q)
     merged: dict[Any, Fraction] = {}
     for j, kj in enumerate(k):
@@ -204,35 +211,34 @@ def ref_sign(q: Any, k: Any, v: Any, keep: Any, madd: Any, scale: Any, col: int,
         assert kap is not None
         coef = kap * (Fraction(float(v[j][col])) if output else Fraction(int(j == col))) - t_b
         merged[key] = merged.get(key, Fraction(0)) + coef
-    if all(c == 0 for c in merged.values()):
+    merged = {key: c for key, c in merged.items() if c != 0}
+    if not merged:
         return 0
     ctx = flint.ctx
     old = ctx.prec
-    ctx.prec = 1024
+    # 1024 bits below the largest exact score component of the row, so that every
+    # difference of scores below has 1024 correct bits however large the scores are
+    mag = max(abs(x) for key in merged for x in (key if isinstance(key, tuple) else (key,)))
+    ctx.prec = 1024 + max(0, mag.numerator.bit_length() - mag.denominator.bit_length())
     try:
-        def score(key: Any) -> Any:
-            if isinstance(key, tuple):
-                g, mj = key
-                return (arb(flint.fmpq(g.numerator, g.denominator)) / arb(E).sqrt()
-                        + arb(flint.fmpq(mj.numerator, mj.denominator)))
-            return arb(flint.fmpq(key.numerator, key.denominator))
+        def diff(a: Any, b: Any) -> Any:
+            """score(a) - score(b) as a ball, from the exact differences of the keys."""
+            if isinstance(a, tuple):
+                return _q(a[0] - b[0]) / arb(E).sqrt() + _q(a[1] - b[1])
+            return _q(a - b)
 
-        sc = {key: score(key) for key in merged}
-        top = max(sc.values(), key=lambda x: x.mid()).mid()  # exact arb mids
+        top = next(iter(merged))
+        for key in merged:
+            dk = diff(key, top)
+            assert key == top or dk > 0 or dk < 0, dk  # distinct keys: distinct scores
+            if dk > 0:
+                top = key
         big = arb(0)
-        tiny_signs = set()
         for key, c in merged.items():
-            if c == 0:
-                continue
-            d = sc[key] - top
-            if d.upper() < -(10**6):  # 0 < e**d < e**-1e6: only its sign can matter
-                tiny_signs.add(1 if c > 0 else -1)
-            else:
-                big += d.exp() * arb(flint.fmpq(c.numerator, c.denominator))
-        if big.is_zero():  # only tiny (positive) exponentials: their common sign
-            assert len(tiny_signs) == 1, tiny_signs
-            return tiny_signs.pop()
-        rest = arb(-(10**6)).exp() * sum(abs(c) for c in merged.values())
+            d = diff(key, top)  # exactly 0 for the top group
+            if not d.upper() < -(10**6):  # else 0 < e**d < e**-1e6: bounded by `rest`
+                big += d.exp() * _q(c)
+        rest = arb(-(10**6)).exp() * _q(sum((abs(c) for c in merged.values()), Fraction(0)))
         assert abs(big) > rest, big  # the tiny terms cannot change the sign
         assert big > 0 or big < 0, big
         return 1 if big > 0 else -1

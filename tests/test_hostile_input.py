@@ -654,3 +654,41 @@ def test_messages_of_nested_or_escaped_claims_stay_short(text: str) -> None:
         parse_printed(text)
     msg = str(info.value)
     assert len(msg) < 500 and msg.count("in claimed=") <= 1 and not RAW_CONTROL.search(msg)
+
+
+# -- Attention variants (issue 13) from a file ----------------------------------------------------
+
+def test_a_softcap_in_disguise_is_decided_by_certified_arithmetic() -> None:
+    from mha_symbolic.errors import MhaSymbolicError
+
+    base = "[[example]]\nscores = [[1, 0]]\nsoftcap = \"{}\"\n"
+    with no_hang(), pytest.raises(MhaSymbolicError, match="softcap"):
+        load_examples(text=base.format(BIG_ZERO))  # zero written as a difference: not positive
+    # exactly 2: positive.  Independent: 2·tanh(1/2) = 2·(e − 1)/(e + 1) = 0.924234…
+    with no_hang():
+        report = check_text(base.format(f"{BIG_ZERO} + 2") + "[[example.claim]]\n"
+                            "quantity = 'scaled_score[1,1]'\nclaimed = '0.9242'\n")
+    assert report.records[0].verdict == "correctly rounded"
+
+
+def test_tanh_of_a_zero_in_disguise_is_built_without_asking_sympy() -> None:
+    with no_hang():
+        value = parse_number(f"tanh({BIG_ZERO}) + 1/2")
+    doc = ("[[example]]\nscores = [[0, 0]]\n[[example.claim]]\nquantity = 'expr'\n"
+           f"expr = 'tanh({ZERO}) + 1/2'\nclaimed = '0.5'\n")
+    with no_hang():
+        assert check_text(doc).records[0].ok  # tanh(0) + 1/2, decided
+    assert value.has(__import__("sympy").tanh)
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    ("sinks = [1" + "0" * 50 + "]", r"sinks\[0\]=<a number of about 51 digits> is beyond ±100000"),
+    ('sinks = ["-1e6"]', r"sinks\[0\]=-1000000 is beyond ±100000"),
+    ('window = ["' + "w" * 5000 + '", 0]', "window: left='wwww"),
+    ('softcap = "' + "9" * 300 + 'x"', "softcap"),
+])
+def test_variant_options_beyond_the_limits_are_one_short_line(option: str, message: str) -> None:
+    with pytest.raises(ExampleFileError) as info:
+        load_examples(text=f"[[example]]\nscores = [[1, 0]]\n{option}\n")
+    msg = str(info.value)
+    assert re.search(message, msg) and len(msg) < 400, msg

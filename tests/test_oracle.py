@@ -18,7 +18,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mha_symbolic.errors import InputValueError, ShapeError, SpecError
@@ -111,9 +111,22 @@ def _keep_and_madd(case: dict[str, Any], L: int, S: int, batch: tuple[int, ...])
     return keep, madd
 
 
+# Found by hypothesis (i13's run): row q = -1 has scores (-3e6, -1.5e6, 0, 0); the
+# two keys at 0 hold v = t, the bf16 midpoint 1 + 2**-8, so their terms cancel in
+# sign(y - t) and only terms below e**-1e6 are left, of opposite signs.  The
+# reference must let the larger, e**-1.5e6·(0 - t), decide (y rounds down to 1).
+_TIE_BELOW_TINY = 1 + 2.0**-8
+
+
 @settings(max_examples=int(os.environ.get("ORACLE_EXAMPLES", "60")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
+@example({"q": np.array([[[[0.0]], [[-1.0]]]], dtype=np.float32),
+          "k": np.array([[[[1e4], [5e3], [0.0], [0.0]]]], dtype=np.float32),
+          "v": np.array([[[[2.0], [0.0], [_TIE_BELOW_TINY], [_TIE_BELOW_TINY]]]],
+                        dtype=np.float32),
+          "mask": None, "is_causal": False, "align": "top_left", "scale": 300.0,
+          "gqa": True})
 def test_enclosure_contains_truth_and_rounding_is_correct(case: dict[str, Any]) -> None:
     q, k, v = case["q"], case["k"], case["v"]
     res = reference_attention(q, k, v, attn_mask=case["mask"], is_causal=case["is_causal"],
@@ -173,6 +186,22 @@ def test_value_within_e_minus_10000_of_a_tie_is_decided() -> None:
         assert res.rounded("float32").tolist() == [[v0]]  # representable: no tie
     res = reference_attention(q, k, np.array([[v0], [1.0]]), attn_mask=np.array([[0.0, -1e9]]))
     assert res.rounded("bfloat16").astype(np.float64).tolist() == [[300 / 512]]  # just above
+
+
+@pytest.mark.parametrize("v01, expect", [((2.0, 0.0), 1.0), ((0.0, 2.0), 1 + 2.0**-7)])
+def test_cancelled_top_group_leaves_the_largest_tiny_term_to_decide(
+        v01: tuple[float, float], expect: float) -> None:
+    # scores (-3e6, -1.5e6, 0, 0); the keys at 0 hold t = 1 + 2**-8, the bfloat16
+    # midpoint of 1 and 1 + 2**-7, so y - t = (e**-3e6 (v0 - t) + e**-1.5e6 (v1 - t))/D:
+    # its sign is that of v1 - t (the e**-1.5e6 term), whatever v0 - t is.
+    t = 1 + 2.0**-8
+    q = np.array([[-1.0]], dtype=np.float32)
+    k = np.array([[1e4], [5e3], [0.0], [0.0]], dtype=np.float32)
+    v = np.array([[v01[0]], [v01[1]], [t], [t]], dtype=np.float32)
+    res = reference_attention(q, k, v, scale=300.0)
+    assert res.rounded("bfloat16").astype(np.float64).tolist() == [[expect]]
+    for fmt in ("float16", "float32", "float64"):  # t representable: within e**-1.5e6 of it
+        assert res.rounded(fmt).astype(np.float64).tolist() == [[t]]
 
 
 def test_one_hot_row_is_the_value_exactly() -> None:

@@ -198,6 +198,8 @@ class _Evaluator:
             if len(e.args) != 1:
                 return self.ball(e.args[0]).log() / self.ball(e.args[1]).log()
             return self.ball(e.args[0]).log()
+        if isinstance(e, sp.tanh):  # softcapped scores (attention variants)
+            return self.ball(e.args[0]).tanh()
         if isinstance(e, sp.Abs):
             return abs(self.ball(e.args[0]))
         if isinstance(e, (sp.Max, sp.Min)):

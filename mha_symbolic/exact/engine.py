@@ -278,9 +278,12 @@ class HeadResult:
     k: Any  # n_k x d_k or None
     v: Any  # n_k x d_v or None
     scores: Any  # n_q x n_k, Q_i K_i^T
-    scaled: Any  # n_q x n_k, scale·S + M (masked entries: -oo)
+    scaled: Any  # n_q x n_k, scale·S + M (masked entries: -oo); the variants' logit
     weights: Any  # n_q x n_k
     output: Any  # n_q x d_v or None
+    bias: Any = None  # n_q x n_k ALiBi bias (alibi_slopes), else None
+    sink: Any = None  # the head's sink logit σ (sinks), else None
+    sink_weight: Any = None  # n_q x 1: e^σ / (Σ_kept e^t + e^σ), the sink's share
 
 
 @dataclass(frozen=True)
@@ -293,6 +296,8 @@ class ExactAttention:
     concat: Any = None
     output: Any = None
     inputs: dict[str, Any] = field(default_factory=dict, repr=False)
+    # the validated variant options (window, softcap, alibi_slopes, sinks): see .variants
+    variants: dict[str, Any] = field(default_factory=dict, repr=False)
 
     # -- access -----------------------------------------------------------------
     def head(self, i: int = 0) -> HeadResult:
@@ -400,12 +405,15 @@ def _check_radicals(mats: list[Any]) -> None:
 
 
 def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int,
-                  parts: list[Any] | None = None) -> Any:
+                  parts: list[Any] | None = None, sink: Any = None) -> Any:
     """Row-wise softmax of the scaled scores over the kept keys.
 
     softmax(t)_j = e^(t_j − m) / Σ_k e^(t_k − m) for any m; a row holding a score of
     magnitude ≥ SHIFT_THRESHOLD (a huge finite mask) is shifted by its largest score m
-    (found with certified comparisons), so each masked key is e^(−huge) beside e^0."""
+    (found with certified comparisons), so each masked key is e^(−huge) beside e^0.
+    With an attention sink σ, e^(σ − m) joins every row's denominator only (gpt-oss),
+    and a row whose keys are all masked gives its whole weight to the sink (its
+    weights are 0, no masked-row policy)."""
     import sympy as sp
 
     n_q, n_k = t.shape
@@ -414,6 +422,15 @@ def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int,
         cols = [j for j in range(n_k) if keep[r][j] and t[r, j] != -sp.oo]
         if parts is not None:
             parts.append(None)
+        if sink is not None:
+            shift = _row_shift([t[r, j] for j in cols] + [sink])
+            exps = {j: sp.exp(t[r, j] - shift) for j in cols}
+            denom = sp.Add(*exps.values(), sp.exp(sink - shift))
+            for j in cols:
+                w[r, j] = exps[j] / denom
+            if parts is not None:
+                parts[-1] = (exps, denom)
+            continue
         if not cols:
             if masked_rows == "error":
                 raise InputValueError(
@@ -561,6 +578,10 @@ def exact_attention(
     softmax_over: str = "keys",
     mask_fill: Any = None,
     mask_fill_stage: str = "scaled",
+    window: Any = None,
+    softcap: Any = None,
+    alibi_slopes: Any = None,
+    sinks: Any = None,
 ) -> ExactAttention:
     """Build every intermediate of (multi-head, masked, cross-, GQA) attention exactly.
 
@@ -579,6 +600,12 @@ def exact_attention(
     ``softmax_over="queries"`` normalizes each *column* instead of each row: it is
     wrong attention, built only so that the textbook checker can recognise a text
     that took the softmax over the wrong axis.
+
+    Variants (:mod:`.variants`): ``window=(left, right)`` (FlashAttention's
+    window_size, -1 unbounded, aligned by ``causal_alignment``), ``softcap`` (the
+    scaled score s -> cap·tanh(s/cap), before the mask), ``alibi_slopes`` (one per
+    head: -slope·|j - (i + off)| added), ``sinks`` (one logit per head, in every
+    row's denominator only).
     """
     import numbers
 
@@ -703,15 +730,32 @@ def exact_attention(
     fill = None if mask_fill is None else _mask_entry(mask_fill, "mask_fill")
     if fill is not None and fill != -sp.oo and mask_fill_stage == "raw":
         fill = fill * scale_value
+    from .variants import alibi_bias, validate_variants, window_keep
+    from .variants import softcap as _softcap
+
+    var = validate_variants(window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+                            sinks=sinks, heads=heads)
+    win = (window_keep(n_q, n_k, var["window"], causal_alignment)
+           if var["window"] is not None else None)
 
     results = []
     for i in range(heads):
         g = i // group
         s = q_heads[i] * k_heads[g].T if q_heads is not None and k_heads is not None else score_mats[i]
         keep = _keep_matrix(spec, n_q, n_k, i)
+        if win is not None:
+            keep = [[a and b for a, b in zip(ka, kb, strict=True)]
+                    for ka, kb in zip(keep, win, strict=True)]
         additive = spec.head_additive_mask(i)
         scaled = s * scale_value
         _check_magnitude(scaled, i)
+        if var["softcap"] is not None:  # cap·tanh(s/cap): after the scale, before masks
+            scaled = _softcap(scaled, var["softcap"])
+        bias = None
+        if var["alibi_slopes"] is not None:  # added after the softcap (FlashAttention)
+            bias = alibi_bias(var["alibi_slopes"][i], n_q, n_k, causal_alignment)
+            _check_magnitude(bias, i)
+            scaled = scaled + bias
         t = (scaled + sp.Matrix([[_mask_entry(e) for e in row] for row in additive])
              if additive is not None else scaled)
         if fill is None or fill == -sp.oo:
@@ -719,12 +763,17 @@ def exact_attention(
         else:  # masked_fill: the masked entries take the fill value and stay in the softmax
             t = sp.Matrix(n_q, n_k, lambda r, j, t=t, keep=keep: t[r, j] if keep[r][j] else fill)
             keep = [[True] * n_k for _ in range(n_q)]
+        sink = var["sinks"][i] if var["sinks"] is not None else None
+        sink_weight = None
         row_parts: list[Any] | None = None
         if softmax_over == "queries":
             w = _softmax_rows(t.T, [list(c) for c in zip(*keep, strict=True)], masked_rows, i).T
         elif softmax_over == "keys":
             row_parts = []
-            w = _softmax_rows(t, keep, masked_rows, i, row_parts)
+            w = _softmax_rows(t, keep, masked_rows, i, row_parts, sink)
+            if sink is not None:
+                sink_weight = sp.Matrix(n_q, 1, lambda r, _c, t=t, sg=sink: sp.exp(sg) / sp.Add(
+                    sp.exp(sg), *[sp.exp(t[r, j]) for j in range(n_k) if t[r, j] != -sp.oo]))
         else:
             raise SpecError(f"softmax_over={_entry_text(softmax_over)} must be 'keys' or 'queries'")
         out = None
@@ -735,7 +784,7 @@ def exact_attention(
             q_heads[i] if q_heads else None,
             k_heads[g] if k_heads else None,
             v_heads[g] if v_heads else None,
-            s, t, w, out,
+            s, t, w, out, bias, sink, sink_weight,
         ))
 
     concat = None
@@ -746,7 +795,8 @@ def exact_attention(
             output = _project(concat, w_o, b_o, "concat", "w_o", "b_o")
         elif b_o is not None:
             raise SpecError("b_o given without w_o")
-    return ExactAttention(spec, scale_value, tuple(results), concat, output, inputs)
+    return ExactAttention(spec, scale_value, tuple(results), concat, output, inputs,
+                          {k: v for k, v in var.items() if v is not None})
 
 
 def _mask_entry(e: Any, name: str = "mask") -> Any:

@@ -9,7 +9,7 @@ Strings from files and command lines are parsed here, never with ``eval``,
     power   := postfix (("^" | "**") factor)?                      # right associative
     postfix := atom "%"?
     atom    := NUMBER | "e" | "pi" | "π" | FUNC "(" expr ")" | "√" atom | "(" expr ")"
-    FUNC    := "sqrt" | "exp" | "ln" | "log"
+    FUNC    := "sqrt" | "exp" | "ln" | "log" | "tanh"          # tanh: softcapped scores
     NUMBER  := digits ["." digits] [("e" | "E") ["+" | "-"] digits]   # 1.5e-3
              | "." digits                                          # digits: ASCII 0-9
 
@@ -105,7 +105,7 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 
-_FUNCTIONS = ("sqrt", "exp", "ln", "log")
+_FUNCTIONS = ("sqrt", "exp", "ln", "log", "tanh")
 _CONSTANTS = ("e", "pi")
 
 
@@ -304,6 +304,8 @@ class _Parser:
                     return self._root(arg, what)
                 if name == "exp":
                     return self._exp(arg, what)
+                if name == "tanh":
+                    return self._tanh(arg)
                 return self._log(arg, what)
             if name == "e":
                 return sp.E
@@ -390,6 +392,13 @@ class _Parser:
         except (ArithmeticError, ValueError, RecursionError) as exc:
             raise ParseError(f"cannot evaluate {echo(what, 40)} exactly: "
                              f"{type(exc).__name__}") from None
+
+    def _tanh(self, arg: Any) -> Any:
+        """tanh(x), for softcapped scores: within (−1, 1) whatever x is, so no size limit.
+        Built unevaluated for an irrational x: SymPy's tanh() asks whether x is zero, which
+        for a zero in disguise runs minimal_polynomial (exponential in the radicals)."""
+        sp = self.sp
+        return sp.tanh(arg) if arg.is_Rational else sp.tanh(arg, evaluate=False)
 
     def _log(self, arg: Any, what: str) -> Any:
         sp = self.sp

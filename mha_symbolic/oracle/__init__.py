@@ -7,7 +7,11 @@ analysis), :mod:`.fast` (proved float64 bounds), :mod:`.arb` (the ball-arithmeti
 fallback), :mod:`.enclosure` (rounding and ties), :mod:`.forward`
 (:func:`reference_attention`), :mod:`.mha` (:func:`reference_mha`); the backward
 pass is the subpackage :mod:`.backward` (:func:`reference_attention_backward`,
-:func:`reference_mha_backward`; its files name the tiers).
+:func:`reference_mha_backward`; its files name the tiers); the variants:
+:mod:`.variants` (their exact semantics), :mod:`.score_mods` (the certified score_mod
+menu), :mod:`.variant_forward` (lowering, varlen), :mod:`.variant_backward` (their
+gradients), :mod:`.transformed` (softcapped scores), :mod:`.views` (assembled
+enclosures).
 """
 
 from __future__ import annotations
@@ -18,12 +22,16 @@ from .._lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "reference_attention": "forward",
+    "reference_attention_varlen": "variant_forward",
     "reference_mha": "mha",
     "Enclosure": "enclosure",
     "reference_attention_backward": "backward",
     "AttentionGradients": "backward",
     "reference_mha_backward": "backward",
     "MhaGradients": "backward",
+    "softcap_score_mod": "score_mods",
+    "alibi_score_mod": "score_mods",
+    "relative_bias_score_mod": "score_mods",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,3 +44,5 @@ if TYPE_CHECKING:  # pragma: no cover
     from .enclosure import Enclosure
     from .forward import reference_attention
     from .mha import reference_mha
+    from .score_mods import alibi_score_mod, relative_bias_score_mod, softcap_score_mod
+    from .variant_forward import reference_attention_varlen

@@ -292,3 +292,30 @@ def t1f(n, a, d, dl, tau0, twt0, taud, vmax, vr, g, ascale, se, rf, rho_r,
             if not (np.isfinite(yy) and np.isfinite(ee)):
                 ok = False
         fin[i] = ok
+
+
+TANH_SMALL_K = 0.17325  # transformed.TANH_SMALL
+
+
+@njit
+def softcap(s, cap, coeffs, tab, p2, out):
+    """cap·tanh(s/cap) elementwise, operation by operation as the numpy twin
+    (transformed.tanh_proved then the product by cap): the odd Taylor series by Horner
+    in x² below TANH_SMALL, (1 - e)/(1 + e) with e = exp_double(-2|x|) above."""
+    fs = s.ravel()
+    fo = out.ravel()
+    n = coeffs.shape[0]
+    for idx in range(fs.shape[0]):
+        x = fs[idx] / cap
+        a = abs(x)
+        if a <= TANH_SMALL_K:
+            y = a * a
+            p = coeffs[n - 1]
+            for t in range(n - 2, -1, -1):
+                p = p * y
+                p = p + coeffs[t]
+            th = a * p
+        else:
+            e = exp_double_s(-2.0 * a, tab, p2)
+            th = (1.0 - e) / (1.0 + e)
+        fo[idx] = cap * np.copysign(th, x)

@@ -308,15 +308,31 @@ def _scores(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
 def _tier2(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
            cs: DDScale, dropout: tuple[float, float, float] | None, kind: str,
            want_stats: bool) -> Tier2:
-    S = kv.S
     sc = _scores(qh, ql, qr, kv, blk, cs, None)
-    m, e_t, bad, has_key, notallowed = sc.m, sc.e_t, sc.bad, sc.has_key, sc.notallowed
+    return tier2_from_scores(sc.sh, sc.sl, sc.m, sc.e_t, kv, sc.notallowed, blk.keep,
+                             sc.has_key, dropout, kind, sc.bad, want_stats)
+
+
+def tier2_from_scores(sh: Array, sl: Array, m: Array, e_t: Array, kv: KVdd,
+                      notallowed: Array | None, keep: Array | None, has_key: Array,
+                      dropout: tuple[float, float, float] | None, kind: str,
+                      bad: Array, want_stats: bool = False) -> Tier2:
+    """Steps 3-5 of tier 2 from double-double scores: ``sh + sl`` (r, S) within ``e_t``
+    (r,) of the exact shifted-or-not scores on every allowed key (the u² rounding of
+    the shift inside the weights' pass included), ``m`` (r,) a double near each row's
+    largest allowed score.  The hook for score transforms (softcapped scores, biases:
+    mha_symbolic.oracle.transformed); the plain tier 2 ends here too (its
+    :func:`_scores` has already flagged the rows checked again here, so the flags are
+    unchanged).  ``want_stats`` as in :func:`tier2_block`."""
+    S = kv.S
+    abs_m = np.abs(m)
+    bad = bad | ~(e_t <= DD_ERR_CAP) | ~(abs_m <= MAX_SCORE_DD)
     # ---- 3. weights: w~ = exp~(s~ - m) in double-double, masked keys 0 (one fused pass)
-    wh, wl = t2_weights(sc.sh, sc.sl, m, notallowed)
-    del sc
+    wh, wl = t2_weights(sh, sl, m, notallowed)
+    del sh, sl
     tau = (e_t * (1.0 + e_t) + RHO_EXP2) * (1.0 + 2.0 * RHO_EXP2) * UP
     # ---- 4. N = W·V (keep applied) and D = Σ W, exact slice products per key block
-    Dh, Dl, eD, Nh, Nl, eN = _weighted_sums(wh, wl, kv, blk.keep, kind == "output")
+    Dh, Dl, eD, Nh, Nl, eN = _weighted_sums(wh, wl, kv, keep, kind == "output")
     d_low = (Dh + Dl) * (1 - 2.0**-50) - eD - ETA  # <= D~
     bad |= ~(d_low > 0.25)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -327,7 +343,7 @@ def _tier2(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
     if dropout is not None:
         fac = dropout
     if kind == "weights":
-        return weights_dd(wh, wl, Dh, Dl, eD, d_low, tau, tau_d, notallowed, blk.keep, fac,
+        return weights_dd(wh, wl, Dh, Dl, eD, d_low, tau, tau_d, notallowed, keep, fac,
                           ~bad & has_key)
     assert Nh is not None and Nl is not None and eN is not None
     # ---- 5. y = N/D, error assembly (in the scaled units of V's columns)

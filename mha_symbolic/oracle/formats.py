@@ -17,6 +17,11 @@ Three implementations of the same rule are here, for three kinds of input:
   by powers of two and ``np.rint``, which rounds ties to even);
 * :func:`round_dyadic` — an exact ``man · 2**exp`` in Python integers;
 * :func:`round_fraction` — an exact :class:`fractions.Fraction`.
+
+Out of range: a value that rounds beyond the largest finite number gives ±inf.  A
+finite-only format (float8_e4m3fn) has no infinity: ml_dtypes casts such a value to
+NaN and torch's cast saturates to ±448; here the rounding functions return ±inf and
+:meth:`FloatFormat.numpy_dtype` casts make it NaN (the ml_dtypes convention).
 """
 
 from __future__ import annotations
@@ -51,11 +56,16 @@ class FloatFormat:
     p: int  # significand bits, hidden bit included
     emin: int  # exponent of the smallest normal number
     emax: int  # exponent of the largest finite number
+    # "fn" formats (float8_e4m3fn) have no infinities: the all-ones bit pattern of
+    # the top binade is NaN, so the largest finite significand is 2 - 2**(2-p)
+    finite_only: bool = False
 
     @property
     def max_finite(self) -> float:
-        """Largest finite value, ``(2 - 2**(1-p)) · 2**emax`` (exact as a double)."""
-        return math.ldexp(2.0 - math.ldexp(1.0, 1 - self.p), self.emax)
+        """Largest finite value, ``(2 - 2**(1-p)) · 2**emax`` (exact as a double);
+        ``(2 - 2**(2-p)) · 2**emax`` for a finite-only format (448 for e4m3fn)."""
+        return math.ldexp(2.0 - math.ldexp(1.0, (2 if self.finite_only else 1) - self.p),
+                          self.emax)
 
     @property
     def min_subnormal(self) -> float:
@@ -64,20 +74,25 @@ class FloatFormat:
 
     def numpy_dtype(self) -> np.dtype[Any]:
         """The numpy dtype that stores this format (ml_dtypes for bfloat16)."""
-        if self.name == "bfloat16":
+        if self.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
             import ml_dtypes
 
-            return np.dtype(ml_dtypes.bfloat16)
+            return np.dtype(getattr(ml_dtypes, self.name))
         return np.dtype(self.name)
 
 
-# Parameters from IEEE 754-2019 Table 3.5 (binary64/32/16) and the bfloat16
-# definition (binary32's exponent range with an 8-bit significand).
+# Parameters from IEEE 754-2019 Table 3.5 (binary64/32/16), the bfloat16
+# definition (binary32's exponent range with an 8-bit significand) and the OCP 8-bit
+# floating point specification (OFP8, rev. 1.0, 2023) as ml_dtypes and torch
+# implement it: E4M3 ("fn": finite, max 448 = 1.75·2^8, subnormals down to 2^-9, no
+# infinities) and E5M2 (IEEE-like: max 57344 = 1.75·2^15, subnormals down to 2^-16).
 FORMATS: dict[str, FloatFormat] = {
     "float64": FloatFormat("float64", 53, -1022, 1023),
     "float32": FloatFormat("float32", 24, -126, 127),
     "float16": FloatFormat("float16", 11, -14, 15),
     "bfloat16": FloatFormat("bfloat16", 8, -126, 127),
+    "float8_e4m3fn": FloatFormat("float8_e4m3fn", 4, -6, 8, finite_only=True),
+    "float8_e5m2": FloatFormat("float8_e5m2", 3, -14, 15),
 }
 
 _ALIASES = {
@@ -85,6 +100,8 @@ _ALIASES = {
     "fp32": "float32", "float": "float32", "f4": "float32", "single": "float32",
     "fp16": "float16", "half": "float16", "f2": "float16",
     "bf16": "bfloat16",
+    "fp8_e4m3": "float8_e4m3fn", "e4m3": "float8_e4m3fn", "float8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2", "e5m2": "float8_e5m2",
 }
 
 
@@ -95,7 +112,8 @@ def get_format(dtype: Any) -> FloatFormat:
     if isinstance(dtype, FloatFormat):
         return dtype
     if isinstance(dtype, str):
-        key = _ALIASES.get(dtype.lower(), dtype.lower())
+        low = dtype.lower().removeprefix("torch.")
+        key = _ALIASES.get(low, low)
         if key in FORMATS:
             return FORMATS[key]
     else:
@@ -113,7 +131,7 @@ def get_format(dtype: Any) -> FloatFormat:
             return FORMATS[name]
     raise SpecError(
         f"dtype={dtype!r} is not a supported float format: expected one of "
-        "float64, float32, float16, bfloat16"
+        "float64, float32, float16, bfloat16, float8_e4m3fn, float8_e5m2"
     )
 
 
@@ -137,6 +155,11 @@ def _finish(sign: int, qt: int, shift: int, fmt: FloatFormat) -> float:
     if qt.bit_length() - 1 + shift > fmt.emax:
         return -math.inf if sign < 0 else math.inf
     value = math.ldexp(float(qt), shift)  # exact: qt has <= p + 1 <= 54 bits, a power 2 if 54
+    if fmt.finite_only and value > fmt.max_finite:
+        # rounded (ties to even) to the NaN pattern of a finite-only format: out of
+        # range.  Reported as ±inf here (the boundary logic needs an ordered value);
+        # casting to the format's numpy dtype turns it into NaN, as ml_dtypes does
+        return -math.inf if sign < 0 else math.inf
     return -value if sign < 0 else value
 
 

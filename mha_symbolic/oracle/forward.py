@@ -232,6 +232,9 @@ def reference_attention(
     enable_gqa: bool = False, causal_alignment: str = "top_left",
     masked_rows: str = "zero", return_weights: bool = False,
     dropout_p: float = 0.0, dropout_mask: Any = None, progress: bool | None = None,
+    window: Any = None, softcap: float | None = None, alibi_slopes: Any = None,
+    sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
+    q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
 ) -> Enclosure:
     """Certified scaled dot-product attention of the exact input values.
 
@@ -255,7 +258,34 @@ def reference_attention(
     ...                         np.arange(6.0).reshape(1, 3, 2), scale=0.0)
     >>> r.rounded("float32").tolist()
     [[[2.0, 3.0], [2.0, 3.0]]]
+
+    Variants (docs/variants.md; exact semantics in :mod:`.variants`): ``window=(left,
+    right)`` (FlashAttention's window_size, -1 = unbounded, aligned by
+    ``causal_alignment``), ``softcap=C`` (s -> C·tanh(s/C) after the scale, before the
+    masks), ``alibi_slopes`` (H,) or (B, H) (-slope·|j - (i + off)| added),
+    ``sinks`` (H,) (a logit in the denominator only), ``mask_mod(b, h, q_idx,
+    kv_idx) -> bool`` or a torch BlockMask, ``score_mod`` from the certified menu
+    (``softcap_score_mod``, ``alibi_score_mod``, ``relative_bias_score_mod``), FP8
+    ``q_descale``/``k_descale``/``v_descale`` (batch, H_kv) as FlashAttention-3.
+
+    >>> r = reference_attention(np.ones((1, 3, 2)), np.ones((1, 3, 2)),
+    ...                         np.arange(6.0).reshape(1, 3, 2), window=(0, 0))
+    >>> r.rounded("float32").tolist()   # each query sees its own key only
+    [[[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]]
     """
+    from .variants import sdpa_variant_options
+
+    variant = sdpa_variant_options(
+        dropout_p, dropout_mask, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+        sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
+        k_descale=k_descale, v_descale=v_descale)
+    if variant is not None:
+        from .variant_forward import variant_attention
+
+        return variant_attention(
+            query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
+            scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+            masked_rows=masked_rows, return_weights=return_weights)
     check_options(masked_rows, causal_alignment)
     p_drop = check_dropout(dropout_p, dropout_mask)
     q, k, v, batch, rep = check_sdpa_inputs(query, key, value, enable_gqa)

@@ -15,11 +15,15 @@ from ..errors import InputValueError, SpecError
 
 __all__ = ["as_exact_array", "is_float_dtype", "to_float64", "validate_finite"]
 
-_FLOAT_NAMES = {"float64", "float32", "float16", "bfloat16"}
+_FLOAT_NAMES = {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
+# torch dtypes that numpy cannot hold, taken through an exact float32 step to the
+# ml_dtypes type of the same name (every value of these formats is a float32)
+_VIA_FLOAT32 = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 
 def is_float_dtype(dtype: np.dtype[Any]) -> bool:
-    """True for float64/32/16 and ml_dtypes.bfloat16."""
+    """True for float64/32/16, ml_dtypes.bfloat16 and the fp8 formats
+    ml_dtypes.float8_e4m3fn and float8_e5m2."""
     return dtype.name in _FLOAT_NAMES
 
 
@@ -27,12 +31,14 @@ def _from_torch(x: Any, name: str) -> np.ndarray[Any, Any]:
     t = x.detach()
     if getattr(t, "is_complex", lambda: False)():
         raise SpecError(f"{name}.dtype={t.dtype}: complex tensors are not supported")
-    if str(t.dtype) == "torch.bfloat16":
+    name = str(t.dtype).removeprefix("torch.")
+    if name in _VIA_FLOAT32:
         import ml_dtypes
 
-        # bf16 -> fp32 is exact (same exponent range, more significand bits),
-        # and fp32 -> bf16 of a value that came from bf16 is exact too.
-        return np.asarray(t.cpu().float().numpy()).astype(ml_dtypes.bfloat16)
+        # bf16/fp8 -> fp32 is exact (fp32 has the wider exponent range and more
+        # significand bits), and fp32 -> the same format of a value that came from
+        # it is exact too.
+        return np.asarray(t.cpu().float().numpy()).astype(getattr(ml_dtypes, name))
     return np.asarray(t.cpu().numpy())
 
 
@@ -80,8 +86,8 @@ def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
         return _ints_to_float64(arr, name)
     if not is_float_dtype(arr.dtype):
         raise SpecError(
-            f"{name}.dtype={arr.dtype}: expected float64, float32, float16, bfloat16 "
-            "(or bool for a mask)"
+            f"{name}.dtype={arr.dtype}: expected float64, float32, float16, bfloat16, "
+            "float8_e4m3fn, float8_e5m2 (or bool for a mask)"
         )
     return arr
 

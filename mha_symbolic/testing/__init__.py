@@ -2,7 +2,9 @@
 the catalogue of known bugs (:mod:`.bugs`), verdicts and reports (:mod:`.compare`)
 and the pytest plugin (:mod:`.pytest_plugin`); for gradients: the backward error
 model (:mod:`.backward_model`), the backward bug catalogue (:mod:`.bugs_backward`)
-and verdicts (:mod:`.backward`).
+and verdicts (:mod:`.backward`); for the attention variants the model
+(:mod:`.tolerance_variants`), the catalogue (:mod:`.bugs_variants`) and the verdicts
+(:mod:`.compare_variants`, varlen included).
 
 Built on the oracle; importing this package loads nothing heavy (the pytest plugin
 is registered from here).
@@ -27,6 +29,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "AttentionCheck": "check",
     "compare_mha_backward": "backward_mha",
     "assert_mha_backward_close": "backward_mha",
+    "compare_attention_varlen": "compare_variants",
+    "assert_attention_varlen_close": "compare_variants",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,3 +48,4 @@ if TYPE_CHECKING:  # pragma: no cover
         compare_attention,
         compare_mha,
     )
+    from .compare_variants import assert_attention_varlen_close, compare_attention_varlen

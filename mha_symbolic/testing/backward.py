@@ -138,7 +138,8 @@ def compare_attention_backward(
     rule: str = "model", accumulation_dtype: Any = None, safety: float | None = None,
     rtol: float | None = None, atol: float | None = None, ulps: float | None = None,
     factor: float | None = None, diagnose_bugs: bool = True,
-    error_model: str = "probabilistic",
+    error_model: str = "probabilistic", window: Any = None, alibi_slopes: Any = None,
+    mask_mod: Any = None, score_mod: Any = None, sinks: Any = None, softcap: Any = None,
 ) -> BackwardComparison:
     """Compare a kernel's gradients ``dq, dk, dv`` (and ``d_attn_mask`` for a float
     mask, optional) with the exact gradients of attention(query, key, value) against
@@ -162,6 +163,32 @@ def compare_attention_backward(
     >>> compare_attention_backward(exact[0], 2 * exact[1], exact[2], q, k, v, do).passed
     False
     """
+    from ..oracle.variants import variant_options
+
+    variant = variant_options(window=window, alibi_slopes=alibi_slopes, mask_mod=mask_mod,
+                              score_mod=score_mod, sinks=sinks, softcap=softcap)
+    if variant is not None:
+        # the variants as plain attention of exact inputs (oracle/variant_forward.py):
+        # the gradients, the model and the bug catalogue are the plain ones
+        from ..oracle.variant_forward import lowered, prepare, require_lowerable
+
+        if variant.has_cap or variant.sinks is not None or d_attn_mask is not None:
+            raise SpecError("compare_attention_backward takes window, mask_mod, alibi_slopes "
+                            "and bias-table score_mods; softcap, sinks and d_attn_mask with "
+                            "variants are not available (reference_attention_backward "
+                            "computes the gradients with sinks)")
+        if dropout_mask is not None or dropout_p:
+            raise SpecError("dropout with attention variants is not supported")
+        prep = prepare(query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
+                       scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+                       masked_rows=masked_rows)
+        require_lowerable(prep)
+        k64, v64, mask = lowered(prep)
+        return compare_attention_backward(
+            dq, dk, dv, prep.q64, k64, v64, grad_output, attn_mask=mask, scale=scale,
+            enable_gqa=prep.group > 1, masked_rows=masked_rows, rule=rule,
+            accumulation_dtype=accumulation_dtype, safety=safety, rtol=rtol, atol=atol,
+            ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs, error_model=error_model)
     _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
     if error_model not in ERROR_MODELS:
         raise SpecError(f"error_model={error_model!r}: expected one of {ERROR_MODELS}")

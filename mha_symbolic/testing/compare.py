@@ -334,9 +334,22 @@ def compare_attention(
     ulps: float | None = None,
     factor: float | None = None,
     diagnose_bugs: bool = True,
+    window: Any = None,
+    softcap: float | None = None,
+    alibi_slopes: Any = None,
+    sinks: Any = None,
+    mask_mod: Any = None,
+    score_mod: Any = None,
+    q_descale: Any = None,
+    k_descale: Any = None,
+    v_descale: Any = None,
+    weights_dtype: Any = None,
 ) -> AttentionComparison:
     """Compare ``actual`` with the exact ``scaled_dot_product_attention(query, key,
-    value, ...)``; the options are those of :func:`mha_symbolic.reference_attention`.
+    value, ...)``; the options are those of :func:`mha_symbolic.reference_attention`,
+    the variants included (window, softcap, alibi_slopes, sinks, mask_mod, score_mod,
+    FP8 descale: :mod:`.compare_variants`; ``weights_dtype`` names the format a kernel
+    converts its weights to before P·V, the input's fp8 format by default for fp8).
 
     Returns an :class:`AttentionComparison` (truthy when it passed); never raises for
     a mismatch.  Raises :class:`~mha_symbolic.errors.SpecError` /
@@ -347,6 +360,23 @@ def compare_attention(
     >>> compare_attention(np.zeros((1, 2, 2), np.float32), q, k, v).passed
     False
     """
+    from ..oracle.variants import variant_options
+
+    variant = variant_options(window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+                              sinks=sinks, mask_mod=mask_mod, score_mod=score_mod,
+                              q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    fp8 = any("float8" in str(getattr(x, "dtype", "")) for x in (actual, query, key, value))
+    if variant is not None or weights_dtype is not None or fp8:
+        from ..oracle.variants import VariantOptions
+        from .compare_variants import compare_variant_attention
+
+        return compare_variant_attention(
+            actual, query, key, value, variant or VariantOptions(), attn_mask=attn_mask,
+            is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
+            causal_alignment=causal_alignment, masked_rows=masked_rows, rule=rule,
+            accumulation_dtype=accumulation_dtype, weights_dtype=weights_dtype,
+            safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor,
+            diagnose_bugs=diagnose_bugs)
     _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
     a = _as_actual(actual)
     fmt, acc = _formats(a, accumulation_dtype)

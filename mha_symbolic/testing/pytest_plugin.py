@@ -64,6 +64,16 @@ class AttentionOracle:
         from .check import check_attention
 
         return check_attention(fn, query, key, value, **{**self.defaults, **options})
+    def assert_varlen_close(self, actual: Any, query: Any, key: Any, value: Any,
+                            cu_seqlens_q: Any, cu_seqlens_k: Any, *args: Any,
+                            **options: Any) -> None:
+        """:func:`mha_symbolic.assert_attention_varlen_close` (packed sequences) with this
+        oracle's defaults."""
+        __tracebackhide__ = True
+        from .compare_variants import assert_attention_varlen_close
+
+        assert_attention_varlen_close(actual, query, key, value, cu_seqlens_q, cu_seqlens_k,
+                                      *args, **{**self.defaults, **options})
 
     def reference(self, query: Any, key: Any, value: Any, **options: Any) -> Any:
         """The exact answer: :func:`mha_symbolic.reference_attention`."""
@@ -82,5 +92,5 @@ class AttentionOracle:
 def attention_oracle() -> AttentionOracle:
     """The attention testing tool: ``.assert_close(actual, q, k, v, **options)``,
     ``.compare(...)``, ``.assert_mha_close(...)``, ``.check(fn, q, k, v, ...)`` (forward
-    and backward), ``.reference(...)``."""
+    and backward), ``.assert_varlen_close(...)``, ``.reference(...)``."""
     return AttentionOracle()

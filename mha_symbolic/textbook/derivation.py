@@ -742,6 +742,11 @@ def _head_steps(att: Any) -> list[Step]:
                         + (", bottom-right aligned" if spec.causal_alignment == "bottom_right"
                            else "") + ")" if spec.mask == "causal" else "") + ".")
     mask_sym = " + M" if spec.mask is not None else ""
+    from .derivation_variants import variant_note, variant_rows, variant_symbolic
+
+    mask_note += variant_note(att)
+    if att.variants.get("window") is not None and not mask_sym:
+        mask_sym = " + M"
     if scale == 1:
         reason = ("no $d_k$ was stated, so the given scores are taken as already scaled "
                   "(scale $1$)" if spec.scale is None else
@@ -750,7 +755,9 @@ def _head_steps(att: Any) -> list[Step]:
         for head in heads:
             i = _sub(head.index)
             if mask_note:
-                rows += _matrix_chain(f"T_{{{i}}}", head.scaled, symbolic=f"S_{{{i}}}{mask_sym}")
+                rows += variant_rows(att, head)
+                rows += _matrix_chain(f"T_{{{i}}}", head.scaled,
+                                      symbolic=variant_symbolic(att, i, f"S_{{{i}}}") + mask_sym)
             else:
                 rows.append(f"T_{{{i}}} &= S_{{{i}}}")
         steps.append(Step("Scaling", reason + "." + mask_note, (Display(tuple(rows)),)))
@@ -775,8 +782,10 @@ def _head_steps(att: Any) -> list[Step]:
         rows = [r"\text{scale} &= " + " = ".join(forms)]
         for head in heads:
             i = _sub(head.index)
+            rows += variant_rows(att, head)
             rows += _matrix_chain(f"T_{{{i}}}", head.scaled,
-                                  symbolic=rf"\text{{scale}} \cdot S_{{{i}}}{mask_sym}")
+                                  symbolic=variant_symbolic(att, i, rf"\text{{scale}} \cdot "
+                                                            rf"S_{{{i}}}") + mask_sym)
         steps.append(Step("Scale the scores", why + mask_note, (Display(tuple(rows)),)))
 
     # -- softmax --------------------------------------------------------------------
@@ -792,7 +801,7 @@ def _head_steps(att: Any) -> list[Step]:
         tag = f"^{{({i})}}" if h > 1 else ""
         if n_q * n_k <= MAX_ENTRY_LINES:
             for r in range(n_q):
-                rows += _softmax_row_lines(head.scaled, head.weights, r, tag, n_q)
+                rows += _softmax_row_lines(head.scaled, head.weights, r, tag, n_q, head.sink)
         else:
             blocks.append(Paragraph(
                 f"The {n_q} × {n_k} weights of head {i}, each $w_{{rj}} = e^{{t_{{rj}}}} / "
@@ -827,7 +836,8 @@ def _head_steps(att: Any) -> list[Step]:
     return steps
 
 
-def _softmax_row_lines(t: Any, w: Any, r: int, tag: str, n_q: int) -> list[str]:
+def _softmax_row_lines(t: Any, w: Any, r: int, tag: str, n_q: int,
+                       sink: Any = None) -> list[str]:
     import sympy as sp
 
     n_k = w.cols
@@ -835,14 +845,18 @@ def _softmax_row_lines(t: Any, w: Any, r: int, tag: str, n_q: int) -> list[str]:
     row = f"{r + 1}" if n_q > 1 else "1"
     if not kept:
         return [rf"w{tag}_{{{row} j}} &= {_tex(w[r, 0])} \quad \text{{for every }} j"
-                r" \quad (\text{every key masked})"]
+                + (r" \quad (\text{every key masked: the sink keeps all the weight})"
+                   if sink is not None else r" \quad (\text{every key masked})")]
     lines: list[str] = []
     exps = [_exp_tex(t[r, j]) for j in kept]
+    if sink is not None:  # the sink's e^σ joins the denominator only
+        exps.append(_exp_tex(sink))
     denom_inline = " + ".join(exps)
     use_d = len(kept) > 3 or len(denom_inline) > 70
     if use_d:
         lines += _sum_rows(f"D{tag}_{{{row}}}", exps)
-        d_sum = sp.Add(*[sp.exp(t[r, j]) for j in kept])
+        d_sum = sp.Add(*[sp.exp(t[r, j]) for j in kept],
+                       *([sp.exp(sink)] if sink is not None else []))
         dd = _digits(d_sum)
         if dd is not None:
             lines.append(f"&= {dd}")
@@ -1042,7 +1056,8 @@ def _attention_checks(att: Any) -> list[Check]:
             if not kept:
                 row_empty += 1
                 continue
-            if _sums_to_one(sp.Add(*[w[r, j] for j in range(w.cols)])):
+            sink_w = head.sink_weight[r, 0] if head.sink_weight is not None else 0
+            if _sums_to_one(sp.Add(*[w[r, j] for j in range(w.cols)], sink_w)):
                 row_ok += 1
                 summed.add((head.index, r))
             else:
@@ -1052,8 +1067,10 @@ def _attention_checks(att: Any) -> list[Check]:
               + (f"; {undecided} symbolic weights left undecided" if undecided else "")
               + (f"; {negative} weights not positive" if negative else "") + ".")
     checks = [Check("weights positive", negative == 0 and undecided == 0, detail)]
-    detail = (f"{row_ok} of {row_total - row_empty} rows: $\\sum_j w_{{rj}} - 1$ simplifies "
-              "to exactly $0$ (SymPy)")
+    sinks = att.heads[0].sink is not None
+    detail = (f"{row_ok} of {row_total - row_empty} rows: $\\sum_j w_{{rj}}"
+              + (" + w_{r,\\text{sink}}" if sinks else "")
+              + " - 1$ simplifies to exactly $0$ (SymPy)")
     if row_empty:
         detail += (f"; {row_empty} fully masked rows get weights "
                    f"'{att.spec.masked_rows}' by policy")
@@ -1076,7 +1093,9 @@ def _attention_checks(att: Any) -> list[Check]:
                         or any(x is sp.nan for x in w.row(r))):
                     continue  # symbolic, or a fully masked row under the 'nan' policy
                 for c in range(out.cols):
-                    col = [v[j, c] for j in kept]
+                    # a sink is a key whose value is 0: it joins the convex combination
+                    col = [v[j, c] for j in kept] + ([sp.Integer(0)]
+                                                     if head.sink is not None else [])
                     # min/max by float keys: a wrong pick only makes the test stricter
                     lo, hi = min(col, key=_sort_key), max(col, key=_sort_key)
                     total += 1

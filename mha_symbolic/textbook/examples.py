@@ -40,7 +40,8 @@ MAX_CHECK_WORK = 200_000
 _INPUT_KEYS = ("scores", "query", "key", "value", "x", "x_kv", "w_q", "w_k", "w_v", "w_o",
                "w_qkv", "b_q", "b_k", "b_v", "b_o", "b_qkv")
 _OPTION_KEYS = ("heads", "kv_heads", "d_k", "scale", "mask", "causal_alignment", "masked_rows",
-                "mask_fill", "mask_fill_stage", "masked", "valid_lens", "layout", "qkv_layout")
+                "mask_fill", "mask_fill_stage", "masked", "valid_lens", "layout", "qkv_layout",
+                "window", "softcap", "alibi_slopes", "sinks")
 _DIM_KEYS = ("n_q", "n_k", "d_model", "d_v", "kdim", "vdim", "bias", "add_bias_kv", "batch")
 _META_KEYS = ("name", "title", "notes", "claim", "inputs", "arrays", "init",
                "grad_output")
@@ -600,6 +601,21 @@ def _option(key: str, value: Any, where: str) -> Any:
         if allowed and value not in allowed:
             raise ExampleFileError(f"{where}: {key}={_show(value)} must be one of "
                                    f"{', '.join(repr(a) for a in allowed)}")
+        return value
+    if key == "window":  # the engine checks the values (integers >= 0 or -1)
+        if not isinstance(value, list) or len(value) != 2:
+            raise ExampleFileError(f"{where}: window={_show(value)} must be [left, right] "
+                                   "(integers, -1 for unbounded)")
+        return tuple(value)
+    if key == "softcap":
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ExampleFileError(f"{where}: softcap={_show(value)} must be a number or number "
+                                   "string")
+        return value
+    if key in ("alibi_slopes", "sinks"):  # one entry per head
+        if not isinstance(value, list) or not value or any(
+                isinstance(x, bool) or not isinstance(x, (int, float, str)) for x in value):
+            raise ExampleFileError(f"{where}: {key} must be a list of numbers, one per head")
         return value
     raise AssertionError(key)  # pragma: no cover
 

@@ -35,6 +35,7 @@ MATRIX_QUANTITIES = {
     "grad_key": "gradient of the head's keys, c·dSᵀ Q",
     "grad_value": "gradient of the head's values, Pᵀ dO",
     "grad_score": "gradient of the scaled scores, dS = P ∘ (dP − D)",
+    "bias": "ALiBi bias -slope·|j - (i + off)|",
 }
 _SHAPE_NAMES = ("x", "x_kv", "w_q", "w_k", "w_v", "q", "k", "v", "scores", "weights", "head",
                 "concat", "w_o", "output", "w_q_stacked", "w_k_stacked", "w_v_stacked", "w_qkv")
@@ -88,7 +89,7 @@ def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
         if sub or len(indices) not in (0, 1, 2):
             raise ClaimError(f"quantity={echo(q)}: {name} takes [row], [row,column] or no index "
                              "(the whole matrix)")
-    elif name in ("weight_sum", "gap"):
+    elif name in ("weight_sum", "gap", "sink_weight"):
         if sub or len(indices) != 1:
             raise ClaimError(f"quantity={echo(q)}: {name} needs [row]")
     elif name in ("expr", "scale"):
@@ -101,7 +102,8 @@ def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
                              f"{did_you_mean(q)}")
     else:
         raise ClaimError(f"unknown quantity={echo(q)}{did_you_mean(q)}; known: "
-                         + ", ".join(sorted([*MATRIX_QUANTITIES, "weight_sum", "gap", "scale", "expr",
+                         + ", ".join(sorted([*MATRIX_QUANTITIES, "weight_sum", "gap", "sink_weight",
+                                             "scale", "expr",
                                              "shape.*", "dim.*", "params.*"])))
     return name, sub, indices
 
@@ -111,6 +113,7 @@ _NEEDS = {
     "head_output": "`value` (or x with w_v)", "concat": "`value` (or x with w_v)",
     "output": "`value` (or x with w_v)", "v": "`value` (or x with w_v)",
     "q": "`query` (or x with w_q)", "k": "`key` (or x with w_k)",
+    "bias": "`alibi_slopes`",
 }
 
 
@@ -159,6 +162,11 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
     head = att.heads[h]
     if name == "scale":
         return att.scale
+    if name == "sink_weight":
+        if head.sink_weight is None:
+            raise ClaimError(f"{claim.quantity}: example {ex.name!r} has no sinks")
+        _check_index(claim.quantity, idx[0] - 1, head.sink_weight.rows, "row")
+        return head.sink_weight[idx[0] - 1, 0]
     if name in ("weight_sum", "gap"):
         import sympy as sp
 
@@ -219,6 +227,7 @@ def matrix_of(att: Any, name: str, head: Any) -> Any:
         "score": head.scores, "scaled_score": head.scaled, "weight": head.weights,
         "head_output": head.output, "concat": att.concat, "output": att.final()
         if att.concat is not None else None, "q": head.q, "k": head.k, "v": head.v,
+        "bias": head.bias,
     }.get(name)
 
 

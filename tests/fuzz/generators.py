@@ -114,7 +114,7 @@ HOSTILE_NUMBERS = [
 ]
 
 _OPS = ["+", "-", "*", "/", "^", "**", " × ", "·", "−", " ", "⋅", "∕", "%"]
-_FUNCS = ["sqrt", "exp", "ln", "log", "√", "sin", "abs", "Sqrt", "e^"]
+_FUNCS = ["sqrt", "exp", "ln", "log", "√", "sin", "abs", "Sqrt", "e^", "tanh"]
 
 
 def _digits(src: Source, n: int) -> str:
@@ -332,7 +332,8 @@ def _dim(src: Source, typical: int) -> int:
     return max(1, typical)
 
 
-_QUANTITIES = ["score", "scaled_score", "weight", "head_output", "concat", "output", "q", "k", "v"]
+_QUANTITIES = ["score", "scaled_score", "weight", "head_output", "concat", "output", "q", "k", "v",
+               "bias"]
 _SHAPES = ["x", "x_kv", "w_q", "w_k", "w_v", "q", "k", "v", "scores", "weights", "head", "concat",
            "w_o", "output", "bogus"]
 _DIMS = ["n_q", "n_k", "d_model", "heads", "kv_heads", "d_k", "d_v", "kdim", "vdim", "concat_width"]
@@ -358,7 +359,8 @@ def quantity(src: Source, n: int, m: int, *, values: bool = True, inputs: bool =
         return src.choice(["shape." + src.choice(_SHAPES[:-1]), "dim." + src.choice(_DIMS),
                            "params." + src.choice(_PARAMS), "expr"])
     if src.chance(0.1):
-        return src.choice(["weight_sum", "gap"] if m > 1 else ["weight_sum"]) + f"[{src.integer(1, n)}]"
+        return (src.choice(["weight_sum", "gap", "sink_weight"] if m > 1 else ["weight_sum", "sink_weight"])
+                + f"[{src.integer(1, n)}]")
     names = ["score", "scaled_score", "weight"]
     if values:
         names += ["head_output", "concat", "output"]
@@ -379,7 +381,7 @@ def _plausible_claim(src: Source, q: str) -> str:
     if _ROW in q:
         width = int(q.split(_ROW)[1])
         return "(" + ", ".join(decimal_text(src) for _ in range(width)) + ")"
-    if "[" in q and "," not in q and not q.startswith(("weight_sum", "gap")):
+    if "[" in q and "," not in q and not q.startswith(("weight_sum", "gap", "sink_weight")):
         return "(" + ", ".join(decimal_text(src) for _ in range(src.integer(1, 4))) + ")"
     return src.choice(_PREFIXES[:6]) + src.choice([decimal_text(src), "0.5", "1", "0", "-inf",
                                                    "e^2/(1+e^2)", "1/3", "≈ 1 − e^(−32)"])
@@ -402,6 +404,25 @@ def _other_mask(src: Source, n: int, m: int, bad: bool) -> str:
         return "masked = [" + ", ".join(rows) + "]"
     stages = ["scaled", "raw"] + (["x", "both"] if bad else [])
     return f"mask_fill_stage = {toml_string(src.choice(stages))}"
+
+
+def _variant(src: Source, heads: int, bad: bool) -> str:
+    """Issue 13's attention variants: a sliding window, a softcap, ALiBi slopes, sinks."""
+    k = src.integer(0, 3)
+    if k == 0:
+        sides = ["-1", "0", "1", "2"] + (["-2", '"1"', "1.5", huge_int(src)] if bad else [])
+        form = src.choice(["[{}, {}]"] * 9 + (["{}", "[{}]", "[{}, {}, 1]"] if bad else []))
+        return "window = " + form.format(src.choice(sides), src.choice(sides))
+    if k == 1:
+        caps = ["30", "1", '"3/2"', "0.5", "50.0", "0"] + (
+            ["-1", '"sqrt(2) - sqrt(2)"', "true", "[1]", toml_string(src.choice(HOSTILE_NUMBERS)),
+             '"1e-4000"', '"tanh(1)"'] if bad else [])
+        return f"softcap = {src.choice(caps)}"
+    entries = ["0.5", "0.25", '"1/8"', "1", "-2", "0"] + (
+        ['"1e6"', "1" + "0" * 2000, toml_string(number_text(src)), '"-inf"'] if bad else [])
+    count = heads if not bad or src.chance(0.8) else src.integer(0, heads + 1)
+    key = "alibi_slopes" if k == 2 else "sinks"
+    return f"{key} = [" + ", ".join(src.choice(entries) for _ in range(count)) + "]"
 
 
 def _init_table(src: Source) -> str:
@@ -561,6 +582,8 @@ def example_table(src: Source, index: int) -> str:
         lines.append('inputs = "printed"')
     if inputs and src.chance(0.05):
         lines.append(_other_mask(src, n, m, bad))
+    if inputs and src.chance(0.06):
+        lines.append(_variant(src, h, bad))
     if bad and src.chance(0.01):  # a seeded recipe that fails before torch is ever imported
         lines.append(_init_table(src))
     grads = level in (4, 5, 6) and values and src.chance(0.08)  # issue 12: backward claims

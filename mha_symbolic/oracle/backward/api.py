@@ -511,6 +511,9 @@ def reference_attention_backward(
     enable_gqa: bool = False, causal_alignment: str = "top_left",
     masked_rows: str = "zero", dropout_p: float = 0.0, dropout_mask: Any = None,
     progress: bool | None = None,
+    window: Any = None, softcap: Any = None, alibi_slopes: Any = None, sinks: Any = None,
+    mask_mod: Any = None, score_mod: Any = None, q_descale: Any = None,
+    k_descale: Any = None, v_descale: Any = None,
 ) -> AttentionGradients:
     """Certified gradients of scaled dot-product attention of the exact inputs.
 
@@ -541,7 +544,24 @@ def reference_attention_backward(
     [[1.0, 1.0], [1.0, 1.0]]
     >>> g.dq.rounded("float32").tolist()   # scale 0: scores do not depend on q
     [[0.0, 0.0], [0.0, 0.0]]
+
+    Variants (docs/variants.md): ``window``, ``mask_mod`` (or a BlockMask), ``alibi_slopes``
+    and bias-table ``score_mod`` items, ``sinks`` (:mod:`..variant_backward`); a softcap
+    and FP8 descale factors are refused.
     """
+    from ..variants import sdpa_variant_options
+
+    variant = sdpa_variant_options(
+        dropout_p, dropout_mask, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+        sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
+        k_descale=k_descale, v_descale=v_descale)
+    if variant is not None:
+        from ..variant_backward import variant_attention_backward
+
+        return variant_attention_backward(
+            query, key, value, grad_output, variant, attn_mask=attn_mask,
+            is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
+            causal_alignment=causal_alignment, masked_rows=masked_rows)
     st = _setup(query, key, value, grad_output, attn_mask, is_causal, scale, enable_gqa,
                 causal_alignment, masked_rows, dropout_p, dropout_mask)
     B, L, S, E, Ev = st.B, st.L, st.S, st.E, st.Ev

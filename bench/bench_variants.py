@@ -1,0 +1,387 @@
+"""Benchmark and evaluation of the attention variants (issue 13).
+
+Run from the repository root:  python bench/bench_variants.py  [--quick]
+
+Four measurements, each printed as a table (bench/RESULTS.md, section "Issue 13"):
+
+1. **Rounding**: ``reference_attention(..., variant).rounded(fmt)`` against the
+   independent Arb-loop reference of tests/test_variants.py (exact fractions and
+   800-bit arb balls, one element at a time, the conventions written out from their
+   sources), on random small cases per variant, in fp64, fp32, fp16, bf16 and the two
+   fp8 formats: number of elements that differ (target 0).
+2. **No false alarms** on real implementations: torch SDPA with an explicit window or
+   ALiBi float mask, FlexAttention on CPU (mask_mod, BlockMask, the certified
+   score_mods), jax.nn.dot_product_attention(local_window_size=…), gpt-oss-style sinks
+   and softcap (tests/variant_kernels.py), an FA3-style FP8 kernel (weights in fp8),
+   varlen per-sequence SDPA; per family and dtype: cases, false alarms, worst
+   error ÷ tolerance (tightness).
+3. **Mutants**: every bug class of tests/variant_kernels.py on random cases: how many
+   are above the model tolerance (visible), caught, and caught with the right
+   diagnosis (target: all visible ones).
+4. **Speed** at (2, 8, 256, 64), fp32 inputs, ``.rounded("float32")``: CPU time of
+   each variant ÷ plain attention's oracle time, same process, one BLAS thread,
+   min and median of several runs, with the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_v] = "1"
+
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from mha_symbolic import (  # noqa: E402
+    alibi_score_mod,
+    compare_attention,
+    compare_attention_varlen,
+    reference_attention,
+    relative_bias_score_mod,
+    softcap_score_mod,
+)
+
+warnings.filterwarnings("ignore")
+
+
+# --------------------------------------------------------------------------------------
+# 1. rounding against the independent reference
+
+def bench_rounding(n_cases: int) -> None:
+    from test_variants import ref_attention, ref_rounded
+
+    print("\n1. Rounding vs the independent Arb-loop reference (elements that differ)")
+    print(f"{'variant':<22}{'cases':>6}{'elements':>10}  " + "  ".join(
+        f"{n:>13}" for n in ("float64", "float32", "float16", "bfloat16", "e4m3fn", "e5m2")))
+    names = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+    rng = np.random.default_rng(0)
+
+    def case(kind: str) -> tuple[dict[str, Any], dict[str, Any], tuple[Any, ...]]:
+        B, H = 1, 2
+        L, S, E = int(rng.integers(2, 5)), int(rng.integers(2, 6)), int(rng.integers(2, 5))
+        q = (rng.standard_normal((B, H, L, E)) * 1.5).astype(np.float32)
+        k = (rng.standard_normal((B, H, S, E)) * 1.5).astype(np.float32)
+        v = rng.standard_normal((B, H, S, E)).astype(np.float32)
+        align = "bottom_right" if rng.random() < 0.5 else "top_left"
+        if kind == "window":
+            w = (int(rng.integers(0, 3)), int(rng.integers(-1, 3)))
+            return ({"window": w, "causal_alignment": align},
+                    {"window": w, "align": align}, (q, k, v))
+        if kind == "softcap":
+            c = float(rng.choice([0.5, 2.0, 30.0]))
+            return {"softcap": c}, {"softcap": c}, (q, k, v)
+        if kind == "alibi":
+            sl = np.array([2.0**-1, 2.0**-3], dtype=np.float32)
+            return ({"alibi_slopes": sl, "causal_alignment": align},
+                    {"alibi": sl[None], "align": align}, (q, k, v))
+        if kind == "alibi_f64_slopes":
+            sl = rng.random(2)
+            return ({"alibi_slopes": sl, "is_causal": True, "causal_alignment": align},
+                    {"alibi": sl[None], "causal": True, "align": align}, (q, k, v))
+        if kind == "sinks":
+            sk = rng.standard_normal(2).astype(np.float32)
+            return ({"sinks": sk, "is_causal": True},
+                    {"sinks": sk, "causal": True}, (q, k, v))
+        if kind == "mask_mod":
+            return ({"mask_mod": lambda b, h, i, j: (i + j) % 3 != 1},
+                    {"keep": lambda b, h, i, j: (i + j) % 3 != 1}, (q, k, v))
+        if kind == "relative_bias":
+            tab = rng.standard_normal((2, 5))
+            return ({"score_mod": relative_bias_score_mod(tab)}, {"rel_table": tab}, (q, k, v))
+        if kind == "fp8_descale":
+            q8, k8, v8 = (x.astype(ml_dtypes.float8_e4m3fn) for x in (q, k, v))
+            d = [rng.uniform(0.1, 2.0, (1, 2)).astype(np.float32) for _ in range(3)]
+            return ({"q_descale": d[0], "k_descale": d[1], "v_descale": d[2]},
+                    {"dq": d[0], "dk": d[1], "dv": d[2]}, (q8, k8, v8))
+        assert kind == "combined"
+        sk = rng.standard_normal(2).astype(np.float32)
+        return ({"softcap": 2.0, "sinks": sk, "window": (2, 0),
+                 "alibi_slopes": np.array([0.5, 0.25], np.float32)},
+                {"softcap": 2.0, "sinks": sk, "window": (2, 0),
+                 "alibi": np.array([[0.5, 0.25]])}, (q, k, v))
+
+    kinds = ("window", "softcap", "alibi", "alibi_f64_slopes", "sinks", "mask_mod",
+             "relative_bias", "fp8_descale", "combined")
+    total_diff = 0
+    for kind in kinds:
+        diffs = dict.fromkeys(names, 0)
+        n_el = 0
+        for _ in range(n_cases):
+            opts, ref_opts, (q, k, v) = case(kind)
+            r = reference_attention(q, k, v, **opts)
+            balls = ref_attention(q, k, v, **ref_opts)
+            n_el += int(np.prod(r.shape))
+            for name in names:
+                got = np.asarray(r.rounded(name), dtype=np.float64)
+                want = ref_rounded(balls, name)
+                diffs[name] += int(np.sum(~((got == want) | (np.isnan(got) & np.isnan(want)))))
+        total_diff += sum(diffs.values())
+        print(f"{kind:<22}{n_cases:>6}{n_el:>10}  " + "  ".join(f"{diffs[n]:>13}" for n in names))
+    print(f"total elements that differ: {total_diff}")
+
+
+# --------------------------------------------------------------------------------------
+# 2. no false alarms on real implementations
+
+def bench_false_alarms(n_cases: int) -> None:
+    import torch
+    import variant_kernels as vk
+
+    print("\n2. Real implementations: false alarms and tightness (worst error / tolerance)")
+    print(f"{'implementation':<34}{'dtype':<10}{'cases':>6}{'false alarms':>14}{'worst':>9}")
+    g = torch.Generator().manual_seed(1)
+    rows: list[tuple[str, str, int, int, float]] = []
+
+    def qkv(B: int, H: int, L: int, S: int, E: int, dt: Any) -> tuple[Any, Any, Any]:
+        return tuple(torch.randn(B, H, n, E, generator=g).to(dt) * (1.5 if i == 0 else 1)
+                     for i, n in enumerate((L, S, S)))  # type: ignore[return-value]
+
+    def record(name: str, dtype: str, comps: list[Any]) -> None:
+        fa = sum(not c.passed for c in comps)
+        worst = max((c.worst.ratio for c in comps if c.worst is not None), default=0.0)
+        rows.append((name, dtype, len(comps), fa, worst))
+        print(f"{name:<34}{dtype:<10}{len(comps):>6}{fa:>14}{worst:>9.3f}")
+
+    def shapes() -> tuple[int, int, int]:
+        L = int(torch.randint(8, 200, (1,), generator=g))
+        S = int(torch.randint(8, 260, (1,), generator=g))
+        return L, S, int(torch.randint(1, 3, (1,), generator=g)) * 32
+
+    for dname in ("float32", "float16", "bfloat16"):
+        dt = getattr(torch, dname)
+        comps = []
+        for _ in range(n_cases):
+            L, S, E = shapes()
+            q, k, v = qkv(1, 2, L, S, E, dt)
+            w = (int(torch.randint(0, 64, (1,), generator=g)), int(torch.randint(-1, 8, (1,),
+                                                                                  generator=g)))
+            keep = vk.window_mask(L, S, w, causal=True, align="bottom_right")
+            if not bool(keep.any(-1).all()):
+                keep = keep  # fully masked rows: torch SDPA gives 0 (masked_rows="zero")
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+            comps.append(compare_attention(out, q, k, v, window=w, is_causal=True,
+                                           causal_alignment="bottom_right"))
+        record("torch SDPA + window bool mask", dname, comps)
+        comps = []
+        for _ in range(n_cases):
+            L, S, E = shapes()
+            q, k, v = qkv(1, 4, L, S, E, dt)
+            slopes = torch.tensor([2.0 ** (-8 * (h + 1) / 4) for h in range(4)])
+            bias = vk.alibi_bias(slopes, L, S, "bottom_right").to(dt)
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            comps.append(compare_attention(out, q, k, v, alibi_slopes=slopes,
+                                           causal_alignment="bottom_right"))
+        record("torch SDPA + ALiBi float mask", dname, comps)
+        comps = []
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        for c in range(n_cases):
+            L = S = int(torch.randint(16, 128, (1,), generator=g))
+            q, k, v = qkv(1, 2, L, S, 32, dt)
+            width = int(torch.randint(1, 32, (1,), generator=g))
+
+            def sliding(b: Any, h: Any, qi: Any, ki: Any, width: int = width) -> Any:
+                return (qi >= ki) & (qi - ki <= width)
+
+            mod = [softcap_score_mod(20.0), alibi_score_mod(torch.tensor([0.25, 0.0625])),
+                   relative_bias_score_mod(torch.randn(2, 9, generator=g))][c % 3]
+            bm = create_block_mask(sliding, None, None, L, S, device="cpu", BLOCK_SIZE=16)
+            out = flex_attention(q, k, v, score_mod=mod, block_mask=bm)
+            comps.append(compare_attention(out, q, k, v, mask_mod=bm, score_mod=mod))
+        record("FlexAttention (CPU) BlockMask+mod", dname, comps)
+        comps = []
+        for _ in range(n_cases):
+            L, S, E = shapes()
+            S = L
+            q, k, v = qkv(2, 2, L, S, E, dt)
+            sinks = torch.randn(2, generator=g)
+            cap = float([5.0, 30.0, 50.0][int(torch.randint(0, 3, (1,), generator=g))])
+            out = vk.reference_like(q, k, v, out_dtype=dt, softcap=cap, sinks=sinks,
+                                    causal=True)
+            comps.append(compare_attention(out, q, k, v, softcap=cap, sinks=sinks,
+                                           is_causal=True))
+        record("softcap + sinks (torch, fp32 math)", dname, comps)
+
+    try:
+        import jax
+
+        for dname in ("float32", "float16", "bfloat16"):
+            dt = np.dtype(ml_dtypes.bfloat16) if dname == "bfloat16" else np.dtype(dname)
+            rng = np.random.default_rng(3)
+            comps = []
+            for _ in range(n_cases):
+                L = int(rng.integers(8, 200))
+                q, k, v = (rng.standard_normal((1, L, 2, 32)).astype(dt) for _ in range(3))
+                w = (int(rng.integers(0, 40)), int(rng.integers(0, 5)))
+                out = np.asarray(jax.nn.dot_product_attention(q, k, v, local_window_size=w))
+                comps.append(compare_attention(*(np.swapaxes(x, 1, 2) for x in (out, q, k, v)),
+                                               window=w))
+            record("jax local_window_size", dname, comps)
+    except ImportError:
+        print("jax not installed: skipped")
+
+    for fp8 in ("float8_e4m3fn", "float8_e5m2"):
+        comps = []
+        for _ in range(n_cases):
+            L, S, E = shapes()
+            q, k, v = qkv(1, 2, L, S, E, torch.float32)
+            dt8 = getattr(torch, fp8)
+            q8, k8, v8 = (x.to(dt8) for x in (q, k, v))
+            d = [torch.rand(1, 2, generator=g) + 0.25 for _ in range(3)]
+            out = vk.reference_like(q8, k8, v8, out_dtype=torch.bfloat16, descale=tuple(d),
+                                    p_dtype=torch.float8_e4m3fn, causal=True,
+                                    align="bottom_right")
+            comps.append(compare_attention(out, q8, k8, v8, q_descale=d[0], k_descale=d[1],
+                                           v_descale=d[2], is_causal=True,
+                                           causal_alignment="bottom_right",
+                                           weights_dtype="float8_e4m3fn"))
+        record(f"FA3-style FP8 ({fp8} in, bf16 out)", fp8[7:], comps)
+
+    comps = []
+    for _ in range(n_cases):
+        lens = [int(x) for x in torch.randint(0, 60, (4,), generator=g)]
+        cu = [0]
+        for n in lens:
+            cu.append(cu[-1] + n)
+        q, k, v = (torch.randn(cu[-1], 2, 32, generator=g) for _ in range(3))
+        parts = [torch.nn.functional.scaled_dot_product_attention(
+            q[cu[b]:cu[b + 1]].transpose(0, 1), k[cu[b]:cu[b + 1]].transpose(0, 1),
+            v[cu[b]:cu[b + 1]].transpose(0, 1), is_causal=True).transpose(0, 1)
+            for b in range(4) if cu[b + 1] > cu[b]]
+        out = torch.cat(parts) if parts else torch.zeros(0, 2, 32)
+        comps.append(compare_attention_varlen(out, q, k, v, cu, cu, is_causal=True))
+    record("varlen: per-sequence torch SDPA", "float32", comps)
+    print(f"total false alarms: {sum(r[3] for r in rows)} in {sum(r[2] for r in rows)} cases")
+
+
+# --------------------------------------------------------------------------------------
+# 3. mutants
+
+def bench_mutants(n_cases: int) -> None:
+    import torch
+    import variant_kernels as vk
+
+    print("\n3. Mutants: visible (above the model tolerance), caught, right diagnosis")
+    print(f"{'bug class':<32}{'dtype':<10}{'cases':>6}{'visible':>8}{'caught':>8}{'diagnosed':>10}")
+    g = torch.Generator().manual_seed(2)
+    tot = [0, 0, 0, 0]
+    for bug in vk.BUGS:
+        for dname in ("float32", "bfloat16"):
+            dt = getattr(torch, dname)
+            n = visible = caught = right = 0
+            for _ in range(n_cases):
+                L = int(torch.randint(8, 64, (1,), generator=g))
+                S = int(torch.randint(8, 80, (1,), generator=g))
+                H, E = 4, 32
+                q = (torch.randn(1, H, L, E, generator=g) * 2).to(dt)
+                k = torch.randn(1, H, S, E, generator=g).to(dt)
+                v = torch.randn(1, H, S, E, generator=g).to(dt)
+                cfg: dict[str, Any] = {}
+                opts: dict[str, Any] = {"causal_alignment": "bottom_right"}
+                if bug.startswith("window"):
+                    w = (int(torch.randint(1, 16, (1,), generator=g)),
+                         int(torch.randint(1, 8, (1,), generator=g)))
+                    cfg["window"] = opts["window"] = w
+                elif bug.startswith("softcap"):
+                    cfg["softcap"] = opts["softcap"] = 2.0
+                    cfg["causal"] = opts["is_causal"] = True
+                elif bug.startswith("alibi"):
+                    sl = torch.tensor([1.0, 0.25, 0.0625, 0.5])
+                    cfg["alibi"] = opts["alibi_slopes"] = sl
+                elif "sink" in bug:
+                    cfg["sinks"] = opts["sinks"] = torch.randn(H, generator=g) + 1
+                else:
+                    d = tuple(torch.rand(1, H, generator=g) * 2 + 0.25 for _ in range(3))
+                    cfg["descale"] = d
+                    opts.update(q_descale=d[0], k_descale=d[1], v_descale=d[2])
+                out = vk.reference_like(q, k, v, out_dtype=dt, align="bottom_right", bug=bug,
+                                        **cfg)
+                comp = compare_attention(out, q, k, v, **opts)
+                n += 1
+                if not comp.passed:
+                    visible += 1
+                    caught += 1
+                    right += bug in [dd.bug for dd in comp.diagnoses]
+            tot = [tot[0] + n, tot[1] + visible, tot[2] + caught, tot[3] + right]
+            print(f"{bug:<32}{dname:<10}{n:>6}{visible:>8}{caught:>8}{right:>10}")
+    print(f"total: {tot[0]} mutants, {tot[1]} visible, {tot[2]} caught, {tot[3]} with the "
+          "right diagnosis")
+
+
+# --------------------------------------------------------------------------------------
+# 4. speed
+
+def bench_speed(repeats: int) -> None:
+    print("\n4. Speed at (2, 8, 256, 64), fp32 inputs, .rounded('float32'); CPU seconds, "
+          "one BLAS thread")
+    print(f"load average: {Path('/proc/loadavg').read_text().strip()}")
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 8, 256, 64)).astype(np.float32) for _ in range(3))
+    slopes = (2.0 ** (-np.arange(1, 9))).astype(np.float32)
+    cases: dict[str, dict[str, Any]] = {
+        "plain (baseline)": {},
+        "window (64, 0)": {"window": (64, 0)},
+        "window + causal": {"window": (64, 0), "is_causal": True},
+        "softcap 30": {"softcap": 30.0},
+        "alibi (H,)": {"alibi_slopes": slopes},
+        "sinks": {"sinks": rng.standard_normal(8).astype(np.float32)},
+        "mask_mod (document)": {"mask_mod": lambda b, h, i, j: (i // 64) == (j // 64)},
+        "relative bias table": {"score_mod": relative_bias_score_mod(rng.standard_normal((8, 33)))},
+        "fp8 e4m3 + descale": {"_fp8": True},
+    }
+    q8, k8, v8 = (x.astype(ml_dtypes.float8_e4m3fn) for x in (q, k, v))
+    d = np.full((2, 8), 0.5, dtype=np.float32)
+    times: dict[str, list[float]] = {}
+    walls: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        for name, kw in cases.items():
+            t0, w0 = time.process_time(), time.perf_counter()
+            if kw.get("_fp8"):
+                r = reference_attention(q8, k8, v8, q_descale=d, k_descale=d, v_descale=d)
+            else:
+                r = reference_attention(q, k, v, **kw)
+            r.rounded("float32")
+            times.setdefault(name, []).append(time.process_time() - t0)
+            walls.setdefault(name, []).append(time.perf_counter() - w0)
+    base = min(times["plain (baseline)"])
+    base_med = statistics.median(times["plain (baseline)"])
+    print(f"{'variant':<24}{'cpu min':>9}{'cpu med':>9}{'wall min':>9}{'ratio min':>10}"
+          f"{'ratio med':>10}")
+    for name in cases:
+        t = times[name]
+        print(f"{name:<24}{min(t):>9.3f}{statistics.median(t):>9.3f}{min(walls[name]):>9.3f}"
+              f"{min(t) / base:>10.2f}{statistics.median(t) / base_med:>10.2f}")
+    print(f"load average: {Path('/proc/loadavg').read_text().strip()}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer cases and repeats")
+    ap.add_argument("--only", choices=("rounding", "alarms", "mutants", "speed"))
+    args = ap.parse_args()
+    n = 3 if args.quick else 12
+    if args.only in (None, "rounding"):
+        bench_rounding(n)
+    if args.only in (None, "alarms"):
+        bench_false_alarms(n)
+    if args.only in (None, "mutants"):
+        bench_mutants(n)
+    if args.only in (None, "speed"):
+        bench_speed(3 if args.quick else 7)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,751 @@
+"""Attention whose scores pass through a softcap (or carry a bias that is not a
+double): a proved fast path by perturbation, and an Arb fallback with ``tanh``.
+
+**Fast path.**  Compute float64 scores s̃_ij of the exact scores s_ij with a proved
+per-row bound δ_i >= max_j |s̃_ij - s_ij| (steps in :func:`_float_scores`).  The
+s̃_ij are doubles, so *plain attention of the scores s̃* is an exact problem that the
+plain fast path (:func:`.fast.tier1_block`, given s̃ as an exact additive mask on
+zero-width queries and keys) encloses: ỹ ± err.  Then the perturbation lemma:
+
+    if |s_j - s̃_j| <= δ for every kept key (the sink included, with v = 0), write
+    D = Σ_k e^{s_k}, D̃ = Σ_k e^{s̃_k}.  Since Σ_j e^{s̃_j}(v_j - ỹ) = 0,
+    D(y - ỹ) = Σ_j e^{s_j}(v_j - ỹ) = Σ_j e^{s̃_j}(e^{s_j - s̃_j} - 1)(v_j - ỹ), so
+    |y - ỹ| <= (e^δ - 1)(D̃/D) Σ_j p̃_j |v_j - ỹ| <= (e^δ - 1) e^δ (Σ_j p̃_j |v_j| + |ỹ|);
+    and p_j/p̃_j = e^{s_j - s̃_j} D̃/D ∈ [e^{-2δ}, e^{2δ}]: |p_j - p̃_j| <= (e^{2δ} - 1) p̃_j,
+
+with e^x - 1 <= x(1 + x) for 0 <= x <= 1.  Rows with δ > 2^-10 go to Arb.
+
+**Arb fallback** (:class:`TransformedProblem`): the exact scores as balls — q·k in
+ball arithmetic, the scale, ``C · tanh(s / C)`` with Arb's ``tanh``, the exact
+biases, the float mask — then the shifted softmax and weighted sum of
+:func:`.arb.arb_attention_rows`; precision raised until the rounding is decided.
+Exact ties: keys with equal (q·k, biases, mask) have equal scores (the pipeline is a
+function of them), so each row's keys are grouped by those exact rationals; a value
+equal to every group's mean value is then the output exactly (sufficient, not
+necessary — with a softcap the scores are transcendental and the
+Lindemann–Weierstrass argument of :mod:`.forward` is not available), and the side
+of a rounding boundary is decided from the groups as in :mod:`.forward`.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from .arb import EXP_FLOOR, Prec, exact_prec, exact_score_rows, to_arb_mat
+from .constants import CHUNK_ELEMS, ETA, RHO_EXP1, RHO_EXP2, TINY1, TINY2, UP, U, gamma
+from .conventions import Block, exact_scale
+from .dd import dd_add_d, dd_div, dd_mul, dd_mul_d, two_prod, two_sum
+from .enclosure import Enclosure, Problem
+from .exact_scores import norm_up
+from .expo import exp_dd, exp_double
+from .fast import KV, tier1_block
+from .variants import Bias, Cap, Geometry
+
+__all__ = ["E_TANH", "TransformedProblem", "tanh_proved", "transformed_attention"]
+
+_R = U * (1.0 + 2.0 * U)  # |fl(x) - x| <= _R·|fl(x)| + ETA for one rounding (u/(1-u) < _R)
+
+# tanh(x) = x·P(x²) for |x| <= TANH_SMALL, P(y) = Σ_{n=1..10} T_n y^{n-1}, T_n the Taylor
+# coefficients of tanh (T_n = 2^{2n}(2^{2n} - 1) B_{2n}/(2n)!; tests check them against
+# SymPy's series).  Proof of |fl(x·P̃) - tanh(x)| <= REL_TANH_SMALL·|tanh(x)|:
+# * y = fl(x²) = x²(1 + δ), y <= 0.030016 (x² <= 0.17325² plus a rounding);
+# * |T_n| = 2(2^{2n} - 1)ζ(2n)/π^{2n} <= 3.29·0.4053^n, so the omitted terms n >= 11 sum
+#   to <= 3.29·0.4053·(0.4053·y)^10/(1 - 0.4053·y) < 10^-19 < 0.001u, and
+#   Σ|T_n| y^{n-1} <= 1 + (y/3)/(1 - 0.0122) <= 1.0102, while P(y) >= 1 - y/3 >= 0.98999
+#   (an alternating series with decreasing terms);
+# * Horner (Higham, Eq. 5.3): <= gamma_18·1.0102 <= 18.2u; coefficient rounding
+#   (d_n = RN(T_n)) <= u·1.0102; so fl(P(y)) = P(y)(1 + θ), |θ| <= 19.5u;
+# * the rounding of y moves P by <= |P'(y)|·y·u <= 0.011u relative; the product by x
+#   rounds once more: <= u.  Total relative <= 20.6u < 21u.
+TANH_SERIES = [Fraction(1), Fraction(-1, 3), Fraction(2, 15), Fraction(-17, 315),
+               Fraction(62, 2835), Fraction(-1382, 155925), Fraction(21844, 6081075),
+               Fraction(-929569, 638512875), Fraction(6404582, 10854718875),
+               Fraction(-443861162, 1856156927625)]
+_TANH_COEFFS = [float(c) for c in TANH_SERIES]  # RN(T_n) (Fraction -> float rounds)
+TANH_SMALL = 0.17325
+# Relative error bounds of tanh_proved (proofs above and in its docstring).
+REL_TANH_SMALL = 21.0 * U                         # |x| <= TANH_SMALL
+REL_TANH_LARGE = 2.83 * RHO_EXP1 + 4.0 * U       # |x| > TANH_SMALL: <= 2^-46.4
+ABS_TANH = 4.0 * TINY1                            # exp(-2|x|) held at exp~(-708) below the cut
+# the largest of the above, as one absolute bound for |tanh| <= 1
+E_TANH = REL_TANH_LARGE + ABS_TANH
+
+
+# ---- tier 2: tanh in double-double (TransformedProblem.refine) -------------------------
+# The series of _tanh_small to x^31 (16 terms), coefficients as double-doubles
+# T_n = hi + lo with |T_n - hi - lo| <= 2^-106|T_n|.  For |x| <= TANH_SMALL (y = x² <=
+# 0.030016): Horner in dd, 15 steps of dd_mul (8.02u²) and two dd_add_d (each <=
+# u(u|s| + |low word|) <= 2.01u²·|partial sum|), partial sums <= 1.0102: <= 15·12.1u²·
+# 1.0102 <= 184u²; coefficients <= u²·1.0102; the omitted terms n >= 17 <= 3.29·0.4053·
+# (0.012166)^16/(1 - 0.012166) <= 25u² (u² = 2^-106); y's rounding (8.02u² relative)
+# moves P by <= 0.011·8.02u²; the product by x: 8.02u².  With P >= 0.98999 the relative
+# error is <= (184 + 1.02 + 25 + 0.1 + 8.02)u²/0.98999 < 221u² < 2^-98.
+# For |x| > TANH_SMALL: e = exp_dd(-2|x|) (RHO_EXP2 = 2^-84; -2|x| >= -600, else
+# the result is taken as 1 with an absolute error <= 2e^-600 <= 2·TINY2); (1 - e) and
+# (1 + e) by dd_add_d (<= 2.01u² each, relative: 1 - e >= 0.29), the quotient by dd_div
+# (2^-100): as for tanh_proved, relative <= 2.829·RHO_EXP2 + 2^-97.
+def _tanh_taylor(n_terms: int) -> list[Fraction]:
+    """The first Taylor coefficients of tanh, exactly: T_n = 2^{2n}(2^{2n} - 1)
+    B_{2n}/(2n)! with the Bernoulli numbers from Σ_{k<=m} C(m+1, k) B_k = 0."""
+    from math import comb, factorial
+
+    bern = [Fraction(1)]
+    for m in range(1, 2 * n_terms + 1):
+        bern.append(-sum((comb(m + 1, k) * bern[k] for k in range(m)), Fraction(0)) / (m + 1))
+    return [Fraction(4**n * (4**n - 1)) * bern[2 * n] / factorial(2 * n)
+            for n in range(1, n_terms + 1)]
+
+
+_TANH_DD = _tanh_taylor(16)
+_TANH_DD_HI = [float(c) for c in _TANH_DD]
+_TANH_DD_LO = [float(c - Fraction(h)) for c, h in zip(_TANH_DD, _TANH_DD_HI, strict=True)]
+REL_TANH_DD_SMALL = 2.0**-98
+REL_TANH_DD_LARGE = 2.83 * RHO_EXP2 + 2.0**-97
+ABS_TANH_DD = 2.0 * TINY2
+
+
+def _tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
+             ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(th, tl, rel_err_bound) for tanh(xh + xl) in double-double (proof above)."""
+    neg = xh < 0
+    ah = np.where(neg, -xh, xh)
+    al = np.where(neg, -xl, xl)
+    small = ah <= TANH_SMALL
+    th = np.zeros_like(ah)
+    tl = np.zeros_like(ah)
+    if np.any(small):
+        sh, sl = ah[small], al[small]
+        yh, yl = dd_mul(sh, sl, sh, sl)
+        ph = np.full_like(sh, _TANH_DD_HI[-1])
+        pl = np.full_like(sh, _TANH_DD_LO[-1])
+        for chi, clo in zip(reversed(_TANH_DD_HI[:-1]), reversed(_TANH_DD_LO[:-1]),
+                            strict=True):
+            ph, pl = dd_mul(ph, pl, yh, yl)
+            ph, pl = dd_add_d(ph, pl, np.full_like(ph, chi))
+            ph, pl = dd_add_d(ph, pl, np.full_like(ph, clo))
+        th[small], tl[small] = dd_mul(sh, sl, ph, pl)
+    big = ~small
+    if np.any(big):
+        bh, bl = ah[big], al[big]
+        far = bh > 300.0
+        eh, el = exp_dd(np.where(far, -600.0, -2.0 * bh), np.where(far, 0.0, -2.0 * bl))
+        eh = np.where(far, 0.0, eh)
+        el = np.where(far, 0.0, el)
+        nh, nl = dd_add_d(-eh, -el, np.ones_like(eh))
+        dh, dl = dd_add_d(eh, el, np.ones_like(eh))
+        th[big], tl[big] = dd_div(nh, nl, dh, dl)
+    rel = np.where(small, REL_TANH_DD_SMALL, REL_TANH_DD_LARGE)
+    return np.where(neg, -th, th), np.where(neg, -tl, tl), rel
+
+
+def _tanh_small(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """tanh(x) for |x| <= TANH_SMALL with relative error <= REL_TANH_SMALL (proof above)."""
+    y = x * x
+    p = np.full_like(x, _TANH_COEFFS[-1])
+    for c in reversed(_TANH_COEFFS[:-1]):
+        p *= y
+        p += c
+    return x * p
+
+
+def tanh_proved(x: np.ndarray[Any, Any], need_err: bool = True
+                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any] | None]:
+    """(t, err): t = tanh(x) in float64 with |t - tanh(x)| <= err elementwise,
+    err = |t|·REL + ABS_TANH, REL = REL_TANH_SMALL for |x| <= TANH_SMALL (the odd
+    Taylor series, proof above), else REL_TANH_LARGE (so err <= E_TANH everywhere).
+
+    For a = |x| > TANH_SMALL: tanh(a) = g(e) = (1 - e)/(1 + e), e = exp(-2a) <
+    e^-0.3465 <= 0.70715 (-2a is exact: a power-of-two scaling, -inf on overflow).
+    ẽ = exp_double(-2a) (:mod:`.expo`) has |ẽ - e| <= RHO_EXP1·e for -2a >= -708; below,
+    ẽ = exp~(-708) and e are both <= TINY1·(1 + RHO_EXP1), so |ẽ - e| <= 2·TINY1 and the
+    result errs by <= 4·TINY1 = ABS_TANH.  |g'| = 2/(1 + e)², so |g(ẽ) - g(e)| <=
+    2·RHO_EXP1·e/(1 + e)², relative to g(e): 2e/(1 - e²)·RHO_EXP1 <= 2.829·RHO_EXP1;
+    1 - ẽ, 1 + ẽ and the division round once each (values in [0, 2]): <= 3.01u more.
+    Total <= REL_TANH_LARGE.  The sign is restored exactly (tanh is odd).
+    """
+    a = np.abs(x)
+    small = a <= TANH_SMALL
+    th = np.empty_like(a)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.all(small):
+            th = _tanh_small(a)
+        else:
+            if np.any(small):
+                th[small] = _tanh_small(a[small])
+            big = ~small
+            e = exp_double(-2.0 * a[big])
+            th[big] = (1.0 - e) / (1.0 + e)
+    t = np.copysign(th, x)
+    if not need_err:
+        return t, None
+    rel = np.where(small, REL_TANH_SMALL, REL_TANH_LARGE)
+    return t, th * rel + ABS_TANH
+
+
+def softcap_array(s: np.ndarray[Any, Any], cap: float) -> np.ndarray[Any, Any]:
+    """cap·tanh(s/cap) by :func:`tanh_proved` (its bound applies), in one compiled pass
+    when numba is available (bit-identical: the same operations in the same order,
+    tests/test_variants.py checks it)."""
+    from .jit import _POW2, _kernels
+
+    k = _kernels()
+    if k is None or not hasattr(k, "softcap") or s.size == 0:
+        t, _ = tanh_proved(s / cap, need_err=False)
+        return cap * t
+    from .expo import _table1
+
+    out = np.empty_like(s)
+    k.softcap(np.ascontiguousarray(s), cap, np.asarray(_TANH_COEFFS), _table1(), _POW2, out)
+    return out
+
+
+def _rowmax(a: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any]:
+    """max over the kept keys (all when ``allowed`` is None) of |a| per row (0 for none)."""
+    if allowed is None:
+        if a.shape[-1] == 0:
+            return np.zeros(a.shape[:-1])
+        return np.maximum(np.max(a, axis=-1), -np.min(a, axis=-1))
+    return np.max(np.where(allowed, np.abs(a), 0.0), axis=-1, initial=0.0)
+
+
+def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
+                  allowed: np.ndarray[Any, Any], madd: np.ndarray[Any, Any] | None,
+                  ops: tuple[Cap | Bias, ...], geo: Geometry, flat: range, c_f: float,
+                  rho_c: float) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(s̃ (C, L, S) float64, δ (C, L)) with |s̃_ij - s_ij| <= δ_i on every kept key.
+
+    Error steps (each a bound on a row maximum, adding up; |fl(x)| <= |x|(1 + u) + ETA
+    lets the row maximum of a rounded product be bounded from its factor's):
+    1. G = fl(q kᵀ): gamma_E ||q_i|| max_j ||k_j|| + E·ETA (as :func:`.fast.tier1_block`).
+    2. s = fl(c_f·G): rho_c |G| + (|c_f| + rho_c)·err_G + _R|s| + ETA.
+    3. Cap C: x = fl(s/C), t = tanh_proved(x), s' = fl(C·t).  C·tanh(·/C) is
+       1-Lipschitz, so the incoming error passes unchanged; fl(s/C) moves the
+       argument by <= _R|s|/C + ETA, i.e. the result by <= _R|s| + C·ETA; the tanh
+       errs by <= C·(|t|·REL + ABS_TANH) = |s'|·REL + C·ABS_TANH, REL = REL_TANH_SMALL
+       when every |x| of the row is <= TANH_SMALL (checked on the bound
+       max|s|(1 + 2u)/C), else REL_TANH_LARGE; the product rounds by _R|s'| + ETA.
+    4. Bias b: fl(b) is exact or errs by <= _R|fl(b)| + ETA; the sum rounds by
+       _R|s'| + ETA.  The float mask (exact doubles) adds one rounding likewise.
+    """
+    E = q.shape[-1]
+    al = None if allowed.all() else allowed
+    G = np.matmul(q, np.swapaxes(k, -1, -2))
+    nq, nk = norm_up(q), norm_up(k)
+    err = gamma(max(E, 1)) * nq * np.max(nk, axis=-1, initial=0.0)[:, None] + E * ETA
+    gmax = _rowmax(G, al)
+    s = G
+    s *= c_f
+    smax = abs(c_f) * gmax * (1.0 + 2.0 * U) + ETA  # >= max |fl(c_f G)| of the row
+    err = rho_c * gmax + (abs(c_f) + rho_c) * err + _R * smax + ETA
+    for op in ops:
+        if isinstance(op, Cap):
+            C = op.C
+            with np.errstate(over="ignore", invalid="ignore"):
+                s = softcap_array(s, C)
+            small = smax * (1.0 + 2.0 * U) / C + ETA <= TANH_SMALL
+            rel = np.where(small, REL_TANH_SMALL, REL_TANH_LARGE)
+            new_max = _rowmax(s, al)
+            err = (err + _R * smax + C * ETA + new_max * rel + C * ABS_TANH
+                   + _R * new_max + ETA)
+            smax = new_max
+        else:
+            vals, exact = op.floats(geo, flat)
+            if not exact:
+                err = err + _R * _rowmax(vals, al) + ETA
+            s = s + vals
+            smax = _rowmax(s, al)
+            err = err + _R * smax + ETA
+    if madd is not None:
+        s = s + madd
+        smax = _rowmax(s, al)
+        err = err + _R * smax + ETA
+    return s, err * UP
+
+
+def _softmax_rows_arb(scores: list[list[Any]], allowed: np.ndarray[Any, Any], vm: Any,
+                      kind: str) -> list[list[Any]]:
+    """Rows of attention from score balls at the current precision: shifted by the
+    exact midpoint of a near-maximal kept score (softmax(s) = softmax(s - m) for every
+    real m), exponentials below EXP_FLOOR enclosed in [0, e^EXP_FLOOR] (Arb's exp of
+    such arguments can be the whole real line).  kind "output": Σ_j w_j v_j / Σ_j w_j
+    per row (vm the values wanted); "weights": w_j / Σ_k w_k."""
+    from flint import arb, arb_mat
+
+    r = len(scores)
+    S = allowed.shape[1]
+    zero = arb(0)
+    tiny = (arb(EXP_FLOOR).exp() * arb(0.5, 0.5)).nonnegative_part()
+    w_rows = []
+    for i in range(r):
+        idx = np.flatnonzero(allowed[i]).tolist()
+        shift = scores[i][max(idx, key=lambda j: scores[i][j].mid())].mid()
+        row = [zero] * S
+        for j in idx:
+            t = scores[i][j] - shift
+            row[j] = tiny if t.upper() < EXP_FLOOR else t.exp()
+        w_rows.append(row)
+    wm = arb_mat(w_rows) if r and S else arb_mat(r, S)
+    ones = arb_mat(S, 1)
+    for j in range(S):
+        ones[j, 0] = 1
+    d = (wm * ones).entries() if S else [arb(0)] * r
+    if kind == "weights":
+        return [[w_rows[i][j] / d[i] for j in range(S)] for i in range(r)]
+    Ev = vm.ncols()
+    if Ev == 0:
+        return [[] for _ in range(r)]
+    nm = (wm * vm).entries()
+    return [[nm[i * Ev + col] / d[i] for col in range(Ev)] for i in range(r)]
+
+
+class TransformedProblem(Problem):
+    """Rows of attention with a score pipeline, in Arb (see the module docstring)."""
+
+    def __init__(self, q: Any, k: Any, v: Any, allowed: Any, madd: Any,
+                 ops: tuple[Cap | Bias, ...], sinks: Any, scale: Fraction | None, E: int,
+                 geo: Geometry, uniform: Any = None) -> None:
+        self.uniform = uniform  # (B, L) rows of uniform weights (masked_rows="uniform")
+        self._kvdd: tuple[int, Any] | None = None
+        self._narrow: bool | None = None
+        self.q, self.k, self.v = q, k, v
+        self.allowed, self.madd, self.ops, self.sinks = allowed, madd, ops, sinks
+        self.scale, self.E, self.geo = scale, E, geo
+        self._km: dict[int, Any] = {}
+        self._groups_cache: dict[tuple[int, int], dict[Any, list[int]]] = {}
+
+    # -- exact pieces -------------------------------------------------------------
+    def _scale_arb(self) -> Any:
+        from flint import arb
+
+        if self.scale is not None:
+            return arb(self.scale.numerator) / arb(self.scale.denominator)
+        return arb(0) if self.E == 0 else arb(self.E).rsqrt()
+
+    def _pipeline(self, s: Any, biases: list[Fraction], m: Fraction) -> Any:
+        """The score pipeline on one ball s = c·q·k, with the exact biases in order."""
+        from flint import arb, fmpq
+
+        it = iter(biases)
+        for op in self.ops:
+            if isinstance(op, Cap):
+                c = arb(op.C)
+                s = c * (s / c).tanh()
+            else:
+                bv = next(it)
+                s = s + arb(fmpq(bv.numerator, bv.denominator))
+        if m:
+            s = s + arb(fmpq(m.numerator, m.denominator))
+        return s
+
+    def _score_row(self, b: int, i: int, keep: list[int], g: list[Any], c: Any) -> list[Any]:
+        """The pipeline on the kept keys of one row, pass by pass (same mathematics as
+        :meth:`_pipeline`, fewer Python calls)."""
+        from flint import arb
+
+        row = [x * c for x in g]
+        for op in self.ops:
+            if isinstance(op, Cap):
+                cc = arb(op.C)
+                row = [cc * (x / cc).tanh() for x in row]
+            elif op.kind == "alibi":
+                slope = arb(float(op.data[b // self.geo.heads, b % self.geo.heads]))
+                row = [x - slope * abs(j - (i + op.offset)) for x, j in zip(row, keep,
+                                                                             strict=True)]
+            else:
+                row = [x + arb(float(op.exact(self.geo, b, i, j))) for x, j in zip(row, keep,
+                                                                                 strict=True)]
+        if self.madd is not None:
+            row = [x + arb(float(self.madd[b, i, j])) for x, j in zip(row, keep, strict=True)]
+        return row
+
+    def _biases(self, b: int, i: int, j: int) -> list[Fraction]:
+        return [op.exact(self.geo, b, i, j) for op in self.ops if isinstance(op, Bias)]
+
+    def _m(self, b: int, i: int, j: int) -> Fraction:
+        return Fraction(float(self.madd[b, i, j])) if self.madd is not None else Fraction(0)
+
+    # -- the Problem interface ----------------------------------------------------
+    def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
+                 cols: list[int] | None = None) -> list[list[Any]]:
+        from flint import arb
+
+        S = self.k.shape[1]
+        if b not in self._km:  # Kᵀ as an exact arb_mat, and the precision of exact dots
+            self._km = {b: (to_arb_mat(self.k[b]).transpose(),
+                            exact_prec(self.q[b], self.k[b], self.E))}
+        kmT, k_prec = self._km[b]
+        g_rows = exact_score_rows(np.asarray(self.q[b][rows]), kmT, k_prec)
+        with Prec(prec):
+            c = self._scale_arb()
+            scores: list[list[Any]] = []
+            zero = arb(0)
+            for r, i in enumerate(rows):
+                keep = np.flatnonzero(self.allowed[b, i]).tolist()
+                if self.uniform is not None and self.uniform[b, i]:
+                    kept = [zero] * len(keep)
+                else:
+                    kept = self._score_row(b, i, keep, [g_rows[r][j] for j in keep], c)
+                row = [zero] * S
+                for j, x in zip(keep, kept, strict=True):
+                    row[j] = x
+                if self.sinks is not None:
+                    row.append(arb(float(self.sinks[b])))
+                scores.append(row)
+            allowed = np.asarray(self.allowed[b][rows])
+            vb = self.v[b]
+            if self.sinks is not None:
+                allowed = np.concatenate([allowed, np.ones((len(rows), 1), bool)], axis=1)
+                vb = np.concatenate([vb, np.zeros((1, vb.shape[1]))], axis=0)
+            if cols is not None and kind == "output":
+                vb = vb[:, cols]
+            out = _softmax_rows_arb(scores, allowed, to_arb_mat(vb), kind)
+        if kind == "weights" and self.sinks is not None:
+            out = [row[:S] for row in out]
+        return out
+
+    # -- tier 2 -------------------------------------------------------------------
+    def refine(self, b: int, rows: np.ndarray[Any, Any], kind: str
+               ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any],
+                          np.ndarray[Any, Any]] | None:
+        """Tier 2: the rows in double-double — exact dot products (TwoProduct and a
+        TwoSum tree), the scale as a double-double, the softcaps by :func:`_tanh_dd`,
+        the biases exactly, then the plain tier 2's weights and sums
+        (:func:`.dd_attention.tier2_from_scores`) with the score bound.  None when the
+        inputs are outside the range where TwoProduct is exact."""
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            return self._refine(b, np.asarray(rows), kind)
+
+    def _refine(self, b: int, rows: np.ndarray[Any, Any], kind: str
+                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any],
+                           np.ndarray[Any, Any]] | None:
+        from .conventions import dd_scale
+        from .dd_attention import KVdd, tier2_from_scores
+
+        q, k = self.q[b][rows], self.k[b]
+        for x in (q, k):
+            ax = np.abs(x[x != 0])
+            if ax.size and (ax.min() < 2.0**-450 or ax.max() > 2.0**450):
+                return None
+        r = q.shape[0]
+        S = k.shape[0]
+        # 1. g = q·k exactly as hi + lo: products by TwoProduct, a pairwise TwoSum tree;
+        #    the tree's own errors summed in floats: |fl(Σe) - Σe| <= gamma_n Σ|e|
+        if self._narrow is None:  # <= 24-bit significands: every product is a double
+            self._narrow = (bool(np.all(self.q.astype(np.float32) == self.q))
+                            and bool(np.all(self.k.astype(np.float32) == self.k)))
+        if self._narrow:
+            terms = q[:, None, :] * k[None, :, :]
+        else:
+            terms = np.concatenate(two_prod(q[:, None, :], k[None, :, :]), axis=-1)
+        errs = []
+        x = terms
+        while x.shape[-1] > 1:
+            if x.shape[-1] % 2:
+                x = np.concatenate([x, np.zeros((*x.shape[:-1], 1))], axis=-1)
+            sm, e = two_sum(x[..., 0::2], x[..., 1::2])
+            errs.append(e)
+            x = sm
+        gh = x[..., 0] if x.shape[-1] else np.zeros((r, S))
+        if errs:
+            e_all = np.concatenate(errs, axis=-1)
+            n = e_all.shape[-1]
+            gl = np.sum(e_all, axis=-1)
+            g_err = gamma(n + 1) * np.sum(np.abs(e_all), axis=-1) * (1.0 + 2.0 * gamma(n + 1))
+            gh, gl = two_sum(gh, gl)
+        else:
+            gl = np.zeros_like(gh)
+            g_err = np.zeros_like(gh)
+        # 2. c·g: c = 2^e (hi + lo) within 2^e rho; dd_mul errs by 8.02u²|c g|
+        cs = dd_scale(self.scale, self.E)
+        sh, sl = dd_mul(gh, gl, np.full_like(gh, cs.hi), np.full_like(gh, cs.lo))
+        sh, sl = np.ldexp(sh, cs.e), np.ldexp(sl, cs.e)
+        c_abs = (abs(cs.hi) + abs(cs.lo)) * 2.0**cs.e
+        g_abs = np.abs(gh) + np.abs(gl) + g_err
+        err = (c_abs * g_err + cs.rho * 2.0**cs.e * g_abs + 8.02 * U * U * c_abs * g_abs
+               + 4 * ETA) * UP
+        # 3. the pipeline; err is per key, in score units
+        for op in self.ops:
+            if isinstance(op, Cap):
+                C = op.C
+                xh, xl = dd_div(sh, sl, np.full_like(sh, C), np.zeros_like(sh))
+                th, tl, rel = _tanh_dd(xh, xl)
+                nh, nl = dd_mul_d(th, tl, np.full_like(th, C))
+                t_abs = np.abs(th) + np.abs(tl)
+                # 1-Lipschitz: err passes; the division: C·2^-100|x|; tanh: C·rel|t| + C·ABS;
+                # the product by C: 4.02u²|s'|
+                err = (err + 2.0**-100 * (np.abs(sh) + np.abs(sl)) + C * (rel * t_abs + ABS_TANH_DD)
+                       + 4.02 * U * U * C * t_abs + 4 * ETA) * UP
+                sh, sl = nh, nl
+            else:
+                ph, pl = self._bias_dd(op, b, rows)
+                s1h, s1l = dd_add_d(sh, sl, ph)
+                err = err + U * (U * np.abs(s1h) + np.abs(sl))
+                sh, sl = dd_add_d(s1h, s1l, pl)
+                err = (err + U * (U * np.abs(sh) + np.abs(s1l))) * UP
+        if self.madd is not None:
+            m_rows = self.madd[b][rows]
+            s1h, s1l = dd_add_d(sh, sl, m_rows)
+            err = (err + U * (U * np.abs(s1h) + np.abs(sl))) * UP
+            sh, sl = s1h, s1l
+        allowed = np.array(self.allowed[b][rows], dtype=bool)
+        if self.uniform is not None:
+            uni = np.asarray(self.uniform[b][rows])
+            sh[uni], sl[uni], err[uni] = 0.0, 0.0, 0.0
+        vb = self.v[b]
+        if self.sinks is not None:
+            sig = float(self.sinks[b])
+            sh = np.concatenate([sh, np.full((r, 1), sig)], axis=1)
+            sl = np.concatenate([sl, np.zeros((r, 1))], axis=1)
+            err = np.concatenate([err, np.zeros((r, 1))], axis=1)
+            allowed = np.concatenate([allowed, np.ones((r, 1), bool)], axis=1)
+            vb = np.concatenate([vb, np.zeros((1, vb.shape[1]))], axis=0)
+        notallowed = None if allowed.all() else ~allowed
+        has_key: np.ndarray[Any, Any] = np.asarray(allowed.any(axis=-1))
+        err = np.where(allowed, err, 0.0)
+        sm = np.where(allowed, sh, -np.inf)
+        m = np.where(has_key, np.max(sm, axis=-1, initial=-np.inf), 0.0)
+        s_abs = np.max(np.where(allowed, np.abs(sh), 0.0), axis=-1, initial=0.0)
+        # the shift by m inside the weights' pass: u²(3|m| + 3000 + 2 max|s|) (as tier 2)
+        e_t = (np.max(err, axis=-1, initial=0.0)
+               + U * U * (3 * np.abs(m) + 3000.0 + 2 * s_abs)) * UP
+        if self._kvdd is None or self._kvdd[0] != b:
+            self._kvdd = (b, KVdd(np.zeros((vb.shape[0], 0)), np.ascontiguousarray(vb)))
+        kv = self._kvdd[1]
+        bad = ~np.isfinite(e_t) | ~np.all(np.isfinite(sh) | ~allowed, axis=-1)
+        res = tier2_from_scores(np.where(allowed, sh, 0.0), np.where(allowed, sl, 0.0), m,
+                                np.where(np.isfinite(e_t), e_t, np.inf), kv, notallowed,
+                                None, has_key, None, kind, bad)
+        hi, lo, e_out = res.hi, res.lo, res.err
+        if kind == "weights" and self.sinks is not None:
+            hi, lo, e_out = hi[:, :S], lo[:, :S], e_out[:, :S]
+        return hi, lo, e_out, res.ok
+
+    def _bias_dd(self, op: Bias, b: int, rows: np.ndarray[Any, Any]
+                 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """The bias of ``rows`` exactly as hi + lo (ALiBi: TwoProduct of the slope and
+        the integer distance; a table entry is a double)."""
+        geo = self.geo
+        d = np.arange(geo.S)[None, :] - (rows[:, None] + op.offset)
+        h = b % geo.heads
+        if op.kind == "alibi":
+            slope = float(op.data[b // geo.heads, h])
+            ph, pl = two_prod(np.full(d.shape, -slope), np.abs(d).astype(np.float64))
+            return ph, pl
+        w = (op.data.shape[-1] - 1) // 2
+        tab = op.data[h if op.data.shape[0] > 1 else 0]
+        return tab[np.clip(d, -w, w) + w].astype(np.float64), np.zeros(d.shape)
+
+    def _groups(self, b: int, i: int) -> dict[Any, list[int]]:
+        """Kept keys of row (b, i) by the exact rationals that fix their score; the
+        sink (index -1) is a group of its own."""
+        key = (b, i)
+        if key not in self._groups_cache and self.uniform is not None and self.uniform[b, i]:
+            self._groups_cache[key] = {("uniform",): list(range(self.k.shape[1]))}
+        if key not in self._groups_cache:
+            qrow = [Fraction(float(x)) for x in self.q[b][i]]
+            groups: dict[Any, list[int]] = {}
+            for j in np.flatnonzero(self.allowed[b, i]).tolist():
+                g = sum((a * Fraction(float(x)) for a, x in zip(qrow, self.k[b][j],
+                                                                strict=True)), Fraction(0))
+                ident = (g, tuple(self._biases(b, i, j)), self._m(b, i, j))
+                groups.setdefault(ident, []).append(j)
+            if self.sinks is not None:
+                groups[("sink",)] = [-1]
+            if len(self._groups_cache) > 4096:
+                self._groups_cache.clear()
+            self._groups_cache[key] = groups
+        return self._groups_cache[key]
+
+    def _value_sum(self, b: int, js: list[int], col: int) -> Fraction:
+        return sum((Fraction(float(self.v[b][j][col])) for j in js if j >= 0), Fraction(0))
+
+    def rational_row(self, b: int, i: int, kind: str) -> list[Fraction | None] | None:
+        """The exact row when every group has the same mean value (module docstring)."""
+        groups = self._groups(b, i)
+        if not groups:
+            return None
+        if kind == "weights":
+            if len(groups) != 1 or self.sinks is not None:
+                return None
+            (js,) = groups.values()
+            S = self.k.shape[1]
+            return [Fraction(1, len(js)) if j in js else Fraction(0) for j in range(S)]
+        out: list[Fraction | None] = []
+        for col in range(self.v.shape[-1]):
+            means = {self._value_sum(b, js, col) / len(js) for js in groups.values()}
+            out.append(next(iter(means)) if len(means) == 1 else None)
+        return out
+
+    def boundary_sign(self, b: int, i: int, col: int, kind: str,
+                      boundary: Fraction) -> int | None:
+        """sign(y - T) from y - T = Σ_g e^{a_g}(V_g - n_g T) / Σ_g n_g e^{a_g}: 0 when
+        every coefficient is 0, else decided in Arb (None if not within 2**16 bits)."""
+        from flint import arb, fmpq
+
+        groups = self._groups(b, i)
+        coef = []
+        for ident, js in groups.items():
+            val = Fraction(1 if col in js else 0) if kind == "weights" else self._value_sum(b, js, col)
+            coef.append((ident, val - len(js) * boundary))
+        if all(cg == 0 for _, cg in coef):
+            return 0
+        prec = 256
+        while prec <= 1 << 16:
+            with Prec(prec):
+                c = self._scale_arb()
+                terms = []
+                for ident, cg in coef:
+                    if ident[0] == "sink":
+                        a_g = arb(float(self.sinks[b]))
+                    elif ident[0] == "uniform":
+                        a_g = arb(0)
+                    else:
+                        g, biases, m = ident
+                        a_g = self._pipeline(c * arb(fmpq(g.numerator, g.denominator)),
+                                             list(biases), m)
+                    terms.append((a_g, cg))
+                top = max(terms, key=lambda t: float(t[0].mid()))[0].mid()
+                total = arb(0)
+                for a_g, cg in terms:
+                    if cg != 0:
+                        total += (a_g - top).exp() * arb(fmpq(cg.numerator, cg.denominator))
+                if total > 0:
+                    return 1
+                if total < 0:
+                    return -1
+            prec *= 4
+        return None
+
+
+class _Tier1Stack:
+    """Tier 1 of a stack of C problems (arrays indexed [c, i, ...])."""
+
+    def __init__(self, y: np.ndarray[Any, Any], err_y: np.ndarray[Any, Any],
+                 ok: np.ndarray[Any, Any], p: np.ndarray[Any, Any] | None,
+                 err_p: np.ndarray[Any, Any] | None) -> None:
+        self.y, self.err_y, self.ok, self.p, self.err_p = y, err_y, ok, p, err_p
+
+
+def _score_attention(v: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any],
+                     s: np.ndarray[Any, Any], want_weights: bool) -> _Tier1Stack:
+    """Plain attention of C stacked problems whose scores are the exact doubles ``s``
+    (C, L, S) on the ``allowed`` keys, values v (C, S, Ev): :func:`.fast.tier1_block`
+    per problem with zero-width queries and keys, the scale 0 and ``s`` as the
+    additive mask (so every score is s exactly)."""
+    C, L, S = s.shape
+    Ev = v.shape[2]
+    y = np.zeros((C, L, Ev))
+    err = np.zeros((C, L, Ev))
+    ok = np.zeros((C, L), dtype=bool)
+    p = np.zeros((C, L, S)) if want_weights else None
+    err_p = np.zeros((C, L, S)) if want_weights else None
+    if not (L and S):
+        return _Tier1Stack(y, err, ok, p, err_p)
+    q0, k0 = np.zeros((L, 0)), np.zeros((S, 0))
+    for c in range(C):
+        kv = KV(k0, np.ascontiguousarray(v[c]))
+        al = np.asarray(allowed[c], dtype=bool)
+        blk = Block(None if al.all() else al, s[c], None, None)
+        res = tier1_block(q0, None, kv, blk, 0.0, 0.0, want_weights=want_weights)
+        y[c], err[c], ok[c] = res.y, res.err, res.ok
+        if want_weights:
+            assert p is not None and err_p is not None
+            p[c], err_p[c] = res.p, res.err_p
+    return _Tier1Stack(y, err, ok, p, err_p)
+
+
+def transformed_attention(
+    q64: np.ndarray[Any, Any], k64: np.ndarray[Any, Any], v64: np.ndarray[Any, Any], *,
+    lead: tuple[int, ...], group: int, geo: Geometry, allowed: np.ndarray[Any, Any],
+    madd: np.ndarray[Any, Any] | None, ops: tuple[Cap | Bias, ...],
+    sinks: np.ndarray[Any, Any] | None, scale: Any, masked_rows: str, return_weights: bool,
+) -> Enclosure:
+    """The enclosure of attention with a score pipeline (module docstring)."""
+    from ..errors import InputValueError
+
+    if group > 1:
+        k64 = np.repeat(k64, group, axis=-3)
+        v64 = np.repeat(v64, group, axis=-3)
+    L, E = q64.shape[-2:]
+    S, Ev = v64.shape[-2:]
+    B = geo.B
+    qf = np.broadcast_to(q64, (*lead, L, E)).reshape(B, L, E)
+    kf = np.broadcast_to(k64, (*lead, S, E)).reshape(B, S, E)
+    vf = np.broadcast_to(v64, (*lead, S, Ev)).reshape(B, S, Ev)
+    scale_exact, c_f, rho_c = exact_scale(scale, E)
+    has_key = allowed.any(axis=-1) if S else np.zeros((B, L), dtype=bool)
+    empty: np.ndarray[Any, Any] = (np.asarray(~has_key) if sinks is None
+                                   else np.zeros((B, L), dtype=bool))
+    if masked_rows == "error" and empty.any():
+        b, i = np.argwhere(empty)[0].tolist()
+        where = (*tuple(int(x) for x in np.unravel_index(b, lead)), i) if lead else (i,)
+        raise InputValueError(f"query row {where} has every key masked out and "
+                              "masked_rows='error'")
+    uniform = None
+    if masked_rows == "uniform" and S and empty.any():
+        # JAX's policy: a row with no key gets uniform weights over all keys (its
+        # scores are taken as 0, so its output is the mean of the values)
+        uniform = empty
+        allowed = np.array(allowed, copy=True)
+        allowed[uniform] = True
+        empty = np.zeros_like(empty)
+    zero_rows = empty if masked_rows in ("zero", "uniform") else np.zeros_like(empty)
+    nan_rows = empty if masked_rows == "nan" else np.zeros_like(empty)
+
+    y = np.zeros((B, L, Ev))
+    err_y = np.zeros((B, L, Ev))
+    ok = np.zeros((B, L), dtype=bool)
+    p = np.zeros((B, L, S)) if return_weights else None
+    err_p = np.zeros((B, L, S)) if return_weights else None
+    n_sink = 0 if sinks is None else 1
+    if B and L and (S or n_sink):
+        step = max(1, CHUNK_ELEMS // max(1, L * (S + n_sink)))
+        for start in range(0, B, step):
+            stop = min(B, start + step)
+            sl = slice(start, stop)
+            al = np.ascontiguousarray(allowed[sl])
+            s, delta = _float_scores(qf[sl], kf[sl], al,
+                                     None if madd is None else madd[sl], ops, geo,
+                                     range(start, stop), c_f, rho_c)
+            s = np.where(al, s, 0.0)
+            if uniform is not None:
+                s[uniform[sl]] = 0.0
+                delta = np.where(uniform[sl], 0.0, delta)
+            vv = vf[sl]
+            if sinks is not None:
+                s = np.concatenate([s, np.broadcast_to(sinks[sl, None, None],
+                                                       (stop - start, L, 1))], axis=-1)
+                al = np.concatenate([al, np.ones((stop - start, L, 1), bool)], axis=-1)
+                vv = np.concatenate([vv, np.zeros((stop - start, 1, Ev))], axis=1)
+            # the |v| columns ride along: their enclosed output is Σ_j p̃_j |v_j|
+            fr = _score_attention(np.concatenate([vv, np.abs(vv)], axis=-1), al,
+                                  np.ascontiguousarray(s), return_weights)
+            with np.errstate(over="ignore", invalid="ignore"):
+                # (e^δ - 1)e^δ <= δ(1 + δ)(1 + 2δ); e^{2δ} - 1 <= 2δ(1 + 2δ)
+                factor = (delta * (1.0 + delta) * (1.0 + 2.0 * delta) * UP)[..., None]
+                factor_p = (2.0 * delta * (1.0 + 2.0 * delta) * UP)[..., None]
+                # Σ_j p̃_j |v_j| is the exact output of the |v| columns, so it is at most
+                # their enclosure's upper end
+                a_up = (fr.y[..., Ev:] + fr.err_y[..., Ev:]) * UP
+                yy, ey = fr.y[..., :Ev], fr.err_y[..., :Ev]
+                y[sl] = yy
+                err_y[sl] = (ey + factor * (a_up + np.abs(yy) + ey)) * UP
+                ok[sl] = fr.ok & (delta <= 2.0**-10) & np.all(np.isfinite(err_y[sl]), axis=-1)
+                if return_weights:
+                    assert p is not None and err_p is not None
+                    assert fr.p is not None and fr.err_p is not None
+                    pw, ew = fr.p[..., :S], fr.err_p[..., :S]
+                    p[sl] = pw
+                    err_p[sl] = (ew + factor_p * (np.abs(pw) + ew)) * UP
+    ok &= ~empty
+    problem = TransformedProblem(qf, kf, vf, allowed, madd, ops, sinks, scale_exact, E, geo,
+                                 uniform)
+    out = Enclosure(problem, "output", (*lead, L, Ev), y, err_y, ok, zero_rows, nan_rows)
+    if return_weights:
+        assert p is not None and err_p is not None
+        out.weights = Enclosure(problem, "weights", (*lead, L, S), p, err_p, ok, zero_rows,
+                                nan_rows)
+    return out

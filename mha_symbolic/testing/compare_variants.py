@@ -1,0 +1,366 @@
+"""Judge an attention output with variants (window, softcap, ALiBi, sinks, mask_mod,
+score_mod, FP8 descale) or a packed varlen output against the exact answer.
+
+:func:`mha_symbolic.testing.compare.compare_attention` hands a call with variant
+options to :func:`compare_variant_attention`; :func:`compare_attention_varlen` and
+:func:`assert_attention_varlen_close` take FlashAttention's varlen layout.  The
+verdict machinery (enclosure distance, tolerance rules, report) is that of
+:mod:`.compare`; the tolerance model is :mod:`.tolerance_variants`, the bug
+catalogue :mod:`.bugs_variants`.
+
+Accumulation: fp16/bf16/fp8 kernels are modelled as accumulating in fp32 (as
+FlashAttention, cuDNN, torch SDPA and FlexAttention do) unless
+``accumulation_dtype`` says otherwise (``"same"``: in the output dtype); the report
+states the accumulation.  FP8 kernels: with fp8 inputs (or ``weights_dtype=`` an fp8
+format) the model assumes FlashAttention-3's forward: the unnormalised weights
+converted to the input's fp8 format before P·V.  The report says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ..errors import AttentionMismatchError, PrecisionError, SpecError
+from ..oracle.inputs import as_exact_array
+from ..oracle.variants import (
+    Geometry,
+    VariantOptions,
+    block_mask_allowed,
+    eval_mask_mod,
+    variant_options,
+)
+from .bugs_variants import VariantInputs, diagnose_variant, plain_variant
+from .tolerance import DEFAULT_SAFETY, FloatFormat
+from .tolerance_variants import FP8_FORMATS, variant_format_of
+
+__all__ = ["assert_attention_varlen_close", "compare_attention_varlen",
+           "compare_variant_attention"]
+
+_FP32 = variant_format_of("float32")
+
+
+def _named_format(value: Any, arg: str) -> FloatFormat:
+    """The format a dtype-like argument names (a string, numpy or torch dtype)."""
+    text = value if isinstance(value, str) else str(value)
+    if not isinstance(value, str) and not text.startswith("torch."):
+        with contextlib.suppress(TypeError):
+            text = np.dtype(value).name
+    try:
+        return variant_format_of(text)
+    except SpecError:
+        raise SpecError(f"{arg}={value!r} is not a float format") from None
+
+
+def _formats(actual: np.ndarray, in_dtype: str, accumulation_dtype: Any,
+             weights_dtype: Any) -> tuple[FloatFormat, FloatFormat, FloatFormat | None]:
+    """(output, accumulation, weights-before-P·V) formats; FP8 inputs mean an FP8
+    kernel (FlashAttention-3): fp32 accumulation and the weights in the input's format."""
+    fmt = _named_format(actual.dtype, "actual.dtype")
+    fp8_in = in_dtype in FP8_FORMATS
+    if accumulation_dtype == "same":
+        acc = fmt
+    elif accumulation_dtype is not None:
+        acc = _named_format(accumulation_dtype, "accumulation_dtype")
+    else:
+        # production kernels (FlashAttention 2/3, cuDNN, torch SDPA, FlexAttention)
+        # accumulate 16- and 8-bit formats in fp32 (issue 10's default); "same" says
+        # the kernel truly accumulates in its output dtype
+        acc = _FP32 if (fp8_in or fmt.precision < _FP32.precision) else fmt
+    p_fmt = None
+    if weights_dtype is not None:
+        p_fmt = _named_format(weights_dtype, "weights_dtype")
+    elif fp8_in:
+        p_fmt = FP8_FORMATS[in_dtype]
+    return fmt, acc, p_fmt
+
+
+def _f64(x: Any, name: str) -> np.ndarray:
+    return np.asarray(as_exact_array(x, name), dtype=np.float64)
+
+
+def _lead(q: np.ndarray, k: np.ndarray, v: np.ndarray, enable_gqa: bool) -> tuple[int, ...]:
+    hq = q.shape[-3] if q.ndim >= 3 else 1
+    if enable_gqa and k.ndim >= 3:
+        return tuple(np.broadcast_shapes(q.shape[:-2], (*k.shape[:-3], hq),
+                                         (*v.shape[:-3], hq)))
+    return tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+
+
+def _variant_inputs(query: Any, key: Any, value: Any, opts: VariantOptions, *,
+                    attn_mask: Any, is_causal: bool, scale: Any, enable_gqa: bool,
+                    causal_alignment: str, masked_rows: str) -> VariantInputs:
+    qa = as_exact_array(query, "query")
+    q, k, v = _f64(query, "query"), _f64(key, "key"), _f64(value, "value")
+    lead = _lead(q, k, v, enable_gqa)
+    L, S = q.shape[-2], k.shape[-2]
+    geo = Geometry(lead, lead[-1] if lead else 1, L, S,
+                   0 if causal_alignment == "top_left" else S - L)
+    keep = None
+    if opts.mask_mod is not None:
+        keep = eval_mask_mod(opts.mask_mod, geo).reshape(*lead, L, S)
+    if opts.block_mask is not None:
+        bk = block_mask_allowed(opts.block_mask, geo).reshape(*lead, L, S)
+        keep = bk if keep is None else keep & bk
+    mask = None
+    if attn_mask is not None:
+        m = as_exact_array(attn_mask, "attn_mask")
+        mask = m if m.dtype == np.bool_ else np.asarray(m, dtype=np.float64)
+    return VariantInputs(q, k, v, opts, attn_mask=mask, is_causal=is_causal,
+                         scale=None if scale is None else float(scale), enable_gqa=enable_gqa,
+                         causal_alignment=causal_alignment, masked_rows=masked_rows,
+                         mod_keep=keep, in_format=qa.dtype.name)
+
+
+def _finite_model(model: np.ndarray) -> np.ndarray:
+    """A tolerance must be finite (a vacuous one would pass any output)."""
+    if not np.all(np.isfinite(model) | np.isnan(model)):
+        raise PrecisionError(
+            "the rounding-error model is not finite for these inputs (too many keys for "
+            "the accumulation precision, or scores too large): no verdict is given; state "
+            "a wider accumulation_dtype or use rule='ulp' or rule='allclose'")
+    return model
+
+
+def compare_variant_attention(
+    actual: Any, query: Any, key: Any, value: Any, opts: VariantOptions, *,
+    attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
+    enable_gqa: bool = False, causal_alignment: str = "top_left", masked_rows: str = "zero",
+    rule: str = "model", accumulation_dtype: Any = None, weights_dtype: Any = None,
+    safety: float | None = None, rtol: float | None = None, atol: float | None = None,
+    ulps: float | None = None, factor: float | None = None, diagnose_bugs: bool = True,
+) -> Any:
+    """compare_attention for a call with variants (options validated in ``opts``)."""
+    from . import compare as c
+
+    c._rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
+    a = c._as_actual(actual)
+    x = _variant_inputs(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
+                        scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+                        masked_rows=masked_rows)
+    fmt, acc, p_fmt = _formats(a, x.in_format, accumulation_dtype, weights_dtype)
+    from ..oracle.variant_forward import variant_attention
+
+    ref = variant_attention(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
+                            scale=scale, enable_gqa=enable_gqa,
+                            causal_alignment=causal_alignment, masked_rows=masked_rows,
+                            return_weights=False)
+    c._check_shape(a, tuple(ref.shape), "attention output")
+    vp = plain_variant(x)
+    model = _finite_model(np.broadcast_to(vp.bound(fmt, acc, p_fmt), a.shape))
+    plain = None
+    if rule == "flash":  # FlashAttention's out_pt: a plain kernel storing in a's dtype
+        dt = a.dtype
+
+        def store(t: np.ndarray) -> np.ndarray:
+            return np.asarray(t).astype(dt).astype(np.float64)
+
+        plain = np.broadcast_to(plain_variant(x, store=store).out, a.shape)
+    return _verdict(a, ref, model, x=x, fmt=fmt, acc=acc, p_fmt=p_fmt, rule=rule,
+                    safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor,
+                    diagnose_bugs=diagnose_bugs, names=c._index_names(a.ndim),
+                    title="attention output", plain=plain)
+
+
+def _verdict(a: np.ndarray, ref: Any, model: np.ndarray, *, x: Any, fmt: FloatFormat,
+             acc: FloatFormat, p_fmt: FloatFormat | None, rule: str, safety: float | None,
+             rtol: float | None, atol: float | None, ulps: float | None,
+             factor: float | None, diagnose_bugs: bool, names: tuple[str, ...], title: str,
+             diagnose: Any = None, plain: np.ndarray | None = None) -> Any:
+    from . import compare as c
+
+    lower, upper = np.asarray(ref.lower, np.float64), np.asarray(ref.upper, np.float64)
+    lower, upper = c._refined(ref, lower, upper, model, rule, fmt, safety, rtol, atol, ulps)
+    mid = 0.5 * (lower + upper)
+    tol = c._tolerance(rule, model=model, mid=mid, fmt=fmt, rtol=rtol, atol=atol, ulps=ulps,
+                       factor=factor, safety=safety, plain=plain)
+    if rule == "flash":
+        # never stricter than the model: the simulated kernel may happen to be more
+        # accurate than the kernel under test (issue 10's floor for the flash rule)
+        tol = np.maximum(tol, model)
+    text = c._rule_text(rule, safety, rtol, atol, ulps, factor)
+    if rule == "model" and p_fmt is not None:
+        text += f"; weights converted to {p_fmt.name} before P·V (FP8 kernel model)"
+    comp, _ = c._judge(a, lower, upper, tol, fmt=fmt, acc=acc, rule=text, index_names=names,
+                       title=title)
+    if comp.passed or not diagnose_bugs:
+        return comp
+    saf = DEFAULT_SAFETY if safety is None or rule != "model" else safety
+    if not c._within(a, lower, upper, saf * model):
+        if diagnose is None:
+            found = diagnose_variant(np.asarray(a, dtype=np.float64), x, fmt=fmt, acc=acc,
+                                     p_format=p_fmt, safety=saf)
+        else:
+            found = diagnose(saf)
+        comp = c._with_diagnoses(comp, found)
+    return comp
+
+
+# --------------------------------------------------------------------------------------
+# varlen
+
+
+def _packed_bugs(x_parts: list[VariantInputs], cq: list[int], ck: list[int],
+                 qp: np.ndarray, kp: np.ndarray, vp_: np.ndarray, base: VariantInputs,
+                 actual: np.ndarray, fmt: FloatFormat, acc: FloatFormat,
+                 p_fmt: FloatFormat | None, safety: float) -> tuple[Any, ...]:
+    """Diagnosis of a packed output: the per-sequence variant bugs (applied to every
+    sequence) and the two varlen bugs (attention across the boundaries)."""
+    from .bugs import Candidate, _fits
+    from .bugs_variants import VARIANT_BUG_CLASSES
+
+    found: list[Any] = []
+
+    def packed(outs: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate([np.swapaxes(o[0], 0, 1) for o in outs], axis=0)
+
+    def check(name: str, desc: str, outs: list[Any]) -> None:
+        out = packed([o.out for o in outs])
+        bound = packed([o.bound(fmt, acc, p_fmt) for o in outs])
+        ok, ratio = _fits(actual, out, safety * bound)
+        if ok:
+            found.append(Candidate(name, desc, ratio))
+
+    for bug in VARIANT_BUG_CLASSES:
+        if not any(bug.applies(xp) for xp in x_parts):
+            continue
+        try:
+            outs = [plain_variant(xp, **bug.switches(xp)) if bug.applies(xp)
+                    else plain_variant(xp) for xp in x_parts]
+        except (ValueError, IndexError):
+            continue
+        check(bug.name, bug.description, outs)
+    nb = len(cq) - 1
+    if nb > 1:
+        # one sequence: the packed tokens attend to each other (cu_seqlens ignored)
+        whole = replace(base, q=np.swapaxes(qp, 0, 1)[None], k=np.swapaxes(kp, 0, 1)[None],
+                        v=np.swapaxes(vp_, 0, 1)[None],
+                        opts=replace(base.opts, alibi_slopes=None if base.opts.alibi_slopes
+                                     is None else base.opts.alibi_slopes[0],
+                                     q_descale=None, k_descale=None, v_descale=None))
+        try:
+            o = plain_variant(whole)
+            ok, ratio = _fits(actual, np.swapaxes(o.out[0], 0, 1),
+                              safety * np.swapaxes(o.bound(fmt, acc, p_fmt)[0], 0, 1))
+            if ok:
+                found.append(Candidate("varlen_no_boundaries", "packed sequences attend to "
+                                       "each other (cu_seqlens not applied)", ratio))
+        except (ValueError, IndexError):
+            pass
+        # each sequence also sees the first key of the next one (an end offset + 1)
+        outs = []
+        for b, xp in enumerate(x_parts):
+            if b + 1 < nb and ck[b + 1] < kp.shape[0]:
+                kk = np.swapaxes(kp[ck[b]:ck[b + 1] + 1], 0, 1)[None]
+                vv = np.swapaxes(vp_[ck[b]:ck[b + 1] + 1], 0, 1)[None]
+                xp = replace(xp, k=kk, v=vv, mod_keep=None)
+            outs.append(plain_variant(xp))
+        with contextlib.suppress(ValueError):
+            check("varlen_boundary_off_by_one", "each sequence also attends to the first key "
+                  "of the next sequence (cu_seqlens_k end off by one)", outs)
+    return tuple(sorted(found, key=lambda cand: cand.ratio))
+
+
+def compare_attention_varlen(
+    actual: Any, query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
+    max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, *,
+    is_causal: bool = False, scale: float | None = None, causal_alignment: str = "top_left",
+    masked_rows: str = "zero", window: Any = None, softcap: Any = None,
+    alibi_slopes: Any = None, sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
+    q_descale: Any = None, k_descale: Any = None, v_descale: Any = None, rule: str = "model",
+    accumulation_dtype: Any = None, weights_dtype: Any = None, safety: float | None = None,
+    rtol: float | None = None, atol: float | None = None, ulps: float | None = None,
+    diagnose_bugs: bool = True,
+) -> Any:
+    """Compare a packed varlen output (total_q, H, E_v) with the exact
+    :func:`mha_symbolic.reference_attention_varlen` of the same arguments.
+
+    >>> import numpy as np
+    >>> x = np.arange(12.0, dtype=np.float32).reshape(3, 1, 4) / 8
+    >>> wrong = np.repeat(x[:1], 3, axis=0)       # every token returns the first value
+    >>> compare_attention_varlen(wrong, x, x, x, [0, 1, 3], [0, 1, 3], scale=0.0).passed
+    False
+    """
+    from ..oracle.variant_forward import reference_attention_varlen
+    from . import compare as c
+
+    c._rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=None, safety=safety)
+    if rule == "flash":
+        raise SpecError("rule='flash' is not available for varlen attention")
+    a = c._as_actual(actual)
+    ref = reference_attention_varlen(
+        query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        is_causal=is_causal, scale=scale, causal_alignment=causal_alignment,
+        masked_rows=masked_rows, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+        sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
+        k_descale=k_descale, v_descale=v_descale)
+    c._check_shape(a, tuple(ref.shape), "varlen attention output")
+    qa = as_exact_array(query, "query")
+    qp, kp, vp_ = _f64(query, "query"), _f64(key, "key"), _f64(value, "value")
+    cq = [int(t) for t in np.asarray(cu_seqlens_q).tolist()]
+    ck = [int(t) for t in np.asarray(cu_seqlens_k).tolist()]
+    nb = len(cq) - 1
+    H, hk = qp.shape[1], kp.shape[1]
+    fmt, acc, p_fmt = _formats(a, qa.dtype.name, accumulation_dtype, weights_dtype)
+    opts = variant_options(window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+                           sinks=sinks, score_mod=score_mod, q_descale=q_descale,
+                           k_descale=k_descale, v_descale=v_descale) or VariantOptions()
+
+    def row(arr: np.ndarray | None, width: int, b: int) -> np.ndarray | None:
+        return None if arr is None else np.broadcast_to(arr, (nb, width))[b]
+
+    parts: list[VariantInputs] = []
+    for b in range(nb):
+        qb = np.swapaxes(qp[cq[b]:cq[b + 1]], 0, 1)[None]
+        kb = np.swapaxes(kp[ck[b]:ck[b + 1]], 0, 1)[None]
+        vb = np.swapaxes(vp_[ck[b]:ck[b + 1]], 0, 1)[None]
+        ob = replace(opts, alibi_slopes=row(opts.alibi_slopes, H, b),
+                     q_descale=row(opts.q_descale, hk, b), k_descale=row(opts.k_descale, hk, b),
+                     v_descale=row(opts.v_descale, hk, b))
+        keep = None
+        if mask_mod is not None:
+            L_b, S_b = qb.shape[-2], kb.shape[-2]
+            geo = Geometry((1, H), H, L_b, S_b, 0)
+            keep = eval_mask_mod(lambda bb, h, qi, ki, _b=b: mask_mod(bb + _b, h, qi, ki),
+                                 geo).reshape(1, H, L_b, S_b)
+        parts.append(VariantInputs(qb, kb, vb, ob, is_causal=is_causal,
+                                   scale=None if scale is None else float(scale),
+                                   enable_gqa=hk != H, causal_alignment=causal_alignment,
+                                   masked_rows=masked_rows, mod_keep=keep,
+                                   in_format=qa.dtype.name))
+    plains = [plain_variant(xp) for xp in parts]
+    if plains:
+        model = np.concatenate([np.swapaxes(p.bound(fmt, acc, p_fmt)[0], 0, 1)
+                                for p in plains], axis=0)
+    else:
+        model = np.zeros(a.shape)
+    model = _finite_model(model)
+
+    def diagnose(saf: float) -> tuple[Any, ...]:
+        base = replace(parts[0], mod_keep=None) if parts else None
+        if base is None:
+            return ()
+        return _packed_bugs(parts, cq, ck, qp, kp, vp_, base, np.asarray(a, np.float64),
+                            fmt, acc, p_fmt, saf)
+
+    return _verdict(a, ref, model, x=None, fmt=fmt, acc=acc, p_fmt=p_fmt, rule=rule,
+                    safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=None,
+                    diagnose_bugs=diagnose_bugs, names=("token", "head", "feature"),
+                    title="varlen attention output", diagnose=diagnose)
+
+
+def assert_attention_varlen_close(actual: Any, query: Any, key: Any, value: Any,
+                                  cu_seqlens_q: Any, cu_seqlens_k: Any, *args: Any,
+                                  **options: Any) -> None:
+    """:func:`compare_attention_varlen`, raising
+    :class:`~mha_symbolic.errors.AttentionMismatchError` with the report."""
+    __tracebackhide__ = True
+    comp = compare_attention_varlen(actual, query, key, value, cu_seqlens_q, cu_seqlens_k,
+                                    *args, **options)
+    if not comp.passed:
+        exc = AttentionMismatchError(comp.report())
+        exc.comparison = comp  # type: ignore[attr-defined]
+        raise exc from None
