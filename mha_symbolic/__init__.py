@@ -58,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "PrecisionError": "errors",
     "ProofError": "errors",
     "AttentionMismatchError": "errors",
+    "ToleranceError": "errors",
     "OptionalDependencyError": "errors",
 }
 
@@ -78,6 +79,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ProofError,
         ShapeError,
         SpecError,
+        ToleranceError,
     )
     from .exact.certified import CertifiedValue, certify
     from .exact.engine import ExactAttention, exact_attention

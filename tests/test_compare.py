@@ -17,13 +17,14 @@ import numpy as np
 import pytest
 
 from mha_symbolic import AttentionMismatchError, assert_attention_close, compare_attention
-from mha_symbolic.errors import ShapeError, SpecError
+from mha_symbolic.errors import ShapeError, SpecError, ToleranceError
 from mha_symbolic.testing.compare import assert_mha_close, compare_mha
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bugs_catalog as bc
 
 DTYPE_NAMES = ["float64", "float32", "float16", "bfloat16"]
+LOW = ("float16", "bfloat16")
 
 
 def _qkv(seed: int = 0, dtype: object = np.float32, shape_q: tuple[int, ...] = (1, 2, 5, 8),
@@ -47,7 +48,15 @@ def test_correct_numpy_implementations_pass_random_and_hard_cases(dtype: str) ->
         case = bc.random_case(rng, dtype, kind=kind, max_len=8, max_e=8)
         for variant in bc.CORRECT_SDPA:
             out = bc.numpy_attention(case, variant=variant)
-            result = compare_attention(out, case.q, case.k, case.v, **case.kwargs())
+            options = bc.KERNEL_OPTIONS[variant]
+            try:
+                result = compare_attention(out, case.q, case.k, case.v, **case.kwargs(),
+                                           **options)
+            except ToleranceError:
+                # a kernel accumulating 16-bit sums may be wrong by the whole answer on
+                # long rows or large scores: the tool refuses a verdict, never fails it
+                assert options.get("accumulation_dtype") == "same" and dtype in LOW, variant
+                continue
             assert result.passed, (variant, case.kind, result.report())
 
 
@@ -162,7 +171,7 @@ def test_report_shows_metadata_counts_worst_element_and_diagnosis() -> None:
     text = result.report()
     lines = text.splitlines()
     assert lines[0] == "attention output is not close to the exact answer."
-    assert lines[1] == "  shape: (1, 2, 5, 8), dtype: float32, accumulation: float32"
+    assert lines[1] == "  shape: (1, 2, 5, 8), dtype: float32, accumulation: float32 (default)"
     assert "Mismatched elements: 1 / 80 (1.2%)" in text
     assert "index (batch=0, head=1, query=3, feature=2)" in text
     assert result.worst is not None and result.worst.index == (0, 1, 3, 2)
@@ -299,14 +308,14 @@ def test_empty_lengths_are_judged_not_crashed(shape_q: tuple[int, ...],
 def test_float64_error_just_above_the_tolerance_is_caught() -> None:
     # the oracle's fast enclosure is far wider than a float64 tolerance; the verdict
     # must still see an error of a few tolerances (the enclosure gets refined)
-    from mha_symbolic.testing.bugs import AttentionInputs, plain_attention
-    from mha_symbolic.testing.tolerance import format_of
+    from mha_symbolic.testing.plain import AttentionInputs, Plain
+    from mha_symbolic.testing.tolerance import error_model
 
     q, k, v = _qkv(15, np.float64)
     good = bc.numpy_attention(bc.Case("float64", q, k, v))
     assert compare_attention(good, q, k, v).passed
-    f64 = format_of("float64")
-    bound = plain_attention(AttentionInputs(q, k, v)).bound(f64, f64)
+    plain = Plain(AttentionInputs(q, k, v))
+    bound, _ = plain.bound(error_model("float64").with_events(*plain.events()))
     bad = good.copy()
     bad[0, 1, 2, 3] += 3 * bound[0, 1, 2, 3]
     verdict = compare_attention(bad, q, k, v)

@@ -1,6 +1,8 @@
 """Testing tools for kernel authors: the rounding-error model (:mod:`.tolerance`),
-the catalogue of known bugs (:mod:`.bugs`), verdicts and reports (:mod:`.compare`)
-and the pytest plugin (:mod:`.pytest_plugin`).
+the chunked float64 evaluation it shares with the bug variants (:mod:`.plain`), the
+catalogue of known bugs (:mod:`.bugs`), verdicts and reports (:mod:`.compare`), the
+pytest plugin (:mod:`.pytest_plugin`) and hypothesis strategies of adversarial
+inputs (:mod:`.strategies`, needs hypothesis).
 
 Built on the oracle; importing this package loads nothing heavy (the pytest plugin
 is registered from here).
@@ -18,6 +20,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "compare_mha": "compare",
     "assert_mha_close": "compare",
     "AttentionComparison": "compare",
+    "attention_inputs": "strategies",
+    "AttentionCase": "strategies",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,3 +32,4 @@ if TYPE_CHECKING:  # pragma: no cover
         compare_attention,
         compare_mha,
     )
+    from .strategies import AttentionCase, attention_inputs
