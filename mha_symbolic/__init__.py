@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "assert_attention_close": "testing.compare",
     "compare_mha": "testing.compare",
     "assert_mha_close": "testing.compare",
+    "attention_inputs": "testing.strategies",
     # errors
     "MhaSymbolicError": "errors",
     "SpecError": "errors",
@@ -90,6 +91,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .exact.spec import AttentionSpec
     from .oracle import Enclosure, reference_attention, reference_mha
     from .testing.compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
+    from .testing.strategies import attention_inputs
     from .textbook.check import check_examples
     from .textbook.derivation import derive
     from .textbook.examples import WorkedExample, load_examples

@@ -322,3 +322,255 @@ def test_float64_error_just_above_the_tolerance_is_caught() -> None:
     assert verdict.n_mismatched == 1 and verdict.worst is not None
     assert verdict.worst.index == (0, 1, 2, 3)
     assert 2.5 < verdict.worst.ratio < 3.5
+
+
+# ---------------------------------------------------------------------------------
+# No verdict on an internal inf/NaN, never a pass on a vacuous tolerance
+
+
+def _softmax_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                       scale: float) -> np.ndarray:
+    """Independent float64 attention (broadcasting by numpy's matmul)."""
+    s = scale * (q @ np.swapaxes(k, -1, -2))
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True)) @ v
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the oracle's float64 overflow
+@pytest.mark.parametrize("options", [{}, {"rule": "allclose", "rtol": 0, "atol": 0},
+                                     {"rule": "ulp", "ulps": 1e6}, {"rule": "flash"}])
+def test_overflowing_scores_never_pass_garbage(options: dict[str, object]) -> None:
+    # fp64 scores near 1e400 (beyond float64): the exact answer is one-hot on the largest
+    # score (the values of that key), so zeros are wrong; the tool must fail them or
+    # refuse a verdict (ToleranceError), never pass them
+    rng = np.random.default_rng(30)
+    q = 1e200 * rng.standard_normal((1, 1, 3, 4))
+    k = 1e200 * rng.standard_normal((1, 1, 5, 4))
+    v = 1.0 + rng.random((1, 1, 5, 2))                 # every value >= 1: zero is wrong
+    try:
+        r = compare_attention(np.zeros((1, 1, 3, 2)), q, k, v, **options)  # type: ignore[arg-type]
+    except ToleranceError as exc:
+        assert "no verdict" in str(exc)
+    else:
+        assert not r.passed
+
+
+def test_an_infinite_enclosure_raises_tolerance_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mha_symbolic.oracle as oracle
+
+    real = oracle.reference_attention
+
+    class Broken:
+        def __init__(self, ref: object) -> None:
+            self.shape = ref.shape  # type: ignore[attr-defined]
+            self.lower = np.full(self.shape, -np.inf)
+            self.upper = np.full(self.shape, np.inf)
+
+    monkeypatch.setattr(oracle, "reference_attention",
+                        lambda *a, **kw: Broken(real(*a, **kw)))
+    q, k, v = _qkv(31)
+    with pytest.raises(ToleranceError, match=r"enclosure of the exact value is \[-inf, inf\]"):
+        compare_attention(np.zeros((1, 2, 5, 8), np.float32), q, k, v, rule="allclose",
+                          rtol=0, atol=0)
+
+
+def test_a_nan_tolerance_raises_tolerance_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mha_symbolic.testing.plain import Plain
+
+    real = Plain.bound
+    monkeypatch.setattr(Plain, "bound", lambda self, m: (np.full(self.shape, np.nan),
+                                                         real(self, m)[1]))
+    q, k, v = _qkv(32)
+    good = bc.numpy_attention(bc.Case("float32", q, k, v))
+    with pytest.raises(ToleranceError, match="the tolerance is nan"):
+        compare_attention(good, q, k, v)
+
+
+def test_a_vacuous_model_refuses_to_pass_even_garbage() -> None:
+    # bf16 accumulated in bf16 over 2048 keys, worst case: (1 − 2^-8)^-4096 − 1 ≈ e^16,
+    # every weight may be off by any factor: whatever the output, no pass
+    rng = np.random.default_rng(33)
+    bf = ml_dtypes.bfloat16
+    q = rng.standard_normal((1, 1, 2, 8)).astype(bf)
+    k = rng.standard_normal((1, 1, 2048, 8)).astype(bf)
+    v = rng.standard_normal((1, 1, 2048, 4)).astype(bf)
+    opts = dict(accumulation_dtype="same", error_model="worst_case")
+    good = bc.numpy_attention(bc.Case("bfloat16", q, k, v), variant="numpy_fused")
+    for out in (good, np.zeros_like(good), (good.astype(np.float32) + 1).astype(bf)):
+        with pytest.raises(ToleranceError, match="is vacuous"):
+            compare_attention(out, q, k, v, **opts)
+    # a non-finite output is still a decided failure
+    bad = good.copy()
+    bad[0, 0, 0, 0] = np.nan
+    r = compare_attention(bad, q, k, v, **opts)
+    assert not r.passed and r.n_nonfinite == 1 and r.n_vacuous == 7
+    # the default model (float32 accumulation, probabilistic) judges the same output
+    assert compare_attention(good, q, k, v).passed
+
+
+def test_bfloat16_with_thousands_of_keys_catches_a_shifted_key() -> None:
+    # the review's case: today's model is infinite there; a kernel attending to the
+    # keys shifted by one must fail by default
+    rng = np.random.default_rng(34)
+    bf = ml_dtypes.bfloat16
+    q = rng.standard_normal((1, 2, 4, 64)).astype(bf)
+    k = rng.standard_normal((1, 2, 2048, 64)).astype(bf)
+    v = rng.standard_normal((1, 2, 2048, 16)).astype(bf)
+    good = bc.numpy_attention(bc.Case("bfloat16", q, k, v), variant="numpy_fused")
+    shifted = bc.numpy_attention(bc.Case("bfloat16", q, np.roll(k, 1, axis=-2), v),
+                                 variant="numpy_fused")
+    assert compare_attention(good, q, k, v).passed
+    assert not compare_attention(shifted, q, k, v).passed
+
+
+# ---------------------------------------------------------------------------------
+# Broadcasting exactly as torch SDPA
+
+
+@pytest.mark.parametrize(("shape_q", "shape_kv"), [((3, 4), (2, 2, 5, 4)),
+                                                   ((2, 3, 4), (2, 2, 5, 4)),
+                                                   ((1, 1, 3, 4), (2, 2, 5, 4))])
+def test_a_query_with_fewer_leading_dims_broadcasts(shape_q: tuple[int, ...],
+                                                    shape_kv: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(35)
+    q = rng.standard_normal(shape_q).astype(np.float32)
+    k = rng.standard_normal(shape_kv).astype(np.float32)
+    v = rng.standard_normal(shape_kv).astype(np.float32)
+    exact = _softmax_attention(q.astype(np.float64), k.astype(np.float64),
+                               v.astype(np.float64), 0.5)
+    assert exact.shape == (2, 2, 3, 4)
+    assert compare_attention(exact.astype(np.float32), q, k, v).passed
+    wrong = exact.copy()
+    wrong[1, 0, 2, 1] += 0.01
+    r = compare_attention(wrong.astype(np.float32), q, k, v)
+    assert not r.passed and r.n_mismatched == 1 and r.worst is not None
+    assert r.worst.index == (1, 0, 2, 1)
+
+
+def test_gqa_with_broadcast_batch_matches_repeat_interleave() -> None:
+    rng = np.random.default_rng(36)
+    q = rng.standard_normal((2, 4, 3, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 2, 5, 8)).astype(np.float32)     # batch broadcast, H_kv = 2
+    v = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    kk, vv = (np.repeat(a.astype(np.float64), 2, axis=1) for a in (k, v))
+    exact = _softmax_attention(q.astype(np.float64), kk, vv, 8**-0.5)
+    assert compare_attention(exact.astype(np.float32), q, k, v, enable_gqa=True).passed
+    tiled = _softmax_attention(q.astype(np.float64), np.tile(k.astype(np.float64), (1, 2, 1, 1)),
+                               np.tile(v.astype(np.float64), (1, 2, 1, 1)), 8**-0.5)
+    r = compare_attention(tiled.astype(np.float32), q, k, v, enable_gqa=True)
+    assert not r.passed and "gqa_tile" in [d.bug for d in r.diagnoses]
+
+
+# ---------------------------------------------------------------------------------
+# rule="flash"
+
+
+def test_flash_rule_is_never_tighter_than_the_model() -> None:
+    # a float32 kernel accurate to the last bit of the simulated plain kernel (the case
+    # behind 16/300 false alarms on torch MATH): the flash tolerance is floored at the
+    # model, so every output the model passes, flash passes
+    rng = np.random.default_rng(37)
+    for _ in range(20):
+        case = bc.random_case(rng, "float32", max_len=8, max_e=8)
+        out = bc.numpy_attention(case, variant="numpy_fused")
+        model = compare_attention(out, case.q, case.k, case.v, **case.kwargs())
+        flash = compare_attention(out, case.q, case.k, case.v, **case.kwargs(), rule="flash")
+        assert model.passed and flash.passed
+        assert flash.worst is None or model.worst is None or \
+            flash.worst.tolerance >= model.worst.tolerance * (1 - 1e-12) or \
+            flash.worst.index != model.worst.index
+
+
+def test_flash_rule_with_float16_scores_beyond_65504() -> None:
+    rng = np.random.default_rng(38)
+    q = (300 * rng.standard_normal((1, 1, 3, 4))).astype(np.float16)
+    k = (300 * rng.standard_normal((1, 1, 5, 4))).astype(np.float16)
+    v = rng.standard_normal((1, 1, 5, 4)).astype(np.float16)
+    assert np.max(np.abs(q.astype(np.float64) @ np.swapaxes(k.astype(np.float64), -1, -2))) \
+        > 65504
+    from mha_symbolic import reference_attention
+
+    best = np.asarray(reference_attention(q, k, v).rounded("float16"))
+    r = compare_attention(best, q, k, v, rule="flash")
+    assert r.passed
+    assert any("overflows" in n for n in r.notes)
+    assert "Note: the simulated plain float16 kernel overflows" in r.report()
+    assert not compare_attention(np.zeros_like(best), q, k, v, rule="flash").passed
+
+
+# ---------------------------------------------------------------------------------
+# Options passed through to the oracle
+
+
+def _oracle_has(name: str) -> bool:
+    import inspect
+
+    from mha_symbolic import reference_attention
+
+    return name in inspect.signature(reference_attention).parameters
+
+
+def _oracle_policies() -> tuple[str, ...]:
+    from mha_symbolic.oracle import conventions
+
+    return tuple(getattr(conventions, "POLICIES", ()))
+
+
+def test_dropout_p_zero_is_plain_attention() -> None:
+    q, k, v = _qkv(39)
+    good = bc.numpy_attention(bc.Case("float32", q, k, v))
+    assert compare_attention(good, q, k, v, dropout_p=0.0).passed
+
+
+@pytest.mark.skipif(not _oracle_has("dropout_mask"), reason="the oracle has no dropout yet")
+def test_dropout_with_an_explicit_keep_mask() -> None:
+    q, k, v = _qkv(40)
+    keep = np.random.default_rng(41).random((1, 2, 5, 7)) < 0.7
+    s = (q.astype(np.float64) @ np.swapaxes(k.astype(np.float64), -1, -2)) / math.sqrt(8)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    exact = ((w * keep) / 0.75) @ v.astype(np.float64)          # ((softmax ∘ keep)/(1−p))·V
+    opts = dict(dropout_p=0.25, dropout_mask=keep)
+    assert compare_attention(exact.astype(np.float32), q, k, v, **opts).passed
+    r = compare_attention((w @ v.astype(np.float64)).astype(np.float32), q, k, v, **opts)
+    assert not r.passed
+
+
+def test_dropout_without_oracle_support_is_refused_clearly() -> None:
+    if _oracle_has("dropout_mask"):
+        pytest.skip("the oracle supports dropout")
+    q, k, v = _qkv(42)
+    with pytest.raises(SpecError, match=r"dropout_p=0\.5"):
+        compare_attention(np.zeros((1, 2, 5, 8), np.float32), q, k, v, dropout_p=0.5,
+                          dropout_mask=np.ones((5, 7), bool))
+
+
+@pytest.mark.skipif("uniform" not in _oracle_policies(),
+                    reason="the oracle has no masked_rows='uniform' yet")
+def test_uniform_policy_matches_jax_for_a_fully_masked_row() -> None:
+    jax = pytest.importorskip("jax")
+    q, k, v = _qkv(43)
+    mask = np.ones((5, 7), dtype=bool)
+    mask[2] = False
+    out = np.asarray(jax.nn.dot_product_attention(
+        np.swapaxes(q, 1, 2), np.swapaxes(k, 1, 2), np.swapaxes(v, 1, 2),
+        mask=np.broadcast_to(mask, (1, 2, 5, 7))))
+    out = np.swapaxes(out, 1, 2)
+    assert np.allclose(out[:, :, 2], v.mean(axis=-2), atol=1e-6)    # the mean of the values
+    assert compare_attention(out, q, k, v, attn_mask=mask, masked_rows="uniform").passed
+    assert not compare_attention(out, q, k, v, attn_mask=mask).passed  # "zero" expects 0
+
+
+def test_integer_masks_surface_the_oracles_refusal() -> None:
+    from mha_symbolic import reference_attention
+
+    q, k, v = _qkv(44)
+    imask = np.ones((5, 7), dtype=np.int64)
+    try:
+        reference_attention(q, k, v, attn_mask=imask)
+    except SpecError:
+        pass
+    else:
+        pytest.skip("the oracle does not refuse integer masks yet")
+    with pytest.raises(SpecError, match="attn_mask"):
+        compare_attention(np.zeros((1, 2, 5, 8), np.float32), q, k, v, attn_mask=imask)

@@ -99,67 +99,118 @@ def _pow2_exponent(a: np.ndarray) -> int:
     return int(math.frexp(m)[1]) if m > 0 and math.isfinite(m) else 0
 
 
+@dataclass
+class _Moments:
+    """Row sums of a weight matrix a ≥ 0 against the effective values ã = κ v of a
+    chunk: ``sa`` = Σ_j a_j, ``ab`` = Σ_j a_j |ã_j|, ``li`` = Σ_j a_j ã_j, ``sq`` =
+    Σ_j a_j ã_j² (each (R, Ev); None when not needed), S the number of keys."""
+
+    sa: np.ndarray
+    ab: np.ndarray | None
+    li: np.ndarray | None
+    sq: np.ndarray | None
+    S: int
+
+    def without(self, w: np.ndarray, v_row: np.ndarray) -> _Moments:
+        """The moments with one term per row removed (weight ``w`` (R, 1), effective
+        value ``v_row`` (R, Ev)); the subtraction's float64 error, ≤ 2^-52 of the
+        terms, is added back as slack so that the result stays an upper bound."""
+        slack = 2.0**-51
+
+        def sub(m: np.ndarray | None, t: np.ndarray) -> np.ndarray | None:
+            return None if m is None else np.maximum(m - t, 0.0) + slack * np.abs(m)
+
+        return _Moments(np.maximum(self.sa - w, 0.0) + slack * self.sa,
+                        sub(self.ab, w * np.abs(v_row)),
+                        None if self.li is None else self.li - w * v_row,
+                        sub(self.sq, w * v_row * v_row), self.S)
+
+    def quad(self, c: np.ndarray) -> np.ndarray:
+        """Σ_j a_j (ã_j − c)², by expansion Σaã² − 2cΣaã + c²Σa; the float64 evaluation
+        errs by ≤ γ_{S+3}(2^-53)(Σaã² + 2|c|Σa|ã| + c²Σa) ≤ 2γ_{S+3}(2^-53)(Σaã² + c²Σa)
+        (2|c||ã| ≤ ã² + c²), added as slack."""
+        assert self.sq is not None and self.li is not None
+        c2 = c * c
+        q = self.sq - 2.0 * c * self.li + c2 * self.sa
+        return np.asarray(np.maximum(q, 0.0) + (self.S + 4) * 2.0**-51 * (self.sq + c2 * self.sa))
+
+    def absdev(self, c: np.ndarray) -> np.ndarray:
+        """A bound on Σ_j a_j |ã_j − c| (c any centre per row and column): the smaller
+        of Σ a|ã| + |c| Σ a and sqrt(Σ a · Σ a (ã − c)²) (Cauchy–Schwarz)."""
+        assert self.ab is not None
+        opt1 = self.ab + np.abs(c) * self.sa
+        opt2 = np.sqrt(self.sa * self.quad(c)) * (1.0 + 2.0**-40)
+        return np.asarray(np.minimum(opt1, opt2))
+
+
 class _Values:
     """The (S, Ev) values of a chunk, scaled by 2^-ev, with the row multipliers κ
-    (dropout) and the row outputs y: sums Σ_j a_ij f(κ_ij v_jf, y_if) by matmuls."""
+    (dropout): the moments of a weight matrix by one matmul on stacked columns
+    [|v|, v, v²] (two with dropout: a∘κ against [|v|, v], a∘κ² against v²)."""
 
     def __init__(self, v: np.ndarray, kappa: np.ndarray | None) -> None:
         self.v = v
         self.kappa = kappa
+        self.Ev = v.shape[1]
         self.av = np.abs(v)
         self.v2 = v * v
+        self.rhs = np.concatenate([self.av, v, self.v2], axis=1)
 
-    def _k(self, a: np.ndarray, power: int) -> np.ndarray:
-        if self.kappa is None or power == 0:
-            return a
-        return a * self.kappa if power == 1 else a * (self.kappa * self.kappa)
-
-    def lin(self, a: np.ndarray) -> np.ndarray:
-        """Σ_j a_j κ_j v_j."""
-        return self._k(a, 1) @ self.v
-
-    def absv(self, a: np.ndarray) -> np.ndarray:
-        """Σ_j a_j |ã_j| (a ≥ 0)."""
-        return self._k(a, 1) @ self.av
-
-    def quad(self, a: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Σ_j a_j (ã_j − y)² (a ≥ 0), by expansion Σaã² − 2yΣaã + y²Σa; the float64
-        evaluation errs by ≤ γ_{S+3}(2^-53)(Σaã² + 2|y|Σa|ã| + y²Σa) ≤
-        2γ_{S+3}(2^-53)(Σaã² + y²Σa) (2|y||ã| ≤ ã² + y²), added as slack."""
+    def moments(self, a: np.ndarray, *, ab: bool = True, li: bool = True,
+                sq: bool = True) -> _Moments:
+        Ev, S = self.Ev, a.shape[-1]
         sa = np.sum(a, axis=-1, keepdims=True)
-        t2 = self._k(a, 2) @ self.v2
-        t1 = self._k(a, 1) @ self.v
-        y2 = y * y
-        q = t2 - 2.0 * y * t1 + y2 * sa
-        slack = (a.shape[-1] + 4) * 2.0**-51 * (t2 + y2 * sa)
-        return np.asarray(np.maximum(q, 0.0) + slack)
+        parts: list[np.ndarray | None] = [None, None, None]
+        want = [ab, li, sq]
+        if self.kappa is None:
+            lo, hi = want.index(True), 3 - want[::-1].index(True)
+            m = a @ self.rhs[:, lo * Ev:hi * Ev]
+            for i in range(lo, hi):
+                parts[i] = m[:, (i - lo) * Ev:(i - lo + 1) * Ev]
+        else:
+            if ab or li:
+                m = (a * self.kappa) @ self.rhs[:, :2 * Ev]
+                parts[0], parts[1] = m[:, :Ev], m[:, Ev:]
+            if sq:
+                parts[2] = (a * (self.kappa * self.kappa)) @ self.v2
+        ab_m, li_m, sq_m = (p if w else None for p, w in zip(parts, want, strict=True))
+        return _Moments(sa, ab_m, li_m, sq_m, S)
 
-    def absdev(self, a: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """A bound on Σ_j a_j |ã_j − y| (a ≥ 0; y any centre, per row and column): the
-        smaller of Σ a|ã| + |y| Σ a and sqrt(Σ a · Σ a (ã − y)²) (Cauchy–Schwarz)."""
-        sa = np.sum(a, axis=-1, keepdims=True)
-        opt1 = self.absv(a) + np.abs(y) * sa
-        opt2 = np.sqrt(sa * self.quad(a, y))
-        return np.minimum(opt1, opt2 * (1.0 + 2.0**-40))
+
+def _rowmax(a: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """max over the allowed keys of each row, (R, 1); 0 for a row without one."""
+    a = np.broadcast_to(a, allowed.shape)
+    if allowed.shape[-1] == 0:
+        return np.zeros((allowed.shape[0], 1))
+    return np.asarray(np.max(np.where(allowed, a, 0.0), axis=-1, keepdims=True))
 
 
 def _tie_counts(s: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-    """N_ij: how many allowed keys of row i have exactly the score s_ij (1 if unique)."""
+    """N_ij: how many allowed keys of row i have exactly the score s_ij (1 if unique).
+    Rows are sorted once; only rows holding a repeated score are counted."""
     R, S = s.shape
+    out = np.ones((R, S))
     if S <= 1 or R == 0:
-        return np.ones((R, S))
+        return out
     key = np.where(allowed, s, np.nan)             # masked keys: NaN, never equal
-    order = np.argsort(key, axis=1, kind="stable")
-    srt = np.take_along_axis(key, order, axis=1)
-    new = np.ones((R, S), dtype=bool)
-    new[:, 1:] = ~(srt[:, 1:] == srt[:, :-1])
+    srt = np.sort(key, axis=1)
+    dup_rows = np.flatnonzero(np.any(srt[:, 1:] == srt[:, :-1], axis=1))
+    if dup_rows.size == 0:
+        return out
+    kd = key[dup_rows]
+    order = np.argsort(kd, axis=1)
+    sd = np.take_along_axis(kd, order, axis=1)
+    new = np.ones(sd.shape, dtype=bool)
+    new[:, 1:] = ~(sd[:, 1:] == sd[:, :-1])
     run = np.cumsum(new, axis=1) - 1                # run id within the row
-    flat = run + (np.arange(R) * S)[:, None]
-    counts = np.bincount(flat.ravel(), minlength=R * S).reshape(R, S)
-    n_sorted = np.take_along_axis(counts, run, axis=1)
-    out = np.empty((R, S))
-    np.put_along_axis(out, order, n_sorted.astype(np.float64), axis=1)
-    return np.where(allowed, out, 1.0)
+    n = sd.shape[0]
+    flat = run + (np.arange(n) * S)[:, None]
+    counts = np.bincount(flat.ravel(), minlength=n * S).reshape(n, S)
+    n_sorted = np.take_along_axis(counts, run, axis=1).astype(np.float64)
+    sub = np.empty((n, S))
+    np.put_along_axis(sub, order, n_sorted, axis=1)
+    out[dup_rows] = np.where(allowed[dup_rows], sub, 1.0)
+    return out
 
 
 def _scale_is_exact(c: float, fmt: FloatFormat) -> bool:
@@ -259,35 +310,47 @@ def _attention_error_bound(
     eq, ek, ev = _pow2_exponent(q), _pow2_exponent(k), _pow2_exponent(v)
     qb, kb, vb = np.ldexp(q, -eq), np.ldexp(k, -ek), np.ldexp(v, -ev)
     c = float(scale)
-    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        tb = qb @ kb.T
-        Ab = np.abs(qb) @ np.abs(kb).T
-        raw = np.ldexp(np.abs(tb), eq + ek)            # |q·k| unscaled
-        dot = np.ldexp(Ab, eq + ek)                    # Σ_e |q_e||k_je| unscaled
-        t = np.ldexp(tb * c, eq + ek)
-        A = np.ldexp(Ab * abs(c), eq + ek)
+    e2 = eq + ek
     madd = None if mask_add is None else np.asarray(mask_add, dtype=np.float64)
-    # ---- rows whose kernel would overflow: partial dot products (≤ Σ|q||k| unscaled,
-    # ≤ A scaled) in the accumulation dtype, the stored scores in the dtype holding them
-    with np.errstate(over="ignore", invalid="ignore"):
-        ssum = np.abs(t) if madd is None else np.abs(t) + np.abs(madd)
-        ok = (np.maximum(A, dot) <= acc.max_finite) & (ssum <= acc.max_finite)
-        if ker.score_stores:
-            stored = np.maximum(np.abs(t), ssum)
-            if not ker.scaled_query:
-                stored = np.maximum(stored, raw)
-            ok &= stored <= fmt.max_finite
-        if ker.scaled_query:
-            ok &= np.all(np.abs(q) * abs(c) <= fmt.max_finite, axis=-1)[:, None]
+    hold = min(acc.max_finite, fmt.max_finite if ker.score_stores else acc.max_finite)
+    mmax = 0.0 if madd is None else float(np.max(np.abs(madd), initial=0.0))
+    tb = qb @ kb.T
+    Ab = np.abs(qb) @ np.abs(kb).T
+    if abs(e2) < 900 and math.ldexp(E * max(1.0, abs(c)), e2) + mmax < hold / 2 and not (
+            ker.scaled_query and float(np.max(np.abs(q), initial=0.0)) * abs(c) > fmt.max_finite / 2):
+        # nothing can overflow (|q̄|, |k̄| < 1, so Σ|q̄||k̄| < E): plain products
+        f2 = math.ldexp(1.0, e2)
+        t = tb * (c * f2)
+        A = Ab * (abs(c) * f2)
+        ok = np.ones((R, S), dtype=bool)
+    else:
+        # ---- rows whose kernel would overflow: partial dot products (≤ Σ|q||k|
+        # unscaled, ≤ A scaled) in the accumulation dtype, the stored scores in the
+        # dtype holding them
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            raw = np.ldexp(np.abs(tb), e2)             # |q·k| unscaled
+            dot = np.ldexp(Ab, e2)                     # Σ_e |q_e||k_je| unscaled
+            t = np.ldexp(tb * c, e2)
+            A = np.ldexp(Ab * abs(c), e2)
+            ssum = np.abs(t) if madd is None else np.abs(t) + np.abs(madd)
+            ok = (np.maximum(A, dot) <= acc.max_finite) & (ssum <= acc.max_finite)
+            if ker.score_stores:
+                stored = np.maximum(np.abs(t), ssum)
+                if not ker.scaled_query:
+                    stored = np.maximum(stored, raw)
+                ok &= stored <= fmt.max_finite
+            if ker.scaled_query:
+                ok &= np.all(np.abs(q) * abs(c) <= fmt.max_finite, axis=-1)[:, None]
     over = allowed & ~ok
     if uniform_rows is not None and np.any(uniform_rows):
         over &= ~uniform_rows[:, None]
     # normalised over the rows (axis -2): one overflow spoils every row
     vac_rows = np.any(over, axis=-1) if softmax_axis == -1 else np.full(R, bool(np.any(over)))
-    t = np.where(over | ~np.isfinite(t), 0.0, t)
-    A = np.where(over | ~np.isfinite(A), 0.0, A)
-    if madd is not None:
-        madd = np.where(over, 0.0, madd)
+    if not np.all(ok):
+        t = np.where(over | ~np.isfinite(t), 0.0, t)
+        A = np.where(over | ~np.isfinite(A), 0.0, A)
+        if madd is not None:
+            madd = np.where(over, 0.0, madd)
     if uniform_rows is not None and np.any(uniform_rows):
         z = uniform_rows[:, None]
         t, A = np.where(z, 0.0, t), np.where(z, 0.0, A)
@@ -379,8 +442,8 @@ def _attention_error_bound(
 
     # ---- step 3: per-key weight errors (relative), and the shared θ
     n_w = [K_EXP * ua, ua, u] + ([u] if kappa is not None else [])
-    r = np.expm1(np.minimum(sum(math.log1p(x) for x in n_w) + np.log1p(ua * spread),
-                            _EXP_CAP))
+    c0 = math.expm1(sum(math.log1p(x_) for x_ in n_w))     # Π(1 + x_i) − 1
+    r = c0 + ua * spread * (1.0 + c0)                       # (1 + c0)(1 + u_a spread) − 1
     var_w = (ua * spread) ** 2 + sum(x * x for x in n_w)
     shared_n = 1 + (1 if kappa is not None else 0)           # reciprocal, dropout scale
     g_sum_w = gamma(2 * n_ax, ua)
@@ -400,80 +463,103 @@ def _attention_error_bound(
                                                keepdims=True), 1e-300))
         lam_s = np.maximum(lam_s, 0.0)                       # Λ ≥ 0 (Jensen: Σ p e^D ≥ 1)
         x = D + lam_s                                        # ≥ 0
-        # log expm1(x) = x + log1p(−e^{−x})
-        lexm1 = np.where(x > 0, x + np.log1p(-np.exp(-np.maximum(x, 1e-300))), -np.inf)
-        dps = np.where(allowed, np.minimum(np.exp(logp + lexm1), 1.0), 0.0)
-        ptil = np.where(allowed, np.minimum(np.exp(logp + x), 1.0), 0.0)
+        ex = np.expm1(np.minimum(x, _EXP_CAP))
+        p_ok = (p > 0) & (x < _EXP_CAP)
+        dps = np.where(allowed, np.minimum(p * ex, 1.0), 0.0)
+        ptil = np.where(allowed, np.minimum(p * (1.0 + ex), 1.0), 0.0)
+        far = np.flatnonzero((allowed & ~p_ok).ravel())
+        if far.size:        # p underflowed or x ≥ 700: in log space, log expm1(x) = x +
+            lp, xx = logp.ravel()[far], x.ravel()[far]       # log1p(−e^{−x})
+            lexm1 = np.where(xx > 0, xx + np.log1p(-np.exp(-np.maximum(xx, 1e-300))), -np.inf)
+            dps.ravel()[far] = np.minimum(np.exp(lp + lexm1), 1.0)
+            ptil.ravel()[far] = np.minimum(np.exp(lp + xx), 1.0)
     dps = np.where(np.isnan(dps), 1.0, dps)
     ptil = np.where(np.isnan(ptil), 1.0, ptil)
     dpw = np.where(allowed, np.minimum(ptil * F, 1.0), 0.0)
     if centred and S:
-        with np.errstate(invalid="ignore"):
-            top = np.argmax(np.where(allowed, s, -np.inf), axis=-1)
-        is_top = np.zeros((R, S), dtype=bool)
-        is_top[np.arange(R), top] = True
+        top = np.argmax(np.where(allowed, s, -np.inf), axis=-1)
         kap_top = None if kappa is None else kappa[np.arange(R), top][:, None]
         a_top = vb[top] if kap_top is None else vb[top] * kap_top     # ã_top per row
 
-    # ---- outputs and natural scales (scaled units)
-    y = vals.lin(p)
-    pv = vals.absv(p)
-    dphat = dps + dpw
-
-    # ---- worst case
-    # Σ_j (p̃_j − p_j) w_j = Σ_{j≠top} (p̃_j − p_j)(ã_j − ã_top)  (Σ p̃ = Σ p = 1)
-    if centred and S:
-        term_s = np.minimum(vals.absdev(dps, y),
-                            vals.absdev(np.where(is_top, 0.0, dps), a_top))
-    else:
-        term_s = vals.absv(dps)
-    term_w = vals.absv(dpw)
+    # ---- outputs and natural scales (scaled units): one matmul per weight matrix
+    Mp = vals.moments(p)
+    y, pv = Mp.li, Mp.ab
+    assert y is not None and pv is not None
     n_pv = 2.0 * n_row
-    pv_hat = pv + vals.absv(dphat)
-    acc_w = gamma(n_pv, ua) * pv_hat
-    dv_w = 0.0 if dvb is None else (p + dphat) @ dvb if kappa is None else (
-        (p + dphat) * kappa) @ dvb
-    pre_w = term_s + term_w + acc_w + dv_w
     fin = float(gamma(2, ua)) + u * (1.0 + float(gamma(2, ua)))
-    W = pre_w + fin * (np.abs(y) + pre_w)
+    Dm = np.minimum(_rowmax(D, allowed), _EXP_CAP / 4)
 
-    if prob:
+    def worst(rows: np.ndarray) -> np.ndarray:
+        """The worst-case bound W of the rows ``rows``."""
+        ps, dps_r, dpw_r, y_r, pv_r = p[rows], dps[rows], dpw[rows], y[rows], pv[rows]
+        vr = _Values(vb, None if kappa is None else kappa[rows])
+        Md = vr.moments(dps_r)
+        dpw_abs = vr.moments(dpw_r, li=False, sq=False).ab
+        assert Md.ab is not None and dpw_abs is not None
+        # Σ_j (p̃_j − p_j) w_j = Σ_{j≠top} (p̃_j − p_j)(ã_j − ã_top)  (Σ p̃ = Σ p = 1)
+        if centred and S:
+            Md_top = Md.without(dps_r[np.arange(len(rows)), top[rows]][:, None], a_top[rows])
+            term_s = np.minimum(Md.absdev(y_r), Md_top.absdev(a_top[rows]))
+        else:
+            term_s = Md.ab
+        pv_hat = pv_r + Md.ab + dpw_abs
+        acc_w = gamma(n_pv[rows], ua) * pv_hat
+        dv_w = 0.0
+        if dvb is not None:
+            dphat = ps + dps_r + dpw_r
+            dv_w = (dphat if kappa is None else dphat * kappa[rows]) @ dvb
+        pre_w = term_s + dpw_abs + acc_w + dv_w
+        return np.asarray(pre_w + fin * (np.abs(y_r) + pre_w))
+
+    if not prob:
+        tolb = worst(np.arange(R))
+    else:
         # ---- probabilistic: shared (deterministic) + Hoeffding over key groups
         N = _tie_counts(s, allowed)
-        sh_term = vals.absdev(np.where(allowed, p * sh, 0.0), y)
+        dev_p = Mp.absdev(y)                                 # Σ_j p_j |w_j|
+        if ker.scaled_query or dq is not None:
+            sh_term = vals.moments(np.where(allowed, p * sh, 0.0)).absdev(y)
+        else:                                  # small shared errors: max_j Sh_j Σ p|w|
+            sh_term = _rowmax(sh, allowed) * dev_p
         ww = np.where(allowed, N * p * p * (var_s + var_w), 0.0)
-        hoef = hoeffding_bound(vals.quad(ww, y), lam)
+        hoef = hoeffding_bound(vals.moments(ww, ab=False).quad(y), lam)
         common_det = np.sum(np.where(allowed, p * r, 0.0), axis=-1, keepdims=True)
         common_h = lam * np.sqrt(np.sum(np.where(allowed, N * p * p * var_w, 0.0), axis=-1,
                                         keepdims=True))
         g_sum_p = np.minimum(g_sum_w, gamma_tilde(2 * n_ax, ua, model.lam_sums))
         g_theta_p = (1.0 + g_sum_p) * (1.0 + float(gamma(shared_n, ua))) - 1.0
         common = np.abs(y) * (np.minimum(common_det, common_h) + g_theta_p)
-        Dm = np.max(D, axis=-1, keepdims=True) if S else np.zeros((R, 1))
-        Dm = np.minimum(Dm, _EXP_CAP / 4)
-        rem1 = Dm * Dm * np.exp(2.0 * Dm) * vals.absdev(p, y)
-        rem2 = vals.absv(dps * F)
+        rem1 = Dm * Dm * np.exp(2.0 * Dm) * dev_p
+        # second order: (p̃ − p)·ρ and the products of the weights' own errors; the
+        # perturbed weights: Σ_j (|p̃_j − p_j| + |p̂_j − p̃_j|)|ã_j| ≤ f pv, f the row's
+        # largest expm1(x_j) + e^{x_j} F_j
         F1 = r + g_theta_p
         Fp = (1.0 + r) * (1.0 + g_theta_p) - 1.0
-        rem3 = vals.absv(np.where(allowed, p * np.maximum(Fp - F1, 0.0), 0.0))
+        fx = _rowmax(ex + (1.0 + ex) * F, allowed)
+        rem2 = _rowmax(F, allowed) * _rowmax(ex, allowed) * pv
+        rem3 = _rowmax(np.maximum(Fp - F1, 0.0), allowed) * pv
+        pv_hat = pv * (1.0 + fx)
         acc_p = np.minimum(gamma(n_pv, ua), gamma_tilde(n_pv, ua, model.lam_sums)) * pv_hat
         if dvb is None:
             dv_p = 0.0
         else:
             pk = p if kappa is None else p * kappa
-            dv_p = np.minimum(dv_w, lam * np.sqrt((N * pk * pk) @ (dvb * dvb)) + dps @ dvb
-                              + (dpw if kappa is None else dpw * kappa) @ dvb)
+            dv_p = lam * np.sqrt((N * pk * pk) @ (dvb * dvb)) + fx * (pk @ dvb)
         pre_p = sh_term + hoef + common + rem1 + rem2 + rem3 + acc_p + dv_p
         P = pre_p + fin * (np.abs(y) + pre_p)
         # the linear forms above weigh with the float64 weights: the exact ones differ by
         # a factor within e^{±2δ}, δ the row's evaluation error
         P = P * np.exp(np.minimum(2.0 * d_eval_row, _EXP_CAP))
-        tolb = np.minimum(W, P)
-    else:
-        tolb = W
-    # p_j was evaluated in float64 from scores with error ≤ γ_{E+2}(2^-53) A_j: the true
-    # weights differ from it by a factor within e^{±2δ}; inflate by that factor
-    tolb = tolb * (1.0 + 2.0**-40)
+        # W can only win on short rows (γ(2n) < γ̃(2n) while 2n < λ²) or where the
+        # score errors are large (the remainders of P grow like D² e^{2D})
+        need = ((n_row[:, 0] < 4.0 * model.lam_sums**2) | (Dm[:, 0] > 2.0**-8)
+                | (d_eval_row[:, 0] > 2.0**-20) | ~np.all(np.isfinite(P), axis=-1))
+        tolb = P
+        rows = np.flatnonzero(need)
+        if rows.size:
+            tolb = P.copy()
+            tolb[rows] = np.minimum(worst(rows), P[rows])
+    tolb = tolb * (1.0 + 2.0**-40)              # the float64 rounding of the bound itself
     # fully masked rows: an exact zero (or NaN) is expected
     tolb = np.where(alive if softmax_axis == -1 else True, tolb, 0.0)
 

@@ -234,8 +234,8 @@ def _check_enclosure(lower: np.ndarray, upper: np.ndarray, nan_ok: bool) -> None
     if np.any(bad):
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         raise ToleranceError(
-            f"no verdict: the oracle's enclosure of the exact value is [{lower[idx]!r}, "
-            f"{upper[idx]!r}] at index {idx} ({int(np.sum(bad))} element(s)) for finite "
+            f"no verdict: the oracle's enclosure of the exact value is [{float(lower[idx])!r}, "
+            f"{float(upper[idx])!r}] at index {idx} ({int(np.sum(bad))} element(s)) for finite "
             "inputs; an enclosure must be finite (please report this)")
 
 
@@ -255,7 +255,7 @@ def _judge(
     fmt = model.fmt
     if not np.all(np.isfinite(tol)) or np.any(tol < 0):
         idx = tuple(int(i) for i in np.argwhere(~(np.isfinite(tol) & (tol >= 0)))[0])
-        raise ToleranceError(f"no verdict: the tolerance is {tol[idx]!r} at index {idx}; a "
+        raise ToleranceError(f"no verdict: the tolerance is {float(tol[idx])!r} at index {idx}; a "
                              "tolerance must be finite and >= 0 (please report this)")
     a = _f64(actual)
     mid = 0.5 * (lower + upper)
