@@ -14,8 +14,9 @@ without dropout)::
     y   = Σ_j p_j ã_j,   w_j = ã_j − y         exact output, centred values
 
 **1. Scores.**  A kernel computes ŝ_j = s_j + d_j.  The rounding errors of d_j
-split into *shared* ones, common to every key of the row (the rounded scale c,
-the rounded scaled query of an eager kernel), bounded by ``Sh_j`` and treated
+split into *shared* ones, common to every key of the row (the rounded scale c, also
+for a power of two since exp2 kernels fold log2(e) into it, the rounded scaled query of
+an eager kernel), bounded by ``Sh_j`` and treated
 deterministically, and *independent* ones, different for each key (the dot
 product's additions, each ≤ u_a A_j; the rounding of the product by c, of the
 mask addition and of each store of an eager kernel, each ≤ u|t_j| or u(|t_j| +
@@ -31,9 +32,9 @@ same quantity is ``Σ_j p_j d_j w_j + R`` exactly, with e^x − 1 = x + ξ(x),
 ``|R| ≤ D² e^{2D} Σ_j p_j |w_j|`` (subtract the constant D²e^{2D} from ξ).
 
 **3. Evaluating softmax** (Blanchard, Higham & Higham, IMA J. Numer. Anal. 41(4),
-2021, componentwise): per key, the argument ŝ_j − ŝ_max (u_a |s_j − s_max|), the
-exp (K_EXP u_a), the division (u_a), the stored weight P (u), the dropout product
-(u): relative errors ``ρ_j``, ``|ρ_j| ≤ r_j``, squared bounds summed in ``σW_j``;
+2021, componentwise): per key, the argument ŝ_j − ŝ_max and its conversion to base 2
+(two roundings: e^{2 u_a |s_j − s_max|} − 1), the exp (K_EXP u_a), the division
+(u_a), the stored weight P (u), the dropout product (u): relative errors ``ρ_j``, ``|ρ_j| ≤ r_j``, squared bounds summed in ``σW_j``;
 shared by the row, the sum of the n exponentials (2n roundings allowing the
 rescalings of an online softmax) and the reciprocal: ``θ``, ``|θ| ≤ g_θ``.
 
@@ -380,7 +381,7 @@ def _attention_error_bound(
     # ≤ |c| ||δ∘q|| ||k_j − k_top|| (Cauchy–Schwarz; the norms by expansion, one matmul)
     sh = np.zeros_like(A)
     need_dist = (ker.scaled_query and not _is_pow2(c)) or dq is not None
-    if softmax_axis == -1 and S and (need_dist or not _scale_is_exact(c, acc)):
+    if softmax_axis == -1 and S:
         with np.errstate(invalid="ignore"):
             top = np.argmax(np.where(allowed, s, -np.inf), axis=-1)
         t_top = np.take_along_axis(t, top[:, None], axis=-1)
@@ -395,8 +396,9 @@ def _attention_error_bound(
     else:
         t_rel = np.abs(t)
         need_dist = False
-    if not _scale_is_exact(c, acc):
-        sh = sh + ua * t_rel
+    # the scale as the kernel holds it: rounded in u_a even for a power of two, since
+    # exp2 kernels fold log2(e) into it (FlashAttention: softmax_scale_log2)
+    sh = sh + ua * t_rel
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         if ker.scaled_query and not _is_pow2(c):
             qs = u * (1.0 + ua) * A
@@ -440,11 +442,16 @@ def _attention_error_bound(
     d_eval_row = np.max(np.where(allowed, d_eval, 0.0), axis=-1, keepdims=True) if S \
         else np.zeros((R, 1))
 
-    # ---- step 3: per-key weight errors (relative), and the shared θ
+    # ---- step 3: per-key weight errors (relative), and the shared θ: the argument
+    # ŝ_j − ŝ_max and its conversion to base 2 (exp2 kernels) are two roundings in u_a,
+    # e^{±2 u_a spread} − 1 ≤ 2 u_a spread e^{2 u_a spread} on the weight
     n_w = [K_EXP * ua, ua, u] + ([u] if kappa is not None else [])
     c0 = math.expm1(sum(math.log1p(x_) for x_ in n_w))     # Π(1 + x_i) − 1
-    r = c0 + ua * spread * (1.0 + c0)                       # (1 + c0)(1 + u_a spread) − 1
-    var_w = (ua * spread) ** 2 + sum(x * x for x in n_w)
+    arg = 2.0 * ua * spread
+    arg_rel = np.expm1(np.minimum(arg, _EXP_CAP))           # e^{2 u_a spread} − 1
+    r = c0 + arg_rel * (1.0 + c0)                           # (1 + c0) e^{arg} − 1
+    r1 = sum(n_w) + arg                                     # its first-order part
+    var_w = 2.0 * (ua * spread) ** 2 + sum(x * x for x in n_w)
     shared_n = 1 + (1 if kappa is not None else 0)           # reciprocal, dropout scale
     g_sum_w = gamma(2 * n_ax, ua)
     g_theta_w = (1.0 + g_sum_w) * (1.0 + float(gamma(shared_n, ua))) - 1.0
@@ -533,7 +540,7 @@ def _attention_error_bound(
         # second order: (p̃ − p)·ρ and the products of the weights' own errors; the
         # perturbed weights: Σ_j (|p̃_j − p_j| + |p̂_j − p̃_j|)|ã_j| ≤ f pv, f the row's
         # largest expm1(x_j) + e^{x_j} F_j
-        F1 = r + g_theta_p
+        F1 = r1 + g_theta_p
         Fp = (1.0 + r) * (1.0 + g_theta_p) - 1.0
         fx = _rowmax(ex + (1.0 + ex) * F, allowed)
         rem2 = _rowmax(F, allowed) * _rowmax(ex, allowed) * pv

@@ -214,11 +214,13 @@ def _oracle_options(reference: Any, options: dict[str, Any]) -> dict[str, Any]:
     p, m = out.pop("dropout_p", 0.0), out.pop("dropout_mask", None)
     if "dropout_p" in params:
         out["dropout_p"] = p
-        if m is not None or "dropout_mask" in params:
-            out["dropout_mask"] = m
-    elif m is not None or (p is not None and p != 0):
+    if "dropout_mask" in params:
+        out["dropout_mask"] = m
+    missing = [n for n, given in (("dropout_p", p is not None and p != 0),
+                                  ("dropout_mask", m is not None)) if given and n not in params]
+    if missing:
         raise SpecError(f"dropout_p={p!r}, dropout_mask={'given' if m is not None else None}: "
-                        "this version's reference_attention has no dropout")
+                        f"this version's reference_attention has no {', '.join(missing)}")
     return out
 
 
