@@ -35,8 +35,9 @@ same quantity is ``Σ_j p_j d_j w_j + R`` exactly, with e^x − 1 = x + ξ(x),
 2021, componentwise): per key, the argument ŝ_j − ŝ_max and its conversion to base 2
 (two roundings: e^{2 u_a |s_j − s_max|} − 1), the exp (K_EXP u_a), the division
 (u_a), the stored weight P (u), the dropout product (u): relative errors ``ρ_j``,
-``|ρ_j| ≤ r_j``, squared bounds summed in ``σW_j``; shared by the row, the sum of the n exponentials (2n roundings allowing the
-rescalings of an online softmax) and the reciprocal: ``θ``, ``|θ| ≤ g_θ``.
+``|ρ_j| ≤ r_j``, squared bounds summed in ``σW_j``; shared by the row, the sum of the n
+exponentials (2n roundings allowing the rescalings of an online softmax) and the
+reciprocal: ``θ``, ``|θ| ≤ g_θ``.
 
 **4. The weighted sum** of n terms in u_a (2n roundings allowing the online
 rescalings), the final division (u_a) and store (u):
