@@ -25,6 +25,7 @@ _HANDLERS: dict[str, tuple[str, str]] = {
     "shapes": ("exact.shapes", "cli_shapes"),
     "params": ("exact.params", "cli_params"),
     "check": ("textbook.check", "cli_check"),
+    "examples": ("textbook.bundled", "cli_examples"),
     "derive": ("textbook.derivation", "cli_derive"),
     "plot": ("textbook.figures", "cli_plot"),
     "prove": ("exact.prove", "cli_prove"),
@@ -61,10 +62,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="check a worked-example file claim by claim",
                        description="Check every claim of a worked-example TOML file. Exit 0 when "
                        "all claims hold, 1 when any is wrong, 2 for unusable input.")
-    p.add_argument("file", help="worked-example TOML file")
+    p.add_argument("file", nargs="?", help="worked-example TOML file ('-': standard input; "
+                   "none: --example names a bundled set)")
     p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
     p.add_argument("--example", action="append", metavar="NAME",
-                   help="check only this example (repeatable)")
+                   help="check only this example of FILE (repeatable); without FILE, a bundled "
+                   "set: seed, books, books/NAME (see `mha-symbolic examples`)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="show only the claims that fail (and the summary)")
+
+    p = sub.add_parser("examples", help="list the bundled worked examples (seed page, book corpus)",
+                       description="List the worked-example sets that ship with the package; "
+                       "--copy writes one into a folder to edit.")
+    p.add_argument("--copy", metavar="NAME", help="write this set's TOML (and .npz) files out")
+    p.add_argument("-o", "--output", metavar="DIR", help="folder for --copy (default: .)")
 
     p = sub.add_parser("derive", help="write a step-by-step derivation (LaTeX or Markdown)",
                        description="Derive every example of a worked-example file step by step.")

@@ -139,7 +139,7 @@ def test_non_string_claim_refused() -> None:
         parse_printed(0.5)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("text", ["4 × 5 × 6", "3", "3 by 5", ""])
+@pytest.mark.parametrize("text", ["4 × 5 × 6 × 7 × 8", "3", "3 by 5", "", "(2, -4)"])
 def test_bad_shapes(text: str) -> None:
     with pytest.raises(ClaimError):
         parse_printed(text, shape=True)

@@ -23,7 +23,7 @@ def test_params_in_process(capsys: pytest.CaptureFixture[str]) -> None:
                    "--format", "json"])
     assert rc == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["parameters"]["total"] == "1048576"
+    assert data["parameters"]["total"] == 1048576
 
 
 def test_params_with_bias_and_flops(capsys: pytest.CaptureFixture[str]) -> None:
@@ -31,9 +31,9 @@ def test_params_with_bias_and_flops(capsys: pytest.CaptureFixture[str]) -> None:
                    "--format", "json"])
     assert rc == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["flops"]["total"] == "110"  # hand count, see test_params.py
+    assert data["flops"]["total"] == 110  # hand count, see test_params.py
     rc = cli_module.main(["params", "--d-model", "8", "--heads", "2", "--format", "json"])
-    assert json.loads(capsys.readouterr().out)["parameters"]["total"] == str(4 * 64 + 4 * 8)
+    assert json.loads(capsys.readouterr().out)["parameters"]["total"] == 4 * 64 + 4 * 8
 
 
 def test_params_symbolic(capsys: pytest.CaptureFixture[str]) -> None:

@@ -120,7 +120,7 @@ def test_flop_count_scores_term_is_quadratic_in_length() -> None:
 def test_renderings() -> None:
     c = parameter_count(d_model=512, heads=8, bias=False)
     assert "1048576" in c.text() and "4·512²" in c.text()
-    assert c.as_dict()["total"] == "1048576"
+    assert c.as_dict()["total"] == 1048576  # a JSON number (issue 14)
     assert c.latex().endswith("1048576")
 
 

@@ -241,7 +241,7 @@ BAD_FILES: list[tuple[str, str]] = [
     ("[[example]]\nname='A'\nscores = [[1, 2], [3]]\n", "row 1 has 1 entries"),
     ("[[example]]\nname='A'\nscores = []\n", "empty"),
     ("[[example]]\nname='A'\nscores = 5\n", "vector or matrix"),
-    ("[[example]]\nname='A'\nscores = [[[[1]]]]\n", "vector or matrix"),
+    ("[[example]]\nname='A'\nscores = [[[[[1]]]]]\n", "vector or matrix"),
     ("[[example]]\nname='A'\nscores = [[1, nan]]\n", "not a finite number"),
     ("[[example]]\nname='A'\nscores = [[1, inf]]\n", "not a finite number"),
     ("[[example]]\nname='A'\nheads = 0\nscores=[[1]]\n", "heads=0"),
@@ -251,6 +251,12 @@ BAD_FILES: list[tuple[str, str]] = [
     ("[[example]]\nname='A'\nquery=[[1, 0]]\nkey=[[1, 0, 0]]\n", "key has 3 columns"),
     ("[[example]]\nname='A'\nscores=[[1, 2]]\nvalue=[[1]]\n", "value has n_k=1 rows"),
     ("[[example]]\nname='A'\nscores=[[1]]\nquery=[[1]]\nkey=[[1]]\n", "not both"),
+    ("[[example]]\nname='A'\nscores=[[1]]\nclaim = 3\n", "array of tables"),
+]
+
+# claims that cannot be read: each becomes a record with the verdict "unreadable" (the rest
+# of the file is still checked); (file text, substring of the record's error)
+UNREADABLE_CLAIMS: list[tuple[str, str]] = [
     ("[[example]]\nname='A'\nscores=[[1]]\n[[example.claim]]\nquantity='weight[1,1]'\n",
      "claimed must be"),
     ("[[example]]\nname='A'\nscores=[[1]]\n[[example.claim]]\nquantity='weight[1,1]'\n"
@@ -260,7 +266,7 @@ BAD_FILES: list[tuple[str, str]] = [
     ("[[example]]\nname='A'\nscores=[[1]]\n[[example.claim]]\nquantity='weight[0,1]'\n"
      "claimed='1'\n", "1-based"),
     ("[[example]]\nname='A'\nscores=[[1]]\n[[example.claim]]\nquantity='weight'\n"
-     "claimed='1'\n", "needs [row]"),
+     "claimed='1'\n", "1 × 1 entries but claimed='1' is one number"),
     ("[[example]]\nname='A'\nscores=[[1]]\n[[example.claim]]\nquantity='shape.nope'\n"
      "claimed='1 × 1'\n", "shape.NAME"),
     ("[[example]]\nname='A'\nscores=[[1]]\n[[example.claim]]\nquantity='expr'\n"
@@ -271,10 +277,9 @@ BAD_FILES: list[tuple[str, str]] = [
      "claimed='1'\nrtol=2\n", "rtol=2"),
     ("[[example]]\nname='A'\nscores=[[1]]\n[[example.claim]]\nquantity='weight[1,1]'\n"
      "claimed='1'\nwhat=2\n", "unknown key(s) what"),
-    ("[[example]]\nname='A'\nscores=[[1]]\nclaim = 3\n", "array of tables"),
 ]
 
-# claims that load but cannot be judged: ClaimError at check time
+# claims that load but cannot be judged: unreadable records at check time
 BAD_CLAIMS: list[tuple[str, str, str]] = [
     ("weight[3,1]", "1", "row 3 is out of range 1..1"),
     ("weight[1,2]", "1", "column 2 is out of range 1..1"),
@@ -284,9 +289,11 @@ BAD_CLAIMS: list[tuple[str, str, str]] = [
     ("weight[1,1]", "1; import os", "cannot read"),
     ("weight[1,1]", "lambda: 1", "cannot read claimed"),
     ("weight[1,1]", "x" * 600, "longer than"),
+    ("weight[1,1]", "tensor([1, ..., 3])", "elides entries"),
+    ("weight", "tensor([[1, 2]])", "of shape 1 × 1 but"),
     ("weight[1,1]", "10^10^10", "10^10^10"),
     ("weight[1,1]", "≈", "holds no answer"),
-    ("head_output[1,1]", "1", "does not give"),
+    ("head_output[1,1]", "1", "gives no `value`"),
 ]
 
 
@@ -298,15 +305,32 @@ def test_malformed_file_is_one_clear_error(text: str, message: str) -> None:
     assert "\n" not in str(info.value).strip() or "TOML" in str(info.value)
 
 
+@pytest.mark.parametrize(("text", "message"), UNREADABLE_CLAIMS)
+def test_unreadable_claim_is_a_record_and_the_rest_is_checked(text: str, message: str) -> None:
+    good = "[[example.claim]]\nquantity='weight[1,1]'\nclaimed='1'\n"
+    report = check_examples(load_examples(text=text + good, source="f.toml"))
+    bad, ok = report.records
+    assert bad.verdict == "unreadable" and not bad.ok, bad
+    assert message in (bad.error or ""), bad.error
+    assert (bad.error or "").startswith("f.toml:"), bad.error  # FILE:line
+    assert ok.verdict == "exact" and ok.ok  # checked although the claim above is unreadable
+    assert report.exit_status == 2
+
+
 @pytest.mark.parametrize(("quantity", "claimed", "message"), BAD_CLAIMS)
-def test_unjudgeable_claim_is_a_claim_error(quantity: str, claimed: str, message: str) -> None:
+def test_unjudgeable_claim_is_an_unreadable_record(quantity: str, claimed: str,
+                                                   message: str) -> None:
     text = ("[[example]]\nname='A'\nscale=1\nscores=[[1]]\n[[example.claim]]\n"
             f"quantity={json.dumps(quantity)}\nclaimed={json.dumps(claimed)}\n")
-    with pytest.raises(MhaSymbolicError) as info:
-        check_examples(load_examples(text=text))
+    (r,) = check_examples(load_examples(text=text, source="t.toml")).records
+    assert r.verdict == "unreadable", r
+    assert message in (r.error or ""), r.error
+    assert "example 'A'" in (r.error or "")
+    assert (r.error or "").startswith("t.toml:"), r.error
+    with pytest.raises(MhaSymbolicError) as info:  # strict mode raises instead
+        check_examples(load_examples(text=text), strict=True)
     assert isinstance(info.value, (ClaimError, ExampleFileError))
     assert message in str(info.value), str(info.value)
-    assert "example 'A'" in str(info.value)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -397,14 +421,8 @@ def test_cli_bad_format_is_usage_error(cli: Any) -> None:
 @pytest.mark.parametrize(("text", "message"), [
     ("this is = not toml [", "not valid TOML"),
     ("[[example]]\nname='A'\nbogus=1\n", "unknown key(s) bogus"),
-    ("[[example]]\nname='A'\nscores=[[1]]\n[[example.claim]]\nquantity='frobnicate'\n"
-     "claimed='1'\n", "unknown quantity"),
     ("[[example]]\nname='A'\nquery=[[1, 0]]\nkey=[[1, 0, 0]]\n", "key has 3 columns"),
     ("[[example]]\nname='A\\nB'\nscores=[[1, 'e^(']]\n", "example 'A\\\\nB'"),
-    ("[[example]]\nname='A'\nscale=1\nscores=[[1]]\n[[example.claim]]\nquantity='weight[1,1]'"
-     "\nclaimed=\"__import__('pathlib').Path('PWNED').touch()\"\n", "cannot read claimed"),
-    ("[[example]]\nname='A'\nscale=1\nscores=[[1]]\n[[example.claim]]\nquantity='weight[1,1]'"
-     "\nclaimed='1\\n2\\r\\n3'\n", "weight[1,1]"),
     ("[[example]]\nname='A'\nscale=1\nscores=[['10^10^10']]\n", "10^10^10"),
     ("[[example]]\nname='A'\nheads=2\nquery=[[-8, 4, 'ln(2)', 2], [2, -2, -1, -9]]\n"
      "key=[[3, -3, 1e308, 3], [-4, 0, 8, -6]]\n", "too large"),
@@ -418,6 +436,35 @@ def test_cli_bad_input_one_line_exit_2(cli: Any, tmp_path: Path, text: str,
     proc = cli("check", str(p), timeout=60)
     assert_one_line_error(proc, message)
     assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
+
+
+CLI_UNREADABLE: list[tuple[str, str]] = [
+    ("[[example]]\nname='A'\nscores=[[1]]\n[[example.claim]]\nquantity='frobnicate'\n"
+     "claimed='1'\n", "unknown quantity"),
+    ("[[example]]\nname='A'\nscale=1\nscores=[[1]]\n[[example.claim]]\nquantity='weight[1,1]'"
+     "\nclaimed=\"__import__('pathlib').Path('PWNED').touch()\"\n", "cannot read claimed"),
+    ("[[example]]\nname='A'\nscale=1\nscores=[[1]]\n[[example.claim]]\nquantity='weight[1,1]'"
+     "\nclaimed='1\\n2\\r\\n3'\n", "weight[1,1]"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), CLI_UNREADABLE, ids=lambda x: x[:40])
+def test_cli_unreadable_claim_reported_exit_2(cli: Any, tmp_path: Path, text: str,
+                                              message: str) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text(text, encoding="utf-8")
+    proc = cli("check", str(p), timeout=60)
+    assert proc.returncode == 2, (proc.stdout[-500:], proc.stderr[-500:])
+    assert "Traceback" not in proc.stderr
+    assert "unreadable" in proc.stdout  # the report is still printed
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"mha-symbolic check: error: {p}:"), lines
+    assert message in lines[0]
+    assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
+    proc = cli("check", str(p), "--format", "json", timeout=60)
+    data = json.loads(proc.stdout)  # JSON is still emitted
+    assert proc.returncode == 2 and data["summary"]["unreadable"] == 1
+    assert data["claims"][0]["verdict"] == "unreadable" and data["claims"][0]["line"] >= 1
 
 
 def test_cli_giant_matrix_refused_quickly(cli: Any, tmp_path: Path) -> None:
@@ -518,4 +565,6 @@ def test_params_without_d_model_is_a_claim_error() -> None:
     text = ("[[example]]\nname='A'\nscale=1\nscores=[[1]]\n[[example.claim]]\n"
             "quantity='params.total'\nclaimed='1'\n")
     with pytest.raises(MhaSymbolicError, match="d_model"):
-        check_examples(load_examples(text=text))
+        check_examples(load_examples(text=text), strict=True)
+    (r,) = check_examples(load_examples(text=text)).records
+    assert r.verdict == "unreadable" and "d_model" in (r.error or "")

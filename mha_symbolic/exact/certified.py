@@ -63,6 +63,22 @@ def _precision(bits: int) -> Iterator[None]:
         ctx.prec = old
 
 
+#: Symbols bound to Arb balls while an interval evaluation runs (see :func:`bound_symbols`).
+_BOUND: dict[Any, Any] = {}
+
+
+@contextmanager
+def bound_symbols(env: dict[Any, Any]) -> Iterator[None]:
+    """Evaluate with these SymPy symbols standing for these Arb balls: the enclosure then
+    holds for every value of each symbol in its ball (interval evaluation)."""
+    _BOUND.update(env)
+    try:
+        yield
+    finally:
+        for key in env:
+            _BOUND.pop(key, None)
+
+
 def to_arb(expr: Any, bits: int) -> flint.arb:
     """Enclose an exact SymPy expression in an Arb ball at ``bits`` of precision.
 
@@ -77,6 +93,8 @@ def _arb(e: Any) -> flint.arb:
     import sympy as sp
     from flint import arb, fmpq
 
+    if _BOUND and e in _BOUND:
+        return _BOUND[e]
     if e.is_Integer or e.is_Rational:
         return arb(fmpq(int(e.p), int(e.q)))
     if e.is_Float:
@@ -275,6 +293,12 @@ class CertifiedValue:
         """-1, 0 or 1, certified."""
         if self.exact is not None:
             return (self.exact > 0) - (self.exact < 0)
+        try:  # an enclosure that excludes 0 settles it without asking SymPy (is_zero is slow)
+            ball = to_arb(self.expr, 64)
+            if ball > 0 or ball < 0:
+                return 1 if ball > 0 else -1
+        except (PrecisionError, SpecError):
+            pass
         if self.expr.is_zero:
             return 0
         return int(self._decide(lambda x: (x > 0) - (x < 0), "the sign"))

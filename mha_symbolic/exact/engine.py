@@ -47,6 +47,14 @@ MAX_SCORE_ENTRIES = 4096
 #: integer of astronomically many digits; e^(10^5) ≈ 10^43429 is far beyond any
 #: worked example (the numeric oracle, reference_attention, has no such limit).
 MAX_ABS_SCORE = 10**5
+#: Largest |entry| of an additive mask or a ``mask_fill`` value. Tutorials mask with
+#: −1e4, −1e6, −1e9 or −9e15; such a key's contribution e^(−10^9) is never evaluated
+#: at that many bits: it is bounded by magnitude analysis (exact/magnitude.py).
+MAX_ABS_MASK = 10**30
+#: A row whose scaled scores reach this magnitude is exponentiated after subtracting its
+#: largest score (softmax is invariant under the shift), so that masked keys become
+#: e^(−huge) next to e^0 rather than e^(−huge) over e^(−huge).
+SHIFT_THRESHOLD = 1000
 
 
 def exact_number(x: Any, name: str = "value") -> sympy.Expr:
@@ -212,13 +220,22 @@ def _scale_value(scale: Any, d_k: Any, default_unscaled: bool) -> Any:
 
 
 def _check_magnitude(t: Any, head: int) -> None:
-    """Refuse scaled scores beyond ±MAX_ABS_SCORE before SymPy exponentiates them."""
+    """Refuse scaled scores beyond ±MAX_ABS_SCORE before SymPy exponentiates them.
+
+    ``t`` holds scale · score only: additive masks and ``mask_fill`` values are checked
+    by :func:`_mask_entry` against MAX_ABS_MASK."""
     import sympy as sp
 
     from .certified import to_arb
 
     for (r, j), e in zip(((r, j) for r in range(t.rows) for j in range(t.cols)), t, strict=True):
-        if e == -sp.oo or e.free_symbols or not e.has(sp.exp, sp.log):
+        if e == -sp.oo or e.free_symbols:
+            continue
+        if e.is_Rational:
+            if abs(e) > MAX_ABS_SCORE:
+                raise InputValueError(
+                    f"scaled score [{r + 1},{j + 1}] of head {head + 1} is beyond ±{MAX_ABS_SCORE}: "
+                    "too large to exponentiate exactly; use reference_attention for such inputs")
             continue
         ball = to_arb(e, 64)
         if not ball.is_finite() or abs(ball) > MAX_ABS_SCORE:
@@ -228,14 +245,21 @@ def _check_magnitude(t: Any, head: int) -> None:
             )
 
 
-def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int) -> Any:
-    """Row-wise softmax of the scaled scores over the kept keys."""
+def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int,
+                  parts: list[Any] | None = None) -> Any:
+    """Row-wise softmax of the scaled scores over the kept keys.
+
+    softmax(t)_j = e^(t_j − m) / Σ_k e^(t_k − m) for any m; a row holding a score of
+    magnitude ≥ SHIFT_THRESHOLD (a huge finite mask) is shifted by its largest score m
+    (found with certified comparisons), so each masked key is e^(−huge) beside e^0."""
     import sympy as sp
 
     n_q, n_k = t.shape
     w = sp.zeros(n_q, n_k)
     for r in range(n_q):
         cols = [j for j in range(n_k) if keep[r][j] and t[r, j] != -sp.oo]
+        if parts is not None:
+            parts.append(None)
         if not cols:
             if masked_rows == "error":
                 raise InputValueError(
@@ -245,15 +269,65 @@ def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int) -
                 for j in range(n_k):
                     w[r, j] = sp.nan
             continue  # "zero": the row stays 0, as PyTorch SDPA and FlashAttention return
-        exps = {j: sp.exp(t[r, j]) for j in cols}
+        shift = _row_shift([t[r, j] for j in cols])
+        exps = {j: sp.exp(t[r, j] - shift) for j in cols}
         denom = sp.Add(*exps.values())
+        inverse = 1 / denom
         for j in cols:
-            w[r, j] = exps[j] / denom
+            w[r, j] = exps[j] * inverse
+        if parts is not None:
+            parts[-1] = (exps, denom)
     return w
 
 
-def _keep_matrix(spec: AttentionSpec, n_q: int, n_k: int) -> list[list[bool]]:
-    return [[spec.takes_part(i, j) for j in range(n_k)] for i in range(n_q)]
+def _weighted_sum(w: Any, vh: Any, rows: list[Any] | None) -> Any:
+    """A_i V_i.  With the softmax's rows (numerators e^(t_j), denominator D) each entry
+    is written over the common denominator, Σ_j (e^(t_j)/D) v_j = (Σ_j e^(t_j) v_j)/D:
+    one division per entry instead of one per term."""
+    import sympy as sp
+
+    n_q, n_k = w.shape
+    if rows is None:
+        return sp.Matrix(n_q, vh.cols, lambda r, c: sp.Add(*[w[r, j] * vh[j, c] for j in range(n_k)]))
+    out = sp.zeros(n_q, vh.cols)
+    for r in range(n_q):
+        row = rows[r]
+        for c in range(vh.cols):
+            if row is None:  # a fully masked row: zero (or NaN) weights as they stand
+                out[r, c] = sp.Add(*[w[r, j] * vh[j, c] for j in range(n_k)])
+            else:
+                numer, denom = row
+                out[r, c] = sp.Add(*[e * vh[j, c] for j, e in numer.items()]) / denom
+    return out
+
+
+def _row_shift(row: list[Any]) -> Any:
+    """0, or the row's largest entry when some entry is huge (see SHIFT_THRESHOLD)."""
+    import sympy as sp
+
+    from .certified import certify, to_arb
+
+    huge = False
+    for e in row:
+        if e.is_Rational:
+            huge = huge or abs(e) >= SHIFT_THRESHOLD
+            continue
+        if e.free_symbols:
+            return sp.Integer(0)
+        ball = to_arb(e, 64)
+        if not ball.is_finite() or abs(ball) >= SHIFT_THRESHOLD:
+            huge = True
+    if not huge:
+        return sp.Integer(0)
+    best = row[0]
+    for e in row[1:]:
+        if e != best and certify(e - best).sign() > 0:
+            best = e
+    return best
+
+
+def _keep_matrix(spec: AttentionSpec, n_q: int, n_k: int, head: int = 0) -> list[list[bool]]:
+    return [[spec.takes_part(i, j, head) for j in range(n_k)] for i in range(n_q)]
 
 
 def _split(m: Any, parts: int, width: int, name: str) -> list[Any]:
@@ -308,6 +382,8 @@ def exact_attention(
     causal_alignment: str = "top_left",
     masked_rows: str = "zero",
     softmax_over: str = "keys",
+    mask_fill: Any = None,
+    mask_fill_stage: str = "scaled",
 ) -> ExactAttention:
     """Build every intermediate of (multi-head, masked, cross-, GQA) attention exactly.
 
@@ -317,6 +393,12 @@ def exact_attention(
     ``mask``: None, ``"causal"``, a boolean matrix (True = takes part) or an
     additive matrix added to the scaled scores, whose entries may be
     ``float("-inf")``, ``"-inf"`` or SymPy's ``-oo`` to remove a key exactly.
+    A mask may also be a list of ``heads`` such matrices (one per head: ALiBi-like
+    biases, per-head masks).  ``mask_fill``: with a boolean (or causal) mask, the
+    masked entries are *replaced* by this number instead of removed, as
+    ``scores.masked_fill(~mask, mask_fill)`` does (``-inf`` removes them exactly);
+    ``mask_fill_stage="scaled"`` replaces the scaled score, ``"raw"`` the raw score
+    before scaling.
     ``softmax_over="queries"`` normalizes each *column* instead of each row: it is
     wrong attention, built only so that the textbook checker can recognise a text
     that took the softmax over the wrong axis.
@@ -420,29 +502,38 @@ def exact_attention(
         masked_rows=masked_rows,  # type: ignore[arg-type]
     )
     scale_value = _scale_value(scale, d_k, default_unscaled=q_heads is None)
-    keep = _keep_matrix(spec, n_q, n_k)
-    additive = spec.additive_mask
-    add = (sp.Matrix([[_mask_entry(e) for e in row] for row in additive])
-           if additive is not None else sp.zeros(n_q, n_k))
+    if mask_fill_stage not in ("scaled", "raw"):
+        raise SpecError(f"mask_fill_stage={mask_fill_stage!r} must be 'scaled' or 'raw'")
+    fill = None if mask_fill is None else _mask_entry(mask_fill, "mask_fill")
+    if fill is not None and fill != -sp.oo and mask_fill_stage == "raw":
+        fill = fill * scale_value
 
     results = []
     for i in range(heads):
         g = i // group
         s = q_heads[i] * k_heads[g].T if q_heads is not None and k_heads is not None else score_mats[i]
-        t = s * scale_value + add
-        t = sp.Matrix(n_q, n_k, lambda r, j, t=t: t[r, j] if keep[r][j] else -sp.oo)
-        _check_magnitude(t, i)
+        keep = _keep_matrix(spec, n_q, n_k, i)
+        additive = spec.head_additive_mask(i)
+        scaled = s * scale_value
+        _check_magnitude(scaled, i)
+        t = (scaled + sp.Matrix([[_mask_entry(e) for e in row] for row in additive])
+             if additive is not None else scaled)
+        if fill is None or fill == -sp.oo:
+            t = sp.Matrix(n_q, n_k, lambda r, j, t=t, keep=keep: t[r, j] if keep[r][j] else -sp.oo)
+        else:  # masked_fill: the masked entries take the fill value and stay in the softmax
+            t = sp.Matrix(n_q, n_k, lambda r, j, t=t, keep=keep: t[r, j] if keep[r][j] else fill)
+            keep = [[True] * n_k for _ in range(n_q)]
+        row_parts: list[Any] | None = None
         if softmax_over == "queries":
             w = _softmax_rows(t.T, [list(c) for c in zip(*keep, strict=True)], masked_rows, i).T
         elif softmax_over == "keys":
-            w = _softmax_rows(t, keep, masked_rows, i)
+            row_parts = []
+            w = _softmax_rows(t, keep, masked_rows, i, row_parts)
         else:
             raise SpecError(f"softmax_over={softmax_over!r} must be 'keys' or 'queries'")
         out = None
         if v_heads is not None:
-            vh = v_heads[g]
-            out = sp.Matrix(n_q, vh.cols, lambda r, c, w=w, vh=vh:
-                            sp.Add(*[w[r, j] * vh[j, c] for j in range(n_k)]))
+            out = _weighted_sum(w, v_heads[g], row_parts)
         results.append(HeadResult(
             i,
             q_heads[i] if q_heads else None,
@@ -462,8 +553,10 @@ def exact_attention(
     return ExactAttention(spec, scale_value, tuple(results), concat, output, inputs)
 
 
-def _mask_entry(e: Any) -> Any:
-    """An additive-mask entry: a number, or -inf (float, string or -oo) to remove a key."""
+def _mask_entry(e: Any, name: str = "mask") -> Any:
+    """An additive-mask entry: a number, or -inf (float, string or -oo) to remove a key.
+
+    Finite entries may be as large as MAX_ABS_MASK (−1e9 and −9e15 are common)."""
     import sympy as sp
 
     if isinstance(e, float) and e == float("-inf"):
@@ -472,4 +565,13 @@ def _mask_entry(e: Any) -> Any:
         return -sp.oo
     if isinstance(e, sp.Basic) and e == -sp.oo:
         return e
-    return exact_number(e, "mask")
+    value = exact_number(e, name)
+    if value.is_Rational and abs(value) > MAX_ABS_MASK:
+        raise InputValueError(f"{name} entry {e!r} is beyond ±{MAX_ABS_MASK:.0e}")
+    if not value.is_Rational and not value.free_symbols:
+        from .certified import to_arb
+
+        ball = to_arb(value, 64)
+        if not ball.is_finite() or abs(ball) > MAX_ABS_MASK:
+            raise InputValueError(f"{name} entry {e!r} is beyond ±{MAX_ABS_MASK:.0e}")
+    return value

@@ -62,10 +62,10 @@ class ParameterCount:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "parts": {n: {"shape": s, "count": str(c)} for n, s, c in self.parts},
-            "weights": str(self.weights),
-            "biases": str(self.biases),
-            "total": str(self.total),
+            "parts": {n: {"shape": s, "count": _json_count(c)} for n, s, c in self.parts},
+            "weights": _json_count(self.weights),
+            "biases": _json_count(self.biases),
+            "total": _json_count(self.total),
         }
 
     def text(self) -> str:
@@ -82,6 +82,15 @@ class ParameterCount:
 
         terms = " + ".join(sp.latex(sp.sympify(c)) for _, _, c in self.parts)
         return rf"{terms} = {sp.latex(sp.sympify(self.total))}"
+
+
+def _json_count(c: Any) -> Any:
+    """A count for JSON: an int when numeric, the symbolic form as a string otherwise."""
+    if isinstance(c, int):
+        return c
+    if getattr(c, "is_Integer", False):
+        return int(c)
+    return str(c)
 
 
 def _simplify(x: Any) -> Any:
@@ -130,13 +139,10 @@ def parameter_count(spec: AttentionSpec | None = None, **sizes: Any) -> Paramete
         ("W^V", _shape(s.vdim, g * s.d_v), s.vdim * g * s.d_v),
         ("W^O", _shape(h * s.d_v, s.d_model), h * s.d_v * s.d_model),
     ]
-    if s.bias:
-        parts += [
-            ("b^Q", _size(h * s.d_k), h * s.d_k),
-            ("b^K", _size(g * s.d_k), g * s.d_k),
-            ("b^V", _size(g * s.d_v), g * s.d_v),
-            ("b^O", _size(s.d_model), s.d_model),
-        ]
+    on = s.bias_parts
+    parts += [(n, _size(c), c) for n, part, c in (
+        ("b^Q", "q", h * s.d_k), ("b^K", "k", g * s.d_k), ("b^V", "v", g * s.d_v),
+        ("b^O", "o", s.d_model)) if on[part]]
     if s.add_bias_kv:
         parts += [
             ("bias_k", _size(g * s.d_k), g * s.d_k),
@@ -155,8 +161,8 @@ class FlopCount:
     def total(self) -> Any:
         return _simplify(sum((c for _, c in self.parts), 0))
 
-    def as_dict(self) -> dict[str, str]:
-        return {**{n: str(c) for n, c in self.parts}, "total": str(self.total)}
+    def as_dict(self) -> dict[str, Any]:
+        return {**{n: _json_count(c) for n, c in self.parts}, "total": _json_count(self.total)}
 
     def text(self) -> str:
         lines = [f"{n:22s} {c}" for n, c in self.parts]
@@ -178,16 +184,16 @@ def flop_count(spec: AttentionSpec | None = None, **sizes: Any) -> FlopCount:
     s = spec
     _need(s, "n_q", "d_model", "d_k", "d_v")
     h, g, nq, nk = s.heads, s.kv_heads, s.n_q, s.n_k
-    bias = 1 if s.bias else 0
+    on = {p: int(b) for p, b in s.bias_parts.items()}
     parts = (
-        ("Q projection", 2 * nq * s.d_model * h * s.d_k + bias * nq * h * s.d_k),
-        ("K projection", 2 * nk * s.kdim * g * s.d_k + bias * nk * g * s.d_k),
-        ("V projection", 2 * nk * s.vdim * g * s.d_v + bias * nk * g * s.d_v),
+        ("Q projection", 2 * nq * s.d_model * h * s.d_k + on["q"] * nq * h * s.d_k),
+        ("K projection", 2 * nk * s.kdim * g * s.d_k + on["k"] * nk * g * s.d_k),
+        ("V projection", 2 * nk * s.vdim * g * s.d_v + on["v"] * nk * g * s.d_v),
         ("scores Q K^T", 2 * h * nq * nk * s.d_k),
         ("scaling", h * nq * nk),
         ("softmax", h * nq * (3 * nk - 1)),
         ("weighted sum A V", 2 * h * nq * nk * s.d_v),
-        ("output projection", 2 * nq * h * s.d_v * s.d_model + bias * nq * s.d_model),
+        ("output projection", 2 * nq * h * s.d_v * s.d_model + on["o"] * nq * s.d_model),
     )
     return FlopCount(tuple((n, _simplify(c)) for n, c in parts))
 
@@ -216,7 +222,7 @@ def cli_params(args: Any) -> int:
     elif args.format == "latex":
         print(count.latex())
     else:
-        print(f"parameters ({spec.kind}, {'with' if spec.bias else 'no'} bias):")
+        print(f"parameters ({spec.kind}, {'with' if spec.bias else 'no'} bias):")  # CLI: bool
         print(count.text())
         if flops is not None:
             print("\nforward FLOPs (multiply-add = 2):")

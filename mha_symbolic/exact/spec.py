@@ -16,7 +16,8 @@ Conventions (stated once, used everywhere):
   j <= i, PyTorch's ``is_causal``) or ``"bottom_right"`` (j <= i + n_k - n_q,
   FlashAttention >= 2.1); a boolean ``n_q x n_k`` matrix with **True = takes
   part**; or an additive ``n_q x n_k`` matrix added to the scaled scores
-  (``-oo`` removes a key).
+  (``-oo`` removes a key); or a list of ``heads`` such matrices, one per head
+  (per-head masks, ALiBi-like biases).
 * ``masked_rows``: what a query row with no key left gets: ``"zero"`` (output
   0, as PyTorch SDPA and FlashAttention), ``"nan"``, or ``"error"``.
 
@@ -105,7 +106,7 @@ class AttentionSpec:
     d_v: Dim = None
     kdim: Dim = None
     vdim: Dim = None
-    bias: bool = True
+    bias: Any = True  # a bool, or (q, k, v, o) flags as nn.Linear(..., bias=...) per projection
     add_bias_kv: bool = False
     scale: Any = None
     mask: Any = None
@@ -120,6 +121,7 @@ class AttentionSpec:
         put(self, "_given", frozenset(given))
         if hasattr(self.mask, "tolist"):  # numpy arrays: plain lists of Python bools/numbers
             put(self, "mask", self.mask.tolist())
+        put(self, "bias", _bias_flags(self.bias))
         for name in ("n_q", "n_k", "d_model", "heads", "kv_heads", "d_k", "d_v", "kdim", "vdim"):
             put(self, name, dim(getattr(self, name), name))
         if self.n_k is None:
@@ -169,14 +171,34 @@ class AttentionSpec:
             return
         if isinstance(mask, str):
             raise SpecError(f"mask={mask!r} must be None, 'causal', or an n_q x n_k matrix")
-        rows = _rows(mask, "mask")
+        if _is_per_head(mask):
+            if _is_num(self.heads) and len(mask) != self.heads:
+                raise SpecError(f"mask has {len(mask)} per-head matrices but heads={self.heads}")
+            for h, m in enumerate(mask):
+                self._check_matrix(m, f"mask[{h}]")
+            return
+        self._check_matrix(mask, "mask")
+
+    def _check_matrix(self, mask: Any, name: str) -> None:
+        rows = _rows(mask, name)
         if _is_num(self.n_q) and len(rows) != self.n_q:
-            raise SpecError(f"mask has {len(rows)} rows but n_q={self.n_q}")
+            raise SpecError(f"{name} has {len(rows)} rows but n_q={self.n_q}")
         for i, row in enumerate(rows):
             if _is_num(self.n_k) and len(row) != self.n_k:
-                raise SpecError(f"mask row {i} has {len(row)} entries but n_k={self.n_k}")
+                raise SpecError(f"{name} row {i} has {len(row)} entries but n_k={self.n_k}")
+
+    def head_mask(self, head: int) -> Any:
+        """The mask that applies to query head ``head`` (0-based)."""
+        mask = self.mask
+        return mask[head] if _is_per_head(mask) else mask
 
     # -- derived facts ------------------------------------------------------------
+    @property
+    def bias_parts(self) -> dict[str, bool]:
+        """Which projections have a bias: {'q': …, 'k': …, 'v': …, 'o': …}."""
+        flags = self.bias if isinstance(self.bias, tuple) else (bool(self.bias),) * 4
+        return dict(zip(("q", "k", "v", "o"), flags, strict=True))
+
     @property
     def is_cross(self) -> bool:
         """Whether queries and keys have different lengths (or widths)."""
@@ -212,9 +234,9 @@ class AttentionSpec:
             return 1 / sp.sqrt(self.d_k)
         return self.scale
 
-    def takes_part(self, i: int, j: int) -> bool:
+    def takes_part(self, i: int, j: int, head: int = 0) -> bool:
         """Whether query ``i`` may attend to key ``j`` under a causal or boolean mask."""
-        mask = self.mask
+        mask = self.head_mask(head)
         if mask is None:
             return True
         if isinstance(mask, str) and mask == "causal":
@@ -227,14 +249,44 @@ class AttentionSpec:
 
     @property
     def additive_mask(self) -> list[list[Any]] | None:
-        """The additive mask matrix, or None when the mask is not additive."""
-        mask = self.mask
+        """The additive mask matrix (of head 0 for per-head masks), or None when the mask
+        is not additive."""
+        return self.head_additive_mask(0)
+
+    def head_additive_mask(self, head: int) -> list[list[Any]] | None:
+        """The additive mask matrix of query head ``head``, or None when not additive."""
+        mask = self.head_mask(head)
         if mask is None or isinstance(mask, str):
             return None
         rows = _rows(mask, "mask")
         if all(isinstance(x, bool) for row in rows for x in row):
             return None
         return rows
+
+
+def _bias_flags(bias: Any) -> Any:
+    """True/False, or a (q, k, v, o) tuple of flags when they differ."""
+    if isinstance(bias, bool):
+        return bias
+    if isinstance(bias, dict):
+        unknown = set(bias) - {"q", "k", "v", "o"}
+        if unknown:
+            raise SpecError(f"bias has unknown part(s) {', '.join(sorted(unknown))}; "
+                            "expected q, k, v, o")
+        bias = tuple(bias.get(p, True) for p in ("q", "k", "v", "o"))
+    if isinstance(bias, (tuple, list)) and len(bias) == 4 and all(isinstance(b, bool) for b in bias):
+        flags = tuple(bias)
+        return flags[0] if len(set(flags)) == 1 else flags
+    raise SpecError(f"bias={bias!r} must be True, False, or (q, k, v, o) flags")
+
+
+def _is_per_head(mask: Any) -> bool:
+    """A list of matrices (one per head), as opposed to one matrix."""
+    if hasattr(mask, "ndim"):
+        return int(mask.ndim) == 3
+    return (isinstance(mask, Sequence) and not isinstance(mask, str) and len(mask) > 0
+            and isinstance(mask[0], Sequence) and not isinstance(mask[0], str) and len(mask[0]) > 0
+            and isinstance(mask[0][0], Sequence) and not isinstance(mask[0][0], str))
 
 
 def _rows(matrix: Any, name: str) -> list[list[Any]]:

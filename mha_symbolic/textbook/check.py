@@ -38,13 +38,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..errors import ClaimError, MhaSymbolicError
+from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
 from .claims import parse_printed
 from .examples import Claim, WorkedExample, load_examples, select_examples
-from .quantities import parse_quantity, quantity_value
-from .reports import CheckReport, ClaimRecord
-from .slips import count_diagnosis, digit_diagnosis, premature, variant_diagnosis
-from .verdicts import describe, judge
+from .quantities import MATRIX_QUANTITIES, parse_quantity, quantity_value
+from .reports import CONSISTENT, CheckReport, ClaimRecord
+from .slips import count_diagnosis, digit_diagnosis, index_diagnosis, premature, variant_diagnosis
+from .verdicts import describe, judge, nested_shape, pairs
 
 __all__ = [
     "CheckReport",
@@ -58,94 +58,275 @@ __all__ = [
 ]
 
 
+def _unreadable(ex: WorkedExample, claim: Claim, message: str) -> ClaimRecord:
+    return ClaimRecord(ex.name, claim.quantity, claim.head, claim.claimed, "", "", None, "",
+                       "unreadable", False, None, None, claim.note, None, file=ex.source,
+                       line=claim.line, batch=claim.batch, error=message)
+
+
 def _shape_record(ex: WorkedExample, claim: Claim, value: Any) -> ClaimRecord:
-    from ..exact.shapes import Shape, same_size
+    """A shape claim: 2 sizes (rows × columns), 3 (batch × …) or 4 (batch × heads × …)."""
+    from ..exact.shapes import same_size
+    from .quantities import PER_HEAD_SHAPES
 
     p = parse_printed(claim.claimed, shape=True)
     import sympy as sp
 
     def size(x: Any) -> Any:
-        return x if isinstance(x, int) else sp.Symbol(x, integer=True, positive=True)
+        if isinstance(x, int):
+            return x
+        factors = [int(f) if f.isdigit() else sp.Symbol(f, integer=True, positive=True)
+                   for f in x.split("·")]
+        return sp.Mul(*factors)
 
-    claimed = Shape(size(p.sizes[0]), size(p.sizes[1]))
-    ok = same_size(claimed.rows, value.rows) and same_size(claimed.cols, value.cols)
+    _, sub, _ = parse_quantity(claim.quantity)
+    leading: list[Any] = []
+    if len(p.sizes) >= 3:
+        leading.append(ex.batch_size if ex.has_attention or "batch" in ex.dims else sp.Symbol(
+            "batch", integer=True, positive=True))
+    if len(p.sizes) == 4:
+        if sub not in PER_HEAD_SHAPES:
+            raise ClaimError(f"{claim.quantity} is not per head: claim 2 sizes (rows × columns) "
+                             "or 3 (batch × rows × columns)")
+        leading.append(ex.spec.heads)
+    expected = (*leading, value.rows, value.cols)
+    text = " × ".join(_size_text(x) for x in expected)
+    claimed = [size(x) for x in p.sizes]
+    ok = all(same_size(a, b) for a, b in zip(claimed, expected, strict=True))
     diagnosis = None
-    if not ok and same_size(claimed.rows, value.cols) and same_size(claimed.cols, value.rows):
+    if not ok and all(same_size(a, b) for a, b in zip(claimed[:-2], expected[:-2], strict=True)) \
+            and same_size(claimed[-2], value.cols) and same_size(claimed[-1], value.rows):
         diagnosis = "transposed: rows and columns swapped"
-    return ClaimRecord(ex.name, claim.quantity, claim.head, claim.claimed, str(value), "",
-                       None if ok else str(value), "shape", "exact" if ok else "wrong", ok,
-                       None, diagnosis, claim.note, value)
+        if sub in ("w_q", "w_k", "w_v", "w_o", "w_qkv") or (sub or "").endswith("_stacked"):
+            diagnosis += (" (torch's nn.Linear stores its weight as (out, in); this example uses "
+                          + ("torch's" if ex.options.get("layout") == "torch" else "the book's (in, out)")
+                          + " layout)")
+    return ClaimRecord(ex.name, claim.quantity, claim.head, claim.claimed, text, "",
+                       None if ok else text, "shape", "exact" if ok else "wrong", ok,
+                       None, diagnosis, claim.note, value, file=ex.source, line=claim.line,
+                       batch=claim.batch)
+
+
+def _size_text(x: Any) -> str:
+    from ..exact.shapes import _text
+
+    return _text(x)
+
+
+#: Quantities that exist once per head (their printed tensors carry a heads axis).
+_PER_HEAD = ("score", "scaled_score", "weight", "head_output", "q", "k", "v")
+
+
+def _claim_value(ex: WorkedExample, claim: Claim, p: Any) -> Any:
+    """The value a claim is judged against; for a printed tensor with batch and/or head
+    axes (3 or 4 dimensions), the matrices gathered along them."""
+    name, _, idx = parse_quantity(claim.quantity)
+    if p.kind != "array" or len(p.shape) <= 2 or idx or name not in MATRIX_QUANTITIES:
+        return quantity_value(ex, claim)
+    import dataclasses
+
+    axes = len(p.shape) - 2
+    heads = len(ex.attention(0).heads) if ex.has_attention else 1
+    batch = ex.batch_size
+    per_head = name in _PER_HEAD
+    order: tuple[str, ...]
+    if axes == 2:
+        if not per_head:
+            raise ClaimError(f"{claim.quantity} has no heads axis: claim it as batch × rows × columns")
+        order = ("batch", "head")
+    elif per_head and heads > 1 and batch > 1:
+        raise ClaimError(f"{claim.quantity}: a 3-dimensional printout is ambiguous with "
+                         f"{batch} batch elements and {heads} heads; print batch × heads × rows × "
+                         "columns")
+    else:
+        order = ("head",) if per_head and heads > 1 else ("batch",)
+    sizes = {"batch": batch, "head": heads}
+    for axis, n in zip(order, p.shape[:axes], strict=True):
+        if n != sizes[axis]:
+            raise ClaimError(f"{claim.quantity}: the printout has {n} along its {axis} axis but "
+                             f"the example has {sizes[axis]}")
+
+    def gather(level: int, fixed: dict[str, int]) -> Any:
+        if level == axes:
+            c = dataclasses.replace(claim, head=fixed.get("head", claim.head),
+                                    batch=fixed.get("batch", claim.batch))
+            return quantity_value(ex, c)
+        axis = order[level]
+        return tuple(gather(level + 1, {**fixed, axis: i + 1}) for i in range(sizes[axis]))
+
+    return gather(0, {})
 
 
 def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
     name, _, _ = parse_quantity(claim.quantity)
-    value = quantity_value(ex, claim)
     if name == "shape":
-        return _shape_record(ex, claim, value)
+        return _shape_record(ex, claim, quantity_value(ex, claim))
     p = parse_printed(claim.claimed)
+    value = _claim_value(ex, claim, p)
     import sympy as sp
 
-    values = value if isinstance(value, tuple) else (value,)
-    parts = p.parts if p.kind == "tuple" else (p,)
-    if p.kind == "tuple" and not isinstance(value, tuple):
-        raise ClaimError(f"{claim.quantity} is one number but claimed={claim.claimed!r} is a tuple")
-    if isinstance(value, tuple) and len(parts) != len(values):
-        raise ClaimError(f"{claim.quantity} has {len(values)} entries but claimed="
-                         f"{claim.claimed!r} has {len(parts)}")
-    judgements = [judge(sp.sympify(v), part, claim.rtol) for v, part in zip(values, parts, strict=True)]
+    items = pairs(value, p, claim.quantity)
+    values = [sp.sympify(v) for v, _ in items]
+    parts = [part for _, part in items]
+    judgements = [judge(v, part, claim.rtol) for v, part in zip(values, parts, strict=True)]
     # enough certified digits to see why the verdict holds: three beyond the claim's,
     # at least 15, and 20 for formulas (1 − e^(−32) only differs after 14 nines)
-    sig = max([part.significant_digits + 3 for part in parts]
-              + [20 if any(part.kind == "expression" for part in parts) else 15])
-    described = [describe(sp.sympify(v), sig) for v in values]
-    exact = ", ".join(d for d, _ in described)
-    form = ", ".join(f for _, f in described if f)
-    if len(values) > 1:
-        exact = f"({exact})"
-        form = f"({form})" if form and all(f for _, f in described) else ""
+    big = len(values) > 16
+    sig = max([part.significant_digits + (2 if big else 3) for part in parts]
+              + [20 if any(part.kind == "expression" for part in parts) else 8 if big else 15])
+    described = [describe(v, sig) for v in values]
+    shape = nested_shape(value)
+    exact = _layout([d for d, _ in described], shape)
+    forms = [f for _, f in described]
+    form = _layout(forms, shape) if len(values) > 1 and all(forms) else (forms[0] if len(values) == 1
+                                                                         else "")
     ok = all(j.ok for j in judgements)
     verdicts = [j.verdict for j in judgements]
     verdict = ("wrong" if not ok else "exact" if all(v == "exact" for v in verdicts)
                else "approximation" if "approximation" in verdicts else "correctly rounded")
     rounded = None
-    if any(j.rounded for j in judgements):
-        rounded_parts = [j.rounded or part.text.strip() for j, part in zip(judgements, parts, strict=True)]
-        rounded = rounded_parts[0] if len(parts) == 1 else "(" + ", ".join(rounded_parts) + ")"
+    if any(j.rounded for j in judgements) and not ok:
+        rounded = _layout([j.rounded or part.text.strip() for j, part in zip(judgements, parts,
+                                                                             strict=True)], shape)
+    elif any(j.rounded for j in judgements) and len(parts) == 1:
+        rounded = judgements[0].rounded
     errors = [j.error_units for j in judgements if j.error_units]
-    error_units = ", ".join(errors) if errors else None
+    entries: list[dict[str, Any]] = []
+    if p.kind == "array":
+        labels = _labels(shape)
+        entries = [{"index": labels[i], "claimed": parts[i].text.strip(), "correct": j.rounded,
+                    "error_units": j.error_value} for i, j in enumerate(judgements) if not j.ok]
+        if not ok:
+            errors = [f"{e['index']}: {judgements[i].error_units or 'wrong'}" for i, e in
+                      zip([i for i, j in enumerate(judgements) if not j.ok], entries, strict=True)]
+    error_units = ", ".join(errors[:12]) + (f", … ({len(errors)} entries)" if len(errors) > 12 else "") \
+        if errors else None
+    error_value = judgements[0].error_value if len(judgements) == 1 else None
+    details = [j.detail for j in judgements if j.detail]
+    detail = details[0] if details else None
     diagnosis = None
+    p_inputs = ""
+    if not ok and ex.printed_inputs:
+        from .intervals import consistent_with_printed
+
+        verdict_text, note = consistent_with_printed(ex, claim, value, p, judgements)
+        if verdict_text is not None:
+            from .intervals import input_decimals
+
+            verdict, ok, detail = verdict_text, True, note
+            p_inputs = f"{input_decimals(ex.engine_inputs()[claim.batch - 1])} decimals"
+        elif note:
+            detail = note
     if not ok:
         diagnosis = (premature(ex, index, claim, p) or variant_diagnosis(ex, claim, p)
-                     or count_diagnosis(ex, claim, p))
+                     or count_diagnosis(ex, claim, p) or index_diagnosis(ex, claim, p))
         if diagnosis is None and len(values) == 1:
-            diagnosis = digit_diagnosis(sp.sympify(values[0]), parts[0])
-    precision = "; ".join(d for d in dict.fromkeys(part.describe_precision() for part in parts) if d)
+            diagnosis = digit_diagnosis(values[0], parts[0])
+    precision = p.describe_precision() if p.kind in ("tuple", "array") else "; ".join(
+        d for d in dict.fromkeys(part.describe_precision() for part in parts) if d)
+    if verdict == CONSISTENT:
+        precision = p_inputs  # the inputs' printed precision
     return ClaimRecord(ex.name, claim.quantity, claim.head, claim.claimed, exact, form, rounded,
-                       precision, verdict, ok, error_units, diagnosis, claim.note, value)
+                       precision, verdict, ok, error_units, diagnosis, claim.note, value,
+                       file=ex.source, line=claim.line, batch=claim.batch, detail=detail,
+                       error_value=error_value, entries=tuple(entries))
+
+
+def _labels(shape: tuple[int, ...]) -> list[str]:
+    """1-based index labels of every entry, row-major: '[1,2]'."""
+    import itertools
+
+    return ["[" + ",".join(str(i + 1) for i in ix) + "]"
+            for ix in itertools.product(*(range(n) for n in shape))]
+
+
+def _layout(texts: list[str], shape: tuple[int, ...]) -> str:
+    """Entries laid out like the value: 'x' for a number, '(a, b)' for a row, nested
+    brackets for a matrix or tensor."""
+    if shape == ():
+        return texts[0]
+    if len(shape) == 1:
+        return "(" + ", ".join(texts) + ")"
+    step = len(texts) // shape[0]
+    rows = [_layout(texts[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+    rows = ["[" + r[1:-1] + "]" if r.startswith("(") else r for r in rows]
+    return "[" + ", ".join(rows) + "]"
 
 
 def check_examples(examples: Iterable[WorkedExample] | WorkedExample,
-                   only: Sequence[str] | None = None) -> CheckReport:
-    """Check every claim of the examples; ``only`` restricts to examples by name."""
+                   only: Sequence[str] | None = None, *, strict: bool = False) -> CheckReport:
+    """Check every claim of the examples; ``only`` restricts to examples by name.
+
+    A claim that cannot be judged (unreadable answer, unknown quantity, an index out of
+    range) becomes a record with the verdict ``unreadable`` and its error, and the
+    other claims are still checked; ``strict=True`` raises the error instead."""
     exs = [examples] if isinstance(examples, WorkedExample) else list(examples)
     exs = select_examples(exs, only)
     records: list[ClaimRecord] = []
     for ex in exs:
         for i, claim in enumerate(ex.claims):
+            if claim.error is not None:
+                if strict:
+                    raise ClaimError(claim.error)
+                records.append(_unreadable(ex, claim, claim.error))
+                continue
             try:
                 records.append(_check_claim(ex, i, claim))
             except MhaSymbolicError as exc:
-                raise type(exc)(f"example {ex.name!r}, claim {claim.quantity!r}: {exc}") from None
+                loc = f"{ex.source}:{claim.line}: " if ex.source and claim.line else (
+                    f"{ex.source}: " if ex.source else "")
+                message = f"{loc}example {ex.name!r}, claim {claim.quantity!r}: {exc}"
+                if strict:
+                    raise type(exc)(message) from None
+                records.append(_unreadable(ex, claim, message))
     return CheckReport(tuple(exs), tuple(records))
 
 
 def cli_check(args: Any) -> int:
-    examples = load_examples(args.file)
-    report = check_examples(examples, only=args.example)
-    if args.format == "json":
-        print(report.json())
-    elif args.format == "markdown":
-        print(report.markdown())
+    """``mha-symbolic check FILE|- [--example NAME …] [--format …] [-q]``; without FILE,
+    ``--example NAME`` names a bundled set (``seed``, ``books``, ``books/NAME``)."""
+    import sys
+
+    only = args.example
+    if args.file is None:
+        if not args.example:
+            raise ExampleFileError("give a worked-example FILE, '-' for standard input, or "
+                                   "--example NAME for a bundled set (`mha-symbolic examples` "
+                                   "lists them)")
+        from .bundled import files
+
+        examples = [ex for name in args.example for path in files(name)
+                    for ex in load_examples(path)]
+        only = None
+    elif args.file == "-":
+        examples = load_examples(text=_read_stdin(), source="<stdin>")
     else:
-        print(report.text())
-    return 0 if report.ok else 1
+        examples = load_examples(args.file)
+    report = check_examples(examples, only=only)
+    quiet = bool(getattr(args, "quiet", False))
+    if args.format == "json":
+        print(report.json(quiet=quiet))
+    elif args.format == "markdown":
+        print(report.markdown(quiet=quiet))
+    else:
+        print(report.text(quiet=quiet))
+    for r in report.records:
+        if r.verdict == "unreadable":
+            print(f"mha-symbolic check: error: {' '.join((r.error or '').split())}", file=sys.stderr)
+    return report.exit_status
+
+
+def _read_stdin() -> str:
+    """Standard input, read up to the file-size limit (never more), as UTF-8."""
+    import sys
+
+    from .examples import MAX_FILE_BYTES
+
+    data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ExampleFileError(f"<stdin>: larger than {MAX_FILE_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ExampleFileError(f"<stdin>: not UTF-8 text ({exc.reason} at byte {exc.start})"
+                               ) from None

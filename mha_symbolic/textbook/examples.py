@@ -1,8 +1,20 @@
 """Worked-example files: the TOML format (docs/worked-example-format.md), read into
-:class:`WorkedExample` objects with their claims, every key and value checked."""
+:class:`WorkedExample` objects with their claims, every key and value checked.
+
+Every error names the file and the line (``FILE:LINE: example 'A': …``; lines from
+:mod:`.locations`).  A problem confined to one claim (an unknown quantity, an
+unreadable answer) does not stop the file: the claim keeps its ``error`` and is
+reported with the verdict ``unreadable`` while the other claims are checked.
+
+>>> ex = load_examples(text="[[example]]\\nname='A'\\nscale=1\\nscores=[[0, 0]]\\n"
+...                         "[[example.claim]]\\nquantity='weight[1,1]'\\nclaimed='0.5'\\n")[0]
+>>> ex.claims[0].line, ex.batch_size
+(4, 1)
+"""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,16 +32,22 @@ MAX_FILE_BYTES = 1_000_000
 MAX_EXAMPLES = 500
 MAX_CLAIMS = 5000
 _INPUT_KEYS = ("scores", "query", "key", "value", "x", "x_kv", "w_q", "w_k", "w_v", "w_o",
-               "b_q", "b_k", "b_v", "b_o")
-_OPTION_KEYS = ("heads", "kv_heads", "d_k", "scale", "mask", "causal_alignment", "masked_rows")
-_DIM_KEYS = ("n_q", "n_k", "d_model", "d_v", "kdim", "vdim", "bias", "add_bias_kv")
-_EXAMPLE_KEYS = {"name", "title", "notes", "claim", *_INPUT_KEYS, *_OPTION_KEYS, *_DIM_KEYS}
-_CLAIM_KEYS = {"quantity", "claimed", "head", "expr", "rtol", "note"}
+               "w_qkv", "b_q", "b_k", "b_v", "b_o", "b_qkv")
+_OPTION_KEYS = ("heads", "kv_heads", "d_k", "scale", "mask", "causal_alignment", "masked_rows",
+                "mask_fill", "mask_fill_stage", "masked", "valid_lens", "layout", "qkv_layout")
+_DIM_KEYS = ("n_q", "n_k", "d_model", "d_v", "kdim", "vdim", "bias", "add_bias_kv", "batch")
+_META_KEYS = ("name", "title", "notes", "claim", "inputs", "arrays", "init")
+_EXAMPLE_KEYS = {*_META_KEYS, *_INPUT_KEYS, *_OPTION_KEYS, *_DIM_KEYS}
+_CLAIM_KEYS = {"quantity", "claimed", "head", "batch", "expr", "rtol", "note"}
+_BIAS_PARTS = ("q", "k", "v", "o")
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim of a worked example: a quantity and its answer as printed."""
+    """One claim of a worked example: a quantity and its answer as printed.
+
+    ``line`` is its line in the file (0 when unknown); ``error`` is set when the claim
+    cannot be read (it is then reported as ``unreadable``)."""
 
     quantity: str
     claimed: str
@@ -37,6 +55,9 @@ class Claim:
     expr: str | None = None
     rtol: Fraction = Fraction(1, 10**6)
     note: str = ""
+    batch: int = 1
+    line: int = 0
+    error: str | None = None
 
 
 @dataclass
@@ -50,29 +71,64 @@ class WorkedExample:
     options: dict[str, Any] = field(default_factory=dict)
     dims: dict[str, Any] = field(default_factory=dict)
     claims: list[Claim] = field(default_factory=list)
+    source: str = ""
+    line: int = 0
+    printed_inputs: bool = False
     _attention: Any = field(default=None, repr=False)
     _variants: dict[str, Any] = field(default_factory=dict, repr=False)
+    _engine: list[dict[str, Any]] | None = field(default=None, repr=False)
 
     @property
     def has_attention(self) -> bool:
         return any(k in self.inputs for k in ("scores", "query", "x"))
 
-    def attention(self, **changes: Any) -> Any:
-        """The exact attention of the example's inputs (None for dimension-only examples).
+    @property
+    def where(self) -> str:
+        """``FILE:LINE: example 'NAME'`` for messages."""
+        loc = f"{self.source}:{self.line}" if self.line else self.source
+        return f"{loc}: example {self.name!r}" if loc else f"example {self.name!r}"
+
+    def engine_inputs(self) -> list[dict[str, Any]]:
+        """Per batch element, the keyword arguments of ``exact_attention``."""
+        if self._engine is None:
+            from .inputs import engine_inputs
+
+            self._engine = engine_inputs(self.inputs, self.options)
+        return self._engine
+
+    @property
+    def batch_size(self) -> int:
+        """The batch size (the stated ``batch``, else from the inputs; 1 without one)."""
+        if self.has_attention:
+            return len(self.engine_inputs())
+        stated = self.dims.get("batch")
+        return stated if isinstance(stated, int) else 1
+
+    def attention(self, batch: int = 0, **changes: Any) -> Any:
+        """The exact attention of the example's inputs (None for dimension-only examples)
+        for batch element ``batch`` (0-based).
 
         ``changes`` override options (used for diagnosis variants)."""
         if not self.has_attention:
             return None
-        if not changes and self._attention is not None:
+        per_batch = self.engine_inputs()
+        if not 0 <= batch < len(per_batch):
+            raise ClaimError(f"batch={batch + 1} but the example has {len(per_batch)} batch "
+                             "element(s)")
+        if not changes and batch == 0 and self._attention is not None:
             return self._attention
-        key = repr(sorted(changes.items()))
-        if changes and key in self._variants:
+        key = repr((batch, sorted(changes.items(), key=lambda kv: kv[0])))
+        if (changes or batch) and key in self._variants:
             return self._variants[key]
         from ..exact.engine import exact_attention
 
-        kwargs = {**self.inputs, **self.options, **changes}
+        kwargs = {**per_batch[batch], **changes}
+        if kwargs.pop("_transposed", False):  # diagnosis: the weights pasted the other way round
+            for w in ("w_q", "w_k", "w_v", "w_o"):
+                if w in kwargs:
+                    kwargs[w] = [list(col) for col in zip(*kwargs[w], strict=True)]
         result = exact_attention(**kwargs)
-        if changes:
+        if changes or batch:
             self._variants[key] = result
         else:
             self._attention = result
@@ -87,11 +143,20 @@ class WorkedExample:
         stated = {k: v for k, v in {**self.dims, **self.options}.items()
                   if k in ("n_q", "n_k", "d_model", "heads", "kv_heads", "d_k", "d_v", "kdim",
                            "vdim", "bias", "add_bias_kv", "causal_alignment", "masked_rows")}
+        if isinstance(stated.get("bias"), dict):
+            stated["bias"] = tuple(stated["bias"].get(p, True) for p in _BIAS_PARTS)
         if att is not None:
             base = att.spec
             merged = {k: getattr(base, k) for k in ("n_q", "n_k", "heads", "kv_heads", "d_k",
                                                      "d_v")}
             merged.update({k: v for k, v in stated.items() if v is not None})
+            inputs = att.inputs
+            if merged.get("d_model") is None and inputs.get("x") is not None:
+                merged["d_model"] = inputs["x"].cols  # the token width, not h·d_k
+                for key, name in (("kdim", "x_kv"), ("vdim", "x_kv")):
+                    if merged.get(key) is None and inputs.get(name) is not None \
+                            and inputs[name] is not inputs["x"]:
+                        merged[key] = inputs[name].cols
             if merged.get("d_model") is None and base.d_model is not None:
                 merged["d_model"] = base.d_model
             if merged.get("d_model") is None:
@@ -100,35 +165,42 @@ class WorkedExample:
         return AttentionSpec(**stated)
 
 
-def load_examples(path: str | Path | None = None, *, text: str | None = None) -> list[WorkedExample]:
+def load_examples(path: str | Path | None = None, *, text: str | None = None,
+                  source: str | None = None, base_dir: str | Path | None = None
+                  ) -> list[WorkedExample]:
     """Load worked examples from a TOML file (or TOML ``text``).
 
-    Errors are :class:`~mha_symbolic.errors.ExampleFileError`, one line naming the
-    example and the key.
+    Errors are :class:`~mha_symbolic.errors.ExampleFileError`, one line naming the file,
+    the line, the example and the key.  Claims that cannot be read keep their ``error``
+    (see :class:`Claim`).  ``source`` names ``text`` in messages; ``base_dir`` is the
+    folder that file inputs (``.npy``/``.npz``, init caches) are read from (a file's
+    own folder; none for text unless given).
     """
     if (path is None) == (text is None):
         raise ExampleFileError("give a path or text, not both or neither")
-    source = "<text>"
+    src = source or "<text>"
+    base = Path(base_dir) if base_dir is not None else None
     if path is not None:
         p = Path(path)
-        source = str(p)
+        src = source or str(p)
+        base = p.parent if base is None else base
         if p.is_dir():
-            raise ExampleFileError(f"{source}: is a directory, not a worked-example file")
+            raise ExampleFileError(f"{src}: is a directory, not a worked-example file")
         if not p.exists():
-            raise ExampleFileError(f"{source}: no such file")
+            raise ExampleFileError(f"{src}: no such file")
         if not p.is_file():
-            raise ExampleFileError(f"{source}: not a regular file")
+            raise ExampleFileError(f"{src}: not a regular file")
         data = p.read_bytes()
         if len(data) > MAX_FILE_BYTES:
-            raise ExampleFileError(f"{source}: larger than {MAX_FILE_BYTES} bytes")
+            raise ExampleFileError(f"{src}: larger than {MAX_FILE_BYTES} bytes")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ExampleFileError(f"{source}: not UTF-8 text ({exc.reason} at byte "
+            raise ExampleFileError(f"{src}: not UTF-8 text ({exc.reason} at byte "
                                    f"{exc.start})") from None
     assert text is not None
     if len(text) > MAX_FILE_BYTES:
-        raise ExampleFileError(f"{source}: larger than {MAX_FILE_BYTES} characters")
+        raise ExampleFileError(f"{src}: larger than {MAX_FILE_BYTES} characters")
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover
@@ -136,72 +208,198 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None) ->
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ExampleFileError(f"{source}: not valid TOML: {exc}") from None
+        raise ExampleFileError(f"{src}: not valid TOML: {exc}") from None
     except RecursionError:
-        raise ExampleFileError(f"{source}: TOML nested too deeply") from None
+        raise ExampleFileError(f"{src}: TOML nested too deeply") from None
+    from .locations import locate
+
+    loc = locate(text)
     unknown = set(doc) - {"example", "title", "source", "notes"}
     if unknown:
-        raise ExampleFileError(f"{source}: unknown top-level key(s) {', '.join(sorted(unknown))};"
+        key = sorted(unknown)[0]
+        line = loc.top_keys.get(key, 0)
+        raise ExampleFileError(f"{_at(src, line)}unknown top-level key(s) {', '.join(sorted(unknown))}"
+                               f"{_did_you_mean(key, ('example', 'title', 'source', 'notes'))};"
                                " examples go in [[example]] tables")
     raw = doc.get("example")
     if not isinstance(raw, list) or not raw:
-        raise ExampleFileError(f"{source}: no [[example]] tables")
+        raise ExampleFileError(f"{src}: no [[example]] tables")
     if len(raw) > MAX_EXAMPLES:
-        raise ExampleFileError(f"{source}: more than {MAX_EXAMPLES} examples")
-    examples = [_example(item, i, source) for i, item in enumerate(raw)]
+        raise ExampleFileError(f"{src}: more than {MAX_EXAMPLES} examples")
+    loc.check_counts(len(raw), [len(item.get("claim", [])) if isinstance(item, dict)
+                                and isinstance(item.get("claim", []), list) else 0 for item in raw])
+    if sum(len(item.get("claim", [])) for item in raw if isinstance(item, dict)
+           and isinstance(item.get("claim", []), list)) > MAX_CLAIMS:
+        raise ExampleFileError(f"{src}: more than {MAX_CLAIMS} claims")
+    examples = [_example(item, i, src, loc, base) for i, item in enumerate(raw)]
     names = [e.name for e in examples]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise ExampleFileError(f"{source}: duplicate example name(s) {', '.join(dupes)}")
-    if sum(len(e.claims) for e in examples) > MAX_CLAIMS:
-        raise ExampleFileError(f"{source}: more than {MAX_CLAIMS} claims")
+        raise ExampleFileError(f"{src}: duplicate example name(s) {', '.join(dupes)}")
     return examples
 
 
-def _example(item: Any, index: int, source: str) -> WorkedExample:
-    where = f"{source}: example #{index + 1}"
+def _at(src: str, line: int) -> str:
+    return f"{src}:{line}: " if line else f"{src}: "
+
+
+def _did_you_mean(word: str, known: Sequence[str]) -> str:
+    """" (did you mean 'x'?)" for a near miss, else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.7)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _example(item: Any, index: int, source: str, loc: Any, base: Path | None) -> WorkedExample:
+    where = f"{_at(source, loc.example(index))}example #{index + 1}"
     if not isinstance(item, dict):
         raise ExampleFileError(f"{where} is not a table")
     name = item.get("name", str(index + 1))
     if not isinstance(name, str) or not name.strip() or len(name) > 100:
         raise ExampleFileError(f"{where}: name must be a non-empty string")
-    where = f"{source}: example {name!r}"
+    name = name.strip()
+
+    def at(key: str) -> str:
+        return f"{_at(source, loc.key(index, key))}example {name!r}"
+
+    where = f"{_at(source, loc.example(index))}example {name!r}"
     unknown = set(item) - _EXAMPLE_KEYS
     if unknown:
-        raise ExampleFileError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+        key = sorted(unknown)[0]
+        raise ExampleFileError(f"{at(key)}: unknown key(s) {', '.join(sorted(unknown))}"
+                               f"{_did_you_mean(key, sorted(_EXAMPLE_KEYS))}")
     for key in ("title", "notes"):
         if key in item and not isinstance(item[key], str):
-            raise ExampleFileError(f"{where}: {key} must be a string")
-    inputs = {k: _matrix_input(item[k], f"{where}: {k}") for k in _INPUT_KEYS if k in item}
+            raise ExampleFileError(f"{at(key)}: {key} must be a string")
+    mode = item.get("inputs", "exact")
+    if mode not in ("exact", "printed"):
+        raise ExampleFileError(f"{at('inputs')}: inputs={mode!r} must be 'exact' or 'printed' "
+                               "(each entry taken as the interval its printed digits state)")
+    raw_inputs = {k: item[k] for k in _INPUT_KEYS if k in item}
+    files = _file_inputs(item, raw_inputs, at, base)
+    inputs = {k: _matrix_input(v, f"{at(k)}: {k}") for k, v in raw_inputs.items()}
+    for k, v in files.items():
+        if k in inputs:
+            raise ExampleFileError(f"{at(k)}: {k} is given twice (in the file and by arrays/init)")
+        inputs[k] = v
     options: dict[str, Any] = {}
     for key in _OPTION_KEYS:
         if key in item:
-            options[key] = _option(key, item[key], where)
+            options[key] = _option(key, item[key], at(key))
+    for key in ("mask", "masked"):
+        if key in files:
+            options[key] = files.pop(key)
+            inputs.pop(key, None)
     dims: dict[str, Any] = {}
     for key in _DIM_KEYS:
         if key in item:
-            value = item[key]
-            if key in ("bias", "add_bias_kv"):
-                if not isinstance(value, bool):
-                    raise ExampleFileError(f"{where}: {key} must be true or false")
-            elif not (isinstance(value, int) and not isinstance(value, bool)) and not (
-                    isinstance(value, str) and value.isidentifier()):
-                raise ExampleFileError(f"{where}: {key}={value!r} must be a positive integer "
-                                       "or a symbol name")
-            dims[key] = value
+            dims[key] = _dim(key, item[key], at(key))
     claims_raw = item.get("claim", [])
     if not isinstance(claims_raw, list):
-        raise ExampleFileError(f"{where}: claim must be an array of tables ([[example.claim]])")
-    claims = [_claim(c, j, where) for j, c in enumerate(claims_raw)]
-    ex = WorkedExample(name=name.strip(), title=item.get("title", ""), notes=item.get("notes", ""),
-                       inputs=inputs, options=options, dims=dims, claims=claims)
-    # Build once now, so that inconsistent inputs are reported at load time.
+        raise ExampleFileError(f"{at('claim')}: claim must be an array of tables ([[example.claim]])")
+    claims = [_claim(c, j, f"{_at(source, loc.claim(index, j))}example {name!r}",
+                     lambda key, j=j: loc.claim_key(index, j, key), source)
+              for j, c in enumerate(claims_raw)]
+    ex = WorkedExample(name=name, title=item.get("title", ""), notes=item.get("notes", ""),
+                       inputs=inputs, options=options, dims=dims, claims=claims, source=source,
+                       line=loc.example(index), printed_inputs=mode == "printed")
+    # Build now, so that inconsistent inputs are reported at load time.
     try:
-        ex.attention()
+        if ex.has_attention:
+            stated = dims.get("batch")
+            if isinstance(stated, int) and stated != ex.batch_size:
+                raise ExampleFileError(f"batch={stated} but the inputs have a batch of "
+                                       f"{ex.batch_size}")
+            for b in range(ex.batch_size):
+                ex.attention(b)
         ex.spec  # noqa: B018 - validates the stated sizes
     except MhaSymbolicError as exc:
         raise ExampleFileError(f"{where}: {exc}") from None
     return ex
+
+
+def _file_inputs(item: dict[str, Any], raw_inputs: dict[str, Any], at: Any,
+                 base: Path | None) -> dict[str, Any]:
+    """Inputs named by file (``x = "a.npy"``, ``arrays = "b.npz"``) or drawn by ``init``;
+    removes the file-named keys from ``raw_inputs``."""
+    from .arrays import exact_entries, load_array
+
+    out: dict[str, Any] = {}
+    for key in list(raw_inputs):
+        if isinstance(raw_inputs[key], str) and _is_printout(raw_inputs[key]):
+            raw_inputs[key] = printout_matrix(raw_inputs[key], f"{at(key)}: {key}")
+        elif isinstance(raw_inputs[key], str):
+            ref = raw_inputs.pop(key)
+            arr = load_array(ref, base, f"{at(key)}: {key}")
+            if isinstance(arr, dict):
+                raise ExampleFileError(f"{at(key)}: {key}={ref!r} is an archive: name one array "
+                                       f"('{ref}:NAME') or use arrays = {ref!r}")
+            out[key] = exact_entries(arr, where=f"{at(key)}: {key}")
+    if "arrays" in item:
+        ref = item["arrays"]
+        if not isinstance(ref, str):
+            raise ExampleFileError(f"{at('arrays')}: arrays must be the name of an .npz file")
+        data = load_array(ref, base, f"{at('arrays')}: arrays")
+        if not isinstance(data, dict):
+            raise ExampleFileError(f"{at('arrays')}: arrays={ref!r} must be an .npz archive")
+        allowed = (*_INPUT_KEYS, "mask", "masked")
+        for name, arr in data.items():
+            if name not in allowed:
+                raise ExampleFileError(f"{at('arrays')}: {ref!r} holds {name!r}, not an input key"
+                                       f"{_did_you_mean(name, allowed)}")
+            if name in out or name in raw_inputs:
+                raise ExampleFileError(f"{at('arrays')}: {name} is given twice")
+            out[name] = exact_entries(arr, allow_neg_inf=name == "mask",
+                                      where=f"{at('arrays')}: {ref}:{name}")
+    if "init" in item:
+        from .seeded import resolve_init
+
+        for name, value in resolve_init(item["init"], base, at("init")).items():
+            if name in out or name in raw_inputs:
+                raise ExampleFileError(f"{at('init')}: init draws {name}, which is given too")
+            out[name] = value
+    return out
+
+
+_MAX_INPUT_DEPTH = 4
+
+
+def _is_printout(text: str) -> bool:
+    from .printouts import looks_like_printout
+
+    return looks_like_printout(text)
+
+
+def printout_matrix(text: str, where: str) -> Any:
+    """A pasted torch/numpy printout as an input: nested lists of its entries as printed
+    (``"0.3367"`` keeps its digits, so ``inputs = "printed"`` reads its precision;
+    ``True``/``False`` become booleans for masks).
+
+    >>> printout_matrix("tensor([[ 0.3367,  0.1288]])", "query")
+    [['0.3367', '0.1288']]
+    """
+    from .printouts import read_printout
+
+    try:
+        p = read_printout(text)
+    except ClaimError as exc:
+        raise ExampleFileError(f"{where}: {exc}".replace("claimed=", "")) from None
+
+    def entry(e: str) -> Any:
+        return {"True": True, "False": False}.get(e, e)
+
+    flat = [entry(e) for e in p.entries]
+    if not p.shape:
+        raise ExampleFileError(f"{where}: a single number is not a matrix")
+
+    def nest(items: list[Any], shape: tuple[int, ...]) -> Any:
+        if len(shape) == 1:
+            return items
+        step = len(items) // shape[0]
+        return [nest(items[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+    return nest(flat, p.shape)
 
 
 def _matrix_input(value: Any, where: str) -> Any:
@@ -213,31 +411,69 @@ def _matrix_input(value: Any, where: str) -> Any:
             raise ExampleFileError(f"{where} is empty")
         v = v[0]
         depth += 1
-    if depth == 0 or depth > 3:
-        raise ExampleFileError(f"{where} must be a vector or matrix (nested arrays)")
+    if depth == 0 or depth > _MAX_INPUT_DEPTH:
+        raise ExampleFileError(f"{where} must be a vector or matrix (nested arrays; a batch or "
+                               "per-head list adds a dimension)")
 
-    def walk(x: Any) -> None:
+    def walk(x: Any, level: int) -> None:
         if isinstance(x, list):
+            if level >= depth:
+                raise ExampleFileError(f"{where}: nested deeper than its first entry")
             for y in x:
-                walk(y)
+                walk(y, level + 1)
+        elif level != depth:
+            raise ExampleFileError(f"{where}: entry {x!r} sits at a different depth than the "
+                                   "first entry (ragged nesting)")
+        elif isinstance(x, Fraction):
+            pass
         elif isinstance(x, bool) or not isinstance(x, (int, float, str)):
             raise ExampleFileError(f"{where}: entry {x!r} is not a number or a number string")
         elif isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))):
             raise ExampleFileError(f"{where}: entry {x!r} is not a finite number")
 
-    walk(value)
+    walk(value, 0)
+    return value
+
+
+def _dim(key: str, value: Any, where: str) -> Any:
+    if key == "bias":
+        if isinstance(value, dict):
+            unknown = set(value) - set(_BIAS_PARTS)
+            if unknown or not all(isinstance(v, bool) for v in value.values()):
+                raise ExampleFileError(f"{where}: bias must be true, false or a table of "
+                                       "q, k, v, o = true/false (as nn.Linear(..., bias=...))")
+            return {p: value.get(p, True) for p in _BIAS_PARTS}
+        if not isinstance(value, bool):
+            raise ExampleFileError(f"{where}: bias must be true or false, or a table "
+                                   "{ q = false, k = false, v = false, o = true }")
+        return value
+    if key == "add_bias_kv":
+        if not isinstance(value, bool):
+            raise ExampleFileError(f"{where}: {key} must be true or false")
+        return value
+    if not (isinstance(value, int) and not isinstance(value, bool)) and not (
+            isinstance(value, str) and value.isidentifier()):
+        raise ExampleFileError(f"{where}: {key}={value!r} must be a positive integer "
+                               "or a symbol name")
     return value
 
 
 def _option(key: str, value: Any, where: str) -> Any:
     if key in ("heads", "kv_heads", "d_k"):
+        if isinstance(value, str) and value.isidentifier() and len(value) <= 32:
+            return value  # a symbol, for examples that state sizes only
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ExampleFileError(f"{where}: {key}={value!r} must be a positive integer")
+            raise ExampleFileError(f"{where}: {key}={value!r} must be a positive integer "
+                                   "(or a symbol name, for an example without inputs)")
         return value
-    if key == "scale":
+    if key in ("scale", "mask_fill"):
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ExampleFileError(f"{where}: scale={value!r} must be a number or number string")
-        return value
+            raise ExampleFileError(f"{where}: {key}={value!r} must be a number or number string")
+        if isinstance(value, float) and value != value:
+            raise ExampleFileError(f"{where}: {key}={value!r} is not a number")
+        return "-inf" if isinstance(value, float) and value == float("-inf") else value
+    if key in ("mask", "masked") and isinstance(value, str) and _is_printout(value):
+        return printout_matrix(value, f"{where}: {key}")
     if key == "mask":
         if isinstance(value, str):
             if value != "causal":
@@ -246,50 +482,81 @@ def _option(key: str, value: Any, where: str) -> Any:
         if not isinstance(value, list):
             raise ExampleFileError(f"{where}: mask must be 'causal' or a matrix")
         return value
-    if key in ("causal_alignment", "masked_rows"):
+    if key == "masked":
+        if not isinstance(value, list):
+            raise ExampleFileError(f"{where}: masked must be a boolean matrix (true = masked out)")
+        return value
+    if key == "valid_lens":
+        if not isinstance(value, (list, int)) or isinstance(value, bool):
+            raise ExampleFileError(f"{where}: valid_lens must be a list (one length per batch "
+                                   "element, or per batch element and query)")
+        return value
+    if key in ("causal_alignment", "masked_rows", "mask_fill_stage", "layout", "qkv_layout"):
         if not isinstance(value, str):
             raise ExampleFileError(f"{where}: {key} must be a string")
+        allowed = {"layout": ("book", "torch"), "qkv_layout": ("stacked", "per_head"),
+                   "mask_fill_stage": ("scaled", "raw")}.get(key)
+        if allowed and value not in allowed:
+            raise ExampleFileError(f"{where}: {key}={value!r} must be one of "
+                                   f"{', '.join(repr(a) for a in allowed)}")
         return value
     raise AssertionError(key)  # pragma: no cover
 
 
-def _claim(item: Any, index: int, where: str) -> Claim:
-    cwhere = f"{where}: claim #{index + 1}"
+def _claim(item: Any, index: int, where: str, key_line: Any, source: str) -> Claim:
+    """A claim; a claim that cannot be read keeps its ``error`` (never raises)."""
+    cwhere = f"{where}, claim #{index + 1}"
+    line = int(key_line("claimed")) if isinstance(item, dict) else 0
     if not isinstance(item, dict):
-        raise ExampleFileError(f"{cwhere} is not a table")
+        return Claim("?", "?", line=line, error=f"{cwhere} is not a table")
+    quantity, claimed = item.get("quantity"), item.get("claimed")
+    q_text = quantity.strip() if isinstance(quantity, str) else repr(quantity)
+    c_text = claimed if isinstance(claimed, str) else repr(claimed)
+
+    def bad(key: str, message: str) -> Claim:
+        ln = int(key_line(key))
+        head = re.sub(r"^[^:]*:\d+: ", "", cwhere) if ln else cwhere
+        prefix = f"{source}:{ln}: {head}" if ln else cwhere
+        return Claim(q_text, c_text, line=ln or line, error=f"{prefix} ({q_text}): {message}")
+
     unknown = set(item) - _CLAIM_KEYS
     if unknown:
-        raise ExampleFileError(f"{cwhere}: unknown key(s) {', '.join(sorted(unknown))}")
-    quantity, claimed = item.get("quantity"), item.get("claimed")
+        key = sorted(unknown)[0]
+        return bad(key, f"unknown key(s) {', '.join(sorted(unknown))}"
+                        f"{_did_you_mean(key, sorted(_CLAIM_KEYS))}")
     if not isinstance(quantity, str) or not quantity.strip():
-        raise ExampleFileError(f"{cwhere}: quantity must be a non-empty string")
+        return bad("quantity", "quantity must be a non-empty string")
     if isinstance(claimed, (int, float)) and not isinstance(claimed, bool):
-        raise ExampleFileError(f"{cwhere}: claimed={claimed!r} must be a string, as printed "
-                               f"(write claimed = \"{claimed}\")")
+        return bad("claimed", f"claimed={claimed!r} must be a string, as printed "
+                              f"(write claimed = \"{claimed}\")")
     if not isinstance(claimed, str) or not claimed.strip():
-        raise ExampleFileError(f"{cwhere}: claimed must be a non-empty string (as printed)")
-    head = item.get("head", 1)
-    if not isinstance(head, int) or isinstance(head, bool) or head < 1:
-        raise ExampleFileError(f"{cwhere}: head={head!r} must be a positive integer (1-based)")
+        return bad("claimed", "claimed must be a non-empty string (as printed)")
+    numbers: dict[str, int] = {}
+    for key in ("head", "batch"):
+        value = item.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return bad(key, f"{key}={value!r} must be a positive integer (1-based)")
+        numbers[key] = value
     expr = item.get("expr")
     if expr is not None and not isinstance(expr, str):
-        raise ExampleFileError(f"{cwhere}: expr must be a string")
+        return bad("expr", "expr must be a string")
     rtol = item.get("rtol", None)
     rtol_f = Fraction(1, 10**6)
     if rtol is not None:
         if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 < rtol < 1:
-            raise ExampleFileError(f"{cwhere}: rtol={rtol!r} must be a number in (0, 1)")
+            return bad("rtol", f"rtol={rtol!r} must be a number in (0, 1)")
         rtol_f = Fraction(repr(float(rtol)))
     note = item.get("note", "")
     if not isinstance(note, str):
-        raise ExampleFileError(f"{cwhere}: note must be a string")
-    claim = Claim(quantity.strip(), claimed, head, expr, rtol_f, note)
+        return bad("note", "note must be a string")
+    claim = Claim(quantity.strip(), claimed, numbers["head"], expr, rtol_f, note,
+                  numbers["batch"], line)
     try:
-        parse_quantity(claim.quantity)
-        if parse_quantity(claim.quantity)[0] == "expr" and expr is None:
+        name = parse_quantity(claim.quantity)[0]
+        if name == "expr" and expr is None:
             raise ClaimError("quantity 'expr' needs expr = \"...\"")
     except ClaimError as exc:
-        raise ExampleFileError(f"{cwhere}: {exc}") from None
+        return bad("quantity", str(exc))
     return claim
 
 

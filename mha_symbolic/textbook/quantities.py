@@ -1,5 +1,14 @@
 """The quantities a claim can name (``weight[1,2]``, ``shape.w_q``, ``params.total``
-…) and their exact values for a worked example."""
+…) and their exact values for a worked example.
+
+A matrix quantity takes ``[row,column]`` (one number), ``[row]`` (a row, claimed as a
+tuple or a printed row) or no index (the whole matrix, claimed as a printed tensor).
+Indices are 1-based; the claim's ``head`` and ``batch`` keys pick the head and the
+batch element.
+
+>>> parse_quantity("weight[2,1]"), parse_quantity("weight")
+(('weight', None, (2, 1)), ('weight', None, ()))
+"""
 
 from __future__ import annotations
 
@@ -22,26 +31,52 @@ MATRIX_QUANTITIES = {
     "q": "queries", "k": "keys", "v": "values",
 }
 _SHAPE_NAMES = ("x", "x_kv", "w_q", "w_k", "w_v", "q", "k", "v", "scores", "weights", "head",
-                "concat", "w_o", "output")
+                "concat", "w_o", "output", "w_q_stacked", "w_k_stacked", "w_v_stacked", "w_qkv")
+#: Shapes that exist once per head (a 4-size claim is batch × heads × rows × columns).
+PER_HEAD_SHAPES = ("q", "k", "v", "scores", "weights", "head")
+#: Weight shapes (printed (out, in) when the example's layout is torch's).
+WEIGHT_SHAPES = ("w_q", "w_k", "w_v", "w_o", "w_q_stacked", "w_k_stacked", "w_v_stacked", "w_qkv")
 _DIM_NAMES = ("n_q", "n_k", "d_model", "heads", "kv_heads", "d_k", "d_v", "kdim", "vdim",
-              "concat_width")
+              "concat_width", "batch")
 _PARAM_NAMES = ("total", "weights", "biases", "w_q", "w_k", "w_v", "w_o", "w_q_head", "w_k_head",
                 "w_v_head", "qkv")
 _QUANTITY = re.compile(r"^(?P<name>[a-z_]+)(?:\.(?P<sub>[a-z_]+))?(?:\[(?P<idx>[\d,\s]*)\])?$")
+
+
+def _known() -> list[str]:
+    return sorted([*MATRIX_QUANTITIES, "weight_sum", "gap", "scale", "expr",
+                   *(f"shape.{n}" for n in _SHAPE_NAMES), *(f"dim.{n}" for n in _DIM_NAMES),
+                   *(f"params.{n}" for n in _PARAM_NAMES)])
+
+
+def did_you_mean(word: str) -> str:
+    """" (did you mean 'x'?)" for a near miss of a quantity's name, else ""."""
+    import difflib
+
+    base = word.split("[", 1)[0].replace(" ", "")
+    close = difflib.get_close_matches(base, _known(), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    suffix = word[len(word.split("[", 1)[0]):] if "[" in word else ""
+    return f" (did you mean {close[0] + suffix!r}?)"
 
 
 def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
     m = _QUANTITY.match(q.replace(" ", ""))
     if not m:
         raise ClaimError(f"quantity={q!r} is not of the form name, name[i], name[i,j] or "
-                         "shape.name / dim.name / params.name")
+                         f"shape.name / dim.name / params.name{did_you_mean(q)}")
     name, sub, idx = m.group("name"), m.group("sub"), m.group("idx")
+    if idx is not None and len(idx) > 40:
+        raise ClaimError(f"quantity={q[:60]!r}: index too long")
     indices = tuple(int(i) for i in idx.split(",") if i) if idx else ()
     if any(i < 1 for i in indices):
-        raise ClaimError(f"quantity={q!r}: indices are 1-based")
+        shifted = "[" + ",".join(str(i + 1) for i in indices) + "]"
+        raise ClaimError(f"quantity={q!r}: indices are 1-based (did you mean {name}{shifted}?)")
     if name in MATRIX_QUANTITIES:
-        if sub or len(indices) not in (1, 2):
-            raise ClaimError(f"quantity={q!r}: {name} needs [row] or [row,column]")
+        if sub or len(indices) not in (0, 1, 2):
+            raise ClaimError(f"quantity={q!r}: {name} takes [row], [row,column] or no index "
+                             "(the whole matrix)")
     elif name in ("weight_sum", "gap"):
         if sub or len(indices) != 1:
             raise ClaimError(f"quantity={q!r}: {name} needs [row]")
@@ -51,16 +86,26 @@ def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
     elif name in ("shape", "dim", "params"):
         allowed = {"shape": _SHAPE_NAMES, "dim": _DIM_NAMES, "params": _PARAM_NAMES}[name]
         if sub not in allowed or indices:
-            raise ClaimError(f"quantity={q!r}: {name}.NAME with NAME one of {', '.join(allowed)}")
+            raise ClaimError(f"quantity={q!r}: {name}.NAME with NAME one of {', '.join(allowed)}"
+                             f"{did_you_mean(q)}")
     else:
-        known = sorted([*MATRIX_QUANTITIES, "weight_sum", "gap", "scale", "expr", "shape.*",
-                        "dim.*", "params.*"])
-        raise ClaimError(f"unknown quantity={q!r}; known: {', '.join(known)}")
+        raise ClaimError(f"unknown quantity={q!r}{did_you_mean(q)}; known: "
+                         + ", ".join(sorted([*MATRIX_QUANTITIES, "weight_sum", "gap", "scale", "expr",
+                                             "shape.*", "dim.*", "params.*"])))
     return name, sub, indices
 
 
+#: What each matrix quantity needs from the example, when it is missing.
+_NEEDS = {
+    "head_output": "`value` (or x with w_v)", "concat": "`value` (or x with w_v)",
+    "output": "`value` (or x with w_v)", "v": "`value` (or x with w_v)",
+    "q": "`query` (or x with w_q)", "k": "`key` (or x with w_k)",
+}
+
+
 def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
-    """The exact value of a claim's quantity: a SymPy scalar, a tuple, a Shape or an int."""
+    """The exact value of a claim's quantity: a SymPy scalar, a tuple (a row), a tuple of
+    rows (a whole matrix), a Shape or an int."""
     name, sub, idx = parse_quantity(claim.quantity)
     if name == "expr":
         from ..exact.grammar import parse_number
@@ -68,19 +113,33 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
         assert claim.expr is not None
         return parse_number(claim.expr)
     if name == "shape":
-        from ..exact.shapes import attention_shapes
-
-        return attention_shapes(ex.spec)[sub or ""].shape
+        return _shape(ex, sub or "")
     if name == "dim":
+        if sub == "batch":
+            return ex.batch_size
         spec = ex.spec
         if sub == "concat_width":
-            return _count(spec.heads) * _count(spec.d_v)
-        return _count(getattr(spec, sub or ""))
+            return _count(spec.heads, "heads and d_v") * _count(spec.d_v, "d_v")
+        return _count(getattr(spec, sub or ""), sub or "")
     if name == "params":
         return _param(ex.spec, sub or "")
-    att = att if att is not None else ex.attention()
+    if att is None and name == "scale" and not ex.has_attention:
+        import sympy as sp
+
+        from ..exact.engine import exact_number
+
+        given = ex.options.get("scale")
+        return exact_number(given, "scale") if given is not None else sp.sympify(
+            ex.spec.resolved_scale())
     if att is None:
-        raise ClaimError(f"{claim.quantity}: example {ex.name!r} gives no inputs to compute it")
+        if not ex.has_attention:
+            raise ClaimError(f"{claim.quantity}: example {ex.name!r} gives no inputs to compute it "
+                             "(it needs scores, query and key, or x with w_q, w_k, w_v)")
+        b = claim.batch - 1
+        if not 0 <= b < ex.batch_size:
+            raise ClaimError(f"{claim.quantity}: batch={claim.batch} but the example has "
+                             f"{ex.batch_size} batch element(s)")
+        att = ex.attention(b)
     h = claim.head - 1
     if not 0 <= h < len(att.heads):
         raise ClaimError(f"{claim.quantity}: head={claim.head} but the example has "
@@ -110,13 +169,12 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
 
         ordered = sorted(finite, key=cmp_to_key(descending))
         return ordered[0] - ordered[1]
-    matrix = {
-        "score": head.scores, "scaled_score": head.scaled, "weight": head.weights,
-        "head_output": head.output, "concat": att.concat, "output": att.final()
-        if att.concat is not None else None, "q": head.q, "k": head.k, "v": head.v,
-    }[name]
+    matrix = matrix_of(att, name, head)
     if matrix is None:
-        raise ClaimError(f"{claim.quantity}: example {ex.name!r} does not give what this needs")
+        raise ClaimError(f"{claim.quantity}: example {ex.name!r} gives no {_NEEDS.get(name, name)}, "
+                         f"which {name} needs")
+    if not idx:
+        return tuple(tuple(matrix[r, c] for c in range(matrix.cols)) for r in range(matrix.rows))
     r = idx[0] - 1
     _check_index(claim.quantity, r, matrix.rows, "row")
     if len(idx) == 2:
@@ -126,14 +184,48 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
     return tuple(matrix[r, c] for c in range(matrix.cols))
 
 
+def matrix_of(att: Any, name: str, head: Any) -> Any:
+    """The SymPy matrix a matrix quantity names (None when the inputs do not give it)."""
+    return {
+        "score": head.scores, "scaled_score": head.scaled, "weight": head.weights,
+        "head_output": head.output, "concat": att.concat, "output": att.final()
+        if att.concat is not None else None, "q": head.q, "k": head.k, "v": head.v,
+    }[name]
+
+
+def _shape(ex: WorkedExample, sub: str) -> Any:
+    """The shape of an intermediate (per head where it applies); stacked projections
+    for all heads; (out, in) under layout = "torch"."""
+    from ..exact.shapes import Shape, attention_shapes
+
+    spec = ex.spec
+    if sub in ("w_q_stacked", "w_k_stacked", "w_v_stacked", "w_qkv"):
+        _count(spec.d_model, "d_model")
+        h, g = spec.heads, spec.kv_heads
+        shape = {"w_q_stacked": Shape(spec.d_model, h * spec.d_k),
+                 "w_k_stacked": Shape(spec.kdim, g * spec.d_k),
+                 "w_v_stacked": Shape(spec.vdim, g * spec.d_v),
+                 "w_qkv": Shape(spec.d_model, h * spec.d_k + g * spec.d_k + g * spec.d_v)}[sub]
+    else:
+        shape = attention_shapes(spec)[sub].shape
+        att = ex.attention() if ex.has_attention else None
+        if att is not None and att.output is not None and sub in ("w_o", "output"):
+            # W^O as given: torch's out_proj may map h·d_v to any width, not only d_model
+            width = att.output.cols
+            shape = Shape(shape.rows, width)
+    if sub in WEIGHT_SHAPES and ex.options.get("layout") == "torch":
+        return shape.T
+    return shape
+
+
 def _check_index(q: str, i: int, n: int, what: str) -> None:
     if not 0 <= i < n:
         raise ClaimError(f"{q}: {what} {i + 1} is out of range 1..{n}")
 
 
-def _count(x: Any) -> Any:
+def _count(x: Any, what: str = "this size") -> Any:
     if x is None:
-        raise ClaimError("the example does not state this size")
+        raise ClaimError(f"the example does not state {what}")
     return x
 
 

@@ -1,5 +1,11 @@
 """Reports of a check: one :class:`ClaimRecord` per claim, and the
-:class:`CheckReport` rendered as text, JSON, Markdown or HTML."""
+:class:`CheckReport` rendered as text, JSON, Markdown or HTML.
+
+The JSON rendering is a stable, documented schema (``"schema": "mha-symbolic-check/2"``,
+docs/worked-example-format.md#json-output): every record carries its file and line,
+numbers are JSON numbers (counts and exact integers as ints, errors as floats), and a
+claim that could not be read is a record with the verdict ``"unreadable"`` and its
+``error``."""
 
 from __future__ import annotations
 
@@ -32,14 +38,43 @@ class ClaimRecord:
     diagnosis: str | None
     note: str = ""
     exact_expr: Any = field(default=None, compare=False, repr=False)  # SymPy value / tuple / Shape
+    file: str = ""
+    line: int = 0
+    batch: int = 1
+    detail: str | None = None  # a word on the verdict (magnitude analysis, printed inputs)
+    error: str | None = None  # why an unreadable claim could not be judged
+    error_value: float | None = None  # error_units of a single number, as a number
+    entries: tuple[dict[str, Any], ...] = ()  # the wrong entries of a tuple or tensor claim
 
     def as_dict(self) -> dict[str, Any]:
+        """The JSON record (schema mha-symbolic-check/2)."""
         return {
+            "file": self.file, "line": self.line or None,
             "example": self.example, "quantity": self.quantity, "head": self.head,
-            "claimed": self.claimed, "exact": self.exact, "exact_form": self.exact_form,
-            "rounded": self.rounded, "precision": self.precision, "verdict": self.verdict,
-            "ok": self.ok, "error_units": self.error_units, "diagnosis": self.diagnosis,
+            "batch": self.batch, "claimed": self.claimed, "verdict": self.verdict, "ok": self.ok,
+            "exact": self.exact, "exact_form": self.exact_form,
+            "exact_value": _exact_value(self.exact_expr),
+            "rounded": self.rounded, "precision": self.precision,
+            "error_units": self.error_value if self.error_value is not None else
+            ([e["error_units"] for e in self.entries] if self.entries else None),
+            "error_text": self.error_units, "diagnosis": self.diagnosis, "detail": self.detail,
+            "note": self.note or None, "error": self.error,
+            "entries": list(self.entries),
         }
+
+
+def _exact_value(value: Any) -> Any:
+    """An exact integer (a count, a size) or a numeric shape as JSON numbers; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if getattr(value, "is_Integer", False):
+        return int(value)
+    rows, cols = getattr(value, "rows", None), getattr(value, "cols", None)
+    if isinstance(rows, int) and isinstance(cols, int):
+        return [rows, cols]
+    return None
 
 
 @dataclass(frozen=True)
@@ -53,68 +88,104 @@ class CheckReport:
     def ok(self) -> bool:
         return all(r.ok for r in self.records)
 
+    @property
+    def exit_status(self) -> int:
+        """0 every claim holds, 1 some claim is wrong, 2 some claim could not be read."""
+        if any(r.verdict == "unreadable" for r in self.records):
+            return 2
+        return 0 if self.ok else 1
+
     def summary(self) -> dict[str, int]:
         counts = {"claims": len(self.records), "hold": sum(r.ok for r in self.records),
-                  "wrong": sum(not r.ok for r in self.records)}
-        for verdict in ("exact", "correctly rounded", "approximation", "wrong"):
+                  "wrong": sum(r.verdict == "wrong" for r in self.records)}
+        for verdict in ("exact", "correctly rounded", "approximation", CONSISTENT, "unreadable"):
             counts[verdict] = sum(r.verdict == verdict for r in self.records)
-        counts["diagnosed"] = sum(r.diagnosis is not None for r in self.records if not r.ok)
+        counts["diagnosed"] = sum(r.diagnosis is not None for r in self.records
+                                  if r.verdict == "wrong")
         return counts
 
     def by_example(self) -> list[tuple[WorkedExample, list[ClaimRecord]]]:
         return [(ex, [r for r in self.records if r.example == ex.name]) for ex in self.examples]
 
     # -- renderings ------------------------------------------------------------------
-    def text(self) -> str:
+    def text(self, *, quiet: bool = False) -> str:
+        """The report as text; ``quiet``: only the claims that fail, and the summary."""
         out: list[str] = []
         for ex, records in self.by_example():
+            shown = [r for r in records if not r.ok] if quiet else records
+            if quiet and not shown:
+                continue
             out.append(f"Example {ex.name}" + (f" — {ex.title}" if ex.title else ""))
-            if not records:
+            if not shown:
                 out.append("  (no claims)")
-            qw = max((len(_label(r)) for r in records), default=8)
-            cw = max((len(r.claimed) for r in records), default=8)
-            for r in records:
-                mark = "✓" if r.ok else "✗"
-                line = f"  {mark} {_label(r).ljust(qw)}  {r.claimed.ljust(cw)}  {r.verdict}"
-                if r.verdict in ("correctly rounded", "wrong") and r.precision:
+            qw = max((len(_label(r)) for r in shown), default=8)
+            cw = min(max((len(_one_line(r.claimed)) for r in shown), default=8), 40)
+            for r in shown:
+                mark = "✓" if r.ok else "?" if r.verdict == "unreadable" else "✗"
+                line = f"  {mark} {_label(r).ljust(qw)}  {_one_line(r.claimed, 40).ljust(cw)}  {r.verdict}"
+                if r.verdict in ("correctly rounded", "wrong", CONSISTENT) and r.precision:
                     line += f" ({r.precision})"
                 out.append(line)
-                out.append(f"      exact: {r.exact}" + (f" = {r.exact_form}" if r.exact_form
-                                                          and r.exact_form != r.exact else ""))
+                if r.verdict == "unreadable":
+                    out.append(f"      error: {r.error}")
+                    continue
+                out.extend(_block("exact: ", r.exact + (f" = {r.exact_form}" if r.exact_form
+                                                        and r.exact_form != r.exact else "")))
+                if r.detail:
+                    out.append(f"      note: {r.detail}")
                 if not r.ok:
-                    if r.rounded is not None:
-                        out.append(f"      correct answer: {r.rounded}"
-                                   + (f"; off by {r.error_units} in the last printed digit"
-                                      if r.error_units else ""))
+                    if r.rounded is not None and r.error_units and not r.entries:
+                        out.append(f"      correct answer: {r.rounded}; off by {r.error_units} "
+                                   "in the last printed digit")
+                    elif r.rounded is not None:
+                        out.extend(_block("correct answer: ", r.rounded))
+                    if r.entries and r.error_units:
+                        out.append(f"      wrong entries: {r.error_units}")
+                    elif r.error_units and r.rounded is None:
+                        out.append(f"      off by {r.error_units}")
                     if r.diagnosis:
                         out.append(f"      diagnosis: {r.diagnosis}")
             out.append("")
         s = self.summary()
-        out.append(f"{s['claims']} claims: {s['hold']} hold ({s['exact']} exact, "
-                   f"{s['correctly rounded']} correctly rounded, {s['approximation']} "
-                   f"approximations), {s['wrong']} wrong ({s['diagnosed']} diagnosed).")
+        line = (f"{s['claims']} claims: {s['hold']} hold ({s['exact']} exact, "
+                f"{s['correctly rounded']} correctly rounded, {s['approximation']} "
+                f"approximations" + (f", {s[CONSISTENT]} consistent with printed inputs"
+                                     if s[CONSISTENT] else "")
+                + f"), {s['wrong']} wrong ({s['diagnosed']} diagnosed)")
+        if s["unreadable"]:
+            line += f", {s['unreadable']} unreadable"
+        out.append(line + ".")
         out.append("Digits shown as exact are certified (exact rational arithmetic or Arb "
                    "enclosures); '…' means the expansion continues.")
         return "\n".join(out)
 
-    def json(self) -> str:
-        return json.dumps({"claims": [r.as_dict() for r in self.records],
-                           "summary": {**self.summary(), "ok": self.ok}},
+    def json(self, *, quiet: bool = False) -> str:
+        """The report as JSON (schema mha-symbolic-check/2); ``quiet``: failing records only."""
+        records = [r for r in self.records if not r.ok] if quiet else self.records
+        return json.dumps({"schema": SCHEMA, "claims": [r.as_dict() for r in records],
+                           "summary": {**self.summary(), "ok": self.ok,
+                                       "exit_status": self.exit_status}},
                           indent=2, ensure_ascii=False)
 
-    def markdown(self) -> str:
+    def markdown(self, *, quiet: bool = False) -> str:
         out: list[str] = []
         for ex, records in self.by_example():
+            if quiet:
+                records = [r for r in records if not r.ok]
+                if not records:
+                    continue
             out.append(f"### Example {ex.name}" + (f" — {ex.title}" if ex.title else ""))
             out.append("")
             out.append("| | quantity | claimed | exact (certified digits) | verdict | diagnosis |")
             out.append("|---|---|---|---|---|---|")
             for r in records:
-                verdict = r.verdict + (f" ({r.precision})" if r.verdict != "exact" else "")
+                verdict = r.verdict + (f" ({r.precision})" if r.verdict != "exact"
+                                       and r.precision else "")
                 if not r.ok and r.rounded is not None:
                     verdict += f"; correct: {r.rounded}"
-                cells = ["✓" if r.ok else "✗", f"`{_label(r)}`", _md(r.claimed), _md(r.exact),
-                         _md(verdict), _md(r.diagnosis or "")]
+                cells = ["✓" if r.ok else "?" if r.verdict == "unreadable" else "✗",
+                         f"`{_label(r)}`", _md(_one_line(r.claimed)), _md(r.exact),
+                         _md(verdict), _md(r.diagnosis or r.error or r.detail or "")]
                 out.append("| " + " | ".join(cells) + " |")
             out.append("")
         s = self.summary()
@@ -133,8 +204,31 @@ class CheckReport:
         return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
+#: The verdict of a claim that holds for inputs inside their printed intervals.
+CONSISTENT = "consistent with the inputs as printed"
+SCHEMA = "mha-symbolic-check/2"
+
+
 def _label(r: ClaimRecord) -> str:
-    return r.quantity + (f" (head {r.head})" if r.head != 1 else "")
+    extra = [f"head {r.head}"] if r.head != 1 else []
+    extra += [f"batch {r.batch}"] if r.batch != 1 else []
+    return r.quantity + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _one_line(text: str, width: int = 0) -> str:
+    flat = " ".join(text.split())
+    return flat if not width or len(flat) <= width else flat[:width - 1] + "…"
+
+
+def _block(label: str, text: str) -> list[str]:
+    """'      label text', wrapping a long matrix at its rows."""
+    if len(text) <= 100 or not text.startswith("[["):
+        return [f"      {label}{text}"]
+    rows = text[1:-1].split("], [")
+    rows = [("[" if i else "[[") + r.strip("[]") + ("]" if i < len(rows) - 1 else "]]")
+            for i, r in enumerate(rows)]
+    pad = " " * (6 + len(label) + 1)
+    return [f"      {label}{rows[0]}"] + [pad + r for r in rows[1:]]
 
 
 def _md(s: str) -> str:

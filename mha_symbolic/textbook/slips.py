@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from .examples import Claim, WorkedExample
 
 
-def _claimed_weights(ex: WorkedExample, upto: int) -> dict[tuple[int, int, int], Fraction]:
+def _claimed_weights(ex: WorkedExample, upto: int, batch: int = 1
+                     ) -> dict[tuple[int, int, int], Fraction]:
     """Weights printed by the example's earlier claims: (head, row, col) -> value (0-based).
 
     The values are :class:`_Printed` fractions, which remember the text as printed."""
@@ -30,9 +31,11 @@ def _claimed_weights(ex: WorkedExample, upto: int) -> dict[tuple[int, int, int],
         except MhaSymbolicError:
             continue
         h = claim.head - 1
+        if claim.batch != batch:
+            continue
         if len(idx) == 2 and p.kind == "decimal" and p.value is not None:
             got[(h, idx[0] - 1, idx[1] - 1)] = _Printed(p.value, p.text)
-        elif len(idx) == 1 and p.kind == "tuple":
+        elif len(idx) == 1 and p.kind in ("tuple", "array") and len(p.shape) <= 1:
             for c, part in enumerate(p.parts):
                 if part.kind == "decimal" and part.value is not None:
                     got[(h, idx[0] - 1, c)] = _Printed(part.value, part.text)
@@ -53,11 +56,13 @@ class _Printed(Fraction):
 def premature(ex: WorkedExample, index: int, claim: Claim, p: PrintedAnswer) -> str | None:
     """Does the claim equal the computation redone with earlier printed (rounded) weights?"""
     name, _, idx = parse_quantity(claim.quantity)
-    att = ex.attention()
+    if not idx or not 0 < claim.batch <= ex.batch_size:
+        return None
+    att = ex.attention(claim.batch - 1)
     if att is None or name not in ("head_output", "weight", "weight_sum", "output", "concat"):
         return None
     h = claim.head - 1
-    weights = _claimed_weights(ex, index)
+    weights = _claimed_weights(ex, index, claim.batch)
     r = idx[0] - 1
     n_k = att.heads[h].weights.cols
     if name == "weight" and len(idx) == 2:
@@ -120,8 +125,10 @@ def variant_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer) -> str 
     name, _, _ = parse_quantity(claim.quantity)
     if name not in MATRIX_QUANTITIES and name != "weight_sum":
         return None
-    att = ex.attention()
-    if att is None or name in ("score", "q", "k", "v"):
+    if not 0 < claim.batch <= ex.batch_size:
+        return None
+    att = ex.attention(claim.batch - 1)
+    if att is None or name in ("q", "k", "v") or (name == "score" and not _square_weights(ex, "qk")):
         return None
     import sympy as sp
 
@@ -136,19 +143,45 @@ def variant_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer) -> str 
     if name not in ("scaled_score", "weight_sum") and att.spec.n_q > 1:
         variants.append(("softmax taken over the query axis (columns) instead of the keys",
                          {"softmax_over": "queries"}))
-    parts = p.parts if p.kind == "tuple" else (p,)
+    if (_square_weights(ex) and name not in ("score", "scaled_score", "weight")) or _square_weights(
+            ex, "qk"):
+        torch_now = ex.options.get("layout") == "torch"
+        other = "the book's (in, out)" if torch_now else "torch's (out, in)"
+        setting = "'book'" if torch_now else "'torch'"
+        variants.append(("matches with the weight matrices transposed: they were probably "
+                         f"pasted in {other} layout (set layout = {setting})",
+                         {"_transposed": True}))
+    parts = p.entries
     # A one-digit answer matches too many variants to single one out, unless a
     # variant gives it exactly.
     coarse = all(part.kind == "decimal" and part.significant_digits < 2 for part in parts)
+    from .screening import may_hold
+
     for text, changes in variants:
+        if name == "score" and "_transposed" not in changes:
+            continue
+        if not may_hold(ex, claim, p, changes):  # Arb proves the variant cannot give it
+            continue
         try:
-            alt = ex.attention(**changes)
+            alt = ex.attention(claim.batch - 1, **changes)
             value = quantity_value(ex, claim, alt)
             if holds(value, p, claim.rtol, exactly=coarse):
                 return text
         except MhaSymbolicError:
             continue
     return None
+
+
+def _square_weights(ex: WorkedExample, which: str = "qkvo") -> bool:
+    """Whether the example gives square projection weights (a transposition that still
+    multiplies: the slip nothing else would reveal)."""
+    keys = [f"w_{c}" for c in which]
+    given = [ex.inputs[k] for k in keys if k in ex.inputs]
+    if not given or "x" not in ex.inputs:
+        return False
+    from .inputs import shape_of
+
+    return all(len(shape_of(w)) == 2 and len(w) == len(w[0]) for w in given)
 
 
 def digit_diagnosis(value: Any, p: PrintedAnswer) -> str | None:
@@ -171,25 +204,71 @@ def digit_diagnosis(value: Any, p: PrintedAnswer) -> str | None:
 
 
 def count_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer) -> str | None:
+    """A miscounted ``params.total``: the biases counted or left out (which ones), W^O
+    left out, one head's projections, GQA counted as MHA (kv_heads ignored)."""
     name, sub, _ = parse_quantity(claim.quantity)
-    if name != "params" or p.kind not in ("decimal", "expression"):
+    if name != "params" or sub != "total" or p.kind not in ("decimal", "expression"):
         return None
     import dataclasses
+    import itertools
 
     from ..exact.params import parameter_count
 
     spec = ex.spec
     claimed = p.value if p.kind == "decimal" else p.expr
-    flipped = dataclasses.replace(spec, bias=not spec.bias)
-    pc, pf = parameter_count(spec), parameter_count(flipped)
+    pc = parameter_count(spec)
     wo = dict((n, c) for n, _, c in pc.parts)["W^O"]
-    candidates = {
-        ("counts the biases too" if not spec.bias else "leaves the biases out"): pf.total,
-        "leaves W^O out (counts only W^Q, W^K, W^V)": pc.total - wo,
-        "counts one head's projections instead of all heads": spec.d_model * spec.d_k * 3 + wo,
-    }
-    if sub == "total":
-        for text, value in candidates.items():
-            if value == claimed:
-                return text
+    have = spec.bias_parts
+    candidates: dict[str, Any] = {}
+    if spec.kv_heads != spec.heads:
+        mha = dataclasses.replace(spec, kv_heads=spec.heads)
+        candidates[f"counts K and V for all {spec.heads} heads: kv_heads={spec.kv_heads} ignored "
+                   "(GQA counted as MHA)"] = parameter_count(mha).total
+    for flags in itertools.product((False, True), repeat=4):
+        parts = dict(zip(("q", "k", "v", "o"), flags, strict=True))
+        if parts == have:
+            continue
+        alt = dataclasses.replace(spec, bias=flags)
+        candidates[_bias_text(parts, have)] = parameter_count(alt).total
+    candidates["leaves W^O out (counts only W^Q, W^K, W^V)"] = pc.total - wo
+    candidates["counts one head's projections instead of all heads"] = (
+        spec.d_model * spec.d_k * 3 + wo)
+    for text, value in candidates.items():
+        if value == claimed:
+            return text
+    return None
+
+
+def _bias_text(counted: dict[str, bool], have: dict[str, bool]) -> str:
+    """'counts the biases too' / 'counts biases on q, k, v (the example has a bias on o only)'."""
+    def names(flags: dict[str, bool]) -> list[str]:
+        return [k for k, v in flags.items() if v]
+
+    if all(counted.values()) and not any(have.values()):
+        return "counts the biases too"
+    if not any(counted.values()) and all(have.values()):
+        return "leaves the biases out"
+    c, h = names(counted), names(have)
+    said = f"counts biases on {', '.join(c)}" if c else "counts no biases"
+    has = (f"a bias on {', '.join(h)} only" if h and len(h) < 4 else "biases on q, k, v, o"
+           if h else "no biases")
+    return f"{said} (the example has {has})"
+
+
+def index_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer) -> str | None:
+    """The claim matches the entry one further along each index: the text counts from 0."""
+    import dataclasses
+
+    name, _, idx = parse_quantity(claim.quantity)
+    if not idx or name not in MATRIX_QUANTITIES or p.kind == "array":
+        return None
+    shifted = f"{name}[{','.join(str(i + 1) for i in idx)}]"
+    try:
+        value = quantity_value(ex, dataclasses.replace(claim, quantity=shifted))
+        if holds(value, p, claim.rtol):
+            zero = f"{name}[{','.join(str(i - 1) for i in idx)}]"
+            return (f"matches {shifted}: 0-based? (the text's {claim.quantity} counts from 0; "
+                    f"1-based it is {shifted}, and {zero} in 0-based terms)")
+    except MhaSymbolicError:
+        return None
     return None

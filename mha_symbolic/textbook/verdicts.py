@@ -17,6 +17,8 @@ class Judgement:
     ok: bool
     rounded: str | None = None
     error_units: str | None = None
+    detail: str | None = None  # why, where the verdict needs a word (magnitude analysis)
+    error_value: float | None = None  # the signed error in last-digit units, as a number
 
 
 def _fraction_text(x: Fraction, unit: Fraction) -> str:
@@ -56,13 +58,52 @@ def _judge_decimal(value: Any, p: PrintedAnswer) -> Judgement:
     if cv.compare(p.value + half) == 0 or cv.compare(p.value - half) == 0:
         return Judgement("correctly rounded", True, text)
     exact = cv.exact
-    err = certify((p.value - cv.expr) / p.unit if exact is None else (p.value - exact) / p.unit)
-    return Judgement("wrong", False, text, _signed(err))
+    err = _error_units(p.value, cv.expr if exact is None else exact, p.unit)
+    return Judgement("wrong", False, text, _signed(err), error_value=_float_of(err))
 
 
-def _signed(cv: Any) -> str:
+def _error_units(claimed: Fraction, value: Any, unit: Fraction) -> Fraction:
+    """(claimed − value)/unit correctly rounded to 2 significant digits (certified).
+
+    A wrong claim is at least half a unit away, so the error is non-zero and its
+    enclosure soon excludes 0; the question is put to the enclosure directly, without
+    asking SymPy whether the expression is zero (which can cost seconds)."""
+    from ..exact.certified import CertifiedValue, certify
+
+    if isinstance(value, Fraction):
+        err = (claimed - value) / unit
+        return _two_digits(err) if err else Fraction(0)
+    import sympy as sp
+
+    expr = (sp.Rational(claimed.numerator, claimed.denominator) - value) / sp.Rational(
+        unit.numerator, unit.denominator)
+    if expr.is_Rational:
+        return certify(expr).round_significant(2)
+
+    def question(x: Fraction) -> Fraction | None:
+        return _two_digits(x) if x else None
+
+    return Fraction(CertifiedValue(expr)._decide(question, "the error in last-digit units"))
+
+
+def _two_digits(x: Fraction) -> Fraction:
+    from ..exact.certified import _exponent10, _pow10, _round_half_even
+
+    k = _exponent10(x) - 1
+    n, _ = _round_half_even(x / _pow10(k))
+    return n * _pow10(k)
+
+
+def _float_of(x: Fraction) -> float | None:
+    """A two-significant-digit error as a float (None beyond float range)."""
+    try:
+        return float(x)
+    except OverflowError:
+        return None
+
+
+def _signed(x: Fraction) -> str:
     """A signed error size with 2 significant digits, for any magnitude (no float overflow)."""
-    x = cv.round_significant(2)
     if x == 0:
         return "+0"
     from ..exact.certified import _exponent10
@@ -104,6 +145,11 @@ def special_value(value: Any) -> str | None:
 
 
 def judge(value: Any, p: PrintedAnswer, rtol: Fraction) -> Judgement:
+    dom = _dominated(value)
+    if dom is not None and p.kind in ("decimal", "expression"):
+        judged = _judge_dominated(dom, p, rtol)
+        if judged is not None:
+            return judged
     special = special_value(value)
     if special is not None or p.kind == "special":
         ok = special == p.expr
@@ -116,19 +162,147 @@ def judge(value: Any, p: PrintedAnswer, rtol: Fraction) -> Judgement:
     raise ClaimError(f"claimed={p.text!r} cannot be compared with a single number")
 
 
+def _dominated(value: Any) -> Any:
+    """The magnitude split of a value with e^(−huge) terms (masked keys), else None.
+
+    A quick structural filter first: only exponentials whose argument has a constant
+    term below −1000 (a finite mask such as −1e6) are candidates."""
+    import sympy as sp
+
+    if not isinstance(value, sp.Basic) or not value.has(sp.exp):
+        return None
+    if not any(a.args[0].as_coeff_Add()[0] < -1000 for a in value.atoms(sp.exp)
+               if a.args[0].as_coeff_Add()[0].is_Rational):
+        return None
+    from ..exact.magnitude import dominated
+
+    return dominated(value)
+
+
+def _dominated_note(dom: Any, text: str, holds_exactly: bool) -> str:
+    n = dom.places
+    masked = f"masked keys contribute e^{_paren(dom.exponent_text)}"
+    if not holds_exactly:
+        return f"{masked}, less than 10^−{n:,}"
+    if dom.sign == 0:
+        return f"holds to {n:,} digits; whether exactly {text} is not decided ({masked})"
+    return f"holds to {n:,} digits; not exactly {text} ({masked})"
+
+
+def _paren(t: str) -> str:
+    return t if t.lstrip("−-").isdigit() and not t.startswith("≈") else f"({t})"
+
+
+def _judge_dominated(dom: Any, p: PrintedAnswer, rtol: Fraction) -> Judgement | None:
+    """A verdict from value = main + d, |d| ≤ bound (tiny), sign(d) known (see
+    exact/magnitude.py); None when the split does not settle it."""
+    from ..exact.certified import certify
+    from .claims import _places
+
+    cv = certify(dom.main)
+    shown = p.text.strip().lstrip("≈~= ")
+    if p.kind == "decimal":
+        assert p.value is not None and p.unit is not None
+        places = _places(p.unit)
+        if dom.places <= max(places, 0) + 2:
+            return None
+        if cv.compare(p.value) == 0:
+            return Judgement("correctly rounded", True, detail=_dominated_note(dom, shown, True))
+        rounded = cv.round_places(places)
+        if cv.is_tie(places):
+            if dom.sign == 0:  # either neighbour of the tie
+                ok = p.value in (dom_main_fraction(cv) - p.unit / 2, dom_main_fraction(cv) + p.unit / 2)
+                return Judgement("correctly rounded" if ok else "wrong", ok,
+                                 detail=_dominated_note(dom, shown, False))
+            rounded = dom_main_fraction(cv) + dom.sign * p.unit / 2
+        text = _fraction_text(rounded, p.unit)
+        if rounded == p.value:
+            return Judgement("correctly rounded", True, text, detail=_dominated_note(dom, shown, False))
+        err = _error_units(p.value, dom.main, p.unit)
+        return Judgement("wrong", False, text, _signed(err), detail=_dominated_note(dom, shown, False),
+                         error_value=_float_of(err))
+    diff = certify(dom.main - p.expr)
+    if diff.sign() == 0:
+        if p.approx:
+            return Judgement("approximation", True, error_units="relative error below "
+                             f"10^−{dom.places:,}", detail=_dominated_note(dom, shown, True))
+        return Judgement("wrong", False, detail=_dominated_note(dom, shown, True))
+    return None
+
+
+def dom_main_fraction(cv: Any) -> Fraction:
+    """The exact rational value of a certified main part that sits on a rounding tie."""
+    x = cv.rational()
+    assert x is not None  # a tie is a terminating decimal, hence rational
+    return x
+
+
+def nested_shape(value: Any) -> tuple[int, ...]:
+    """The shape of a value: () for a number, (n,) for a row, (r, c) for a matrix, …"""
+    shape: list[int] = []
+    v = value
+    while isinstance(v, tuple):
+        shape.append(len(v))
+        if not v:
+            break
+        v = v[0]
+    return tuple(shape)
+
+
+def flatten(value: Any) -> list[Any]:
+    if isinstance(value, tuple):
+        return [x for v in value for x in flatten(v)]
+    return [value]
+
+
+def pairs(value: Any, p: PrintedAnswer, quantity: str = "the quantity") -> list[tuple[Any, PrintedAnswer]]:
+    """(value, printed part) for every number a claim states, in row-major order; a
+    ClaimError when the claim's shape does not match the value's."""
+    vshape = nested_shape(value)
+    if p.kind == "tuple":
+        if vshape == ():
+            raise ClaimError(f"{quantity} is one number but claimed={_brief(p.text)} is a tuple")
+        if len(vshape) != 1:
+            raise ClaimError(f"{quantity} is a {_dims(vshape)} matrix; claim it as a printed "
+                             "tensor (tensor([[…]]) or [[…], […]]), not a tuple")
+        if len(p.parts) != vshape[0]:
+            raise ClaimError(f"{quantity} has {vshape[0]} entries but claimed={_brief(p.text)} "
+                             f"has {len(p.parts)}")
+        return list(zip(value, p.parts, strict=True))
+    if p.kind == "array":
+        if p.shape != vshape:
+            what = "one number" if vshape == () else f"of shape {_dims(vshape)}"
+            raise ClaimError(f"{quantity} is {what} but claimed={_brief(p.text)} is a printout of "
+                             f"shape {_dims(p.shape)}")
+        return list(zip(flatten(value), p.parts, strict=True))
+    if vshape == (1,):  # a one-entry row claimed as its entry: "(17.311)"
+        return [(value[0], p)]
+    if vshape != ():
+        raise ClaimError(f"{quantity} has {vshape[-1] if len(vshape) == 1 else _dims(vshape)} "
+                         f"entries but claimed={_brief(p.text)} is one number")
+    return [(value, p)]
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return " × ".join(str(n) for n in shape)
+
+
+def _brief(text: str) -> str:
+    flat = " ".join(text.split())
+    return repr(flat[:60] + ("…" if len(flat) > 60 else ""))
+
+
 def holds(value: Any, p: PrintedAnswer, rtol: Fraction, *, exactly: bool = False) -> bool:
     """Whether the printed answer holds for ``value`` (``exactly``: with verdict exact)."""
-    def ok(v: Any, part: PrintedAnswer) -> bool:
-        j = judge(v, part, rtol)
-        return j.verdict == "exact" if exactly else j.ok
-
-    if p.kind == "tuple":
-        if not isinstance(value, tuple) or len(value) != len(p.parts):
-            return False
-        return all(ok(v, part) for v, part in zip(value, p.parts, strict=True))
-    if isinstance(value, tuple):
+    try:
+        items = pairs(value, p)
+    except ClaimError:
         return False
-    return ok(value, p)
+    for v, part in items:
+        j = judge(v, part, rtol)
+        if not (j.verdict == "exact" if exactly else j.ok):
+            return False
+    return True
 
 
 def describe(value: Any, sig: int) -> tuple[str, str]:
@@ -140,9 +314,32 @@ def describe(value: Any, sig: int) -> tuple[str, str]:
     special = special_value(value)
     if special is not None:
         return ("−∞" if special == "-inf" else "NaN"), ""
+    dom = _dominated(value)
+    if dom is not None:
+        main = certify(dom.main).digits(sig) if dom.main != 0 else "0"
+        side = {1: "+", -1: "−", 0: "±"}[dom.sign]
+        return f"{main} {side} (less than 10^−{dom.places:,})", ""
     cv = certify(value)
     digits = cv.digits(sig)
+    if not _small(value):  # its printed form would exceed 60 characters: not worth printing
+        return digits, ""
     form = str(sp.together(value) if value.is_Add else value).replace("**", "^")
     if len(form) > 60 or form == digits:
         form = ""
     return digits, form
+
+
+def _small(value: Any, nodes: int = 30) -> bool:
+    """Whether an expression is small enough that its form may fit 60 characters (a
+    bounded walk: at most ``nodes`` nodes, no rational with more than 12 digits)."""
+    stack = [value]
+    seen = 0
+    while stack:
+        e = stack.pop()
+        seen += 1
+        if seen > nodes:
+            return False
+        if getattr(e, "is_Rational", False) and (abs(e.p) > 10**12 or e.q > 10**12):
+            return False
+        stack.extend(getattr(e, "args", ()))
+    return True
