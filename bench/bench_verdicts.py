@@ -18,8 +18,9 @@ multi-head  nn.MultiheadAttention and a numpy block (compare_mha)
 Correct kernels: numpy (tests/bugs_catalog.py, independent of the library: "fused"
 FlashAttention-like with fp32 work, online-softmax blocks, and the eager variants that
 round q·c and the scores to the dtype, judged with kernel="eager_scaled_query"), torch
-SDPA (default and MATH backends), jax.nn.dot_product_attention, torch
-nn.MultiheadAttention.  Buggy kernels: the fused numpy kernel with one bug class.
+SDPA (default and MATH backends), jax.nn.dot_product_attention (judged with
+subnormals="flush": XLA on CPU flushes subnormal results), torch nn.MultiheadAttention.
+Buggy kernels: the fused numpy kernel with one bug class.
 
 Rules on the same outputs:
 
@@ -289,8 +290,8 @@ def correct_kernels(case: bc.Case) -> dict[str, tuple[np.ndarray, dict[str, Any]
         outs["torch_sdpa_default"] = (torch_sdpa(case, case.dtype, "default"), {})
         outs["torch_sdpa_math"] = (torch_sdpa(case, case.dtype, "math"), {})
     j = jax_sdpa(case)
-    if j is not None:
-        outs["jax_dot_product_attention"] = (j, {})
+    if j is not None:      # XLA on CPU flushes subnormal results to zero: say so
+        outs["jax_dot_product_attention"] = (j, {"subnormals": "flush"})
     return outs
 
 

@@ -574,3 +574,63 @@ def test_integer_masks_surface_the_oracles_refusal() -> None:
         pytest.skip("the oracle does not refuse integer masks yet")
     with pytest.raises(SpecError, match="attn_mask"):
         compare_attention(np.zeros((1, 2, 5, 8), np.float32), q, k, v, attn_mask=imask)
+
+
+def test_float16_long_rows_catch_a_slightly_wrong_scale() -> None:
+    # 4096 keys in float16: the underflow slack of the stored weights belongs only to
+    # weights below float16's normal range (2^-14); charged to every key it was ten
+    # times the rounding error and hid this bug (bench/RESULTS.md, issue 10)
+    rng = np.random.default_rng(45)
+    q = rng.standard_normal((1, 1, 64, 64)).astype(np.float16)
+    k = rng.standard_normal((1, 1, 4096, 64)).astype(np.float16)
+    v = rng.standard_normal((1, 1, 4096, 64)).astype(np.float16)
+    case = bc.Case("float16", q, k, v, is_causal=True, causal_alignment="bottom_right")
+    good = bc.numpy_attention(case, variant="numpy_fused")
+    bad = bc.numpy_attention(case, variant="numpy_fused", bug="scale_sqrt_d_plus_1")
+    # the bug is visible: its effect is at least 10 × the correct kernel's error
+    keep = np.arange(4096)[None, :] <= np.arange(64)[:, None] + 4096 - 64
+    s = (q.astype(np.float64) @ np.swapaxes(k.astype(np.float64), -1, -2)) / 8
+    w = np.exp(np.where(keep, s, -np.inf) - s.max(-1, keepdims=True))
+    exact = (w / w.sum(-1, keepdims=True)) @ v.astype(np.float64)
+    s9 = s * 8 / math.sqrt(65)
+    w9 = np.exp(np.where(keep, s9, -np.inf) - s9.max(-1, keepdims=True))
+    effect = np.max(np.abs((w9 / w9.sum(-1, keepdims=True)) @ v.astype(np.float64) - exact))
+    assert effect >= 10 * np.max(np.abs(good.astype(np.float64) - exact))
+    opts = dict(is_causal=True, causal_alignment="bottom_right")
+    assert compare_attention(good, q, k, v, **opts).passed
+    assert not compare_attention(bad, q, k, v, **opts, diagnose_bugs=False).passed
+
+
+def _subnormal_case() -> tuple[np.ndarray, ...]:
+    """Values near float32's smallest normal and weights about 1/3: the products p·v
+    are subnormal (below 2^-126)."""
+    tiny = 2.0**-126
+    q = np.zeros((1, 1, 2, 4), np.float32)
+    k = np.zeros((1, 1, 3, 4), np.float32)
+    v = (np.array([[3.0, -2.0, 1.0, 2.0], [1.0, 2.0, -1.0, 1.0], [-1.0, 1.0, 3.0, 2.0]])
+         * tiny).astype(np.float32)
+    return q, k, v.reshape(1, 1, 3, 4)
+
+
+def test_a_kernel_flushing_subnormals_is_caught_unless_stated() -> None:
+    q, k, v = _subnormal_case()
+    mean = v.astype(np.float64).mean(axis=-2, keepdims=True)     # uniform weights
+    exact = np.broadcast_to(mean, (1, 1, 2, 4)).astype(np.float32)
+    flushed = np.zeros_like(exact)             # every product p·v flushed to zero
+    assert compare_attention(exact, q, k, v).passed
+    assert not compare_attention(flushed, q, k, v).passed
+    # stated: the flush may cost 2^-126 per product, as much as the answer itself, so
+    # the tool refuses a verdict rather than failing (or passing) the flushing kernel
+    with pytest.raises(ToleranceError, match="subnormals flushed"):
+        compare_attention(flushed, q, k, v, subnormals="flush")
+
+
+def test_jax_on_cpu_flushes_subnormals() -> None:
+    jax = pytest.importorskip("jax")
+    q, k, v = _subnormal_case()
+    out = np.swapaxes(np.asarray(jax.nn.dot_product_attention(
+        *(np.swapaxes(a, 1, 2) for a in (q, k, v)))), 1, 2)
+    r = compare_attention(out, q, k, v)
+    if r.passed:
+        pytest.skip("this JAX build keeps subnormals")
+    assert r.worst is not None and r.worst.actual == 0.0

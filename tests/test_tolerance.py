@@ -132,8 +132,8 @@ def test_model_description_states_lambda_and_probability() -> None:
     m = error_model("bfloat16").with_events(1e4, 1e8)
     text = m.describe()
     assert "probabilistic" in text and "1e-9" in text and "kernel 'fused'" in text
-    # λ for 2e4 Hoeffding events at 5e-10, by the closed form
-    assert m.lam == pytest.approx(math.sqrt(2 * math.log(2 * 2e4 / 5e-10)), rel=1e-12)
+    # λ for 3e4 Hoeffding events at 5e-10, by the closed form
+    assert m.lam == pytest.approx(math.sqrt(2 * math.log(2 * 3e4 / 5e-10)), rel=1e-12)
 
 
 # ---------------------------------------------------------------------------------

@@ -41,7 +41,10 @@ reciprocal: ``θ``, ``|θ| ≤ g_θ``.
 
 **4. The weighted sum** of n terms in u_a (2n roundings allowing the online
 rescalings), the final division (u_a) and store (u):
-``γ(2n) Σ_j p̂_j |ã_j| + (u + u_a)|ŷ|``; underflow adds ``η (n max|ã| + 1)``.
+``γ(2n) Σ_j p̂_j |ã_j| + (u + u_a)|ŷ|``.  Underflow (|fl(x) − x| ≤ max(u|x|, η), η
+half the smallest subnormal, or the smallest normal when subnormals are flushed):
+η_u |ã_j| for each weight that can fall below the output dtype's normal range, 2η_u
+for the final store, 4η_a (n(max|ã| + 1) + 1) in the accumulation dtype.
 
 **Worst case** (always valid): the sum of 2–4 with each rounding at its bound,
 γ(n) = (1 − u)^{−n} − 1 for n roundings (finite for every n, unlike
@@ -85,7 +88,6 @@ from .tolerance import (
     gamma,
     gamma_tilde,
     hoeffding_bound,
-    underflow_eta,
 )
 
 __all__ = ["Bound", "attention_error_bound"]
@@ -300,7 +302,7 @@ def _attention_error_bound(
     lam = model.lam
     prob = model.kind == "probabilistic" and softmax_axis == -1
     centred = softmax_axis == -1
-    eta = underflow_eta(fmt) + underflow_eta(acc)
+    eta_u, eta_a = model.eta, model.eta_a
     allowed = np.asarray(allowed, dtype=bool)
     if uniform_rows is not None and np.any(uniform_rows):
         # a fully masked row under masked_rows="uniform": every key, equal scores
@@ -409,7 +411,7 @@ def _attention_error_bound(
                                 * (1.0 + 2.0**-40))
             sh = sh + qs
         if ker.scaled_query:                       # q·c underflowing in the output dtype
-            sh = sh + underflow_eta(fmt) * np.sum(np.abs(k), axis=-1)[None, :]
+            sh = sh + eta_u * np.sum(np.abs(k), axis=-1)[None, :]
         if dq is not None:
             dqa = np.asarray(dq, dtype=np.float64)
             dqs = abs(c) * (dqa @ np.abs(k).T)
@@ -429,7 +431,7 @@ def _attention_error_bound(
     if madd is not None:
         add = us * (np.abs(t) + np.abs(madd))
         ind, var_s = ind + add, var_s + add * add
-    ind = ind + underflow_eta(fmt if n_store else acc) * (1 + n_store)
+    ind = ind + (eta_u if n_store else eta_a) * (1 + n_store)
     if dk is not None:
         dkk = abs(c) * ((np.abs(q) + (0.0 if dq is None else np.asarray(dq))) @ np.asarray(dk).T)
         ind, var_s = ind + dkk, var_s + dkk * dkk
@@ -567,6 +569,19 @@ def _attention_error_bound(
         if rows.size:
             tolb = P.copy()
             tolb[rows] = np.minimum(worst(rows), P[rows])
+    # keys whose weight may fall below the output dtype's normal range when stored:
+    # |fl(p) − p| ≤ max(u p, η_u), so η_u per such key on top of the relative terms
+    small = allowed & (p < 4.0 * math.ldexp(1.0, fmt.emin))
+    eta_term: np.ndarray | float = 0.0
+    if np.any(small):
+        Ms = vals.moments(small.astype(np.float64), li=False)
+        assert Ms.ab is not None and Ms.sq is not None
+        n_w_u = 1.0 + (1.0 if kappa is not None else 0.0)       # the P store, dropout
+        eta_s = n_w_u * Ms.ab                                     # Σ_small |ã_j|, scaled
+        if prob:
+            nmax = _rowmax(N, allowed)
+            eta_s = np.minimum(eta_s, lam * np.sqrt(n_w_u * nmax * Ms.sq))
+        eta_term = np.ldexp(eta_s, ev) * eta_u if abs(ev) < 2000 else eta_s * eta_u * 2.0**ev
     tolb = tolb * (1.0 + 2.0**-40)              # the float64 rounding of the bound itself
     # fully masked rows: an exact zero (or NaN) is expected
     tolb = np.where(alive if softmax_axis == -1 else True, tolb, 0.0)
@@ -577,7 +592,11 @@ def _attention_error_bound(
         pv_u = np.ldexp(pv, ev)
         vmax = float(np.max(np.abs(v), initial=0.0)) * (
             1.0 if kappa is None else float(np.max(np.abs(kappa), initial=1.0)))
-        tol = tol + 4.0 * eta * (n_row * vmax + 1.0)
+        # underflow, in absolute terms: the weights stored in the output dtype (and the
+        # dropout product) err by η_u only where they fall below its normal range (the
+        # keys `small`; above it the relative terms hold), the final store by η_u; in the
+        # accumulation dtype every exp, product, rescaling and division may underflow
+        tol = tol + eta_term + eta_u * 2.0 + 4.0 * eta_a * (n_row * (vmax + 1.0) + 1.0)
     vacuous = np.broadcast_to(vac_rows[:, None], tol.shape) | ~np.isfinite(tol)
     row_alive = np.any(allowed, axis=-1, keepdims=True)
     vacuous = vacuous | ((tol >= pv_u) & (pv_u > 0) & row_alive)

@@ -20,7 +20,8 @@ Tolerance rules (``rule=``):
     for fp16/bf16 outputs, ``"same"`` for a kernel that accumulates in the output
     dtype), ``kernel`` (``"fused"``, ``"eager"``, ``"eager_scaled_query"``),
     ``error_model`` (``"probabilistic"``, false-alarm probability ≤ 1e-9 per check,
-    or ``"worst_case"``), times ``safety``; see docs/testing.md.
+    or ``"worst_case"``), ``subnormals`` (``"keep"``, or ``"flush"`` for a kernel that
+    flushes subnormal results to zero), times ``safety``; see docs/testing.md.
 ``"ulp"``
     ``|actual - exact| <= ulps × ulp(exact)`` in the dtype of ``actual``.
 ``"allclose"``
@@ -195,7 +196,7 @@ def _as_actual(actual: Any) -> np.ndarray:
 
 
 def _model(actual: np.ndarray, accumulation_dtype: Any, kernel: str,
-           kind: str) -> ErrorModel:
+           kind: str, subnormals: str = "keep") -> ErrorModel:
     try:
         fmt_ok = error_model(actual.dtype)
     except SpecError:
@@ -203,7 +204,7 @@ def _model(actual: np.ndarray, accumulation_dtype: Any, kernel: str,
                         "float64, float32, float16 or bfloat16") from None
     del fmt_ok
     return error_model(actual.dtype, accumulation_dtype=accumulation_dtype, kernel=kernel,
-                       kind=kind)
+                       kind=kind, subnormals=subnormals)
 
 
 def _oracle_options(reference: Any, options: dict[str, Any]) -> dict[str, Any]:
@@ -377,6 +378,7 @@ def compare_attention(
     accumulation_dtype: Any = None,
     kernel: str = "fused",
     error_model: str = "probabilistic",
+    subnormals: str = "keep",
     safety: float | None = None,
     rtol: float | None = None,
     atol: float | None = None,
@@ -401,7 +403,7 @@ def compare_attention(
     """
     _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
     a = _as_actual(actual)
-    model = _model(a, accumulation_dtype, kernel, error_model)
+    model = _model(a, accumulation_dtype, kernel, error_model, subnormals)
     from ..oracle import reference_attention
 
     opts = _oracle_options(reference_attention, dict(
@@ -497,6 +499,7 @@ def compare_mha(
     accumulation_dtype: Any = None,
     kernel: str = "fused",
     error_model: str = "probabilistic",
+    subnormals: str = "keep",
     safety: float | None = None,
     rtol: float | None = None,
     atol: float | None = None,
@@ -522,7 +525,7 @@ def compare_mha(
         raise SpecError("rule='flash' is available for compare_attention only; use "
                         "rule='model', 'ulp' or 'allclose' for a multi-head block")
     a = _as_actual(actual)
-    model = _model(a, accumulation_dtype, kernel, error_model)
+    model = _model(a, accumulation_dtype, kernel, error_model, subnormals)
     from ..oracle import reference_mha
 
     ref = reference_mha(query, key, value, **mha_options)

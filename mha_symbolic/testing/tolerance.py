@@ -231,6 +231,7 @@ class ErrorModel:
     lam: float = 8.0                       # Hoeffding's λ (one event per bound element)
     lam_sums: float = 9.0                  # Higham–Mary's λ (one event per term of a sum)
     accumulation_default: bool = False     # acc chosen by the default rule (for reports)
+    flush: bool = False                    # subnormal results flushed to zero (FTZ/DAZ)
 
     @property
     def u(self) -> float:
@@ -241,16 +242,27 @@ class ErrorModel:
         return unit_roundoff(self.acc)
 
     @property
+    def eta(self) -> float:
+        """Absolute error of a rounding that underflows in the output dtype: half the
+        smallest subnormal (gradual underflow), the smallest normal when flushed."""
+        return math.ldexp(1.0, self.fmt.emin) if self.flush else underflow_eta(self.fmt)
+
+    @property
+    def eta_a(self) -> float:
+        """The same in the accumulation dtype."""
+        return math.ldexp(1.0, self.acc.emin) if self.flush else underflow_eta(self.acc)
+
+    @property
     def us(self) -> float:
         """Unit roundoff of the dtype that holds the scores."""
         return self.u if self.kernel.score_stores else self.ua
 
     def with_events(self, elements: float, sum_terms: float) -> ErrorModel:
         """The same model with its λs set for one check: half the false-alarm budget
-        for the Hoeffding bounds (two per bound element: ``elements``), half for the
+        for the Hoeffding bounds (three per bound element: ``elements``), half for the
         Higham–Mary bounds (one per term of every sum: ``sum_terms``)."""
         half = FALSE_ALARM_PROBABILITY / 2
-        return replace(self, lam=lambda_for(half, 2 * elements),
+        return replace(self, lam=lambda_for(half, 3 * elements),
                        lam_sums=lambda_for(half, sum_terms, max(self.u, self.ua)))
 
     def describe(self) -> str:
@@ -261,7 +273,8 @@ class ErrorModel:
             how = (f"probabilistic, λ = {self.lam:.2f}, {self.lam_sums:.2f}: false-alarm "
                    f"probability ≤ "
                    f"{_sci(FALSE_ALARM_PROBABILITY)} per check under Higham & Mary's model")
-        return f"rounding-error model ({how}; kernel '{self.kernel.name}')"
+        ftz = "; subnormals flushed" if self.flush else ""
+        return f"rounding-error model ({how}; kernel '{self.kernel.name}'{ftz})"
 
 
 def _sci(x: float) -> str:
@@ -271,12 +284,14 @@ def _sci(x: float) -> str:
 
 
 def error_model(dtype: Any, *, accumulation_dtype: Any = None, kernel: str = "fused",
-                kind: str = "probabilistic") -> ErrorModel:
+                kind: str = "probabilistic", subnormals: str = "keep") -> ErrorModel:
     """The :class:`ErrorModel` for outputs of ``dtype``.
 
     ``accumulation_dtype``: None (float32 for float16/bfloat16 outputs, the output
     dtype otherwise), ``"same"`` (the output dtype), or a dtype.  ``kernel``: a key of
-    :data:`KERNELS`.  ``kind``: ``"probabilistic"`` or ``"worst_case"``.
+    :data:`KERNELS`.  ``kind``: ``"probabilistic"`` or ``"worst_case"``.  ``subnormals``:
+    ``"keep"`` (IEEE gradual underflow) or ``"flush"`` (a kernel that flushes subnormal
+    results to zero, as XLA on CPU and CUDA fast-math code do).
 
     >>> m = error_model("bfloat16")
     >>> m.acc.name, m.kernel.name, m.kind
@@ -301,7 +316,10 @@ def error_model(dtype: Any, *, accumulation_dtype: Any = None, kernel: str = "fu
     if kind not in ERROR_MODELS:
         raise SpecError(f"error_model={kind!r} is not an error model: expected one of "
                         f"{ERROR_MODELS}")
-    return ErrorModel(fmt, acc, KERNELS[kernel], kind, accumulation_default=default)
+    if subnormals not in ("keep", "flush"):
+        raise SpecError(f"subnormals={subnormals!r}: expected 'keep' or 'flush'")
+    return ErrorModel(fmt, acc, KERNELS[kernel], kind, accumulation_default=default,
+                      flush=subnormals == "flush")
 
 
 def __getattr__(name: str) -> Any:
@@ -345,8 +363,8 @@ def linear_error_bound(
     t = np.abs(x) @ aw.T
     if b is not None:
         t = t + np.abs(b)
-    bound = g * t + model.u * (1.0 + g) * np.abs(y) + underflow_eta(model.fmt) \
-        + underflow_eta(model.acc) * (n_in + 1)
+    bound = g * t + model.u * (1.0 + g) * np.abs(y) + model.eta \
+        + model.eta_a * 2 * (n_in + 1)
     if dx is not None:
         bound = bound + (dx @ aw.T) * (1.0 + g)
     return np.asarray(bound, dtype=np.float64)
