@@ -178,3 +178,17 @@ def test_linear_bound_covers_a_float32_product() -> None:
                                    b.astype(np.float64), y=exact, model=m)
         assert np.all(np.abs(got - exact) <= bound)
         assert np.all(bound < 1e-4)
+
+
+def test_flushed_subnormals_cost_the_smallest_normal_of_the_arithmetic() -> None:
+    # flushing is a property of the arithmetic (the accumulation dtype); a conversion
+    # into a narrower storage dtype keeps its subnormals
+    m16 = error_model("float16", subnormals="flush")
+    assert (m16.eta, m16.eta_a) == (2.0**-25, 2.0**-126)
+    m32 = error_model("float32", subnormals="flush")
+    assert (m32.eta, m32.eta_a) == (2.0**-126, 2.0**-126)
+    keep = error_model("float32")
+    assert (keep.eta, keep.eta_a) == (2.0**-150, 2.0**-150)
+    assert "subnormals flushed" in m32.describe()
+    with pytest.raises(SpecError, match="subnormals='ftz'"):
+        error_model("float32", subnormals="ftz")

@@ -244,8 +244,13 @@ class ErrorModel:
     @property
     def eta(self) -> float:
         """Absolute error of a rounding that underflows in the output dtype: half the
-        smallest subnormal (gradual underflow), the smallest normal when flushed."""
-        return math.ldexp(1.0, self.fmt.emin) if self.flush else underflow_eta(self.fmt)
+        smallest subnormal (gradual underflow); the smallest normal when subnormals are
+        flushed *and* the output dtype is the accumulation dtype (flushing is a property
+        of the arithmetic: converting to a narrower storage dtype keeps subnormals, as
+        CUDA's cvt and x86's F16C conversions do)."""
+        if self.flush and self.fmt == self.acc:
+            return math.ldexp(1.0, self.fmt.emin)
+        return underflow_eta(self.fmt)
 
     @property
     def eta_a(self) -> float:
