@@ -42,11 +42,20 @@ _EXPORTS: dict[str, str] = {
     "reference_attention": "oracle",
     "reference_mha": "oracle",
     "Enclosure": "oracle",
+    "reference_attention_backward": "oracle",
+    "AttentionGradients": "oracle",
+    "reference_mha_backward": "oracle",
+    "MhaGradients": "oracle",
     "compare_attention": "testing.compare",
     "assert_attention_close": "testing.compare",
     "compare_mha": "testing.compare",
     "assert_mha_close": "testing.compare",
     "attention_inputs": "testing.strategies",
+    "compare_attention_backward": "testing.backward",
+    "assert_attention_backward_close": "testing.backward",
+    "check_attention": "testing.check",
+    "compare_mha_backward": "testing.backward_mha",
+    "assert_mha_backward_close": "testing.backward_mha",
     # errors
     "MhaSymbolicError": "errors",
     "SpecError": "errors",
@@ -89,7 +98,18 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .exact.prove import run_proofs
     from .exact.shapes import Shape, attention_shapes
     from .exact.spec import AttentionSpec
-    from .oracle import Enclosure, reference_attention, reference_mha
+    from .oracle import (
+        AttentionGradients,
+        Enclosure,
+        MhaGradients,
+        reference_attention,
+        reference_attention_backward,
+        reference_mha,
+        reference_mha_backward,
+    )
+    from .testing.backward import assert_attention_backward_close, compare_attention_backward
+    from .testing.backward_mha import assert_mha_backward_close, compare_mha_backward
+    from .testing.check import check_attention
     from .testing.compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
     from .testing.strategies import attention_inputs
     from .textbook.check import check_examples

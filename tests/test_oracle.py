@@ -22,237 +22,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mha_symbolic.errors import InputValueError, ShapeError, SpecError
-from mha_symbolic.oracle import constants, fast, reference_attention, reference_mha
 from mha_symbolic.oracle import formats as fpf
+from mha_symbolic.oracle import reference_attention, reference_mha
 
 flint = pytest.importorskip("flint")
 arb = flint.arb
 
-DTYPES = {
-    "float64": np.dtype(np.float64),
-    "float32": np.dtype(np.float32),
-    "float16": np.dtype(np.float16),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16),
-}
-_UINT = {"float64": np.uint64, "float32": np.uint32, "float16": np.uint16,
-         "bfloat16": np.uint16}
-
-
-# ---------------------------------------------------------------------------
-# Independent reference: round a Fraction to a format by neighbour search
-# ---------------------------------------------------------------------------
-
-def _finfo(name: str) -> Any:
-    return ml_dtypes.finfo(DTYPES[name]) if name == "bfloat16" else np.finfo(DTYPES[name])
-
-
-def _bits_value(bits: int, name: str) -> Fraction:
-    arr = np.array([bits], dtype=_UINT[name]).view(DTYPES[name])
-    return Fraction(float(arr.astype(np.float64)[0]))
-
-
-def ref_round(x: Fraction, name: str) -> float:
-    """Round x to the format: nearest by exact distance, ties to the even bit pattern."""
-    if x == 0:
-        return 0.0
-    a = abs(x)
-    fi = _finfo(name)
-    max_f = Fraction(float(fi.max))
-    max_bits = int(np.array([fi.max], dtype=DTYPES[name]).view(_UINT[name])[0])
-    ulp_max = max_f - _bits_value(max_bits - 1, name)
-    if a >= max_f + ulp_max / 2:
-        return math.copysign(math.inf, x)
-    with np.errstate(over="ignore"):
-        guess = np.array([min(float(a), float(fi.max))]).astype(DTYPES[name])
-    b0 = int(guess.view(_UINT[name])[0])
-    best = None
-    for b in range(max(0, b0 - 3), min(max_bits, b0 + 3) + 1):
-        dist = abs(_bits_value(b, name) - a)
-        key = (dist, b & 1)
-        if best is None or key < best[0]:
-            best = (key, b)
-    assert best is not None
-    val = float(_bits_value(best[1], name))
-    return val if x > 0 else -val
-
-
-_CLAMP = 1100  # |x| < 2**-1100 rounds to ±0 and |x| > 2**1100 to ±inf in every format
-
-
-def _end_fraction(m: int, e: int) -> Fraction:
-    """m·2**e as a Fraction, clamped to ±2**∓1100 (same rounding in every format,
-    and no 2**(10**10)-sized integers for weights like e^-3e10)."""
-    if m == 0:
-        return Fraction(0)
-    top = e + abs(m).bit_length()
-    if top < -_CLAMP:
-        return Fraction(1 if m > 0 else -1, 2**_CLAMP)
-    if top > _CLAMP:
-        return Fraction(2**_CLAMP if m > 0 else -(2**_CLAMP))
-    return Fraction(m) * Fraction(2) ** e
-
-
-def ball_fractions(x: Any) -> tuple[Fraction, Fraction]:
-    """Endpoints for rounding (Arb rounds x.lower() to the working precision: raise it)."""
-    ctx = flint.ctx
-    old = ctx.prec
-    ctx.prec = 2**16
-    try:
-        lo_m, lo_e = x.lower().man_exp()
-        hi_m, hi_e = x.upper().man_exp()
-    finally:
-        ctx.prec = old
-    return (_end_fraction(int(lo_m), int(lo_e)), _end_fraction(int(hi_m), int(hi_e)))
-
-
-def ball_inside(x: Any, lower: float, upper: float) -> bool:
-    """lower <= every point of the ball <= upper, by exact Arb comparisons."""
-    ctx = flint.ctx
-    old = ctx.prec
-    ctx.prec = 2**16
-    try:
-        return bool(arb(lower) <= x.lower() and x.upper() <= arb(upper))
-    finally:
-        ctx.prec = old
-
-
-# ---------------------------------------------------------------------------
-# Independent reference: attention of one row, exact scores + Arb exp
-# ---------------------------------------------------------------------------
-
-def ref_row(q: Any, k: Any, v: Any, keep: Any, madd: Any, scale: Any,
-            prec: int) -> tuple[list[Any], list[Any]]:
-    """(outputs, weights) of one query row as Arb balls; keep: bool per key."""
-    ctx = flint.ctx
-    old = ctx.prec
-    ctx.prec = prec
-    try:
-        E = len(q)
-        if scale is None:
-            c = arb(0) if E == 0 else arb(1) / arb(E).sqrt()
-        else:
-            fr = Fraction(float(scale))
-            c = arb(flint.fmpq(fr.numerator, fr.denominator))
-        s = {}
-        for j, kj in enumerate(k):
-            if not keep[j]:
-                continue
-            g = sum((Fraction(float(a)) * Fraction(float(b)) for a, b in zip(q, kj, strict=False)),
-                    Fraction(0))
-            sj = c * arb(flint.fmpq(g.numerator, g.denominator))
-            if madd is not None:
-                sj = sj + arb(float(madd[j]))
-            s[j] = sj
-        assert s, "ref_row needs an unmasked key"
-        top = max(s, key=lambda j: float(s[j].mid()))
-        shift = s[top].mid()
-        w = {j: (sj - shift).exp() for j, sj in s.items()}
-        d = sum(w.values(), arb(0))
-        outs = []
-        for col in range(len(v[0]) if len(v) else 0):
-            acc = arb(0)
-            for j, wj in w.items():
-                acc += wj * arb(float(v[j][col]))
-            outs.append(acc / d)
-        weights = [w[j] / d if j in w else arb(0) for j in range(len(k))]
-        return outs, weights
-    finally:
-        ctx.prec = old
-
-
-def ref_sign(q: Any, k: Any, v: Any, keep: Any, madd: Any, scale: Any, col: int,
-             output: bool, t_b: Fraction) -> int:
-    """sign(y - t_b) for one element, for values too close to t_b for ref_row:
-    y - t = Σ_j e^{s_j}(v_j - t) / Σ_j e^{s_j} (weights: Σ_j e^{s_j}([j = col] - t)).
-    Keys with exactly equal scores are merged first (their terms share e^{s}, so
-    the rational coefficients add exactly); each merged term is then a ball with
-    full relative accuracy, however far apart the scores are."""
-    E = len(q)
-    merged: dict[Any, Fraction] = {}
-    for j, kj in enumerate(k):
-        if not keep[j]:
-            continue
-        g = sum((Fraction(float(a)) * Fraction(float(b)) for a, b in zip(q, kj, strict=True)),
-                Fraction(0))
-        mj = Fraction(0) if madd is None else Fraction(float(madd[j]))
-        if scale is not None:
-            key: Any = Fraction(float(scale)) * g + mj
-        elif math.isqrt(E) ** 2 == E:
-            key = (g / math.isqrt(E) if E else Fraction(0)) + mj
-        else:
-            key = (g, mj)  # 1/sqrt(E) irrational: equal scores iff equal g and M
-        coef = (Fraction(float(v[j][col])) if output else Fraction(int(j == col))) - t_b
-        merged[key] = merged.get(key, Fraction(0)) + coef
-    if all(c == 0 for c in merged.values()):
-        return 0
-    ctx = flint.ctx
-    old = ctx.prec
-    ctx.prec = 1024
-    try:
-        def score(key: Any) -> Any:
-            if isinstance(key, tuple):
-                g, mj = key
-                return (arb(flint.fmpq(g.numerator, g.denominator)) / arb(E).sqrt()
-                        + arb(flint.fmpq(mj.numerator, mj.denominator)))
-            return arb(flint.fmpq(key.numerator, key.denominator))
-
-        sc = {key: score(key) for key in merged}
-        top = max(sc.values(), key=lambda x: float(x.mid())).mid()
-        total = sum(((sc[key] - top).exp() * arb(flint.fmpq(c.numerator, c.denominator))
-                     for key, c in merged.items() if c != 0), arb(0))
-        assert total > 0 or total < 0, total
-        return 1 if total > 0 else -1
-    finally:
-        ctx.prec = old
-
-
-def check_against_reference(res: Any, q: Any, k: Any, v: Any, keep: Any, madd: Any,
-                            scale: Any, formats: tuple[str, ...] = tuple(DTYPES)) -> None:
-    """Every element: reference ball inside [lower, upper]; rounded == ref rounding."""
-    L = q.shape[-2]
-    rounded = {f: res.rounded(f).astype(np.float64) for f in formats}
-    wts = res.weights
-    w_rounded = {f: wts.rounded(f).astype(np.float64) for f in formats} if wts else {}
-    for bidx in np.ndindex(*q.shape[:-2]):
-        for i in range(L):
-            kp = keep[(*bidx, i)]
-            if not kp.any():
-                continue
-            mrow = None if madd is None else madd[(*bidx, i)]
-            outs, ws = ref_row(q[(*bidx, i)], k[bidx], v[bidx], kp, mrow, scale, 640)
-            pairs = [(res, rounded, outs, lambda c, b=bidx, i=i: (*b, i, c))]
-            if wts is not None:
-                pairs.append((wts, w_rounded, ws, lambda c, b=bidx, i=i: (*b, i, c)))
-            for enc, rnd, balls, index in pairs:
-                for col, ball in enumerate(balls):
-                    idx = index(col)
-                    lo_f, hi_f = ball_fractions(ball)
-                    assert ball_inside(ball, float(enc.lower[idx]), float(enc.upper[idx])), (
-                        idx, enc.lower[idx], enc.upper[idx], ball)
-                    for f in formats:
-                        a, b = ref_round(lo_f, f), ref_round(hi_f, f)
-                        prec = 640
-                        while a != b and prec < 2**15:
-                            # closer to a boundary than 2**-640 (e.g. an offset of one
-                            # subnormal): redo the reference row with more bits
-                            prec *= 4
-                            again = ref_row(q[(*bidx, i)], k[bidx], v[bidx], kp, mrow, scale,
-                                            prec)
-                            ball2 = (again[0] if enc is res else again[1])[col]
-                            a, b = (ref_round(x, f) for x in ball_fractions(ball2))
-                        if a != b:  # y within 2**-32768 of the boundary between a and b
-                            t_b = (Fraction(a) + Fraction(b)) / 2
-                            sg = ref_sign(q[(*bidx, i)], k[bidx], v[bidx], kp, mrow, scale,
-                                          col, enc is res, t_b)
-                            if sg == 0:  # an exact tie: the oracle must know the value
-                                ex = enc.exact(idx)
-                                assert isinstance(ex, Fraction), (idx, f, ball)
-                                a = ref_round(ex, f)
-                            else:
-                                a = b if sg > 0 else a
-                        got = rnd[f][idx]
-                        assert got == a or (got == 0 and a == 0), (f, idx, got, a, ball)
-
+from oracle_reference import (  # noqa: E402
+    DTYPES,
+    _finfo,
+    ball_fractions,
+    ball_inside,
+    check_against_reference,
+    ref_round,
+    ref_row,
+)
 
 # ---------------------------------------------------------------------------
 # Hypothesis: random shapes, dtypes, masks, alignments, GQA, adversarial values
@@ -741,39 +525,6 @@ def test_mha_errors() -> None:
 # ---------------------------------------------------------------------------
 # Building blocks
 # ---------------------------------------------------------------------------
-
-def test_ln2_split_constants() -> None:
-    ctx = flint.ctx
-    old = ctx.prec
-    ctx.prec = 300
-    try:
-        ln2 = arb(2).log()
-        d = ln2 - arb(constants.LN2_HI) - arb(constants.LN2_LO)
-        assert abs(d) < arb(2) ** -86
-        m, _ = constants.LN2_HI.as_integer_ratio()
-        assert m.bit_length() <= 32  # k·LN2_HI exact for |k| < 2**21
-    finally:
-        ctx.prec = old
-
-
-def test_exp_error_is_within_the_proved_bound() -> None:
-    rng = np.random.default_rng(0)
-    t = np.concatenate([-rng.random(3000) * 700, -rng.random(1000) * 2, [0.0, -700.0, -1e-300,
-                        -math.log(2) / 2, -0.34657359027997264, -699.9999]])
-    got = fast.exp_nonpos(t)
-    ctx = flint.ctx
-    old = ctx.prec
-    ctx.prec = 200
-    try:
-        for ti, gi in zip(t.tolist(), got.tolist(), strict=False):
-            ex = arb(ti).exp()
-            err = abs(arb(gi) - ex) / ex
-            assert err < arb(constants.RHO_EXP), ti
-    finally:
-        ctx.prec = old
-    assert fast.exp_nonpos(np.array([0.0]))[0] == 1.0
-    assert fast.exp_nonpos(np.array([-np.inf, -700.5]))[:].tolist() == [0.0, 0.0]
-
 
 @pytest.mark.parametrize("name", list(DTYPES))
 def test_round_float64_to_matches_independent_rounding(name: str) -> None:

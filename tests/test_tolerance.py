@@ -51,8 +51,12 @@ def test_underflow_eta_is_half_the_smallest_subnormal(name: str, eta: float) -> 
 def test_formats_are_the_oracles_formats() -> None:
     from mha_symbolic.oracle import formats
 
-    assert format_of("bf16") is formats.FORMATS["bfloat16"]
-    assert format_of(np.float16) is formats.FORMATS["float16"]
+    for name in ("float64", "float32", "float16", "bfloat16"):
+        f, o = format_of(name), formats.FORMATS[name]
+        assert isinstance(f, formats.FloatFormat)
+        assert (f.name, f.p, f.emin, f.emax) == (o.name, o.p, o.emin, o.emax)
+        assert formats.get_format(f) is f                 # accepted by the oracle as is
+    assert format_of("bf16").u == 2.0**-8 and format_of(np.float16).eta == 2.0**-25
     assert format_of(ml_dtypes.bfloat16).p == 8
     with pytest.raises(SpecError, match="int32"):
         format_of(np.int32)

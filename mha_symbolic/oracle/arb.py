@@ -1,161 +1,30 @@
-"""The Arb fallback: attention rows in ball arithmetic (python-flint), for the
-elements the fast path leaves undecided.  Error-free dot products in numpy
-(TwoProduct, TwoSum) seed the first precisions cheaply."""
+"""Tier 3, the Arb fallback: attention rows in ball arithmetic (python-flint) for the
+few elements the double-double tier leaves undecided, and for rows it cannot take
+(scores beyond 2**40, exponents outside the double range of its scalings).
+
+Scores are computed **exactly** (``arb_mat`` products of doubles at a precision
+that holds every bit, :func:`exact_prec`), the softmax is shifted by the exact
+score of one near-maximal key, and only then is anything rounded: the shifted
+scores ``c·(g_j - g_*) + (M_j - M_*)`` and the exponentials are computed at the
+working precision.  So however large the scores (1e600 from fp64 inputs near
+1e300), the balls stay finite and tight: the shift key has weight exactly 1 and
+every other weight is a ball inside [0, 1 + tiny].  Exponents below -10**6 are
+replaced by the ball [0, e**-10**6] (Arb's own exp of such arguments can be the
+whole real line)."""
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from .constants import SPLIT, UP, gamma
+from .conventions import Block
 
+Array = np.ndarray[Any, Any]
 
-def to_arb_mat(rows: np.ndarray[Any, Any]) -> Any:
-    """An exact arb_mat of a 2-D float64 array (doubles are exact in Arb)."""
-    from flint import arb_mat
-
-    r, c = rows.shape
-    if r == 0 or c == 0:
-        return arb_mat(r, c)
-    return arb_mat(rows.tolist())
-
-
-
-
-def two_prod_err(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any],
-                  ph: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """pl with a·b = ph + pl exactly, ph = fl(a·b) (Dekker's TwoProduct, Veltkamp split)."""
-    ta = a * SPLIT
-    ah = ta - (ta - a)
-    al = a - ah
-    tb = b * SPLIT
-    bh = tb - (tb - b)
-    bl = b - bh
-    return ((ah * bh - ph) + ah * bl + al * bh) + al * bl
-
-
-def dd_dot_balls(qr: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
-                  exact_products: bool = False) -> list[list[Any]] | None:
-    """Arb balls for every q_i·k_j, from error-free transformations in numpy.
-
-    Each product a·b = ph + pl exactly (Dekker's TwoProduct with Veltkamp's split;
-    exact when no product or partial product under/overflows, guaranteed here by
-    requiring every nonzero |x| in [2**-450, 2**450]).  (With fp32/fp16/bf16 inputs,
-    significands of <= 24 bits, a·b is already exact: pl = 0 is skipped.)  The n
-    terms are added by a pairwise tree of TwoSum (Knuth), each exact: Σ x = s + Σ e_i
-    over fewer than n error terms, which are summed in floats:
-    |fl(Σ e_i) - Σ e_i| <= gamma_n Σ|e_i| (Higham (H1)/(H2)).  So
-    q_i·k_j lies in s + fl(Σ e_i) ± gamma_{n+1}·fl(Σ|e_i|)(1 + 2gamma_{n+1}), a ball of
-    relative width ~n²u², enough for the first Arb precisions; returns None when
-    the range guard fails (callers then convert the whole matrix to Arb)."""
-    from flint import arb
-
-    for x in (qr, k):
-        ax = np.abs(x[x != 0])
-        if ax.size and (ax.min() < 2.0**-450 or ax.max() > 2.0**450):
-            return None
-    r, E = qr.shape
-    S = k.shape[0]
-    a = np.broadcast_to(qr[:, None, :], (r, S, E))
-    b = np.broadcast_to(k[None, :, :], (r, S, E))
-    ph = a * b
-    # significands of <= 26 bits (fp32/fp16/bf16): a·b is a double already
-    terms = ph if exact_products else np.concatenate([ph, two_prod_err(a, b, ph)], axis=-1)
-    n = terms.shape[-1]
-
-    # pairwise TwoSum tree: every level is exact, x_a + x_b = s + e
-    x = terms
-    errs = []
-    while x.shape[-1] > 1:
-        if x.shape[-1] % 2:
-            x = np.concatenate([x, np.zeros((*x.shape[:-1], 1))], axis=-1)
-        xa, xb = x[..., 0::2], x[..., 1::2]
-        sm = xa + xb
-        bb = sm - xa
-        errs.append((xa - (sm - bb)) + (xb - bb))
-        x = sm
-    s = x[..., 0]
-    if errs:
-        e_all = np.concatenate(errs, axis=-1)  # fewer than n terms
-        err = np.sum(e_all, axis=-1)
-        rad = gamma(n + 1) * np.sum(np.abs(e_all), axis=-1) * (1.0 + 2.0 * gamma(n + 1)) * UP
-    else:
-        err = rad = np.zeros((r, S))
-    out = []
-    for si, ei, ri in zip(s.tolist(), err.tolist(), rad.tolist(), strict=True):
-        out.append([arb(x_, z_) + y_ for x_, y_, z_ in zip(si, ei, ri, strict=True)])
-    return out
-
-
-def arb_attention_rows(
-    qm: Any, km: Any, vm: Any, c: Any,
-    allowed: np.ndarray[Any, Any], madd: np.ndarray[Any, Any] | None,
-    want: str, shift_idx: list[int] | None = None, g_rows: list[list[Any]] | None = None,
-) -> list[list[Any]]:
-    """Rows of attention in ball arithmetic at the current precision.
-
-    qm (r×E), km (S×E), vm (S×Ev) arb_mat; c an arb; allowed (r×S) bool; madd (r×S)
-    or None.  want = "output" -> r lists of Ev balls; "weights" -> r lists of S balls.
-    Every row must have an allowed key.  Softmax is shifted by the exact midpoint of
-    one score per row: ``shift_idx[i]`` (an allowed key with an approximately largest
-    score, found in floats by the caller) or else the key with the largest midpoint.
-    Any real shift gives the same softmax; a near-maximal one keeps exps <= ~1."""
-    from flint import arb, arb_mat
-
-    r, S = allowed.shape
-    Ev = vm.ncols()
-    zero = arb(0)
-    if g_rows is not None:  # balls for q_i·k_j given by the caller: scale them
-        g_rows = [[g * c for g in row] for row in g_rows]
-    elif qm.ncols() == 0 or r == 0 or S == 0:
-        g_rows = [[zero] * S for _ in range(r)]
-    else:
-        sc = (qm * km.transpose()) * c
-        ents = sc.entries()
-        g_rows = [ents[i * S:(i + 1) * S] for i in range(r)]
-    w_rows: list[list[Any]] = []
-    for i in range(r):
-        row = g_rows[i]
-        al = allowed[i]
-        full = bool(al.all())
-        if madd is not None:
-            row = [x + arb(float(mj)) for x, mj in zip(row, madd[i].tolist(), strict=True)]
-        if shift_idx is not None:
-            shift = row[shift_idx[i]].mid()
-        else:
-            idx = np.flatnonzero(al).tolist()
-            shift = row[max(idx, key=lambda j: float(row[j].mid()))].mid()
-        if full:
-            w_rows.append([(x - shift).exp() for x in row])
-        else:
-            w_rows.append([(x - shift).exp() if a_ else zero
-                           for x, a_ in zip(row, al.tolist(), strict=True)])
-    # one product gives the weighted sums and (last column) the normaliser D
-    ones = arb_mat(S, 1)
-    for j in range(S):
-        ones[j, 0] = 1
-    if want == "weights" or Ev == 0:
-        dm = arb_mat(w_rows) * ones
-        d_list = [dm[i, 0] for i in range(r)]
-        if want == "weights":
-            return [[wj / d for wj in wrow] for wrow, d in zip(w_rows, d_list, strict=True)]
-        return [[] for _ in range(r)]
-    vext = arb_mat(S, Ev + 1)
-    for j in range(S):
-        for l in range(Ev):
-            vext[j, l] = vm[j, l]
-        vext[j, Ev] = 1
-    nm = arb_mat(w_rows) * vext
-    ents = nm.entries()
-    w1 = Ev + 1
-    out = []
-    for i in range(r):
-        base = i * w1
-        inv = 1 / ents[base + Ev]
-        out.append([ents[base + l] * inv for l in range(Ev)])
-    return out
+EXP_FLOOR = -1_000_000  # exp(t) for t < EXP_FLOOR is enclosed in [0, exp(EXP_FLOOR)]
 
 
 class Prec:
@@ -177,6 +46,140 @@ class Prec:
         from flint import ctx
 
         ctx.prec = self.old
+
+
+def to_arb_mat(rows: Array) -> Any:
+    """An exact arb_mat of a 2-D float64 array (doubles are exact in Arb)."""
+    from flint import arb_mat
+
+    r, c = rows.shape
+    if r == 0 or c == 0:
+        return arb_mat(r, c)
+    return arb_mat(rows.tolist())
+
+
+def _exp_range(x: Array) -> tuple[int, int]:
+    """(top, bottom): every nonzero |x| < 2**top and is a multiple of 2**bottom."""
+    ax = np.abs(x[x != 0])
+    if ax.size == 0:
+        return 0, 0
+    _, e_max = np.frexp(ax.max())
+    _, e_all = np.frexp(ax)
+    return int(e_max), int(np.min(e_all)) - 53
+
+
+def exact_prec(a: Array, b: Array, d: int) -> int:
+    """A precision at which every dot product of a row of ``a`` with a row of ``b``
+    (length d) is exactly representable: the products are multiples of
+    2**(bottom_a + bottom_b) below 2**(top_a + top_b), their sum below d times that."""
+    ta, ba = _exp_range(a)
+    tb, bb = _exp_range(b)
+    return max(64, (ta + tb) - (ba + bb) + max(d, 1).bit_length() + 8)
+
+
+def scale_arb(scale: Fraction | None, E: int) -> Any:
+    """The exact scale as a ball: a float (dyadic) scale is exact; 1/sqrt(E) at the
+    current precision."""
+    from flint import arb, fmpq
+
+    if scale is not None:
+        return arb(fmpq(scale.numerator, scale.denominator))
+    if E == 0:
+        return arb(0)
+    return arb(E).rsqrt()
+
+
+def exact_score_rows(q: Array, kmT: Any, k_prec: int) -> list[list[Any]]:
+    """The dot products q_i·k_j as exact balls (radius 0): ``kmT`` the exact arb_mat of
+    Kᵀ, ``k_prec`` from :func:`exact_prec`."""
+    from flint import arb
+
+    r = q.shape[0]
+    S = kmT.ncols()
+    with Prec(k_prec):
+        if q.shape[1] and S and r:
+            ents = (to_arb_mat(q) * kmT).entries()
+            return [ents[i * S:(i + 1) * S] for i in range(r)]
+        return [[arb(0)] * S for _ in range(r)]
+
+
+def attention_rows(g_rows: list[list[Any]], vm: Any, g_prec: int, scale: Fraction | None,
+                   E: int, blk: Block, factor: Fraction | None, kind: str,
+                   prec: int) -> list[list[Any]]:
+    """Rows of attention as Arb balls at ``prec`` bits from exact dot products.
+
+    ``g_rows[i][j]`` the exact q_i·k_j (balls of radius 0 with at most ``g_prec``
+    bits, so their differences are exact at ``g_prec``); ``vm`` the arb_mat (S × Ev')
+    of the values wanted; ``blk`` masks/keep/uniform rows; ``factor`` the dropout
+    factor 1/(1-p).  kind "output" -> r lists of Ev' balls; "weights" -> r lists
+    of S balls.  Every row must have an allowed key."""
+    from flint import arb, arb_mat, ctx, fmpq
+
+    r = len(g_rows)
+    S = vm.nrows()
+    Ev = vm.ncols()
+    old = ctx.prec
+    try:
+        ctx.prec = prec
+        c = scale_arb(scale, E)
+        zero = arb(0)
+        w_tiny = (arb(EXP_FLOOR).exp() * arb(0.5, 0.5)).nonnegative_part()  # [0, e**EXP_FLOOR]
+        fac = None if factor is None else arb(fmpq(factor.numerator, factor.denominator))
+        w_rows: list[list[Any]] = []
+        for i in range(r):
+            grow = g_rows[i]
+            allowed = (np.ones(S, dtype=bool) if blk.allowed is None
+                       else np.asarray(blk.allowed[i], dtype=bool))
+            uniform = blk.uniform is not None and bool(blk.uniform[i])
+            if uniform:
+                w_rows.append([arb(1)] * S)
+                continue
+            madd = None if blk.madd is None else blk.madd[i]
+            idx = np.flatnonzero(allowed).tolist()
+            # shift key: largest score at a low precision (any allowed key would do)
+            ctx.prec = 64
+            est = {j: (c * grow[j] + (arb(float(madd[j])) if madd is not None else zero)).mid()
+                   for j in idx}
+            jstar = max(idx, key=lambda j: est[j])
+            ctx.prec = max(g_prec, prec, 2200 if madd is not None else 0)
+            dg = [grow[j] - grow[jstar] if allowed[j] else zero for j in range(S)]  # exact
+            dm = ([arb(float(madd[j])) - arb(float(madd[jstar])) if allowed[j] else zero
+                   for j in range(S)] if madd is not None else None)  # exact
+            ctx.prec = prec
+            c = scale_arb(scale, E)
+            row = []
+            for j in range(S):
+                if not allowed[j]:
+                    row.append(zero)
+                    continue
+                if j == jstar:
+                    row.append(arb(1))
+                    continue
+                t = c * dg[j] if dm is None else c * dg[j] + dm[j]
+                row.append(w_tiny if t.upper() < EXP_FLOOR else t.exp())
+            w_rows.append(row)
+        ctx.prec = prec
+        keep = blk.keep
+        wm = arb_mat(w_rows) if r and S else arb_mat(r, S)
+        ones = arb_mat(S, 1)
+        for j in range(S):
+            ones[j, 0] = 1
+        d = (wm * ones).entries() if S else [arb(0)] * r
+        invs = [1 / d[i] if fac is None else fac / d[i] for i in range(r)]
+        if kind == "weights":
+            return [[w_rows[i][j] * invs[i] if keep is None or keep[i][j] else zero
+                     for j in range(S)] for i in range(r)]
+        if Ev == 0:
+            return [[] for _ in range(r)]
+        if keep is not None:
+            for i in range(r):
+                for j in range(S):
+                    if not keep[i][j]:
+                        wm[i, j] = 0
+        nm = (wm * vm).entries()
+        return [[nm[i * Ev + col] * invs[i] for col in range(Ev)] for i in range(r)]
+    finally:
+        ctx.prec = old
 
 
 def ball_bounds(x: Any) -> tuple[float, float]:

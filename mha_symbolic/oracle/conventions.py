@@ -1,10 +1,25 @@
-"""Conventions of scaled dot-product attention, as torch SDPA states them: the
-scale (``None`` = exactly 1/sqrt(E), 0 means zero), masks (bool True = takes
-part, float added, -inf excluded), causal alignment, fully masked rows."""
+"""Conventions of scaled dot-product attention, as torch SDPA states them, and the
+*score model* the tiers share.
+
+* the scale (``None`` = exactly 1/sqrt(E), a float is its exact value, 0 is zero),
+  as an exact rational when it is one and as a double-double with an error bound;
+* masks: bool True = takes part, float added (-inf = excluded), integer refused;
+  causal alignment; fully masked rows (zero, nan, error, uniform); dropout with
+  an explicit keep mask.  :class:`ScoreModel` hands them out **block by block**
+  (a stack element ``c`` and a range of query rows), never materialising the
+  (batch, L, S) arrays, so every tier works in memory O(block).
+
+Hook points for variants (docs/oracle.md §6): a new allowed-set (windows,
+varlen, ``mask_mod``) goes into :meth:`ScoreModel.block`'s ``allowed``; a
+non-float additive bias (ALiBi), a monotone score transform (softcap) and sink
+logits are the ``bias``, ``transform`` and ``sinks`` slots of :class:`Block`,
+which the tiers read (and refuse while they are not implemented).
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -14,7 +29,7 @@ from ..errors import InputValueError, ShapeError, SpecError
 from .constants import ETA, UP, U
 from .inputs import as_exact_array, to_float64, validate_finite
 
-POLICIES = ("zero", "nan", "error")
+POLICIES = ("zero", "nan", "error", "uniform")
 ALIGNMENTS = ("top_left", "bottom_right")
 
 
@@ -40,31 +55,254 @@ def exact_scale(scale: Any, E: int) -> tuple[Fraction | None, float, float]:
     return Fraction(sf), sf, 0.0
 
 
-def _broadcast(shapes: dict[str, tuple[int, ...]], what: str) -> tuple[int, ...]:
-    try:
-        return tuple(np.broadcast_shapes(*shapes.values()))
-    except ValueError:
-        desc = ", ".join(f"{k}={v}" for k, v in shapes.items())
-        raise ShapeError(f"{what} do not broadcast: {desc}") from None
+@dataclass(frozen=True)
+class DDScale:
+    """The scale as ``2**e · (hi + lo)`` with ``1 <= |hi| < 2`` (or zero) and
+    ``|c·2**-e - hi - lo| <= rho``: a float scale is exact (lo = rho = 0); 1/sqrt(E)
+    comes from an integer square root at 160+ bits, so rho < 2**-150."""
+
+    hi: float
+    lo: float
+    e: int
+    rho: float
 
 
-def prepare_mask(attn_mask: Any, is_causal: bool, causal_alignment: str,
-                  batch: tuple[int, ...], L: int, S: int) -> tuple[Any, Any]:
-    """(allowed bool array broadcastable to batch+(L,S), additive float64 or None)."""
-    allowed: np.ndarray[Any, Any] = np.ones((1,) * len(batch) + (L, S), dtype=bool)
-    madd = None
-    if attn_mask is not None:
-        m = as_exact_array(attn_mask, "attn_mask")
-        target = (*batch, L, S)
+def dd_scale(scale_exact: Fraction | None, E: int) -> DDScale:
+    """The scale of :func:`exact_scale` as a :class:`DDScale`."""
+    if scale_exact is None and E == 0:
+        scale_exact = Fraction(0)
+    if scale_exact is not None:
+        if scale_exact == 0:
+            return DDScale(0.0, 0.0, 0, 0.0)
+        m, e = math.frexp(float(scale_exact))  # a float scale: exact double
+        if Fraction(float(scale_exact)) == scale_exact:
+            return DDScale(2 * m, 0.0, e - 1, 0.0)
+        value = scale_exact  # a rational 1/rt (perfect-square E)
+    else:
+        rt = math.isqrt(E)
+        if rt * rt == E:
+            value = Fraction(1, rt)
+        else:
+            # floor(sqrt(2**2P / E)) = isqrt(2**2P // E): c·2**P lies in [N, N + 1)
+            P = 160 + E.bit_length()
+            N = math.isqrt((1 << (2 * P)) // E)
+            value = Fraction(N, 1 << P)
+            e_lo = Fraction(1, 1 << P)
+            return _dd_of(value, extra=e_lo)
+    return _dd_of(value, extra=Fraction(0))
+
+
+def _dd_of(value: Fraction, extra: Fraction) -> DDScale:
+    """hi + lo for value·2**-e (1 <= value·2**-e < 2), rho covering the rounding of lo
+    and an additional known error ``extra`` (in value's units)."""
+    _, e = math.frexp(float(value))
+    e -= 1
+    mant = value / Fraction(2) ** e
+    if mant >= 2:  # float(value) rounded up to a power of two
+        e += 1
+        mant /= 2
+    hi = float(mant)
+    lo = float(mant - Fraction(hi))
+    rest = abs(mant - Fraction(hi) - Fraction(lo)) + extra / Fraction(2) ** e
+    rho = float(rest) * 2 + 2.0**-1000 if rest else 0.0
+    return DDScale(hi, lo, e, rho)
+
+
+def check_mask_dtype(m: np.ndarray[Any, Any], name: str) -> None:
+    """Refuse integer masks (torch refuses them too: a 0/1 integer mask is ambiguous
+    between 'keep' flags and additive scores)."""
+    if m.dtype.kind in "iu":
+        raise SpecError(
+            f"{name}.dtype={m.dtype}: integer masks are ambiguous; pass a bool mask "
+            "(True = takes part) or a float mask (added to the scores, -inf = excluded)"
+        )
+
+
+def read_mask(x: Any, name: str) -> np.ndarray[Any, Any]:
+    """A mask as an exact array, integer masks refused (before any conversion)."""
+    module = type(x).__module__ or ""
+    if module.startswith("torch"):
+        text = str(getattr(x, "dtype", ""))
+        if any(k in text for k in ("int", "uint")) and "bool" not in text:
+            raise SpecError(
+                f"{name}.dtype={text}: integer masks are ambiguous; pass a bool mask "
+                "(True = takes part) or a float mask (added to the scores, -inf = excluded)"
+            )
+    raw = x if isinstance(x, np.ndarray) else None
+    if raw is None and not module.startswith("torch"):
         try:
-            np.broadcast_shapes(m.shape, target)
+            raw = np.asarray(x)
+        except (ValueError, TypeError):
+            raw = None
+    if raw is not None:
+        check_mask_dtype(raw, name)
+    return as_exact_array(x, name)
+
+
+@dataclass
+class Block:
+    """Score model of rows ``i0:i1`` of stack element ``c`` (all ``S`` keys).
+
+    ``allowed`` (r, S) bool or None (all keys); ``madd`` (r, S) float64 exact
+    additive mask (0 where not allowed) or None; ``keep`` (r, S) bool dropout keep
+    mask or None; ``uniform`` (r,) bool or None: rows that take uniform weights over
+    all keys (``masked_rows="uniform"``: their scores are 0, every key allowed).
+    ``bias``, ``transform``, ``sinks``: hook slots for variants (always None now)."""
+
+    allowed: np.ndarray[Any, Any] | None
+    madd: np.ndarray[Any, Any] | None
+    keep: np.ndarray[Any, Any] | None
+    uniform: np.ndarray[Any, Any] | None
+    bias: Any = None
+    transform: Any = None
+    sinks: Any = None
+
+
+class ScoreModel:
+    """Masks, causal alignment, masked-row policy and dropout of a stack of
+    attention problems with batch shape ``batch`` (flattened to ``c``), handed out
+    block by block.  The (batch, L, S) arrays are never built: user masks are kept
+    as broadcast views and indexed per block."""
+
+    def __init__(self, batch: tuple[int, ...], L: int, S: int, *, attn_mask: Any = None,
+                 masks: tuple[np.ndarray[Any, Any], ...] = (), is_causal: bool = False,
+                 causal_alignment: str = "top_left", policy: str = "zero",
+                 dropout_mask: Any = None, dropout_p: float = 0.0) -> None:
+        """``attn_mask``: a user's SDPA mask (validated here); ``masks``: already
+        validated arrays broadcastable to (batch..., L, S), bool (True = takes part)
+        or float64 (added, -inf = excluded); at most one float mask in all."""
+        self.batch, self.L, self.S = batch, L, S
+        self.policy = policy
+        self.causal_offset: int | None = None
+        if is_causal:
+            self.causal_offset = 0 if causal_alignment == "top_left" else S - L
+        target = (*batch, L, S)
+        all_masks = list(masks)
+        if attn_mask is not None:
+            m = read_mask(attn_mask, "attn_mask")
+            self._check_shape(m, "attn_mask", target)
+            if m.dtype != bool:
+                validate_finite(m, "attn_mask", allow_neg_inf=True)
+                m = to_float64(m)
+            all_masks.append(m)
+        self._bools = [np.broadcast_to(m, target) for m in all_masks if m.dtype == bool]
+        floats = [np.broadcast_to(m, target) for m in all_masks if m.dtype != bool]
+        if len(floats) > 1:  # pragma: no cover - callers refuse this with a clear message
+            raise SpecError("at most one float mask can be combined exactly")
+        self._float = floats[0] if floats else None
+        self._keep: np.ndarray[Any, Any] | None = None
+        self.dropout_factor: Fraction | None = None  # 1/(1 - p), exactly
+        self.dropout_p = float(dropout_p)
+        if dropout_mask is not None:
+            k = read_mask(dropout_mask, "dropout_mask")
+            if k.dtype != bool:
+                raise SpecError(f"dropout_mask.dtype={k.dtype}: expected a bool keep mask "
+                                "(True = kept)")
+            self._check_shape(k, "dropout_mask", target)
+            self._keep = np.broadcast_to(k, target)
+            self.dropout_factor = 1 / (1 - Fraction(self.dropout_p))
+        self._empty: np.ndarray[Any, Any] | None = None
+
+    @staticmethod
+    def _check_shape(m: np.ndarray[Any, Any], name: str, target: tuple[int, ...]) -> None:
+        try:
             if np.broadcast_shapes(m.shape, target) != target:
                 raise ValueError
         except ValueError:
             raise ShapeError(
-                f"attn_mask.shape={m.shape} does not broadcast to the scores' shape "
+                f"{name}.shape={m.shape} does not broadcast to the scores' shape "
                 f"{target} (batch..., L, S)"
             ) from None
+
+    @property
+    def B(self) -> int:
+        return math.prod(self.batch)
+
+    @property
+    def trivial(self) -> bool:
+        """No mask, no causal mask and no dropout: every key of every row takes part."""
+        return (not self._bools and self._float is None and self.causal_offset is None
+                and self._keep is None)
+
+    def _index(self, c: int) -> tuple[int, ...]:
+        return tuple(int(x) for x in np.unravel_index(c, self.batch)) if self.batch else ()
+
+    @staticmethod
+    def _rows(rows: Any) -> np.ndarray[Any, Any]:
+        if isinstance(rows, slice):
+            return np.arange(rows.start, rows.stop)
+        return np.asarray(rows, dtype=np.int64)
+
+    def raw_allowed(self, c: int, rows: Any) -> np.ndarray[Any, Any] | None:
+        """Allowed keys of ``rows`` (a slice or index array) before the masked-row
+        policy (None: all)."""
+        allowed = None
+        idx = self._index(c)
+        for m in self._bools:
+            view = m[idx][rows]
+            allowed = np.array(view, dtype=bool) if allowed is None else allowed & view
+        if self._float is not None:
+            fin = self._float[idx][rows] != -np.inf
+            allowed = fin if allowed is None else allowed & fin
+        if self.causal_offset is not None:
+            ri = self._rows(rows)
+            causal = np.arange(self.S)[None, :] <= (ri[:, None] + self.causal_offset)
+            allowed = causal if allowed is None else allowed & causal
+        return allowed
+
+    def empty_rows(self) -> np.ndarray[Any, Any]:
+        """(B, L) bool: rows with no allowed key (computed block by block, cached)."""
+        if self._empty is None:
+            B, L, S = self.B, self.L, self.S
+            empty = np.zeros((B, L), dtype=bool)
+            if S == 0:
+                empty[:] = True
+            elif not self.trivial:
+                step = max(1, (1 << 20) // max(1, S))
+                for c in range(B):
+                    for i0 in range(0, L, step):
+                        i1 = min(L, i0 + step)
+                        al = self.raw_allowed(c, slice(i0, i1))
+                        if al is not None:
+                            empty[c, i0:i1] = ~al.any(axis=-1)
+            self._empty = empty
+        return self._empty
+
+    def block(self, c: int, rows: Any) -> Block:
+        """The score model of ``rows`` (a slice or an index array) of stack element c."""
+        allowed = self.raw_allowed(c, rows)
+        madd = None
+        if self._float is not None:
+            view = self._float[self._index(c)][rows]
+            madd = np.where(view == -np.inf, 0.0, view)
+        uniform: np.ndarray[Any, Any] | None = None
+        if self.policy == "uniform" and allowed is not None:
+            uni = np.asarray(~allowed.any(axis=-1))
+            if uni.any():
+                uniform = uni
+                allowed = allowed.copy()
+                allowed[uni] = True
+                if madd is not None:
+                    madd[uni] = 0.0
+        keep = None
+        if self._keep is not None:
+            keep = np.ascontiguousarray(self._keep[self._index(c)][rows])
+        if allowed is not None and allowed.all():
+            allowed = None
+        return Block(allowed, madd, keep, uniform)
+
+
+def prepare_mask(attn_mask: Any, is_causal: bool, causal_alignment: str,
+                 batch: tuple[int, ...], L: int, S: int) -> tuple[Any, Any]:
+    """(allowed bool array broadcastable to batch+(L,S), additive float64 or None).
+
+    The materialising form of :class:`ScoreModel` (kept for callers written against
+    the API before issue 11, e.g. the gradients); integer masks are refused."""
+    allowed: np.ndarray[Any, Any] = np.ones((1,) * len(batch) + (L, S), dtype=bool)
+    madd = None
+    if attn_mask is not None:
+        m = read_mask(attn_mask, "attn_mask")
+        ScoreModel._check_shape(m, "attn_mask", (*batch, L, S))
         if m.dtype == bool:
             allowed = allowed & m
         else:

@@ -1,11 +1,19 @@
 """Enclosures and correct rounding: :class:`Enclosure` holds rigorous bounds of an
-exact result, refines undecided elements with Arb (Ziv's strategy, capped) and
-decides exact ties on rounding boundaries without unbounded precision."""
+exact result and decides the rounding of every element through three tiers:
+
+1. the float64 enclosure of tier 1 (:mod:`.fast`), computed at construction;
+2. for rows with an undecided element, the double-double tier (:mod:`.dd_attention`,
+   about 2**-80 relative), vectorised over the rows;
+3. for the elements still undecided, Arb balls at rising precision (Ziv's strategy,
+   capped), and for values exactly on or absurdly near a rounding boundary the
+   exact decisions of :mod:`.ties` (Lindemann–Weierstrass).
+
+The problem (attention or a multi-head block) is reached through :class:`Problem`.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -13,10 +21,20 @@ import numpy as np
 
 from ..errors import PrecisionError, SpecError
 from .arb import Prec, ball_bounds
-from .constants import ETA, MAX_PREC, RATIONAL_AT_PREC, START_PREC, UP
-from .formats import FloatFormat, get_format, half_gaps, round_dyadic, round_float64_to, round_fraction
+from .constants import MAX_PREC, RATIONAL_AT_PREC, START_PREC, U
+from .formats import (
+    FloatFormat,
+    decide_rounding,
+    get_format,
+    round_dyadic,
+    round_float64_to,
+    round_fraction,
+)
+from .progress import Progress
 
-__all__ = ["Enclosure"]
+__all__ = ["Enclosure", "Problem"]
+
+Array = np.ndarray[Any, Any]
 
 
 def _round_ends(x: Any, fmt: FloatFormat) -> tuple[float, float] | None:
@@ -28,15 +46,17 @@ def _round_ends(x: Any, fmt: FloatFormat) -> tuple[float, float] | None:
     return (round_dyadic(int(lo_m), int(lo_e), fmt), round_dyadic(int(hi_m), int(hi_e), fmt))
 
 
-def _decide_ball_exact(x: Any, fmt: FloatFormat) -> float | None:
-    """Round both exact endpoints of the ball to ``fmt``; the common value, or None."""
-    ends = _round_ends(x, fmt)
-    return ends[0] if ends is not None and ends[0] == ends[1] else None
+def _same(a: float, b: float) -> bool:
+    """The same format value, the sign of zero included."""
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
 
 
 def _boundary_between(a: float, b: float, fmt: FloatFormat) -> Fraction | None:
     """The rounding boundary between adjacent format values a < b (the overflow
-    threshold when b is inf), or None when they are not adjacent."""
+    threshold when b is inf; 0 between -0.0 and +0.0), or None when they are not
+    adjacent."""
+    if a == 0 and b == 0:
+        return Fraction(0) if math.copysign(1.0, a) < 0 < math.copysign(1.0, b) else None
     half_top = Fraction(2) ** (fmt.emax - fmt.p)  # half a quantum at the top binade
     if math.isinf(b) and b > 0:
         return Fraction(fmt.max_finite) + half_top if a == fmt.max_finite else None
@@ -48,66 +68,87 @@ def _boundary_between(a: float, b: float, fmt: FloatFormat) -> Fraction | None:
     return mid if round_fraction(mid, fmt) in (a, b) else None
 
 
-def _decide_balls(balls: Sequence[Any], fmt: FloatFormat) -> tuple[np.ndarray[Any, Any],
-                                                                     np.ndarray[Any, Any]]:
+def _decide_balls(balls: list[Any], fmt: FloatFormat) -> tuple[Array, Array]:
     """Correct rounding of many arb balls to ``fmt``; returns (decided, value).
 
-    Vectorised test: with m the ball midpoint, m_f = float(m) (nearest),
-    res = m - m_f (exact in Arb: both have <= prec bits and are within one ulp),
-    r_f = float(res) and R >= rad + |res - r_f| (|res - r_f| <= 2**-52|r_f| + ETA),
-    the true value lies in m_f + [r_f - R, r_f + R].  With z = RN_fmt(m_f) and
-    d = m_f - z (exact, Sterbenz), it rounds to z if d + r_f - R > -below and
-    d + r_f + R < above (half gaps of z).  The float sums d + r_f ± R err by
-    <= 2u(|d|+|r_f|+R)(1+u); requiring a margin of 2**-20·gap and
-    |d|+|r_f|+R <= 2**20·gap makes that error harmless.  Elements failing
-    the test (or with |m_f| < 2**-960, or non-finite) go to the exact endpoint test.
-    """
+    With m the ball midpoint, m_f = float(m) (nearest), res = m - m_f (exact in Arb:
+    both have <= prec bits and are within one ulp), r_f = float(res) and
+    R >= rad + |res - r_f| (|res - r_f| <= 2**-52|r_f| + ETA): the value lies in
+    m_f + r_f ± R, decided by :func:`.formats.decide_rounding`.  Elements it leaves
+    undecided go to the exact endpoint test (both ends rounded exactly; equal
+    values with equal signs decide)."""
     from flint import arb
 
     n = len(balls)
-    mf = np.empty(n)
-    rf = np.empty(n)
-    rad = np.empty(n)
-    fin = np.ones(n, dtype=bool)
+    mf = np.zeros(n)
+    rf = np.zeros(n)
+    rad = np.full(n, np.inf)
     for idx, x in enumerate(balls):
         if not x.is_finite():
-            fin[idx] = False
-            mf[idx] = rf[idx] = rad[idx] = 0.0
             continue
         mid = x.mid()
         f = float(mid)
+        if not math.isfinite(f):
+            continue
         mf[idx] = f
-        if math.isfinite(f):
-            rf[idx] = float(mid - arb(f))
-        else:
-            rf[idx] = 0.0
-            fin[idx] = False
+        rf[idx] = float(mid - arb(f))
         rad[idx] = float(x.rad())
     with np.errstate(invalid="ignore", over="ignore"):
-        big_r = (rad * (1.0 + 2.0**-51) + np.abs(rf) * 2.0**-52 + 2 * ETA) * UP
-        z = round_float64_to(mf, fmt)
-        ok = fin & np.isfinite(z) & (np.abs(mf) >= 2.0**-960) & np.isfinite(big_r)
-        d = mf - z
-        below, above = half_gaps(np.where(ok, z, 1.0), fmt)
-        base = d + rf
-        lo_off = base - big_r
-        hi_off = base + big_r
-        gap = np.minimum(below, above)
-        ok &= (lo_off > -below * (1 - 2.0**-20)) & (hi_off < above * (1 - 2.0**-20))
-        ok &= (np.abs(d) + np.abs(rf) + big_r) <= gap * 2.0**20
-    value = np.where(ok, z, np.nan)
+        big_r = (rad * (1.0 + 2.0**-51) + np.abs(rf) * 2.0**-52 + 2 * 2.0**-1074) * (1 + 2.0**-40)
+    ok, value = decide_rounding(mf, rf, big_r, fmt)
     for idx in np.flatnonzero(~ok).tolist():
-        got = _decide_ball_exact(balls[idx], fmt)
-        if got is not None:
+        ends = _round_ends(balls[idx], fmt)
+        if ends is not None and _same(ends[0], ends[1]):
             ok[idx] = True
-            value[idx] = got
+            value[idx] = ends[0]
     return ok, value
 
 
+def outward(mid: Array, err: Array) -> tuple[Array, Array]:
+    """Float64 bounds of [mid - err, mid + err] (err >= 0): x = fl(mid - err) is within
+    half an ulp of the end; subtracting d = fl(|x|·2**-51 + 2**-1073) >= ulp(x) (exact
+    scaling; the sum of nonnegative terms rounds to at least its largest) and rounding
+    gives at most pred(x) <= mid - err (rounding is monotone).  Likewise upward.
+    Cheaper than nextafter, at most two ulps outside."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = mid - err
+        lo = x - (np.abs(x) * 2.0**-51 + 2.0**-1073)
+        x = mid + err
+        hi = x + (np.abs(x) * 2.0**-51 + 2.0**-1073)
+    return lo, hi
+
+
+def dd_enclosure(hi: Array, lo: Array, err: Array) -> tuple[Array, Array]:
+    """Outward float64 bounds of [hi + lo - err, hi + lo + err], at most one ulp outside.
+
+    For the lower end: a = fl(lo - err) errs by <= u|a|; (s, e) = TwoSum(hi, a) is
+    exact, so the end is within s + e ± u|a|.  If e >= u|a|(1 + 2**-50) it is >= s
+    (lower = s); otherwise, when u|a| is below a quarter of the gap under s, it is
+    >= s - gap (lower = nextafter(s, -inf): |e| <= half the gap on its side).  Else
+    (huge err) a generous form: s - 2u(|a| + |s|) stepped outward."""
+    from .dd import two_sum
+
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = []
+        for sign, toward in ((-1.0, -np.inf), (1.0, np.inf)):
+            a = lo + sign * err
+            s, e = two_sum(hi, a)
+            slack = U * np.abs(a) * (1 + 2.0**-50) + 2.0**-1074
+            step = np.nextafter(s, toward)
+            safe = slack <= np.abs(step - s) / 4
+            # lower (sign -1): end >= s when e >= slack; upper: end <= s when -e >= slack
+            inside = (e >= slack) if sign < 0 else (-e >= slack)
+            bound = np.where(inside, s, step)
+            generous = np.nextafter(s + sign * 2 * U * (np.abs(a) + np.abs(s)) + sign * 2.0**-1074,
+                                    toward)
+            out.append(np.where(safe, bound, generous))
+    return out[0], out[1]
 
 
 class Problem:
-    """Interface: a stack of row-structured results (flat shape (B, L, ncols))."""
+    """Interface of a stack of row-structured results (flat shape (B, L, ncols)) that
+    the Enclosure refines.  Subclasses: forward._AttentionProblem, mha._MhaProblem
+    (and the gradients' problems)."""
 
     def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
                  cols: list[int] | None = None) -> list[list[Any]]:
@@ -115,7 +156,13 @@ class Problem:
         with ``cols`` (outputs only) just those columns, in that order."""
         raise NotImplementedError
 
+    def refine(self, b: int, rows: Array, kind: str) -> tuple[Array, Array, Array, Array] | None:
+        """Tier 2: (hi, lo, err, ok) for rows ``rows`` of stack element ``b`` — values
+        hi + lo (len(rows), ncols) within err, ok per row — or None (not available)."""
+        return None
+
     def rational_row(self, b: int, i: int, kind: str) -> list[Fraction | None] | None:
+        """The exact row when (some of) its elements are rational, else None."""
         return None
 
     def boundary_sign(self, b: int, i: int, col: int, kind: str, boundary: Fraction) -> int | None:
@@ -124,22 +171,20 @@ class Problem:
         return None
 
 
-
-
 class Enclosure:
     """Rigorous elementwise enclosure of an exact attention result.
 
     Attributes: ``lower``, ``upper`` (float64, outward rounded: lower <= true <=
     upper), ``midpoint`` (float64, an approximation inside the enclosure),
     ``shape``; ``weights`` (an Enclosure of the softmax probabilities, or None).
-    Rows under ``masked_rows="nan"`` hold NaN in every array.
+    Rows under ``masked_rows="nan"`` hold NaN in every array.  The bounds are
+    finite for every finite input.  ``rounded()`` may tighten the enclosure of the
+    rows it refines (arrays returned earlier are not modified).
     """
 
     def __init__(self, problem: Problem, kind: str, shape: tuple[int, ...],
-                 mid: np.ndarray[Any, Any], err: np.ndarray[Any, Any],
-                 ok: np.ndarray[Any, Any], zero_rows: np.ndarray[Any, Any],
-                 nan_rows: np.ndarray[Any, Any],
-                 perm: tuple[int, ...] | None = None) -> None:
+                 mid: Array, err: Array, ok: Array, zero_rows: Array, nan_rows: Array,
+                 perm: tuple[int, ...] | None = None, progress: Progress | None = None) -> None:
         # flat arrays (B, L, ncols); ok/zero_rows/nan_rows (B, L).  The user's array
         # is flat.reshape(pre_shape).transpose(perm) (perm None: no transpose).
         self._problem = problem
@@ -151,42 +196,115 @@ class Enclosure:
         self.weights: Enclosure | None = None
         self._zero_rows = zero_rows
         self._nan_rows = nan_rows
+        self._progress = progress
         self._exact_rows: dict[tuple[int, int], list[Fraction | None] | None] = {}
-        self._rounded_cache: dict[str, np.ndarray[Any, Any]] = {}
+        self._rounded_cache: dict[str, Array] = {}
         mid = np.array(mid, dtype=np.float64)
-        with np.errstate(invalid="ignore", over="ignore"):
-            lo = np.nextafter(mid - err, -np.inf)
-            hi = np.nextafter(mid + err, np.inf)
+        lo, hi = outward(mid, err)
+        if not np.all(err):  # an exact value (err = 0): the bounds are the value itself
+            exact_zero = ok[..., None] & (err == 0)
+            lo = np.where(exact_zero, mid, lo)
+            hi = np.where(exact_zero, mid, hi)
+        if zero_rows.any():
+            for arr in (lo, hi, mid):
+                arr[zero_rows] = 0.0
+        if nan_rows.any():
+            for arr in (lo, hi, mid):
+                arr[nan_rows] = np.nan
+        self._lo, self._hi, self._mid = lo, hi, mid
+        # tier of each row: 1 (float64 bounds), 2 (double-double), 3 (Arb)
+        self._tier = np.ones(ok.shape, dtype=np.int8)
+        self._ok2 = np.zeros(ok.shape, dtype=bool)
+        self._tier[zero_rows | nan_rows] = 3
         bad = ~ok & ~zero_rows & ~nan_rows
-        for b, i in np.argwhere(bad).tolist():
-            balls = problem.arb_rows(b, [i], 128, kind)[0]
-            with Prec(4 * 128):
-                for col, x in enumerate(balls):
-                    lo[b, i, col], hi[b, i, col] = ball_bounds(x)
-                    mid[b, i, col] = float(x.mid()) if x.is_finite() else np.nan
-        exact_zero = ok[..., None] & (err == 0)
-        lo = np.where(exact_zero, mid, lo)
-        hi = np.where(exact_zero, mid, hi)
-        for arr, val in ((lo, 0.0), (hi, 0.0), (mid, 0.0)):
-            arr[zero_rows] = val
-        for arr in (lo, hi, mid):
-            arr[nan_rows] = np.nan
+        if bad.any():
+            self._refine_rows(bad)
+            still = bad & (self._tier < 3) & ~self._ok2
+            for b, i in np.argwhere(still).tolist():
+                self._arb_row(b, i)
+
+    # ---- tiers -----------------------------------------------------------------
+    _h2: Array
+    _l2: Array
+    _e2: Array
+    _ok2: Array
+
+    def _refine_rows(self, rows_mask: Array) -> None:
+        """Run tier 2 on the rows in ``rows_mask`` still at tier 1; tighten their bounds
+        and keep the double-double values (hi, lo, err) for the rounding decisions."""
+        todo = rows_mask & (self._tier == 1)
+        if not hasattr(self, "_h2"):
+            self._h2 = np.full(self._mid.shape, np.nan)
+            self._l2 = np.zeros(self._mid.shape)
+            self._e2 = np.full(self._mid.shape, np.inf)
+            self._ok2 = np.zeros(self._tier.shape, dtype=bool)
+        lo, hi, mid = self._lo.copy(), self._hi.copy(), self._mid.copy()
+        bs = np.flatnonzero(todo.any(axis=1)).tolist()
+        bar = self._progress.bar(len(bs), "refining (double-double)") if self._progress else None
+        for b in bs:
+            rows = np.flatnonzero(todo[b])
+            got = self._problem.refine(b, rows, self._kind)
+            if bar is not None:
+                bar.update(1)
+            if got is None:
+                continue
+            h, lw, e, okr = got
+            self._tier[b, rows] = 2
+            good = rows[okr]
+            if good.size:
+                h, lw, e = h[okr], lw[okr], e[okr]
+                l2, u2 = dd_enclosure(h, lw, e)
+                exact = e == 0
+                lo[b, good] = np.where(exact, h, l2)
+                hi[b, good] = np.where(exact, h, u2)
+                mid[b, good] = h
+                self._h2[b, good], self._l2[b, good], self._e2[b, good] = h, lw, e
+                self._ok2[b, good] = True
+        if bar is not None:
+            bar.close()
         self._lo, self._hi, self._mid = lo, hi, mid
 
-    def _user(self, flat: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    def _arb_row(self, b: int, i: int) -> None:
+        """Tier 3 bounds of one row: Arb at rising precision until every ball is finite
+        and, unless it holds 0, narrower than 2**-40 of its magnitude (or the cap)."""
+        prec = 128
+        while True:
+            balls = self._problem.arb_rows(b, [i], prec, self._kind)[0]
+            with Prec(4 * prec):
+                bounds = [ball_bounds(x) for x in balls]
+                mids = [float(x.mid()) if x.is_finite() else math.nan for x in balls]
+            # raise the precision while a ball is infinite, or wide relative to its
+            # magnitude when it excludes 0 (a ball around 0 cannot be relatively narrow;
+            # Ziv's loop in rounded() refines such elements when it needs to)
+            wide = any(not (math.isfinite(lo) and math.isfinite(hi))
+                       or ((lo > 0 or hi < 0) and hi - lo > 2.0**-40 * max(abs(lo), abs(hi)))
+                       for lo, hi in bounds)
+            if not wide or prec >= MAX_PREC:
+                break
+            prec *= 2
+        lo, hi, mid = self._lo.copy(), self._hi.copy(), self._mid.copy()
+        for col, ((l_, h_), m_) in enumerate(zip(bounds, mids, strict=True)):
+            lo[b, i, col], hi[b, i, col] = l_, h_
+            mid[b, i, col] = m_ if math.isfinite(m_) and l_ <= m_ <= h_ else (
+                l_ if math.isfinite(l_) else m_)
+        self._lo, self._hi, self._mid = lo, hi, mid
+        self._tier[b, i] = 3
+
+    # ---- views -----------------------------------------------------------------
+    def _user(self, flat: Array) -> Array:
         arr = flat.reshape(self._pre_shape)
         return arr if self._perm is None else np.ascontiguousarray(arr.transpose(self._perm))
 
     @property
-    def lower(self) -> np.ndarray[Any, Any]:
+    def lower(self) -> Array:
         return self._user(self._lo)
 
     @property
-    def upper(self) -> np.ndarray[Any, Any]:
+    def upper(self) -> Array:
         return self._user(self._hi)
 
     @property
-    def midpoint(self) -> np.ndarray[Any, Any]:
+    def midpoint(self) -> Array:
         return self._user(self._mid)
 
     def __repr__(self) -> str:
@@ -230,31 +348,56 @@ class Enclosure:
             return row[col]
         return self._problem.arb_rows(b, [i], prec, self._kind)[0][col]
 
-    def rounded(self, dtype: Any = "float64") -> np.ndarray[Any, Any]:
+    # ---- rounding ----------------------------------------------------------------
+    def rounded(self, dtype: Any = "float64") -> Array:
         """The correctly rounded (nearest, ties to even) value of every element in
         ``dtype`` (float64/float32/float16/bfloat16, as a numpy dtype, ml_dtypes
         type, torch dtype or name).  Raises PrecisionError if an element cannot be
         decided within the precision cap (never observed; it would need a value
-        within ~2**-16000 of a rounding boundary)."""
+        within ~2**-16000 of a rounding boundary that is not an exact tie)."""
         fmt = get_format(dtype)
         if fmt.name not in self._rounded_cache:
             self._rounded_cache[fmt.name] = self._round(fmt)
         return self._user(self._rounded_cache[fmt.name]).astype(fmt.numpy_dtype())
 
-    def _round(self, fmt: FloatFormat) -> np.ndarray[Any, Any]:
+    def _first_test(self, fmt: FloatFormat) -> tuple[Array, Array]:
         lo = round_float64_to(self._lo, fmt)
         hi = round_float64_to(self._hi, fmt)
-        decided = lo == hi  # rounding is monotone: lo <= y <= hi => same rounding
-        value = np.where(decided, lo, np.nan)
+        decided = (lo == hi) & (np.signbit(lo) == np.signbit(hi))
+        return decided, np.where(decided, lo, np.nan)
+
+    def _round(self, fmt: FloatFormat) -> Array:
+        decided, value = self._first_test(fmt)
         decided |= self._nan_rows[..., None]
+        if decided.all():
+            return value
+        # tier 2 for rows still at tier 1 with an undecided element
+        rows = ~decided.all(axis=-1) & (self._tier == 1)
+        if rows.any():
+            self._refine_rows(rows)
+            d2, v2 = self._first_test(fmt)
+            value = np.where(decided, value, v2)
+            decided |= d2
+        if hasattr(self, "_h2"):
+            sel = ~decided & self._ok2[..., None]
+            if sel.any():
+                okr, val = decide_rounding(self._h2[sel], self._l2[sel], self._e2[sel], fmt)
+                value[sel] = np.where(okr, val, value[sel])
+                decided[sel] = okr
         todo = np.argwhere(~decided)
         if todo.size == 0:
             return value
-        # group the undecided elements by row
+        return self._ziv(fmt, decided, value, todo)
+
+    def _ziv(self, fmt: FloatFormat, decided: Array, value: Array, todo: Array) -> Array:
+        """Tier 3 for the remaining elements: Arb at rising precision, exact rationals
+        and boundary signs from RATIONAL_AT_PREC bits on."""
         rows: dict[tuple[int, int], list[int]] = {}
         for b, i, col in todo.tolist():
             rows.setdefault((b, i), []).append(col)
         prec = START_PREC.get(fmt.p, 96)
+        bar = self._progress.bar(len(rows), "refining (Arb)") if (
+            self._progress and len(rows) > 8) else None
         while rows:
             if prec > MAX_PREC:
                 (b, i), cols = next(iter(rows.items()))
@@ -314,8 +457,12 @@ class Enclosure:
                                                     if sign < 0 else round_fraction(t_b, fmt))
                                 continue
                 new_rows.setdefault((b, i), []).append(col)
+            if bar is not None:
+                bar.update(len(rows) - len(new_rows))
             rows = new_rows
             prec *= 2
+        if bar is not None:
+            bar.close()
         return value
 
     def _user_index(self, b: int, i: int, col: int) -> tuple[int, ...]:

@@ -1,231 +1,283 @@
-"""The fast path: attention in numpy float64 with a *proved* elementwise error bound.
+"""Tier 1: attention in float64 with a *proved* elementwise error bound, one block
+of query rows at a time.
 
-Higham's dot-product bounds, Cauchy–Schwarz norm bounds, an exp with range
-reduction and a Taylor polynomial whose error is bounded analytically
-(:func:`exp_nonpos`), and an error propagation through the normalised weighted
-sum.  The proofs are in the comments and in docs/oracle.md §3."""
+Higham's dot-product bound with Cauchy–Schwarz norms for the scores, the shift by
+the row maximum, :func:`.expo.exp_double` (relative error <= 2**-48), and the
+normalised weighted sum computed by BLAS in key blocks of at most
+``KEY_BLOCK`` keys, accumulated across blocks by TwoSum, so that the bound
+depends on the block size, not on S.  The derivation is docs/oracle.md §3.1–3.3;
+the numbered steps below follow it.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .constants import (
     ETA,
-    EXP_COEFFS,
-    EXP_CUT,
-    EXP_DEGREE,
     FLOOR,
-    INV_LN2,
-    LN2_HI,
-    LN2_LO,
+    KEY_BLOCK,
     MAX_SCORE_ERR,
-    RHO_EXP,
-    TINY_W,
+    RHO_EXP1,
+    TINY1,
     UP,
     U,
     gamma,
 )
+from .conventions import Block
+from .dd import two_sum
+from .exact_scores import norm_up
+from .jit import Workspace, t1_finish, t1_weights
+
+Array = np.ndarray[Any, Any]
 
 
-def exp_nonpos(t: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """exp(t) for t <= 0 (float64 array; -inf allowed), with
-    |result - exp(t)| <= RHO_EXP · exp(t) for t >= EXP_CUT; 0 below EXP_CUT.
+@dataclass
+class KV:
+    """Keys and values of one stack element (exact doubles, or approximations with
+    radii: ``kr[j] >= ||k_j - k~_j||`` and ``vr[l] >= max_j |v_jl - v~_jl|``), with the
+    per-head quantities every block reuses."""
 
-    Proof (u = 2**-53, all operations round to nearest):
-    * k = rint(fl(t/ln2)): |t| <= 700 so |k| <= 1010 and |t/ln2 - k| <= 1/2 + 1011·3u,
-      hence r* = t - k ln2 satisfies |r*| <= 0.3466 + 2**-40 < 0.3467.
-    * r = fl(fl(t - k·LN2_HI) - fl(k·LN2_LO)), k·LN2_HI exact (<= 43 bits).  Each of
-      the three roundings errs by <= u times a quantity <= 0.3467 + 2**-22, and
-      |k|·|ln2 - LN2_HI - LN2_LO| <= 1010·2**-86, so |r - r*| <= 1.05u.  Thus
-      exp(r)/exp(r*) is within a factor exp(±1.05u).
-    * P(r) = sum_{i<=14} c_i r^i by Horner, c_i = RN(1/i!).  Horner's bound
-      (Higham Eq. 5.3): |fl(P(r)) - P(r)| <= gamma_28 sum c_i|r|^i <= 28.01u·1.4144;
-      coefficient rounding adds <= u·1.4144; the Taylor remainder is
-      <= |r|^15/15!·e^|r| <= 1.4e-19 < 0.0013u.  Total <= 41.06u absolute, and
-      exp(r) >= e^-0.3467 = 0.707, so <= 58.1u relative.
-    * ldexp(P, k) is exact: P in [0.70, 1.42] and k >= -1010 keep it normal.
-    Total relative error <= 58.1u + 1.05u·(1 + tiny) < 60u < 2**-46 = RHO_EXP.
-    exp(0) is exactly 1 (k = 0, r = 0, Horner returns c_0 = 1).
-    """
-    ok = t >= EXP_CUT  # False for -inf and NaN
-    tt = np.where(ok, t, 0.0)
-    k = np.rint(tt * INV_LN2)
-    r = tt - k * LN2_HI
-    r -= k * LN2_LO
-    p = np.full_like(r, EXP_COEFFS[EXP_DEGREE])
-    for c in reversed(EXP_COEFFS[:EXP_DEGREE]):
-        p *= r
-        p += c
-    out = np.ldexp(p, k.astype(np.int32))
-    out[~ok] = 0.0
-    return out
+    k: Array
+    v: Array
+    kr: Array | None = None
+    vr: Array | None = None
 
-
-def row_norm_up(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Upper bound on the 2-norms of the last axis: true sum x² <= fl(sum x²)·(1+gamma_{n+1})
-    + n·ETA (each square errs by <= u relatively or ETA/2 absolutely; the sum of n
-    nonnegative terms by gamma_{n-1}); sqrt rounds by <= u."""
-    n = x.shape[-1]
-    s = np.einsum("...i,...i->...", x, x)
-    return np.sqrt(s * (1.0 + 2.0 * gamma(n + 1)) + n * ETA) * UP * (1.0 + 2 * U)
+    def __post_init__(self) -> None:
+        S = self.k.shape[0]
+        self.S = S
+        with np.errstate(over="ignore"):
+            self.knorm = norm_up(self.k) if S else np.zeros(0)
+        self.kmax = float(np.max(self.knorm)) if S else 0.0
+        self.krmax = float(np.max(self.kr)) if self.kr is not None and S else 0.0
+        # values scaled per column by a power of two 2**-F_l (max |v'| in [1/2, 1)), so
+        # the bounds below never underflow for tiny values; exact unless a value
+        # would become subnormal (checked: then the scaling is 1)
+        Ev = self.v.shape[1]
+        vm = np.max(np.abs(self.v), axis=0) if S else np.zeros(Ev)
+        _, F = np.frexp(vm)
+        F = np.where((vm > 0) & (F >= -1021) & (F <= 1023), F, 0).astype(np.int64)
+        sc = np.ldexp(1.0, -F)
+        v2 = self.v * sc
+        if S and not np.array_equal(v2 / sc, self.v):
+            F = np.zeros(Ev, dtype=np.int64)
+            sc = np.ones(Ev)
+            v2 = self.v
+        self.vexp = F
+        self.vscale = np.ldexp(1.0, F)  # 2**F_l: multiplying by it is exact (normal range)
+        absv = np.abs(v2)
+        self.vmax = np.max(absv, axis=0) if S else np.zeros(Ev)
+        self.vr2 = None if self.vr is None else self.vr * sc * UP
+        if self.vr2 is not None:
+            self.vmax = (self.vmax + self.vr2) * UP
+        self.vcat = np.ascontiguousarray(np.concatenate([v2, absv], axis=1))
 
 
-class FastResult:
-    """Fast-path output for a stack of C problems (arrays indexed [c, i, ...])."""
+@dataclass
+class Tier1:
+    """Block result: y~ (r, Ev), err (r, Ev), ok (r,), weights p~/err_p (r, S) or None."""
 
-    def __init__(self, y: Any, err_y: Any, ok: Any, p: Any, err_p: Any) -> None:
-        self.y = y
-        self.err_y = err_y
-        self.ok = ok
-        self.p = p
-        self.err_p = err_p
+    y: Array
+    err: Array
+    ok: Array
+    p: Array | None = None
+    err_p: Array | None = None
 
 
-def fast_attention(
-    q: np.ndarray[Any, Any], qr: np.ndarray[Any, Any] | None,
-    k: np.ndarray[Any, Any], kr: np.ndarray[Any, Any] | None,
-    v: np.ndarray[Any, Any], vr: np.ndarray[Any, Any] | None,
-    allowed: np.ndarray[Any, Any], madd: np.ndarray[Any, Any] | None,
-    c_f: float, rho_c: float, want_weights: bool,
-) -> FastResult:
-    """Attention of (q ± qr, k ± kr, v ± vr) for C stacked problems, in float64,
-    with a rigorous elementwise error bound on the output (and weights).
+def _sum_blocks(w: Array, kv: KV, keep: Array | None) -> tuple[Array, Array, Array, int]:
+    """(N, A, D, nb): N = Σ_j keep_j w_j v_j (r, Ev), A = Σ_j keep_j w_j |v_j| (r, Ev) and
+    D = Σ_j w_j (r,), by BLAS (and np.sum) over key blocks of <= KEY_BLOCK keys, the
+    blocks' N and D accumulated by TwoSum and rounded once at the end; nb blocks."""
+    S = kv.S
+    Ev = kv.v.shape[1]
+    wk = w if keep is None else w * keep
+    if S <= KEY_BLOCK:
+        x = wk @ kv.vcat
+        return x[:, :Ev], x[:, Ev:], np.sum(w, axis=-1), 1
+    n_hi = a_sum = d_hi = n_lo = d_lo = None
+    nb = 0
+    for j0 in range(0, S, KEY_BLOCK):
+        j1 = min(S, j0 + KEY_BLOCK)
+        x = wk[:, j0:j1] @ kv.vcat[j0:j1]
+        d = np.sum(w[:, j0:j1], axis=-1)
+        nb += 1
+        if n_hi is None:
+            n_hi, a_sum, d_hi = x[:, :Ev].copy(), x[:, Ev:].copy(), d
+            n_lo, d_lo = np.zeros_like(n_hi), np.zeros_like(d)
+        else:
+            n_hi, e = two_sum(n_hi, x[:, :Ev])
+            n_lo += e
+            d_hi, e2 = two_sum(d_hi, d)  # type: ignore[arg-type]
+            d_lo += e2
+            a_sum += x[:, Ev:]
+    assert n_hi is not None and n_lo is not None and a_sum is not None
+    assert d_hi is not None and d_lo is not None
+    return n_hi + n_lo, a_sum, d_hi + d_lo, nb
 
-    q (C,L,E), k (C,S,E), v (C,S,Ev); allowed (C,L,S) bool; madd (C,L,S) float64
-    (finite where allowed) or None; the true scale c satisfies |c - c_f| <= rho_c.
-    Rows with no allowed key are not handled here (ok=False is not set for them;
-    callers overwrite them by policy).  The bound's derivation is in docs/oracle.md
-    §3; the numbered steps below follow it.
-    """
-    C, L, E = q.shape
-    S = k.shape[1]
-    Ev = v.shape[2]
-    gE, gS = gamma(max(E, 1)), gamma(max(S, 1))
-    inf = np.inf
 
-    # Only the per-row maximum of the score errors is needed (tau below is monotone
-    # in it), so every bound is reduced over keys first: max of a sum <= sum of maxima.
-    # (1) G = fl(q kᵀ): |G - q kᵀ| <= gamma_E |q||k|ᵀ + E·ETA  (any summation
-    # order, with or without FMA), and |q||k|ᵀ_ij <= ||q_i|| ||k_j|| (Cauchy–Schwarz).
-    # Uncertain inputs add ||qr_i||(||k_j|| + ||kr_j||) + ||q_i|| ||kr_j||.
-    G = np.matmul(q, np.swapaxes(k, -1, -2))
-    nq, nk = row_norm_up(q), row_norm_up(k)
-    eg = gE * nq * np.max(nk, axis=-1)[:, None] + E * ETA  # (C, L): >= max_j err_g
-    if qr is not None or kr is not None:
-        rq = row_norm_up(qr) if qr is not None else np.zeros_like(nq)
-        rk = row_norm_up(kr) if kr is not None else np.zeros_like(nk)
-        eg = eg + rq * np.max(nk + rk, axis=-1)[:, None] + nq * np.max(rk, axis=-1)[:, None]
-    gmax = np.maximum(np.max(G, axis=-1), -np.min(G, axis=-1))  # max_j |G_ij|
+def tier1_block(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: float,
+                r_f: float = 1.0, rho_r: float = 0.0, want_weights: bool = False,
+                ws: Workspace | None = None) -> Tier1:
+    """Attention of query rows q (r, E) (``qr[i] >= ||q_i - q~_i||`` or None) against
+    ``kv``, with the scores, masks and dropout of ``blk``, the true scale within
+    ``rho_c`` of ``c_f`` and the dropout factor within ``rho_r`` of ``r_f``.
+    Rows without an allowed key get ok = False (callers apply the policy)."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return _tier1(q, qr, kv, blk, c_f, rho_c, r_f, rho_r, want_weights, ws)
 
-    # (2) s = c·g + M, computed as fl(fl(c_f·G) + M):
-    # |s - s~| <= rho_c|G| + (|c_f| + rho_c) err_g + u|a| + ETA + u|s~|,  a = fl(c_f G),
-    # with |a| <= |c_f||G|(1 + u) + ETA.
-    s = G
-    s *= c_f
-    if madd is not None:
-        s += madd
-    all_allowed = bool(allowed.all())
-    if not all_allowed:
-        s[~allowed] = -inf
-    has_key: np.ndarray[Any, Any] = np.asarray(allowed.any(axis=-1)) if S else \
-        np.zeros((C, L), dtype=bool)
-    m = np.max(s, axis=-1) if S else np.zeros((C, L))
-    m = np.where(has_key, m, 0.0)
-    smin = np.min(s, axis=-1, where=allowed, initial=inf) if S else np.zeros((C, L))
-    smin = np.where(has_key, smin, 0.0)
-    smax_abs = np.maximum(np.abs(m), np.abs(smin))
-    e_s = (rho_c * gmax + (abs(c_f) + rho_c) * eg + U * (abs(c_f) * gmax * (1 + U) + ETA)
-           + ETA + U * smax_abs)
 
-    # (3) shift by the row maximum m (a double, so the shift itself is exact in the
-    # mathematics: softmax(s) = softmax(s - m) for every real m); t~ = fl(s~ - m) <= 0,
-    # |t~ - (s~ - m)| <= u|t~| <= u(m - min s~)(1 + u): the error of t~ against
-    # t = s - m is at most e_t below, for every key of the row.
-    with np.errstate(invalid="ignore"):
-        t = s
-        t -= m[..., None]
-    e_t = (e_s + U * (m - smin)) * UP
-
-    # (4) w~ = exp~(t~), relative error <= RHO_EXP for t~ >= EXP_CUT (proof in
-    # exp_nonpos).  The true weight w = exp(t) = w~(1 + theta) with
-    # |theta| <= (e^err - 1 + rho)/(1 - rho) <= (err(1 + err) + rho)(1 + 2 rho)
-    # for err <= 1.  Keys with t~ < EXP_CUT get w~ = 0 and true w <= e^(-700 + err)
-    # <= TINY_W (err <= 1); they are counted in T0.
-    w = exp_nonpos(t)
-    n_cut = np.count_nonzero(t < EXP_CUT, axis=-1)  # masked keys have t = -inf
-    n_masked = S - np.count_nonzero(allowed, axis=-1) if not all_allowed else 0
-    t0 = (n_cut - n_masked) * TINY_W
-    tiny = (allowed & (t < EXP_CUT)) if want_weights else None
-    del t, s, G
-    with np.errstate(over="ignore"):  # an infinite tau only sends the row to Arb
-        tau = (e_t * (1.0 + e_t) + RHO_EXP) * (1.0 + 2.0 * RHO_EXP) * UP
-    max_err_t = e_t
-    tau_d = tau + t0  # |D/D~ - 1| <= tau + T0/D~ and D~ >= w~(argmax) = exp~(0) = 1
-
-    # (5)+(6) D~ = sum w~, N~ = w~ v, A = w~|v|, y^ = N~/D~, a = A/D~, computed by BLAS:
-    # |fl(N~) - N~| <= gamma_S A + S·ETA, fl(D~) = D~(1 ± gamma_S), fl(A) >= A(1 - gamma_S) - S·ETA.
-    # Since Σ_j w~_j (v_j - y^) = 0 exactly, y - y^ = [Σ w~θ(v - y^) + Σ w~(1+θ)δv
-    # + N_tiny - y^ D_tiny] / D and D >= D~(1 - tau) with D~ >= 1, so
-    #   |y - y^| <= [tau (a + |y^|) + (1 + tau) Vr + T0 (Vmax + |y^|)] / (1 - tau)
-    # and the float evaluation adds
-    #   |y~ - y^| <= (gamma_S (a + |y^|) + S·ETA)/(1 - gamma_S) + u|y~|(1 + 2u) + ETA,
-    # where |y^| <= |y~| + (2 gamma_S a + S·ETA)/(1 - gamma_S) + u|y~|(1 + 2u) + ETA.
-    d_f = np.sum(w, axis=-1)
-    abs_v = np.abs(v)
-    n_f = np.matmul(w, v)
-    a_f = np.matmul(w, abs_v)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        y = n_f / d_f[..., None]
-        a_up = (a_f + S * ETA) * (1.0 + gS) / ((1.0 - gS) * d_f[..., None])
-    vmax = np.max(abs_v, axis=1) if S else np.zeros((C, Ev))
-    if vr is not None:
-        vr_col = np.max(vr, axis=1) if S else np.zeros((C, Ev))
-        vmax = (vmax + vr_col) * UP
-    else:
-        vr_col = np.zeros_like(vmax)
-    tau3, t03 = tau[..., None], t0[..., None]
-    with np.errstate(invalid="ignore", over="ignore"):
-        abs_y = np.abs(y)
-        rnd = U * abs_y * (1.0 + 2 * U) + ETA
-        yhat = (abs_y + (2.0 * gS * a_up + S * ETA) / (1.0 - gS) + rnd) * UP
-        err1 = (tau3 * (a_up + yhat) + (1.0 + tau3) * vr_col[:, None, :]
-                + t03 * (vmax[:, None, :] + yhat)) / (1.0 - tau3)
-        err2 = (gS * (a_up + yhat) + S * ETA) / (1.0 - gS)
-        err_y = (err1 + err2 + rnd) * UP + FLOOR
-    tau_d3 = tau_d[..., None]
-    ok = has_key & (max_err_t <= MAX_SCORE_ERR) & (tau_d < 2.0**-10)
-    ok &= np.all(np.isfinite(y) & np.isfinite(err_y), axis=-1)
+def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: float,
+           r_f: float, rho_r: float, want_weights: bool, ws: Workspace | None) -> Tier1:
+    r, E = q.shape
+    S = kv.S
+    gE = gamma(max(E, 1))
+    # (1) G = fl(q kᵀ): |G_ij - q_i·k_j| <= gamma_E ||q_i|| ||k_j|| + E·ETA =: eg (row bound
+    # with K = max_j ||k_j||), plus the input radii ||qr_i||(K + Kr) + ||q_i|| Kr.
+    G = q @ kv.k.T if ws is None or want_weights else np.matmul(
+        q, kv.k.T, out=ws.get("t1_G", (r, S)))
+    qn = norm_up(q)
+    eg = gE * qn * kv.kmax + E * ETA
+    if qr is not None or kv.kr is not None:
+        qrv = qr if qr is not None else np.zeros(r)
+        eg = eg + qrv * (kv.kmax + kv.krmax) + qn * kv.krmax
+    # (2) s~ = fl(fl(c_f G) + M): |s~_j - s_j| <= alpha + u|s~_j| with the row constant
+    # alpha = (u|c_f| + rho_c)(||q|| K + eg) + (|c_f| + rho_c) eg + ETA/2.
+    notallowed = None if blk.allowed is None else ~blk.allowed
+    ac = abs(c_f)
+    alpha = (U * ac + rho_c) * (qn * (kv.kmax + kv.krmax) + eg) + (ac + rho_c) * eg + ETA
+    if blk.uniform is not None:
+        alpha[blk.uniform] = 0.0
+    has_key = np.ones(r, dtype=bool) if blk.allowed is None else np.asarray(blk.allowed.any(axis=-1))
+    # (3) t~ = fl(s~ - m) <= 0 with m the row maximum of s~ (masked keys -inf); for keys
+    # with t~ >= EXP1_CUT: |t~ - t| <= alpha + u|m| + 2u|t~| =: eps0 + 2u|t~|.  Keys below
+    # the cut: true t <= -707 (eps0 + u|m| <= 1); t~ is clamped there.
+    # (4) w~ = exp~(t~) (masked keys 0): one fused pass (jit.t1_weights; numpy twin).
+    w, t, m = t1_weights(G, c_f, blk.madd, blk.uniform, notallowed, has_key,
+                         None if want_weights else ws)
+    eps0 = (alpha + U * np.abs(m)) * UP
+    e_t = (eps0 + 1416.0 * U) * UP  # the largest per-key error
+    # |w~ - e^{t~}| <= RHO_EXP1 e^{t~} (uncut keys).
+    # w = e^t = w~(1 + theta_j), |theta_j| <= (eps_j(1 + e_t) + rho)(1 + 2 rho)
+    #   <= tau0 + tau1 |t~_j|,  tau0 = (eps0(1 + e_t) + rho)(1 + 2 rho), tau1 = 2u(1 + e_t)(1 + 2 rho).
+    # Keys below the cut: |w - w~| <= TINY1, at most S of them, and D~ >= 1 (the
+    # argmax key has t~ = 0, w~ = 1): T0 = S·TINY1 bounds their share relative to D~.
+    # Tw = Σ_j w~_j |t~_j| (<= D~ log S: an entropy), rounded up: fl errs by gamma_{S+1}
+    tw = -np.einsum("ij,ij->i", w, t) / (1.0 - gamma(S + 1)) * UP
+    del t, G
+    with np.errstate(over="ignore"):
+        tau0 = (eps0 * (1.0 + e_t) + RHO_EXP1) * (1.0 + 2.0 * RHO_EXP1) * UP
+        tau1 = 2.0 * U * (1.0 + e_t) * (1.0 + 2.0 * RHO_EXP1) * UP
+    t0 = S * TINY1
+    # (5)+(6) N~ = Σ w~ k v, A = Σ w~ k |v|, D~ = Σ w~ by BLAS in key blocks of <= Sb keys,
+    # accumulated by TwoSum: |fl(N~) - N~| <= gamma_Sb A + S·ETA + acc, fl(D~) = D~(1 ± g).
+    n_f, a_f, d_f, nb = _sum_blocks(w, kv, blk.keep)
+    # Per block: |fl(W_b V_b) - W_b V_b| <= gS W_b|V_b| + Sb·ETA (gS = gamma_Sb); across
+    # nb blocks the TwoSum accumulation and the final rounding add <= (nb u gamma_nb
+    # (1.01) + u) of the sum of magnitudes: g bounds both relative errors of N and D.
+    Sb = min(S, KEY_BLOCK) if S else 1
+    gS = gamma(max(Sb, 1))
+    gn = gamma(nb) if nb > 1 else 0.0
+    g = gS + ((nb * U * gn * 1.01 + U) * (1 + gS) if nb > 1 else 0.0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d_low = d_f * (1.0 - g) - S * ETA  # <= D~
+        twt0 = tau1 * tw / d_low + t0  # tau1 Tw/D~ + T0
+        tau_d = tau0 + twt0  # bounds |D/D~ - 1|
+    # the per-element bound (jit.t1_finish; the formula is jit._t1_elem):
+    # A~ <= (fl(A) + S ETA)/((1 - gS)(1 - gn)), a = A~/D~;
+    # |y~ - fl(N)/fl(D)| <= u|y~|(1 + 2u) + ETA =: rnd;
+    # |fl(N)/fl(D) - N~/D~| <= g(a + 2.01|y_c|) + S ETA/D~ =: e_fl, |y^| <= |y~| + e_fl + rnd;
+    # Σ_j w~|theta||x_j| <= tau0 Σ w~|x| + tau1 Tw max|x|, |x_j| = |k_j v_j - y^| <=
+    # Vmax + |y^|, relative to D >= D~(1 - tau_d):
+    # |y - N~/D~| <= [tau0(a + |y^|) + (tau1 Tw/D~ + T0)(Vmax + |y^|) + (1 + tau_d)Vr]/(1 - tau_d);
+    # dropout y_out = r·y: fl(r_f y~) errs by <= |r_f| err + rho_r |y| + u|fl| + ETA;
+    # the values' scale 2**F_l is put back exactly (+ 2 ETA for underflow).
+    ascale = UP / ((1.0 - gS) * (1.0 - gn))
+    vr = kv.vr2 if kv.vr2 is not None else np.zeros(kv.vmax.shape)
+    y, err, fin = t1_finish(n_f, a_f, d_f, d_low, tau0, twt0, tau_d, kv.vmax, vr, g, ascale,
+                            S * ETA, r_f, rho_r, bool(r_f != 1.0 or rho_r), kv.vscale)
+    ok = has_key & (e_t <= MAX_SCORE_ERR) & (tau_d < 2.0**-10) & fin & (d_low > 0)
     p = err_p = None
     if want_weights:
-        # p_j = w_j/D.  |p_j - w~_j/D~| <= (w~_j/D~)(tau + tau_d)/(1 - tau_d) (big keys),
-        # p_j <= TINY_W/(1 - tau_d) (tiny keys), exactly 0 (masked keys);
-        # |fl(w~/fl(D~)) - w~/D~| <= u p~(1+2u) + ETA + (w~/D~) gamma_S/(1 - gamma_S),
-        # and w~/D~ <= (p~(1 + u) + ETA)(1 + gamma_S).
-        with np.errstate(divide="ignore", invalid="ignore"):
-            p = w / d_f[..., None]
-            pb = (p * (1.0 + U) + ETA) * (1.0 + gS)
-            rel = (tau3 + tau_d3) / (1.0 - tau_d3) + gS / (1.0 - gS)
-            err_p = (pb * rel + U * p * (1.0 + 2 * U) + ETA) * UP + FLOOR
-            err_p = err_p + np.where(tiny, 2.0 * TINY_W, 0.0)  # type: ignore[arg-type]
-        err_p = np.where(allowed, err_p, 0.0)
-        p = np.where(allowed, p, 0.0)
+        # p_j = k_j r w_j / D.  |p_j - w~_j/D~| <= (w~_j/D~)(tau_max + tau_d)/(1 - tau_d) for
+        # uncut keys (tau_d bounds |D/D~ - 1|), <= 2 TINY1/(1 - tau_d) for cut
+        # keys; fl(w~/fl(D~)) adds u p~(1+2u) + ETA + (w~/D~) g/(1 - g).
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            p = w / d_f[:, None]
+            if blk.keep is not None:
+                p *= blk.keep
+            # per key |theta_j| <= tau_max (the largest per-key error e_t); D's relative
+            # error <= tau_d
+            tau_max = ((e_t * (1.0 + e_t) + RHO_EXP1) * (1.0 + 2.0 * RHO_EXP1) * UP)[:, None]
+            tdd = tau_d[:, None]
+            pb = (p * (1.0 + U) + ETA) * (1.0 + g)
+            rel = (tau_max + tdd) / (1.0 - tdd) + 2 * g / (1.0 - g)
+            err_p = (pb * rel + U * p * (1.0 + 2 * U) + ETA + 2.0 * TINY1) * UP + FLOOR
+            if r_f != 1.0 or rho_r:
+                p2 = p * r_f
+                err_p = (abs(r_f) * err_p * (1 + U) + rho_r * (np.abs(p) + err_p)
+                         + U * np.abs(p2) + ETA) * UP
+                p = p2
+            if notallowed is not None:
+                np.putmask(err_p, notallowed, 0.0)
+                np.putmask(p, notallowed, 0.0)  # exactly 0 (also in rows without a key)
         ok &= np.all(np.isfinite(p) & np.isfinite(err_p), axis=-1)
-    return FastResult(y, err_y, ok, p, err_p)
+    return Tier1(y, err, ok, p, err_p)
 
 
-
-
-def proj_fast(x: np.ndarray[Any, Any], w: np.ndarray[Any, Any],
-               b: np.ndarray[Any, Any] | None) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def proj_fast(x: Array, w: Array, b: Array | None) -> tuple[Array, Array]:
     """y = x wᵀ + b in float64 with |y - y~| <= err (x, w, b exact doubles):
     gamma_n ||x_i|| ||w_r|| + n·ETA (dot product, Cauchy–Schwarz) + u|y~| + ETA (bias)."""
     n = x.shape[-1]
     y = x @ w.T
     if b is not None:
         y = y + b
-    err = gamma(max(n, 1)) * row_norm_up(x)[..., None] * row_norm_up(w)[None, :] + n * ETA
+    err = gamma(max(n, 1)) * norm_up(x)[..., None] * norm_up(w)[None, :] + n * ETA
     if b is not None:
         err = err + U * np.abs(y) + ETA
     return y, err * UP
+
+
+# ---- the API before issue 11 (kept for the gradients) ------------------------------
+
+row_norm_up = norm_up
+
+
+class FastResult:
+    """Fast-path output for a stack of C problems (arrays indexed [c, i, ...])."""
+
+    def __init__(self, y: Any, err_y: Any, ok: Any, p: Any, err_p: Any) -> None:
+        self.y, self.err_y, self.ok, self.p, self.err_p = y, err_y, ok, p, err_p
+
+
+def fast_attention(q: Array, qr: Array | None, k: Array, kr: Array | None, v: Array,
+                   vr: Array | None, allowed: Array, madd: Array | None, c_f: float,
+                   rho_c: float, want_weights: bool) -> FastResult:
+    """Tier 1 for C stacked problems with *elementwise* input radii (qr (C,L,E),
+    kr (C,S,E), vr (C,S,Ev)): q (C,L,E), k (C,S,E), v (C,S,Ev), allowed (C,L,S),
+    madd (C,L,S) or None.  Calls :func:`tier1_block` per problem (radii as row
+    norms and column maxima, which is what its bound uses)."""
+    C, L = q.shape[:2]
+    S, Ev = k.shape[1], v.shape[2]
+    y = np.zeros((C, L, Ev))
+    err = np.zeros((C, L, Ev))
+    ok = np.zeros((C, L), dtype=bool)
+    p = np.zeros((C, L, S)) if want_weights else None
+    err_p = np.zeros((C, L, S)) if want_weights else None
+    if not (L and S):
+        return FastResult(y, err, ok, p, err_p)
+    for c in range(C):
+        kv = KV(np.ascontiguousarray(k[c]), np.ascontiguousarray(v[c]),
+                None if kr is None else norm_up(kr[c]),
+                None if vr is None else np.max(vr[c], axis=0) * UP)
+        al = np.asarray(allowed[c], dtype=bool)
+        blk = Block(None if al.all() else al, None if madd is None else madd[c], None, None)
+        res = tier1_block(np.ascontiguousarray(q[c]), None if qr is None else norm_up(qr[c]),
+                          kv, blk, c_f, rho_c, want_weights=want_weights)
+        y[c], err[c], ok[c] = res.y, res.err, res.ok
+        if want_weights:
+            assert p is not None and err_p is not None
+            p[c], err_p[c] = res.p, res.err_p
+    return FastResult(y, err, ok, p, err_p)

@@ -33,6 +33,7 @@ from ..errors import SpecError
 __all__ = [
     "FORMATS",
     "FloatFormat",
+    "decide_rounding",
     "get_format",
     "half_gaps",
     "round_dyadic",
@@ -181,6 +182,14 @@ def round_fraction(value: Fraction, fmt: FloatFormat) -> float:
     return _finish(sign, qt, shift, fmt)
 
 
+def _hardware_rounding_ok() -> bool:
+    """The float64 -> float32 cast rounds to nearest with gradual underflow (no
+    flush-to-zero or directed rounding set by some other library in this process)."""
+    probe = np.array([2.0**-140 * 1.5, 1.0 + 2.0**-24, 1.0 + 3 * 2.0**-24, -(1.0 + 2.0**-24)])
+    got = probe.astype(np.float32).astype(np.float64).tolist()
+    return got == [2.0**-140 * 1.5, 1.0, 1.0 + 2.0**-22, -1.0]
+
+
 def round_float64_to(x: np.ndarray[Any, Any], fmt: FloatFormat) -> np.ndarray[Any, Any]:
     """Round every element of the float64 array ``x`` to ``fmt`` (nearest, ties
     to even); the result is a float64 array whose values all belong to ``fmt``.
@@ -193,6 +202,11 @@ def round_float64_to(x: np.ndarray[Any, Any], fmt: FloatFormat) -> np.ndarray[An
     x = np.asarray(x, dtype=np.float64)
     if fmt.p == 53:
         return x.copy()
+    if fmt.name == "float32" and _hardware_rounding_ok():
+        # IEEE 754 conversion binary64 -> binary32 is correctly rounded (nearest,
+        # ties to even; overflow to ±inf, gradual underflow): one pass
+        with np.errstate(over="ignore"):
+            return x.astype(np.float32).astype(np.float64)
     out = np.array(x, dtype=np.float64, copy=True)
     ax = np.abs(x)
     finite = np.isfinite(x) & (ax != 0)
@@ -219,6 +233,21 @@ def half_gaps(
     value the "next value" is the overflow threshold (IEEE: ``max + ulp/2``).
     Values may underflow to 0 in float64 for fmt=float64 subnormals; callers
     treat a zero gap as "undecided"."""
+    if fmt.name in ("float64", "float32"):
+        # the neighbours in the format itself: differences of adjacent values are exact
+        # (halving can underflow to 0 for float64 subnormals: "undecided" for callers);
+        # above the largest finite value the "next value" is the overflow threshold
+        dt = np.float64 if fmt.name == "float64" else np.float32
+        zz = np.asarray(z).astype(dt)
+        with np.errstate(over="ignore", invalid="ignore"):
+            lo_n = np.nextafter(zz, dt(-np.inf)).astype(np.float64)
+            hi_n = np.nextafter(zz, dt(np.inf)).astype(np.float64)
+            zf = zz.astype(np.float64)
+            below = (zf - lo_n) / 2
+            above = (hi_n - zf) / 2
+            above = np.where(np.isfinite(hi_n), above, (zf - lo_n) / 2)
+            below = np.where(np.isfinite(lo_n), below, (hi_n - zf) / 2)
+        return below, above
     az = np.abs(z)
     _, e2 = np.frexp(np.where(az == 0, 1.0, az))
     e = np.where(az == 0, fmt.emin, np.maximum(e2 - 1, fmt.emin))
@@ -230,3 +259,35 @@ def half_gaps(
     below = np.where(z > 0, toward_zero, away)
     above = np.where(z < 0, toward_zero, away)
     return below, above
+
+
+def decide_rounding(mf: np.ndarray[Any, Any], rf: np.ndarray[Any, Any],
+                    rad: np.ndarray[Any, Any], fmt: FloatFormat
+                    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Correct rounding of values known as ``mf + rf ± rad`` (float64 arrays; the
+    value lies in ``[mf + rf - rad, mf + rf + rad]`` exactly): returns (decided, value).
+
+    With z = RN_fmt(mf) and d = mf - z (exact: z is within a factor 2 of mf, or 0),
+    every point rounds to z when d + rf - rad > -below(z) and d + rf + rad < above(z)
+    (half gaps).  The two float sums err by <= 2u(|d| + |rf| + rad)(1 + u); requiring
+    a margin of 2**-20·gap and |d| + |rf| + rad <= 2**20·gap makes that harmless.
+    A result z = 0 also needs the sign: +0.0 when the whole interval is positive,
+    -0.0 when it is negative (|rf| + rad < |mf|·(1 - 2**-50) decides it), undecided
+    when the interval holds 0 (IEEE: a positive value that rounds to zero is +0)."""
+    mf = np.asarray(mf, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        z = round_float64_to(mf, fmt)
+        ok = np.isfinite(z) & np.isfinite(mf) & np.isfinite(rf) & np.isfinite(rad)
+        ok &= (np.abs(mf) >= 2.0**-960) | (z == 0)
+        d = mf - z
+        below, above = half_gaps(np.where(ok, z, 1.0), fmt)
+        base = d + rf
+        ok &= (base - rad > -below * (1 - 2.0**-20)) & (base + rad < above * (1 - 2.0**-20))
+        ok &= (np.abs(d) + np.abs(rf) + rad) <= np.minimum(below, above) * 2.0**20
+        zero = z == 0
+        if np.any(zero):
+            sure = (np.abs(rf) + rad) < np.abs(mf) * (1 - 2.0**-50)
+            sure |= (mf == 0) & (rf == 0) & (rad == 0)  # exactly zero: +0.0
+            ok &= ~zero | sure
+            z = np.where(zero, np.where(mf < 0, -0.0, 0.0), z)
+    return ok, np.where(ok, z, np.nan)

@@ -2,99 +2,143 @@
 
 Method (proofs in docs/oracle.md and in the comments of each module):
 
-1. :mod:`.fast` computes every output in float64 with a proved error bound.
-2. An element whose enclosure does not round to a single value in the target
-   format is recomputed with Arb balls (:mod:`.arb`), raising the precision
-   until the ball rounds to one value (Ziv's strategy, capped; :mod:`.enclosure`).
-3. A true value exactly on a rounding boundary must be a dyadic rational; by
-   the Lindemann–Weierstrass theorem an attention output is rational only when
-   every group of keys with equal scores has the same mean value, so that case
-   is detected and decided in exact rational arithmetic (``rational_row``).
+1. :mod:`.fast` (tier 1) computes every output in float64 with a proved error
+   bound, block by block over (batch, head, query rows): memory O(block).
+2. Rows with an element whose enclosure does not round to a single value go to
+   :mod:`.dd_attention` (tier 2, double-double, exact scores from BLAS).
+3. What is still undecided is recomputed with Arb balls (:mod:`.arb`), raising the
+   precision until the ball rounds to one value (Ziv's strategy, capped;
+   :mod:`.enclosure`); exact ties and near-ties are decided by :mod:`.ties`.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputValueError, ShapeError, SpecError
-from .arb import Prec, arb_attention_rows, dd_dot_balls, to_arb_mat
+from . import ties
+from .arb import attention_rows, exact_prec, exact_score_rows, scale_arb, to_arb_mat
 from .constants import CHUNK_ELEMS
-from .conventions import ALIGNMENTS, POLICIES, exact_scale, prepare_mask
+from .conventions import ALIGNMENTS, POLICIES, Block, ScoreModel, dd_scale, exact_scale
+from .dd_attention import KVdd, tier2_block
 from .enclosure import Enclosure, Problem
-from .fast import fast_attention
+from .fast import KV, tier1_block
 from .inputs import as_exact_array, to_float64, validate_finite
+from .jit import Workspace
+from .progress import Progress, expected_seconds
 
 __all__ = ["reference_attention"]
 
 
+def dropout_dd(factor: Fraction | None) -> tuple[float, float, float] | None:
+    """(hi, lo, rho) with |factor - hi - lo| <= rho, or None."""
+    if factor is None:
+        return None
+    hi = float(factor)
+    lo = float(factor - Fraction(hi))
+    rest = abs(factor - Fraction(hi) - Fraction(lo))
+    return hi, lo, (float(rest) * 2 if rest else 0.0)
+
+
+def dropout_f(factor: Fraction | None) -> tuple[float, float]:
+    """(r_f, rho_r) with |factor - r_f| <= rho_r (float64)."""
+    if factor is None:
+        return 1.0, 0.0
+    rf = float(factor)
+    rest = abs(factor - Fraction(rf))
+    return rf, (float(rest) * 2 if rest else 0.0)
+
+
+class Stack:
+    """The (B) flat stack of attention problems over broadcast inputs, without
+    copying broadcast dimensions: query head g reads key/value head g // rep (GQA)."""
+
+    def __init__(self, q: Any, k: Any, v: Any, batch: tuple[int, ...], rep: int) -> None:
+        self.batch = batch
+        L, E = q.shape[-2:]
+        S, Ev = v.shape[-2:]
+        self.q = np.broadcast_to(q, (*batch, L, E))
+        kvb = (*batch[:-1], batch[-1] // rep) if rep > 1 else batch
+        self.k = np.broadcast_to(k, (*kvb, S, E))
+        self.v = np.broadcast_to(v, (*kvb, S, Ev))
+        self.rep = rep
+
+    def index(self, c: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        idx = tuple(int(x) for x in np.unravel_index(c, self.batch)) if self.batch else ()
+        kidx = idx if self.rep == 1 else (*idx[:-1], idx[-1] // self.rep)
+        return idx, kidx
+
+    def qkv(self, c: int) -> tuple[Any, Any, Any, tuple[int, ...]]:
+        idx, kidx = self.index(c)
+        return self.q[idx], self.k[kidx], self.v[kidx], kidx
+
+
 class _AttentionProblem(Problem):
-    def __init__(self, q: Any, k: Any, v: Any, allowed: Any, madd: Any,
-                 scale: Fraction | None, E: int) -> None:
-        self.q, self.k, self.v = q, k, v
-        self.allowed, self.madd = allowed, madd
+    def __init__(self, stack: Stack, model: ScoreModel, scale: Fraction | None, E: int) -> None:
+        self.stack = stack
+        self.model = model
         self.scale = scale  # exact rational scale, or None for 1/sqrt(E)
         self.E = E
-        self._kv_key = -1
-        self._km: Any = None
-        self.exact_products = False  # set when q and k have <= 26-bit significands
+        self.cs = dd_scale(scale, E)
+        self.factor = model.dropout_factor
+        self._kv2: OrderedDict[tuple[int, ...], KVdd] = OrderedDict()
+        self._km: OrderedDict[tuple[int, ...], tuple[Any, Array]] = OrderedDict()
+        self._kint: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._group_cache: dict[tuple[int, int], dict[Any, list[int]]] = {}
 
-    def scale_arb(self) -> Any:
-        from flint import arb
+    @staticmethod
+    def _cached(cache: OrderedDict[Any, Any], key: Any, make: Any, size: int = 4) -> Any:
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        val = make()
+        cache[key] = val
+        if len(cache) > size:
+            cache.popitem(last=False)
+        return val
 
-        if self.scale is not None:
-            # a float scale is dyadic: numerator / 2**k is exact in Arb
-            return arb(self.scale.numerator) / arb(self.scale.denominator)
-        if self.E == 0:
-            return arb(0)
-        return arb(self.E).rsqrt()
+    # ---- tier 2
+    def refine(self, b: int, rows: Array, kind: str) -> tuple[Array, Array, Array, Array]:
+        q, k, v, kidx = self.stack.qkv(b)
+        kv = self._cached(self._kv2, kidx, lambda: KVdd(np.ascontiguousarray(k),
+                                                         np.ascontiguousarray(v)))
+        S = kv.S
+        step = max(1, CHUNK_ELEMS // max(1, S))
+        ncols = v.shape[-1] if kind == "output" else S
+        hi = np.zeros((rows.size, ncols))
+        lo = np.zeros((rows.size, ncols))
+        err = np.zeros((rows.size, ncols))
+        ok = np.zeros(rows.size, dtype=bool)
+        fac = dropout_dd(self.factor)
+        for s0 in range(0, rows.size, step):
+            sel = rows[s0:s0 + step]
+            blk = self.model.block(b, sel)
+            res = tier2_block(np.ascontiguousarray(q[sel]), None, None, kv, blk, self.cs, fac, kind)
+            hi[s0:s0 + step], lo[s0:s0 + step], err[s0:s0 + step] = res.hi, res.lo, res.err
+            ok[s0:s0 + step] = res.ok
+        return hi, lo, err, ok
 
+    # ---- tier 3
     def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
                  cols: list[int] | None = None) -> list[list[Any]]:
-        from flint import ctx
+        q, k, v, kidx = self.stack.qkv(b)
+        kmT, kabs = self._cached(self._km, kidx, lambda: (to_arb_mat(np.asarray(k)).transpose(),
+                                                          np.asarray(k)))
+        qr = np.asarray(q[rows])
+        k_prec = exact_prec(qr, kabs, self.E)
+        vv = (np.zeros((k.shape[0], 0)) if kind != "output" else
+              np.asarray(v) if cols is None else np.asarray(v)[:, cols])
+        blk = self.model.block(b, np.asarray(rows))
+        g = exact_score_rows(qr, kmT, k_prec)
+        return attention_rows(g, to_arb_mat(vv), k_prec, self.scale, self.E, blk, self.factor,
+                              kind, prec)
 
-        old = ctx.prec
-        ctx.prec = prec
-        try:
-            vb = self.v[b] if cols is None or kind != "output" else self.v[b][:, cols]
-            vm = to_arb_mat(vb)
-            madd = self.madd[b][rows] if self.madd is not None else None
-            allowed = np.asarray(self.allowed[b][rows])
-            shift = self._shift_idx(b, rows, allowed, madd)
-            qrows = self.q[b][rows]
-            g_rows = None
-            # few rows at a low precision: error-free dot products in numpy are
-            # cheaper than converting all of K to Arb (ball radius ~ (2E)²u²)
-            if prec <= 128 and self.E and len(rows) * self.k.shape[1] <= 1 << 14:
-                g_rows = dd_dot_balls(qrows, self.k[b], self.exact_products)
-            if g_rows is not None:
-                return arb_attention_rows(to_arb_mat(np.zeros((len(rows), 0))), None, vm,
-                                           self.scale_arb(), allowed, madd, kind, shift,
-                                           g_rows)
-            if self._kv_key != b:
-                self._km = to_arb_mat(self.k[b])
-                self._kv_key = b
-            return arb_attention_rows(to_arb_mat(qrows), self._km, vm, self.scale_arb(),
-                                       allowed, madd, kind, shift)
-        finally:
-            ctx.prec = old
-
-    def _shift_idx(self, b: int, rows: list[int], allowed: Any, madd: Any) -> list[int] | None:
-        """Per row, an allowed key whose float score is largest (None if floats fail)."""
-        c_f = float(self.scale) if self.scale is not None else (
-            1.0 / math.sqrt(self.E) if self.E else 0.0)
-        with np.errstate(all="ignore"):
-            sa = (self.q[b][rows] @ self.k[b].T) * c_f
-            if madd is not None:
-                sa = sa + madd
-            sa = np.where(allowed, sa, -np.inf)
-            if not np.all(np.isfinite(sa[allowed])):
-                return None
-        return [int(j) for j in np.argmax(sa, axis=-1)]
-
+    # ---- exact ties
     def _c_rat(self) -> Fraction | None:
         """The scale as an exact rational, or None when it is 1/sqrt(E) irrational."""
         if self.scale is not None:
@@ -104,135 +148,82 @@ class _AttentionProblem(Problem):
         rt = math.isqrt(self.E)
         return Fraction(1, rt) if rt * rt == self.E else None
 
+    def _row_block(self, b: int, i: int) -> Block:
+        return self.model.block(b, np.array([i]))
+
     def _groups(self, b: int, i: int) -> dict[Any, list[int]]:
-        """Unmasked keys of row (b, i) grouped by exact score.  Key: the score as a
-        Fraction when the scale is rational, else (q·k_j, M_j) — with c irrational,
-        c·g + M = c·g' + M' iff g = g' and M = M'."""
-        cache = self.__dict__.setdefault("_group_cache", {})
-        if (b, i) in cache:
-            return cache[(b, i)]
-        allowed = np.asarray(self.allowed[b][i])
-        qrow = [Fraction(float(x)) for x in self.q[b][i]]
-        c_rat = self._c_rat()
-        groups: dict[Any, list[int]] = {}
-        for j in np.flatnonzero(allowed).tolist():
-            g = sum((a * Fraction(float(x)) for a, x in zip(qrow, self.k[b][j], strict=True)),
-                    Fraction(0))
-            mj = Fraction(float(self.madd[b][i][j])) if self.madd is not None else Fraction(0)
-            key: Any = c_rat * g + mj if c_rat is not None else (g, mj)
-            groups.setdefault(key, []).append(j)
-        if len(cache) > 4096:
-            cache.clear()
-        cache[(b, i)] = groups
+        """Allowed keys of row (b, i) grouped by exact score (ties.score_key)."""
+        if (b, i) in self._group_cache:
+            return self._group_cache[(b, i)]
+        q, k, _, kidx = self.stack.qkv(b)
+        blk = self._row_block(b, i)
+        S = k.shape[0]
+        allowed = np.ones(S, dtype=bool) if blk.allowed is None else blk.allowed[0]
+        idx = np.flatnonzero(allowed).tolist()
+        if blk.uniform is not None and blk.uniform[0]:
+            groups = {Fraction(0): idx}
+        else:
+            kint = self._cached(self._kint, kidx, lambda: ties.int_matrix(np.asarray(k)))
+            g = ties.exact_dots(np.asarray(q[i]), kint)
+            c_rat = self._c_rat()
+            madd = blk.madd[0] if blk.madd is not None else None
+            groups = ties.group(
+                (j, ties.score_key(g[j], Fraction(float(madd[j])) if madd is not None
+                                   else Fraction(0), c_rat)) for j in idx)
+        if len(self._group_cache) > 4096:
+            self._group_cache.clear()
+        self._group_cache[(b, i)] = groups
         return groups
 
-    def boundary_sign(self, b: int, i: int, col: int, kind: str, boundary: Fraction) -> int | None:
-        """sign(y - boundary) for one element, decided without computing y to the
-        precision of its distance from the boundary.
-
-        With groups g of equal exact score a_g, n_g keys and value sums V_g,
-        y - T = Σ_g e^{a_g} (V_g - n_g T) / Σ_g n_g e^{a_g}, so the sign is that of
-        Σ_g e^{a_g - A} c_g with exact rationals c_g = V_g - n_g T (weights: c_g =
-        [j in g] - n_g T).  Terms with c_g = 0 are exactly 0; the others are balls of
-        full relative accuracy however small e^{a_g - A} is, so a score gap of 1e4
-        (a factor e^-10000 that no fixed precision resolves in y itself) costs nothing.
-        Returns 0 when every c_g is 0 (y = T exactly), None if undecided at 2**16 bits."""
-        from flint import arb, fmpq
-
-        groups = self._groups(b, i)
-        coef = []
-        for key, js in groups.items():
-            if kind == "weights":
-                val = Fraction(1 if col in js else 0)
-            else:
-                val = sum((Fraction(float(self.v[b][j][col])) for j in js), Fraction(0))
-            coef.append((key, val - len(js) * boundary))
-        if all(cg == 0 for _, cg in coef):
-            return 0
-        c_rat = self._c_rat()
-        prec = 256
-        while prec <= 1 << 16:
-            with Prec(prec):
-                c = self.scale_arb()
-                terms = []
-                for key, cg in coef:
-                    if c_rat is not None:
-                        a_g = arb(fmpq(key.numerator, key.denominator))
-                    else:
-                        g, mj = key
-                        a_g = c * arb(fmpq(g.numerator, g.denominator)) + arb(
-                            fmpq(mj.numerator, mj.denominator))
-                    terms.append((a_g, cg))
-                top = max(terms, key=lambda t: float(t[0].mid()))[0].mid()
-                total = arb(0)
-                for a_g, cg in terms:
-                    if cg != 0:
-                        total += (a_g - top).exp() * arb(fmpq(cg.numerator, cg.denominator))
-                if total > 0:
-                    return 1
-                if total < 0:
-                    return -1
-            prec *= 4
-        return None
-
-    def rational_row(self, b: int, i: int, kind: str) -> list[Fraction | None] | None:
-        """The exact row when it is rational, else None (see module docstring, 3.).
-
-        Scores c·g_j + M_j with g_j = q_i·k_j exact rationals.  If c is rational,
-        group keys by the exact score; if c = 1/sqrt(E) is irrational, two scores
-        are equal iff their g and M agree.  Output column l is rational iff every
-        group has the same mean of v[:, l] (Lindemann–Weierstrass: the e^{a_g} of
-        distinct algebraic a_g are linearly independent over the algebraic numbers),
-        and then equals that mean.  Weights are rational iff there is one group
-        (then p_j = 1/n)."""
-        allowed = np.asarray(self.allowed[b][i])
-        idx = np.flatnonzero(allowed).tolist()
-        if not idx:
+    def _kappa(self, b: int, i: int) -> Any:
+        """Per key, the factor of the numerator: keep·(1/(1-p)) with dropout, else 1."""
+        if self.factor is None:
             return None
-        groups = self._groups(b, i)
-        if kind == "weights":
-            if len(groups) != 1:
-                return None
-            n = len(idx)
-            return [Fraction(1, n) if a else Fraction(0) for a in allowed.tolist()]
-        out: list[Fraction | None] = []
-        for col in range(self.v.shape[-1]):
-            means = {sum((Fraction(float(self.v[b][j][col])) for j in js), Fraction(0)) / len(js)
-                     for js in groups.values()}
-            out.append(next(iter(means)) if len(means) == 1 else None)
+        blk = self._row_block(b, i)
+        assert blk.keep is not None
+        return [self.factor if kj else Fraction(0) for kj in blk.keep[0].tolist()]
+
+    def _values(self, b: int, i: int, col: int, kind: str, js: list[int]) -> dict[int, Fraction]:
+        _, _, v, _ = self.stack.qkv(b)
+        kap = self._kappa(b, i)
+        out = {}
+        for j in js:
+            base = Fraction(float(v[j][col])) if kind == "output" else Fraction(int(j == col))
+            out[j] = base if kap is None else base * kap[j]
         return out
 
+    def rational_row(self, b: int, i: int, kind: str) -> list[Fraction | None] | None:
+        """The exact row where it is rational (ties module docstring), else None."""
+        groups = self._groups(b, i)
+        if not groups:
+            return None
+        js = [j for g in groups.values() for j in g]
+        _, k, v, _ = self.stack.qkv(b)
+        ncols = v.shape[-1] if kind == "output" else k.shape[0]
+        out: list[Fraction | None] = []
+        for col in range(ncols):
+            if kind == "weights" and col not in js:
+                out.append(Fraction(0))
+                continue
+            vals = self._values(b, i, col, kind, js)
+            out.append(ties.rational_value(groups, vals))
+        return out
+
+    def boundary_sign(self, b: int, i: int, col: int, kind: str, boundary: Fraction) -> int | None:
+        """sign(y - T) = sign(Σ_g e^{a_g}(V_g - n_g T)) (ties.sign_of_sum)."""
+        groups = self._groups(b, i)
+        js = [j for g in groups.values() for j in g]
+        vals = self._values(b, i, col, kind, js)
+        terms = [(key, sum((vals[j] for j in g), Fraction(0)) - len(g) * boundary)
+                 for key, g in groups.items()]
+        return ties.sign_of_sum(terms, lambda: scale_arb(self.scale, self.E))
 
 
+Array = np.ndarray[Any, Any]
 
-def reference_attention(
-    query: Any, key: Any, value: Any, *,
-    attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
-    enable_gqa: bool = False, causal_alignment: str = "top_left",
-    masked_rows: str = "zero", return_weights: bool = False,
-) -> Enclosure:
-    """Certified scaled dot-product attention of the exact input values.
 
-    Named and shaped like ``torch.nn.functional.scaled_dot_product_attention``:
-    query (..., H_q, L, E), key (..., H_kv, S, E), value (..., H_kv, S, E_v);
-    leading dimensions broadcast.  ``attn_mask``: bool (True = takes part) or float
-    (added to the scores; -inf = weight exactly 0), broadcastable to
-    (..., H_q, L, S); combined with ``is_causal`` (top_left: key j <= i,
-    bottom_right: j <= i + S - L).  ``scale=None`` is exactly 1/sqrt(E); a float
-    scale is its exact value (0 means zero).  ``enable_gqa``: query head g uses
-    key/value head g // (H_q/H_kv).  ``masked_rows``: "zero" | "nan" | "error" for
-    rows where every key is masked.
-
-    >>> import numpy as np
-    >>> r = reference_attention(np.ones((1, 2, 4)), np.ones((1, 3, 4)),
-    ...                         np.arange(6.0).reshape(1, 3, 2), scale=0.0)
-    >>> r.rounded("float32").tolist()
-    [[[2.0, 3.0], [2.0, 3.0]]]
-    """
-    if masked_rows not in POLICIES:
-        raise SpecError(f"masked_rows={masked_rows!r}: expected one of {POLICIES}")
-    if causal_alignment not in ALIGNMENTS:
-        raise SpecError(f"causal_alignment={causal_alignment!r}: expected one of {ALIGNMENTS}")
+def _check_inputs(query: Any, key: Any, value: Any, enable_gqa: bool
+                  ) -> tuple[Array, Array, Array, tuple[int, ...], int]:
     q = as_exact_array(query, "query")
     k = as_exact_array(key, "key")
     v = as_exact_array(value, "value")
@@ -252,7 +243,14 @@ def reference_attention(
             f"value.shape={v.shape} does not match key.shape={k.shape}: "
             f"S must agree ({k.shape[-2]} vs {v.shape[-2]})"
         )
-    if enable_gqa and q.ndim >= 3 and k.ndim >= 3:
+    rep = 1
+    if enable_gqa:
+        if min(q.ndim, k.ndim, v.ndim) < 3:
+            raise ShapeError(
+                f"query.shape={q.shape}, key.shape={k.shape}, value.shape={v.shape}: with "
+                "enable_gqa=True every input needs a head dimension (..., H, L, E), as in "
+                "torch's scaled_dot_product_attention"
+            )
         hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
         if hk != hv:
             raise ShapeError(f"value.shape={v.shape} does not match key.shape={k.shape}: "
@@ -263,12 +261,15 @@ def reference_attention(
                 f"be a multiple of H_kv ({hq} vs {hk})"
             )
         rep = hq // hk
-        k = np.repeat(k, rep, axis=-3)
-        v = np.repeat(v, rep, axis=-3)
-    L, E = q.shape[-2:]
-    S, Ev = v.shape[-2:]
     try:
-        batch = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+        if rep > 1:
+            kb = (*k.shape[:-3], k.shape[-3] * rep)
+            vb = (*v.shape[:-3], v.shape[-3] * rep)
+        else:
+            kb, vb = k.shape[:-2], v.shape[:-2]
+        batch = tuple(np.broadcast_shapes(q.shape[:-2], kb, vb))
+        if rep > 1 and batch[-1] != q.shape[-3]:
+            raise ValueError
     except ValueError:
         hint = ""
         if q.ndim >= 3 and k.ndim >= 3 and q.shape[-3] != k.shape[-3] and not enable_gqa:
@@ -277,17 +278,55 @@ def reference_attention(
             f"query.shape={q.shape}, key.shape={k.shape}, value.shape={v.shape}: the "
             f"leading (batch, head) dimensions do not broadcast{hint}"
         ) from None
-    scale_exact, c_f, rho_c = exact_scale(scale, E)
-    allowed_b, madd_b = prepare_mask(attn_mask, is_causal, causal_alignment, batch, L, S)
-    B = math.prod(batch)
-    qf = np.broadcast_to(to_float64(q), (*batch, L, E)).reshape(B, L, E)
-    kf = np.broadcast_to(to_float64(k), (*batch, S, E)).reshape(B, S, E)
-    vf = np.broadcast_to(to_float64(v), (*batch, S, Ev)).reshape(B, S, Ev)
-    allowed = np.broadcast_to(allowed_b, (*batch, L, S)).reshape(B, L, S)
-    madd = None if madd_b is None else np.broadcast_to(madd_b, (*batch, L, S)).reshape(B, L, S)
+    return q, k, v, batch, rep
 
-    empty_rows: np.ndarray[Any, Any] = (np.asarray(~allowed.any(axis=-1)) if S
-                                        else np.ones((B, L), dtype=bool))
+
+def reference_attention(
+    query: Any, key: Any, value: Any, *,
+    attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
+    enable_gqa: bool = False, causal_alignment: str = "top_left",
+    masked_rows: str = "zero", return_weights: bool = False,
+    dropout_p: float = 0.0, dropout_mask: Any = None, progress: bool | None = None,
+) -> Enclosure:
+    """Certified scaled dot-product attention of the exact input values.
+
+    Named and shaped like ``torch.nn.functional.scaled_dot_product_attention``:
+    query (..., H_q, L, E), key (..., H_kv, S, E), value (..., H_kv, S, E_v);
+    leading dimensions broadcast.  ``attn_mask``: bool (True = takes part) or float
+    (added to the scores; -inf = weight exactly 0), broadcastable to
+    (..., H_q, L, S); integer masks are refused.  Combined with ``is_causal``
+    (top_left: key j <= i, bottom_right: j <= i + S - L).  ``scale=None`` is exactly
+    1/sqrt(E); a float scale is its exact value (0 means zero).  ``enable_gqa``:
+    query head g uses key/value head g // (H_q/H_kv).  ``masked_rows``: "zero" |
+    "nan" | "error" | "uniform" (JAX: uniform weights over all keys) for rows where
+    every key is masked.  Dropout: ``dropout_p`` with an explicit ``dropout_mask``
+    (bool, True = kept, broadcastable to the scores): the output is
+    ((softmax ∘ keep)/(1 - p))·V exactly; ``dropout_p=0`` without a mask is plain
+    attention.  ``progress``: None shows a bar on a terminal for long calls, False
+    never, True whenever stderr is a terminal.
+
+    >>> import numpy as np
+    >>> r = reference_attention(np.ones((1, 2, 4)), np.ones((1, 3, 4)),
+    ...                         np.arange(6.0).reshape(1, 3, 2), scale=0.0)
+    >>> r.rounded("float32").tolist()
+    [[[2.0, 3.0], [2.0, 3.0]]]
+    """
+    if masked_rows not in POLICIES:
+        raise SpecError(f"masked_rows={masked_rows!r}: expected one of {POLICIES}")
+    if causal_alignment not in ALIGNMENTS:
+        raise SpecError(f"causal_alignment={causal_alignment!r}: expected one of {ALIGNMENTS}")
+    p_drop = _check_dropout(dropout_p, dropout_mask)
+    q, k, v, batch, rep = _check_inputs(query, key, value, enable_gqa)
+    L, E = q.shape[-2:]
+    S, Ev = v.shape[-2:]
+    scale_exact, c_f, rho_c = exact_scale(scale, E)
+    model = ScoreModel(batch, L, S, attn_mask=attn_mask, is_causal=is_causal,
+                       causal_alignment=causal_alignment, policy=masked_rows,
+                       dropout_mask=dropout_mask, dropout_p=p_drop)
+    B = math.prod(batch)
+    stack = Stack(to_float64(q), to_float64(k), to_float64(v), batch, rep)
+
+    empty_rows = model.empty_rows()
     if masked_rows == "error" and empty_rows.any():
         b, i = np.argwhere(empty_rows)[0].tolist()
         where = (*tuple(int(x) for x in np.unravel_index(b, batch)), i) if batch else (i,)
@@ -295,31 +334,62 @@ def reference_attention(
             f"query row {where} has every key masked out (attn_mask/is_causal) and "
             "masked_rows='error'"
         )
-    zero_rows = empty_rows if masked_rows == "zero" else np.zeros_like(empty_rows)
+    if masked_rows == "uniform":
+        empty_rows = empty_rows & (S == 0)  # uniform rows are computed; S = 0: empty mean 0
+    zero_rows = empty_rows if masked_rows in ("zero", "uniform") else np.zeros_like(empty_rows)
     nan_rows = empty_rows if masked_rows == "nan" else np.zeros_like(empty_rows)
 
+    prog = Progress(progress, expected_seconds(B * L * S * max(1, (E + Ev) // 64), "tier1"))
     y = np.zeros((B, L, Ev))
     err_y = np.zeros((B, L, Ev))
     ok = np.zeros((B, L), dtype=bool)
     p = np.zeros((B, L, S)) if return_weights else None
     err_p = np.zeros((B, L, S)) if return_weights else None
+    r_f, rho_r = dropout_f(model.dropout_factor)
     if B and L and S:
-        c_step = max(1, CHUNK_ELEMS // max(1, L * S))
-        for start in range(0, B, c_step):
-            sl = slice(start, min(B, start + c_step))
-            fr = fast_attention(qf[sl], None, kf[sl], None, vf[sl], None,
-                                 np.ascontiguousarray(allowed[sl]),
-                                 None if madd is None else madd[sl],
-                                 c_f, rho_c, return_weights)
-            y[sl], err_y[sl], ok[sl] = fr.y, fr.err_y, fr.ok
-            if return_weights:
-                p[sl], err_p[sl] = fr.p, fr.err_p  # type: ignore[index]
-    ok &= ~empty_rows
-    problem = _AttentionProblem(qf, kf, vf, allowed, madd, scale_exact, E)
-    problem.exact_products = q.dtype.name != "float64" and k.dtype.name != "float64"
-    out = Enclosure(problem, "output", (*batch, L, Ev), y, err_y, ok, zero_rows, nan_rows)
+        step = max(1, CHUNK_ELEMS // S)
+        bar = prog.bar(B * (-(-L // step)), "certified attention")
+        kv_cache: OrderedDict[tuple[int, ...], KV] = OrderedDict()
+        ws = Workspace()
+        for c in range(B):
+            qc, kc, vc, kidx = stack.qkv(c)
+            kv = _AttentionProblem._cached(kv_cache, kidx, lambda kc=kc, vc=vc: KV(
+                np.ascontiguousarray(kc), np.ascontiguousarray(vc)), size=2)
+            for i0 in range(0, L, step):
+                i1 = min(L, i0 + step)
+                blk = model.block(c, slice(i0, i1))
+                res = tier1_block(np.ascontiguousarray(qc[i0:i1]), None, kv, blk, c_f, rho_c,
+                                  r_f, rho_r, return_weights, ws)
+                y[c, i0:i1], err_y[c, i0:i1], ok[c, i0:i1] = res.y, res.err, res.ok
+                if return_weights:
+                    assert p is not None and err_p is not None
+                    p[c, i0:i1], err_p[c, i0:i1] = res.p, res.err_p
+                if bar is not None:
+                    bar.update(1)
+        if bar is not None:
+            bar.close()
+    ok &= ~(zero_rows | nan_rows)
+    problem = _AttentionProblem(stack, model, scale_exact, E)
+    out = Enclosure(problem, "output", (*batch, L, Ev), y, err_y, ok, zero_rows, nan_rows,
+                    progress=prog if prog.enabled else Progress(progress, expected_seconds(
+                        B * L * S, "tier2")))
     if return_weights:
         assert p is not None and err_p is not None
         out.weights = Enclosure(problem, "weights", (*batch, L, S), p, err_p, ok,
-                                zero_rows, nan_rows)
+                                zero_rows, nan_rows, progress=out._progress)
     return out
+
+
+def _check_dropout(dropout_p: Any, dropout_mask: Any) -> float:
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float, np.floating,
+                                                                  np.integer)):
+        raise SpecError(f"dropout_p={dropout_p!r}: expected a number in [0, 1)")
+    p = float(dropout_p)
+    if not (0.0 <= p < 1.0):
+        raise SpecError(f"dropout_p={dropout_p!r}: expected a number in [0, 1)")
+    if p > 0 and dropout_mask is None:
+        raise SpecError(
+            f"dropout_p={dropout_p!r} without dropout_mask: dropout is random, so the "
+            "oracle needs the keep mask that was used (dropout_mask=, True = kept)"
+        )
+    return p

@@ -1,8 +1,11 @@
 """Testing tools for kernel authors: the rounding-error model (:mod:`.tolerance`),
-the chunked float64 evaluation it shares with the bug variants (:mod:`.plain`), the
-catalogue of known bugs (:mod:`.bugs`), verdicts and reports (:mod:`.compare`), the
-pytest plugin (:mod:`.pytest_plugin`) and hypothesis strategies of adversarial
-inputs (:mod:`.strategies`, needs hypothesis).
+the bound of attention (:mod:`.attention_bound`), the chunked float64 evaluation it
+shares with the bug variants (:mod:`.plain`), the catalogue of known bugs
+(:mod:`.bugs`), verdicts and reports (:mod:`.compare`), the pytest plugin
+(:mod:`.pytest_plugin`) and hypothesis strategies of adversarial inputs
+(:mod:`.strategies`, needs hypothesis); for gradients: the backward error model
+(:mod:`.backward_model`), the backward bug catalogue (:mod:`.bugs_backward`) and
+verdicts (:mod:`.backward`).
 
 Built on the oracle; importing this package loads nothing heavy (the pytest plugin
 is registered from here).
@@ -22,9 +25,23 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "AttentionComparison": "compare",
     "attention_inputs": "strategies",
     "AttentionCase": "strategies",
+    "compare_attention_backward": "backward",
+    "assert_attention_backward_close": "backward",
+    "BackwardComparison": "backward",
+    "check_attention": "check",
+    "AttentionCheck": "check",
+    "compare_mha_backward": "backward_mha",
+    "assert_mha_backward_close": "backward_mha",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .backward import (
+        BackwardComparison,
+        assert_attention_backward_close,
+        compare_attention_backward,
+    )
+    from .backward_mha import assert_mha_backward_close, compare_mha_backward
+    from .check import AttentionCheck, check_attention
     from .compare import (
         AttentionComparison,
         assert_attention_close,

@@ -299,6 +299,14 @@ def _matching(actual: np.ndarray, x: Any, catalogue: Any, model: ErrorModel,
     return tuple(sorted(found, key=lambda c: c.ratio))
 
 
+def _fits(actual: np.ndarray, out: np.ndarray, bound: np.ndarray) -> tuple[bool, float]:
+    """Is ``actual`` within ``bound`` of ``out`` everywhere (NaN = NaN)?  (fits, worst
+    ratio), as the backward diagnosis asks it."""
+    w = fit_ratio(np.asarray(actual, dtype=np.float64), np.asarray(out, dtype=np.float64),
+                  np.asarray(bound, dtype=np.float64), 1.0)
+    return w <= 1.0, w
+
+
 def describe(name: str) -> str:
     """The description of a bug class by name.
 

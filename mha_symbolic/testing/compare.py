@@ -55,7 +55,7 @@ from ..errors import AttentionMismatchError, PrecisionError, ShapeError, SpecErr
 from ..oracle.inputs import as_exact_array
 from .bugs import Candidate, MhaInputs, diagnose, diagnose_mha, plain_mha
 from .plain import AttentionInputs, Plain, plain_in_dtype
-from .tolerance import DEFAULT_SAFETY, ErrorModel, FloatFormat, error_model, ulp
+from .tolerance import DEFAULT_SAFETY, FORMATS, ErrorModel, FloatFormat, error_model, ulp
 
 __all__ = [
     "AttentionComparison",
@@ -242,7 +242,7 @@ def _check_enclosure(lower: np.ndarray, upper: np.ndarray, nan_ok: bool) -> None
             "inputs; an enclosure must be finite (please report this)")
 
 
-def _judge(
+def _verdict(
     actual: np.ndarray,
     lower: np.ndarray,
     upper: np.ndarray,
@@ -318,7 +318,7 @@ def _acc_text(model: ErrorModel) -> str:
     return model.acc.name + (" (default)" if model.accumulation_default else "")
 
 
-def _tolerance(
+def _rule_tolerance(
     rule: str, *, model_tol: np.ndarray, mid: np.ndarray, fmt: FloatFormat,
     rtol: float | None, atol: float | None, ulps: float | None, factor: float | None,
     safety: float | None, plain_err: float | None,
@@ -435,10 +435,10 @@ def compare_attention(
     lower, upper = _refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
                             atol, ulps)
     mid = 0.5 * (lower + upper)
-    tol = _tolerance(rule, model_tol=model_tol, mid=mid, fmt=model.fmt, rtol=rtol,
+    tol = _rule_tolerance(rule, model_tol=model_tol, mid=mid, fmt=model.fmt, rtol=rtol,
                      atol=atol, ulps=ulps, factor=factor, safety=safety, plain_err=plain_err)
-    comp = _judge(a, lower, upper, tol, vacuous if rule in ("model", "flash") else None,
-                  model=model, rule=_rule_text(rule, model, safety, rtol, atol, ulps, factor),
+    comp = _verdict(a, lower, upper, tol, vacuous if rule in ("model", "flash") else None,
+                  model=model, rule=_rule_line(rule, model, safety, rtol, atol, ulps, factor),
                   index_names=_index_names(a.ndim), title="attention output",
                   notes=tuple(notes))
     if comp.passed or not diagnose_bugs:
@@ -548,10 +548,10 @@ def compare_mha(
     lower, upper = _refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
                             atol, ulps)
     mid = 0.5 * (lower + upper)
-    tol = _tolerance(rule, model_tol=model_tol, mid=mid, fmt=model.fmt, rtol=rtol, atol=atol,
+    tol = _rule_tolerance(rule, model_tol=model_tol, mid=mid, fmt=model.fmt, rtol=rtol, atol=atol,
                      ulps=ulps, factor=factor, safety=safety, plain_err=None)
-    comp = _judge(a, lower, upper, tol, vacuous if rule == "model" else None, model=model,
-                  rule=_rule_text(rule, model, safety, rtol, atol, ulps, factor),
+    comp = _verdict(a, lower, upper, tol, vacuous if rule == "model" else None, model=model,
+                  rule=_rule_line(rule, model, safety, rtol, atol, ulps, factor),
                   index_names=("query", "batch", "feature") if seq_first
                   else _index_names(a.ndim, mha=True),
                   title="multi-head attention output")
@@ -657,7 +657,7 @@ def _refined(ref: Any, lower: np.ndarray, upper: np.ndarray, model: np.ndarray, 
     ``[nextafter(r, -inf), nextafter(r, +inf)]`` with ``[lower, upper]`` keeps a
     certified enclosure, of width at most 2 ulp(float64)."""
     mid = 0.5 * (lower + upper)
-    tol = _tolerance(rule, model_tol=model, mid=mid, fmt=fmt, rtol=rtol, atol=atol, ulps=ulps,
+    tol = _rule_tolerance(rule, model_tol=model, mid=mid, fmt=fmt, rtol=rtol, atol=atol, ulps=ulps,
                      factor=None, safety=safety, plain_err=None) if rule != "flash" else (
         model)
     with np.errstate(invalid="ignore"):
@@ -696,7 +696,7 @@ def _with_diagnoses(comp: AttentionComparison,
     return replace(comp, diagnosis_run=True, diagnoses=diags)
 
 
-def _rule_text(rule: str, model: ErrorModel, safety: float | None, rtol: float | None,
+def _rule_line(rule: str, model: ErrorModel, safety: float | None, rtol: float | None,
                atol: float | None, ulps: float | None, factor: float | None) -> str:
     if rule == "model":
         return f"{model.describe()} × {DEFAULT_SAFETY if safety is None else safety:g}"
@@ -762,3 +762,51 @@ def _render(c: AttentionComparison) -> str:
                  "shown to 4 digits; a mismatch is declared only when the distance to "
                  "the whole enclosure exceeds the tolerance)")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------
+# The helpers as the gradients' checks (backward.py, backward_mha.py) call them: whole
+# tolerance arrays from their own model, no vacuity, old signatures
+
+
+def _formats(actual: np.ndarray, accumulation_dtype: Any) -> tuple[FloatFormat, FloatFormat]:
+    """(format of ``actual``, accumulation format): the output's own unless stated."""
+    m = _model(actual, "same" if accumulation_dtype is None else accumulation_dtype,
+               "fused", "worst_case")
+    return m.fmt, m.acc
+
+
+def _judge(actual: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray, *,
+           fmt: FloatFormat, acc: FloatFormat, rule: str, index_names: tuple[str, ...],
+           title: str) -> tuple[AttentionComparison, np.ndarray]:
+    """:func:`_verdict` with a caller's tolerance (no vacuity): (findings, mismatched)."""
+    comp = _verdict(actual, lower, upper, tol, None, model=ErrorModel(fmt, acc, kind="worst_case"),
+                    rule=rule, index_names=index_names, title=title)
+    return comp, comp.mismatched
+
+
+def _tolerance(rule: str, *, model: np.ndarray, mid: np.ndarray, fmt: FloatFormat,
+               rtol: float | None, atol: float | None, ulps: float | None,
+               factor: float | None, safety: float | None,
+               plain: np.ndarray | None) -> np.ndarray:
+    """:func:`_rule_tolerance` with the flash rule's plain run given as an array."""
+    plain_err = None
+    if rule == "flash":
+        assert plain is not None
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(plain) & np.isfinite(mid)
+            plain_err = float(np.max(np.abs(plain - mid)[ok])) if np.any(ok) else 0.0
+    return _rule_tolerance(rule, model_tol=model, mid=mid, fmt=fmt, rtol=rtol, atol=atol,
+                           ulps=ulps, factor=factor, safety=safety, plain_err=plain_err)
+
+
+def _rule_text(rule: str, safety: float | None, rtol: float | None, atol: float | None,
+               ulps: float | None, factor: float | None) -> str:
+    """The rule line of a report whose model is the caller's own."""
+    if rule == "model":
+        return f"rounding-error model × {DEFAULT_SAFETY if safety is None else safety:g}"
+    if rule == "flash":
+        return (f"{DEFAULT_FLASH_FACTOR if factor is None else factor:g} × the error of a "
+                "plain same-dtype implementation, at least the rounding-error model")
+    return _rule_line(rule, ErrorModel(FORMATS["float64"], FORMATS["float64"]), safety, rtol,
+                      atol, ulps, factor)

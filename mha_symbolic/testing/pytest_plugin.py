@@ -57,6 +57,14 @@ class AttentionOracle:
 
         assert_mha_close(actual, query, key, value, **{**self.defaults, **options})
 
+    def check(self, fn: Any, query: Any, key: Any, value: Any, **options: Any) -> Any:
+        """:func:`mha_symbolic.check_attention`: run ``fn`` forward and (torch, jax)
+        backward, and check the output and every gradient; raises on failure."""
+        __tracebackhide__ = True
+        from .check import check_attention
+
+        return check_attention(fn, query, key, value, **{**self.defaults, **options})
+
     def reference(self, query: Any, key: Any, value: Any, **options: Any) -> Any:
         """The exact answer: :func:`mha_symbolic.reference_attention`."""
         from ..oracle import reference_attention
@@ -73,5 +81,6 @@ class AttentionOracle:
 @pytest.fixture
 def attention_oracle() -> AttentionOracle:
     """The attention testing tool: ``.assert_close(actual, q, k, v, **options)``,
-    ``.compare(...)``, ``.assert_mha_close(...)``, ``.reference(...)``."""
+    ``.compare(...)``, ``.assert_mha_close(...)``, ``.check(fn, q, k, v, ...)`` (forward
+    and backward), ``.reference(...)``."""
     return AttentionOracle()

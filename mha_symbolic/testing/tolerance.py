@@ -40,7 +40,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
-from ..oracle.formats import FORMATS, FloatFormat, get_format
+from ..oracle.formats import FORMATS as _ORACLE_FORMATS
+from ..oracle.formats import FloatFormat as _Format
+from ..oracle.formats import get_format
 
 __all__ = [
     "DEFAULT_SAFETY",
@@ -49,9 +51,12 @@ __all__ = [
     "FORMATS",
     "KERNELS",
     "K_EXP",
+    "K_SCORE",
+    "K_SOFTMAX",
     "ErrorModel",
     "FloatFormat",
     "KernelModel",
+    "attention_error_bound",
     "error_model",
     "format_of",
     "gamma",
@@ -72,6 +77,11 @@ __all__ = [
 FALSE_ALARM_PROBABILITY = 1e-9
 #: The exp is charged K_EXP u_a (libm and SLEEF exps are within 1–2 ulps = 2–4 u).
 K_EXP = 4
+#: Counts of a plain kernel used by the backward model (testing/backward_model.py):
+#: roundings relative to a score (the scale, the stored product, the mask addition, the
+#: stored sum) and of the softmax beyond its n additions (exp 4u, division, store).
+K_SCORE = 4
+K_SOFTMAX = 6
 #: The bound is used as it is (it is a derivation with its roundings counted).
 DEFAULT_SAFETY = 1.0
 #: Relative error factors saturate here (e^700): a bound that large is vacuous and
@@ -110,14 +120,43 @@ KERNELS: dict[str, KernelModel] = {
 # Formats
 
 
-def format_of(dtype: object) -> FloatFormat:
-    """The :class:`~mha_symbolic.oracle.formats.FloatFormat` of a numpy dtype
-    (ml_dtypes bfloat16 included), a torch dtype or a name.
+@dataclass(frozen=True)
+class FloatFormat(_Format):
+    """The oracle's :class:`~mha_symbolic.oracle.formats.FloatFormat` (precision ``p``,
+    exponent range ``emin``..``emax``) with the constants of the error analysis."""
 
-    >>> format_of("bfloat16").p
-    8
+    @property
+    def u(self) -> float:
+        """Unit roundoff 2^-p."""
+        return math.ldexp(1.0, -self.p)
+
+    @property
+    def eta(self) -> float:
+        """Half the smallest subnormal: the absolute error of a rounding that underflows."""
+        return math.ldexp(1.0, self.emin - self.p)
+
+    @property
+    def precision(self) -> int:
+        return self.p
+
+    @property
+    def max(self) -> float:
+        return self.max_finite
+
+
+#: name -> format, the oracle's formats with the analysis' constants
+FORMATS: dict[str, FloatFormat] = {
+    name: FloatFormat(f.name, f.p, f.emin, f.emax) for name, f in _ORACLE_FORMATS.items()}
+
+
+def format_of(dtype: object) -> FloatFormat:
+    """The :class:`FloatFormat` of a numpy dtype (ml_dtypes bfloat16 included), a torch
+    dtype, a name, or an oracle format.
+
+    >>> format_of("bfloat16").p, format_of("bfloat16").u == 2.0 ** -8
+    (8, True)
     """
-    return get_format(dtype)
+    return FORMATS[get_format(dtype).name]
 
 
 def unit_roundoff(fmt: FloatFormat) -> float:
@@ -327,14 +366,52 @@ def error_model(dtype: Any, *, accumulation_dtype: Any = None, kernel: str = "fu
                       flush=subnormals == "flush")
 
 
-def __getattr__(name: str) -> Any:
-    """``attention_error_bound`` and ``Bound`` live in :mod:`.attention_bound` (kept
-    importable from here)."""
-    if name in ("attention_error_bound", "Bound"):
-        from . import attention_bound
+def attention_error_bound(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, p: np.ndarray | None = None, *,
+    scale: float, allowed: np.ndarray, mask_add: np.ndarray | None = None,
+    out: np.ndarray | None = None, fmt: Any = None, acc: Any = None,
+    model: ErrorModel | None = None, dq: np.ndarray | None = None,
+    dk: np.ndarray | None = None, dv: np.ndarray | None = None, softmax_axis: int = -1,
+) -> np.ndarray:
+    """The bound of :func:`mha_symbolic.testing.attention_bound.attention_error_bound`
+    on whole arrays ``q (..., L, E)``, ``k (..., S, E)``, ``v (..., S, Ev)`` (heads
+    matched; ``allowed``, ``mask_add`` broadcastable to (..., L, S)), as the backward
+    model uses it: the worst-case model of ``fmt``/``acc`` unless ``model`` is given.
+    ``p`` and ``out`` are accepted and ignored (the weights are recomputed).
 
-        return getattr(attention_bound, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    >>> import numpy as np
+    >>> b = attention_error_bound(np.eye(2)[None], np.eye(2)[None], np.eye(2)[None],
+    ...                           scale=1.0, allowed=np.ones((1, 2, 2), bool), fmt="float32")
+    >>> b.shape, bool(np.all(b < 1e-5))
+    ((1, 2, 2), True)
+    """
+    from .attention_bound import attention_error_bound as chunk_bound
+
+    del p, out
+    if model is None:
+        if fmt is None:
+            raise SpecError("attention_error_bound needs model= or fmt= (and acc=)")
+        model = ErrorModel(format_of(fmt), format_of(acc if acc is not None else fmt),
+                           kind="worst_case")
+    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    L, S, Ev = q.shape[-2], k.shape[-2], v.shape[-1]
+    qb, kb, vb = (np.broadcast_to(a, (*lead, *a.shape[-2:])) for a in (q, k, v))
+    al = np.broadcast_to(allowed, (*lead, L, S))
+    ma = None if mask_add is None else np.broadcast_to(mask_add, (*lead, L, S))
+    dqb = None if dq is None else np.broadcast_to(dq, qb.shape)
+    dkb = None if dk is None else np.broadcast_to(dk, kb.shape)
+    dvb = None if dv is None else np.broadcast_to(dv, vb.shape)
+    res = np.zeros((*lead, L, Ev))
+    for idx in np.ndindex(*lead):
+        res[idx] = chunk_bound(
+            np.asarray(qb[idx], float), np.asarray(kb[idx], float), np.asarray(vb[idx], float),
+            scale=scale, allowed=np.asarray(al[idx]), model=model,
+            mask_add=None if ma is None else np.asarray(ma[idx], float),
+            dq=None if dqb is None else np.asarray(dqb[idx], float),
+            dk=None if dkb is None else np.asarray(dkb[idx], float),
+            dv=None if dvb is None else np.asarray(dvb[idx], float),
+            softmax_axis=softmax_axis).tol
+    return res
 
 
 # --------------------------------------------------------------------------------------
@@ -347,8 +424,10 @@ def linear_error_bound(
     b: np.ndarray | None,
     *,
     y: np.ndarray,
-    model: ErrorModel,
+    model: ErrorModel | None = None,
     dx: np.ndarray | None = None,
+    fmt: FloatFormat | None = None,
+    acc: FloatFormat | None = None,
 ) -> np.ndarray:
     """Bound on ``|fl(x Wᵀ + b) − (x Wᵀ + b)|`` (torch layout, W (out, in)), the result
     stored in the output dtype: ``g (|x||W|ᵀ + |b|) + |dx||W|ᵀ (1 + g) + u|y| + η``
@@ -360,6 +439,11 @@ def linear_error_bound(
     ...                                model=error_model("float32")) < 1e-5))
     True
     """
+    if model is None:           # formats given (the backward model): the worst case
+        if fmt is None:
+            raise SpecError("linear_error_bound needs model= or fmt= (and acc=)")
+        model = ErrorModel(format_of(fmt), format_of(acc if acc is not None else fmt),
+                           kind="worst_case")
     n_in = x.shape[-1]
     g = float(gamma(n_in + 1, model.ua))
     if model.kind == "probabilistic":

@@ -36,7 +36,8 @@ _INPUT_KEYS = ("scores", "query", "key", "value", "x", "x_kv", "w_q", "w_k", "w_
 _OPTION_KEYS = ("heads", "kv_heads", "d_k", "scale", "mask", "causal_alignment", "masked_rows",
                 "mask_fill", "mask_fill_stage", "masked", "valid_lens", "layout", "qkv_layout")
 _DIM_KEYS = ("n_q", "n_k", "d_model", "d_v", "kdim", "vdim", "bias", "add_bias_kv", "batch")
-_META_KEYS = ("name", "title", "notes", "claim", "inputs", "arrays", "init")
+_META_KEYS = ("name", "title", "notes", "claim", "inputs", "arrays", "init",
+               "grad_output")
 _EXAMPLE_KEYS = {*_META_KEYS, *_INPUT_KEYS, *_OPTION_KEYS, *_DIM_KEYS}
 _CLAIM_KEYS = {"quantity", "claimed", "head", "batch", "expr", "rtol", "note"}
 _BIAS_PARTS = ("q", "k", "v", "o")
@@ -71,10 +72,12 @@ class WorkedExample:
     options: dict[str, Any] = field(default_factory=dict)
     dims: dict[str, Any] = field(default_factory=dict)
     claims: list[Claim] = field(default_factory=list)
+    grad_output: Any = None  # the gradient of the concatenated head outputs (backward claims)
     source: str = ""
     line: int = 0
     printed_inputs: bool = False
     _attention: Any = field(default=None, repr=False)
+    _gradients: Any = field(default=None, repr=False)
     _variants: dict[str, Any] = field(default_factory=dict, repr=False)
     _engine: list[dict[str, Any]] | None = field(default=None, repr=False)
 
@@ -133,6 +136,22 @@ class WorkedExample:
         else:
             self._attention = result
         return result
+
+    def gradients(self) -> Any:
+        """The exact backward pass of every head against ``grad_output``
+        (:func:`mha_symbolic.exact.backward.exact_backward`), or None without one."""
+        if self.grad_output is None:
+            return None
+        if self._gradients is None:
+            from ..exact.backward import exact_backward
+
+            att = self.attention()
+            if att is None:
+                from ..errors import SpecError
+
+                raise SpecError("grad_output needs inputs to differentiate")
+            self._gradients = exact_backward(att, self.grad_output)
+        return self._gradients
 
     @property
     def spec(self) -> Any:
@@ -301,9 +320,12 @@ def _example(item: Any, index: int, source: str, loc: Any, base: Path | None) ->
     claims = [_claim(c, j, f"{_at(source, loc.claim(index, j))}example {name!r}",
                      lambda key, j=j: loc.claim_key(index, j, key), source)
               for j, c in enumerate(claims_raw)]
+    grad_output = (_matrix_input(item["grad_output"], f"{at('grad_output')}: grad_output")
+                   if "grad_output" in item else None)
     ex = WorkedExample(name=name, title=item.get("title", ""), notes=item.get("notes", ""),
                        inputs=inputs, options=options, dims=dims, claims=claims, source=source,
-                       line=loc.example(index), printed_inputs=mode == "printed")
+                       line=loc.example(index), printed_inputs=mode == "printed",
+                       grad_output=grad_output)
     # Build now, so that inconsistent inputs are reported at load time.
     try:
         if ex.has_attention:
@@ -314,6 +336,10 @@ def _example(item: Any, index: int, source: str, loc: Any, base: Path | None) ->
             for b in range(ex.batch_size):
                 ex.attention(b)
         ex.spec  # noqa: B018 - validates the stated sizes
+        if grad_output is not None and ex.batch_size != 1:
+            raise ExampleFileError("grad_output is for one batch element: this example has "
+                                   f"{ex.batch_size}")
+        ex.gradients()
     except MhaSymbolicError as exc:
         raise ExampleFileError(f"{where}: {exc}") from None
     return ex

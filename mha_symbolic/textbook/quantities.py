@@ -29,6 +29,11 @@ MATRIX_QUANTITIES = {
     "concat": "concatenated heads",
     "output": "block output",
     "q": "queries", "k": "keys", "v": "values",
+    # the backward pass against the example's grad_output (exact/backward.py)
+    "grad_query": "gradient of the head's queries, c·dS K",
+    "grad_key": "gradient of the head's keys, c·dSᵀ Q",
+    "grad_value": "gradient of the head's values, Pᵀ dO",
+    "grad_score": "gradient of the scaled scores, dS = P ∘ (dP − D)",
 }
 _SHAPE_NAMES = ("x", "x_kv", "w_q", "w_k", "w_v", "q", "k", "v", "scores", "weights", "head",
                 "concat", "w_o", "output", "w_q_stacked", "w_k_stacked", "w_v_stacked", "w_qkv")
@@ -169,7 +174,10 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
 
         ordered = sorted(finite, key=cmp_to_key(descending))
         return ordered[0] - ordered[1]
-    matrix = matrix_of(att, name, head)
+    if name.startswith("grad_"):
+        matrix = _gradient(ex, claim.quantity, name, h)
+    else:
+        matrix = matrix_of(att, name, head)
     if matrix is None:
         raise ClaimError(f"{claim.quantity}: example {ex.name!r} gives no {_NEEDS.get(name, name)}, "
                          f"which {name} needs")
@@ -184,13 +192,27 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
     return tuple(matrix[r, c] for c in range(matrix.cols))
 
 
+def _gradient(ex: WorkedExample, quantity: str, name: str, h: int) -> Any:
+    """One head's gradient matrix against the example's grad_output."""
+    grads = ex.gradients()
+    if grads is None:
+        raise ClaimError(f"{quantity}: example {ex.name!r} gives no grad_output")
+    g = grads[h]
+    matrix = {"grad_query": g.dq, "grad_key": g.dk, "grad_value": g.dv, "grad_score": g.ds}[name]
+    if matrix is None:
+        raise ClaimError(f"{quantity}: example {ex.name!r} gives no queries and keys to "
+                         "differentiate (scores only)")
+    return matrix
+
+
 def matrix_of(att: Any, name: str, head: Any) -> Any:
     """The SymPy matrix a matrix quantity names (None when the inputs do not give it)."""
+    # gradient quantities (grad_*) need the example's grad_output: not from att alone
     return {
         "score": head.scores, "scaled_score": head.scaled, "weight": head.weights,
         "head_output": head.output, "concat": att.concat, "output": att.final()
         if att.concat is not None else None, "q": head.q, "k": head.k, "v": head.v,
-    }[name]
+    }.get(name)
 
 
 def _shape(ex: WorkedExample, sub: str) -> Any:

@@ -1,0 +1,294 @@
+"""The numba kernels of :mod:`.jit` (imported only when numba is installed).
+
+Module-level functions with module-level constants, so numba can cache the
+compiled code on disk (``cache=True``): a fresh process loads it instead of
+compiling.  Each kernel mirrors its numpy twin in :mod:`.jit` operation by
+operation (see that module's docstring)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+
+from . import constants as C
+from .dd import SPLIT
+from .jit import _t1_elem
+
+Array = np.ndarray[Any, Any]
+
+# constants: module globals are frozen into the compiled code
+EXP1_C3, EXP1_C4, EXP1_CUT, EXP2_CUT = C.EXP1_C3, C.EXP1_C4, C.EXP1_CUT, C.EXP2_CUT
+INV_LN2_128, INV_LN2_1024 = C.INV_LN2_128, C.INV_LN2_1024
+LN2_128_HI, LN2_128_LO = C.LN2_128_HI, C.LN2_128_LO
+LN2_1024_A, LN2_1024_B, LN2_1024_C = C.LN2_1024_A, C.LN2_1024_B, C.LN2_1024_C
+# error_model="numpy": x/0 gives inf or nan as in numpy (not ZeroDivisionError)
+njit = numba.njit(cache=True, nogil=True, error_model="numpy")
+
+@njit
+def two_sum_s(a: float, b: float) -> tuple[float, float]:
+    s = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    return s, e
+
+@njit
+def fast_two_sum_s(a: float, b: float) -> tuple[float, float]:
+    s = a + b
+    e = b - (s - a)
+    return s, e
+
+@njit
+def split_s(a: float) -> tuple[float, float]:
+    c = SPLIT * a
+    hi = c - (c - a)
+    return hi, a - hi
+
+@njit
+def two_prod_s(a: float, b: float) -> tuple[float, float]:
+    p = a * b
+    ah, al = split_s(a)
+    bh, bl = split_s(b)
+    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    return p, e
+
+@njit
+def dd_mul_s(ah: float, al: float, bh: float, bl: float) -> tuple[float, float]:
+    p, e = two_prod_s(ah, bh)
+    e = e + (ah * bl + al * bh)
+    return fast_two_sum_s(p, e)
+
+@njit
+def dd_mul_d_s(ah: float, al: float, b: float) -> tuple[float, float]:
+    p, e = two_prod_s(ah, b)
+    e = e + al * b
+    return fast_two_sum_s(p, e)
+
+@njit
+def dd_add_d_s(ah: float, al: float, b: float) -> tuple[float, float]:
+    s, e = two_sum_s(ah, b)
+    e = e + al
+    return two_sum_s(s, e)
+
+RND = 6755399441055744.0  # 1.5·2**52: (x + RND) - RND = rint(x) for |x| < 2**51
+
+@njit
+def rint_s(x: float) -> float:
+    return (x + RND) - RND  # round to nearest, ties to even, like np.rint
+
+@njit
+def exp_double_s(t: float, tab: Array, p2: Array) -> float:
+    x = t if not t < EXP1_CUT else EXP1_CUT  # np.maximum (t is already clamped)
+    n = rint_s(x * INV_LN2_128)
+    r = n * LN2_128_HI
+    r = x - r
+    r = r - n * LN2_128_LO
+    ni = int(n)
+    p = r * EXP1_C4
+    p = p + EXP1_C3
+    p = p * r
+    p = p + 0.5
+    p = p * r
+    p = p + 1.0
+    p = p * r
+    p = p + 1.0
+    p = p * tab[ni & 127]
+    # = ldexp(p, k): exact, the result is normal; the index is clamped only for the
+    # garbage of rows that are discarded anyway (NaN/inf scores), never for valid ones
+    return p * p2[min(max((ni >> 7) + 1100, 0), 2123)]
+
+c3, c4, c5, c6, c7 = C.EXP2_C
+
+@njit
+def exp_dd_s(th: float, tl: float, tab_hi: Array, tab_lo: Array, p2: Array
+             ) -> tuple[float, float]:
+    cut = th < EXP2_CUT
+    if cut:  # np.maximum / np.where (th is never NaN here: masked keys are skipped)
+        th = EXP2_CUT
+        tl = 0.0
+    n = rint_s(th * INV_LN2_1024)
+    r1 = th - n * LN2_1024_A
+    rh, e = two_sum_s(r1, -(n * LN2_1024_B))
+    e = e + tl
+    e = e - n * LN2_1024_C
+    rh, rl = two_sum_s(rh, e)
+    p2h, p2l = two_prod_s(rh, rh)
+    q = rh * c7
+    q = q + c6
+    q = q * rh
+    q = q + c5
+    q = q * rh
+    q = q + c4
+    q = q * rh
+    q = q + c3
+    t3 = p2h * rh
+    t3 = t3 * q
+    half = 0.5 * p2h
+    a1, e1 = two_sum_s(rh, half)
+    low = e1 + rl
+    low = low + (rh * rl + 0.5 * p2l)
+    low = low + t3
+    eh, el = fast_two_sum_s(1.0, a1)
+    el = el + low
+    eh, el = fast_two_sum_s(eh, el)
+    ni = int(n)
+    j = ni & 1023
+    wh, wl = dd_mul_s(tab_hi[j], tab_lo[j], eh, el)  # j in [0, 1023] for any int
+    f = p2[min(max((ni >> 10) + 1100, 0), 2123)]  # 2**k (clamped: see exp_double_s)
+    return wh * f, wl * f
+
+@njit
+def t1(s, c_f, madd, uniform, notallowed, has_key, w, m, tab, p2):
+    r, S = s.shape
+    for i in range(r):
+        mx = -np.inf
+        nan = False
+        for j in range(S):
+            x = s[i, j] * c_f
+            if madd is not None:
+                x = x + madd[i, j]
+            if uniform is not None and uniform[i]:
+                x = 0.0
+            if notallowed is not None and notallowed[i, j]:
+                x = -np.inf
+            s[i, j] = x
+            if x > mx:
+                mx = x
+            elif x != x:
+                nan = True
+        if nan:  # np.max propagates NaN
+            mx = np.nan
+        mi = mx if has_key[i] else 0.0
+        m[i] = mi
+        for j in range(S):
+            t = s[i, j] - mi
+            if t < EXP1_CUT:  # np.maximum: NaN propagates
+                t = EXP1_CUT
+            s[i, j] = t
+            if notallowed is not None and notallowed[i, j]:
+                w[i, j] = 0.0
+            else:
+                w[i, j] = exp_double_s(t, tab, p2)
+
+@njit
+def t2s(gh, gl, ps, tiny, mode, c_hi, c_lo, madd, uniform, notallowed,
+        has_key, sh, sl, m):
+    r, S = gh.shape
+    for i in range(r):
+        mx = -np.inf
+        nan = False
+        for j in range(S):
+            a = gh[i, j] * ps[i]
+            b = gl[i, j] * ps[i]
+            if tiny[i]:
+                a = 0.0
+                b = 0.0
+            if mode == 0:
+                if c_hi != 1.0:
+                    a = -a
+                    b = -b
+            elif mode == 1:
+                a, b = dd_mul_d_s(a, b, c_hi)
+            else:
+                a, b = dd_mul_s(a, b, c_hi, c_lo)
+            if madd is not None:
+                a, b = dd_add_d_s(a, b, madd[i, j])
+            if uniform is not None and uniform[i]:
+                a = 0.0
+                b = 0.0
+            if notallowed is not None and notallowed[i, j]:
+                a = -np.inf
+            sh[i, j] = a
+            sl[i, j] = b
+            if a > mx:
+                mx = a
+            elif a != a:
+                nan = True
+        ok = has_key[i] and mx > -np.inf and mx < np.inf and not nan
+        m[i] = mx if ok else 0.0
+
+@njit
+def t2w(sh, sl, m, notallowed, wh, wl, tab_hi, tab_lo, p2):
+    r, S = sh.shape
+    for i in range(r):
+        mi = -m[i]
+        for j in range(S):
+            if notallowed is not None and notallowed[i, j]:
+                wh[i, j] = 0.0
+                wl[i, j] = 0.0
+                continue
+            th, tl = dd_add_d_s(sh[i, j], sl[i, j], mi)
+            a, b = exp_dd_s(th, tl, tab_hi, tab_lo, p2)
+            wh[i, j] = a
+            wl[i, j] = b
+
+@njit
+def acc(terms, hi, lo):
+    r, S = hi.shape
+    K = len(terms)
+    for i in range(r):
+        for j in range(S):
+            h = terms[0][i, j]
+            low = 0.0
+            for k in range(1, K):
+                h, e = two_sum_s(h, terms[k][i, j])
+                low = low + e
+            h, low = two_sum_s(h, low)
+            hi[i, j] = h
+            lo[i, j] = low
+
+elem = njit(_t1_elem)
+
+@njit
+def slc(x, up1, step, parts, rem):
+    n_s = parts.shape[0]
+    r_, d = x.shape
+    for i in range(r_):
+        for j in range(d):
+            rr = x[i, j]
+            up = up1[i]
+            for s in range(n_s):
+                if rr == 0.0:
+                    break  # every later slice of this entry is 0 (parts is zeroed)
+                q = np.rint(rr * up)  # exact scalings; np.rint: any magnitude
+                q = q / up
+                rr = rr - q
+                parts[s, i, j] = q
+                up = up * step
+            rem[i, j] = rr
+
+@njit
+def wsl(wh, w1, w2, w3, rem):
+    r, S = wh.shape
+    for i in range(r):
+        for j in range(S):
+            x = wh[i, j]
+            q = rint_s(x * 2097152.0)  # 2**21
+            q = q / 2097152.0
+            x = x - q
+            w1[i, j] = q
+            q = rint_s(x * 8796093022208.0)  # 2**43
+            q = q / 8796093022208.0
+            x = x - q
+            w2[i, j] = q
+            q = rint_s(x * 36893488147419103232.0)  # 2**65
+            q = q / 36893488147419103232.0
+            x = x - q
+            w3[i, j] = q
+            rem[i, j] = x
+
+@njit
+def t1f(n, a, d, dl, tau0, twt0, taud, vmax, vr, g, ascale, se, rf, rho_r,
+        has_drop, sc, y, err, fin):
+    r, Ev = n.shape
+    for i in range(r):
+        ok = True
+        for col in range(Ev):
+            yy, ee = elem(n[i, col], a[i, col], d[i], dl[i], tau0[i], twt0[i], taud[i],
+                          vmax[col], vr[col], g, ascale, se, rf, rho_r, has_drop, sc[col])
+            y[i, col] = yy
+            err[i, col] = ee
+            if not (np.isfinite(yy) and np.isfinite(ee)):
+                ok = False
+        fin[i] = ok

@@ -1,0 +1,349 @@
+"""Known bug classes of attention *backward* code, as data, and the diagnosis built
+on them (the backward counterpart of :mod:`.bugs`).
+
+Each entry of :data:`BACKWARD_BUG_CLASSES` names a mistake of real backward kernels
+(FlashAttention-2's Algorithm 2 and autograd formulas: see docs/gradients.md §7) and
+gives the float64 gradients the buggy formula produces.  A diagnosis names a class only
+after checking it: every gradient the kernel returned lies within the model tolerance
+of that class's gradients, while the kernel does not lie within tolerance of the truth.
+
+Also here: :func:`plain_backward`, the float64 backward that the bug variants and the
+tolerance model (:mod:`.backward`) share.  It is not a reference: the reference is
+the oracle's certified enclosure (:func:`mha_symbolic.reference_attention_backward`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "BACKWARD_BUG_CLASSES",
+    "BackwardBugClass",
+    "BackwardInputs",
+    "PlainBackward",
+    "plain_backward",
+]
+
+Arr = np.ndarray
+# work dtype of a plain kernel storing tensors in a dtype: fp16/bf16 multiply-accumulate
+# and take softmax in float32 (cuBLAS, torch MATH, FlashAttention)
+_WORK = {"float64": "float64", "float32": "float32", "float16": "float32", "bfloat16": "float32"}
+
+
+@dataclass(frozen=True)
+class BackwardInputs:
+    """One attention call and its grad_output, in float64 (shapes as SDPA)."""
+
+    q: Arr
+    k: Arr
+    v: Arr
+    do: Arr
+    attn_mask: Arr | None = None     # bool (True = takes part) or float (added)
+    is_causal: bool = False
+    scale: float | None = None
+    enable_gqa: bool = False
+    causal_alignment: str = "top_left"
+    masked_rows: str = "zero"
+    dropout_p: float = 0.0
+    dropout_mask: Arr | None = None  # bool keep-mask
+
+    @property
+    def effective_scale(self) -> float:
+        return 1.0 / math.sqrt(self.q.shape[-1]) if self.scale is None else float(self.scale)
+
+
+@dataclass(frozen=True)
+class PlainBackward:
+    """Float64 gradients (shaped like the inputs) and the per-problem intermediates
+    the tolerance model needs (arrays over the broadcast batch, heads matched)."""
+
+    dq: Arr
+    dk: Arr
+    dv: Arr
+    d_mask: Arr | None
+    q: Arr           # (..., L, E)
+    k: Arr           # (..., S, E), kv heads repeated for their query heads
+    v: Arr
+    do: Arr
+    p: Arr           # weights the backward uses (..., L, S)
+    w: Arr           # dropout weights f·keep∘P (= p without dropout)
+    dp: Arr          # f·keep∘(dO Vᵀ)
+    d: Arr           # (..., L, 1)
+    ds: Arr
+    out: Arr         # the forward output
+    allowed: Arr
+    mask_add: Arr | None
+    scale: float
+    rep: int         # GQA: query heads per kv head (1 without GQA)
+    f: float         # dropout factor
+    # the structure of the formulas (the catalogue's variants change it)
+    dq_scale: float = 1.0          # dQ = dq_scale · (dS or dSᵀ) K
+    dk_scale: float = 1.0
+    ds_transposed: bool = False
+    dv_p_transposed: bool = True
+    gqa_reduce: str = "sum"
+
+
+def _expand(x: Arr, rep: int, batch: tuple[int, ...]) -> Arr:
+    if rep > 1:
+        x = np.repeat(x, rep, axis=-3)
+    return np.broadcast_to(x, (*batch, *x.shape[-2:]))
+
+
+def reduce_to(g: Arr, shape: tuple[int, ...], rep: int, mode: str = "sum") -> Arr:
+    """Sum a gradient over the copies of its input: the GQA group of each kv head
+    (``mode`` "sum": query heads g // rep = h; "tile": g % H_kv = h; "first": only
+    the first query head of the group is taken) and broadcast leading axes."""
+    if rep > 1:
+        hq = g.shape[-3]
+        hkv = hq // rep
+        lead = g.shape[:-3]
+        if mode == "sum":
+            g = g.reshape(*lead, hkv, rep, *g.shape[-2:]).sum(axis=-3)
+        elif mode == "tile":
+            g = g.reshape(*lead, rep, hkv, *g.shape[-2:]).sum(axis=-4)
+        else:
+            g = g.reshape(*lead, hkv, rep, *g.shape[-2:])[..., 0, :, :]
+    extra = g.ndim - len(shape)
+    if extra > 0:
+        g = g.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, (a, b) in enumerate(zip(g.shape, shape, strict=True)) if b == 1 and a != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    return g.reshape(shape)
+
+
+def plain_backward(
+    x: BackwardInputs, *,
+    d_term: str = "correct",
+    dq_scale_power: int = 1,
+    dk_scale_power: int = 1,
+    ds_transposed: bool = False,
+    mask_in_backward: str = "all",
+    gqa_reduce: str = "sum",
+    dv_p_transposed: bool = True,
+    jacobian: str = "full",
+    dropout_in_backward: bool = True,
+    dtype: Any = None,
+) -> PlainBackward:
+    """The float64 backward of ``x``; the keyword switches produce the catalogue's
+    buggy variants (defaults: the correct formulas).
+
+    With ``dtype`` (numpy dtype, ml_dtypes bfloat16 included) it simulates a plain
+    kernel in that dtype instead, as torch's MATH backend runs: the inputs and every
+    tensor it stores (scaled q and k, scores, P, dP, dS, the gradients) rounded to the
+    dtype, products and softmax in float32 for fp16/bf16 (the dtype itself otherwise).
+    The returned arrays are float64 holding those values."""
+    if dtype is not None:
+        dt = np.dtype(dtype)
+        wk = np.dtype(_WORK.get(dt.name, "float64"))
+
+        def st(a: Any) -> Arr:
+            return np.asarray(a).astype(dt).astype(wk)
+    else:
+        wk = np.dtype(np.float64)
+
+        def st(a: Any) -> Arr:
+            return np.asarray(a, dtype=np.float64)
+    q, k, v, do = st(x.q), st(x.k), st(x.v), st(x.do)
+    rep = 1
+    if x.enable_gqa and q.ndim >= 3 and k.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        rep = q.shape[-3] // k.shape[-3]
+    batch = tuple(np.broadcast_shapes(q.shape[:-2], (*k.shape[:-3], k.shape[-3] * rep)
+                                      if k.ndim >= 3 else k.shape[:-2],
+                                      (*v.shape[:-3], v.shape[-3] * rep)
+                                      if v.ndim >= 3 else v.shape[:-2]))
+    qe, ke, ve = _expand(q, 1, batch), _expand(k, rep, batch), _expand(v, rep, batch)
+    c = x.effective_scale
+    L, S = q.shape[-2], k.shape[-2]
+    if dtype is None:
+        raw = c * (qe @ np.swapaxes(ke, -1, -2))
+    else:  # torch MATH: q and k each pre-scaled by sqrt(c) in the dtype
+        rc = wk.type(math.sqrt(abs(c)))
+        raw = st(st(qe * rc) @ np.swapaxes(st(ke * (rc if c >= 0 else -rc)), -1, -2))
+    user = np.ones(raw.shape, dtype=bool)       # the attention mask's keys
+    mask_add = None
+    m = x.attn_mask
+    if m is not None:
+        if m.dtype == np.bool_:
+            user = user & m
+        else:
+            mf = np.asarray(m, dtype=np.float64)
+            user = user & (mf != -np.inf)
+            mask_add = np.broadcast_to(st(np.where(np.isfinite(mf), mf, 0.0)), raw.shape)
+    allowed = user
+    if x.is_causal:
+        off = S - L if x.causal_alignment == "bottom_right" else 0
+        allowed = allowed & (np.arange(S)[None, :] <= np.arange(L)[:, None] + off)
+    s = raw if mask_add is None else st(raw + mask_add)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        sm = np.where(allowed, s, -np.inf)
+        mx = np.max(sm, axis=-1, keepdims=True) if S else np.zeros((*raw.shape[:-1], 1))
+        mx = np.where(np.isfinite(mx), mx, 0.0)
+        e = np.where(allowed, np.exp(sm - mx), 0.0)
+        tot = np.sum(e, axis=-1, keepdims=True)
+        empty = tot == 0
+        p = st(np.where(empty, 0.0, e / np.where(empty, 1.0, tot)))
+        lse = mx + np.log(np.where(empty, 1.0, tot))
+    if x.masked_rows == "uniform" and S:
+        p = np.where(empty, st(1.0 / S), p)
+    keep = None if x.dropout_mask is None else np.broadcast_to(x.dropout_mask, raw.shape)
+    f = 1.0 / (1.0 - x.dropout_p)
+    w = p if keep is None else st(np.where(keep, wk.type(f) * p, 0.0))
+    out = st(w @ ve)
+    # the weights the backward recomputes: P = exp(S - lse) on the keys it masks
+    # ("all": the forward's; "no_causal": the causal part forgotten; "none": no mask),
+    # so keys the forward excluded come back with weight exp(s - lse)
+    if mask_in_backward == "all":
+        pb = p
+    else:
+        bwd_keys = user if mask_in_backward == "no_causal" else np.ones(raw.shape, dtype=bool)
+        with np.errstate(over="ignore", invalid="ignore"):
+            pb = st(np.where(empty, p, np.where(bwd_keys, np.exp(np.minimum(s - lse, 700.0)), 0.0)))
+    wb = pb if keep is None or not dropout_in_backward else st(np.where(keep, wk.type(f) * pb, 0.0))
+    dpo = st(do @ np.swapaxes(ve, -1, -2))
+    dp = dpo if keep is None or not dropout_in_backward else st(np.where(keep, wk.type(f) * dpo, 0.0))
+    if d_term == "correct":
+        # rowsum(P ∘ dP) = rowsum(dO ∘ O) for the correct kernel; a kernel with a wrong P
+        # in the backward still takes D from the forward's O (FlashAttention does)
+        d = np.sum(pb * dp, axis=-1, keepdims=True) if mask_in_backward == "all" and \
+            dropout_in_backward else np.sum(do * out, axis=-1, keepdims=True)
+    elif d_term == "missing":
+        d = np.zeros((*raw.shape[:-1], 1))
+    elif d_term == "from_grad_output":
+        d = np.sum(do * do, axis=-1, keepdims=True)
+    else:  # "unweighted": rowsum(dP), the weights forgotten
+        d = np.sum(np.where(allowed, dp, 0.0), axis=-1, keepdims=True)
+    # the softmax Jacobian diag(P) − P Pᵀ applied to dP; "diagonal": its diagonal only
+    ds = st(pb * (1.0 - pb) * dp) if jacobian == "diagonal" else st(pb * (dp - d))
+    if x.masked_rows == "uniform":
+        ds = np.where(empty, 0.0, ds)
+    dst = np.swapaxes(ds, -1, -2)
+    cq, ck = wk.type(c ** dq_scale_power), wk.type(c ** dk_scale_power)
+    dq = st(cq * st((dst if ds_transposed else ds) @ ke))
+    dk = st(ck * st((ds if ds_transposed else dst) @ qe))
+    dv = st((np.swapaxes(wb, -1, -2) if dv_p_transposed else wb) @ do)
+    if x.masked_rows == "nan":
+        dead = empty[..., 0]
+        dq = np.where(dead[..., None], np.nan, dq)
+        bad = np.any(dead, axis=-1)[..., None, None]
+        dk = np.where(bad, np.nan, dk)
+        dv = np.where(bad, np.nan, dv)
+    def f64(a: Any) -> Arr:
+        return np.asarray(a, dtype=np.float64)
+
+    dq_in = f64(st(reduce_to(dq, q.shape, 1)))
+    dk_in = f64(st(reduce_to(dk, k.shape, rep, gqa_reduce)))
+    dv_in = f64(st(reduce_to(dv, v.shape, rep, gqa_reduce)))
+    d_mask = None
+    if mask_add is not None and m is not None:
+        d_mask = f64(st(reduce_to(np.where(allowed, ds, 0.0), m.shape, 1)))
+    return PlainBackward(dq_in, dk_in, dv_in, d_mask, f64(qe), f64(ke), f64(ve), f64(do),
+                         f64(pb), f64(wb), f64(dp), f64(d), f64(ds), f64(out), allowed,
+                         None if mask_add is None else f64(mask_add), c, rep, f,
+                         c ** dq_scale_power, c ** dk_scale_power, ds_transposed,
+                         dv_p_transposed, gqa_reduce)
+
+
+# --------------------------------------------------------------------------------------
+# The catalogue
+
+
+@dataclass(frozen=True)
+class BackwardBugClass:
+    """``variant(x)``: the bug's float64 gradients; ``variant(x, dtype=...)``: a plain
+    kernel with the bug, simulated in that dtype."""
+
+    name: str
+    description: str
+    applies: Callable[[BackwardInputs], bool]
+    variant: Callable[..., PlainBackward]
+
+
+def _always(x: BackwardInputs) -> bool:
+    return True
+
+
+def _square(x: BackwardInputs) -> bool:
+    return x.q.shape[-2] == x.k.shape[-2] and x.q.shape[-2] > 1
+
+
+def _scaled(x: BackwardInputs) -> bool:
+    return x.effective_scale not in (0.0, 1.0, -1.0)
+
+
+def _gqa(x: BackwardInputs) -> bool:
+    return (x.enable_gqa and x.q.ndim >= 3 and x.k.ndim >= 3
+            and x.k.shape[-3] not in (1, x.q.shape[-3]))
+
+
+def _gqa_tile_differs(x: BackwardInputs) -> bool:
+    # with one kv head every mapping is the same; with H_kv = H_q / 2 ... they differ
+    return _gqa(x) and x.k.shape[-3] > 1
+
+
+def _has_bool_mask(x: BackwardInputs) -> bool:
+    """The attention mask excludes some key (a bool False or a float −inf)."""
+    m = x.attn_mask
+    return m is not None and bool(np.any(~m) if m.dtype == np.bool_ else np.any(np.isneginf(m)))
+
+
+def _v(**kw: Any) -> Callable[..., PlainBackward]:
+    return lambda x, dtype=None: plain_backward(x, dtype=dtype, **kw)
+
+
+BACKWARD_BUG_CLASSES: tuple[BackwardBugClass, ...] = (
+    BackwardBugClass("d_term_missing",
+                     "D = rowsum(dO ∘ O) left out: dS = P ∘ dP instead of P ∘ (dP − D)",
+                     _always, _v(d_term="missing")),
+    BackwardBugClass("d_term_from_grad_output",
+                     "D computed from the wrong tensor: rowsum(dO ∘ dO) instead of rowsum(dO ∘ O)",
+                     _always, _v(d_term="from_grad_output")),
+    BackwardBugClass("d_term_unweighted",
+                     "D computed as rowsum(dP), the weights P forgotten (should be rowsum(P ∘ dP))",
+                     _always, _v(d_term="unweighted")),
+    BackwardBugClass("scale_missing_in_dq", "dQ = dS K without the softmax scale",
+                     _scaled, _v(dq_scale_power=0)),
+    BackwardBugClass("scale_missing_in_dk", "dK = dSᵀ Q without the softmax scale",
+                     _scaled, _v(dk_scale_power=0)),
+    BackwardBugClass("scale_missing_in_dq_and_dk", "dQ and dK both without the softmax scale",
+                     _scaled, _v(dq_scale_power=0, dk_scale_power=0)),
+    BackwardBugClass("scale_applied_twice_in_dq_and_dk",
+                     "dQ and dK multiplied by the scale twice (scale² instead of scale)",
+                     _scaled, _v(dq_scale_power=2, dk_scale_power=2)),
+    BackwardBugClass("ds_transposed", "dS transposed: dQ = scale·dSᵀ K and dK = scale·dS Q",
+                     _square, _v(ds_transposed=True)),
+    BackwardBugClass("dv_p_not_transposed", "dV = P dO instead of Pᵀ dO",
+                     _square, _v(dv_p_transposed=False)),
+    BackwardBugClass("causal_mask_missing_in_backward",
+                     "causal mask not applied when the backward recomputes P = exp(S − lse)",
+                     lambda x: x.is_causal, _v(mask_in_backward="no_causal")),
+    BackwardBugClass("mask_missing_in_backward",
+                     "attention mask (bool or −inf) not applied when the backward recomputes P",
+                     _has_bool_mask, _v(mask_in_backward="none")),
+    BackwardBugClass("gqa_not_reduced",
+                     "GQA: dK, dV of a kv head taken from one query head instead of summed "
+                     "over its group", _gqa, _v(gqa_reduce="first")),
+    BackwardBugClass("gqa_reduced_with_tile_mapping",
+                     "GQA: dK, dV summed over query heads g % H_kv (tile) instead of "
+                     "g // (H_q/H_kv) (repeat_interleave)", _gqa_tile_differs,
+                     _v(gqa_reduce="tile")),
+    BackwardBugClass("softmax_jacobian_diagonal_only",
+                     "softmax Jacobian's diagonal only: dS = P(1 − P) ∘ dP, the cross terms "
+                     "−P_i P_j dropped", _always, _v(jacobian="diagonal")),
+    BackwardBugClass("dropout_missing_in_backward",
+                     "dropout keep-mask and 1/(1 − p) not applied in the backward",
+                     lambda x: x.dropout_mask is not None, _v(dropout_in_backward=False)),
+)
+
+
+def describe_backward(name: str) -> str:
+    for bug in BACKWARD_BUG_CLASSES:
+        if bug.name == name:
+            return bug.description
+    raise KeyError(name)

@@ -1,0 +1,189 @@
+"""One call that tests an attention kernel forward and backward: :func:`check_attention`.
+
+The kernel runs on the caller's tensors; for torch tensors and jax arrays its
+gradients come from its own autograd (``torch.autograd.grad``, ``jax.vjp``) against a
+``grad_output``; the output is judged by :func:`~mha_symbolic.compare_attention` and
+the gradients by :func:`~mha_symbolic.compare_attention_backward`, against the exact
+answers.  numpy kernels have no autograd: only their output is checked.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import AttentionMismatchError, OptionalDependencyError, SpecError
+from .backward import BackwardComparison, compare_attention_backward
+from .compare import AttentionComparison, compare_attention
+
+__all__ = ["AttentionCheck", "check_attention"]
+
+# options of the reference that a scaled_dot_product_attention-like kernel also takes
+_FORWARD_OPTIONS = ("attn_mask", "is_causal", "scale", "enable_gqa")
+# options of the tolerance, shared by the output and the gradients
+_TOLERANCE_OPTIONS = ("rule", "accumulation_dtype", "safety", "rtol", "atol", "ulps", "factor",
+                      "diagnose_bugs")
+
+
+@dataclass(frozen=True)
+class AttentionCheck:
+    """What :func:`check_attention` found: ``output`` (an AttentionComparison),
+    ``backward`` (a BackwardComparison, or None when the kernel has no autograd),
+    the ``framework`` ("torch", "jax", "numpy") and the ``grad_output`` used."""
+
+    passed: bool
+    framework: str
+    output: AttentionComparison
+    backward: BackwardComparison | None
+    grad_output: Any  # the gradient of the output used (a tensor/array), None for numpy
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def report(self) -> str:
+        head = "attention kernel passed" if self.passed else "attention kernel FAILED"
+        lines = [f"{head} ({self.framework}; output"
+                 + (" and gradients" if self.backward is not None else " only: no autograd")
+                 + " checked against the exact answers)", "", self.output.report()]
+        if self.backward is not None:
+            lines += ["", self.backward.report()]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.report()
+
+
+def _framework(x: Any) -> str:
+    module = type(x).__module__ or ""
+    if module.startswith("torch"):
+        return "torch"
+    if module.startswith(("jax", "jaxlib")):
+        return "jax"
+    return "numpy"
+
+
+def _default_grad_output(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Standard normal values, fixed by ``seed`` (float64; cast to the output's dtype)."""
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def check_attention(
+    fn: Any, query: Any, key: Any, value: Any, *,
+    grad_output: Any = None,
+    attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
+    enable_gqa: bool = False, causal_alignment: str = "top_left", masked_rows: str = "zero",
+    dropout_p: float = 0.0, dropout_mask: Any = None,
+    pass_options: bool = True, raise_on_failure: bool = True, seed: int = 0,
+    **tolerance: Any,
+) -> AttentionCheck:
+    """Run ``fn(query, key, value, **options)`` forward and (torch, jax) backward and
+    check its output and every gradient against the exact answers in one call.
+
+    ``options`` are the scaled_dot_product_attention options given here (``attn_mask``,
+    ``is_causal``, ``scale``, ``enable_gqa``; only those passed, and none with
+    ``pass_options=False`` — then ``fn`` must apply them itself).  ``causal_alignment``,
+    ``masked_rows`` and dropout (``dropout_p`` with the kernel's ``dropout_mask``)
+    describe the exact answer only.  ``grad_output``: the gradient of the output;
+    by default standard normal values fixed by ``seed``, in the output's dtype.
+    ``tolerance``: ``rule``, ``accumulation_dtype``, ``safety``, ``rtol``, ``atol``,
+    ``ulps``, ``factor``, ``diagnose_bugs`` (as compare_attention).
+
+    Returns an :class:`AttentionCheck`; raises
+    :class:`~mha_symbolic.errors.AttentionMismatchError` with both reports when it
+    fails (``raise_on_failure=False`` returns it instead).
+
+    >>> import torch, torch.nn.functional as F
+    >>> q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
+    >>> check_attention(F.scaled_dot_product_attention, q, k, v, is_causal=True).passed
+    True
+    """
+    __tracebackhide__ = True
+    bad = sorted(set(tolerance) - set(_TOLERANCE_OPTIONS))
+    if bad:
+        raise SpecError(f"check_attention got unexpected option(s) {', '.join(bad)}: expected "
+                        f"the reference's options or one of {', '.join(_TOLERANCE_OPTIONS)}")
+    given = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale,
+             "enable_gqa": enable_gqa}
+    defaults = {"attn_mask": None, "is_causal": False, "scale": None, "enable_gqa": False}
+    fwd_opts = {k_: v_ for k_, v_ in given.items() if pass_options and v_ is not defaults[k_]}
+    ref_opts = dict(attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+                    enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+                    masked_rows=masked_rows)
+    framework = _framework(query)
+    dq = dk = dv = dmask = None
+    do_np: Any = None
+    if framework == "torch":
+        out, (dq, dk, dv, dmask), do_used = _run_torch(fn, query, key, value, attn_mask,
+                                                        grad_output, fwd_opts, seed)
+        do_np = do_used
+    elif framework == "jax":
+        out, (dq, dk, dv), do_used = _run_jax(fn, query, key, value, grad_output, fwd_opts, seed)
+        do_np = do_used
+    else:
+        out = fn(query, key, value, **fwd_opts)
+    fwd_kw = dict(ref_opts)
+    if dropout_mask is not None or dropout_p:
+        params = inspect.signature(compare_attention).parameters
+        if "dropout_mask" not in params:
+            raise SpecError("check_attention with dropout needs compare_attention's dropout "
+                            "support (dropout_mask=), which this version lacks")
+        fwd_kw.update(dropout_p=dropout_p, dropout_mask=dropout_mask)
+    output = compare_attention(out, query, key, value, **fwd_kw, **tolerance)
+    backward = None
+    if dq is not None:
+        backward = compare_attention_backward(
+            dq, dk, dv, query, key, value, do_np, **ref_opts, dropout_p=dropout_p,
+            dropout_mask=dropout_mask, d_attn_mask=dmask, **tolerance)
+    passed = bool(output.passed and (backward is None or backward.passed))
+    result = AttentionCheck(passed, framework, output, backward, do_np)
+    if raise_on_failure and not passed:
+        exc = AttentionMismatchError(result.report())
+        exc.check = result  # type: ignore[attr-defined]
+        raise exc from None
+    return result
+
+
+def _run_torch(fn: Any, query: Any, key: Any, value: Any, attn_mask: Any, grad_output: Any,
+               opts: dict[str, Any], seed: int) -> tuple[Any, tuple[Any, ...], Any]:
+    import torch
+
+    leaves = [x.detach().clone().requires_grad_(True) for x in (query, key, value)]
+    mask_leaf = None
+    if (attn_mask is not None and _framework(attn_mask) == "torch"
+            and attn_mask.is_floating_point() and attn_mask.requires_grad):
+        mask_leaf = attn_mask.detach().clone().requires_grad_(True)
+        opts = {**opts, "attn_mask": mask_leaf}
+    out = fn(*leaves, **opts)
+    if not isinstance(out, torch.Tensor):
+        raise SpecError(f"fn returned {type(out).__name__}: expected one torch.Tensor (the "
+                        "attention output)")
+    if grad_output is None:
+        g = torch.from_numpy(_default_grad_output(tuple(out.shape), seed)).to(out.dtype)
+        g = g.to(out.device)
+    else:
+        g = torch.as_tensor(grad_output).to(dtype=out.dtype, device=out.device)
+    inputs = [*leaves] + ([mask_leaf] if mask_leaf is not None else [])
+    grads = torch.autograd.grad(out, inputs, grad_outputs=g, allow_unused=True)
+    grads = tuple(torch.zeros_like(x) if gr is None else gr for x, gr in zip(inputs, grads,
+                                                                             strict=True))
+    dmask = grads[3] if mask_leaf is not None else None
+    return out.detach(), (*grads[:3], dmask), g.detach()
+
+
+def _run_jax(fn: Any, query: Any, key: Any, value: Any, grad_output: Any,
+             opts: dict[str, Any], seed: int) -> tuple[Any, tuple[Any, ...], Any]:
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:  # pragma: no cover - a jax array implies jax is installed
+        raise OptionalDependencyError("jax", "check_attention on jax arrays", "jax") from None
+
+    out, vjp = jax.vjp(lambda a, b, c: fn(a, b, c, **opts), query, key, value)
+    if grad_output is None:
+        g = jnp.asarray(_default_grad_output(tuple(out.shape), seed)).astype(out.dtype)
+    else:
+        g = jnp.asarray(grad_output).astype(out.dtype)
+    return out, tuple(vjp(g)), g

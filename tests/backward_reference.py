@@ -1,0 +1,168 @@
+"""Independent references for the gradient tests (no oracle code, no backward formula).
+
+``forward_mode_gradients`` differentiates Σ grad_output ∘ attention by *forward-mode*
+automatic differentiation in Arb: every input element in turn carries a Taylor series
+x + ε (python-flint ``arb_series`` truncated at ε²), the forward pass is written out
+element by element (scores, exp, sums, division), and the ε-coefficient of the scalar
+is the derivative.  Nothing here knows dS = P ∘ (dP − D): it is the chain rule done by
+the series arithmetic, so it checks the backward formulas, not restates them.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from flint import arb, arb_series, ctx, fmpq
+
+
+def _arb_of(x: float | Fraction) -> Any:
+    fr = Fraction(x)
+    return arb(fmpq(fr.numerator, fr.denominator))
+
+
+def _scalar(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, keep: np.ndarray,
+            madd: np.ndarray | None, scale: Any, drop: np.ndarray | None, f: Fraction,
+            which: tuple[str, tuple[int, ...]] | None, policy: str) -> Any:
+    """Σ dO ∘ out for one problem (2-D arrays), with ``which`` input element perturbed."""
+
+    def entry(name: str, arr: np.ndarray, idx: tuple[int, ...]) -> Any:
+        val = _arb_of(float(arr[idx]))
+        if which is not None and which[0] == name and which[1] == idx:
+            return arb_series([val, 1], prec=2)
+        return arb_series([val], prec=2)
+
+    L, E = q.shape
+    S, Ev = v.shape
+    total = arb_series([0], prec=2)
+    for i in range(L):
+        idx = [j for j in range(S) if keep[i, j]]
+        if not idx:
+            if policy == "uniform" and S:
+                w = {j: arb_series([1], prec=2) for j in range(S)}
+            else:
+                continue
+        else:
+            w = {}
+            for j in idx:
+                g = arb_series([0], prec=2)
+                for l in range(E):
+                    g = g + entry("q", q, (i, l)) * entry("k", k, (j, l))
+                s = g * scale
+                if madd is not None:
+                    s = s + entry("m", madd, (i, j))
+                w[j] = s.exp()
+        z = arb_series([0], prec=2)
+        for wj in w.values():
+            z = z + wj
+        for j, wj in w.items():
+            p = wj / z
+            if drop is not None:
+                if not drop[i, j]:
+                    continue
+                p = p * _arb_of(f)
+            for l in range(Ev):
+                total = total + p * entry("v", v, (j, l)) * _arb_of(float(do[i, l]))
+    return total
+
+
+def forward_mode_gradients(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray,
+                           keep: np.ndarray, madd: np.ndarray | None, scale: Any,
+                           drop: np.ndarray | None = None, f: Fraction = Fraction(1),
+                           policy: str = "zero", prec: int = 300) -> dict[str, np.ndarray]:
+    """Arb balls of d/dx Σ dO∘out for every element x of q, k, v (and madd) of one
+    problem: q (L,E), k (S,E), v (S,Ev), do (L,Ev), keep (L,S) bool, madd (L,S) or None,
+    ``scale``: a Fraction or the string "rsqrt" for 1/sqrt(E)."""
+    old = ctx.prec
+    ctx.prec = prec
+    try:
+        c = arb(q.shape[1]).rsqrt() if scale == "rsqrt" else _arb_of(scale)
+        out: dict[str, np.ndarray] = {}
+        names = [("q", q), ("k", k), ("v", v)] + ([("m", madd)] if madd is not None else [])
+        for name, arr in names:
+            res = np.empty(arr.shape, dtype=object)
+            for idx in np.ndindex(*arr.shape):
+                val = _scalar(q, k, v, do, keep, madd, c, drop, f, (name, idx), policy)
+                res[idx] = val.coeffs()[1] if len(val.coeffs()) > 1 else arb(0)
+            out[name] = res
+        return out
+    finally:
+        ctx.prec = old
+
+
+def forward_mode_mha_gradients(x: dict[str, np.ndarray], num_heads: int, dout: np.ndarray,
+                               key_padding: np.ndarray | None = None,
+                               prec: int = 300) -> dict[str, np.ndarray]:
+    """Forward-mode Arb derivatives of Σ dout ∘ MHA(x) for a one-batch block, written out
+    element by element: x holds "query" (L, E), "key" (S, kdim), "value" (S, vdim), "wq"
+    (E, E), "wk" (E, kdim), "wv" (E, vdim), "bq", "bk", "bv" (E,), "wo" (E_out, E), "bo";
+    key_padding (S,) bool True = masked out.  Returns the derivative of every element of
+    every entry of x."""
+    old = ctx.prec
+    ctx.prec = prec
+    try:
+        out: dict[str, np.ndarray] = {}
+        for name, arr in x.items():
+            res = np.empty(arr.shape, dtype=object)
+            for idx in np.ndindex(*arr.shape):
+                val = _mha_scalar(x, num_heads, dout, key_padding, (name, idx))
+                res[idx] = val.coeffs()[1] if len(val.coeffs()) > 1 else arb(0)
+            out[name] = res
+        return out
+    finally:
+        ctx.prec = old
+
+
+def _mha_scalar(x: dict[str, np.ndarray], H: int, dout: np.ndarray,
+                key_padding: np.ndarray | None, which: tuple[str, tuple[int, ...]]) -> Any:
+    def e(name: str, *idx: int) -> Any:
+        val = _arb_of(float(x[name][idx]))
+        return arb_series([val, 1] if which == (name, idx) else [val], prec=2)
+
+    def lin(inp: str, w: str, b: str, row: int) -> list[Any]:
+        n_out, n_in = x[w].shape
+        res = []
+        for r in range(n_out):
+            acc = e(b, r) if b in x else arb_series([0], prec=2)
+            for c in range(n_in):
+                acc = acc + e(inp, row, c) * e(w, r, c)
+            res.append(acc)
+        return res
+
+    L, S = x["query"].shape[0], x["key"].shape[0]
+    E = x["wq"].shape[0]
+    hd = E // H
+    c = arb(hd).rsqrt()
+    Q = [lin("query", "wq", "bq", i) for i in range(L)]
+    K = [lin("key", "wk", "bk", j) for j in range(S)]
+    V = [lin("value", "wv", "bv", j) for j in range(S)]
+    A = [[arb_series([0], prec=2)] * E for _ in range(L)]
+    for h in range(H):
+        cols = range(h * hd, (h + 1) * hd)
+        for i in range(L):
+            w = {}
+            for j in range(S):
+                if key_padding is not None and key_padding[j]:
+                    continue
+                g = arb_series([0], prec=2)
+                for col in cols:
+                    g = g + Q[i][col] * K[j][col]
+                w[j] = (g * c).exp()
+            z = arb_series([0], prec=2)
+            for wj in w.values():
+                z = z + wj
+            for col in cols:
+                acc = arb_series([0], prec=2)
+                for j, wj in w.items():
+                    acc = acc + wj * V[j][col]
+                A[i][col] = acc / z
+    total = arb_series([0], prec=2)
+    E_out = x["wo"].shape[0]
+    for i in range(L):
+        for r in range(E_out):
+            o = e("bo", r) if "bo" in x else arb_series([0], prec=2)
+            for col in range(E):
+                o = o + A[i][col] * e("wo", r, col)
+            total = total + o * _arb_of(float(dout[i, r]))
+    return total
