@@ -207,9 +207,10 @@ class Plain:
         ax = self.variant.softmax_axis
         allowed, madd = ch.allowed, ch.mask_add
         S = ch.k.shape[0]
-        s = ch.scale * (ch.q @ ch.k.T)
-        if madd is not None:
-            s = s + madd
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            s = ch.scale * (ch.q @ ch.k.T)       # may overflow: a variant, not a bound
+            if madd is not None:
+                s = s + madd
         if ch.uniform is not None and np.any(ch.uniform):
             z = ch.uniform[:, None]
             allowed = allowed | z
