@@ -341,17 +341,20 @@ def diagnose_variant(actual: np.ndarray, x: VariantInputs, *, fmt: FloatFormat,
     """The variant bug classes whose float64 output ``actual`` matches within
     ``safety`` times the buggy variant's own bound, best first (callers have found
     that ``actual`` does not match the truth)."""
-    from .bugs import _matching
+    from .bugs import Candidate, _fits
 
-    class _Entry:
-        def __init__(self, bug: VariantBugClass) -> None:
-            self.name, self.description, self.bug = bug.name, bug.description, bug
-
-        def applies(self, xx: VariantInputs) -> bool:
-            return self.bug.applies(xx)
-
-        def variant(self, xx: VariantInputs) -> VariantPlain:
-            return plain_variant(xx, **self.bug.switches(xx))
-
-    entries = tuple(_Entry(b) for b in VARIANT_BUG_CLASSES)
-    return _matching(actual, x, entries, lambda pv: pv.bound(fmt, acc, p_format), safety)
+    found: list[Candidate] = []
+    a = np.asarray(actual, dtype=np.float64)
+    for bug in VARIANT_BUG_CLASSES:
+        try:
+            if not bug.applies(x):
+                continue
+            pv = plain_variant(x, **bug.switches(x))
+            if pv.out.shape != a.shape:
+                continue
+            ok, ratio = _fits(a, pv.out, safety * pv.bound(fmt, acc, p_format))
+        except (ValueError, IndexError):  # a variant that makes no sense for these shapes
+            continue
+        if ok:
+            found.append(Candidate(bug.name, bug.description, ratio))
+    return tuple(sorted(found, key=lambda c: c.ratio))

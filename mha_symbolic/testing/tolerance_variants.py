@@ -49,9 +49,7 @@ K_TANH = 4
 #: The OCP 8-bit formats (OFP8 rev. 1.0): E4M3 ("fn": no infinities, max 448) and
 #: E5M2 (IEEE-like, max 57344); precision counts the implicit bit.
 FP8_FORMATS: dict[str, FloatFormat] = {
-    "float8_e4m3fn": FloatFormat("float8_e4m3fn", 4, -6, 448.0),
-    "float8_e5m2": FloatFormat("float8_e5m2", 3, -14, 57344.0),
-}
+    name: FORMATS[name] for name in ("float8_e4m3fn", "float8_e5m2")}
 
 
 def variant_format_of(dtype: Any) -> FloatFormat:
