@@ -153,7 +153,9 @@ def test_bad_arguments_name_the_argument(kwargs: dict[str, object], message: str
 def test_every_family_is_reachable() -> None:
     seen: set[str] = set()
 
-    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    # derandomized and 400 examples: random runs of 150 missed a family now and then
+    @settings(max_examples=400, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
     @given(attention_inputs(dtype="float32", max_keys=300))
     def check(case: AttentionCase) -> None:
         seen.add(case.family)

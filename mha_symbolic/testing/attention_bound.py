@@ -65,6 +65,16 @@ bound over every probabilistic event of the check (one per output element and on
 per term of every sum) gives a false-alarm probability ≤ 1e-9.  The tolerance is
 the smaller of the two bounds, element by element.
 
+**Variants** (:class:`ScoreExtras`, given by :mod:`.tolerance_variants`): a kernel
+whose scores pass through softcaps and biases, with an attention sink, or with FP8
+descale factors and weights, is bounded by the same steps: the final scores replace
+``t_j + m_j`` for the weights, the variant's own roundings are added to the
+independent score errors, a sink is one more key (k = v = 0, its logit as the
+score), the weights' store is charged in the format they are stored in (an FP8
+kernel stores the unnormalised e^{s_j − m} ≤ 1, so its underflow is relative to the
+row's largest weight), and behind a softcap the shared errors are bounded per key
+(u_a |t_j|: the cap is 1-Lipschitz) instead of from the top key.
+
 Every bound is computed in float64 on operands scaled by powers of two, so that no
 intermediate overflows; a row whose kernel would itself overflow (a score or a
 partial dot product beyond the dtype's range) is marked *vacuous*, as is any
@@ -88,9 +98,10 @@ from .tolerance import (
     gamma,
     gamma_tilde,
     hoeffding_bound,
+    underflow_eta,
 )
 
-__all__ = ["Bound", "attention_error_bound"]
+__all__ = ["Bound", "ScoreExtras", "attention_error_bound"]
 
 
 # --------------------------------------------------------------------------------------
@@ -244,6 +255,32 @@ class Bound:
     vacuous: np.ndarray
 
 
+@dataclass(frozen=True)
+class ScoreExtras:
+    """What a variant kernel does to the scores beyond ``c q·k_j`` (built by
+    :mod:`.tolerance_variants`).
+
+    ``scores`` (R, S): the final exact scores in float64 (softcaps, biases, a float
+    mask, a sink's logit in its column), replacing ``t_j + m_j`` for the weights;
+    ``ind`` (R, S): the worst-case bound of the variant's own independent roundings
+    per key, ``var`` the sum of their squared bounds; ``d_eval`` (R, S): the float64
+    evaluation error of ``scores`` beyond that of ``c q·k_j``; ``centred``: whether the
+    shared errors may be measured from the row's top key (false behind a softcap:
+    ``C tanh(·/C)`` is 1-Lipschitz, so a shared relative error δ of t_j moves the final
+    score by at most |δ t_j|, but not by a common shift); ``scale_roundings``: the
+    roundings of the scale shared by the row (3 with FP8 descale factors multiplied
+    into it); ``final_roundings``: extra roundings of the output in u_a (1 for the
+    v_descale product)."""
+
+    scores: np.ndarray
+    ind: np.ndarray | float = 0.0
+    var: np.ndarray | float = 0.0
+    d_eval: np.ndarray | float = 0.0
+    centred: bool = True
+    scale_roundings: int = 1
+    final_roundings: int = 0
+
+
 def attention_error_bound(
     q: np.ndarray,
     k: np.ndarray,
@@ -259,6 +296,7 @@ def attention_error_bound(
     dk: np.ndarray | None = None,
     dv: np.ndarray | None = None,
     softmax_axis: int = -1,
+    extras: ScoreExtras | None = None,
 ) -> Bound:
     """The model's bound on ``|ŷ − y|`` for the rows of one head.
 
@@ -269,6 +307,8 @@ def attention_error_bound(
     under ``masked_rows="uniform"``); ``dq, dk, dv``: bounds on errors already in
     q, k, v (projections of a multi-head block).  ``softmax_axis=-2`` bounds the
     (buggy) variant normalising over the rows (the chunk must then hold every row).
+    ``extras``: the score pipeline of an attention variant (:class:`ScoreExtras`;
+    ``mask_add`` must then be None, the mask being part of its scores).
     Fully masked rows (no allowed key, not uniform) get the bound of an exact zero.
 
     >>> import numpy as np
@@ -284,14 +324,14 @@ def attention_error_bound(
         return _attention_error_bound(
             q, k, v, scale=scale, allowed=allowed, model=model, mask_add=mask_add,
             kappa=kappa, uniform_rows=uniform_rows, dq=dq, dk=dk, dv=dv,
-            softmax_axis=softmax_axis)
+            softmax_axis=softmax_axis, extras=extras)
 
 
 def _attention_error_bound(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, allowed: np.ndarray,
     model: ErrorModel, mask_add: np.ndarray | None, kappa: np.ndarray | None,
     uniform_rows: np.ndarray | None, dq: np.ndarray | None, dk: np.ndarray | None,
-    dv: np.ndarray | None, softmax_axis: int,
+    dv: np.ndarray | None, softmax_axis: int, extras: ScoreExtras | None = None,
 ) -> Bound:
     R, E = q.shape
     S, Ev = v.shape
@@ -318,6 +358,11 @@ def _attention_error_bound(
     madd = None if mask_add is None else np.asarray(mask_add, dtype=np.float64)
     hold = min(acc.max_finite, fmt.max_finite if ker.score_stores else acc.max_finite)
     mmax = 0.0 if madd is None else float(np.max(np.abs(madd), initial=0.0))
+    xs = None
+    if extras is not None:
+        assert madd is None, "a variant's mask is part of its scores"
+        xs = np.where(allowed, np.asarray(extras.scores, dtype=np.float64), 0.0)
+        mmax = float(np.max(np.where(np.isfinite(xs), np.abs(xs), np.inf), initial=0.0))
     tb = qb @ kb.T
     Ab = np.abs(qb) @ np.abs(kb).T
     if abs(e2) < 900 and math.ldexp(E * max(1.0, abs(c)), e2) + mmax < hold / 2 and not (
@@ -345,6 +390,8 @@ def _attention_error_bound(
                 ok &= stored <= fmt.max_finite
             if ker.scaled_query:
                 ok &= np.all(np.abs(q) * abs(c) <= fmt.max_finite, axis=-1)[:, None]
+    if xs is not None:          # the final scores of a variant as the kernel holds them
+        ok = ok & np.isfinite(xs) & (np.abs(xs) <= hold)
     over = allowed & ~ok
     if uniform_rows is not None and np.any(uniform_rows):
         over &= ~uniform_rows[:, None]
@@ -355,11 +402,14 @@ def _attention_error_bound(
         A = np.where(over | ~np.isfinite(A), 0.0, A)
         if madd is not None:
             madd = np.where(over, 0.0, madd)
+        if xs is not None:
+            xs = np.where(over, 0.0, xs)
     if uniform_rows is not None and np.any(uniform_rows):
         z = uniform_rows[:, None]
         t, A = np.where(z, 0.0, t), np.where(z, 0.0, A)
         madd = None if madd is None else np.where(z, 0.0, madd)
-    s = t if madd is None else t + madd
+        xs = None if xs is None else np.where(z, 0.0, xs)
+    s = xs if xs is not None else (t if madd is None else t + madd)
 
     # ---- exact weights (float64), row maxima, log-weights
     with np.errstate(invalid="ignore", divide="ignore", over="ignore", under="ignore"):
@@ -383,8 +433,9 @@ def _attention_error_bound(
     # c (δ∘q)·(k_j − k_top), k_top the row's top key: |·| ≤ |c| Σ_e |δ_e q_e||k_je − k_top,e|
     # ≤ |c| ||δ∘q|| ||k_j − k_top|| (Cauchy–Schwarz; the norms by expansion, one matmul)
     sh = np.zeros_like(A)
-    need_dist = (ker.scaled_query and not _is_pow2(c)) or dq is not None
-    if softmax_axis == -1 and S:
+    shift_ok = extras is None or extras.centred
+    need_dist = ((ker.scaled_query and not _is_pow2(c)) or dq is not None) and shift_ok
+    if softmax_axis == -1 and S and shift_ok:
         with np.errstate(invalid="ignore"):
             top = np.argmax(np.where(allowed, s, -np.inf), axis=-1)
         t_top = np.take_along_axis(t, top[:, None], axis=-1)
@@ -400,8 +451,10 @@ def _attention_error_bound(
         t_rel = np.abs(t)
         need_dist = False
     # the scale as the kernel holds it: rounded in u_a even for a power of two, since
-    # exp2 kernels fold log2(e) into it (FlashAttention: softmax_scale_log2)
-    sh = sh + ua * t_rel
+    # exp2 kernels fold log2(e) into it (FlashAttention: softmax_scale_log2); FP8
+    # kernels multiply the descale factors into it (one rounding each)
+    n_scale = 1 if extras is None else extras.scale_roundings
+    sh = sh + n_scale * ua * t_rel
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         if ker.scaled_query and not _is_pow2(c):
             qs = u * (1.0 + ua) * A
@@ -435,10 +488,15 @@ def _attention_error_bound(
     if dk is not None:
         dkk = abs(c) * ((np.abs(q) + (0.0 if dq is None else np.asarray(dq))) @ np.asarray(dk).T)
         ind, var_s = ind + dkk, var_s + dkk * dkk
+    if extras is not None:      # the variant's own roundings (softcaps, biases)
+        ind = ind + np.where(allowed, extras.ind, 0.0)
+        var_s = var_s + np.where(allowed, extras.var, 0.0)
     # our own float64 evaluation of the scores errs by ≤ γ_{E+2}(2^-53) A_j + 2^-52 |s_j|:
     # counted as a score error (both the kernel's and the exact weights are then within
     # the perturbation bound of the float64 weights used below)
     d_eval = float(gamma(E + 2, 2.0**-53)) * A + 2.0**-52 * np.abs(s)
+    if extras is not None:
+        d_eval = d_eval + np.where(allowed, extras.d_eval, 0.0)
     with np.errstate(over="ignore", invalid="ignore"):
         D = np.where(allowed, (sh + ind) * (1.0 + 4.0 * (u + ua)) + 2.0 * d_eval, 0.0)
         D = np.where(np.isfinite(D), D, _FMAX / 4)
@@ -448,7 +506,7 @@ def _attention_error_bound(
     # ---- step 3: per-key weight errors (relative), and the shared θ: the argument
     # ŝ_j − ŝ_max and its conversion to base 2 (exp2 kernels) are two roundings in u_a,
     # e^{±2 u_a spread} − 1 ≤ 2 u_a spread e^{2 u_a spread} on the weight
-    n_w = [K_EXP * ua, ua, u] + ([u] if kappa is not None else [])
+    n_w = [K_EXP * ua, ua, model.uw] + ([u] if kappa is not None else [])
     c0 = math.expm1(sum(math.log1p(x_) for x_ in n_w))     # Π(1 + x_i) − 1
     arg = 2.0 * ua * spread
     arg_rel = np.expm1(np.minimum(arg, _EXP_CAP))           # e^{2 u_a spread} − 1
@@ -496,7 +554,8 @@ def _attention_error_bound(
     y, pv = Mp.li, Mp.ab
     assert y is not None and pv is not None
     n_pv = 2.0 * n_row
-    fin = float(gamma(2, ua)) + u * (1.0 + float(gamma(2, ua)))
+    n_fin = 2 + (0 if extras is None else extras.final_roundings)
+    fin = float(gamma(n_fin, ua)) + u * (1.0 + float(gamma(n_fin, ua)))
     Dm = np.minimum(_rowmax(D, allowed), _EXP_CAP / 4)
 
     def worst(rows: np.ndarray) -> np.ndarray:
@@ -525,7 +584,12 @@ def _attention_error_bound(
         tolb = worst(np.arange(R))
     else:
         # ---- probabilistic: shared (deterministic) + Hoeffding over key groups
+        # keys with equal scores round alike in the softmax; keys with equal products
+        # t_j (repeated key vectors) alike in the dot product, whatever their masks or
+        # biases: each key is charged with the larger of its two groups
         N = _tie_counts(s, allowed)
+        if madd is not None or extras is not None:
+            N = np.maximum(N, _tie_counts(t, allowed))
         dev_p = Mp.absdev(y)                                 # Σ_j p_j |w_j|
         if ker.scaled_query or dq is not None:
             sh_term = vals.moments(np.where(allowed, p * sh, 0.0)).absdev(y)
@@ -571,9 +635,30 @@ def _attention_error_bound(
             tolb[rows] = np.minimum(worst(rows), P[rows])
     # keys whose weight may fall below the output dtype's normal range when stored:
     # |fl(p) − p| ≤ max(u p, η_u), so η_u per such key on top of the relative terms
-    small = allowed & (p < 4.0 * math.ldexp(1.0, fmt.emin))
+    wf = model.weights
+    small = allowed & (p < 4.0 * math.ldexp(1.0, fmt.emin)) if wf is None else None
     eta_term: np.ndarray | float = 0.0
-    if np.any(small):
+    if wf is not None:
+        # weights stored unnormalised in the format wf (FP8 kernels): P̃_j = p_j / p_ref
+        # ≤ 1, p_ref the row's largest weight; |fl(P̃) − P̃| ≤ max(u_w P̃, min(η_w, P̃)) (a
+        # subnormal rounds by at most half a spacing, never by more than itself), so in
+        # normalised weights min(η_w p_ref, p_j) per key that can fall below wf's normal
+        # range, on top of the relative u_w charged above
+        p_ref = _rowmax(p, allowed)
+        eta_w = underflow_eta(wf)
+        smallw = allowed & (p < 4.0 * math.ldexp(1.0, wf.emin) * p_ref)
+        if np.any(smallw):
+            a_eta = np.where(smallw, np.minimum(eta_w * p_ref, p), 0.0)
+            Mw = vals.moments(a_eta, li=False, sq=False)
+            assert Mw.ab is not None
+            eta_s = Mw.ab
+            if prob:
+                nmax = _rowmax(N, allowed)
+                sq2 = vals.moments(a_eta * a_eta, ab=False, li=False).sq
+                assert sq2 is not None
+                eta_s = np.minimum(eta_s, lam * np.sqrt(nmax * sq2))
+            eta_term = np.ldexp(eta_s, ev) if abs(ev) < 2000 else eta_s * 2.0**ev
+    elif small is not None and np.any(small):
         Ms = vals.moments(small.astype(np.float64), li=False)
         assert Ms.ab is not None and Ms.sq is not None
         n_w_u = 1.0 + (1.0 if kappa is not None else 0.0)       # the P store, dropout

@@ -55,7 +55,7 @@ from ..errors import AttentionMismatchError, PrecisionError, ShapeError, SpecErr
 from ..oracle.inputs import as_exact_array
 from .bugs import Candidate, MhaInputs, diagnose, diagnose_mha, plain_mha
 from .plain import AttentionInputs, Plain, plain_in_dtype
-from .tolerance import DEFAULT_SAFETY, FORMATS, ErrorModel, FloatFormat, error_model, ulp
+from .tolerance import DEFAULT_SAFETY, ErrorModel, FloatFormat, error_model, ulp
 
 __all__ = [
     "AttentionComparison",
@@ -196,15 +196,18 @@ def _as_actual(actual: Any) -> np.ndarray:
 
 
 def _model(actual: np.ndarray, accumulation_dtype: Any, kernel: str,
-           kind: str, subnormals: str = "keep") -> ErrorModel:
+           kind: str, subnormals: str = "keep", weights: Any = None) -> ErrorModel:
+    """The error model of every check (forward, variants, gradients): the output's
+    format, float32 accumulation for narrower outputs unless stated, the options."""
     try:
         fmt_ok = error_model(actual.dtype)
     except SpecError:
         raise SpecError(f"actual.dtype={actual.dtype} is not a float format: expected "
-                        "float64, float32, float16 or bfloat16") from None
+                        "float64, float32, float16, bfloat16, float8_e4m3fn or "
+                        "float8_e5m2") from None
     del fmt_ok
     return error_model(actual.dtype, accumulation_dtype=accumulation_dtype, kernel=kernel,
-                       kind=kind, subnormals=subnormals)
+                       kind=kind, subnormals=subnormals, weights=weights)
 
 
 def _oracle_options(reference: Any, options: dict[str, Any]) -> dict[str, Any]:
@@ -254,7 +257,12 @@ def _verdict(
     index_names: tuple[str, ...],
     title: str,
     notes: tuple[str, ...] = (),
+    raise_vacuous: bool = True,
 ) -> AttentionComparison:
+    """The findings for ``actual`` against ``[lower, upper]`` with tolerance ``tol``;
+    elements flagged ``vacuous`` are not judged, and a passing comparison with any of
+    them raises ToleranceError (unless ``raise_vacuous`` is false: the caller decides,
+    as the gradients' check does over all its gradients)."""
     fmt = model.fmt
     if not np.all(np.isfinite(tol)) or np.any(tol < 0):
         idx = tuple(int(i) for i in np.argwhere(~(np.isfinite(tol) & (tol >= 0)))[0])
@@ -302,7 +310,7 @@ def _verdict(
         max_error_index=max_idx, max_ulps=max_ulps, mismatched=bad, title=title,
         n_vacuous=n_vac, notes=notes,
     )
-    if comp.passed and n_vac:
+    if comp.passed and n_vac and raise_vacuous:
         idx = tuple(int(i) for i in np.argwhere(finite & vac)[0])
         raise ToleranceError(
             f"no verdict: the {title} would pass, but for {n_vac} of {a.size} element(s) "
@@ -414,21 +422,26 @@ def compare_attention(
     >>> compare_attention(np.zeros((1, 2, 2), np.float32), q, k, v).passed
     False
     """
-    from ..oracle.variants import variant_options
+    from ..oracle.variants import sdpa_variant_options
 
-    variant = variant_options(window=window, softcap=softcap, alibi_slopes=alibi_slopes,
-                              sinks=sinks, mask_mod=mask_mod, score_mod=score_mod,
-                              q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    variant = sdpa_variant_options(
+        dropout_p, dropout_mask, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+        sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
+        k_descale=k_descale, v_descale=v_descale)
     fp8 = any("float8" in str(getattr(x, "dtype", "")) for x in (actual, query, key, value))
     if variant is not None or weights_dtype is not None or fp8:
         from ..oracle.variants import VariantOptions
         from .compare_variants import compare_variant_attention
 
+        if dropout_mask is not None or dropout_p:
+            raise SpecError("dropout with fp8 inputs or weights_dtype is not supported: "
+                            "pass dropout_p=0 without a dropout_mask")
         return compare_variant_attention(
             actual, query, key, value, variant or VariantOptions(), attn_mask=attn_mask,
             is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
             causal_alignment=causal_alignment, masked_rows=masked_rows, rule=rule,
             accumulation_dtype=accumulation_dtype, weights_dtype=weights_dtype,
+            kernel=kernel, error_model=error_model, subnormals=subnormals,
             safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor,
             diagnose_bugs=diagnose_bugs)
     _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
@@ -727,15 +740,19 @@ def _with_diagnoses(comp: AttentionComparison,
 
 
 def _rule_line(rule: str, model: ErrorModel, safety: float | None, rtol: float | None,
-               atol: float | None, ulps: float | None, factor: float | None) -> str:
+               atol: float | None, ulps: float | None, factor: float | None,
+               kernel: str | None = None) -> str:
+    """The tolerance line of a report (``kernel``: how to name a kernel that is not one
+    of the forward's KERNELS, as the gradients' model)."""
     if rule == "model":
-        return f"{model.describe()} × {DEFAULT_SAFETY if safety is None else safety:g}"
+        return (f"{model.describe(kernel)} × "
+                f"{DEFAULT_SAFETY if safety is None else safety:g}")
     if rule == "ulp":
         return f"{DEFAULT_ULPS if ulps is None else ulps:g} ulp of the exact value"
     if rule == "allclose":
         return f"atol={atol:g} + rtol={rtol:g} × |exact|"
     return (f"{DEFAULT_FLASH_FACTOR if factor is None else factor:g} × the error of a "
-            f"plain same-dtype implementation, at least the {model.describe()}")
+            f"plain same-dtype implementation, at least the {model.describe(kernel)}")
 
 
 def _idx_text(idx: tuple[int, ...], names: tuple[str, ...]) -> str:
@@ -795,24 +812,8 @@ def _render(c: AttentionComparison) -> str:
 
 
 # ------------------------------------------------------------------------------------
-# The helpers as the gradients' checks (backward.py, backward_mha.py) call them: whole
-# tolerance arrays from their own model, no vacuity, old signatures
-
-
-def _formats(actual: np.ndarray, accumulation_dtype: Any) -> tuple[FloatFormat, FloatFormat]:
-    """(format of ``actual``, accumulation format): the output's own unless stated."""
-    m = _model(actual, "same" if accumulation_dtype is None else accumulation_dtype,
-               "fused", "worst_case")
-    return m.fmt, m.acc
-
-
-def _judge(actual: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray, *,
-           fmt: FloatFormat, acc: FloatFormat, rule: str, index_names: tuple[str, ...],
-           title: str) -> tuple[AttentionComparison, np.ndarray]:
-    """:func:`_verdict` with a caller's tolerance (no vacuity): (findings, mismatched)."""
-    comp = _verdict(actual, lower, upper, tol, None, model=ErrorModel(fmt, acc, kind="worst_case"),
-                    rule=rule, index_names=index_names, title=title)
-    return comp, comp.mismatched
+# The tolerance of a rule from a whole tolerance array (the variants' and the
+# gradients' checks, whose model arrays are computed whole)
 
 
 def _tolerance(rule: str, *, model: np.ndarray, mid: np.ndarray, fmt: FloatFormat,
@@ -828,15 +829,3 @@ def _tolerance(rule: str, *, model: np.ndarray, mid: np.ndarray, fmt: FloatForma
             plain_err = float(np.max(np.abs(plain - mid)[ok])) if np.any(ok) else 0.0
     return _rule_tolerance(rule, model_tol=model, mid=mid, fmt=fmt, rtol=rtol, atol=atol,
                            ulps=ulps, factor=factor, safety=safety, plain_err=plain_err)
-
-
-def _rule_text(rule: str, safety: float | None, rtol: float | None, atol: float | None,
-               ulps: float | None, factor: float | None) -> str:
-    """The rule line of a report whose model is the caller's own."""
-    if rule == "model":
-        return f"rounding-error model × {DEFAULT_SAFETY if safety is None else safety:g}"
-    if rule == "flash":
-        return (f"{DEFAULT_FLASH_FACTOR if factor is None else factor:g} × the error of a "
-                "plain same-dtype implementation, at least the rounding-error model")
-    return _rule_line(rule, ErrorModel(FORMATS["float64"], FORMATS["float64"]), safety, rtol,
-                      atol, ulps, factor)

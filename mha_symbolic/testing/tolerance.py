@@ -23,12 +23,16 @@ algorithm, parameterised by what the kernel rounds (:class:`ErrorModel`):
 
 The building blocks here are general (any computation whose rounding errors are
 bounded stage by stage): the worst-case factor :func:`gamma`, Higham & Mary's
-probabilistic factor :func:`gamma_tilde`, the λ of a false-alarm probability
+probabilistic factor :func:`gamma_tilde`, the factor of a sum under the model of a
+check (:meth:`ErrorModel.gamma_sum`), the λ of a false-alarm probability
 (:func:`lambda_for`), Hoeffding's bound (:func:`hoeffding_bound`), the format
 constants (:func:`unit_roundoff`, :func:`underflow_eta`, :func:`ulp`) and the bound
 of a linear map (:func:`linear_error_bound`).  The bound of attention itself, with
 its derivation, is :mod:`mha_symbolic.testing.attention_bound`; docs/testing.md
-repeats both.
+repeats both.  Every model of the package is built on them: the forward bound
+(:mod:`.attention_bound`), the variants and FP8 kernels (:mod:`.tolerance_variants`)
+and the gradients (:mod:`.backward_model`, :mod:`.backward_mha`); the analysis
+constants of all of them are the data below.
 """
 
 from __future__ import annotations
@@ -51,8 +55,10 @@ __all__ = [
     "FORMATS",
     "KERNELS",
     "K_EXP",
+    "K_SCALE",
     "K_SCORE",
     "K_SOFTMAX",
+    "K_TANH",
     "ErrorModel",
     "FloatFormat",
     "KernelModel",
@@ -82,6 +88,13 @@ K_EXP = 4
 #: stored sum) and of the softmax beyond its n additions (exp 4u, division, store).
 K_SCORE = 4
 K_SOFTMAX = 6
+#: Roundings of the scale in the gradients dQ and dK (backward_model.py): q, k
+#: pre-scaled by √c (torch MATH) or the scale applied to the accumulated sum
+#: (FlashAttention), in u and u_a.
+K_SCALE = 2
+#: The tanh of a softcap is charged K_TANH u_a (CUDA's tanhf: 2 ulp; glibc's tanh:
+#: within 2), doubled (tolerance_variants.py).
+K_TANH = 4
 #: The bound is used as it is (it is a derivation with its roundings counted).
 DEFAULT_SAFETY = 1.0
 #: Relative error factors saturate here (e^700): a bound that large is vacuous and
@@ -89,6 +102,9 @@ DEFAULT_SAFETY = 1.0
 _EXP_CAP = 700.0
 _FMAX = float(np.finfo(np.float64).max)
 ERROR_MODELS = ("probabilistic", "worst_case")
+#: Other spellings accepted for ``error_model=`` (the gradients' first release said
+#: "worst").
+_KIND_ALIASES = {"worst": "worst_case"}
 
 
 @dataclass(frozen=True)
@@ -272,6 +288,10 @@ class ErrorModel:
     lam_sums: float = 9.0                  # Higham–Mary's λ (one event per term of a sum)
     accumulation_default: bool = False     # acc chosen by the default rule (for reports)
     flush: bool = False                    # subnormal results flushed to zero (FTZ/DAZ)
+    #: the format the weights P are stored in before P·V when it is not the output's:
+    #: an FP8 kernel (FlashAttention-3) converts the unnormalised weights e^{s−m} ≤ 1
+    #: to its fp8 input format (tolerance_variants.py); None: P in the output dtype
+    weights: FloatFormat | None = None
 
     @property
     def u(self) -> float:
@@ -302,6 +322,29 @@ class ErrorModel:
         """Unit roundoff of the dtype that holds the scores."""
         return self.u if self.kernel.score_stores else self.ua
 
+    @property
+    def uw(self) -> float:
+        """Unit roundoff of the stored weights P (the output dtype's unless
+        :attr:`weights` names another format)."""
+        return self.u if self.weights is None else unit_roundoff(self.weights)
+
+    def gamma_sum(self, n: Any, u: float | None = None) -> np.ndarray:
+        """The factor of a sum of n terms accumulated in unit roundoff ``u`` (default
+        u_a): |fl(Σ x_i) − Σ x_i| ≤ g Σ|x_i|.  Worst case: :func:`gamma` (finite for
+        every n); probabilistic: the smaller of it and Higham & Mary's
+        :func:`gamma_tilde` at this check's λ (:attr:`lam_sums`, one event per term:
+        :meth:`with_events` must have counted the terms).
+
+        >>> m = error_model("bfloat16", accumulation_dtype="same")
+        >>> float(m.gamma_sum(4096)) < 1.0 < float(gamma(4096, m.ua))
+        True
+        """
+        uu = self.ua if u is None else u
+        g = gamma(n, uu)
+        if self.kind == "probabilistic":
+            g = np.minimum(g, gamma_tilde(n, uu, self.lam_sums))
+        return np.asarray(g)
+
     def with_events(self, elements: float, sum_terms: float) -> ErrorModel:
         """The same model with its λs set for one check: half the false-alarm budget
         for the Hoeffding bounds (three per bound element: ``elements``), half for the
@@ -310,8 +353,9 @@ class ErrorModel:
         return replace(self, lam=lambda_for(half, 3 * elements),
                        lam_sums=lambda_for(half, sum_terms, max(self.u, self.ua)))
 
-    def describe(self) -> str:
-        """One line for reports."""
+    def describe(self, kernel: str | None = None) -> str:
+        """One line for reports (``kernel``: the kernel's description when it is not a
+        :data:`KERNELS` entry, as for the gradients)."""
         if self.kind == "worst_case":
             how = "worst case"
         else:
@@ -319,7 +363,10 @@ class ErrorModel:
                    f"probability ≤ "
                    f"{_sci(FALSE_ALARM_PROBABILITY)} per check under Higham & Mary's model")
         ftz = "; subnormals flushed" if self.flush else ""
-        return f"rounding-error model ({how}; kernel '{self.kernel.name}'{ftz})"
+        ker = f"kernel '{self.kernel.name}'" if kernel is None else kernel
+        wts = (f"; weights converted to {self.weights.name} before P·V (FP8 kernel model)"
+               if self.weights is not None else "")
+        return f"rounding-error model ({how}; {ker}{wts}{ftz})"
 
 
 def _sci(x: float) -> str:
@@ -329,14 +376,17 @@ def _sci(x: float) -> str:
 
 
 def error_model(dtype: Any, *, accumulation_dtype: Any = None, kernel: str = "fused",
-                kind: str = "probabilistic", subnormals: str = "keep") -> ErrorModel:
+                kind: str = "probabilistic", subnormals: str = "keep",
+                weights: Any = None) -> ErrorModel:
     """The :class:`ErrorModel` for outputs of ``dtype``.
 
-    ``accumulation_dtype``: None (float32 for float16/bfloat16 outputs, the output
-    dtype otherwise), ``"same"`` (the output dtype), or a dtype.  ``kernel``: a key of
-    :data:`KERNELS`.  ``kind``: ``"probabilistic"`` or ``"worst_case"``.  ``subnormals``:
-    ``"keep"`` (IEEE gradual underflow) or ``"flush"`` (a kernel that flushes subnormal
-    results to zero, as XLA on CPU and CUDA fast-math code do).
+    ``accumulation_dtype``: None (float32 for outputs narrower than float32: float16,
+    bfloat16, fp8; the output dtype otherwise), ``"same"`` (the output dtype), or a
+    dtype.  ``kernel``: a key of :data:`KERNELS`.  ``kind``: ``"probabilistic"`` or
+    ``"worst_case"`` (``"worst"`` is accepted for it).  ``subnormals``: ``"keep"``
+    (IEEE gradual underflow) or ``"flush"`` (a kernel that flushes subnormal results to
+    zero, as XLA on CPU and CUDA fast-math code do).  ``weights``: the format of the
+    weights before P·V when it is not the output's (an FP8 kernel's), or None.
 
     >>> m = error_model("bfloat16")
     >>> m.acc.name, m.kernel.name, m.kind
@@ -358,13 +408,20 @@ def error_model(dtype: Any, *, accumulation_dtype: Any = None, kernel: str = "fu
     if kernel not in KERNELS:
         raise SpecError(f"kernel={kernel!r} is not a kernel model: expected one of "
                         f"{tuple(KERNELS)}")
+    kind = _KIND_ALIASES.get(kind, kind) if isinstance(kind, str) else kind
     if kind not in ERROR_MODELS:
         raise SpecError(f"error_model={kind!r} is not an error model: expected one of "
                         f"{ERROR_MODELS}")
     if subnormals not in ("keep", "flush"):
         raise SpecError(f"subnormals={subnormals!r}: expected 'keep' or 'flush'")
+    wfmt = None
+    if weights is not None:
+        try:
+            wfmt = format_of(weights)
+        except SpecError:
+            raise SpecError(f"weights_dtype={weights!r} is not a float format") from None
     return ErrorModel(fmt, acc, KERNELS[kernel], kind, accumulation_default=default,
-                      flush=subnormals == "flush")
+                      flush=subnormals == "flush", weights=wfmt)
 
 
 def attention_error_bound(
@@ -446,9 +503,7 @@ def linear_error_bound(
         model = ErrorModel(format_of(fmt), format_of(acc if acc is not None else fmt),
                            kind="worst_case")
     n_in = x.shape[-1]
-    g = float(gamma(n_in + 1, model.ua))
-    if model.kind == "probabilistic":
-        g = min(g, float(gamma_tilde(n_in + 1, model.ua, model.lam_sums)))
+    g = float(model.gamma_sum(n_in + 1))
     aw = np.abs(w)
     t = np.abs(x) @ aw.T
     if b is not None:
