@@ -148,9 +148,10 @@ def _refuse_vacuous(comps: dict[str, AttentionComparison], model: ErrorModel) ->
                 f"no verdict: the gradients would pass, but for {comp.n_vacuous} of "
                 f"{comp.n_elements} element(s) of the {comp.title} the tolerance of the "
                 f"{model.describe(BACKWARD_KERNEL)} with accumulation in {model.acc.name} "
-                "reaches the gradient's natural size: a kernel of that kind can be wrong "
-                "there by the whole gradient. Use a wider accumulation_dtype, "
-                "error_model='probabilistic', or rule='ulp'/'allclose'")
+                "reaches the gradient's natural size, or admits an all-zero gradient: the "
+                "check cannot tell a wrong or missing gradient from the right one there. "
+                "Use a wider accumulation_dtype or dtype, error_model='probabilistic', or "
+                "rule='ulp'/'allclose'")
 
 
 def compare_attention_backward(
@@ -312,13 +313,19 @@ def _judge_gradients(
         vac = None
         if nats is not None and name in nats and rule in ("model", "flash"):
             vac = np.broadcast_to(_vacuity(bounds[name], nats[name]), a.shape)
-        comps[name] = _verdict(a, lower, upper, tol, vac, model=m_a, rule=rule_text,
-                               index_names=names, title=title, raise_vacuous=False)
-        fits_truth &= _within(a, lower, upper, saf * bounds[name])
-        if np.any(np.isfinite(mid) & (mid != 0)) and _within(np.zeros_like(a), lower, upper, tol):
+        zero_passes = bool(np.any(np.isfinite(mid) & (mid != 0))
+                           and _within(np.zeros_like(a), lower, upper, tol))
+        if zero_passes:
             warns.append(f"the {title} tolerance admits an all-zero gradient: this check cannot "
                          f"tell a missing gradient from the right one (dtype {f_a.name}, "
                          f"accumulation {model.acc.name})")
+            if rule in ("model", "flash"):
+                # the model's tolerance would pass a missing gradient: vacuous, every
+                # element (a rule the caller chose, ulp or allclose, stays a warning)
+                vac = np.ones(a.shape, dtype=bool)
+        comps[name] = _verdict(a, lower, upper, tol, vac, model=m_a, rule=rule_text,
+                               index_names=names, title=title, raise_vacuous=False)
+        fits_truth &= _within(a, lower, upper, saf * bounds[name])
     return comps, warns, fits_truth
 
 

@@ -59,9 +59,11 @@ added in full.  Sensitivities are bounded with Cauchy–Schwarz where an exact
 evaluation would need a third-order tensor.
 
 **Vacuity** (:func:`natural_scales`): the natural size of a gradient element (the sum
-of the absolute values of the terms it adds: ``|c| Σ_j P_ij(|dP_ij| + |D_i|)|k_j|``
-for dQ, and so on).  A tolerance that reaches it, where it stands above the bound's
-absolute underflow floor, says nothing: the comparison refuses a verdict there
+of the absolute values of the terms it adds, down to the inputs: for dQ
+``|c| Σ_j P_ij(N_ij + Σ_j' P_ij' N_ij')|k_j|`` with ``N = |dO||V|ᵀ``, and so on).  A
+tolerance that reaches it, where it stands above the bound's absolute underflow floor,
+says nothing; nor does one that admits an all-zero gradient where the exact one is not
+zero (testing/backward.py).  The comparison then refuses a verdict
 (:class:`~mha_symbolic.errors.ToleranceError`) rather than pass.
 """
 
@@ -221,10 +223,13 @@ def _reduce(name: str, per: dict[str, tuple[Arr, Arr]], pb: PlainBackward,
 def natural_scales(pb: PlainBackward, shapes: dict[str, tuple[int, ...]], eta: float
                    ) -> dict[str, tuple[Arr, Arr]]:
     """For each gradient, (natural size, absolute floor) at the inputs' shapes: the
-    sum of the absolute values of the terms the exact gradient adds (through
-    dS_ij = P_ij(dP_ij − D_i): P_ij(|dP_ij| + |D_i|)), and the underflow floor ``eta``
-    (the model's η) times the terms of the sum.  A tolerance at least the natural size
-    where that stands above 4 × the floor is vacuous (see the module docstring).
+    sum of the absolute values of every term the exact gradient adds, down to the
+    inputs — dP_ij = f keep_ij Σ_l dO_il V_jl is of size ``N_ij = f (|dO||V|ᵀ)_ij``,
+    D_i of size at most Σ_j P_ij N_ij, dS_ij = P_ij(dP_ij − D_i) of size
+    ``P_ij (N_ij + Σ_j' P_ij' N_ij')``, dQ = c dS K of size |c| (that) |K|, and so on —
+    and the underflow floor ``eta`` (the model's η) times the terms of the sum.  A
+    tolerance at least the natural size where that stands above 4 × the floor is
+    vacuous (see the module docstring).
 
     >>> import numpy as np
     >>> from mha_symbolic.testing.bugs_backward import BackwardInputs, plain_backward
@@ -234,12 +239,14 @@ def natural_scales(pb: PlainBackward, shapes: dict[str, tuple[int, ...]], eta: f
     True
     """
     P = np.where(pb.allowed, pb.p, 0.0)
-    nds = P * (np.abs(pb.dp) + np.abs(pb.d))
     aq, ak, ado = np.abs(pb.q), np.abs(pb.k), np.abs(pb.do)
+    ndp = max(abs(pb.f), 1.0) * _mm(ado, _t(np.abs(pb.v)))
+    nds = P * (ndp + _rs(P * ndp))
     L, S = P.shape[-2], P.shape[-1]
+    cq, ck = abs(pb.dq_scale), abs(pb.dk_scale)
     per = {
-        "dq": (abs(pb.dq_scale) * _mm(nds, ak), eta * (S * np.max(ak, initial=0.0) + 1.0)),
-        "dk": (abs(pb.dk_scale) * _mm(_t(nds), aq), eta * (L * np.max(aq, initial=0.0) + 1.0)),
+        "dq": (cq * _mm(nds, ak), eta * ((cq + 1.0) * S * np.max(ak, initial=0.0) + 1.0)),
+        "dk": (ck * _mm(_t(nds), aq), eta * ((ck + 1.0) * L * np.max(aq, initial=0.0) + 1.0)),
         "dv": (_mm(_t(np.abs(pb.w)), ado), eta * (L * np.max(ado, initial=0.0) + 1.0)),
         "d_attn_mask": (nds, eta),
     }
