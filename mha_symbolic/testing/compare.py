@@ -44,7 +44,6 @@ True
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -208,24 +207,6 @@ def _model(actual: np.ndarray, accumulation_dtype: Any, kernel: str,
     del fmt_ok
     return error_model(actual.dtype, accumulation_dtype=accumulation_dtype, kernel=kernel,
                        kind=kind, subnormals=subnormals, weights=weights)
-
-
-def _oracle_options(reference: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """The options for the oracle: ``dropout_p=0`` without a mask is plain attention
-    (passed only when the oracle knows the option); dropout needs an oracle with it."""
-    params = inspect.signature(reference).parameters
-    out = dict(options)
-    p, m = out.pop("dropout_p", 0.0), out.pop("dropout_mask", None)
-    if "dropout_p" in params:
-        out["dropout_p"] = p
-    if "dropout_mask" in params:
-        out["dropout_mask"] = m
-    missing = [n for n, given in (("dropout_p", p is not None and p != 0),
-                                  ("dropout_mask", m is not None)) if given and n not in params]
-    if missing:
-        raise SpecError(f"dropout_p={p!r}, dropout_mask={'given' if m is not None else None}: "
-                        f"this version's reference_attention has no {', '.join(missing)}")
-    return out
 
 
 # ------------------------------------------------------------------------------------
@@ -449,11 +430,10 @@ def compare_attention(
     model = _model(a, accumulation_dtype, kernel, error_model, subnormals)
     from ..oracle import reference_attention
 
-    opts = _oracle_options(reference_attention, dict(
-        attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
-        causal_alignment=causal_alignment, masked_rows=masked_rows, dropout_p=dropout_p,
-        dropout_mask=dropout_mask))
-    ref = reference_attention(query, key, value, **opts)
+    ref = reference_attention(
+        query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+        enable_gqa=enable_gqa, causal_alignment=causal_alignment, masked_rows=masked_rows,
+        dropout_p=dropout_p, dropout_mask=dropout_mask)
     _check_shape(a, tuple(ref.shape), "attention output")
     lower, upper = _f64(ref.lower), _f64(ref.upper)
     _check_enclosure(lower, upper, masked_rows == "nan")
