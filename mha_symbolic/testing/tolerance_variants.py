@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from .attention_bound import ScoreExtras, attention_error_bound
-from .tolerance import FORMATS, K_TANH, ErrorModel, FloatFormat
+from .tolerance import FORMATS, K_EXP, K_TANH, ErrorModel, FloatFormat
 
 __all__ = ["FP8_FORMATS", "variant_error_bound", "variant_events"]
 
@@ -160,8 +160,13 @@ def variant_error_bound(vp: Any, model: ErrorModel, events: tuple[float, float] 
     shape = (*lead, L, Ev)
     tol = tol.reshape(shape)
     # a buggy variant whose weights are not a softmax (the sink in every numerator:
-    # they sum to more than 1) rounds in proportion to their sum (diagnosis only)
+    # they sum to more than 1; diagnosis only): the softmax's errors grow with the
+    # weights' sum, its centring no longer cancels their common part, and the output's
+    # roundings are relative to its own, larger, value: the weights' relative errors
+    # (exp, division, store) on Σ_j p_j|v_j|, and u + u_a of |out|
     tot = np.sum(vp.p, axis=-1) + (0.0 if vp.p_sink is None else vp.p_sink)
     if np.any(tot > 1.0 + 2.0**-20):
         tol = tol * np.maximum(np.broadcast_to(tot, shape[:-1]), 1.0)[..., None]
+        rho = (K_EXP + 1) * model.ua + model.uw
+        tol = tol + rho * (np.abs(vp.p) @ np.abs(vp.v)) + (model.u + model.ua) * np.abs(vp.out)
     return tol, vac.reshape(shape)
