@@ -765,3 +765,63 @@ def test_softcap_compiled_and_numpy_twins_are_bit_identical() -> None:
     for cap in (0.5, 30.0):
         t, _ = transformed.tanh_proved(s / cap, need_err=False)
         np.testing.assert_array_equal(transformed.softcap_array(s, cap), cap * t)
+
+
+def test_fused_softcap_rows_and_dd_tanh_twins_are_bit_identical() -> None:
+    """The compiled scale-softcap-maxima pass and the double-double tanh give the numpy
+    twins' arrays bit for bit (series, exp branch, far branch, signed zeros, masks)."""
+    from mha_symbolic.oracle import transformed
+    from mha_symbolic.oracle.jit import _kernels
+
+    if _kernels() is None:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(37)
+    g = np.concatenate([rng.standard_normal(1500) * 8, rng.standard_normal(40) * 1e4,
+                        [0.0, -0.0, 1e-300, 5000.0, -1e12]]).reshape(5, -1)
+    allowed = rng.random(g.shape) < 0.7
+    for c_f, cap, al in ((0.125, 30.0, None), (1.0, 0.5, allowed), (-0.3, 2.0, allowed)):
+        got = transformed.softcap_rows(g, c_f, cap, al)
+        want = transformed._np_softcap_rows(g, c_f, cap, al)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+            assert np.array_equal(np.signbit(a), np.signbit(b))
+    xh = np.concatenate([rng.standard_normal(600) * 0.1, rng.standard_normal(600) * 3,
+                         [0.0, -0.0, 0.17325, -0.17325, 299.0, 301.0, -1e6]])
+    xl = xh * rng.standard_normal(xh.size) * 2.0**-60
+    got = transformed._tanh_dd(xh, xl)
+    want = transformed._np_tanh_dd(xh, xl)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tier1_weighted_magnitude_bound_holds_against_arb(seed: int) -> None:
+    """fast.tier1_block(want_abs) bounds Σ_j P_j |v_j| (the perturbation lemma's
+    magnitude): the exact value in Arb from the scores (exact doubles) lies below it,
+    and the bound is tight (within 1e-9 relative)."""
+    from mha_symbolic.oracle.conventions import Block
+    from mha_symbolic.oracle.fast import KV, tier1_block
+
+    rng = np.random.default_rng(seed)
+    L, S, Ev = 4, 7, 3
+    s = rng.standard_normal((L, S)) * (1.0, 30.0, 0.01)[seed]
+    v = rng.standard_normal((S, Ev)) * 10.0 ** rng.integers(-3, 3, size=(1, Ev))
+    allowed = rng.random((L, S)) < 0.8
+    allowed[:, 0] = True
+    res = tier1_block(np.zeros((L, 0)), None, KV(np.zeros((S, 0)), v),
+                      Block(allowed, np.where(allowed, s, 0.0), None, None), 0.0, 0.0,
+                      want_abs=True)
+    assert res.a_up is not None
+    old = ctx.prec
+    ctx.prec = 300
+    try:
+        for i in range(L):
+            js = np.flatnonzero(allowed[i]).tolist()
+            w = {j: arb(fmpq(*Fraction(float(s[i, j])).as_integer_ratio())).exp() for j in js}
+            den = sum(w.values(), arb(0))
+            for col in range(Ev):
+                exact = sum((w[j] * arb(abs(float(v[j, col]))) for j in js), arb(0)) / den
+                assert exact < arb(float(res.a_up[i, col]))
+                assert float(res.a_up[i, col]) <= float(exact.mid()) * (1 + 1e-9)
+    finally:
+        ctx.prec = old

@@ -37,7 +37,7 @@ import numpy as np
 from .arb import EXP_FLOOR, Prec, exact_prec, exact_score_rows, to_arb_mat
 from .constants import CHUNK_ELEMS, ETA, RHO_EXP1, RHO_EXP2, TINY1, TINY2, UP, U, gamma
 from .conventions import Block, exact_scale
-from .dd import dd_add_d, dd_div, dd_mul, dd_mul_d, two_prod, two_sum
+from .dd import dd_add_d, dd_div, dd_mul, dd_mul_d, two_prod
 from .enclosure import Enclosure, Problem
 from .exact_scores import norm_up
 from .expo import exp_dd, exp_double
@@ -102,6 +102,8 @@ def _tanh_taylor(n_terms: int) -> list[Fraction]:
 _TANH_DD = _tanh_taylor(16)
 _TANH_DD_HI = [float(c) for c in _TANH_DD]
 _TANH_DD_LO = [float(c - Fraction(h)) for c, h in zip(_TANH_DD, _TANH_DD_HI, strict=True)]
+_TANH_DD_HI_A = np.array(_TANH_DD_HI)
+_TANH_DD_LO_A = np.array(_TANH_DD_LO)
 REL_TANH_DD_SMALL = 2.0**-98
 REL_TANH_DD_LARGE = 2.83 * RHO_EXP2 + 2.0**-97
 ABS_TANH_DD = 2.0 * TINY2
@@ -109,7 +111,29 @@ ABS_TANH_DD = 2.0 * TINY2
 
 def _tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
              ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """(th, tl, rel_err_bound) for tanh(xh + xl) in double-double (proof above)."""
+    """(th, tl, rel_err_bound) for tanh(xh + xl) in double-double (proof above): one
+    compiled pass when numba is available, bit-identical to :func:`_np_tanh_dd` (the
+    same operations per element; tests/test_variants.py checks it)."""
+    from .jit import _POW2, _kernels
+
+    k = _kernels()
+    if k is None or not hasattr(k, "tanh_dd") or xh.size == 0:
+        return _np_tanh_dd(xh, xl)
+    from .expo import _table2
+
+    xh = np.ascontiguousarray(xh, dtype=np.float64)
+    xl = np.ascontiguousarray(xl, dtype=np.float64)
+    th = np.empty_like(xh)
+    tl = np.empty_like(xh)
+    tab_hi, tab_lo = _table2()
+    k.tanh_dd(xh, xl, _TANH_DD_HI_A, _TANH_DD_LO_A, tab_hi, tab_lo, _POW2, th, tl)
+    rel = np.where(np.abs(xh) <= TANH_SMALL, REL_TANH_DD_SMALL, REL_TANH_DD_LARGE)
+    return th, tl, rel
+
+
+def _np_tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
+                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The numpy twin of :func:`_tanh_dd`."""
     neg = xh < 0
     ah = np.where(neg, -xh, xh)
     al = np.where(neg, -xl, xl)
@@ -139,6 +163,77 @@ def _tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
         th[big], tl[big] = dd_div(nh, nl, dh, dl)
     rel = np.where(small, REL_TANH_DD_SMALL, REL_TANH_DD_LARGE)
     return np.where(neg, -th, th), np.where(neg, -tl, tl), rel
+
+
+# ---- the softcap's derivative: sech²(x) = 1 - tanh²(x) = 4e/(1 + e)², e = exp(-2|x|) ----
+# f(e) = 4e/(1 + e)² has d ln f/d ln e = (1 - e)/(1 + e) in [0, 1] for e in [0, 1], so a
+# relative error θ of e moves f by a factor within e^{±|ln(1 + θ)|}: no cancellation
+# anywhere (1 - tanh² would lose everything where tanh is near ±1).  The argument's
+# own error |x - x~| <= e_x moves sech² by a factor within e^{±2 e_x} (|d ln sech²/dx| =
+# 2|tanh x| <= 2), i.e. by <= sech²(x~)·2e_x(1 + 2e_x) for 2e_x <= 1.
+#
+# Double-double (tier 2): e~ = exp_dd(-2|x~|) (-2|x~| is an exact scaling; relative
+# RHO_EXP2), 1 + e~ by dd_add_d (2.01u² relative: the result is in [1, 2]), its square by
+# dd_mul (8.02u²), 4e~ exactly, the quotient by dd_div (2^-100): relative to f(e~) at
+# most (1 + 2.01u²)²(1 + 8.02u²)(1 + 2^-100) - 1 < 12.1u² + 2^-100 < 2^-98, and
+# e^{1.01 RHO_EXP2} - 1 < 1.02 RHO_EXP2 from e~: REL_SECH2_DD.  |x~| > 300: sech² <=
+# 4e^-600 < 4 TINY2, taken as 0 with the absolute bound ABS_SECH2_DD (the argument's
+# e^{2e_x} <= 1.01 included).
+# Float64 (tier 1): e~ = exp_double(-2|x~|) (RHO_EXP1 for -2|x~| >= -708; below, e~ and e
+# are both <= TINY1(1 + RHO_EXP1)), then fl(1 + e~), its square, 4e~ (exact) and the
+# quotient: four roundings, relative <= 1.01 RHO_EXP1 + 4.1u = REL_SECH2; below the cut
+# the result and the truth are both <= 4.01 TINY1: ABS_SECH2 = 8 TINY1.
+REL_SECH2_DD = 1.02 * RHO_EXP2 + 2.0**-98
+ABS_SECH2_DD = 5.0 * TINY2
+REL_SECH2 = 1.01 * RHO_EXP1 + 4.1 * U
+ABS_SECH2 = 8.0 * TINY1
+
+
+def sech2_proved(x: np.ndarray[Any, Any], e_x: np.ndarray[Any, Any] | float
+                 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(f, err): f = sech²(x~) in float64 and |sech²(x) - f| <= err for every x with
+    |x - x~| <= e_x (e_x <= 1/4; proof above)."""
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        e = exp_double(-2.0 * np.abs(x))
+        d = 1.0 + e
+        f = 4.0 * e / (d * d)
+        ex = np.asarray(e_x)
+        rel = (2.0 * ex * (1.0 + 2.0 * ex) + REL_SECH2) * (1.0 + 2.0 * REL_SECH2)
+        return f, (f * rel + ABS_SECH2) * UP
+
+
+def _sech2_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any], e_x: np.ndarray[Any, Any]
+              ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(fh, fl, err): sech²(x~) in double-double, |sech²(x) - fh - fl| <= err for every x
+    with |x - x~| <= e_x (e_x <= 1/4; proof above)."""
+    neg = xh < 0
+    ah = np.where(neg, -xh, xh)
+    al = np.where(neg, -xl, xl)
+    far = ah > 300.0
+    eh, el = exp_dd(np.where(far, -600.0, -2.0 * ah), np.where(far, 0.0, -2.0 * al))
+    dh, dl = dd_add_d(eh, el, np.ones_like(eh))
+    sh, sl = dd_mul(dh, dl, dh, dl)
+    fh, fl = dd_div(4.0 * eh, 4.0 * el, sh, sl)
+    fh = np.where(far, 0.0, fh)
+    fl = np.where(far, 0.0, fl)
+    rel = (2.0 * e_x * (1.0 + 2.0 * e_x) + REL_SECH2_DD) * (1.0 + 4.0 * U)
+    err = (np.abs(fh) * rel * 1.01 + ABS_SECH2_DD + 4 * ETA) * UP
+    return fh, fl, err
+
+
+def _mul_factor(a: tuple[np.ndarray[Any, Any], ...] | None,
+                b: tuple[np.ndarray[Any, Any], ...]) -> tuple[np.ndarray[Any, Any], ...]:
+    """The product of two double-double factors with bounds (hi, lo, err):
+    |AB - p~| <= e_a(|b~| + e_b) + |a~|e_b + 8.02u²|p~| (dd_mul) + 4η; None is 1."""
+    if a is None:
+        return b
+    ah, al, ae = a
+    bh, bl, be = b
+    ph, pl = dd_mul(ah, al, bh, bl)
+    aa = np.abs(ah) * (1.0 + 2.0 * U)
+    ba = np.abs(bh) * (1.0 + 2.0 * U)
+    err = (ae * (ba + be) + aa * be + 8.02 * U * U * np.abs(ph) * 1.01 + 4 * ETA) * UP
+    return ph, pl, err
 
 
 def _tanh_small(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -202,6 +297,40 @@ def softcap_array(s: np.ndarray[Any, Any], cap: float) -> np.ndarray[Any, Any]:
     return out
 
 
+def _np_softcap_rows(g: np.ndarray[Any, Any], c_f: float, cap: float,
+                     allowed: np.ndarray[Any, Any] | None
+                     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(s', max|g|, max|s'|): s' = cap·tanh_proved(fl(c_f g)/cap) and the row maxima over
+    the allowed keys (g (r, S)); the numpy twin of the compiled ``softcap_rows``."""
+    t, _ = tanh_proved((g * c_f) / cap, need_err=False)
+    out = cap * t
+    return out, _rowmax(g, allowed), _rowmax(out, allowed)
+
+
+def softcap_rows(g: np.ndarray[Any, Any], c_f: float, cap: float,
+                 allowed: np.ndarray[Any, Any] | None
+                 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """:func:`_np_softcap_rows` in one compiled pass when numba is available
+    (bit-identical: the same operations per element; maxima are exact)."""
+    from .jit import _POW2, _kernels
+
+    k = _kernels()
+    if k is None or not hasattr(k, "softcap_rows") or g.size == 0 or len(_TANH_COEFFS) != 10:
+        return _np_softcap_rows(g, c_f, cap, allowed)
+    from .expo import _table1
+
+    g2 = np.ascontiguousarray(g).reshape(-1, g.shape[-1])
+    al = (np.zeros((0, 0), dtype=bool) if allowed is None
+          else np.ascontiguousarray(allowed, dtype=bool).reshape(g2.shape))
+    out = np.empty_like(g2)
+    gmax = np.empty(g2.shape[0])
+    smax = np.empty(g2.shape[0])
+    k.softcap_rows(g2, float(c_f), float(cap), al, np.asarray(_TANH_COEFFS), _table1(), _POW2,
+                   out, gmax, smax)
+    lead = g.shape[:-1]
+    return out.reshape(g.shape), gmax.reshape(lead), smax.reshape(lead)
+
+
 def _rowmax(a: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any]:
     """max over the kept keys (all when ``allowed`` is None) of |a| per row (0 for none)."""
     if allowed is None:
@@ -235,19 +364,28 @@ def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
     G = np.matmul(q, np.swapaxes(k, -1, -2))
     nq, nk = norm_up(q), norm_up(k)
     err = gamma(max(E, 1)) * nq * np.max(nk, axis=-1, initial=0.0)[:, None] + E * ETA
-    gmax = _rowmax(G, al)
-    s = G
-    s *= c_f
+    op0 = ops[0] if ops else None
+    capped = None
+    if isinstance(op0, Cap):
+        # the scale and the first softcap in one pass, with both row maxima
+        with np.errstate(over="ignore", invalid="ignore"):
+            capped, gmax, cap_max = softcap_rows(G, c_f, op0.C, al)
+        s = capped
+    else:
+        gmax = _rowmax(G, al)
+        s = G
+        s *= c_f
     smax = abs(c_f) * gmax * (1.0 + 2.0 * U) + ETA  # >= max |fl(c_f G)| of the row
     err = rho_c * gmax + (abs(c_f) + rho_c) * err + _R * smax + ETA
-    for op in ops:
+    for n_op, op in enumerate(ops):
         if isinstance(op, Cap):
             C = op.C
-            with np.errstate(over="ignore", invalid="ignore"):
-                s = softcap_array(s, C)
+            if not (n_op == 0 and capped is not None):
+                with np.errstate(over="ignore", invalid="ignore"):
+                    s = softcap_array(s, C)
             small = smax * (1.0 + 2.0 * U) / C + ETA <= TANH_SMALL
             rel = np.where(small, REL_TANH_SMALL, REL_TANH_LARGE)
-            new_max = _rowmax(s, al)
+            new_max = cap_max if (n_op == 0 and capped is not None) else _rowmax(s, al)
             err = (err + _R * smax + C * ETA + new_max * rel + C * ABS_TANH
                    + _R * new_max + ETA)
             smax = new_max
@@ -309,7 +447,6 @@ class TransformedProblem(Problem):
                  geo: Geometry, uniform: Any = None) -> None:
         self.uniform = uniform  # (B, L) rows of uniform weights (masked_rows="uniform")
         self._kvdd: tuple[int, Any] | None = None
-        self._narrow: bool | None = None
         self.q, self.k, self.v = q, k, v
         self.allowed, self.madd, self.ops, self.sinks = allowed, madd, ops, sinks
         self.scale, self.E, self.geo = scale, E, geo
@@ -410,67 +547,70 @@ class TransformedProblem(Problem):
     def refine(self, b: int, rows: np.ndarray[Any, Any], kind: str
                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any],
                           np.ndarray[Any, Any]] | None:
-        """Tier 2: the rows in double-double — exact dot products (TwoProduct and a
-        TwoSum tree), the scale as a double-double, the softcaps by :func:`_tanh_dd`,
-        the biases exactly, then the plain tier 2's weights and sums
-        (:func:`.dd_attention.tier2_from_scores`) with the score bound.  None when the
-        inputs are outside the range where TwoProduct is exact."""
+        """Tier 2: the rows in double-double — the scores by :meth:`pipeline_dd` (exact
+        dot products from BLAS slices, the scale as a double-double, the softcaps by
+        :func:`_tanh_dd`, the biases exactly), then the plain tier 2's weights and sums
+        (:func:`.dd_attention.tier2_from_scores`) with the score bound.  Rows the slices
+        cannot take (scalings out of range) come back with ok = False."""
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             return self._refine(b, np.asarray(rows), kind)
 
-    def _refine(self, b: int, rows: np.ndarray[Any, Any], kind: str
-                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any],
-                           np.ndarray[Any, Any]] | None:
-        from .conventions import dd_scale
-        from .dd_attention import KVdd, tier2_from_scores
+    def _kv(self, b: int) -> Any:
+        """Keys and values of problem b sliced for exact products (cached for the last
+        b); with sinks one more key and value, both 0 (its score is replaced by σ)."""
+        from .dd_attention import KVdd
 
-        q, k = self.q[b][rows], self.k[b]
-        for x in (q, k):
-            ax = np.abs(x[x != 0])
-            if ax.size and (ax.min() < 2.0**-450 or ax.max() > 2.0**450):
-                return None
-        r = q.shape[0]
-        S = k.shape[0]
-        # 1. g = q·k exactly as hi + lo: products by TwoProduct, a pairwise TwoSum tree;
-        #    the tree's own errors summed in floats: |fl(Σe) - Σe| <= gamma_n Σ|e|
-        if self._narrow is None:  # <= 24-bit significands: every product is a double
-            self._narrow = (bool(np.all(self.q.astype(np.float32) == self.q))
-                            and bool(np.all(self.k.astype(np.float32) == self.k)))
-        if self._narrow:
-            terms = q[:, None, :] * k[None, :, :]
+        if self._kvdd is None or self._kvdd[0] != b:
+            k, v = self.k[b], self.v[b]
+            if self.sinks is not None:
+                k = np.concatenate([k, np.zeros((1, k.shape[1]))], axis=0)
+                v = np.concatenate([v, np.zeros((1, v.shape[1]))], axis=0)
+            self._kvdd = (b, KVdd(np.ascontiguousarray(k), np.ascontiguousarray(v)))
+        return self._kvdd[1]
+
+    def pipeline_dd(self, b: int, rows: np.ndarray[Any, Any],
+                    keys: np.ndarray[Any, Any] | None = None, want_factor: bool = False
+                    ) -> tuple[np.ndarray[Any, Any], ...]:
+        """The scores of ``rows`` (at ``keys``, all when None) in double-double through
+        the pipeline: (sh, sl, err (r, n) per key, bad (r,), and with ``want_factor``
+        the derivative ∂s/∂(c·q·k) as (fh, fl, fe)).  Steps:
+
+        1. c·q·k exactly from BLAS slices and the scale in double-double
+           (:func:`.dd_attention.dd_scores`, no mask, shift 0): its bound
+           e_t = alpha + u²(3000 + 2 max|c g|) covers |s~ - c·q·k| (docs/oracle.md §3.5).
+        2. Each softcap by :func:`_tanh_dd` (1-Lipschitz: the incoming error passes;
+           the division by C 2^-100, tanh rel·|t| + ABS_TANH_DD, the product by C
+           4.02u²), each bias exactly (TwoProduct), the float mask by TwoSum.
+        3. The factor: Π over the softcaps of sech²(x_k), x_k the cap's argument, by
+           :func:`_sech2_dd` (proof there)."""
+        from .conventions import dd_scale
+        from .dd_attention import dd_scores
+
+        r = rows.size
+        if keys is None:
+            kvq = self._kv(b)
+            n = self.k.shape[1]
         else:
-            terms = np.concatenate(two_prod(q[:, None, :], k[None, :, :]), axis=-1)
-        errs = []
-        x = terms
-        while x.shape[-1] > 1:
-            if x.shape[-1] % 2:
-                x = np.concatenate([x, np.zeros((*x.shape[:-1], 1))], axis=-1)
-            sm, e = two_sum(x[..., 0::2], x[..., 1::2])
-            errs.append(e)
-            x = sm
-        gh = x[..., 0] if x.shape[-1] else np.zeros((r, S))
-        if errs:
-            e_all = np.concatenate(errs, axis=-1)
-            n = e_all.shape[-1]
-            gl = np.sum(e_all, axis=-1)
-            g_err = gamma(n + 1) * np.sum(np.abs(e_all), axis=-1) * (1.0 + 2.0 * gamma(n + 1))
-            gh, gl = two_sum(gh, gl)
-        else:
-            gl = np.zeros_like(gh)
-            g_err = np.zeros_like(gh)
-        # 2. c·g: c = 2^e (hi + lo) within 2^e rho; dd_mul errs by 8.02u²|c g|
+            from .dd_attention import KVdd
+
+            kk = np.ascontiguousarray(self.k[b][keys])
+            kvq = KVdd(kk, np.zeros((kk.shape[0], 0)))
+            n = kk.shape[0]
         cs = dd_scale(self.scale, self.E)
-        sh, sl = dd_mul(gh, gl, np.full_like(gh, cs.hi), np.full_like(gh, cs.lo))
-        sh, sl = np.ldexp(sh, cs.e), np.ldexp(sl, cs.e)
-        c_abs = (abs(cs.hi) + abs(cs.lo)) * 2.0**cs.e
-        g_abs = np.abs(gh) + np.abs(gl) + g_err
-        err = (c_abs * g_err + cs.rho * 2.0**cs.e * g_abs + 8.02 * U * U * c_abs * g_abs
-               + 4 * ETA) * UP
-        # 3. the pipeline; err is per key, in score units
+        sc = dd_scores(np.ascontiguousarray(self.q[b][rows]), None, None, kvq,
+                       Block(None, None, None, None), cs, np.zeros(r))
+        sh, sl = sc.sh[:, :n], sc.sl[:, :n]
+        err = np.broadcast_to(sc.e_t[:, None], (r, n)).copy()
+        bad = sc.bad.copy()
+        fac: tuple[np.ndarray[Any, Any], ...] | None = None
         for op in self.ops:
             if isinstance(op, Cap):
                 C = op.C
                 xh, xl = dd_div(sh, sl, np.full_like(sh, C), np.zeros_like(sh))
+                if want_factor:
+                    # the argument's error: err/C + the division's 2^-100|x|
+                    e_x = (err / C + 2.0**-100 * (np.abs(xh) + np.abs(xl)) + 4 * ETA) * UP
+                    fac = _mul_factor(fac, _sech2_dd(xh, xl, e_x))
                 th, tl, rel = _tanh_dd(xh, xl)
                 nh, nl = dd_mul_d(th, tl, np.full_like(th, C))
                 t_abs = np.abs(th) + np.abs(tl)
@@ -480,28 +620,42 @@ class TransformedProblem(Problem):
                        + 4.02 * U * U * C * t_abs + 4 * ETA) * UP
                 sh, sl = nh, nl
             else:
-                ph, pl = self._bias_dd(op, b, rows)
+                ph, pl = self._bias_dd(op, b, rows, keys)
                 s1h, s1l = dd_add_d(sh, sl, ph)
                 err = err + U * (U * np.abs(s1h) + np.abs(sl))
                 sh, sl = dd_add_d(s1h, s1l, pl)
                 err = (err + U * (U * np.abs(sh) + np.abs(s1l))) * UP
         if self.madd is not None:
             m_rows = self.madd[b][rows]
+            if keys is not None:
+                m_rows = m_rows[:, keys]
             s1h, s1l = dd_add_d(sh, sl, m_rows)
             err = (err + U * (U * np.abs(s1h) + np.abs(sl))) * UP
             sh, sl = s1h, s1l
+        if not want_factor:
+            return sh, sl, err, bad
+        if fac is None:
+            fac = (np.ones((r, n)), np.zeros((r, n)), np.zeros((r, n)))
+        return (sh, sl, err, bad, *fac)
+
+    def _refine(self, b: int, rows: np.ndarray[Any, Any], kind: str
+                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any],
+                           np.ndarray[Any, Any]] | None:
+        from .dd_attention import tier2_from_scores
+
+        r = rows.size
+        S = self.k.shape[1]
+        sh, sl, err, bad = self.pipeline_dd(b, rows)
         allowed = np.array(self.allowed[b][rows], dtype=bool)
         if self.uniform is not None:
             uni = np.asarray(self.uniform[b][rows])
             sh[uni], sl[uni], err[uni] = 0.0, 0.0, 0.0
-        vb = self.v[b]
         if self.sinks is not None:
             sig = float(self.sinks[b])
             sh = np.concatenate([sh, np.full((r, 1), sig)], axis=1)
             sl = np.concatenate([sl, np.zeros((r, 1))], axis=1)
             err = np.concatenate([err, np.zeros((r, 1))], axis=1)
             allowed = np.concatenate([allowed, np.ones((r, 1), bool)], axis=1)
-            vb = np.concatenate([vb, np.zeros((1, vb.shape[1]))], axis=0)
         notallowed = None if allowed.all() else ~allowed
         has_key: np.ndarray[Any, Any] = np.asarray(allowed.any(axis=-1))
         err = np.where(allowed, err, 0.0)
@@ -511,10 +665,8 @@ class TransformedProblem(Problem):
         # the shift by m inside the weights' pass: u²(3|m| + 3000 + 2 max|s|) (as tier 2)
         e_t = (np.max(err, axis=-1, initial=0.0)
                + U * U * (3 * np.abs(m) + 3000.0 + 2 * s_abs)) * UP
-        if self._kvdd is None or self._kvdd[0] != b:
-            self._kvdd = (b, KVdd(np.zeros((vb.shape[0], 0)), np.ascontiguousarray(vb)))
-        kv = self._kvdd[1]
-        bad = ~np.isfinite(e_t) | ~np.all(np.isfinite(sh) | ~allowed, axis=-1)
+        kv = self._kv(b)
+        bad = bad | ~np.isfinite(e_t) | ~np.all(np.isfinite(sh) | ~allowed, axis=-1)
         res = tier2_from_scores(np.where(allowed, sh, 0.0), np.where(allowed, sl, 0.0), m,
                                 np.where(np.isfinite(e_t), e_t, np.inf), kv, notallowed,
                                 None, has_key, None, kind, bad)
@@ -523,12 +675,14 @@ class TransformedProblem(Problem):
             hi, lo, e_out = hi[:, :S], lo[:, :S], e_out[:, :S]
         return hi, lo, e_out, res.ok
 
-    def _bias_dd(self, op: Bias, b: int, rows: np.ndarray[Any, Any]
+    def _bias_dd(self, op: Bias, b: int, rows: np.ndarray[Any, Any],
+                 keys: np.ndarray[Any, Any] | None = None
                  ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        """The bias of ``rows`` exactly as hi + lo (ALiBi: TwoProduct of the slope and
-        the integer distance; a table entry is a double)."""
+        """The bias of ``rows`` (at ``keys``) exactly as hi + lo (ALiBi: TwoProduct of
+        the slope and the integer distance; a table entry is a double)."""
         geo = self.geo
-        d = np.arange(geo.S)[None, :] - (rows[:, None] + op.offset)
+        cols = np.arange(geo.S) if keys is None else np.asarray(keys)
+        d = cols[None, :] - (rows[:, None] + op.offset)
         h = b % geo.heads
         if op.kind == "alibi":
             slope = float(op.data[b // geo.heads, h])
@@ -621,12 +775,14 @@ class TransformedProblem(Problem):
 
 
 class _Tier1Stack:
-    """Tier 1 of a stack of C problems (arrays indexed [c, i, ...])."""
+    """Tier 1 of a stack of C problems (arrays indexed [c, i, ...]); ``a_up`` >= the
+    exact Σ_j p_j |v_j| of every row (the lemma's weighted magnitude)."""
 
     def __init__(self, y: np.ndarray[Any, Any], err_y: np.ndarray[Any, Any],
                  ok: np.ndarray[Any, Any], p: np.ndarray[Any, Any] | None,
-                 err_p: np.ndarray[Any, Any] | None) -> None:
+                 err_p: np.ndarray[Any, Any] | None, a_up: np.ndarray[Any, Any]) -> None:
         self.y, self.err_y, self.ok, self.p, self.err_p = y, err_y, ok, p, err_p
+        self.a_up = a_up
 
 
 def _score_attention(v: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any],
@@ -634,27 +790,30 @@ def _score_attention(v: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any],
     """Plain attention of C stacked problems whose scores are the exact doubles ``s``
     (C, L, S) on the ``allowed`` keys, values v (C, S, Ev): :func:`.fast.tier1_block`
     per problem with zero-width queries and keys, the scale 0 and ``s`` as the
-    additive mask (so every score is s exactly)."""
+    additive mask (so every score is s exactly), with ``want_abs`` for Σ p |v|."""
     C, L, S = s.shape
     Ev = v.shape[2]
     y = np.zeros((C, L, Ev))
     err = np.zeros((C, L, Ev))
+    a_up = np.zeros((C, L, Ev))
     ok = np.zeros((C, L), dtype=bool)
     p = np.zeros((C, L, S)) if want_weights else None
     err_p = np.zeros((C, L, S)) if want_weights else None
     if not (L and S):
-        return _Tier1Stack(y, err, ok, p, err_p)
+        return _Tier1Stack(y, err, ok, p, err_p, a_up)
     q0, k0 = np.zeros((L, 0)), np.zeros((S, 0))
     for c in range(C):
         kv = KV(k0, np.ascontiguousarray(v[c]))
         al = np.asarray(allowed[c], dtype=bool)
         blk = Block(None if al.all() else al, s[c], None, None)
-        res = tier1_block(q0, None, kv, blk, 0.0, 0.0, want_weights=want_weights)
-        y[c], err[c], ok[c] = res.y, res.err, res.ok
+        res = tier1_block(q0, None, kv, blk, 0.0, 0.0, want_weights=want_weights,
+                          want_abs=True)
+        assert res.a_up is not None
+        y[c], err[c], ok[c], a_up[c] = res.y, res.err, res.ok, res.a_up
         if want_weights:
             assert p is not None and err_p is not None
             p[c], err_p[c] = res.p, res.err_p
-    return _Tier1Stack(y, err, ok, p, err_p)
+    return _Tier1Stack(y, err, ok, p, err_p, a_up)
 
 
 def transformed_attention(
@@ -710,7 +869,8 @@ def transformed_attention(
             s, delta = _float_scores(qf[sl], kf[sl], al,
                                      None if madd is None else madd[sl], ops, geo,
                                      range(start, stop), c_f, rho_c)
-            s = np.where(al, s, 0.0)
+            if not al.all():
+                s = np.where(al, s, 0.0)
             if uniform is not None:
                 s[uniform[sl]] = 0.0
                 delta = np.where(uniform[sl], 0.0, delta)
@@ -720,17 +880,15 @@ def transformed_attention(
                                                        (stop - start, L, 1))], axis=-1)
                 al = np.concatenate([al, np.ones((stop - start, L, 1), bool)], axis=-1)
                 vv = np.concatenate([vv, np.zeros((stop - start, 1, Ev))], axis=1)
-            # the |v| columns ride along: their enclosed output is Σ_j p̃_j |v_j|
-            fr = _score_attention(np.concatenate([vv, np.abs(vv)], axis=-1), al,
-                                  np.ascontiguousarray(s), return_weights)
+            fr = _score_attention(vv, al, np.ascontiguousarray(s), return_weights)
             with np.errstate(over="ignore", invalid="ignore"):
                 # (e^δ - 1)e^δ <= δ(1 + δ)(1 + 2δ); e^{2δ} - 1 <= 2δ(1 + 2δ)
                 factor = (delta * (1.0 + delta) * (1.0 + 2.0 * delta) * UP)[..., None]
                 factor_p = (2.0 * delta * (1.0 + 2.0 * delta) * UP)[..., None]
-                # Σ_j p̃_j |v_j| is the exact output of the |v| columns, so it is at most
-                # their enclosure's upper end
-                a_up = (fr.y[..., Ev:] + fr.err_y[..., Ev:]) * UP
-                yy, ey = fr.y[..., :Ev], fr.err_y[..., :Ev]
+                # Σ_j p̃_j |v_j| (p̃ the exact weights of the scores s̃) <= fr.a_up
+                # (:func:`.fast.tier1_block`, want_abs)
+                a_up = fr.a_up
+                yy, ey = fr.y, fr.err_y
                 y[sl] = yy
                 err_y[sl] = (ey + factor * (a_up + np.abs(yy) + ey)) * UP
                 ok[sl] = fr.ok & (delta <= 2.0**-10) & np.all(np.isfinite(err_y[sl]), axis=-1)
