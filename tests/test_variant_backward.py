@@ -125,18 +125,325 @@ def test_torch_autograd_of_an_explicit_window_and_alibi_passes_and_a_shifted_win
     assert not compare_attention_backward(*grads(4), q, k, v, do, **opts).passed
 
 
-@pytest.mark.parametrize("opts,msg", [
-    ({"softcap": 2.0}, "softcap"),
-    ({"q_descale": np.ones((1, 2), np.float32)}, "descale"),
-    ({"alibi_slopes": np.array([0.1, 1 / 3])}, "exact double"),
-])
-def test_backward_refuses_what_it_cannot_certify(opts: dict, msg: str) -> None:
-    q, k, v, do = _inputs(4, 4, seed=42)   # |d| = 3: 0.1·3 is not a double
-    with pytest.raises(SpecError, match=msg):
-        reference_attention_backward(q, k, v, do, **opts)
-
-
 def test_compare_backward_refuses_sinks_with_the_reason() -> None:
     q, k, v, do = _inputs(2, 2, seed=43)
     with pytest.raises(SpecError, match="sinks"):
         compare_attention_backward(q, k, v, q, k, v, do, sinks=[0.0, 0.0])
+
+
+# ---------------------------------------------------------------------------
+# Every variant's gradients against forward-mode Arb (tests/variant_backward_reference.py)
+# ---------------------------------------------------------------------------
+
+from variant_backward_reference import Problem, forward_mode  # noqa: E402
+
+
+def _window_keep(L: int, S: int, window: tuple[int, int] | None, causal: bool,
+                 off: int) -> np.ndarray:
+    i = np.arange(L)[:, None]
+    j = np.arange(S)[None, :]
+    d = j - (i + off)
+    keep = np.ones((L, S), dtype=bool)
+    if window is not None:
+        keep &= (d >= -window[0]) & (d <= window[1])
+    if causal:
+        keep &= d <= 0
+    return keep
+
+
+def _assert_encloses(enc: Any, balls: np.ndarray) -> None:
+    """lower <= truth <= upper elementwise (the truth a narrow reference ball)."""
+    lo, hi = np.asarray(enc.lower), np.asarray(enc.upper)
+    for idx in np.ndindex(*balls.shape):
+        x = balls[idx]
+        assert arb(float(lo[idx])) <= x <= arb(float(hi[idx])), (idx, lo[idx], x, hi[idx])
+
+
+def _assert_rounds_like(enc: Any, balls: np.ndarray, names: tuple[str, ...]) -> None:
+    """The enclosure as built (tier 1, tier 2 where it refined rows) contains the
+    truth; then each rounding (the narrow formats first, so tier 1 decides them before
+    float64 sends rows to tier 2) equals the reference's; the refined enclosure still
+    contains the truth."""
+    _assert_encloses(enc, balls)
+    for name in sorted(names, key=lambda n: n == "float64"):
+        np.testing.assert_array_equal(np.asarray(enc.rounded(name), np.float64),
+                                      ref_rounded(balls.tolist(), name), err_msg=name)
+    _assert_encloses(enc, balls)
+    # the Arb tier (exact(): balls at 200 bits) agrees with the reference
+    old = flint.ctx.prec
+    flint.ctx.prec = 300
+    try:
+        for idx in list(np.ndindex(*balls.shape))[:: max(1, balls.size // 4)]:
+            got = enc.exact(idx, prec=200)
+            ball = arb(got.numerator) / got.denominator if isinstance(got, Fraction) else got
+            assert abs(ball - balls[idx]) < arb(2.0**-150), (idx, got, balls[idx])
+    finally:
+        flint.ctx.prec = old
+
+
+def _heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, group: int,
+           **kw: Any) -> list[tuple[int, int, Problem]]:
+    """One reference problem per (batch, query head) (GQA: kv head h // group)."""
+    out = []
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            out.append((b, h, Problem(q[b, h], k[b, h // group], v[b, h // group], do[b, h],
+                                      **{key: (val(b, h) if callable(val) else val)
+                                         for key, val in kw.items()})))
+    return out
+
+
+def _reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, group: int = 1,
+               params: tuple[str, ...] = (), **kw: Any) -> dict[str, np.ndarray]:
+    """dq, dk, dv (object arrays of balls shaped like the inputs; dk, dv summed over the
+    query heads of a GQA group, as autograd) and each parameter's derivative per
+    (batch, head) (an object array (B, H) of the per-problem arrays)."""
+    B, H = q.shape[:2]
+    dq = np.empty(q.shape, dtype=object)
+    dk = np.empty(k.shape, dtype=object)
+    dv = np.empty(v.shape, dtype=object)
+    for arr in (dk, dv):
+        for idx in np.ndindex(*arr.shape):
+            arr[idx] = arb(0)
+    out: dict[str, np.ndarray] = {}
+    for name in params:
+        out[name] = np.empty((B, H), dtype=object)
+    old = flint.ctx.prec
+    try:
+        for b, h, prob in _heads(q, k, v, do, group, **kw):
+            got = forward_mode(prob, ("q", "k", "v", *params))
+            flint.ctx.prec = 300   # the sums of balls too
+            dq[b, h] = got["q"]
+            for idx in np.ndindex(*got["k"].shape):
+                dk[(b, h // group, *idx)] += got["k"][idx]
+            for idx in np.ndindex(*got["v"].shape):
+                dv[(b, h // group, *idx)] += got["v"][idx]
+            for name in params:
+                out[name][b, h] = got[name]
+    finally:
+        flint.ctx.prec = old
+    out.update(q=dq, k=dk, v=dv)
+    return out
+
+
+def _rand(shape: tuple[int, ...], rng: Any, scale: float = 1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+@pytest.mark.parametrize("case", ["softcap", "softcap_window_causal", "softcap_sinks_alibi",
+                                  "softcap_gqa_bottom_right", "inexact_alibi"])
+def test_transformed_gradients_round_like_forward_mode(case: str) -> None:
+    rng = np.random.default_rng({"softcap": 50, "softcap_window_causal": 51,
+                                 "softcap_sinks_alibi": 52, "softcap_gqa_bottom_right": 53,
+                                 "inexact_alibi": 54}[case])
+    H, Hk, L, S, E = 2, 2, 3, 4, 3
+    if case == "softcap_gqa_bottom_right":
+        H, Hk, L = 4, 2, 2
+    q, k, v, do = (_rand((1, H, L, E), rng, 2.0), _rand((1, Hk, S, E), rng, 2.0),
+                   _rand((1, Hk, S, E), rng), _rand((1, H, L, E), rng))
+    opts: dict[str, Any] = {"softcap": 1.5}
+    off = 0
+    keep = None
+    ref: dict[str, Any] = {"cap": 1.5}
+    if case == "softcap_window_causal":   # bottom-right: every row keeps two keys
+        opts.update(window=(1, 0), is_causal=True, causal_alignment="bottom_right")
+        keep = _window_keep(L, S, (1, 0), True, S - L)
+    if case == "softcap_sinks_alibi":
+        sinks = np.array([0.25, -0.5], np.float32)
+        slopes = np.array([0.5, 0.125], np.float32)
+        opts.update(sinks=sinks, alibi_slopes=slopes)
+        ref.update(sink=lambda b, h: float(sinks[h]), slope=lambda b, h: float(slopes[h]))
+    if case == "softcap_gqa_bottom_right":
+        opts.update(enable_gqa=True, causal_alignment="bottom_right", is_causal=True)
+        off = S - L
+        keep = _window_keep(L, S, None, True, off)
+    if case == "inexact_alibi":   # |d| · (1/3) is no double: the transformed path, no cap
+        slopes3 = np.array([0.1, 1 / 3])
+        opts = {"alibi_slopes": slopes3}
+        ref = {"slope": lambda b, h: float(slopes3[h])}
+    g = reference_attention_backward(q, k, v, do, **opts)
+    want = _reference(q, k, v, do, group=H // Hk, keep=keep, slope_offset=off, **ref)
+    for enc, name in ((g.dq, "q"), (g.dk, "k"), (g.dv, "v")):
+        _assert_rounds_like(enc, want[name], ("float64", "float32", "bfloat16"))
+
+
+@pytest.mark.parametrize("cap", [None, 2.0])
+def test_sink_and_alibi_slope_gradients_round_like_forward_mode(cap: float | None) -> None:
+    rng = np.random.default_rng(55)
+    q, k, v, do = (_rand((2, 2, 3, 3), rng, 1.5) for _ in range(4))
+    sinks = np.array([0.5, -1.0], np.float32)
+    slopes = np.array([[0.5, 0.25], [0.125, 1.0]], np.float32)   # (B, H)
+    g = reference_attention_backward(q, k, v, do, sinks=sinks, alibi_slopes=slopes,
+                                     window=(1, 1), softcap=cap)
+    want = _reference(q, k, v, do, params=("sink", "slope"), keep=_window_keep(3, 3, (1, 1),
+                                                                                False, 0),
+                      cap=cap, sink=lambda b, h: float(sinks[h]),
+                      slope=lambda b, h: float(slopes[b, h]))
+    flint.ctx.prec = 300
+    try:
+        sink_ref = np.array([want["sink"][0, h][0] + want["sink"][1, h][0] for h in range(2)],
+                            dtype=object)
+    finally:
+        flint.ctx.prec = 53
+    slope_ref = np.vectorize(lambda x: x[0], otypes=[object])(want["slope"])
+    assert g.d_sinks is not None and g.d_alibi_slopes is not None
+    assert g.d_sinks.shape == (2,) and g.d_alibi_slopes.shape == (2, 2)
+    _assert_rounds_like(g.d_sinks, sink_ref, ("float64", "float32", "bfloat16"))
+    _assert_rounds_like(g.d_alibi_slopes, slope_ref, ("float64", "float32"))
+    _assert_rounds_like(g.dq, want["q"], ("float64", "float32"))
+
+
+def test_score_mod_table_and_slopes_gradients_round_like_forward_mode() -> None:
+    from mha_symbolic.oracle.score_mods import (
+        alibi_score_mod,
+        relative_bias_score_mod,
+        softcap_score_mod,
+    )
+
+    rng = np.random.default_rng(56)
+    q, k, v, do = (_rand((1, 2, 4, 3), rng, 1.5) for _ in range(4))
+    table = rng.standard_normal((2, 5)).astype(np.float32)   # W = 2, per head
+    slopes = np.array([0.25, 0.5], np.float32)
+    mods = (softcap_score_mod(3.0), relative_bias_score_mod(table, offset=1),
+            alibi_score_mod(slopes))
+    g = reference_attention_backward(q, k, v, do, score_mod=mods)
+    assert g.d_score_mod is not None and g.d_score_mod[0] is None
+    d_tab, d_slopes = g.d_score_mod[1], g.d_score_mod[2]
+    want = _reference(q, k, v, do, params=("table", "slope"), cap=3.0,
+                      table=lambda b, h: table[h], table_offset=1,
+                      slope=lambda b, h: float(slopes[h]))
+    tab_ref = np.array([list(want["table"][0, h]) for h in range(2)], dtype=object)
+    slope_ref = np.array([want["slope"][0, h][0] for h in range(2)], dtype=object)
+    assert d_tab.shape == (2, 5) and d_slopes.shape == (2,)
+    _assert_rounds_like(d_tab, tab_ref, ("float64", "float32"))
+    _assert_rounds_like(d_slopes, slope_ref, ("float64", "float32"))
+    _assert_rounds_like(g.dk, want["k"], ("float64", "float32"))
+
+
+def test_float_mask_gradient_with_window_and_sinks_rounds_like_forward_mode() -> None:
+    rng = np.random.default_rng(57)
+    q, k, v, do = (_rand((1, 2, 3, 3), rng) for _ in range(4))
+    mask = rng.standard_normal((3, 4)).astype(np.float32)      # (L, S): broadcast over heads
+    mask[0, 3] = -np.inf
+    k = _rand((1, 2, 4, 3), rng)
+    v = _rand((1, 2, 4, 3), rng)
+    sinks = np.array([0.0, 1.0], np.float32)
+    g = reference_attention_backward(q, k, v, do, attn_mask=mask, window=(2, 1), sinks=sinks)
+    want = _reference(q, k, v, do, params=("m",), keep=_window_keep(3, 4, (2, 1), False, 0),
+                      madd=mask.astype(np.float64), sink=lambda b, h: float(sinks[h]))
+    flint.ctx.prec = 300
+    try:
+        m_ref = want["m"][0, 0] + want["m"][0, 1]      # summed over the broadcast heads
+    finally:
+        flint.ctx.prec = 53
+    assert g.d_attn_mask is not None and g.d_attn_mask.shape == (3, 4)
+    _assert_rounds_like(g.d_attn_mask, m_ref, ("float64", "float32"))
+    assert g.d_attn_mask.exact((0, 3)) == 0          # a -inf entry: exactly 0
+
+
+def test_fp8_descale_gradients_are_the_chain_rule_through_the_descaled_inputs() -> None:
+    import ml_dtypes
+
+    rng = np.random.default_rng(58)
+    q8, k8, v8, do = ((rng.standard_normal((1, 2, 3, 4)) * 2).astype(ml_dtypes.float8_e4m3fn)
+                      for _ in range(4))
+    do = np.asarray(do, np.float32)
+    dq_s = np.array([[0.5, 0.375]], np.float32)
+    dk_s = np.array([[1.25, 0.75]], np.float32)
+    dv_s = np.array([[0.3, 2.0]], np.float32)
+    g = reference_attention_backward(q8, k8, v8, do, q_descale=dq_s, k_descale=dk_s,
+                                     v_descale=dv_s, softcap=4.0)
+    q64, k64, v64 = (np.asarray(x, np.float64) for x in (q8, k8, v8))
+    want = _reference(q64, k64, v64, do, cap=4.0,
+                      descale=lambda b, h: (float(dq_s[b, h]), float(dk_s[b, h]),
+                                            float(dv_s[b, h])))
+    for enc, name in ((g.dq, "q"), (g.dk, "k"), (g.dv, "v")):
+        _assert_rounds_like(enc, want[name], ("float64", "float32", "bfloat16"))
+
+
+def test_exact_fractions_softcap_sink_rows_of_equal_scores() -> None:
+    """q = 0 and σ = 0: every score is 0, sech²(0) = 1, so every gradient is rational;
+    written out with Fractions: P = 1/(n + 1) on the n kept keys and the sink,
+    D_i = Σ_j P dO_i·v_j, dS = P(dP − D), dq = c dS K (c = 1/2 for E = 4), dk = 0,
+    dv_j = Σ_i P dO_i, dσ = −Σ_i P D_i."""
+    rng = np.random.default_rng(59)
+    L, S, E = 3, 3, 4
+    q = np.zeros((1, 1, L, E), np.float32)
+    k, v = (rng.integers(-4, 5, (1, 1, S, E)).astype(np.float32) / 4 for _ in range(2))
+    do = rng.integers(-4, 5, (1, 1, L, E)).astype(np.float32) / 8
+    g = reference_attention_backward(q, k, v, do, softcap=2.0, sinks=np.zeros(1, np.float32),
+                                     is_causal=True)
+    fr = np.vectorize(F, otypes=[object])
+    K, V, dO = fr(k[0, 0]), fr(v[0, 0]), fr(do[0, 0])
+    dq = np.full((L, E), Fraction(0), dtype=object)
+    dv = np.full((S, E), Fraction(0), dtype=object)
+    dsink = Fraction(0)
+    for i in range(L):
+        js = list(range(i + 1))
+        P = Fraction(1, len(js) + 1)
+        dp = {j: sum((dO[i, c] * V[j, c] for c in range(E)), Fraction(0)) for j in js}
+        D = sum((P * dp[j] for j in js), Fraction(0))
+        for j in js:
+            for c in range(E):
+                dq[i, c] += Fraction(1, 2) * P * (dp[j] - D) * K[j, c]
+                dv[j, c] += P * dO[i, c]
+        dsink += -P * D
+    for enc, want in ((g.dq, dq), (g.dv, dv), (g.dk, np.full((S, E), Fraction(0), object))):
+        for idx in np.ndindex(*want.shape):
+            assert enc.exact((0, 0, *idx)) == want[idx]
+        for name in ("float32", "float64"):
+            np.testing.assert_array_equal(
+                np.asarray(enc.rounded(name), np.float64)[0, 0],
+                np.vectorize(lambda x: float(x), otypes=[float])(want).astype(
+                    np.float32 if name == "float32" else np.float64).astype(np.float64))
+    assert g.d_sinks is not None and g.d_sinks.exact((0,)) == dsink
+
+
+def test_zero_grad_output_rows_give_exact_zero_gradients_through_a_softcap() -> None:
+    rng = np.random.default_rng(60)
+    q, k, v, do = (_rand((1, 1, 3, 4), rng) for _ in range(4))
+    do[0, 0, 1] = 0.0
+    g = reference_attention_backward(q, k, v, do, softcap=1.0, window=(1, 0))
+    dq32 = g.dq.rounded("float32")
+    assert np.all(dq32[0, 0, 1] == 0) and not np.any(np.signbit(dq32[0, 0, 1]))
+    assert g.dq.exact((0, 0, 1, 2)) == 0
+
+
+def test_varlen_backward_packs_each_sequence_and_sums_shared_parameters() -> None:
+    from mha_symbolic.oracle import reference_attention_varlen_backward
+
+    rng = np.random.default_rng(61)
+    cu = [0, 2, 5]
+    H, E = 2, 3
+    q, k, v, do = (_rand((5, H, E), rng) for _ in range(4))
+    sinks = np.array([0.5, -0.25], np.float32)
+    g = reference_attention_varlen_backward(q, k, v, do, cu, cu, 3, 3, is_causal=True,
+                                            softcap=2.0, sinks=sinks)
+    assert g.dq.shape == (5, H, E) and g.d_sinks.shape == (H,)
+    sink_total = [arb(0), arb(0)]
+    for b in range(2):
+        sl = slice(cu[b], cu[b + 1])
+        n = cu[b + 1] - cu[b]
+        qb, kb, vb, dob = (np.swapaxes(x[sl], 0, 1)[None] for x in (q, k, v, do))
+        want = _reference(qb, kb, vb, dob, params=("sink",), cap=2.0,
+                          keep=_window_keep(n, n, None, True, 0),
+                          sink=lambda b_, h: float(sinks[h]))
+        for enc, name in ((g.dq, "q"), (g.dk, "k"), (g.dv, "v")):
+            got = np.asarray(enc.rounded("float32"), np.float64)[sl]
+            np.testing.assert_array_equal(np.swapaxes(got, 0, 1),
+                                          ref_rounded(want[name][0].tolist(), "float32"))
+        flint.ctx.prec = 300
+        try:
+            for h in range(H):
+                sink_total[h] = sink_total[h] + want["sink"][0, h][0]
+        finally:
+            flint.ctx.prec = 53
+    _assert_rounds_like(g.d_sinks, np.array(sink_total, dtype=object), ("float64", "float32"))
+
+
+def test_descale_with_a_query_broadcast_over_batches_is_refused() -> None:
+    q = np.ones((1, 2, 2, 4), np.float32)
+    k = np.ones((2, 2, 2, 4), np.float32)
+    with pytest.raises(SpecError, match="descale"):
+        reference_attention_backward(q, k, k, np.ones((2, 2, 2, 4)),
+                                     q_descale=np.array([[1.0, 1.0], [2.0, 2.0]], np.float32))

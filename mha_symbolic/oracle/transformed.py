@@ -343,8 +343,12 @@ def _rowmax(a: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any] | None) -> np
 def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
                   allowed: np.ndarray[Any, Any], madd: np.ndarray[Any, Any] | None,
                   ops: tuple[Cap | Bias, ...], geo: Geometry, flat: range, c_f: float,
-                  rho_c: float) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """(s̃ (C, L, S) float64, δ (C, L)) with |s̃_ij - s_ij| <= δ_i on every kept key.
+                  rho_c: float, rows: slice | None = None, want_factor: bool = False
+                  ) -> tuple[np.ndarray[Any, Any], ...]:
+    """(s̃ (C, L, S) float64, δ (C, L)) with |s̃_ij - s_ij| <= δ_i on every kept key;
+    ``rows``: q holds those query rows only (the biases follow); ``want_factor``: also
+    (Φ̃, e_Φ) (C, L, S) with |Φ - Φ̃| <= e_Φ for the derivative Φ = ∂s/∂(c q·k), the
+    product over the softcaps of sech²(x) at each cap's argument x (step 5).
 
     Error steps (each a bound on a row maximum, adding up; |fl(x)| <= |x|(1 + u) + ETA
     lets the row maximum of a rounded product be bounded from its factor's):
@@ -358,6 +362,10 @@ def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
        max|s|(1 + 2u)/C), else REL_TANH_LARGE; the product rounds by _R|s'| + ETA.
     4. Bias b: fl(b) is exact or errs by <= _R|fl(b)| + ETA; the sum rounds by
        _R|s'| + ETA.  The float mask (exact doubles) adds one rounding likewise.
+    5. Factor: at a cap, x~ = fl(s~/C) is within e_x = err/C + _R|x~| + ETA of the
+       exact argument (err the row's bound before the cap); :func:`sech2_proved` gives
+       sech²(x~) with its bound for every x within e_x; factors of several caps
+       multiply: |AB - fl(a~b~)| <= e_a(b~ + e_b) + a~ e_b + u|fl(a~b~)| + η.
     """
     E = q.shape[-1]
     al = None if allowed.all() else allowed
@@ -366,6 +374,8 @@ def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
     err = gamma(max(E, 1)) * nq * np.max(nk, axis=-1, initial=0.0)[:, None] + E * ETA
     op0 = ops[0] if ops else None
     capped = None
+    phi: np.ndarray[Any, Any] | None = None
+    e_phi: np.ndarray[Any, Any] | None = None
     if isinstance(op0, Cap):
         # the scale and the first softcap in one pass, with both row maxima
         with np.errstate(over="ignore", invalid="ignore"):
@@ -380,6 +390,18 @@ def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
     for n_op, op in enumerate(ops):
         if isinstance(op, Cap):
             C = op.C
+            if want_factor:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    s_in = G * c_f if (n_op == 0 and capped is not None) else s
+                    x = s_in / C
+                    e_x = ((err / C)[..., None] + _R * np.abs(x) + ETA) * UP
+                    f, e_f = sech2_proved(x, e_x)
+                if phi is None or e_phi is None:
+                    phi, e_phi = f, e_f
+                else:
+                    p2 = phi * f
+                    e_phi = (e_phi * (f + e_f) + phi * e_f + U * p2 + ETA) * UP
+                    phi = p2
             if not (n_op == 0 and capped is not None):
                 with np.errstate(over="ignore", invalid="ignore"):
                     s = softcap_array(s, C)
@@ -390,7 +412,7 @@ def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
                    + _R * new_max + ETA)
             smax = new_max
         else:
-            vals, exact = op.floats(geo, flat)
+            vals, exact = op.floats(geo, flat, rows)
             if not exact:
                 err = err + _R * _rowmax(vals, al) + ETA
             s = s + vals
@@ -400,7 +422,11 @@ def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
         s = s + madd
         smax = _rowmax(s, al)
         err = err + _R * smax + ETA
-    return s, err * UP
+    if not want_factor:
+        return s, err * UP
+    if phi is None or e_phi is None:
+        phi, e_phi = np.ones_like(s), np.zeros_like(s)
+    return s, err * UP, phi, e_phi
 
 
 def _softmax_rows_arb(scores: list[list[Any]], allowed: np.ndarray[Any, Any], vm: Any,
@@ -477,15 +503,20 @@ class TransformedProblem(Problem):
             s = s + arb(fmpq(m.numerator, m.denominator))
         return s
 
-    def _score_row(self, b: int, i: int, keep: list[int], g: list[Any], c: Any) -> list[Any]:
+    def _score_row(self, b: int, i: int, keep: list[int], g: list[Any], c: Any,
+                   factor: list[Any] | None = None) -> list[Any]:
         """The pipeline on the kept keys of one row, pass by pass (same mathematics as
-        :meth:`_pipeline`, fewer Python calls)."""
+        :meth:`_pipeline`, fewer Python calls); ``factor`` (a list of ones, one per kept
+        key) is multiplied by sech²(x) at every cap's argument x: ∂s/∂(c q·k)."""
         from flint import arb
 
         row = [x * c for x in g]
         for op in self.ops:
             if isinstance(op, Cap):
                 cc = arb(op.C)
+                if factor is not None:
+                    factor[:] = [f * (x / cc).sech() ** 2 for f, x in zip(factor, row,
+                                                                         strict=True)]
                 row = [cc * (x / cc).tanh() for x in row]
             elif op.kind == "alibi":
                 slope = arb(float(op.data[b // self.geo.heads, b % self.geo.heads]))
@@ -505,8 +536,11 @@ class TransformedProblem(Problem):
         return Fraction(float(self.madd[b, i, j])) if self.madd is not None else Fraction(0)
 
     # -- the Problem interface ----------------------------------------------------
-    def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
-                 cols: list[int] | None = None) -> list[list[Any]]:
+    def _arb_scores(self, b: int, rows: list[int], prec: int, want_factor: bool = True
+                    ) -> tuple[list[list[Any]], list[list[Any]], np.ndarray[Any, Any]]:
+        """(score balls, factor balls (ones without ``want_factor``), allowed) of ``rows``
+        over the S keys and the sink's column (score σ, factor 1) at ``prec`` bits (call
+        inside Prec(prec))."""
         from flint import arb
 
         S = self.k.shape[1]
@@ -515,26 +549,39 @@ class TransformedProblem(Problem):
                             exact_prec(self.q[b], self.k[b], self.E))}
         kmT, k_prec = self._km[b]
         g_rows = exact_score_rows(np.asarray(self.q[b][rows]), kmT, k_prec)
+        c = self._scale_arb()
+        zero, one = arb(0), arb(1)
+        scores: list[list[Any]] = []
+        factors: list[list[Any]] = []
+        for r, i in enumerate(rows):
+            keep = np.flatnonzero(self.allowed[b, i]).tolist()
+            fac = [one] * len(keep)
+            if self.uniform is not None and self.uniform[b, i]:
+                kept = [zero] * len(keep)
+            else:
+                kept = self._score_row(b, i, keep, [g_rows[r][j] for j in keep], c,
+                                       fac if want_factor else None)
+            row = [zero] * S
+            frow = [one] * S
+            for j, x, f in zip(keep, kept, fac, strict=True):
+                row[j], frow[j] = x, f
+            if self.sinks is not None:
+                row.append(arb(float(self.sinks[b])))
+                frow.append(one)
+            scores.append(row)
+            factors.append(frow)
+        allowed = np.asarray(self.allowed[b][rows])
+        if self.sinks is not None:
+            allowed = np.concatenate([allowed, np.ones((len(rows), 1), bool)], axis=1)
+        return scores, factors, allowed
+
+    def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
+                 cols: list[int] | None = None) -> list[list[Any]]:
+        S = self.k.shape[1]
         with Prec(prec):
-            c = self._scale_arb()
-            scores: list[list[Any]] = []
-            zero = arb(0)
-            for r, i in enumerate(rows):
-                keep = np.flatnonzero(self.allowed[b, i]).tolist()
-                if self.uniform is not None and self.uniform[b, i]:
-                    kept = [zero] * len(keep)
-                else:
-                    kept = self._score_row(b, i, keep, [g_rows[r][j] for j in keep], c)
-                row = [zero] * S
-                for j, x in zip(keep, kept, strict=True):
-                    row[j] = x
-                if self.sinks is not None:
-                    row.append(arb(float(self.sinks[b])))
-                scores.append(row)
-            allowed = np.asarray(self.allowed[b][rows])
+            scores, _, allowed = self._arb_scores(b, rows, prec, want_factor=False)
             vb = self.v[b]
             if self.sinks is not None:
-                allowed = np.concatenate([allowed, np.ones((len(rows), 1), bool)], axis=1)
                 vb = np.concatenate([vb, np.zeros((1, vb.shape[1]))], axis=0)
             if cols is not None and kind == "output":
                 vb = vb[:, cols]
@@ -542,6 +589,15 @@ class TransformedProblem(Problem):
         if kind == "weights" and self.sinks is not None:
             out = [row[:S] for row in out]
         return out
+
+    def arb_weights_factor(self, b: int, rows: list[int], prec: int
+                           ) -> tuple[list[list[Any]], list[list[Any]]]:
+        """Weights and factor balls of ``rows`` (all S keys, plus the sink's column
+        with factor 1) at ``prec`` bits: the gradients' third tier."""
+        with Prec(prec):
+            scores, factors, allowed = self._arb_scores(b, rows, prec)
+            weights = _softmax_rows_arb(scores, allowed, None, "weights")
+        return weights, factors
 
     # -- tier 2 -------------------------------------------------------------------
     def refine(self, b: int, rows: np.ndarray[Any, Any], kind: str
@@ -638,38 +694,65 @@ class TransformedProblem(Problem):
             fac = (np.ones((r, n)), np.zeros((r, n)), np.zeros((r, n)))
         return (sh, sl, err, bad, *fac)
 
+    def scores_dd(self, b: int, rows: np.ndarray[Any, Any],
+                  keys: np.ndarray[Any, Any] | None = None, m: np.ndarray[Any, Any] | None = None,
+                  want_factor: bool = False) -> tuple[Any, tuple[np.ndarray[Any, Any], ...] | None]:
+        """The scores of ``rows`` at ``keys`` (indices into the S keys and, with sinks,
+        the sink's index S; None: all) as :class:`.dd_attention.Scores` — masked keys
+        -inf, uniform rows 0, the shift ``m`` (given, else each row's maximum), the
+        per-row bound e_t = max_j err_j + u²(3|m| + 3000 + 2 max|s|) of |t~ - t| for t =
+        s - m (the shift inside the weights' pass, as the plain tier 2) — and with
+        ``want_factor`` the factor (hi, lo, err) of :meth:`pipeline_dd` (1 on the sink)."""
+        from .dd_attention import Scores
+
+        S = self.k.shape[1]
+        r = rows.size
+        n_all = S + (0 if self.sinks is None else 1)
+        kk = np.arange(n_all) if keys is None else np.asarray(keys, dtype=np.int64)
+        real = kk < S
+        got = self.pipeline_dd(b, rows, None if keys is None else kk[real], want_factor)
+        n = kk.size
+        sh, sl, err = np.zeros((r, n)), np.zeros((r, n)), np.zeros((r, n))
+        sh[:, real], sl[:, real], err[:, real] = got[0], got[1], got[2]
+        bad = got[3]
+        fac = None
+        if want_factor:
+            fac = (np.ones((r, n)), np.zeros((r, n)), np.zeros((r, n)))
+            for a, x in zip(fac, got[4:], strict=True):
+                a[:, real] = x
+        if self.sinks is not None:
+            sh[:, ~real] = float(self.sinks[b])
+        allowed = np.array(self.allowed[b][rows], dtype=bool)
+        if self.sinks is not None:
+            allowed = np.concatenate([allowed, np.ones((r, 1), bool)], axis=1)
+        allowed = allowed[:, kk]
+        if self.uniform is not None:
+            uni = np.asarray(self.uniform[b][rows])
+            sh[uni], sl[uni], err[uni] = 0.0, 0.0, 0.0
+        notallowed = None if allowed.all() else ~allowed
+        has_key: np.ndarray[Any, Any] = np.asarray(allowed.any(axis=-1))
+        err = np.where(allowed, err, 0.0)
+        sm = np.where(allowed, sh, -np.inf)
+        if m is None:
+            m = np.where(has_key, np.max(sm, axis=-1, initial=-np.inf), 0.0)
+        s_abs = np.max(np.where(allowed, np.abs(sh), 0.0), axis=-1, initial=0.0)
+        e_t = (np.max(err, axis=-1, initial=0.0)
+               + U * U * (3 * np.abs(m) + 3000.0 + 2 * s_abs)) * UP
+        bad = bad | ~np.isfinite(e_t) | ~np.all(np.isfinite(sh) | ~allowed, axis=-1)
+        sc = Scores(sm, np.where(allowed, sl, 0.0), m, np.where(np.isfinite(e_t), e_t, np.inf),
+                    bad, has_key, notallowed)
+        return sc, fac
+
     def _refine(self, b: int, rows: np.ndarray[Any, Any], kind: str
                 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any],
                            np.ndarray[Any, Any]] | None:
         from .dd_attention import tier2_from_scores
 
-        r = rows.size
         S = self.k.shape[1]
-        sh, sl, err, bad = self.pipeline_dd(b, rows)
-        allowed = np.array(self.allowed[b][rows], dtype=bool)
-        if self.uniform is not None:
-            uni = np.asarray(self.uniform[b][rows])
-            sh[uni], sl[uni], err[uni] = 0.0, 0.0, 0.0
-        if self.sinks is not None:
-            sig = float(self.sinks[b])
-            sh = np.concatenate([sh, np.full((r, 1), sig)], axis=1)
-            sl = np.concatenate([sl, np.zeros((r, 1))], axis=1)
-            err = np.concatenate([err, np.zeros((r, 1))], axis=1)
-            allowed = np.concatenate([allowed, np.ones((r, 1), bool)], axis=1)
-        notallowed = None if allowed.all() else ~allowed
-        has_key: np.ndarray[Any, Any] = np.asarray(allowed.any(axis=-1))
-        err = np.where(allowed, err, 0.0)
-        sm = np.where(allowed, sh, -np.inf)
-        m = np.where(has_key, np.max(sm, axis=-1, initial=-np.inf), 0.0)
-        s_abs = np.max(np.where(allowed, np.abs(sh), 0.0), axis=-1, initial=0.0)
-        # the shift by m inside the weights' pass: u²(3|m| + 3000 + 2 max|s|) (as tier 2)
-        e_t = (np.max(err, axis=-1, initial=0.0)
-               + U * U * (3 * np.abs(m) + 3000.0 + 2 * s_abs)) * UP
-        kv = self._kv(b)
-        bad = bad | ~np.isfinite(e_t) | ~np.all(np.isfinite(sh) | ~allowed, axis=-1)
-        res = tier2_from_scores(np.where(allowed, sh, 0.0), np.where(allowed, sl, 0.0), m,
-                                np.where(np.isfinite(e_t), e_t, np.inf), kv, notallowed,
-                                None, has_key, None, kind, bad)
+        sc, _ = self.scores_dd(b, rows)
+        allowed = sc.notallowed is None or ~sc.notallowed
+        res = tier2_from_scores(np.where(allowed, sc.sh, 0.0), sc.sl, sc.m, sc.e_t, self._kv(b),
+                                sc.notallowed, None, sc.has_key, None, kind, sc.bad)
         hi, lo, e_out = res.hi, res.lo, res.err
         if kind == "weights" and self.sinks is not None:
             hi, lo, e_out = hi[:, :S], lo[:, :S], e_out[:, :S]
