@@ -447,3 +447,125 @@ def test_descale_with_a_query_broadcast_over_batches_is_refused() -> None:
     with pytest.raises(SpecError, match="descale"):
         reference_attention_backward(q, k, k, np.ones((2, 2, 2, 4)),
                                      q_descale=np.array([[1.0, 1.0], [2.0, 2.0]], np.float32))
+
+
+# ---------------------------------------------------------------------------
+# Agreement with real implementations' autograd in float64
+# ---------------------------------------------------------------------------
+
+def _close_to(enc: Any, got: Any, rtol: float = 1e-11) -> None:
+    """A float64 autograd result agrees with the certified value to within its own
+    rounding errors (relative to the largest magnitude of the array)."""
+    got = np.asarray(got, dtype=np.float64)
+    mid = np.asarray(enc.midpoint, dtype=np.float64)
+    assert got.shape == mid.shape
+    scale = max(float(np.max(np.abs(mid))), 1e-300)
+    np.testing.assert_allclose(got, mid, rtol=0, atol=rtol * scale)
+
+
+def test_torch_sdpa_float64_autograd_with_window_and_alibi_mask_agrees() -> None:
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(70)
+    q, k, v, do = (torch.randn(2, 3, 6, 5, generator=gen, dtype=torch.float64) for _ in range(4))
+    slopes = torch.tensor([0.5, 0.25, 0.125], dtype=torch.float64, requires_grad=True)
+    i = torch.arange(6)[:, None]
+    j = torch.arange(6)[None, :]
+    keep = (j <= i) & (j >= i - 2)
+    qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
+    bias = -slopes[:, None, None] * (i - j).abs().to(torch.float64)
+    mask = torch.where(keep, bias, torch.tensor(-float("inf"), dtype=torch.float64))
+    out = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask)
+    got = torch.autograd.grad(out, (qq, kk, vv, slopes), do)
+    g = reference_attention_backward(q, k, v, do, window=(2, 0), is_causal=True,
+                                     alibi_slopes=slopes.detach())
+    for enc, t in zip((g.dq, g.dk, g.dv, g.d_alibi_slopes), got, strict=True):
+        _close_to(enc, t.detach().numpy())
+
+
+def _flex(torch: Any) -> Any:
+    """FlexAttention with its eager dense backward on CPU: the public API refuses
+    backward on CPU ("FlexAttention does not support backward on CPU"), so the device
+    check is skipped for the test (the forward and backward are FlexAttention's own
+    dense implementations, sdpa_dense and sdpa_dense_backward)."""
+    import torch.nn.attention.flex_attention as fa
+
+    fa._validate_device = lambda *a, **k: None
+    return fa
+
+
+def test_flex_attention_float64_backward_with_softcap_table_and_alibi_score_mods_agrees() -> None:
+    torch = pytest.importorskip("torch")
+    fa = _flex(torch)
+    from mha_symbolic.oracle.score_mods import (
+        alibi_score_mod,
+        relative_bias_score_mod,
+        softcap_score_mod,
+    )
+
+    gen = torch.Generator().manual_seed(71)
+    q, k, v, do = (torch.randn(1, 2, 5, 8, generator=gen, dtype=torch.float64) for _ in range(4))
+    table = torch.randn(2, 7, generator=gen, dtype=torch.float64, requires_grad=True)
+    slopes = torch.tensor([0.25, 0.5], dtype=torch.float64, requires_grad=True)
+
+    def score_mod(score: Any, b: Any, h: Any, qi: Any, ki: Any) -> Any:
+        s = 2.0 * torch.tanh(score / 2.0)
+        s = s + table[h, torch.clamp(ki - qi, -3, 3) + 3]
+        return s - slopes[h] * (ki - qi).abs()
+
+    def causal(b: Any, h: Any, qi: Any, ki: Any) -> Any:
+        return ki <= qi
+
+    bm = fa.create_block_mask(causal, None, None, 5, 5, device="cpu")
+    qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
+    out = fa.flex_attention(qq, kk, vv, score_mod=score_mod, block_mask=bm)
+    got = torch.autograd.grad(out, (qq, kk, vv, table, slopes), do)
+    mods = (softcap_score_mod(2.0), relative_bias_score_mod(table.detach().numpy()),
+            alibi_score_mod(slopes.detach().numpy()))
+    g = reference_attention_backward(q, k, v, do, score_mod=mods, mask_mod=causal)
+    assert g.d_score_mod is not None
+    for enc, t in zip((g.dq, g.dk, g.dv, g.d_score_mod[1], g.d_score_mod[2]), got, strict=True):
+        _close_to(enc, t.detach().numpy())
+
+
+def test_gpt_oss_style_sinks_float64_autograd_agrees() -> None:
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(72)
+    q, k, v, do = (torch.randn(2, 2, 5, 4, generator=gen, dtype=torch.float64) for _ in range(4))
+    sinks = torch.tensor([0.75, -0.5], dtype=torch.float64, requires_grad=True)
+    qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
+    # gpt-oss sdpa: QK = cat([QK, S]); W = softmax(QK); W = W[..., :-1], sliding window 3
+    s = (qq @ kk.transpose(-1, -2)) / 2.0
+    i = torch.arange(5)[:, None]
+    j = torch.arange(5)[None, :]
+    s = s.masked_fill((j > i) | (j <= i - 3), -float("inf"))
+    s = torch.cat([s, sinks.view(1, 2, 1, 1).expand(2, 2, 5, 1)], dim=-1)
+    w = torch.softmax(s, dim=-1)[..., :-1]
+    out = w @ vv
+    got = torch.autograd.grad(out, (qq, kk, vv, sinks), do)
+    g = reference_attention_backward(q, k, v, do, is_causal=True, window=(2, 0), sinks=sinks.detach())
+    for enc, t in zip((g.dq, g.dk, g.dv, g.d_sinks), got, strict=True):
+        _close_to(enc, t.detach().numpy())
+
+
+def test_jax_local_window_vjp_agrees() -> None:
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(73)
+    q, k, v, do = (rng.standard_normal((1, 6, 2, 4)) for _ in range(4))   # (B, T, N, H)
+
+    def f(q_: Any, k_: Any, v_: Any) -> Any:
+        return jax.nn.dot_product_attention(q_, k_, v_, local_window_size=(2, 1))
+
+    _, vjp = jax.vjp(f, jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))
+    got = vjp(jnp.asarray(do))
+    t = (lambda x: np.swapaxes(np.asarray(x), 1, 2))   # to (B, N, T, H)
+    g = reference_attention_backward(t(q), t(k), t(v), t(do), window=(2, 1))
+    # jax's softmax always runs in float32 (_dot_product_attention_core: "Softmax and it
+    # is always carried out in fp32"): agreement to float32 accuracy; a window one key
+    # off changes the gradients at the 1e-1 level
+    for enc, x in zip((g.dq, g.dk, g.dv), got, strict=True):
+        _close_to(enc, t(x), rtol=1e-5)
+    wrong = reference_attention_backward(t(q), t(k), t(v), t(do), window=(3, 1))
+    assert np.max(np.abs(np.asarray(wrong.dq.midpoint) - t(got[0]))) > 1e-3
