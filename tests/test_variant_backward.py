@@ -560,7 +560,9 @@ def test_jax_local_window_vjp_agrees() -> None:
 
     _, vjp = jax.vjp(f, jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))
     got = vjp(jnp.asarray(do))
-    t = (lambda x: np.swapaxes(np.asarray(x), 1, 2))   # to (B, N, T, H)
+    def t(x: Any) -> np.ndarray:   # to (B, N, T, H)
+        return np.swapaxes(np.asarray(x), 1, 2)
+
     g = reference_attention_backward(t(q), t(k), t(v), t(do), window=(2, 1))
     # jax's softmax always runs in float32 (_dot_product_attention_core: "Softmax and it
     # is always carried out in fp32"): agreement to float32 accuracy; a window one key
