@@ -135,20 +135,8 @@ def test_compare_backward_refuses_sinks_with_the_reason() -> None:
 # Every variant's gradients against forward-mode Arb (tests/variant_backward_reference.py)
 # ---------------------------------------------------------------------------
 
-from variant_backward_reference import Problem, forward_mode  # noqa: E402
-
-
-def _window_keep(L: int, S: int, window: tuple[int, int] | None, causal: bool,
-                 off: int) -> np.ndarray:
-    i = np.arange(L)[:, None]
-    j = np.arange(S)[None, :]
-    d = j - (i + off)
-    keep = np.ones((L, S), dtype=bool)
-    if window is not None:
-        keep &= (d >= -window[0]) & (d <= window[1])
-    if causal:
-        keep &= d <= 0
-    return keep
+from variant_backward_reference import reference_gradients as _reference  # noqa: E402
+from variant_backward_reference import window_keep as _window_keep  # noqa: E402
 
 
 def _assert_encloses(enc: Any, balls: np.ndarray) -> None:
@@ -179,51 +167,6 @@ def _assert_rounds_like(enc: Any, balls: np.ndarray, names: tuple[str, ...]) -> 
             assert abs(ball - balls[idx]) < arb(2.0**-150), (idx, got, balls[idx])
     finally:
         flint.ctx.prec = old
-
-
-def _heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, group: int,
-           **kw: Any) -> list[tuple[int, int, Problem]]:
-    """One reference problem per (batch, query head) (GQA: kv head h // group)."""
-    out = []
-    for b in range(q.shape[0]):
-        for h in range(q.shape[1]):
-            out.append((b, h, Problem(q[b, h], k[b, h // group], v[b, h // group], do[b, h],
-                                      **{key: (val(b, h) if callable(val) else val)
-                                         for key, val in kw.items()})))
-    return out
-
-
-def _reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, group: int = 1,
-               params: tuple[str, ...] = (), **kw: Any) -> dict[str, np.ndarray]:
-    """dq, dk, dv (object arrays of balls shaped like the inputs; dk, dv summed over the
-    query heads of a GQA group, as autograd) and each parameter's derivative per
-    (batch, head) (an object array (B, H) of the per-problem arrays)."""
-    B, H = q.shape[:2]
-    dq = np.empty(q.shape, dtype=object)
-    dk = np.empty(k.shape, dtype=object)
-    dv = np.empty(v.shape, dtype=object)
-    for arr in (dk, dv):
-        for idx in np.ndindex(*arr.shape):
-            arr[idx] = arb(0)
-    out: dict[str, np.ndarray] = {}
-    for name in params:
-        out[name] = np.empty((B, H), dtype=object)
-    old = flint.ctx.prec
-    try:
-        for b, h, prob in _heads(q, k, v, do, group, **kw):
-            got = forward_mode(prob, ("q", "k", "v", *params))
-            flint.ctx.prec = 300   # the sums of balls too
-            dq[b, h] = got["q"]
-            for idx in np.ndindex(*got["k"].shape):
-                dk[(b, h // group, *idx)] += got["k"][idx]
-            for idx in np.ndindex(*got["v"].shape):
-                dv[(b, h // group, *idx)] += got["v"][idx]
-            for name in params:
-                out[name][b, h] = got[name]
-    finally:
-        flint.ctx.prec = old
-    out.update(q=dq, k=dk, v=dv)
-    return out
 
 
 def _rand(shape: tuple[int, ...], rng: Any, scale: float = 1.0) -> np.ndarray:

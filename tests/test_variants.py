@@ -768,8 +768,9 @@ def test_softcap_compiled_and_numpy_twins_are_bit_identical() -> None:
 
 
 def test_fused_softcap_rows_and_dd_tanh_twins_are_bit_identical() -> None:
-    """The compiled scale-softcap-maxima pass and the double-double tanh give the numpy
-    twins' arrays bit for bit (series, exp branch, far branch, signed zeros, masks)."""
+    """The compiled scale-softcap-maxima pass, the double-double tanh and sech² give the
+    numpy twins' arrays bit for bit (series, exp branch, far branch, signed zeros,
+    masks)."""
     from mha_symbolic.oracle import transformed
     from mha_symbolic.oracle.jit import _kernels
 
@@ -790,6 +791,10 @@ def test_fused_softcap_rows_and_dd_tanh_twins_are_bit_identical() -> None:
     xl = xh * rng.standard_normal(xh.size) * 2.0**-60
     got = transformed._tanh_dd(xh, xl)
     want = transformed._np_tanh_dd(xh, xl)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    got = transformed._sech2_dd(xh, xl, np.zeros_like(xh))[:2]
+    want = transformed._np_sech2_dd(xh, xl)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
 

@@ -127,3 +127,62 @@ def forward_mode(p: Problem, wrt: tuple[str, ...] = ("q", "k", "v"), prec: int =
         return out
     finally:
         ctx.prec = old
+
+
+def window_keep(L: int, S: int, window: tuple[int, int] | None, causal: bool,
+                 off: int) -> np.ndarray:
+    i = np.arange(L)[:, None]
+    j = np.arange(S)[None, :]
+    d = j - (i + off)
+    keep = np.ones((L, S), dtype=bool)
+    if window is not None:
+        keep &= (d >= -window[0]) & (d <= window[1])
+    if causal:
+        keep &= d <= 0
+    return keep
+
+
+def _heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, group: int,
+           **kw: Any) -> list[tuple[int, int, Problem]]:
+    """One reference problem per (batch, query head) (GQA: kv head h // group)."""
+    out = []
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            out.append((b, h, Problem(q[b, h], k[b, h // group], v[b, h // group], do[b, h],
+                                      **{key: (val(b, h) if callable(val) else val)
+                                         for key, val in kw.items()})))
+    return out
+
+
+def reference_gradients(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray,
+                        group: int = 1, params: tuple[str, ...] = (), **kw: Any
+                        ) -> dict[str, np.ndarray]:
+    """dq, dk, dv (object arrays of balls shaped like the inputs; dk, dv summed over the
+    query heads of a GQA group, as autograd) and each parameter's derivative per
+    (batch, head) (an object array (B, H) of the per-problem arrays)."""
+    B, H = q.shape[:2]
+    dq = np.empty(q.shape, dtype=object)
+    dk = np.empty(k.shape, dtype=object)
+    dv = np.empty(v.shape, dtype=object)
+    for arr in (dk, dv):
+        for idx in np.ndindex(*arr.shape):
+            arr[idx] = arb(0)
+    out: dict[str, np.ndarray] = {}
+    for name in params:
+        out[name] = np.empty((B, H), dtype=object)
+    old = ctx.prec
+    try:
+        for b, h, prob in _heads(q, k, v, do, group, **kw):
+            got = forward_mode(prob, ("q", "k", "v", *params))
+            ctx.prec = 300   # the sums of balls too
+            dq[b, h] = got["q"]
+            for idx in np.ndindex(*got["k"].shape):
+                dk[(b, h // group, *idx)] += got["k"][idx]
+            for idx in np.ndindex(*got["v"].shape):
+                dv[(b, h // group, *idx)] += got["v"][idx]
+            for name in params:
+                out[name][b, h] = got[name]
+    finally:
+        ctx.prec = old
+    out.update(q=dq, k=dk, v=dv)
+    return out

@@ -443,3 +443,27 @@ def tanh_dd(xh, xl, chi, clo, tab_hi, tab_lo, p2, th, tl):
             rh, rl = dd_div_s(nh, nl, dh, dl)
         fth[idx] = rh * sg
         ftl[idx] = rl * sg
+
+
+@njit
+def sech2_dd(xh, xl, tab_hi, tab_lo, p2, fh, fl):
+    """sech²(xh + xl) = 4e/(1 + e)², e = exp_dd(-2|x|), in double-double elementwise,
+    operation by operation as transformed._np_sech2_dd (0 beyond |x| > TANH_FAR)."""
+    fxh = xh.ravel()
+    fxl = xl.ravel()
+    ffh = fh.ravel()
+    ffl = fl.ravel()
+    for idx in range(fxh.shape[0]):
+        h = fxh[idx]
+        lo = fxl[idx]
+        if h < 0:
+            h = -h
+            lo = -lo
+        if h > TANH_FAR:
+            ffh[idx] = 0.0
+            ffl[idx] = 0.0
+            continue
+        eh, el = exp_dd_s(-2.0 * h, -2.0 * lo, tab_hi, tab_lo, p2)
+        dh, dl = dd_add_d_s(eh, el, 1.0)
+        sh, sl = dd_mul_s(dh, dl, dh, dl)
+        ffh[idx], ffl[idx] = dd_div_s(4.0 * eh, 4.0 * el, sh, sl)

@@ -129,15 +129,24 @@ class TransformHooks:
             assert fac is not None
             kb = b"" if keys is None else np.asarray(keys, dtype=np.int64).tobytes()
             pos = {int(i): n for n, i in enumerate(rows.tolist())}
+            if any(key[0] != e for key in self._t2):   # one problem's factors at a time
+                self._t2.clear()
             self._t2[(e, kb)] = (pos, fac)
             return sc
 
         def factor(rows: Arr, keys: Arr | None) -> tuple[Arr, Arr, Arr]:
+            """Φ of the scores computed last for these rows (the statistics pass asks
+            for the weights first): rows and keys picked from the cached block —
+            the same numbers — else computed."""
             kb = b"" if keys is None else np.asarray(keys, dtype=np.int64).tobytes()
-            got = self._t2.get((e, kb))
-            if got is not None and all(int(i) in got[0] for i in rows.tolist()):
-                idx = np.array([got[0][int(i)] for i in rows.tolist()], dtype=np.int64)
-                return got[1][0][idx], got[1][1][idx], got[1][2][idx]
+            for key_bytes, cols in ((kb, None), (b"", keys)):
+                got = self._t2.get((e, key_bytes))
+                if got is not None and all(int(i) in got[0] for i in rows.tolist()):
+                    idx = np.array([got[0][int(i)] for i in rows.tolist()], dtype=np.int64)
+                    if cols is None:
+                        return got[1][0][idx], got[1][1][idx], got[1][2][idx]
+                    sel = np.ix_(idx, np.asarray(cols, dtype=np.int64))
+                    return got[1][0][sel], got[1][1][sel], got[1][2][sel]
             _, fac = tp.scores_dd(e, rows, keys, None, want_factor=True)
             assert fac is not None
             return fac[0], fac[1], fac[2]
