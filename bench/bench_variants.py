@@ -367,10 +367,199 @@ def bench_speed(repeats: int) -> None:
     print(f"load average: {Path('/proc/loadavg').read_text().strip()}")
 
 
+# --------------------------------------------------------------------------------------
+# 5. gradients: rounding against forward-mode Arb, speed against the plain backward
+
+def _grad_case(kind: str, rng: Any) -> tuple[dict[str, Any], dict[str, Any], tuple[Any, ...],
+                                              tuple[str, ...], int]:
+    """(options, reference options, (q, k, v, do), parameters, GQA group) of one case."""
+    from variant_backward_reference import window_keep
+
+    H, Hk = 2, 2
+    L, S, E = int(rng.integers(2, 5)), int(rng.integers(2, 6)), int(rng.integers(2, 5))
+    if kind == "softcap_gqa":
+        H = 4
+    q = (rng.standard_normal((1, H, L, E)) * 1.5).astype(np.float32)
+    k = (rng.standard_normal((1, Hk, S, E)) * 1.5).astype(np.float32)
+    v = rng.standard_normal((1, Hk, S, E)).astype(np.float32)
+    do = rng.standard_normal((1, H, L, E)).astype(np.float32)
+    off = S - L  # bottom-right: every row keeps a key
+    if kind == "window":
+        w = (int(rng.integers(1, 3)), int(rng.integers(0, 3)))
+        return ({"window": w, "causal_alignment": "bottom_right"},
+                {"keep": window_keep(L, S, w, False, off)}, (q, k, v, do), (), 1)
+    if kind in ("softcap", "softcap_gqa"):
+        c = float(rng.choice([0.5, 2.0, 30.0]))
+        return ({"softcap": c, "enable_gqa": H != Hk}, {"cap": c}, (q, k, v, do), (),
+                H // Hk)
+    if kind in ("alibi", "alibi_f64_slopes"):
+        sl = (np.array([0.5, 0.125], np.float32) if kind == "alibi" else rng.random(2))
+        return ({"alibi_slopes": sl, "is_causal": True, "causal_alignment": "bottom_right"},
+                {"keep": window_keep(L, S, None, True, off), "slope_offset": off,
+                 "slope": lambda b, h: float(sl[h])}, (q, k, v, do), ("slope",), 1)
+    if kind == "sinks":
+        sk = rng.standard_normal(2).astype(np.float32)
+        return ({"sinks": sk, "is_causal": True},
+                {"keep": window_keep(L, S, None, True, 0), "sink": lambda b, h: float(sk[h])},
+                (q, k, v, do), ("sink",), 1)
+    if kind == "mask_mod":
+        keep = np.array([[(i + j) % 3 != 1 or j == 0 for j in range(S)] for i in range(L)])
+        return ({"mask_mod": lambda b, h, i, j: ((i + j) % 3 != 1) | (j == 0)},
+                {"keep": keep}, (q, k, v, do), (), 1)
+    if kind == "table_softcap":
+        tab = rng.standard_normal((2, 5)).astype(np.float32)
+        return ({"score_mod": (softcap_score_mod(2.0), relative_bias_score_mod(tab))},
+                {"cap": 2.0, "table": lambda b, h: tab[h]}, (q, k, v, do), ("table",), 1)
+    if kind == "float_mask_sinks":
+        m = rng.standard_normal((L, S)).astype(np.float32)
+        sk = rng.standard_normal(2).astype(np.float32)
+        return ({"attn_mask": m, "sinks": sk}, {"madd": m.astype(np.float64),
+                                              "sink": lambda b, h: float(sk[h])},
+                (q, k, v, do), ("m", "sink"), 1)
+    assert kind == "fp8_descale"
+    q8, k8, v8 = (x.astype(ml_dtypes.float8_e4m3fn) for x in (q, k, v))
+    d = [rng.uniform(0.1, 2.0, (1, 2)).astype(np.float32) for _ in range(3)]
+    return ({"q_descale": d[0], "k_descale": d[1], "v_descale": d[2], "softcap": 4.0},
+            {"cap": 4.0, "descale": lambda b, h: (float(d[0][b, h]), float(d[1][b, h]),
+                                                   float(d[2][b, h]))},
+            (q8, k8, v8, do), (), 1)
+
+
+def bench_grad_rounding(n_cases: int) -> None:
+    from test_variants import ref_rounded
+    from variant_backward_reference import reference_gradients
+
+    from mha_symbolic import reference_attention_backward
+
+    print("\n5. Gradients: rounding vs forward-mode Arb (tests/variant_backward_reference.py), "
+          "elements that differ")
+    names = ("float64", "float32", "float16", "bfloat16")
+    print(f"{'variant':<20}{'cases':>6}{'elements':>10}  " + "  ".join(f"{n:>9}" for n in names))
+    rng = np.random.default_rng(5)
+    kinds = ("window", "softcap", "softcap_gqa", "alibi", "alibi_f64_slopes", "sinks",
+             "mask_mod", "table_softcap", "float_mask_sinks", "fp8_descale")
+    total = 0
+    n_zero = 0
+    for kind in kinds:
+        diffs = dict.fromkeys(names, 0)
+        zeros = dict.fromkeys(names, 0)
+        n_el = 0
+        for _ in range(n_cases):
+            opts, ref_opts, (q, k, v, do), params, group = _grad_case(kind, rng)
+            g = reference_attention_backward(q, k, v, do, **opts)
+            qq, kk, vv = (np.asarray(x, np.float64) for x in (q, k, v))
+            want = reference_gradients(qq, kk, vv, do, group, params, **ref_opts)
+            pairs = [(g.dq, want["q"]), (g.dk, want["k"]), (g.dv, want["v"])]
+            if "sink" in params:
+                pairs.append((g.d_sinks, _summed(want["sink"], lambda x: x[0])))
+            if "slope" in params:
+                pairs.append((g.d_alibi_slopes, _summed(want["slope"], lambda x: x[0])))
+            if "table" in params:
+                pairs.append((g.d_score_mod[1], np.array([list(want["table"][0, h])
+                                                          for h in range(2)], dtype=object)))
+            if "m" in params:
+                pairs.append((g.d_attn_mask, _summed(want["m"], lambda x: x, heads=True)))
+            for enc, balls in pairs:
+                n_el += int(np.prod(enc.shape))
+                for name in names:
+                    got = np.asarray(enc.rounded(name), dtype=np.float64)
+                    for idx in np.ndindex(*balls.shape):
+                        x = balls[idx]
+                        if x.contains(0) and x.rad() < 2.0**-200:
+                            # the reference cannot tell an exact 0 (a row with one key,
+                            # an unseen key) from a tiny value: such elements must
+                            # round to a zero
+                            zeros[name] += 1
+                            diffs[name] += int(got[idx] != 0)
+                        else:
+                            ref = ref_rounded([x], name)[0]
+                            diffs[name] += int(got[idx] != ref)
+        total += sum(diffs.values())
+        n_zero += zeros["float64"]
+        print(f"{kind:<20}{n_cases:>6}{n_el:>10}  " + "  ".join(f"{diffs[n]:>9}" for n in names))
+    print(f"total elements that differ: {total} (of which the reference showed {n_zero} "
+          "exact-zero candidates per format, checked to round to a zero)")
+
+
+def _summed(per_bh: Any, pick: Any, heads: bool = False) -> Any:
+    """Parameters shared over the batch: the per-(batch, head) derivatives summed (over
+    the heads too for a mask broadcast over them), at 300 bits."""
+    from flint import arb, ctx
+
+    old = ctx.prec
+    ctx.prec = 300
+    try:
+        B, H = per_bh.shape
+        if heads:
+            tot = None
+            for b in range(B):
+                for h in range(H):
+                    tot = pick(per_bh[b, h]) if tot is None else tot + pick(per_bh[b, h])
+            return tot
+        return np.array([sum((pick(per_bh[b, h]) for b in range(B)), arb(0))
+                         for h in range(H)], dtype=object)
+    finally:
+        ctx.prec = old
+
+
+def bench_grad_speed(repeats: int) -> None:
+    import torch
+
+    from mha_symbolic import reference_attention_backward
+
+    torch.set_num_threads(1)
+    print("\n6. Gradients' speed at (2, 8, 256, 64), fp32 inputs: reference_attention_backward"
+          " + .rounded('float32') of dq, dk, dv and every parameter's gradient; CPU seconds,"
+          " one BLAS thread")
+    print(f"load average: {Path('/proc/loadavg').read_text().strip()}")
+    rng = np.random.default_rng(0)
+    q, k, v, do = (rng.standard_normal((2, 8, 256, 64)).astype(np.float32) for _ in range(4))
+    slopes = (2.0 ** (-np.arange(1, 9))).astype(np.float32)
+    cases: dict[str, dict[str, Any]] = {
+        "plain (baseline)": {},
+        "window (64, 0)": {"window": (64, 0)},
+        "window + causal": {"window": (64, 0), "is_causal": True},
+        "softcap 30": {"softcap": 30.0},
+        "alibi (H,)": {"alibi_slopes": slopes},
+        "sinks": {"sinks": rng.standard_normal(8).astype(np.float32)},
+        "mask_mod (document)": {"mask_mod": lambda b, h, i, j: (i // 64) == (j // 64)},
+        "relative bias table": {"score_mod": relative_bias_score_mod(rng.standard_normal((8, 33)))},
+        "fp8 e4m3 + descale": {"_fp8": True},
+    }
+    q8, k8, v8 = (x.astype(ml_dtypes.float8_e4m3fn) for x in (q, k, v))
+    d = np.full((2, 8), 0.5, dtype=np.float32)
+    times: dict[str, list[float]] = {}
+    walls: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        for name, kw in cases.items():
+            t0, w0 = time.process_time(), time.perf_counter()
+            if kw.get("_fp8"):
+                g = reference_attention_backward(q8, k8, v8, do, q_descale=d, k_descale=d,
+                                                 v_descale=d)
+            else:
+                g = reference_attention_backward(q, k, v, do, **kw)
+            encs = [g.dq, g.dk, g.dv, g.d_sinks, g.d_alibi_slopes, *(g.d_score_mod or ())]
+            for enc in encs:
+                if enc is not None:
+                    enc.rounded("float32")
+            times.setdefault(name, []).append(time.process_time() - t0)
+            walls.setdefault(name, []).append(time.perf_counter() - w0)
+    base = min(times["plain (baseline)"])
+    base_med = statistics.median(times["plain (baseline)"])
+    print(f"{'variant':<24}{'cpu min':>9}{'cpu med':>9}{'wall min':>9}{'ratio min':>10}"
+          f"{'ratio med':>10}")
+    for name in cases:
+        t = times[name]
+        print(f"{name:<24}{min(t):>9.3f}{statistics.median(t):>9.3f}{min(walls[name]):>9.3f}"
+              f"{min(t) / base:>10.2f}{statistics.median(t) / base_med:>10.2f}")
+    print(f"load average: {Path('/proc/loadavg').read_text().strip()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer cases and repeats")
-    ap.add_argument("--only", choices=("rounding", "alarms", "mutants", "speed"))
+    ap.add_argument("--only", choices=("rounding", "alarms", "mutants", "speed",
+                                       "grad_rounding", "grad_speed"))
     args = ap.parse_args()
     n = 3 if args.quick else 12
     if args.only in (None, "rounding"):
@@ -381,6 +570,10 @@ def main() -> None:
         bench_mutants(n)
     if args.only in (None, "speed"):
         bench_speed(3 if args.quick else 7)
+    if args.only in (None, "grad_rounding"):
+        bench_grad_rounding(n)
+    if args.only in (None, "grad_speed"):
+        bench_grad_speed(3 if args.quick else 5)
 
 
 if __name__ == "__main__":

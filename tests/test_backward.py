@@ -40,8 +40,11 @@ def _check_enclosure_and_rounding(enc: Any, ref: np.ndarray, fmts: tuple[str, ..
     assert lo.shape == ref.shape
     for idx in np.ndindex(*ref.shape):
         a, b = ball_fractions(ref[idx])
-        assert Fraction(float(lo[idx])) <= a and b <= Fraction(float(hi[idx])), (idx, ref[idx],
-                                                                            lo[idx], hi[idx])
+        lo_f, hi_f = Fraction(float(lo[idx])), Fraction(float(hi[idx]))
+        if lo_f == hi_f:  # an exact value (a structural zero): inside the reference ball
+            assert a <= lo_f <= b, (idx, ref[idx], lo[idx])
+            continue
+        assert lo_f <= a and b <= hi_f, (idx, ref[idx], lo[idx], hi[idx])
     for name in fmts:
         got = enc.rounded(name)
         for idx in np.ndindex(*ref.shape):

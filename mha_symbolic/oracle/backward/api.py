@@ -655,6 +655,8 @@ def _gradients(st: _Setup, progress: bool | None) -> dict[str, Enclosure]:
                                 st.rho_c, f_f, rho_f, want_ds=want_ds, weights=w_hook,
                                 factor=f_hook)
             live_q = ~empty & (not scale_zero)
+            if hg.live_rows is not None:
+                live_q = live_q & hg.live_rows
             live_k = hg.live_k & (not scale_zero)
             parts = {"dq": (hg.dq, hg.e_dq, hg.row_ok, live_q, nan_row),
                      "dk": (hg.dk, hg.e_dk, np.full(S, hg.all_ok), live_k, nan_all),

@@ -256,7 +256,8 @@ class HeadGrads:
     row_ok (L,): the row's forward bound held (its dq and ds are valid; rows with
     no allowed key count as valid, their gradients are 0); all_ok: every row held
     (dk, dv are valid).  live_k (S,): keys whose dS can be nonzero in some row;
-    live_v (S,): keys with a nonzero weight in some row."""
+    live_v (S,): keys with a nonzero weight in some row; live_rows (L,): rows whose dS
+    can be nonzero (not empty, not uniform, more than one allowed key)."""
 
     dq: Arr
     e_dq: Arr
@@ -273,6 +274,7 @@ class HeadGrads:
     has_key: Arr
     live_k: Arr
     live_v: Arr
+    live_rows: Arr | None = None
 
 
 def _scale_err(g: Arr, e_g: Arr, out: Arr, c_f: float, rho_c: float) -> Arr:
@@ -342,6 +344,7 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
     row_ok = np.ones(L, dtype=bool)
     has_key_all = np.zeros(L, dtype=bool)
     live_k = np.zeros(S, dtype=bool)
+    live_rows = np.zeros(L, dtype=bool)
     live_v = np.zeros(S, dtype=bool)
     acc_k, acc_v = BlockSum(), BlockSum()
     step = max(1, chunk // max(S, 1))
@@ -369,6 +372,12 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
         # keys whose dS can be nonzero: allowed, not on a uniform row (whose output does
         # not depend on the scores)
         live = (np.ones((r, S), dtype=bool) if allowed is None else allowed) & ~uni[:, None]
+        # a row with one allowed key has P = 1 exactly whatever its score, so D = dP and
+        # dS = 0 exactly (a causal mask's first row, a narrow window): no live key
+        single = live.sum(axis=-1) == 1
+        if single.any():
+            live &= ~single[:, None]
+        live_rows[i0:i1] = live.any(axis=-1)
         keep = blk.keep
         live_k |= live.any(axis=0)
         wk = (np.ones((r, S), dtype=bool) if allowed is None else allowed)
@@ -456,4 +465,4 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
     # FLOOR covers underflow inside the bound formulas (see the module docstring)
     return HeadGrads(dq, e_dq + FLOOR, dk, e_dk + FLOOR, dv, e_dv + FLOOR,
                      ds_all, e_ds_all,
-                     o, e_o, row_ok, all_ok, has_key_all, live_k, live_v)
+                     o, e_o, row_ok, all_ok, has_key_all, live_k, live_v, live_rows)
