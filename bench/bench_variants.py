@@ -390,7 +390,7 @@ def _grad_case(kind: str, rng: Any) -> tuple[dict[str, Any], dict[str, Any], tup
                 {"keep": window_keep(L, S, w, False, off)}, (q, k, v, do), (), 1)
     if kind in ("softcap", "softcap_gqa"):
         c = float(rng.choice([0.5, 2.0, 30.0]))
-        return ({"softcap": c, "enable_gqa": H != Hk}, {"cap": c}, (q, k, v, do), (),
+        return ({"softcap": c, "enable_gqa": Hk != H}, {"cap": c}, (q, k, v, do), (),
                 H // Hk)
     if kind in ("alibi", "alibi_f64_slopes"):
         sl = (np.array([0.5, 0.125], np.float32) if kind == "alibi" else rng.random(2))
