@@ -321,6 +321,40 @@ def test_tanh_proved_is_within_its_stated_bound() -> None:
         ctx.prec = old
 
 
+def test_softcap_derivative_bounds_hold_for_every_argument_within_e_x() -> None:
+    """sech2_proved (float64) and _sech2_dd (double-double) bound sech²(x) for every x
+    within e_x of the computed argument: checked against Arb's sech at the computed
+    argument and at both ends of the interval (sech² is monotone on each side of 0,
+    so the ends and 0 bound it); e_x > 1/4 gives an infinite bound."""
+    from mha_symbolic.oracle.transformed import _sech2_dd, sech2_proved
+
+    rng = np.random.default_rng(1)
+    xs = np.concatenate([rng.standard_normal(200) * 3, rng.uniform(-0.2, 0.2, 100),
+                         [0.0, -0.0, 1e-300, 20.0, -299.0, 301.0, 355.0, -400.0, 1e300]])
+    old = ctx.prec
+    ctx.prec = 300
+    try:
+        for e_x in (0.0, 2.0**-40, 1e-3):
+            f, err = sech2_proved(xs, np.full(xs.shape, e_x))
+            fh, fl, err2 = _sech2_dd(xs, np.zeros_like(xs), np.full(xs.shape, e_x))
+            for n, x in enumerate(xs.tolist()):
+                if abs(x) > 1e4:   # sech² < 4e^-20000: the results must be within err of 0
+                    assert abs(float(f[n])) <= err[n] and abs(float(fh[n])) <= err2[n]
+                    continue
+                ends = [arb(x)] + ([arb(x) - e_x, arb(x) + e_x] if e_x else [])
+                if e_x and abs(x) <= e_x:
+                    ends.append(arb(0))
+                for y in ends:
+                    exact = y.sech() ** 2
+                    assert abs(arb(float(f[n])) - exact) <= arb(float(err[n])), (x, e_x)
+                    assert abs(arb(float(fh[n])) + arb(float(fl[n])) - exact) <= arb(
+                        float(err2[n])), (x, e_x)
+        assert np.all(np.isinf(sech2_proved(xs, np.full(xs.shape, 0.3))[1]))
+        assert np.all(np.isinf(_sech2_dd(xs, np.zeros_like(xs), np.full(xs.shape, 0.3))[2]))
+    finally:
+        ctx.prec = old
+
+
 # ---------------------------------------------------------------------------
 # ALiBi
 # ---------------------------------------------------------------------------

@@ -176,17 +176,19 @@ def _np_tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
 # RHO_EXP2), 1 + e~ by dd_add_d (2.01u² relative: the result is in [1, 2]), its square by
 # dd_mul (8.02u²), 4e~ exactly, the quotient by dd_div (2^-100): relative to f(e~) at
 # most (1 + 2.01u²)²(1 + 8.02u²)(1 + 2^-100) - 1 < 12.1u² + 2^-100 < 2^-98, and
-# e^{1.01 RHO_EXP2} - 1 < 1.02 RHO_EXP2 from e~: REL_SECH2_DD.  |x~| > 300: sech² <=
-# 4e^-600 < 4 TINY2, taken as 0 with the absolute bound ABS_SECH2_DD (the argument's
-# e^{2e_x} <= 1.01 included).
+# e^{1.01 RHO_EXP2} - 1 < 1.02 RHO_EXP2 from e~: REL_SECH2_DD.  |x~| > 300: sech²(x~) <=
+# 4e^-600 < 1.48 TINY2 (TINY2 >= e^-599), taken as 0, and sech²(x) <= e^{1/2}·1.48 TINY2
+# < 2.5 TINY2 <= ABS_SECH2_DD for e_x <= 1/4.
 # Float64 (tier 1): e~ = exp_double(-2|x~|) (RHO_EXP1 for -2|x~| >= -708; below, e~ and e
 # are both <= TINY1(1 + RHO_EXP1)), then fl(1 + e~), its square, 4e~ (exact) and the
 # quotient: four roundings, relative <= 1.01 RHO_EXP1 + 4.1u = REL_SECH2; below the cut
-# the result and the truth are both <= 4.01 TINY1: ABS_SECH2 = 8 TINY1.
+# the result and sech²(x~) are both <= 4.02 TINY1, and sech²(x) <= sech²(x~)e^{2e_x} <=
+# 4.02·e^{1/2} TINY1 for e_x <= 1/4: |sech²(x) - result| <= 10.7 TINY1 <= ABS_SECH2.
+# Both bounds need e_x <= 1/4 (checked: else the bound is infinite).
 REL_SECH2_DD = 1.02 * RHO_EXP2 + 2.0**-98
 ABS_SECH2_DD = 5.0 * TINY2
 REL_SECH2 = 1.01 * RHO_EXP1 + 4.1 * U
-ABS_SECH2 = 8.0 * TINY1
+ABS_SECH2 = 12.0 * TINY1
 
 
 def sech2_proved(x: np.ndarray[Any, Any], e_x: np.ndarray[Any, Any] | float
@@ -199,7 +201,9 @@ def sech2_proved(x: np.ndarray[Any, Any], e_x: np.ndarray[Any, Any] | float
         f = 4.0 * e / (d * d)
         ex = np.asarray(e_x)
         rel = (2.0 * ex * (1.0 + 2.0 * ex) + REL_SECH2) * (1.0 + 2.0 * REL_SECH2)
-        return f, (f * rel + ABS_SECH2) * UP
+        # the argument's bound must stay <= 1/4 (else: an infinite bound, the row is
+        # handed on)
+        return f, np.where(ex <= 0.25, (f * rel + ABS_SECH2) * UP, np.inf)
 
 
 def _np_sech2_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
@@ -236,7 +240,7 @@ def _sech2_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any], e_x: np.ndarra
         k.sech2_dd(xh, xl, tab_hi, tab_lo, _POW2, fh, fl)
     rel = (2.0 * e_x * (1.0 + 2.0 * e_x) + REL_SECH2_DD) * (1.0 + 4.0 * U)
     err = (np.abs(fh) * rel * 1.01 + ABS_SECH2_DD + 4 * ETA) * UP
-    return fh, fl, err
+    return fh, fl, np.where(e_x <= 0.25, err, np.inf)
 
 
 def _mul_factor(a: tuple[np.ndarray[Any, Any], ...] | None,
