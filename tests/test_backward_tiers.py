@@ -51,8 +51,10 @@ def _violations(val: np.ndarray, err: np.ndarray, ref: np.ndarray,
         a, b = ball_fractions(ref[idx])
         mid = _fr(val[idx]) + (_fr(lo[idx]) if lo is not None else 0)
         e = _fr(err[idx])
-        if e == 0:  # an exact value (a structural zero): inside the reference ball
-            bad += not (a <= mid <= b)
+        if 4 * (b - a) > 2 * e:
+            # the bound is tighter than the reference ball (an exact value, a structural
+            # zero): the truth is in both, so they must meet
+            bad += not (mid - e <= b and a <= mid + e)
         elif not (mid - e <= a and b <= mid + e):
             bad += 1
     return bad
