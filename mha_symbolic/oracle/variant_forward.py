@@ -60,6 +60,11 @@ def _read(x: Any, name: str) -> np.ndarray[Any, Any]:
     return arr
 
 
+#: significant bits of the input formats whose values are exact in float32
+_SIGNIFICAND_BITS = {"float8_e4m3fn": 4, "float8_e5m2": 3, "bfloat16": 8, "float16": 11,
+                     "float32": 24}
+
+
 def _descaled(x: np.ndarray[Any, Any], d: np.ndarray[Any, Any] | None, name: str,
               dname: str, outer: tuple[int, ...], heads: int,
               group: int = 1) -> np.ndarray[Any, Any]:
@@ -81,6 +86,13 @@ def _descaled(x: np.ndarray[Any, Any], d: np.ndarray[Any, Any] | None, name: str
     factor = dd.reshape(*dd.shape, 1, 1)
     with np.errstate(over="ignore", under="ignore"):
         out = x64 * factor
+    # significands of at most p_x and 24 bits multiply exactly in a double when
+    # p_x + 24 <= 53 (fp8, fp16, bf16, fp32 inputs; float32 factors), and the product of
+    # two float32-range numbers is a normal double: no TwoProduct needed
+    narrow = (_SIGNIFICAND_BITS.get(str(x.dtype), 53) <= 29
+              and bool(np.all(d.astype(np.float32) == d)))
+    if narrow:
+        return out
     xb, fb = np.broadcast_arrays(x64, factor)
     if not np.all(np.isfinite(out)) or not products_exact(xb, fb, out):
         raise InputValueError(
