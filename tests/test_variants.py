@@ -326,7 +326,7 @@ def test_softcap_derivative_bounds_hold_for_every_argument_within_e_x() -> None:
     within e_x of the computed argument: checked against Arb's sech at the computed
     argument and at both ends of the interval (sech² is monotone on each side of 0,
     so the ends and 0 bound it); e_x > 1/4 gives an infinite bound."""
-    from mha_symbolic.oracle.transformed import _sech2_dd, sech2_proved
+    from mha_symbolic.oracle.transformed import _sech2_dd, _sech2_dd_err, _tanh_dd, sech2_proved
 
     rng = np.random.default_rng(1)
     xs = np.concatenate([rng.standard_normal(200) * 3, rng.uniform(-0.2, 0.2, 100),
@@ -337,9 +337,13 @@ def test_softcap_derivative_bounds_hold_for_every_argument_within_e_x() -> None:
         for e_x in (0.0, 2.0**-40, 1e-3):
             f, err = sech2_proved(xs, np.full(xs.shape, e_x))
             fh, fl, err2 = _sech2_dd(xs, np.zeros_like(xs), np.full(xs.shape, e_x))
+            # the fused tanh + sech² of the pipeline (1 - t² on the series branch)
+            _, _, _, gh, gl = _tanh_dd(xs, np.zeros_like(xs), want_sech2=True)
+            err3 = _sech2_dd_err(gh, np.full(xs.shape, e_x))
             for n, x in enumerate(xs.tolist()):
                 if abs(x) > 1e4:   # sech² < 4e^-20000: the results must be within err of 0
                     assert abs(float(f[n])) <= err[n] and abs(float(fh[n])) <= err2[n]
+                    assert abs(float(gh[n])) <= err3[n]
                     continue
                 ends = [arb(x)] + ([arb(x) - e_x, arb(x) + e_x] if e_x else [])
                 if e_x and abs(x) <= e_x:
@@ -349,6 +353,8 @@ def test_softcap_derivative_bounds_hold_for_every_argument_within_e_x() -> None:
                     assert abs(arb(float(f[n])) - exact) <= arb(float(err[n])), (x, e_x)
                     assert abs(arb(float(fh[n])) + arb(float(fl[n])) - exact) <= arb(
                         float(err2[n])), (x, e_x)
+                    assert abs(arb(float(gh[n])) + arb(float(gl[n])) - exact) <= arb(
+                        float(err3[n])), (x, e_x)
         assert np.all(np.isinf(sech2_proved(xs, np.full(xs.shape, 0.3))[1]))
         assert np.all(np.isinf(_sech2_dd(xs, np.zeros_like(xs), np.full(xs.shape, 0.3))[2]))
     finally:
@@ -823,10 +829,12 @@ def test_fused_softcap_rows_and_dd_tanh_twins_are_bit_identical() -> None:
     xh = np.concatenate([rng.standard_normal(600) * 0.1, rng.standard_normal(600) * 3,
                          [0.0, -0.0, 0.17325, -0.17325, 299.0, 301.0, -1e6]])
     xl = xh * rng.standard_normal(xh.size) * 2.0**-60
-    got = transformed._tanh_dd(xh, xl)
-    want = transformed._np_tanh_dd(xh, xl)
-    for a, b in zip(got, want, strict=True):
-        np.testing.assert_array_equal(a, b)
+    for want_sech2 in (False, True):
+        got = transformed._tanh_dd(xh, xl, want_sech2)
+        want = transformed._np_tanh_dd(xh, xl, want_sech2)
+        assert len(got) == len(want) == (5 if want_sech2 else 3)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
     got = transformed._sech2_dd(xh, xl, np.zeros_like(xh))[:2]
     want = transformed._np_sech2_dd(xh, xl)
     for a, b in zip(got, want, strict=True):

@@ -391,17 +391,20 @@ TANH_FAR = 300.0  # transformed._tanh_dd: tanh is 1 to 2*e^-600 beyond
 
 
 @njit
-def tanh_dd(xh, xl, chi, clo, tab_hi, tab_lo, p2, th, tl):
+def tanh_dd(xh, xl, chi, clo, tab_hi, tab_lo, p2, th, tl, want_f, fh, fl):
     """tanh(xh + xl) in double-double elementwise, operation by operation as
     transformed._np_tanh_dd (the odd Taylor series by Horner in dd below TANH_SMALL,
-    (1 - e)/(1 + e) with e = exp_dd(-2|x|) above).  Step by step over all elements
-    (each Horner step a simple loop of independent elements, which the CPU overlaps;
-    element by element the chain of ~700 dependent operations would stall), then a
-    loop redoes the elements beyond TANH_SMALL."""
+    (1 - e)/(1 + e) with e = exp_dd(-2|x|) above), and with ``want_f`` sech² (1 - t² on
+    the series branch, 4e/(1 + e)² above).  Step by step over all elements (each Horner
+    step a simple loop of independent elements, which the CPU overlaps; element by
+    element the chain of ~700 dependent operations would stall), then a loop finishes
+    each element on its branch."""
     fxh = xh.ravel()
     fxl = xl.ravel()
     fth = th.ravel()
     ftl = tl.ravel()
+    ffh = fh.ravel()
+    ffl = fl.ravel()
     m = fxh.shape[0]
     n = chi.shape[0]
     ah = np.empty(m)
@@ -432,6 +435,9 @@ def tanh_dd(xh, xl, chi, clo, tab_hi, tab_lo, p2, th, tl):
         lo = al[idx]
         if h <= TANH_SMALL_K:
             rh, rl = dd_mul_s(h, lo, ph[idx], pl[idx])
+            if want_f:
+                qh, ql = dd_mul_s(rh, rl, rh, rl)
+                ffh[idx], ffl[idx] = dd_add_d_s(-qh, -ql, 1.0)
         else:
             if h > TANH_FAR:  # the twin discards exp_dd(-600) here
                 eh = 0.0
@@ -441,6 +447,13 @@ def tanh_dd(xh, xl, chi, clo, tab_hi, tab_lo, p2, th, tl):
             nh, nl = dd_add_d_s(-eh, -el, 1.0)
             dh, dl = dd_add_d_s(eh, el, 1.0)
             rh, rl = dd_div_s(nh, nl, dh, dl)
+            if want_f:
+                if h > TANH_FAR:
+                    ffh[idx] = 0.0
+                    ffl[idx] = 0.0
+                else:
+                    qh, ql = dd_mul_s(dh, dl, dh, dl)
+                    ffh[idx], ffl[idx] = dd_div_s(4.0 * eh, 4.0 * el, qh, ql)
         fth[idx] = rh * sg
         ftl[idx] = rl * sg
 

@@ -109,30 +109,34 @@ REL_TANH_DD_LARGE = 2.83 * RHO_EXP2 + 2.0**-97
 ABS_TANH_DD = 2.0 * TINY2
 
 
-def _tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
-             ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """(th, tl, rel_err_bound) for tanh(xh + xl) in double-double (proof above): one
-    compiled pass when numba is available, bit-identical to :func:`_np_tanh_dd` (the
-    same operations per element; tests/test_variants.py checks it)."""
+def _tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any], want_sech2: bool = False
+             ) -> tuple[np.ndarray[Any, Any], ...]:
+    """(th, tl, rel_err_bound) for tanh(xh + xl) in double-double (proof above), and with
+    ``want_sech2`` also (fh, fl) = sech²(xh + xl) within REL_SECH2_DD (proof below the
+    sech² constants): one compiled pass when numba is available, bit-identical to
+    :func:`_np_tanh_dd` (the same operations per element; tests/test_variants.py)."""
     from .jit import _POW2, _kernels
 
     k = _kernels()
     if k is None or not hasattr(k, "tanh_dd") or xh.size == 0:
-        return _np_tanh_dd(xh, xl)
+        return _np_tanh_dd(xh, xl, want_sech2)
     from .expo import _table2
 
     xh = np.ascontiguousarray(xh, dtype=np.float64)
     xl = np.ascontiguousarray(xl, dtype=np.float64)
     th = np.empty_like(xh)
     tl = np.empty_like(xh)
+    fh = np.empty_like(xh) if want_sech2 else np.empty(0)
+    fl = np.empty_like(xh) if want_sech2 else np.empty(0)
     tab_hi, tab_lo = _table2()
-    k.tanh_dd(xh, xl, _TANH_DD_HI_A, _TANH_DD_LO_A, tab_hi, tab_lo, _POW2, th, tl)
+    k.tanh_dd(xh, xl, _TANH_DD_HI_A, _TANH_DD_LO_A, tab_hi, tab_lo, _POW2, th, tl,
+              want_sech2, fh, fl)
     rel = np.where(np.abs(xh) <= TANH_SMALL, REL_TANH_DD_SMALL, REL_TANH_DD_LARGE)
-    return th, tl, rel
+    return (th, tl, rel, fh, fl) if want_sech2 else (th, tl, rel)
 
 
-def _np_tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
-                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def _np_tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any], want_sech2: bool = False
+                ) -> tuple[np.ndarray[Any, Any], ...]:
     """The numpy twin of :func:`_tanh_dd`."""
     neg = xh < 0
     ah = np.where(neg, -xh, xh)
@@ -140,6 +144,8 @@ def _np_tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
     small = ah <= TANH_SMALL
     th = np.zeros_like(ah)
     tl = np.zeros_like(ah)
+    fh = np.zeros_like(ah)
+    fl = np.zeros_like(ah)
     if np.any(small):
         sh, sl = ah[small], al[small]
         yh, yl = dd_mul(sh, sl, sh, sl)
@@ -150,7 +156,11 @@ def _np_tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
             ph, pl = dd_mul(ph, pl, yh, yl)
             ph, pl = dd_add_d(ph, pl, np.full_like(ph, chi))
             ph, pl = dd_add_d(ph, pl, np.full_like(ph, clo))
-        th[small], tl[small] = dd_mul(sh, sl, ph, pl)
+        t_h, t_l = dd_mul(sh, sl, ph, pl)
+        th[small], tl[small] = t_h, t_l
+        if want_sech2:   # 1 - t² (t <= 0.1733: no cancellation)
+            qh, ql = dd_mul(t_h, t_l, t_h, t_l)
+            fh[small], fl[small] = dd_add_d(-qh, -ql, np.ones_like(qh))
     big = ~small
     if np.any(big):
         bh, bl = ah[big], al[big]
@@ -161,8 +171,13 @@ def _np_tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
         nh, nl = dd_add_d(-eh, -el, np.ones_like(eh))
         dh, dl = dd_add_d(eh, el, np.ones_like(eh))
         th[big], tl[big] = dd_div(nh, nl, dh, dl)
+        if want_sech2:   # 4e/(1 + e)²
+            qh, ql = dd_mul(dh, dl, dh, dl)
+            gh, gl = dd_div(4.0 * eh, 4.0 * el, qh, ql)
+            fh[big], fl[big] = np.where(far, 0.0, gh), np.where(far, 0.0, gl)
     rel = np.where(small, REL_TANH_DD_SMALL, REL_TANH_DD_LARGE)
-    return np.where(neg, -th, th), np.where(neg, -tl, tl), rel
+    t = (np.where(neg, -th, th), np.where(neg, -tl, tl), rel)
+    return (*t, fh, fl) if want_sech2 else t
 
 
 # ---- the softcap's derivative: sech²(x) = 1 - tanh²(x) = 4e/(1 + e)², e = exp(-2|x|) ----
@@ -185,6 +200,11 @@ def _np_tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
 # the result and sech²(x~) are both <= 4.02 TINY1, and sech²(x) <= sech²(x~)e^{2e_x} <=
 # 4.02·e^{1/2} TINY1 for e_x <= 1/4: |sech²(x) - result| <= 10.7 TINY1 <= ABS_SECH2.
 # Both bounds need e_x <= 1/4 (checked: else the bound is infinite).
+# With the tanh (:func:`_tanh_dd`, want_sech2) the series branch |x~| <= TANH_SMALL takes
+# sech² = 1 - t² from its t (relative error <= 2^-98, |t| <= 0.1733): t² by dd_mul
+# (8.02u²·t² <= 0.25u²), 1 - t² by dd_add_d (<= u(u + 0.031u) <= 1.04u², relative to
+# 1 - t² >= 0.969: 1.08u²), t's error moves t² by <= 2.01·2^-98·t² <= 0.063·2^-98:
+# relative < 1.4u² + 0.07·2^-98 < 2^-98 <= REL_SECH2_DD; beyond, 4e/(1 + e)² as above.
 REL_SECH2_DD = 1.02 * RHO_EXP2 + 2.0**-98
 ABS_SECH2_DD = 5.0 * TINY2
 REL_SECH2 = 1.01 * RHO_EXP1 + 4.1 * U
@@ -238,9 +258,15 @@ def _sech2_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any], e_x: np.ndarra
         fh, fl = np.empty_like(xh), np.empty_like(xh)
         tab_hi, tab_lo = _table2()
         k.sech2_dd(xh, xl, tab_hi, tab_lo, _POW2, fh, fl)
+    return fh, fl, _sech2_dd_err(fh, e_x)
+
+
+def _sech2_dd_err(fh: np.ndarray[Any, Any], e_x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The bound of a double-double sech² within REL_SECH2_DD of sech²(x~) (ABS_SECH2_DD
+    beyond |x~| > 300) for every x within e_x <= 1/4 of x~ (infinite otherwise)."""
     rel = (2.0 * e_x * (1.0 + 2.0 * e_x) + REL_SECH2_DD) * (1.0 + 4.0 * U)
     err = (np.abs(fh) * rel * 1.01 + ABS_SECH2_DD + 4 * ETA) * UP
-    return fh, fl, np.where(e_x <= 0.25, err, np.inf)
+    return np.where(e_x <= 0.25, err, np.inf)
 
 
 def _mul_factor(a: tuple[np.ndarray[Any, Any], ...] | None,
@@ -688,8 +714,10 @@ class TransformedProblem(Problem):
                 if want_factor:
                     # the argument's error: err/C + the division's 2^-100|x|
                     e_x = (err / C + 2.0**-100 * (np.abs(xh) + np.abs(xl)) + 4 * ETA) * UP
-                    fac = _mul_factor(fac, _sech2_dd(xh, xl, e_x))
-                th, tl, rel = _tanh_dd(xh, xl)
+                    th, tl, rel, fh, fl = _tanh_dd(xh, xl, want_sech2=True)
+                    fac = _mul_factor(fac, (fh, fl, _sech2_dd_err(fh, e_x)))
+                else:
+                    th, tl, rel = _tanh_dd(xh, xl)
                 nh, nl = dd_mul_d(th, tl, np.full_like(th, C))
                 t_abs = np.abs(th) + np.abs(tl)
                 # 1-Lipschitz: err passes; the division: C·2^-100|x|; tanh: C·rel|t| + C·ABS;
