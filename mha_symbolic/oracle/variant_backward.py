@@ -101,7 +101,11 @@ class _Functionals:
                                              sink_index))
 
         def alibi(name: str, slopes: Arr, offset: int) -> ScoreFunctional:
-            target = _target(slopes.shape, flat_lead, name)
+            if slopes.ndim == 2 and slopes.shape == (geo.n_outer, H):
+                # (batch, heads) over the flattened outer dimensions, as the forward
+                target = np.arange(B, dtype=np.int64)
+            else:
+                target = _target(slopes.shape, flat_lead, name)
 
             def index(e: int, rows: Arr) -> tuple[Arr, Arr]:
                 d = rel(rows, offset)
