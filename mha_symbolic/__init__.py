@@ -55,6 +55,7 @@ _EXPORTS: dict[str, str] = {
     "assert_attention_close": "testing.compare",
     "compare_mha": "testing.compare",
     "assert_mha_close": "testing.compare",
+    "attention_inputs": "testing.strategies",
     "compare_attention_backward": "testing.backward",
     "assert_attention_backward_close": "testing.backward",
     "check_attention": "testing.check",
@@ -74,6 +75,7 @@ _EXPORTS: dict[str, str] = {
     "PrecisionError": "errors",
     "ProofError": "errors",
     "AttentionMismatchError": "errors",
+    "ToleranceError": "errors",
     "OptionalDependencyError": "errors",
 }
 
@@ -94,6 +96,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ProofError,
         ShapeError,
         SpecError,
+        ToleranceError,
     )
     from .exact.certified import CertifiedValue, certify
     from .exact.engine import ExactAttention, exact_attention
@@ -121,6 +124,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .testing.check import check_attention
     from .testing.compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
     from .testing.compare_variants import assert_attention_varlen_close, compare_attention_varlen
+    from .testing.strategies import attention_inputs
     from .textbook.check import check_examples
     from .textbook.derivation import derive
     from .textbook.examples import WorkedExample, load_examples

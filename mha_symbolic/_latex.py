@@ -11,9 +11,12 @@ here imports SymPy; the fragments are produced by the callers (with
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import LatexError
@@ -48,23 +51,38 @@ _TEXT_ESCAPES: dict[str, str] = {
     "√": r"\ensuremath{\surd}",
     "→": r"\ensuremath{\to}",
 }
-_TEXT_ESCAPE_RE = re.compile("|".join(re.escape(c) for c in _TEXT_ESCAPES))
+# control characters (and TeX's end-of-line and invalid characters) never reach TeX raw
+_CONTROL_CLASS = ("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
+                  "\u2066-\u2069]")
+_TEXT_ESCAPE_RE = re.compile(_CONTROL_CLASS + "|" + "|".join(re.escape(c) for c in _TEXT_ESCAPES))
+
+
+def _escape_one(m: re.Match[str]) -> str:
+    c = m.group(0)
+    if c in _TEXT_ESCAPES:
+        return _TEXT_ESCAPES[c]
+    return rf"\texttt{{[U+{ord(c):04X}]}}"
 
 
 def latex_escape(text: str) -> str:
     r"""Escape ``text`` for LaTeX text mode (``&``, ``%``, ``_`` ..., and the
-    mathematical unicode the library prints: ``×``, ``·``, ``≤`` ...).
+    mathematical unicode the library prints: ``×``, ``·``, ``≤`` ...); a control
+    character becomes a visible ``[U+001B]``.  Every backslash, brace, ``$``, ``^``
+    and ``%`` is escaped, so no command, math, ``^^`` escape or comment can come
+    from ``text``.
 
     >>> latex_escape("d_k & 50%")
     'd\\_k \\& 50\\%'
     """
-    return _TEXT_ESCAPE_RE.sub(lambda m: _TEXT_ESCAPES[m.group(0)], text)
+    return _TEXT_ESCAPE_RE.sub(_escape_one, text)
 
 
 def latex_text(text: str) -> str:
     r"""Text with inline math: ``$...$`` segments pass through, the rest is escaped.
 
-    An unmatched ``$`` is escaped like any other special character.
+    For the library's *own* markup only (the proofs' reasons): the math passes to
+    LaTeX verbatim, so text read from a file must go through :func:`latex_escape`
+    instead.  An unmatched ``$`` is escaped like any other special character.
 
     >>> latex_text("weights sum to $1$ & more")
     'weights sum to $1$ \\& more'
@@ -115,14 +133,37 @@ def pdflatex_path() -> str | None:
     return shutil.which("pdflatex")
 
 
-def compile_tex(tex_file: Path, *, runs: int = 2, timeout: float = 120) -> Path:
-    """Run ``pdflatex`` ``runs`` times on ``tex_file`` in its directory; return the PDF path.
+#: kpathsea settings for every pdflatex run: reading and writing only inside the working
+#: directory ("p" = paranoid: no absolute paths, no "..", no dot files), no shell.
+_SAFE_TEX_ENV = {"openin_any": "p", "openout_any": "p", "shell_escape": "f"}
 
-    pdflatex runs with ``-interaction=nonstopmode -halt-on-error``.  Raises
-    :class:`~mha_symbolic.errors.LatexError` with the first LaTeX error
-    line (``! Undefined control sequence.`` and the line it points at) when the
-    document does not compile, when pdflatex is absent, or when a run takes
-    longer than ``timeout`` seconds.
+
+def _resource_path(resource: str | Path) -> Path:
+    rel = Path(resource)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        raise LatexError(f"resource={str(resource)!r} must be a relative path inside the "
+                         "document's folder")
+    return rel
+
+
+def compile_tex(tex_file: Path, *, runs: int = 2, timeout: float = 120,
+                resources: Sequence[str | Path] = (), log_to: Path | None = None) -> Path:
+    """Run ``pdflatex`` ``runs`` times on ``tex_file``; return the PDF written beside it.
+
+    pdflatex never runs in the folder of ``tex_file``: the document is copied into a
+    private temporary directory (with ``resources``, files the document includes, given
+    relative to the document's folder), compiled there, and only the PDF is copied
+    back.  pdflatex runs with ``-no-shell-escape`` (``\\write18`` runs nothing, not even
+    the restricted shell), with kpathsea's ``openin_any`` and ``openout_any`` set to
+    ``p`` (paranoid: ``\\input`` and ``\\openout`` can reach no absolute path, no
+    ``..`` and no dot file), ``-interaction=nonstopmode -halt-on-error``, and each run
+    is stopped after ``timeout`` seconds.  So a document built from a hostile file can
+    neither read a system file nor write anywhere but the temporary directory.
+    ``log_to``: also copy pdflatex's log there (nothing else is ever copied out).
+
+    Raises :class:`~mha_symbolic.errors.LatexError` with the first LaTeX error line
+    (``! Undefined control sequence.`` and the line it points at) when the document
+    does not compile, when pdflatex is absent, or when a run takes too long.
     """
     tex_file = Path(tex_file)
     if runs < 1:
@@ -135,29 +176,46 @@ def compile_tex(tex_file: Path, *, runs: int = 2, timeout: float = 120) -> Path:
             "pdflatex is not on PATH: install a TeX system "
             "(Debian: apt-get install texlive-latex-base texlive-latex-recommended)"
         )
-    workdir = tex_file.resolve().parent
-    cmd = [exe, "-interaction=nonstopmode", "-halt-on-error", tex_file.name]
-    for run in range(1, runs + 1):
-        try:
-            proc = subprocess.run(
-                cmd, cwd=workdir, capture_output=True, text=True,
-                errors="replace", timeout=timeout, check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise LatexError(
-                f"pdflatex on {tex_file.name} took longer than timeout={timeout} s "
-                f"(run {run} of {runs})"
-            ) from None
-        if proc.returncode != 0:
-            log = workdir / (tex_file.stem + ".log")
-            text = log.read_text(errors="replace") if log.is_file() else proc.stdout
-            raise LatexError(
-                f"pdflatex failed on {tex_file.name} (exit {proc.returncode}, run {run}): "
-                f"{_first_error(text)}"
-            )
-    pdf = workdir / (tex_file.stem + ".pdf")
-    if not pdf.is_file():
-        raise LatexError(f"pdflatex ran on {tex_file.name} but wrote no {pdf.name}")
+    folder = tex_file.resolve().parent
+    env = {k: v for k, v in os.environ.items() if k not in ("TEXMFOUTPUT", "TEXMFVAR_WRITE")}
+    env.update(_SAFE_TEX_ENV)
+    with tempfile.TemporaryDirectory(prefix="mha-symbolic-tex-") as tmp:
+        work = Path(tmp)
+        shutil.copyfile(tex_file, work / "document.tex")
+        for resource in resources:
+            rel = _resource_path(resource)
+            source = folder / rel
+            if not source.is_file():
+                raise LatexError(f"resource {str(rel)!r} of {tex_file.name} does not exist")
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, work / rel)
+        cmd = [exe, "-no-shell-escape", "-interaction=nonstopmode", "-halt-on-error",
+               "document.tex"]
+        for run in range(1, runs + 1):
+            try:
+                proc = subprocess.run(
+                    cmd, cwd=work, env=env, capture_output=True, text=True,
+                    errors="replace", timeout=timeout, check=False, stdin=subprocess.DEVNULL,
+                )
+            except subprocess.TimeoutExpired:
+                raise LatexError(
+                    f"pdflatex on {tex_file.name} took longer than timeout={timeout} s "
+                    f"(run {run} of {runs})"
+                ) from None
+            if proc.returncode != 0:
+                log = work / "document.log"
+                text = log.read_text(errors="replace") if log.is_file() else proc.stdout
+                raise LatexError(
+                    f"pdflatex failed on {tex_file.name} (exit {proc.returncode}, run {run}): "
+                    f"{_first_error(text)}"
+                )
+        built = work / "document.pdf"
+        if not built.is_file():
+            raise LatexError(f"pdflatex ran on {tex_file.name} but wrote no PDF")
+        pdf = tex_file.with_suffix(".pdf")
+        shutil.copyfile(built, pdf)
+        if log_to is not None:
+            shutil.copyfile(work / "document.log", log_to)
     return pdf
 
 
@@ -167,6 +225,14 @@ def _first_error(log: str) -> str:
     for k, line in enumerate(lines):
         if line.startswith("!"):
             where = next((x.strip() for x in lines[k + 1 : k + 12] if x.startswith("l.")), "")
-            return f"{line[1:].strip()} {where}".strip()
+            return _cut(f"{line[1:].strip()} {where}".strip())
     tail = [x for x in lines if x.strip()][-3:]
-    return " / ".join(tail) or "no error message in the log"
+    return _cut(" / ".join(tail) or "no error message in the log")
+
+
+def _cut(text: str, limit: int = 300) -> str:
+    """A line of the TeX log for a message: control characters visible, at most ``limit``."""
+    from ._text import sanitize
+
+    text = sanitize(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -4,8 +4,16 @@ Each subcommand's arguments are declared here; its work is done by a
 ``cli_<name>(args) -> int`` function in the module that owns the concept,
 imported only when that subcommand runs (so ``--help`` stays fast).
 
-Exit status: 0 success, 1 a checked statement is false (a wrong claim, a
-failed proof), 2 unusable input (one line on stderr, never a traceback).
+Exit status: 0 success; 1 a checked statement is false (a wrong claim, a failed
+proof); 2 unusable input (one line on stderr, never a traceback); 3 an internal error
+(a bug of ours: one line on stderr; ``--debug`` or ``MHA_SYMBOLIC_DEBUG=1`` shows
+the traceback); 4 (``check``) no claim is wrong but some could not be decided;
+130 interrupted.
+
+Everything printed is safe on any terminal: text read from files has its control
+characters made visible, and on a stream whose encoding cannot show ✓ ✗ ≈ − × …
+(``PYTHONIOENCODING=ascii``, cp1252) they are written as ASCII (``ok``, ``XX``,
+``~``, ``-``, ``x``) instead of failing.
 """
 
 from __future__ import annotations
@@ -13,9 +21,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
+from ._text import register_ascii_fallback, sanitize
 from .errors import MhaSymbolicError
 
 PROG = "mha-symbolic"
@@ -36,7 +47,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as one line and exit status 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {_one_line(message)}\n")
 
 
 def _dims(p: argparse.ArgumentParser, *, symbolic_default: bool) -> None:
@@ -57,11 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Multi-head attention, exactly: check worked examples, derive, prove, count.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the Python traceback of an internal error (exit status 3); "
+                        "also MHA_SYMBOLIC_DEBUG=1")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("check", help="check a worked-example file claim by claim",
                        description="Check every claim of a worked-example TOML file. Exit 0 when "
-                       "all claims hold, 1 when any is wrong, 2 for unusable input.")
+                       "all claims hold, 1 when any is wrong, 2 for unusable input, 4 when "
+                       "none is wrong but some could not be decided, 3 for an internal error.")
     p.add_argument("file", nargs="?", help="worked-example TOML file ('-': standard input; "
                    "none: --example names a bundled set)")
     p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
@@ -133,13 +148,27 @@ def _version() -> str:
     return __version__
 
 
+def _safe_streams() -> None:
+    """Never fail on an encoding: what stdout/stderr cannot encode is written as ASCII
+    (✓ as ``ok``, ≈ as ``~``) or ``\\uXXXX`` (see :func:`mha_symbolic._text.ascii_fallback`)."""
+    handler = register_ascii_fallback()
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(Exception):
+                reconfigure(errors=handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _safe_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
+        print(f"{PROG}: error: a command is needed ({', '.join(_HANDLERS)})", file=sys.stderr)
         return 2
     module_name, func_name = _HANDLERS[args.command]
+    debug = args.debug or os.environ.get("MHA_SYMBOLIC_DEBUG", "") not in ("", "0")
     try:
         module = importlib.import_module(f"mha_symbolic.{module_name}")
         handler = getattr(module, func_name)
@@ -152,17 +181,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.close()
         return 0
     except OSError as exc:
-        name = f" {exc.filename}" if getattr(exc, "filename", None) else ""
-        print(f"{PROG} {args.command}: error:{name}: {exc.strerror or exc}", file=sys.stderr)
+        name = f"{_one_line(exc.filename)}: " if getattr(exc, "filename", None) else ""
+        print(f"{PROG} {args.command}: error: {name}{_one_line(exc.strerror or exc)}",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print(f"{PROG} {args.command}: internal error: out of memory", file=sys.stderr)
+        return 3
+    except Exception as exc:  # a bug of ours: one line, exit 3 (never 1, "a claim is wrong")
+        if debug:
+            traceback.print_exc()
+        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        at = f" at {os.path.basename(where.filename)}:{where.lineno}" if where else ""
+        print(f"{PROG} {args.command}: internal error: {type(exc).__name__}{at}: "
+              f"{_one_line(exc)} (please report it; --debug shows the traceback)",
+              file=sys.stderr)
+        return 3
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return " ".join(text.split())
+#: Longest error message printed (each part that echoes input is already cut to ~80).
+MAX_MESSAGE = 1000
+
+
+def _one_line(exc: object) -> str:
+    """A message on one line: control characters visible, whitespace runs collapsed,
+    at most :data:`MAX_MESSAGE` characters."""
+    try:
+        text = str(exc).strip()
+    except Exception:  # str() itself may fail (a huge integer in the arguments)
+        text = ""
+    text = text or type(exc).__name__
+    text = " ".join(sanitize(" ".join(text.split())).split())
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
 
 
 if __name__ == "__main__":  # pragma: no cover

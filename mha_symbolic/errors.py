@@ -22,6 +22,7 @@ __all__ = [
     "ProofError",
     "ShapeError",
     "SpecError",
+    "ToleranceError",
 ]
 
 
@@ -69,6 +70,11 @@ class ProofError(MhaSymbolicError, AssertionError):
 
 class AttentionMismatchError(MhaSymbolicError, AssertionError):
     """An attention output is farther from the exact answer than the tolerance allows."""
+
+
+class ToleranceError(MhaSymbolicError, ArithmeticError):
+    """No verdict could be given: the exact answer's enclosure or the tolerance is not
+    finite, or the tolerance is vacuous (it would pass any output), for these inputs."""
 
 
 class OptionalDependencyError(MhaSymbolicError, ImportError):

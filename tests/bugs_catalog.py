@@ -36,7 +36,21 @@ SDPA_BUGS = (
 )
 MHA_BUGS = ("heads_concat_wrong_order", "transposed_out_proj", "missing_bias")
 CORRECT_SDPA = ("numpy_plain", "numpy_online_blocks", "numpy_same_dtype_accumulation",
-                "numpy_sequential_accumulation")
+                "numpy_sequential_accumulation", "numpy_fused", "numpy_fused_online")
+# the model options that describe each correct kernel (compare_attention keywords):
+# "fused" kernels keep the scores in the work dtype (FlashAttention-like); the others
+# round the scaled query q·c and the scores to the dtype; the last two also accumulate
+# in it
+KERNEL_OPTIONS: dict[str, dict[str, Any]] = {
+    "numpy_plain": {"kernel": "eager_scaled_query"},
+    "numpy_online_blocks": {"kernel": "eager_scaled_query"},
+    "numpy_same_dtype_accumulation": {"kernel": "eager_scaled_query",
+                                      "accumulation_dtype": "same"},
+    "numpy_sequential_accumulation": {"kernel": "eager_scaled_query",
+                                      "accumulation_dtype": "same"},
+    "numpy_fused": {},
+    "numpy_fused_online": {},
+}
 
 
 @dataclass
@@ -75,6 +89,7 @@ def numpy_attention(case: Case, *, bug: str | None = None, variant: str = "numpy
     dt = DTYPES[case.dtype]
     if variant == "numpy_sequential_accumulation":
         return _sequential(case)
+    fused = variant in ("numpy_fused", "numpy_fused_online")
     wk = dt if variant == "numpy_same_dtype_accumulation" else _work(case.dtype)
     q = case.q.astype(wk)
     k = case.k.astype(wk)
@@ -99,7 +114,10 @@ def numpy_attention(case: Case, *, bug: str | None = None, variant: str = "numpy
         scale = 1.0 / E
     elif bug == "scale_sqrt_d_plus_1":
         scale = 1.0 / math.sqrt(E + 1)
-    s = _store(_store(q * wk(scale), dt, wk) @ np.swapaxes(k, -1, -2), dt, wk)
+    if fused:   # scores in the work dtype, the scale applied after the product
+        s = (q @ np.swapaxes(k, -1, -2)) * wk(scale)
+    else:
+        s = _store(_store(q * wk(scale), dt, wk) @ np.swapaxes(k, -1, -2), dt, wk)
     keep = np.ones(s.shape, dtype=bool)
     add = np.zeros(s.shape, dtype=wk)
     if case.is_causal:
@@ -129,9 +147,9 @@ def numpy_attention(case: Case, *, bug: str | None = None, variant: str = "numpy
     if bug == "last_key_dropped":
         keep &= np.arange(S) < S - 1
     if (m is not None and m.dtype != np.bool_) or sentinel:
-        s = _store(s + _store(add, dt, wk), dt, wk)
+        s = s + add if fused else _store(s + _store(add, dt, wk), dt, wk)
     axis = -2 if bug == "softmax_over_query_axis" else -1
-    if variant == "numpy_online_blocks" and axis == -1:
+    if variant in ("numpy_online_blocks", "numpy_fused_online") and axis == -1:
         out = _online(s, keep, v, dt, wk, block)
     else:
         s = np.where(keep, s, -np.inf)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,3 +30,27 @@ def run_cli(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str
 def cli():
     """The command line in a subprocess: ``cli("params", "--d-model", "8")``."""
     return run_cli
+
+
+class Hang(Exception):
+    """Raised by :func:`time_limit` when a call runs too long."""
+
+
+@contextmanager
+def time_limit(seconds: int) -> Iterator[None]:
+    """Turn a hang into a failure (SIGALRM; a no-op where there is none).  Tests never
+    assert times: the limit only catches a call that does not return."""
+    if not hasattr(signal, "SIGALRM"):  # pragma: no cover - Windows
+        yield
+        return
+
+    def _raise(*_: object) -> None:
+        raise Hang(f"took more than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

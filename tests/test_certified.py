@@ -301,3 +301,71 @@ def test_identity_search_never_runs_polynomial_gcds() -> None:
     value = certify(expr)
     assert value.rational() is None
     assert value.sign() == -1
+
+
+# -- issue 15: no unbounded SymPy question, ever --------------------------------------------
+
+
+def _forbid_minimal_polynomial(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make SymPy's exponential fallback fail loudly if anything reaches it."""
+    import importlib
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("minimal_polynomial was called")
+
+    for name in ("sympy.polys.numberfields", "sympy.polys.numberfields.minpoly"):
+        module = importlib.import_module(name)
+        monkeypatch.setattr(module, "minimal_polynomial", boom)
+    monkeypatch.setattr(sp, "minimal_polynomial", boom)
+
+
+def test_sign_of_a_zero_in_disguise_uses_no_sympy_assumption(monkeypatch: pytest.MonkeyPatch) -> None:
+    _forbid_minimal_polynomial(monkeypatch)
+    a = sp.Mul(*[1 + sp.sqrt(p) for p in (2, 3, 5)], evaluate=False)
+    b = sp.Add(*[sp.sqrt(k) for k in (1, 2, 3, 5, 6, 10, 15, 30)])
+    zero = a - b  # (1+√2)(1+√3)(1+√5) expanded by hand: the 8 square roots
+    assert certify(zero).sign() == 0
+    assert certify(zero + sp.Rational(1, 10**40)).sign() == 1
+    assert certify(zero - sp.Rational(1, 10**40)).sign() == -1
+
+
+def test_expansion_terms_bounds_what_expand_produces() -> None:
+    from mha_symbolic.exact.certified import expansion_terms
+
+    x = sp.Mul(*[1 + sp.sqrt(p) for p in (2, 3, 5, 7)], evaluate=False)
+    cases = [x, x**2, (1 + sp.sqrt(2) + sp.exp(3)) ** 3, sp.exp(x) * (2 + sp.sqrt(3))]
+    for e in cases:
+        # independent: the terms SymPy's expand really produces
+        assert len(sp.Add.make_args(sp.expand(e))) <= expansion_terms(e)
+    assert expansion_terms(x) == 16
+    assert expansion_terms(sp.Pow(sp.Add(*[sp.sqrt(p) for p in (2, 3, 5)]), 10 ** 6,
+                                  evaluate=False)) == 10**9  # capped, not computed
+
+
+def test_an_identity_too_large_to_expand_is_undecided_not_guessed() -> None:
+    from mha_symbolic.errors import PrecisionError
+
+    binomials = [1 + sp.sqrt(p) for p in (5, 7, 11, 13, 17)]
+    a = sp.Mul(*binomials, (1 + sp.sqrt(2)) * (1 + sp.sqrt(3)), evaluate=False)
+    b = sp.Mul(*binomials, 1 + sp.sqrt(2) + sp.sqrt(3) + sp.sqrt(6), evaluate=False)
+    z2 = sp.Pow(a - b, 2, evaluate=False) + sp.Rational(1, 2)  # exactly 1/2
+    with pytest.raises(PrecisionError, match="could not decide"):
+        certify(z2).compare(Fraction(1, 2))
+
+
+@pytest.mark.parametrize("text", ["e^(sqrt(2)/2)/(1 + e^(sqrt(2)/2))", "1 - e^(-32)", "pi/4",
+                                  "ln(2)^3", "sqrt(2)*1e-30", "-e^40"])
+def test_digits_in_one_decision_agree_with_mpmath(text: str) -> None:
+    import mpmath
+
+    from mha_symbolic.exact.grammar import parse_number
+
+    value = certify(text).digits(25)
+    mpmath.mp.dps = 80
+    # independent: mpmath at 80 digits, cut (not rounded) after 25 significant digits
+    x = mpmath.mpf(sp.N(parse_number(text), 80))
+    k = int(mpmath.floor(mpmath.log10(abs(x))))
+    cut = mpmath.floor(abs(x) / mpmath.mpf(10) ** (k - 24))
+    digits = mpmath.nstr(cut, 30).split(".")[0]
+    assert value.rstrip("…").lstrip("-").replace(".", "").lstrip("0") == digits
+    assert value.endswith("…") and value.startswith("-") == (x < 0)

@@ -18,13 +18,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fa2_backward_kernel import fa2_backward
 
 from mha_symbolic import AttentionMismatchError
-from mha_symbolic.errors import ShapeError, SpecError
+from mha_symbolic.errors import ShapeError, SpecError, ToleranceError
 from mha_symbolic.testing.backward import (
     assert_attention_backward_close,
     compare_attention_backward,
 )
-from mha_symbolic.testing.backward_model import accumulation_gamma
 from mha_symbolic.testing.bugs_backward import BACKWARD_BUG_CLASSES
+from mha_symbolic.testing.tolerance import error_model
 
 DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16,
           "bfloat16": ml_dtypes.bfloat16}
@@ -60,7 +60,9 @@ def test_correct_flashattention2_kernel_passes_in_every_dtype(name: str) -> None
     comp = compare_attention_backward(*_kernel(c, dt), c["q"], c["k"], c["v"], c["do"], **_opts(c))
     assert comp.passed, comp.report()
     assert comp.dtype == name
-    assert comp.accumulation == ("float32" if name in ("float16", "bfloat16") else name)
+    want = "float32" if name in ("float16", "bfloat16") else name
+    assert comp.accumulation == f"{want} (default)"
+    assert f"accumulation: {want} (default)" in comp.report()
 
 
 @pytest.mark.parametrize("name", ["float32", "bfloat16"])
@@ -126,24 +128,38 @@ def test_tolerance_is_finite_and_rejects_a_zero_gradient_for_long_bf16_rows() ->
         assert not compare_attention_backward(*grads, q, k, v, do).passed
 
 
-def test_low_precision_accumulation_is_finite_and_says_when_it_cannot_decide() -> None:
+def test_low_precision_accumulation_refuses_a_verdict_where_the_tolerance_is_vacuous() -> None:
+    # bf16 accumulating in bf16 over 512 keys: a sum of 512 terms may lose every digit
+    # (512 u = 2 > 1), so a correct FA2 kernel's gradients would pass only under a
+    # tolerance as large as the gradients: no verdict, never a pass
     rng = np.random.default_rng(5)
     bf = ml_dtypes.bfloat16
     q, k, v, do = (rng.standard_normal((1, n, 64)).astype(bf) for n in (4, 512, 512, 4))
     dq, dk, dv = (x.astype(bf) for x in fa2_backward(q, k, v, do, dtype=bf))
-    comp = compare_attention_backward(dq, dk, dv, q, k, v, do, accumulation_dtype="same")
-    assert comp.accumulation == "bfloat16"
+    with pytest.raises(ToleranceError, match="natural size"):
+        compare_attention_backward(dq, dk, dv, q, k, v, do, accumulation_dtype="same")
+    # garbage is still refused or failed, never passed
+    try:
+        bad = compare_attention_backward(dq, dk, 2 * dv + 1, q, k, v, do,
+                                          accumulation_dtype="same")
+        assert not bad.passed
+    except ToleranceError:
+        pass
+    # the default (float32 accumulation) decides, and says so
+    comp = compare_attention_backward(dq, dk, dv, q, k, v, do)
+    assert comp.passed and comp.accumulation == "float32 (default)"
     assert all(np.all(np.isfinite(b)) for b in comp.bounds.values())
-    assert comp.warnings and "admits an all-zero gradient" in comp.report()
 
 
-def test_accumulation_gamma_is_finite_for_every_length() -> None:
+def test_sum_factor_of_the_gradients_model_is_finite_for_every_length() -> None:
     n = np.array([1, 10, 256, 4096, 10**6, 10**9])
-    for u in (2.0**-8, 2.0**-11, 2.0**-24):
-        g = accumulation_gamma(n, u)
-        assert np.all(np.isfinite(g)) and np.all(g > 0)
-    # small n u: at most Higham's γ_n = nu/(1 − nu)
-    assert accumulation_gamma(10, 2.0**-24) <= 10 * 2.0**-24 / (1 - 10 * 2.0**-24)
+    for kind in ("probabilistic", "worst_case"):
+        m = error_model("float32", kind=kind).with_events(1e6, 1e9)
+        for u in (2.0**-8, 2.0**-11, 2.0**-24):
+            g = m.gamma_sum(n, u)
+            assert np.all(np.isfinite(g)) and np.all(g > 0)
+        # small n u: at most Higham's γ_n = nu/(1 − nu) (closed form by hand)
+        assert m.gamma_sum(10, 2.0**-24) <= 10 * 2.0**-24 / (1 - 10 * 2.0**-24)
 
 
 def test_worst_case_model_is_selectable_and_looser() -> None:
@@ -151,9 +167,13 @@ def test_worst_case_model_is_selectable_and_looser() -> None:
     g = _kernel(c, np.float32)
     prob = compare_attention_backward(*g, c["q"], c["k"], c["v"], c["do"], **_opts(c))
     worst = compare_attention_backward(*g, c["q"], c["k"], c["v"], c["do"], **_opts(c),
+                                       error_model="worst_case")
+    alias = compare_attention_backward(*g, c["q"], c["k"], c["v"], c["do"], **_opts(c),
                                        error_model="worst")
-    assert prob.passed and worst.passed
+    assert prob.passed and worst.passed and alias.passed
     assert np.all(worst.bounds["dq"] >= prob.bounds["dq"] * 0.5)
+    assert np.array_equal(alias.bounds["dq"], worst.bounds["dq"])
+    assert "worst case" in worst.report() and "probabilistic" in prob.report()
     with pytest.raises(SpecError, match="error_model='best'"):
         compare_attention_backward(*g, c["q"], c["k"], c["v"], c["do"], error_model="best")
 

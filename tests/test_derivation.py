@@ -347,7 +347,7 @@ def test_derivation_compiles_with_pdflatex(tmp_path: Path, seed_derivation, whic
     d = seed_derivation if which == "seed" else derive(load_examples(text=GQA_TOML))
     tex = tmp_path / f"{which}.tex"
     tex.write_text(d.document(), encoding="utf-8")
-    pdf = compile_tex(tex)  # raises on any LaTeX error
+    pdf = compile_tex(tex, log_to=tmp_path / f"{which}.log")  # raises on any LaTeX error
     assert pdf.read_bytes()[:5] == b"%PDF-"
     log = (tmp_path / f"{which}.log").read_text(errors="replace")
     assert "Overfull \\hbox" not in log  # nothing runs into the margin

@@ -3,13 +3,11 @@ ParseError, quickly.  Expected values are built directly with SymPy constructors
 
 from __future__ import annotations
 
-import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 import sympy as sp
+from conftest import time_limit as _time_limit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,29 +15,6 @@ from mha_symbolic.errors import MhaSymbolicError, ParseError
 from mha_symbolic.exact.grammar import parse_number
 
 R = sp.Rational
-
-
-class _Hang(Exception):
-    """Raised by the alarm when a parse takes far too long."""
-
-
-@contextmanager
-def _time_limit(seconds: int) -> Iterator[None]:
-    """Abort a call that hangs (SIGALRM; a no-op where there is no SIGALRM)."""
-    if not hasattr(signal, "SIGALRM"):  # pragma: no cover - Windows
-        yield
-        return
-
-    def _raise(*_: object) -> None:
-        raise _Hang(f"took more than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _same(a: sp.Expr, b: sp.Expr) -> bool:
@@ -224,3 +199,49 @@ def test_random_grammar_like_text_gives_a_value_or_parse_error(text: str) -> Non
 @given(st.text(max_size=60))
 def test_random_unicode_text_gives_a_value_or_parse_error(text: str) -> None:
     _check_parse(text)
+
+
+# -- issue 15: bounded radicals, signs by Arb, safe messages ------------------------------------
+
+
+def test_radical_work_is_lcm_of_degrees_times_digits() -> None:
+    from mha_symbolic.exact.grammar import MAX_RADICAL_WORK, radical_work
+
+    two, three = sp.Integer(2), sp.Integer(524296)
+    assert radical_work([(two, R(1, 2)), (two, R(1, 3))]) == 6 * 1
+    assert radical_work([(two, R(1, 2)), (three, R(1, 4))]) == 4 * (1 + 6)
+    assert radical_work([(three, R(28499, 50000))]) > MAX_RADICAL_WORK
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("sqrt(2)*sqrt(3)*sqrt(5)", sp.sqrt(30)),
+    ("2^(1/3)*4^(1/6)", sp.Integer(2) ** R(2, 3)),
+    ("10^(-1/4)", 1 / sp.Integer(10) ** R(1, 4)),
+    ("5^(3/2)", 5 * sp.sqrt(5)),
+    ("(sqrt(2)*3)^(1/5)", sp.Integer(3) ** R(1, 5) * sp.Integer(2) ** R(1, 10)),
+    ("2^0.5", sp.sqrt(2)),
+])
+def test_ordinary_radicals_are_still_exact(text: str, expected: sp.Expr) -> None:
+    assert _same(parse_number(text), expected)
+
+
+def test_signs_are_decided_without_sympy_assumptions(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("minimal_polynomial was called")
+
+    for name in ("sympy.polys.numberfields", "sympy.polys.numberfields.minpoly"):
+        monkeypatch.setattr(importlib.import_module(name), "minimal_polynomial", boom)
+    zero = "((1+sqrt(2))*(1+sqrt(3))*(1+sqrt(5))-(1+sqrt(3))*(1+sqrt(2)+sqrt(5)+sqrt(10)))"
+    for text in (f"sqrt({zero})", f"ln({zero})", f"1/{zero}", f"({zero})^(1/3)"):
+        with _time_limit(60), pytest.raises(ParseError):
+            parse_number(text)
+    assert parse_number(f"sqrt({zero} + 1)") == sp.sqrt(parse_number(zero) + 1)
+
+
+@pytest.mark.parametrize("text", ["sqrt(-1e4400)", "ln(-1e5000)", "0^(-1e-4400)", "1/(1e4400-1e4400)"])
+def test_messages_about_huge_numbers_are_short(text: str) -> None:
+    with pytest.raises(ParseError) as info:
+        parse_number(text)
+    assert len(str(info.value)) < 300 and "\n" not in str(info.value)

@@ -84,3 +84,81 @@ def test_first_error_falls_back_to_the_log_tail() -> None:
     assert _latex._first_error("a\n\nb\nc\n") == "a / b / c"
     assert _latex._first_error("! Missing $ inserted.\n<inserted text>\nl.7 x_1") == (
         "Missing $ inserted. l.7 x_1")
+
+
+# -- pdflatex in a sandbox (issue 15): a hostile document can read, write and run nothing ------
+
+
+def _doc(body: str) -> str:
+    return "\\documentclass{article}\n\\begin{document}\n" + body + "\nok\n\\end{document}\n"
+
+
+@needs_pdflatex
+@pytest.mark.parametrize("payload", [r"\input{/etc/passwd}", r"^^5cinput{/etc/passwd}",
+                                     r"\input{../outside}", r"\openin1=/etc/passwd "
+                                     r"\read1 to \x \x"])
+def test_a_document_cannot_read_outside_its_folder(tmp_path: Path, payload: str) -> None:
+    (tmp_path / "outside.tex").write_text("SECRET")
+    sub = tmp_path / "doc"
+    sub.mkdir()
+    tex = sub / "d.tex"
+    tex.write_text(_doc(payload))
+    try:
+        pdf = compile_tex(tex, runs=1, log_to=tmp_path / "d.log")
+    except MhaSymbolicError:
+        return  # refused: the file could not be opened
+    # \openin of a refused file reads nothing (end of file): no system text in the log
+    log = (tmp_path / "d.log").read_text(errors="replace")
+    assert "root:" not in log and "SECRET" not in log
+    assert pdf.read_bytes()[:5] == b"%PDF-"
+
+
+@needs_pdflatex
+def test_the_paranoid_setting_is_what_stops_the_read(tmp_path: Path) -> None:
+    """Control: pdflatex with TeX Live's default openin_any reads /etc/passwd."""
+    import os
+    import subprocess
+
+    if not Path("/etc/passwd").is_file():
+        pytest.skip("no /etc/passwd")
+    tex = tmp_path / "d.tex"
+    tex.write_text(_doc(r"\input{/etc/passwd}"))
+    env = {k: v for k, v in os.environ.items() if k != "openin_any"}
+    proc = subprocess.run([_latex.pdflatex_path() or "pdflatex", "-interaction=nonstopmode",
+                           "-no-shell-escape", "d.tex"], cwd=tmp_path, env=env,
+                          capture_output=True, timeout=120)
+    log = (tmp_path / "d.log").read_text(errors="replace")
+    assert "(/etc/passwd" in log or proc.returncode != 0  # read (or at least tried)
+    with pytest.raises(MhaSymbolicError, match="passwd"):
+        compile_tex(tex, runs=1)
+
+
+@needs_pdflatex
+def test_a_document_cannot_write_beside_itself_or_anywhere(tmp_path: Path) -> None:
+    target = tmp_path / "abs-target.txt"
+    tex = tmp_path / "d.tex"
+    tex.write_text(_doc(r"\immediate\openout5=pwned.txt \immediate\write5{x}"
+                        r"\immediate\closeout5"))
+    compile_tex(tex, runs=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.pdf", "d.tex"]
+    tex.write_text(_doc(rf"\immediate\openout5={target} \immediate\write5{{x}}"
+                        r"\immediate\closeout5"))
+    with pytest.raises(MhaSymbolicError):
+        compile_tex(tex, runs=1)
+    assert not target.exists()
+
+
+@needs_pdflatex
+def test_write18_runs_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "shell-ran"
+    tex = tmp_path / "d.tex"
+    tex.write_text(_doc(rf"\immediate\write18{{touch {marker}}}"))
+    compile_tex(tex, runs=1)
+    assert not marker.exists()
+
+
+def test_latex_escape_leaves_no_command_and_no_control_character() -> None:
+    text = "\\input{x} ^^5c $y$ % # & _ ~ \x1b[31m \u202e"
+    out = latex_escape(text)
+    assert "\\input" not in out and "^^" not in out and "$y$" not in out
+    assert "\x1b" not in out and "\u202e" not in out and "[U+001B]" in out

@@ -98,6 +98,49 @@ def test_options(attention_oracle):
     result.assert_outcomes(passed=2)
 
 
+def test_fixture_passes_the_model_options_through(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile('''
+import numpy as np
+import pytest
+from mha_symbolic import ToleranceError
+
+rng = np.random.default_rng(1)
+q = rng.standard_normal((1, 1, 2, 8)).astype(np.float16)
+k = rng.standard_normal((1, 1, 1500, 8)).astype(np.float16)
+v = rng.standard_normal((1, 1, 1500, 4)).astype(np.float16)
+
+def test_report_states_the_model(attention_oracle):
+    zeros = np.zeros((1, 1, 2, 4), np.float16)
+    text = attention_oracle.with_options(kernel="eager").compare(zeros, q, k, v).report()
+    assert "accumulation: float32 (default)" in text and "kernel 'eager'" in text
+
+def test_a_vacuous_model_refuses_a_verdict(attention_oracle):
+    worst = attention_oracle.with_options(accumulation_dtype="same", error_model="worst_case")
+    with pytest.raises(ToleranceError, match="vacuous"):
+        worst.compare(np.zeros((1, 1, 2, 4), np.float16), q, k, v)
+''')
+    result = pytester.runpytest_subprocess(*_plugin_args())
+    result.assert_outcomes(passed=2)
+
+
+def test_fixture_with_the_hypothesis_strategy(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile('''
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from mha_symbolic.strategies import attention_inputs
+
+@settings(max_examples=5, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=attention_inputs(dtype="float32", max_keys=300))
+def test_exact_answer_rounded_passes(attention_oracle, case):
+    ref = attention_oracle.reference(case.query, case.key, case.value, **case.options)
+    out = np.asarray(ref.rounded("float32"))
+    attention_oracle.assert_close(out, case.query, case.key, case.value, **case.options)
+''')
+    result = pytester.runpytest_subprocess(*_plugin_args())
+    result.assert_outcomes(passed=1)
+
+
 def test_plugin_import_is_light() -> None:
     code = ("import sys, mha_symbolic.testing.pytest_plugin; "
             "print(sorted(m for m in ('numpy', 'sympy', 'mpmath', 'flint', 'torch', 'jax', "

@@ -30,6 +30,7 @@ Two notions of "digits" are offered, because books use both:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,6 +50,48 @@ MAX_IDENTITY_OPS = 400
 
 #: Working precisions (bits) tried in turn before giving up.
 PRECISIONS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+#: Largest number of terms an exact expansion may produce (counted before expanding).
+MAX_EXPANSION_TERMS = 2000
+
+
+def expansion_terms(expr: Any, cap: int = 10**9) -> int:
+    """An upper bound on the number of terms ``sympy.expand`` produces from ``expr``
+    (capped at ``cap``): sums add, products multiply, a power (t terms)^n gives at most
+    C(n + t − 1, t − 1) terms, and a function's arguments are expanded inside it.
+
+    >>> import sympy as sp
+    >>> expansion_terms(sp.Mul(*[1 + sp.sqrt(p) for p in (2, 3, 5, 7, 11)], evaluate=False))
+    32
+    """
+    import sympy as sp
+
+    def count(e: Any) -> int:
+        if e.is_Atom:
+            return 1
+        if e.is_Add:
+            return min(sum(count(a) for a in e.args), cap)
+        if e.is_Mul:
+            total = 1
+            for a in e.args:
+                total = min(total * count(a), cap)
+            return total
+        if e.is_Pow:
+            t = count(e.base)
+            n = e.exp
+            inner = count(n) if not n.is_Atom else 1
+            if t == 1 or not n.is_Integer:
+                return min(max(t, inner), cap)
+            k = abs(int(n))
+            if k * math.log2(t) > 40:  # t^k >= C(k + t - 1, t - 1): beyond any cap used
+                return cap
+            return min(max(math.comb(k + t - 1, t - 1), inner), cap)
+        # a function (exp, log, ...): its arguments are expanded; exp of a sum splits
+        return min(max((count(a) for a in e.args), default=1), cap)
+
+    if not isinstance(expr, sp.Basic):
+        return 1
+    return count(expr)
 
 
 @contextmanager
@@ -89,67 +132,91 @@ def to_arb(expr: Any, bits: int) -> flint.arb:
         return _arb(expr)
 
 
-def _arb(e: Any) -> flint.arb:
-    import sympy as sp
-    from flint import arb, fmpq
+def _arb(e: Any, memo: dict[Any, Any] | None = None) -> flint.arb:
+    """The Arb ball of ``e`` at the current precision.  A subexpression that occurs
+    several times (the softmax denominator shared by every weight of a row) is
+    evaluated once: ``memo`` maps each evaluated node to its ball (an equal SymPy
+    expression has an equal value, so the same ball encloses it)."""
+    return _Evaluator(memo if memo is not None else {}).ball(e)
 
-    if _BOUND and e in _BOUND:
-        return _BOUND[e]
-    if e.is_Integer or e.is_Rational:
-        return arb(fmpq(int(e.p), int(e.q)))
-    if e.is_Float:
-        sign, man, exp, _ = e._mpf_  # exact binary value of the Float
-        value = arb(int(man)) * arb(2) ** int(exp)
-        return -value if sign else value
-    if e is sp.pi:
-        return arb.pi()
-    if e is sp.E:
-        return arb.const_e()
-    if e.is_Add:
-        total = arb(0)
-        for term in e.args:
-            total += _arb(term)
-        return total
-    if e.is_Mul:
-        prod = arb(1)
-        for factor in e.args:
-            prod *= _arb(factor)
-        return prod
-    if e.is_Pow:
-        base, exponent = e.args
-        if exponent.is_Integer:
-            b = _arb(base)
-            n = int(exponent)
-            return b**n if n >= 0 else 1 / b ** (-n)
-        if exponent == sp.Rational(1, 2):
-            return _arb(base).sqrt()
-        if exponent == sp.Rational(-1, 2):
-            return _arb(base).rsqrt()
-        if base is sp.E:
-            return _arb(exponent).exp()
-        return (_arb(exponent) * _arb(base).log()).exp()
-    if isinstance(e, sp.exp):
-        return _arb(e.args[0]).exp()
-    if isinstance(e, sp.log):
-        if len(e.args) != 1:
-            return _arb(e.args[0]).log() / _arb(e.args[1]).log()
-        return _arb(e.args[0]).log()
-    if isinstance(e, sp.tanh):  # softcapped scores (attention variants)
-        return _arb(e.args[0]).tanh()
-    if isinstance(e, sp.Abs):
-        return abs(_arb(e.args[0]))
-    if isinstance(e, (sp.Max, sp.Min)):
-        balls = [_arb(a) for a in e.args]
-        out = balls[0]
-        for b in balls[1:]:
-            out = out.max(b) if isinstance(e, sp.Max) else out.min(b)
-        return out
-    if e.free_symbols:
-        names = ", ".join(sorted(str(s) for s in e.free_symbols))
-        raise SpecError(f"cannot evaluate an expression with free symbols ({names}): give them values")
-    if e.has(sp.oo, -sp.oo, sp.zoo, sp.nan):
-        raise SpecError(f"cannot evaluate {e}: it is not a finite real number")
-    raise SpecError(f"cannot evaluate {sp.srepr(e)[:80]} with certified arithmetic")
+
+class _Evaluator:
+    __slots__ = ("arb", "fmpq", "memo", "sp")
+
+    def __init__(self, memo: dict[Any, Any]) -> None:
+        import sympy
+        from flint import arb, fmpq
+
+        self.sp, self.arb, self.fmpq, self.memo = sympy, arb, fmpq, memo
+
+    def ball(self, e: Any) -> flint.arb:
+        if e.is_Rational:
+            return self.arb(self.fmpq(int(e.p), int(e.q)))
+        if _BOUND and e in _BOUND:
+            return _BOUND[e]
+        hit = self.memo.get(e)
+        if hit is None:
+            hit = self.memo[e] = self._ball(e)
+        return hit
+
+    def _ball(self, e: Any) -> flint.arb:
+        sp, arb = self.sp, self.arb
+        if e.is_Float:
+            sign, man, exp, _ = e._mpf_  # exact binary value of the Float
+            value = arb(int(man)) * arb(2) ** int(exp)
+            return -value if sign else value
+        if e is sp.pi:
+            return arb.pi()
+        if e is sp.E:
+            return arb.const_e()
+        if e.is_Add:
+            total = arb(0)
+            for term in e.args:
+                total += self.ball(term)
+            return total
+        if e.is_Mul:
+            prod = arb(1)
+            for factor in e.args:
+                prod *= self.ball(factor)
+            return prod
+        if e.is_Pow:
+            base, exponent = e.args
+            if exponent.is_Integer:
+                b = self.ball(base)
+                n = int(exponent)
+                return b**n if n >= 0 else 1 / b ** (-n)
+            if exponent == sp.S.Half:
+                return self.ball(base).sqrt()
+            if exponent == -sp.S.Half:
+                return self.ball(base).rsqrt()
+            if base is sp.E:
+                return self.ball(exponent).exp()
+            return (self.ball(exponent) * self.ball(base).log()).exp()
+        if isinstance(e, sp.exp):
+            return self.ball(e.args[0]).exp()
+        if isinstance(e, sp.log):
+            if len(e.args) != 1:
+                return self.ball(e.args[0]).log() / self.ball(e.args[1]).log()
+            return self.ball(e.args[0]).log()
+        if isinstance(e, sp.tanh):  # softcapped scores (attention variants)
+            return self.ball(e.args[0]).tanh()
+        if isinstance(e, sp.Abs):
+            return abs(self.ball(e.args[0]))
+        if isinstance(e, (sp.Max, sp.Min)):
+            balls = [self.ball(a) for a in e.args]
+            out = balls[0]
+            for b in balls[1:]:
+                out = out.max(b) if isinstance(e, sp.Max) else out.min(b)
+            return out
+        from .grammar import short_text
+
+        if e.free_symbols:
+            names = ", ".join(sorted(short_text(s, 32) for s in e.free_symbols))
+            raise SpecError(f"cannot evaluate an expression with free symbols ({names}): "
+                            "give them values")
+        if e.has(sp.oo, -sp.oo, sp.zoo, sp.nan):
+            raise SpecError(f"cannot evaluate {short_text(e)}: it is not a finite real number")
+        raise SpecError(f"cannot evaluate {short_text(sp.srepr(e), 80)} with certified arithmetic")
 
 
 #: Values beyond 2^±MAX_BINARY_EXPONENT (about 10^±30000) are refused: their exact
@@ -219,35 +286,55 @@ class CertifiedValue:
 
     expr: Any
     exact: Fraction | None = None  # set when the value is a rational number
-    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # -- core: decide a question with rising precision --------------------------
-    def _decide(self, question: Any, what: str) -> Any:
+    def _decide(self, question: Any, what: str, max_bits: int | None = None) -> Any:
         """Evaluate ``question`` (a function of an exact Fraction) at both ends
-        of ever tighter balls until the answers agree."""
+        of ever tighter balls until the answers agree.
+
+        The precision rises through :data:`PRECISIONS` (at most ``max_bits``); at 128
+        bits the value is also tried as a rational number in disguise (a row of
+        weights summing to 1 sits exactly on a boundary and no ball can settle it).
+        Undecided at the cap: :class:`~mha_symbolic.errors.PrecisionError`.
+        """
         if self.exact is not None:
             return question(self.exact)
+        cap = PRECISIONS[-1] if max_bits is None else max_bits
+        tried_rational = False
         for bits in PRECISIONS:
-            with _precision(bits):  # lower()/upper() round to the context precision
-                bounds = _bounds(_arb(self.expr))
-            if bounds is None:
-                continue
-            lo, hi = bounds
-            a, b = question(lo), question(hi)
-            if a == b:
-                return a
-            if bits == PRECISIONS[1]:
+            if bits > cap:
+                break
+            bounds = self._bounds_at(bits)
+            if bounds is not None:
+                lo, hi = bounds
+                a, b = question(lo), question(hi)
+                if a == b:
+                    return a
+            if bits >= PRECISIONS[1] and not tried_rational:
                 # Still undecided: the value may be a rational number in disguise
                 # (a row of weights summing to 1), sitting exactly on the boundary.
+                tried_rational = True
                 hidden = self._hidden_rational()
                 if hidden is not None:
                     return question(hidden)
         from .grammar import short_text
 
         raise PrecisionError(
-            f"could not decide {what} for {short_text(self.expr)} at {PRECISIONS[-1]} bits "
-            "(the value may sit exactly on a boundary)"
+            f"could not decide {what} for {short_text(self.expr)} at {min(cap, PRECISIONS[-1])} "
+            "bits: the value may be exactly on the boundary (an exact identity that cheap "
+            "algebra cannot prove), or closer to it than that precision resolves"
         )
+
+    def _bounds_at(self, bits: int) -> tuple[Fraction, Fraction] | None:
+        """Exact endpoints of the value's ball at ``bits`` (cached: every question about
+        the value reuses them)."""
+        key = ("bounds", bits)
+        if key not in self._cache:
+            with _precision(bits):  # lower()/upper() round to the context precision
+                self._cache[key] = _bounds(_arb(self.expr))
+        bounds: tuple[Fraction, Fraction] | None = self._cache[key]
+        return bounds
 
     def _hidden_rational(self) -> Fraction | None:
         """The value as an exact rational, if cheap exact algebra shows it is one.
@@ -257,7 +344,9 @@ class CertifiedValue:
         to exactly 0 (exponentials multiply out, logarithms split). Only expansion is
         used, never polynomial gcds: SymPy's ``cancel`` can hang, or crash the process
         with SIGFPE under python-flint ground types, on exponentials of irrational
-        arguments (seen on a 3 × 3 example with sqrt(2) scales).
+        arguments (seen on a 3 × 3 example with sqrt(2) scales).  The expansion is
+        attempted only when its number of terms, counted beforehand, is at most
+        :data:`MAX_EXPANSION_TERMS` (a product of k binomials has 2^k terms).
         """
         if "rational" not in self._cache:
             self._cache["rational"] = self._prove_rational()
@@ -279,39 +368,74 @@ class CertifiedValue:
             return None  # not a rational with a small denominator
         try:
             num, _ = sp.together(self.expr - sp.Rational(q.numerator, q.denominator)).as_numer_denom()
-            expanded = sp.expand(num, log=True, force=True)
-            zero = expanded == 0 or sp.logcombine(expanded, force=True).doit() == 0
-        except (TypeError, ValueError, RecursionError):  # pragma: no cover - defensive
+            if expansion_terms(num) > MAX_EXPANSION_TERMS:
+                return None
+            # logarithms of integers are split into logarithms of primes (factor=True), so
+            # that log 6 − log 2 − log 3 expands to 0; factoring is bounded by refusing
+            # integers above 10^18 under a logarithm.  No logcombine: it rewrites c·log(b)
+            # as log(b^c) and builds b^c, of unbounded size (found by the long fuzz run).
+            for lg in num.atoms(sp.log):
+                for r in lg.args[0].atoms(sp.Rational):
+                    if max(abs(int(r.p)), int(r.q)) > 10**18:
+                        return None
+            expanded = sp.expand(num, log=True, force=True, factor=True)
+            zero = expanded == 0
+        except (TypeError, ValueError, ArithmeticError, RecursionError):  # pragma: no cover
             return None
         return q if zero else None
-        found_rational: Fraction | None = self._cache["rational"]
-        return found_rational
 
     def enclosure(self, bits: int = 128) -> flint.arb:
         """A rigorous Arb ball containing the value."""
         return to_arb(self.expr, bits)
 
-    def sign(self) -> int:
-        """-1, 0 or 1, certified."""
+    def sign(self, *, max_bits: int | None = None) -> int:
+        """-1, 0 or 1, certified (Arb at rising precision, at most ``max_bits``; a zero
+        is recognised exactly when cheap expansion proves it).  Never asks SymPy's
+        assumptions, which may run ``minimal_polynomial`` on a zero in disguise.
+        Undecided: :class:`~mha_symbolic.errors.PrecisionError`."""
         if self.exact is not None:
             return (self.exact > 0) - (self.exact < 0)
-        try:  # an enclosure that excludes 0 settles it without asking SymPy (is_zero is slow)
-            ball = to_arb(self.expr, 64)
-            if ball > 0 or ball < 0:
-                return 1 if ball > 0 else -1
-        except (PrecisionError, SpecError):
-            pass
-        if self.expr.is_zero:
+        if self.expr == 0:
             return 0
-        return int(self._decide(lambda x: (x > 0) - (x < 0), "the sign"))
+        quick = self._ball_side(Fraction(0), max_bits)
+        if quick is not None:
+            return quick
+        return int(self._decide(lambda x: (x > 0) - (x < 0), "the sign", max_bits))
 
     def compare(self, other: Fraction) -> int:
         """Sign of (value - other), certified."""
         if self.exact is not None:
             d = self.exact - other
             return (d > 0) - (d < 0)
+        quick = self._ball_side(other)
+        if quick is not None:
+            return quick
         return int(self._decide(lambda x: (x > other) - (x < other),
                                 f"the comparison with {_brief(other)}"))
+
+    def _ball_side(self, other: Fraction, max_bits: int | None = None) -> int | None:
+        """1 or −1 when an Arb ball of the value (64, then 128 bits) lies wholly above or
+        below ``other``, compared in Arb: decided also for magnitudes beyond the range
+        whose endpoints :func:`_fraction` refuses to build (a gradient of size e^−10^9
+        against a claim of 0.88).  None: not separated at that precision."""
+        from flint import arb, fmpq
+
+        for bits in (64, 128):
+            if max_bits is not None and bits > max_bits:
+                break
+            with _precision(bits):
+                try:
+                    ball = _arb(self.expr)
+                except SpecError:
+                    return None
+                if not ball.is_finite():
+                    continue
+                x = arb(fmpq(other.numerator, other.denominator))
+                if ball > x:
+                    return 1
+                if ball < x:
+                    return -1
+        return None
 
     def round_places(self, places: int) -> Fraction:
         """Correctly rounded to ``places`` digits after the decimal point (ties to even)."""
@@ -361,16 +485,32 @@ class CertifiedValue:
         """The leading ``significant`` digits of the exact decimal expansion,
         followed by ``…`` if the expansion goes on. Every printed digit is certified."""
         _check_digits(significant)
-        if self.sign() == 0:
+        if self.exact is not None:
+            if self.exact == 0:
+                return "0"
+            if _terminates(self.exact):
+                return _format_fraction(self.exact, _decimal_places(self.exact))
+        if self.expr == 0:
             return "0"
-        if self.exact is not None and _terminates(self.exact):
-            return _format_fraction(self.exact, _decimal_places(self.exact))
-        k = self.exponent10()
-        places = max(significant - 1 - k, 0)
-        cut = self.truncate_places(places)
-        if self.compare(cut) == 0:  # the expansion ends here (a rational in disguise)
-            return _format_fraction(cut, _decimal_places(cut))
-        text = _format_fraction(cut, places)
+
+        def view(x: Fraction) -> tuple[int, int, int, bool]:
+            """(sign, places, the value cut after them, whether digits follow), of x."""
+            if x == 0:
+                return (0, 0, 0, False)
+            places = max(significant - 1 - _exponent10(x), 0)
+            scaled = x * _pow10(places)
+            cut = math.trunc(scaled)
+            return ((x > 0) - (x < 0), places, cut, scaled != cut)
+
+        # One question decided on both ends of a ball: the sign, the decimal exponent,
+        # the digits and whether more follow (four separate decisions cost four times more)
+        sign, places, cut, more = self._decide(view, f"the first {significant} digits")
+        if sign == 0:
+            return "0"
+        text = _format_fraction(Fraction(cut) / _pow10(places), places)
+        if not more:  # the expansion ends here (a rational in disguise)
+            value = Fraction(cut) / _pow10(places)
+            return _format_fraction(value, _decimal_places(value))
         return text + "…"
 
     def to_float(self) -> float:
@@ -468,13 +608,24 @@ def certify(value: Any) -> CertifiedValue:
                             "pass an int, a Fraction, a SymPy number or a string") from None
         if not isinstance(expr, sp.Expr):
             raise SpecError(f"value={value!r} ({type(value).__name__}) is not a number")
+    return _certified(expr)
+
+
+@functools.lru_cache(maxsize=8192)
+def _certified(expr: Any) -> CertifiedValue:
+    """One CertifiedValue per exact value (cached): the enclosures, exact-identity proofs
+    and decisions it caches serve every claim, variant and check that asks about it."""
+    import sympy as sp
+
+    from .grammar import short_text
+
     if expr.free_symbols:
-        names = ", ".join(sorted(str(s) for s in expr.free_symbols))
+        names = ", ".join(sorted(short_text(s, 32) for s in expr.free_symbols))
         raise SpecError(f"cannot certify an expression with free symbols ({names})")
     if expr.has(sp.Float):
-        raise SpecError(f"value={expr} holds a floating-point Float: pass a string such as "
-                        "'0.1' or a Rational so that the exact number is explicit")
+        raise SpecError(f"value={short_text(expr)} holds a floating-point Float: pass a string "
+                        "such as '0.1' or a Rational so that the exact number is explicit")
     if expr.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
-        raise SpecError(f"value={expr} is not a finite real number")
+        raise SpecError(f"value={short_text(expr)} is not a finite real number")
     exact = Fraction(int(expr.p), int(expr.q)) if expr.is_Rational else None
     return CertifiedValue(expr, exact)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from .._text import echo, expr_text, int_text
 from ..errors import InputValueError, ShapeError, SpecError
 from .spec import AttentionSpec
 
@@ -42,11 +43,137 @@ __all__ = ["ExactAttention", "HeadResult", "exact_attention", "exact_matrix", "e
 
 #: Largest number of score entries (heads · n_q · n_k) the symbolic engine builds.
 MAX_SCORE_ENTRIES = 4096
+#: Largest number of exact term operations (see :func:`attention_work`) for one
+#: computation: about a few seconds of SymPy arithmetic.
+MAX_WORK = 50_000
+#: The work of an example with irrational entries (sqrt(2), e^x, ln 3) counts this many
+#: times: calibrated in bench/RESULTS.md (issue 15) on the slowest derivations.
+IRRATIONAL_COST = 4
 #: Largest |scaled score| the symbolic engine exponentiates. SymPy rewrites
 #: exp(k·log 2) as the integer 2^k, so an unbounded score could make it build an
 #: integer of astronomically many digits; e^(10^5) ≈ 10^43429 is far beyond any
 #: worked example (the numeric oracle, reference_attention, has no such limit).
 MAX_ABS_SCORE = 10**5
+
+
+def _dims(m: Any) -> tuple[int, int] | None:
+    """(rows, columns) of a matrix input as given (nested lists, arrays, SymPy), without
+    reading its entries; a flat list is one row.  None when absent or not a matrix."""
+    if m is None:
+        return None
+    shape = getattr(m, "shape", None)
+    if shape is not None:
+        shape = tuple(int(n) for n in shape)
+        if len(shape) == 1:
+            return (1, shape[0])
+        return (shape[-2], shape[-1]) if len(shape) >= 2 else None
+    if isinstance(m, (list, tuple)) and m:
+        first = m[0]
+        if isinstance(first, (list, tuple)):
+            return (len(m), len(first))
+        return (1, len(m))
+    return None
+
+
+def attention_work(*, scores: Any = None, query: Any = None, key: Any = None, value: Any = None,
+                   x: Any = None, x_kv: Any = None, w_q: Any = None, w_k: Any = None,
+                   w_v: Any = None, w_o: Any = None, heads: int = 1, kv_heads: int | None = None,
+                   terms: dict[str, int] | None = None, **_: Any) -> dict[str, int]:
+    """The size of the exact computation, stage by stage, counted from the input
+    shapes (and ``terms``) before any arithmetic is done: the number of terms SymPy
+    builds and certified evaluation later walks.
+
+    ``terms[name]`` is 0 for a matrix of rationals (a product of rationals is one
+    rational: 1 term) and otherwise the largest number of terms of its entries.  A
+    product of an m × k matrix whose entries have a terms by a k × n one with b-term
+    entries builds m·n entries of k·a·b terms (1 if both are rational).  A weight is
+    e^(t_j)/Σ_k e^(t_k): n_k times a score's terms; an entry of A·V sums n_k of them
+    times a value; W^O sums h·d_v entries of A·V.  Without ``terms`` every input counts
+    as rational: a lower bound, cheap enough to check before parsing anything.
+
+    >>> w = attention_work(query=[[1, 0]] * 8, key=[[1, 0]] * 8, value=[[1]] * 8)
+    >>> w["A·V"]  # 8 entries of 8 weights, each 8 terms long
+    512
+    """
+    t = terms or {}
+    h = heads if isinstance(heads, int) and heads > 0 else 1
+    kv = kv_heads if isinstance(kv_heads, int) and kv_heads > 0 else h
+
+    def product(k: int, a: int, b: int) -> int:
+        """Terms of an entry of a product with inner size k (0: rational)."""
+        return 0 if a == 0 and b == 0 else k * max(a, 1) * max(b, 1)
+
+    work = {"projections": 0, "scores": 0, "softmax": 0, "A·V": 0, "W^O": 0}
+    if x is not None:
+        n_q, d_model = _dims(x) or (0, 0)
+        n_k, kdim = _dims(x_kv) or (n_q, d_model)
+        q_width = (_dims(w_q) or (0, 0))[1]
+        k_width = (_dims(w_k) or (0, 0))[1]
+        v_width = (_dims(w_v) or (0, 0))[1]
+        t_x, t_kv = t.get("x", 0), t.get("x_kv", t.get("x", 0))
+        t_q = product(d_model, t_x, t.get("w_q", 0))
+        t_k = product(kdim, t_kv, t.get("w_k", 0))
+        t_v = product(kdim, t_kv, t.get("w_v", 0))
+        work["projections"] = (n_q * q_width * max(t_q, 1) + n_k * k_width * max(t_k, 1)
+                               + n_k * v_width * max(t_v, 1))
+    elif query is not None or key is not None:
+        n_q, q_width = _dims(query) or (0, 0)
+        n_k = (_dims(key) or (0, 0))[0]
+        v_width = (_dims(value) or (0, 0))[1]
+        t_q, t_k, t_v = t.get("query", 0), t.get("key", 0), t.get("value", 0)
+    else:
+        first = scores[0] if h > 1 and isinstance(scores, (list, tuple)) and scores else scores
+        n_q, n_k = _dims(first) or (0, 0)
+        q_width = t_q = t_k = 0
+        v_width = (_dims(value) or (0, 0))[1]
+        t_v = t.get("value", 0)
+    work["entries"] = h * n_q * n_k  # not a stage: the score-entry limit checks it first
+    d_k = q_width // h if h else 0
+    t_s = product(d_k, t_q, t_k) if q_width else t.get("scores", 0)
+    work["scores"] = h * n_q * n_k * max(t_s, 1)
+    weight = n_k * max(t_s, 1)  # terms of one weight e^(t_j) / Σ_k e^(t_k)
+    work["softmax"] = h * n_q * n_k * weight
+    hd_v = v_width * h // kv  # every query head reads its key/value head's d_v columns
+    entry = n_k * weight * max(t_v, 1)  # terms of one entry of A·V
+    work["A·V"] = n_q * hd_v * entry
+    if w_o is not None:
+        d_out = (_dims(w_o) or (0, 0))[1]
+        work["W^O"] = n_q * d_out * hd_v * entry * max(t.get("w_o", 0), 1)
+    return work
+
+
+def _check_work(kwargs: dict[str, Any], terms: dict[str, int] | None = None) -> None:
+    work = attention_work(**kwargs, terms=terms)
+    entries = work.pop("entries")
+    if entries > MAX_SCORE_ENTRIES:
+        raise SpecError(
+            f"heads·n_q·n_k = {entries} score entries exceeds {MAX_SCORE_ENTRIES} entries: "
+            "too large to build symbolically; use reference_attention for numeric inputs"
+        )
+    total = sum(work.values())
+    irrational = any(terms.values()) if terms else False
+    if irrational:
+        # a term of an irrational entry costs more than a rational product (which collapses
+        # into one number): its exponentials are evaluated, printed and compared in Arb
+        total *= IRRATIONAL_COST
+    if total > MAX_WORK:
+        parts = ", ".join(f"{k} {v:,}" for k, v in work.items() if v)
+        factor = f" × {IRRATIONAL_COST} for irrational entries" if irrational else ""
+        raise SpecError(
+            f"this example's exact computation would hold about {total:,} terms ({parts}"
+            f"{factor}); the limit is {MAX_WORK:,}: too large to compute symbolically (fewer "
+            "tokens, narrower matrices or rational entries; reference_attention for numbers)"
+        )
+
+
+def _terms(m: Any) -> int:
+    """0 when every entry of the parsed matrix is rational, else its largest entry's
+    number of terms (at least 1)."""
+    from .certified import expansion_terms
+
+    if all(getattr(e, "is_Rational", False) for e in m):
+        return 0
+    return max(max(expansion_terms(e, cap=10**6) for e in m), 1)
 #: Largest |entry| of an additive mask or a ``mask_fill`` value. Tutorials mask with
 #: −1e4, −1e6, −1e9 or −9e15; such a key's contribution e^(−10^9) is never evaluated
 #: at that many bits: it is bounded by magnitude analysis (exact/magnitude.py).
@@ -83,7 +210,7 @@ def exact_number(x: Any, name: str = "value") -> sympy.Expr:
         try:
             return parse_number(x)
         except ParseError as exc:
-            raise ParseError(f"{name}={x[:60]!r}: {exc}") from None
+            raise ParseError(f"{name}: {exc}") from None
     try:  # numpy scalars and Python floats
         import numbers
 
@@ -92,12 +219,17 @@ def exact_number(x: Any, name: str = "value") -> sympy.Expr:
         if isinstance(x, numbers.Real):
             f = float(x)
             if f != f or f in (float("inf"), float("-inf")):
-                raise InputValueError(f"{name}={x!r} is not a finite number")
+                raise InputValueError(f"{name}={expr_text(x)} is not a finite number")
             # A float typed by a person stands for the decimal it prints as.
             return sp.Rational(repr(f))
     except (TypeError, ValueError):
         pass
-    raise SpecError(f"{name}={x!r} ({type(x).__name__}) is not a number")
+    raise SpecError(f"{name}={_entry_text(x)} ({type(x).__name__}) is not a number")
+
+
+def _entry_text(x: Any) -> str:
+    """An entry for a message: a string quoted and cut (:func:`echo`), a number short."""
+    return echo(x) if isinstance(x, str) else expr_text(x)
 
 
 def exact_matrix(rows: Any, name: str) -> sympy.Matrix:
@@ -239,15 +371,37 @@ def _check_magnitude(t: Any, head: int) -> None:
         if e.is_Rational:
             if abs(e) > MAX_ABS_SCORE:
                 raise InputValueError(
-                    f"scaled score [{r + 1},{j + 1}] of head {head + 1} is beyond ±{MAX_ABS_SCORE}: "
-                    "too large to exponentiate exactly; use reference_attention for such inputs")
+                    f"scaled score [{r + 1},{j + 1}] of head {head + 1} is beyond ±{MAX_ABS_SCORE} "
+                    f"(it is {expr_text(e, 40)}): too large to exponentiate exactly; use "
+                    "reference_attention for such inputs")
             continue
         ball = to_arb(e, 64)
         if not ball.is_finite() or abs(ball) > MAX_ABS_SCORE:
             raise InputValueError(
-                f"scaled score [{r + 1},{j + 1}] of head {head + 1} is beyond ±{MAX_ABS_SCORE}: "
-                "too large to exponentiate exactly; use reference_attention for such inputs"
+                f"scaled score [{r + 1},{j + 1}] of head {head + 1} is beyond ±{MAX_ABS_SCORE} "
+                f"(it is {expr_text(e, 40)}): too large to exponentiate exactly; use "
+                "reference_attention for such inputs"
             )
+
+
+def _check_radicals(mats: list[Any]) -> None:
+    """Bound SymPy's radical arithmetic over every input entry (see
+    :func:`mha_symbolic.exact.grammar.check_radicals`): products of entries combine
+    their fractional powers."""
+    import sympy as sp
+
+    from ..errors import ParseError
+    from .grammar import check_radicals
+
+    radicals = []
+    for m in mats:
+        if isinstance(m, sp.Basic):
+            radicals += [(p.base, p.exp) for p in m.atoms(sp.Pow)
+                         if p.base.is_Rational and p.exp.is_Rational and not p.exp.is_Integer]
+    try:
+        check_radicals(radicals)
+    except ParseError as exc:
+        raise InputValueError(f"the inputs' {exc}") from None
 
 
 def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int,
@@ -375,6 +529,29 @@ def _project(x: Any, w: Any, b: Any, xname: str, wname: str, bname: str) -> Any:
     return x * wm + _bias(b, wm.cols, x.rows, bname)
 
 
+def _guarded(build: Any) -> Any:
+    """SymPy's own arithmetic errors on extreme inputs (an OverflowError in its
+    perfect-power test, a RecursionError) become one-line InputValueErrors."""
+    import functools
+
+    from ..errors import MhaSymbolicError
+
+    @functools.wraps(build)
+    def run(**kwargs: Any) -> ExactAttention:
+        try:
+            result: ExactAttention = build(**kwargs)
+        except MhaSymbolicError:
+            raise
+        except (ArithmeticError, RecursionError, ValueError, TypeError) as exc:
+            raise InputValueError(f"exact arithmetic on these inputs failed inside SymPy "
+                                  f"({type(exc).__name__}): the numbers are too large or "
+                                  "too deeply nested to handle exactly") from None
+        return result
+
+    return run
+
+
+@_guarded
 def exact_attention(
     *,
     scores: Any = None,
@@ -438,20 +615,39 @@ def exact_attention(
         return isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= 1
 
     if not whole(heads):
-        raise SpecError(f"heads={heads!r} must be a positive integer")
+        raise SpecError(f"heads={expr_text(heads, 40)} must be a positive integer")
     heads = int(heads)
     kv = heads if kv_heads is None else kv_heads
     if not whole(kv) or heads % int(kv):
-        raise SpecError(f"kv_heads={kv_heads!r} must be a positive divisor of heads={heads}")
+        raise SpecError(f"kv_heads={expr_text(kv_heads, 40)} must be a positive divisor of "
+                        f"heads={int_text(heads)}")
     kv = int(kv)
     if d_k is not None:
         if not whole(d_k):
-            raise SpecError(f"d_k={d_k!r} must be a positive integer")
+            raise SpecError(f"d_k={expr_text(d_k, 40)} must be a positive integer")
         d_k = int(d_k)
     if x_kv is not None and x is None:
         raise SpecError("x_kv needs x (and w_q, w_k, w_v): it is the key/value input of the "
                         "projections")
     group = heads // kv
+    # Count the work and bound the radicals before any arithmetic is done: first from the
+    # shapes alone (before reading a single entry), then with the entries' terms.
+    sizes = dict(scores=scores, query=query, key=key, value=value, x=x, x_kv=x_kv, w_q=w_q,
+                 w_k=w_k, w_v=w_v, w_o=w_o, heads=heads, kv_heads=kv)
+    _check_work(sizes)
+    score_list = (scores if heads > 1 and isinstance(scores, (list, tuple)) else [scores]
+                  ) if scores is not None else []
+    parsed = {name: exact_matrix(m, name) for name, m in (
+        ("query", query), ("key", key), ("value", value), ("x", x), ("x_kv", x_kv),
+        ("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o), ("b_q", b_q), ("b_k", b_k),
+        ("b_v", b_v), ("b_o", b_o)) if m is not None}
+    score_mats_parsed = [exact_matrix(m, "scores") for m in score_list]
+    _check_radicals(list(parsed.values()) + score_mats_parsed
+                    + ([exact_number(scale, "scale")] if scale is not None else []))
+    terms = {name: _terms(m) for name, m in parsed.items()}
+    if score_mats_parsed:
+        terms["scores"] = max(_terms(m) for m in score_mats_parsed)
+    _check_work(sizes, terms)
     inputs: dict[str, Any] = {}
 
     q_heads: list[Any] | None = None
@@ -480,10 +676,10 @@ def exact_attention(
         qm = exact_matrix(query, "query")
         km = exact_matrix(key, "key")
         if qm.cols % heads:
-            raise ShapeError(f"query has {qm.cols} columns, not divisible by heads={heads}")
+            raise ShapeError(f"query has {qm.cols} columns, not divisible by heads={int_text(heads)}")
         width = qm.cols // heads
         if d_k is not None and d_k != width:
-            raise ShapeError(f"d_k={d_k} but query has {qm.cols} columns for heads={heads}")
+            raise ShapeError(f"d_k={d_k} but query has {qm.cols} columns for heads={int_text(heads)}")
         d_k = width
         if km.cols != kv * width:
             raise ShapeError(
@@ -496,7 +692,7 @@ def exact_attention(
     elif scores is not None:
         mats = scores if heads > 1 else [scores]
         if heads > 1 and (not isinstance(scores, (list, tuple)) or len(scores) != heads):
-            raise ShapeError(f"scores must be a list of heads={heads} matrices")
+            raise ShapeError(f"scores must be a list of heads={int_text(heads)} matrices")
         score_mats = [exact_matrix(s, f"scores[{i}]" if heads > 1 else "scores")
                       for i, s in enumerate(mats)]
         n_q, n_k = score_mats[0].shape
@@ -508,7 +704,7 @@ def exact_attention(
 
     if n_q * n_k * heads > MAX_SCORE_ENTRIES:
         raise SpecError(
-            f"heads·n_q·n_k = {heads}·{n_q}·{n_k} exceeds {MAX_SCORE_ENTRIES} entries: "
+            f"heads·n_q·n_k = {int_text(heads)}·{n_q}·{n_k} exceeds {MAX_SCORE_ENTRIES} entries: "
             "too large to build symbolically; use reference_attention for numeric inputs"
         )
 
@@ -530,7 +726,7 @@ def exact_attention(
     )
     scale_value = _scale_value(scale, d_k, default_unscaled=q_heads is None)
     if mask_fill_stage not in ("scaled", "raw"):
-        raise SpecError(f"mask_fill_stage={mask_fill_stage!r} must be 'scaled' or 'raw'")
+        raise SpecError(f"mask_fill_stage={_entry_text(mask_fill_stage)} must be 'scaled' or 'raw'")
     fill = None if mask_fill is None else _mask_entry(mask_fill, "mask_fill")
     if fill is not None and fill != -sp.oo and mask_fill_stage == "raw":
         fill = fill * scale_value
@@ -579,7 +775,7 @@ def exact_attention(
                 sink_weight = sp.Matrix(n_q, 1, lambda r, _c, t=t, sg=sink: sp.exp(sg) / sp.Add(
                     sp.exp(sg), *[sp.exp(t[r, j]) for j in range(n_k) if t[r, j] != -sp.oo]))
         else:
-            raise SpecError(f"softmax_over={softmax_over!r} must be 'keys' or 'queries'")
+            raise SpecError(f"softmax_over={_entry_text(softmax_over)} must be 'keys' or 'queries'")
         out = None
         if v_heads is not None:
             out = _weighted_sum(w, v_heads[g], row_parts)
@@ -617,11 +813,11 @@ def _mask_entry(e: Any, name: str = "mask") -> Any:
         return e
     value = exact_number(e, name)
     if value.is_Rational and abs(value) > MAX_ABS_MASK:
-        raise InputValueError(f"{name} entry {e!r} is beyond ±{MAX_ABS_MASK:.0e}")
+        raise InputValueError(f"{name} entry {_entry_text(e)} is beyond ±{MAX_ABS_MASK:.0e}")
     if not value.is_Rational and not value.free_symbols:
         from .certified import to_arb
 
         ball = to_arb(value, 64)
         if not ball.is_finite() or abs(ball) > MAX_ABS_MASK:
-            raise InputValueError(f"{name} entry {e!r} is beyond ±{MAX_ABS_MASK:.0e}")
+            raise InputValueError(f"{name} entry {_entry_text(e)} is beyond ±{MAX_ABS_MASK:.0e}")
     return value

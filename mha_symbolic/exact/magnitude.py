@@ -114,7 +114,9 @@ def dominated(expr: Any) -> Dominated | None:
 
     from .certified import bound_symbols, to_arb
 
-    s = sp.Dummy("s", nonnegative=True)
+    # no assumptions on s: with nonnegative=True, diff asks SymPy for signs of sums in s,
+    # which runs real_roots on polynomials in s (minutes; found by the long fuzz run)
+    s = sp.Dummy("s")
     scaled = expr.xreplace({t: s * t for t in tiny})
     main = scaled.xreplace({s: sp.Integer(0)})
     if main.has(sp.nan, sp.zoo, sp.oo, -sp.oo):

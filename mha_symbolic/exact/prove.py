@@ -656,8 +656,10 @@ def _select(theorems: list[Theorem], only: Iterable[str] | None) -> list[Theorem
         by_key[f"t{t.number:02d}"] = t
     unknown = [w for w in wanted if w not in by_key]
     if unknown:
+        from .._text import echo
+
         names = ", ".join(t.name for t in theorems)
-        raise MhaSymbolicError(f"only={unknown[0]!r} names no theorem; known: {names}")
+        raise MhaSymbolicError(f"only={echo(unknown[0])} names no theorem; known: {names}")
     chosen = {by_key[w].name for w in wanted}
     return [t for t in theorems if t.name in chosen]
 
@@ -706,9 +708,13 @@ def proofs_latex(results: Sequence[ProofResult]) -> str:
 def write_latex(results: Sequence[ProofResult], latex_dir: str | Path) -> Path:
     """Write ``proofs.tex`` and the per-theorem fragments into ``latex_dir``; return
     the path of ``proofs.tex``."""
+    from .._io import check_name
+    from .._text import echo
+
+    check_name(latex_dir, "--latex ")
     out = Path(latex_dir)
     if out.exists() and not out.is_dir():
-        raise MhaSymbolicError(f"--latex {str(out)!r} exists and is not a directory")
+        raise MhaSymbolicError(f"--latex {echo(str(out))} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     for r in results:
         (out / f"t{r.number:02d}_{r.name}.tex").write_text(r.latex(), encoding="utf-8")
@@ -747,5 +753,7 @@ def cli_prove(args: argparse.Namespace) -> int:
               f"({facts} elementary facts stated, not machine-checked; "
               f"{total:.1f} s)")
         if args.latex:
-            print(f"LaTeX written to {Path(args.latex) / 'proofs.tex'}")
+            from .._text import sanitize
+
+            print(f"LaTeX written to {sanitize(str(Path(args.latex) / 'proofs.tex'))}")
     return 0 if not failed else 1

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._text import echo, expr_text, int_text
 from ..errors import SpecError
 
 __all__ = ["AttentionSpec", "Dim", "dim"]
@@ -54,12 +55,12 @@ def dim(value: Any, name: str) -> Dim:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise SpecError(f"{name}={value!r} is not a size")
+        raise SpecError(f"{name}={value} is not a size")
     if isinstance(value, int):
         if value < 1:
-            raise SpecError(f"{name}={value} must be a positive integer")
+            raise SpecError(f"{name}={int_text(value)} must be a positive integer")
         if value > MAX_DIM:
-            raise SpecError(f"{name}={value} is larger than the limit {MAX_DIM}")
+            raise SpecError(f"{name}={int_text(value)} is larger than the limit {MAX_DIM}")
         return value
     if isinstance(value, str):
         text = value.strip()
@@ -67,22 +68,23 @@ def dim(value: Any, name: str) -> Dim:
             if len(text.lstrip("0")) > len(str(MAX_DIM)):
                 raise SpecError(f"{name}={text[:20]}... is larger than the limit {MAX_DIM}")
             return dim(int(text), name)
-        if text.isidentifier() and len(text) <= 32:
+        if text.isascii() and text.isidentifier() and len(text) <= 32:
             import sympy as sp
 
             return sp.Symbol(text, integer=True, positive=True)
-        raise SpecError(f"{name}={value!r} is neither a positive integer nor a symbol name")
+        raise SpecError(f"{name}={echo(value)} is neither a positive integer nor a symbol name "
+                        "(at most 32 ASCII letters, digits and _)")
     import sympy as sp
 
     if isinstance(value, sp.Basic):
         if value.is_Integer:
             return dim(int(value), name)
         if value.is_number or value.has(sp.Float) or value.is_integer is False:
-            raise SpecError(f"{name}={value} is not a whole number of rows or columns")
+            raise SpecError(f"{name}={expr_text(value)} is not a whole number of rows or columns")
         if value.is_positive is False:
-            raise SpecError(f"{name}={value} must be positive")
+            raise SpecError(f"{name}={expr_text(value)} must be positive")
         return value
-    raise SpecError(f"{name}={value!r} ({type(value).__name__}) is not a size")
+    raise SpecError(f"{name}={expr_text(value)} ({type(value).__name__}) is not a size")
 
 
 def _is_num(x: Any) -> bool:
@@ -149,10 +151,10 @@ class AttentionSpec:
 
     def _check(self) -> None:
         if self.masked_rows not in _MASKED_ROWS:
-            raise SpecError(f"masked_rows={self.masked_rows!r} must be one of {_MASKED_ROWS}")
+            raise SpecError(f"masked_rows={echo(self.masked_rows)} must be one of {_MASKED_ROWS}")
         if self.causal_alignment not in _ALIGNMENTS:
             raise SpecError(
-                f"causal_alignment={self.causal_alignment!r} must be one of {_ALIGNMENTS}"
+                f"causal_alignment={echo(self.causal_alignment)} must be one of {_ALIGNMENTS}"
             )
         heads, kv = self.heads, self.kv_heads
         if _is_num(heads) and _is_num(kv):
@@ -170,7 +172,7 @@ class AttentionSpec:
         if mask is None or (isinstance(mask, str) and mask == "causal"):
             return
         if isinstance(mask, str):
-            raise SpecError(f"mask={mask!r} must be None, 'causal', or an n_q x n_k matrix")
+            raise SpecError(f"mask={echo(mask)} must be None, 'causal', or an n_q x n_k matrix")
         if _is_per_head(mask):
             if _is_num(self.heads) and len(mask) != self.heads:
                 raise SpecError(f"mask has {len(mask)} per-head matrices but heads={self.heads}")
@@ -277,7 +279,7 @@ def _bias_flags(bias: Any) -> Any:
     if isinstance(bias, (tuple, list)) and len(bias) == 4 and all(isinstance(b, bool) for b in bias):
         flags = tuple(bias)
         return flags[0] if len(set(flags)) == 1 else flags
-    raise SpecError(f"bias={bias!r} must be True, False, or (q, k, v, o) flags")
+    raise SpecError(f"bias={echo(repr(bias))} must be True, False, or (q, k, v, o) flags")
 
 
 def _is_per_head(mask: Any) -> bool:

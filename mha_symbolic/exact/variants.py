@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._text import echo, expr_text
 from ..errors import ShapeError, SpecError
 
 __all__ = ["alibi_bias", "softcap", "validate_variants", "window_keep"]
@@ -42,19 +43,20 @@ def validate_variants(*, window: Any, softcap: Any, alibi_slopes: Any, sinks: An
                            "sinks": None}
     if window is not None:
         if isinstance(window, (str, bytes)) or not hasattr(window, "__len__") or len(window) != 2:
-            raise SpecError(f"window={window!r}: expected (left, right), integers >= 0 or -1 "
-                            "for unbounded")
+            raise SpecError(f"window={echo(repr(window))}: expected (left, right), integers "
+                            ">= 0 or -1 for unbounded")
         sides = []
         for name, w in zip(("left", "right"), window, strict=True):
             if isinstance(w, bool) or not isinstance(w, int) or w < -1:
-                raise SpecError(f"window={list(window)!r}: {name}={w!r} must be an integer "
-                                ">= 0, or -1 for unbounded")
+                raise SpecError(f"window: {name}={echo(w) if isinstance(w, str) else expr_text(w)}"
+                                " must be an integer >= 0, or -1 for unbounded")
             sides.append(None if w == -1 else w)
         out["window"] = None if sides == [None, None] else (sides[0], sides[1])
     if softcap is not None:
         cap = exact_number(softcap, "softcap")
-        if cap.is_positive is not True and cap != 0:
-            raise SpecError(f"softcap={softcap!r} must be a positive number (0 = off)")
+        if cap != 0 and _sign(cap, "softcap") <= 0:
+            raise SpecError(f"softcap={echo(softcap) if isinstance(softcap, str) else expr_text(softcap)}"
+                            " must be a positive number (0 = off)")
         out["softcap"] = None if cap == 0 else cap
     for key, value in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
         if value is None:
@@ -69,22 +71,42 @@ def validate_variants(*, window: Any, softcap: Any, alibi_slopes: Any, sinks: An
     return out
 
 
-def _check_sinks(sinks: list[Any]) -> None:
-    """Refuse a sink logit beyond ±MAX_ABS_SCORE before SymPy exponentiates it (as the
-    engine refuses such scores: exp(k·log 2) would become the integer 2^k)."""
-    import sympy as sp
+def _sign(value: Any, name: str) -> int:
+    """The certified sign of an exact number (Arb at rising precision: never SymPy's
+    assumptions, which may run minimal_polynomial on a zero in disguise); a symbol's
+    sign from its assumptions."""
+    from ..errors import InputValueError, PrecisionError
+    from .certified import certify
 
+    if value.free_symbols:
+        return 1 if value.is_positive else -1
+    try:
+        return certify(value).sign()
+    except PrecisionError:
+        raise InputValueError(f"{name}={expr_text(value, 40)}: its sign could not be decided "
+                              "(a zero in disguise?)") from None
+
+
+def _check_sinks(sinks: list[Any]) -> None:
+    """Refuse a sink logit beyond ±MAX_ABS_SCORE before SymPy exponentiates it, as the
+    engine refuses such scores: rational ones compared exactly (e^(10^1945) would be
+    evaluated at that many bits), the others on an Arb ball (exp(k·log 2) would become
+    the integer 2^k)."""
     from ..errors import InputValueError
     from .certified import to_arb
     from .engine import MAX_ABS_SCORE
 
     for h, sg in enumerate(sinks):
-        if sg.free_symbols or not sg.has(sp.exp, sp.log):
+        if sg.free_symbols:
             continue
-        ball = to_arb(sg, 64)
-        if not ball.is_finite() or abs(ball) > MAX_ABS_SCORE:
-            raise InputValueError(f"sinks[{h}] is beyond ±{MAX_ABS_SCORE}: too large to "
-                                  "exponentiate exactly")
+        if sg.is_Rational:
+            beyond = abs(sg) > MAX_ABS_SCORE
+        else:
+            ball = to_arb(sg, 64)
+            beyond = not ball.is_finite() or abs(ball) > MAX_ABS_SCORE
+        if beyond:
+            raise InputValueError(f"sinks[{h}]={expr_text(sg, 40)} is beyond "
+                                  f"±{MAX_ABS_SCORE}: too large to exponentiate exactly")
 
 
 def window_keep(n_q: int, n_k: int, window: tuple[int | None, int | None] | None,
@@ -105,7 +127,13 @@ def alibi_bias(slope: Any, n_q: int, n_k: int, alignment: str) -> Any:
 
 
 def softcap(t: Any, cap: Any) -> Any:
-    """cap · tanh(t / cap), entrywise."""
+    """cap · tanh(t / cap), entrywise.  tanh of a non-rational argument is built
+    unevaluated: SymPy's tanh() asks whether its argument is zero, and a score may be a
+    zero in disguise (a question whose cost is not bounded)."""
     import sympy as sp
 
-    return t.applyfunc(lambda x: cap * sp.tanh(x / cap))
+    def capped(x: Any) -> Any:
+        arg = x / cap
+        return cap * (sp.tanh(arg) if arg.is_Rational else sp.tanh(arg, evaluate=False))
+
+    return t.applyfunc(capped)

@@ -1,8 +1,11 @@
 """Testing tools for kernel authors: the rounding-error model (:mod:`.tolerance`),
-the catalogue of known bugs (:mod:`.bugs`), verdicts and reports (:mod:`.compare`)
-and the pytest plugin (:mod:`.pytest_plugin`); for gradients: the backward error
-model (:mod:`.backward_model`), the backward bug catalogue (:mod:`.bugs_backward`)
-and verdicts (:mod:`.backward`); for the attention variants the model
+the bound of attention (:mod:`.attention_bound`), the chunked float64 evaluation it
+shares with the bug variants (:mod:`.plain`), the catalogue of known bugs
+(:mod:`.bugs`), verdicts and reports (:mod:`.compare`), the pytest plugin
+(:mod:`.pytest_plugin`) and hypothesis strategies of adversarial inputs
+(:mod:`.strategies`, needs hypothesis); for gradients: the backward error model
+(:mod:`.backward_model`), the backward bug catalogue (:mod:`.bugs_backward`) and
+verdicts (:mod:`.backward`); for the attention variants the model
 (:mod:`.tolerance_variants`), the catalogue (:mod:`.bugs_variants`) and the verdicts
 (:mod:`.compare_variants`, varlen included).
 
@@ -22,6 +25,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "compare_mha": "compare",
     "assert_mha_close": "compare",
     "AttentionComparison": "compare",
+    "attention_inputs": "strategies",
+    "AttentionCase": "strategies",
     "compare_attention_backward": "backward",
     "assert_attention_backward_close": "backward",
     "BackwardComparison": "backward",
@@ -49,3 +54,4 @@ if TYPE_CHECKING:  # pragma: no cover
         compare_mha,
     )
     from .compare_variants import assert_attention_varlen_close, compare_attention_varlen
+    from .strategies import AttentionCase, attention_inputs

@@ -8,19 +8,22 @@ The tolerance of ``rule="model"`` is the rounding-error model of the backward pa
 formulation) in the gradients' dtype, accumulating in float32 for fp16/bf16 unless
 ``accumulation_dtype`` says otherwise ("same": the dtype itself), combined by the
 probabilistic model of Higham & Mary (false-alarm probability at most 1e-9 per check)
-or, with ``error_model="worst"``, the worst case.  Never infinite, never NaN: an
-element whose bound is not finite is an error, not a pass.
+or, with ``error_model="worst_case"``, the worst case — the error model, defaults and
+λ of every check (:mod:`.tolerance`).  No verdict on an internal inf/NaN: an enclosure
+or a bound that is not finite, or a tolerance that is vacuous (at least the gradient's
+natural size) where the gradients would pass, raises
+:class:`~mha_symbolic.errors.ToleranceError`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from ..errors import AttentionMismatchError, ShapeError, SpecError
-from .backward_model import ERROR_MODELS, backward_error_bound
+from ..errors import AttentionMismatchError, ShapeError, SpecError, ToleranceError
+from .backward_model import BACKWARD_KERNEL, backward_error_bound, natural_scales
 from .bugs import _fits
 from .bugs_backward import (
     BACKWARD_BUG_CLASSES,
@@ -30,18 +33,20 @@ from .bugs_backward import (
 from .compare import (
     AttentionComparison,
     Diagnosis,
+    _acc_text,
     _as_actual,
     _as_array,
     _as_mask,
+    _check_enclosure,
     _f64,
-    _formats,
-    _judge,
+    _model,
     _refined,
+    _rule_line,
     _rule_options,
-    _rule_text,
     _tolerance,
+    _verdict,
 )
-from .tolerance import FORMATS, FloatFormat, format_of
+from .tolerance import ErrorModel, format_of
 
 __all__ = [
     "BackwardComparison",
@@ -117,16 +122,36 @@ def _index_names(ndim: int, rows: str) -> tuple[str, ...]:
     return names + tail
 
 
-def _formats_bwd(arrays: list[np.ndarray], accumulation_dtype: Any) -> tuple[FloatFormat, FloatFormat]:
-    """(the kernel's dtype: the least precise gradient's, the accumulation dtype):
-    float32 for fp16/bf16 by default, ``"same"`` for the dtype itself."""
-    kernel = max(arrays, key=lambda a: _formats(a, None)[0].u)
-    same = accumulation_dtype is None or (isinstance(accumulation_dtype, str)
-                                          and accumulation_dtype == "same")
-    fmt, acc = _formats(kernel, None if same else accumulation_dtype)
-    if accumulation_dtype is None and fmt.name in ("float16", "bfloat16"):
-        acc = FORMATS["float32"]
-    return fmt, acc
+def _model_bwd(arrays: list[np.ndarray], accumulation_dtype: Any, error_model: str
+               ) -> ErrorModel:
+    """The error model of a backward check: the kernel's dtype is the least precise
+    gradient's; float32 accumulation for fp16/bf16 by default, ``"same"`` for the dtype
+    itself (the defaults and options of every check, :func:`.compare._model`)."""
+    kernel = max(arrays, key=lambda a: _model(a, "same", "fused", "worst_case").u)
+    return _model(kernel, accumulation_dtype, "fused", error_model)
+
+
+def _vacuity(tol: np.ndarray, nat: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Elements whose tolerance reaches the gradient's natural size where that stands
+    above the bound's absolute floor (backward_model.natural_scales)."""
+    size, floor = nat
+    return np.asarray((size > 4.0 * floor) & (tol >= size))
+
+
+def _refuse_vacuous(comps: dict[str, AttentionComparison], model: ErrorModel) -> None:
+    """A passing check whose tolerance was vacuous somewhere gives no verdict."""
+    if not all(c_.passed for c_ in comps.values()):
+        return
+    for comp in comps.values():
+        if comp.n_vacuous:
+            raise ToleranceError(
+                f"no verdict: the gradients would pass, but for {comp.n_vacuous} of "
+                f"{comp.n_elements} element(s) of the {comp.title} the tolerance of the "
+                f"{model.describe(BACKWARD_KERNEL)} with accumulation in {model.acc.name} "
+                "reaches the gradient's natural size, or admits an all-zero gradient: the "
+                "check cannot tell a wrong or missing gradient from the right one there. "
+                "Use a wider accumulation_dtype or dtype, error_model='probabilistic', or "
+                "rule='ulp'/'allclose'")
 
 
 def compare_attention_backward(
@@ -147,10 +172,12 @@ def compare_attention_backward(
 
     ``rule``: "model" (default; the backward error model above in the gradients' dtype,
     accumulation float32 for fp16/bf16 unless ``accumulation_dtype`` says otherwise,
-    "same" for a kernel that accumulates in its own dtype), "ulp", "allclose" (``rtol``
-    and ``atol``), "flash" (``factor`` × the error of a simulated plain same-dtype
-    backward, FlashAttention's tests).  Returns a :class:`BackwardComparison` (truthy
-    when every gradient passes); never raises for a mismatch.
+    "same" for a kernel that accumulates in its own dtype; ``error_model``
+    "probabilistic" or "worst_case"), "ulp", "allclose" (``rtol`` and ``atol``), "flash"
+    (``factor`` × the error of a simulated plain same-dtype backward, FlashAttention's
+    tests, never below the model's tolerance).  Returns a :class:`BackwardComparison`
+    (truthy when every gradient passes); never raises for a mismatch; raises
+    :class:`~mha_symbolic.errors.ToleranceError` when no verdict can be given.
 
     >>> import numpy as np
     >>> from mha_symbolic import reference_attention_backward
@@ -190,14 +217,12 @@ def compare_attention_backward(
             accumulation_dtype=accumulation_dtype, safety=safety, rtol=rtol, atol=atol,
             ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs, error_model=error_model)
     _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
-    if error_model not in ERROR_MODELS:
-        raise SpecError(f"error_model={error_model!r}: expected one of {ERROR_MODELS}")
     from ..oracle.backward import reference_attention_backward
 
     acts = {"dq": _as_actual(dq), "dk": _as_actual(dk), "dv": _as_actual(dv)}
     if d_attn_mask is not None:
         acts["d_attn_mask"] = _as_actual(d_attn_mask)
-    fmt, acc = _formats_bwd(list(acts.values()), accumulation_dtype)
+    emodel = _model_bwd(list(acts.values()), accumulation_dtype, error_model)
     ref = reference_attention_backward(
         query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
         enable_gqa=enable_gqa, causal_alignment=causal_alignment, masked_rows=masked_rows,
@@ -222,54 +247,86 @@ def compare_attention_backward(
                                                                             "dropout_mask")))
     pb = plain_backward(x)
     shapes = {n: tuple(e.shape) for n, e in encs.items()}
-    model = backward_error_bound(pb, fmt, acc, shapes=shapes, model=error_model)
-    for name, bound in model.items():
-        if not np.all(np.isfinite(bound)):
-            raise ArithmeticError(f"internal error: the {name} tolerance is not finite; "
-                                  "please report this case")
+    model = backward_error_bound(pb, emodel, shapes=shapes)
+    nats = natural_scales(pb, shapes, emodel.eta)
     kernel_dtype = max((a.dtype for a in acts.values()), key=lambda d: format_of(d).u)
     plain = None
     if rule == "flash":
         pd = plain_backward(x, dtype=kernel_dtype)
         plain = {"dq": pd.dq, "dk": pd.dk, "dv": pd.dv, "d_attn_mask": pd.d_mask}
-    rule_text = _rule_text(rule, safety, rtol, atol, ulps, factor)
+    from .backward_model import backward_events
+
+    n_el = float(sum(np.prod(sh) for sh in shapes.values()))
+    shown = emodel.with_events(*backward_events(pb, max(n_el, 1.0)))   # the report's λ
+    rule_text = _rule_line(rule, shown, safety, rtol, atol, ulps, factor,
+                           kernel=BACKWARD_KERNEL)
+    comps, warns, fits_truth = _judge_gradients(
+        acts, encs, model, nats, shown, rule=rule, rule_text=rule_text, safety=safety,
+        rtol=rtol, atol=atol, ulps=ulps, factor=factor, plain=plain,
+        titles={n: f"{t} ({n})" for n, t in _GRADS},
+        masked_nan=masked_rows == "nan")
+    _refuse_vacuous(comps, shown)
+    passed = all(c_.passed for c_ in comps.values())
+    result = BackwardComparison(passed, rule_text, emodel.fmt.name, _acc_text(emodel), comps,
+                                bounds=model, warnings=tuple(warns))
+    saf = 1.0 if safety is None or rule != "model" else safety
+    if passed or not diagnose_bugs or fits_truth:
+        return result
+    found = diagnose_backward(acts, x, model=emodel, safety=saf, shapes=shapes)
+    return replace(result, diagnosis_run=True, diagnoses=found)
+
+
+def _judge_gradients(
+    acts: dict[str, np.ndarray], encs: dict[str, Any], bounds: dict[str, np.ndarray],
+    nats: dict[str, tuple[np.ndarray, np.ndarray]] | None, model: ErrorModel, *, rule: str,
+    rule_text: str, safety: float | None, rtol: float | None, atol: float | None,
+    ulps: float | None, factor: float | None, plain: dict[str, Any] | None,
+    titles: dict[str, str], masked_nan: bool = False,
+) -> tuple[dict[str, AttentionComparison], list[str], bool]:
+    """One verdict per gradient (the forward's, with its guards: a non-finite
+    enclosure or bound raises ToleranceError; vacuous elements are not judged and are
+    counted, :func:`_refuse_vacuous` decides); (verdicts, warnings, whether every
+    gradient lies within the model's tolerance of the truth)."""
     comps: dict[str, AttentionComparison] = {}
     warns: list[str] = []
     fits_truth = True
     saf = 1.0 if safety is None or rule != "model" else safety
-    for name, title in _GRADS:
-        if name not in acts:
-            continue
-        a, enc = acts[name], encs[name]
+    for name, a in acts.items():
+        enc = encs[name]
         f_a = format_of(a.dtype)
+        m_a = replace(model, fmt=f_a)
         lower, upper = _f64(enc.lower), _f64(enc.upper)
-        lower, upper = _refined(enc, lower, upper, model[name], rule, f_a, safety, rtol, atol,
-                                ulps)
+        _check_enclosure(lower, upper, masked_nan)
+        lower, upper = _refined(enc, lower, upper, bounds[name], rule, f_a, safety, rtol,
+                                atol, ulps)
         mid = 0.5 * (lower + upper)
-        tol = _tolerance(rule, model=model[name], mid=mid, fmt=f_a, rtol=rtol, atol=atol,
+        tol = _tolerance(rule, model=bounds[name], mid=mid, fmt=f_a, rtol=rtol, atol=atol,
                          ulps=ulps, factor=factor, safety=safety,
                          plain=None if plain is None else plain[name])
-        rows = "key" if name in ("dk", "dv") else "query"
-        names = _index_names(a.ndim, rows) if name != "d_attn_mask" else tuple(
-            f"dim{i}" for i in range(a.ndim))
-        comp, _ = _judge(a, lower, upper, tol, fmt=f_a, acc=acc, rule=rule_text,
-                         index_names=names, title=f"{title} ({name})")
-        comps[name] = comp
-        fits_truth &= _within(a, lower, upper, saf * model[name])
-        if np.any(np.isfinite(mid) & (mid != 0)) and _within(np.zeros_like(a), lower, upper, tol):
+        title = titles[name]
+        if name in ("dq", "dk", "dv"):
+            names = _index_names(a.ndim, "key" if name in ("dk", "dv") else "query")
+        elif name in ("query", "key", "value", "input"):
+            names = _index_names(a.ndim, "position")
+        else:
+            names = tuple(f"dim{i}" for i in range(a.ndim))
+        vac = None
+        if nats is not None and name in nats and rule in ("model", "flash"):
+            vac = np.broadcast_to(_vacuity(bounds[name], nats[name]), a.shape)
+        zero_passes = bool(np.any(np.isfinite(mid) & (mid != 0))
+                           and _within(np.zeros_like(a), lower, upper, tol))
+        if zero_passes:
             warns.append(f"the {title} tolerance admits an all-zero gradient: this check cannot "
-                         f"tell a missing {title} from the right one (dtype {f_a.name}, "
-                         f"accumulation {acc.name})")
-    passed = all(c_.passed for c_ in comps.values())
-    result = BackwardComparison(passed, rule_text, fmt.name, acc.name, comps, bounds=model,
-                                warnings=tuple(warns))
-    if passed or not diagnose_bugs or fits_truth:
-        return result
-    found = diagnose_backward(acts, x, fmt=fmt, acc=acc, safety=saf, shapes=shapes,
-                              error_model=error_model)
-    from dataclasses import replace
-
-    return replace(result, diagnosis_run=True, diagnoses=found)
+                         f"tell a missing gradient from the right one (dtype {f_a.name}, "
+                         f"accumulation {model.acc.name})")
+            if rule in ("model", "flash"):
+                # the model's tolerance would pass a missing gradient: vacuous, every
+                # element (a rule the caller chose, ulp or allclose, stays a warning)
+                vac = np.ones(a.shape, dtype=bool)
+        comps[name] = _verdict(a, lower, upper, tol, vac, model=m_a, rule=rule_text,
+                               index_names=names, title=title, raise_vacuous=False)
+        fits_truth &= _within(a, lower, upper, saf * bounds[name])
+    return comps, warns, fits_truth
 
 
 def _within(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray) -> bool:
@@ -280,9 +337,9 @@ def _within(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray
     return bool(np.all(ok))
 
 
-def diagnose_backward(actual: dict[str, np.ndarray], x: BackwardInputs, *, fmt: FloatFormat,
-                      acc: FloatFormat, safety: float, shapes: dict[str, tuple[int, ...]],
-                      error_model: str = "probabilistic") -> tuple[Diagnosis, ...]:
+def diagnose_backward(actual: dict[str, np.ndarray], x: BackwardInputs, *, model: ErrorModel,
+                      safety: float, shapes: dict[str, tuple[int, ...]]
+                      ) -> tuple[Diagnosis, ...]:
     """Backward bug classes whose float64 gradients every actual gradient matches
     within the model tolerance of that variant, best match first."""
     found = []
@@ -291,7 +348,7 @@ def diagnose_backward(actual: dict[str, np.ndarray], x: BackwardInputs, *, fmt: 
             if not bug.applies(x):
                 continue
             pv = bug.variant(x)
-            bound = backward_error_bound(pv, fmt, acc, shapes=shapes, model=error_model)
+            bound = backward_error_bound(pv, model, shapes=shapes)
             worst = 0.0
             ok = True
             for name, a in actual.items():

@@ -18,31 +18,34 @@ with float32 accumulation)::
     dW_o = Σ Gᵀ A, db_o = Σ G   with A's forward bound (tolerance.attention_error_bound)
     weight and bias gradients also allow the per-sequence partial sums to be stored in
     the dtype before they are added: + u Σ_n |partial_n|
+
+γ̃_n is the factor of a sum under the check's error model
+(:meth:`~mha_symbolic.testing.tolerance.ErrorModel.gamma_sum`: the same defaults and λ
+as every check; worst case γ(n) with ``error_model="worst_case"``).  Vacuity as for
+attention (:mod:`.backward_model`): the natural sizes of the heads' gradients carried
+through the projections the same way; a passing check whose tolerance reaches them
+raises :class:`~mha_symbolic.errors.ToleranceError`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from ..errors import AttentionMismatchError, PrecisionError, ShapeError, SpecError
-from .backward import BackwardComparison, _formats_bwd, _index_names
-from .backward_model import ERROR_MODELS, accumulation_gamma, backward_error_bound
+from .backward import BackwardComparison, _judge_gradients, _model_bwd, _refuse_vacuous
+from .backward_model import (
+    BACKWARD_KERNEL,
+    backward_error_bound,
+    backward_events,
+    natural_scales,
+)
 from .bugs import MhaInputs
 from .bugs_backward import BackwardInputs, plain_backward
-from .compare import (
-    AttentionComparison,
-    _as_actual,
-    _f64,
-    _judge,
-    _mha_inputs,
-    _refined,
-    _rule_options,
-    _rule_text,
-    _tolerance,
-)
-from .tolerance import attention_error_bound, format_of, linear_error_bound
+from .compare import _acc_text, _as_actual, _f64, _mha_inputs, _rule_line, _rule_options
+from .tolerance import ErrorModel, attention_error_bound, format_of, linear_error_bound
 
 __all__ = ["assert_mha_backward_close", "compare_mha_backward"]
 
@@ -59,12 +62,12 @@ def _merge(x: Arr) -> Arr:
     return x.transpose(0, 2, 1, 3).reshape(n, ln, h * d)
 
 
-def mha_backward_bounds(x: MhaInputs, dout: Arr, fmt: Any, acc: Any,
-                        error_model: str = "probabilistic") -> dict[str, Arr]:
+def mha_backward_bounds(x: MhaInputs, dout: Arr, model: ErrorModel
+                        ) -> tuple[dict[str, Arr], dict[str, tuple[Arr, Arr]], ErrorModel]:
     """The model's bound on every gradient of the block, batch-first layout:
     "query", "key", "value" (N, len, width); "wq", "wk", "wv", "wo" (torch layout);
-    "bq", "bk", "bv", "bo"."""
-    u, ua = fmt.u, acc.u
+    "bq", "bk", "bv", "bo"; the (natural size, floor) of each (vacuity); and the model
+    with the check's λs."""
     H = x.num_heads
     G = H if x.num_kv_heads is None else x.num_kv_heads
     N, L, _ = x.query.shape
@@ -75,13 +78,8 @@ def mha_backward_bounds(x: MhaInputs, dout: Arr, fmt: Any, acc: Any,
         return y + b if b is not None else y
 
     Q, K, V = lin(x.query, x.wq, x.bq), lin(x.key, x.wk, x.bk), lin(x.value, x.wv, x.bv)
-    eQ = linear_error_bound(x.query, x.wq, x.bq, y=Q, fmt=fmt, acc=acc)
-    eK = linear_error_bound(x.key, x.wk, x.bk, y=K, fmt=fmt, acc=acc)
-    eV = linear_error_bound(x.value, x.wv, x.bv, y=V, fmt=fmt, acc=acc)
     E_out = x.wo.shape[0]
     dA = dout @ x.wo
-    gam_out = accumulation_gamma(E_out, ua, dA.size)
-    e_dA = gam_out * (np.abs(dout) @ np.abs(x.wo)) + u * np.abs(dA)
     mask: Any = None
     if x.keep is not None and x.mask_add is not None:
         mask = np.where(x.keep, x.mask_add, -np.inf)
@@ -93,7 +91,20 @@ def mha_backward_bounds(x: MhaInputs, dout: Arr, fmt: Any, acc: Any,
                         enable_gqa=G != H, masked_rows=x.masked_rows)
     pb = plain_backward(bi)
     shapes = {"dq": bi.q.shape, "dk": bi.k.shape, "dv": bi.v.shape}
-    intrinsic = backward_error_bound(pb, fmt, acc, shapes=shapes, model=error_model)
+    # one check: the heads' events, and the projections' (every element of Q, K, V, dA,
+    # the inputs' and weights' gradients, each a sum over a width or the rows)
+    n_el, n_sums = backward_events(pb, float(sum(math.prod(sh) for sh in shapes.values())))
+    widths = x.query.shape[-1] + x.key.shape[-1] + x.value.shape[-1] + E_out
+    n_proj = float(Q.size + K.size + V.size + dA.size) * 2
+    events = (n_el + n_proj, n_sums + n_proj * (widths + N * max(L, S)))
+    model = model.with_events(*events)
+    u = model.u
+    eQ = linear_error_bound(x.query, x.wq, x.bq, y=Q, model=model)
+    eK = linear_error_bound(x.key, x.wk, x.bk, y=K, model=model)
+    eV = linear_error_bound(x.value, x.wv, x.bv, y=V, model=model)
+    e_dA = model.gamma_sum(E_out) * (np.abs(dout) @ np.abs(x.wo)) + u * np.abs(dA)
+    intrinsic = backward_error_bound(pb, model, shapes=shapes, events=events)
+    nat_h = natural_scales(pb, shapes, model.eta)
     # input errors carried through the attention backward (first order, worst case)
     c = abs(pb.scale)
     rep = pb.rep
@@ -129,11 +140,11 @@ def mha_backward_bounds(x: MhaInputs, dout: Arr, fmt: Any, acc: Any,
         aw = np.abs(W)
         n_out = W.shape[0]
         dX = dY @ W
-        g_in = accumulation_gamma(n_out, ua, dX.size)
+        g_in = model.gamma_sum(n_out)
         out[{"q": "query", "k": "key", "v": "value"}[tag]] = (
             eY @ aw + g_in * (np.abs(dY) @ aw) + u * np.abs(dX))
         dYf, eYf, Xf = dY.reshape(n_rows, -1), eY.reshape(n_rows, -1), X.reshape(n_rows, -1)
-        g_rows = accumulation_gamma(n_rows, ua, W.size)
+        g_rows = model.gamma_sum(n_rows)
         dW = dYf.T @ Xf
         # + u Σ_n |per-sequence partial sum|: a kernel may store them in its dtype first
         out["w" + tag] = (eYf.T @ np.abs(Xf) + g_rows * (np.abs(dYf).T @ np.abs(Xf))
@@ -144,16 +155,45 @@ def mha_backward_bounds(x: MhaInputs, dout: Arr, fmt: Any, acc: Any,
     att_out = _merge(np.asarray(pb.out))
     fwd = attention_error_bound(pb.q, pb.k, pb.v, np.where(pb.allowed, pb.p, 0.0),
                                 scale=pb.scale, allowed=pb.allowed, mask_add=pb.mask_add,
-                                out=pb.out, fmt=fmt, acc=acc, dq=eq_h, dk=ek_h, dv=ev_h)
+                                out=pb.out, model=model, dq=eq_h, dk=ek_h, dv=ev_h)
     e_A = _merge(np.where(np.isfinite(fwd), fwd, 0.0))
     Gf, Af, eAf = dout.reshape(rows, E_out), att_out.reshape(rows, -1), e_A.reshape(rows, -1)
-    g_rows = accumulation_gamma(rows, ua, x.wo.size)
+    g_rows = model.gamma_sum(rows)
     dWo = Gf.T @ Af
     out["wo"] = (np.abs(Gf).T @ eAf + g_rows * (np.abs(Gf).T @ np.abs(Af)) + u * np.abs(dWo)
                  + u * np.abs(np.swapaxes(dout, 1, 2) @ att_out).sum(axis=0))
     out["bo"] = (g_rows * np.abs(Gf).sum(axis=0) + u * np.abs(Gf.sum(axis=0))
                  + u * np.abs(dout.sum(axis=1)).sum(axis=0))
-    return {k_: np.asarray(v_, dtype=np.float64) for k_, v_ in out.items()}
+    bounds = {k_: np.asarray(v_, dtype=np.float64) for k_, v_ in out.items()}
+    return bounds, _mha_natural(x, dout, nat_h, att_out), model
+
+
+def _mha_natural(x: MhaInputs, dout: Arr, nat_h: dict[str, tuple[Arr, Arr]],
+                 att_out: Arr) -> dict[str, tuple[Arr, Arr]]:
+    """(natural size, floor) of every gradient of the block: the heads' natural sizes
+    (backward_model.natural_scales) carried through the projections as the gradients
+    are (|dX| ≤ |dY||W|, |dW| ≤ Σ|dY|ᵀ|X|, |db| ≤ Σ|dY|), and the output projection's
+    from |G| and |A|."""
+    N, L, _ = x.query.shape
+    S = x.key.shape[1]
+    out: dict[str, tuple[Arr, Arr]] = {}
+    for tag, key_h, X, W, n_rows in (("q", "dq", x.query, x.wq, N * L),
+                                     ("k", "dk", x.key, x.wk, N * S),
+                                     ("v", "dv", x.value, x.wv, N * S)):
+        size_h, floor_h = nat_h[key_h]
+        size, floor = _merge(size_h), _merge(floor_h)
+        aw = np.abs(W)
+        Xf = np.abs(X).reshape(n_rows, -1)
+        name = {"q": "query", "k": "key", "v": "value"}[tag]
+        out[name] = (size @ aw, floor @ aw)
+        sf, ff = size.reshape(n_rows, -1), floor.reshape(n_rows, -1)
+        out["w" + tag] = (sf.T @ Xf, ff.T @ Xf)
+        out["b" + tag] = (sf.sum(axis=0), ff.sum(axis=0))
+    Gf = np.abs(dout).reshape(-1, dout.shape[-1])
+    Af = np.abs(att_out).reshape(Gf.shape[0], -1)
+    out["wo"] = (Gf.T @ Af, np.zeros((Gf.shape[1], Af.shape[1])))
+    out["bo"] = (Gf.sum(axis=0), np.zeros(Gf.shape[1]))
+    return out
 
 
 _PARAM_BOUND = {"in_proj_weight": ("wq", "wk", "wv"), "q_proj_weight": ("wq",),
@@ -188,14 +228,12 @@ def compare_mha_backward(
     _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=None, safety=safety)
     if rule == "flash":
         raise SpecError("rule='flash' is available for compare_attention_backward only")
-    if error_model not in ERROR_MODELS:
-        raise SpecError(f"error_model={error_model!r}: expected one of {ERROR_MODELS}")
     from ..oracle.backward import reference_mha_backward
 
     acts = {n: _as_actual(a) for n, a in grads.items()}
     if not acts:
         raise SpecError("grads is empty: give at least one gradient to compare")
-    fmt, acc = _formats_bwd(list(acts.values()), accumulation_dtype)
+    emodel = _model_bwd(list(acts.values()), accumulation_dtype, error_model)
     ref = reference_mha_backward(query, key, value, grad_output, **mha_options)
     x = _mha_inputs(query, key, value, mha_options)
     dout = _f64(np.asarray(_as_actual(grad_output)))
@@ -204,48 +242,51 @@ def compare_mha_backward(
               else mha_options.get("batch_first", False))
     seq_first = dout.ndim == 3 and not bf
     d_bf = dout[None] if dout.ndim == 2 else (np.swapaxes(dout, 0, 1) if seq_first else dout)
-    bounds = mha_backward_bounds(x, d_bf, fmt, acc, error_model)
+    bounds, nats, shown = mha_backward_bounds(x, d_bf, emodel)
 
     def layout(a: Arr) -> Arr:
         return a[0] if dout.ndim == 2 else (np.swapaxes(a, 0, 1) if seq_first else a)
 
-    refs: dict[str, tuple[Any, Arr]] = {}
+    def nat_of(parts: tuple[str, ...], lay: bool) -> tuple[Arr, Arr]:
+        size = sum(nats[p_][0] for p_ in parts)
+        floor = sum(nats[p_][1] for p_ in parts)
+        if lay:
+            return layout(np.asarray(size)), layout(np.asarray(floor))
+        return (np.concatenate([nats[p_][0] for p_ in parts], axis=0),
+                np.concatenate([nats[p_][1] for p_ in parts], axis=0))
+
+    encs: dict[str, Any] = {}
+    tols: dict[str, Arr] = {}
+    nat: dict[str, tuple[Arr, Arr]] = {}
     for name in acts:
         if name in ("query", "key", "value"):
-            refs[name] = (getattr(ref, name), layout(bounds[name]))
+            encs[name], tols[name] = getattr(ref, name), layout(bounds[name])
+            nat[name] = nat_of((name,), True)
         elif name == "input":
-            refs[name] = (_SumEnclosure([ref.query, ref.key, ref.value],
-                                        format_of(acts[name].dtype).name == "float64"),
-                          layout(bounds["query"] + bounds["key"] + bounds["value"]))
+            encs[name] = _SumEnclosure([ref.query, ref.key, ref.value],
+                                       format_of(acts[name].dtype).name == "float64")
+            tols[name] = layout(bounds["query"] + bounds["key"] + bounds["value"])
+            nat[name] = nat_of(("query", "key", "value"), True)
         elif name in ref.parameters:
             parts = _PARAM_BOUND[name]
-            b = np.concatenate([bounds[p_] for p_ in parts], axis=0)
-            refs[name] = (ref.parameters[name], b)
+            encs[name] = ref.parameters[name]
+            tols[name] = np.concatenate([bounds[p_] for p_ in parts], axis=0)
+            nat[name] = nat_of(parts, False)
         else:
             raise SpecError(f"grads[{name!r}]: expected query, key, value, input or one of "
                             f"{', '.join(ref.parameters)}")
-    rule_text = _rule_text(rule, safety, rtol, atol, ulps, None)
-    comps: dict[str, AttentionComparison] = {}
-    for name, a in acts.items():
-        enc, model = refs[name]
-        if tuple(a.shape) != tuple(enc.shape):
-            raise ShapeError(f"grads[{name!r}].shape={tuple(a.shape)} does not match the "
-                             f"gradient's shape {tuple(enc.shape)}")
-        if not np.all(np.isfinite(model)):
-            raise ArithmeticError(f"internal error: the {name} tolerance is not finite")
-        f_a = format_of(a.dtype)
-        lower, upper = _f64(enc.lower), _f64(enc.upper)
-        lower, upper = _refined(enc, lower, upper, model, rule, f_a, safety, rtol, atol, ulps)
-        mid = 0.5 * (lower + upper)
-        tol = _tolerance(rule, model=model, mid=mid, fmt=f_a, rtol=rtol, atol=atol, ulps=ulps,
-                         factor=None, safety=safety, plain=None)
-        names = (_index_names(a.ndim, "position") if name in ("query", "key", "value", "input")
-                 else tuple(f"dim{i}" for i in range(a.ndim)))
-        comps[name], _ = _judge(a, lower, upper, tol, fmt=f_a, acc=acc, rule=rule_text,
-                                index_names=names, title=f"grad {name}")
+        if tuple(acts[name].shape) != tuple(encs[name].shape):
+            raise ShapeError(f"grads[{name!r}].shape={tuple(acts[name].shape)} does not "
+                             f"match the gradient's shape {tuple(encs[name].shape)}")
+    rule_text = _rule_line(rule, shown, safety, rtol, atol, ulps, None, kernel=BACKWARD_KERNEL)
+    comps, warns, _ = _judge_gradients(
+        acts, encs, tols, nat, shown, rule=rule, rule_text=rule_text, safety=safety,
+        rtol=rtol, atol=atol, ulps=ulps, factor=None, plain=None,
+        titles={n: f"grad {n}" for n in acts}, masked_nan=mha_options.get("masked_rows") == "nan")
+    _refuse_vacuous(comps, shown)
     passed = all(c_.passed for c_ in comps.values())
-    return BackwardComparison(passed, rule_text, fmt.name, acc.name, comps, bounds={
-        n: refs[n][1] for n in acts})
+    return BackwardComparison(passed, rule_text, emodel.fmt.name, _acc_text(emodel), comps,
+                              bounds=tols, warnings=tuple(warns))
 
 
 class _SumEnclosure:

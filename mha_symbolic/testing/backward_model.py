@@ -10,7 +10,10 @@ accumulated in u_a (float32 for fp16/bf16 kernels by default)::
     dS = P ∘ (dP − D);  dQ = c·dS K;  dK = c·dSᵀ Q
 
 Error sources, each bounded (A_ij = |c| Σ_e |q_ie||k_je| the natural size of a score;
-γ̃ from :func:`accumulation_gamma`):
+γ̃_n the factor of a sum of n terms under the check's
+:class:`~mha_symbolic.testing.tolerance.ErrorModel`, :meth:`ErrorModel.gamma_sum`:
+the finite worst case γ(n) = (1 − u)^−n − 1, or in the probabilistic model the smaller
+of it and Higham & Mary's γ̃_n(λ)):
 
 ==========  ===================================================  ==================
 source      bound                                                structure
@@ -28,11 +31,13 @@ sums        γ̃_n Σ|terms| for the accumulated products            per output
 stores      u|x| for each stored gradient (2 for dQ, dK)         per output
 ==========  ===================================================  ==================
 
-**Two bounds.**  ``"worst"``: every error at its bound with the worst sign, propagated
-to first order plus the exp's convexity (it holds for any rounding, but it adds n
-errors coherently and grows like n·u: for bf16 with long rows it exceeds the
-gradient itself, i.e. it is vacuous there).  ``"probabilistic"`` (default; elementwise
-the smaller of it and the worst case, which always holds): the model
+**Two bounds**, the error models of every check (:mod:`.tolerance`, the same
+defaults and λ as the forward's).  ``"worst_case"`` (``"worst"`` is accepted): every
+error at its bound with the worst sign, propagated to first order plus the exp's
+convexity (it holds for any rounding, but it adds n errors coherently and grows like
+n·u: for bf16 with long rows it exceeds the gradient itself, i.e. it is vacuous there).
+``"probabilistic"`` (default; elementwise the smaller of it and the worst-case
+propagation): the model
 of Higham & Mary (SIAM J. Sci. Comput. 41(5), 2019) — every rounding error an
 independent random variable of mean zero, bounded as above — propagated to first
 order through the exact sensitivities of the formulas (∂dS_ij/∂S_ij' =
@@ -42,14 +47,24 @@ derives each), summed as
     tol = additive + λ·sqrt(Σ_sources (sensitivity · bound)²) · (1 + second order)
 
 (Hoeffding: a sum of independent mean-zero terms |t_k| <= b_k exceeds
-λ·sqrt(Σ b_k²) with probability <= 2 exp(−λ²/2)), with λ such that the probability
-that any element of the check exceeds its bound is at most
-:data:`FALSE_ALARM_PROBABILITY` (union bound).  Correlated errors (the row's D, a
+λ·sqrt(Σ b_k²) with probability <= 2 exp(−λ²/2)), with the λs of
+:meth:`ErrorModel.with_events` such that the probability that any element of the check
+exceeds its bound or any sum its γ̃ is at most
+:data:`~mha_symbolic.testing.tolerance.FALSE_ALARM_PROBABILITY` = 1e-9 (union bound:
+half the budget for the Hoeffding bounds, half for the sums).  Correlated errors (the row's D, a
 query's pre-scaled entries shared by the row's scores, a key's shared by every row,
 copies summed over GQA groups and broadcast dimensions) are combined coherently;
 sums accumulated by the kernel take γ̃ (also probabilistic); the final stores are
 added in full.  Sensitivities are bounded with Cauchy–Schwarz where an exact
 evaluation would need a third-order tensor.
+
+**Vacuity** (:func:`natural_scales`): the natural size of a gradient element (the sum
+of the absolute values of the terms it adds, down to the inputs: for dQ
+``|c| Σ_j P_ij(N_ij + Σ_j' P_ij' N_ij')|k_j|`` with ``N = |dO||V|ᵀ``, and so on).  A
+tolerance that reaches it, where it stands above the bound's absolute underflow floor,
+says nothing; nor does one that admits an all-zero gradient where the exact one is not
+zero (testing/backward.py).  The comparison then refuses a verdict
+(:class:`~mha_symbolic.errors.ToleranceError`) rather than pass.
 """
 
 from __future__ import annotations
@@ -60,48 +75,41 @@ from typing import Any
 import numpy as np
 
 from .bugs_backward import PlainBackward, reduce_to
-from .tolerance import K_SCORE, K_SOFTMAX, FloatFormat, attention_error_bound
+from .tolerance import (
+    ERROR_MODELS,
+    K_EXP,
+    K_SCALE,
+    K_SCORE,
+    K_SOFTMAX,
+    ErrorModel,
+    attention_error_bound,
+)
 
 __all__ = [
+    "BACKWARD_KERNEL",
     "ERROR_MODELS",
-    "FALSE_ALARM_PROBABILITY",
-    "accumulation_gamma",
     "backward_error_bound",
+    "backward_events",
+    "natural_scales",
 ]
 
-# exp and the product with it (libm/SLEEF exps are within 1-2 ulps), in u_a
-K_EXP = 4
-# roundings of the scale in dQ and dK: q, k pre-scaled by √c (torch MATH) or the scale
-# applied to the accumulated sum (FlashAttention), in u and u_a
-K_SCALE = 2
-# probability that a correct kernel fails one check through a probabilistic bound
-FALSE_ALARM_PROBABILITY = 1e-9
-GAMMA_SWITCH = 0.01  # nu above which the probabilistic γ̃_n replaces Higham's γ_n
-ERROR_MODELS = ("probabilistic", "worst")
+#: How reports name the kernel the backward model describes.
+BACKWARD_KERNEL = "FlashAttention-2 / autograd backward"
 
 Arr = np.ndarray
 
 
-def accumulation_gamma(n: Any, u: float, n_sums: float = 1.0) -> Arr:
-    """A finite bound on |fl(Σ x_i) − Σ x_i| / Σ|x_i| for sums of n terms in unit
-    roundoff u: the smaller of Higham's γ_n (while nu <= 0.01) and Higham–Mary's
-    γ̃_n(λ) = exp(λ√n·u + nu²/(1 − u)) − 1, with λ such that ``n_sums`` such sums all
-    hold with probability >= 1 − FALSE_ALARM_PROBABILITY
-    (2n·exp(−λ²(1 − u)²/2) <= δ/n_sums per sum)."""
-    n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
-    nu = n * u
-    worst = nu / np.maximum(1.0 - nu, 0.5)
-    delta = FALSE_ALARM_PROBABILITY / max(float(n_sums), 1.0)
-    lam = np.sqrt(2.0 * np.log(2.0 * n / delta)) / (1.0 - u)
-    # capped so that it stays finite (beyond e^700 the bound says nothing anyway: the
-    # report warns when a tolerance admits a zero gradient)
-    prob = np.expm1(np.minimum(lam * np.sqrt(n) * u + n * u * u / (1.0 - u), 700.0))
-    return np.where(nu <= GAMMA_SWITCH, np.minimum(worst, prob), prob)
-
-
-def hoeffding_lambda(n_checks: float) -> float:
-    """λ with 2·n_checks·exp(−λ²/2) <= FALSE_ALARM_PROBABILITY."""
-    return math.sqrt(2.0 * math.log(2.0 * max(n_checks, 1.0) / FALSE_ALARM_PROBABILITY))
+def backward_events(pb: PlainBackward, n_elements: float) -> tuple[float, float]:
+    """The probabilistic events of one backward check (for :meth:`ErrorModel.with_events`):
+    the bounded elements (``n_elements`` gradients, and the forward output whose error
+    enters D), and the terms of every sum the kernel accumulates: per problem and
+    (query, key) pair, the score and dP dot products (E + E_v), its terms of dQ, dK
+    (E each) and dV (E_v), of D and of the softmax sum; the copies summed over GQA
+    groups and broadcast axes are counted once more each (at most every element)."""
+    E, Ev = pb.q.shape[-1], pb.v.shape[-1]
+    n_pairs = float(np.prod(pb.p.shape))
+    per_pair = 3 * E + 2 * Ev + 2
+    return n_elements + float(np.prod(pb.out.shape)), n_pairs * per_pair + 2 * n_elements
 
 
 def _mm(a: Arr, b: Arr) -> Arr:
@@ -120,17 +128,17 @@ def _rs(a: Arr) -> Arr:
 
 
 class _Parts:
-    """Per-problem error magnitudes shared by both bounds."""
+    """Per-problem error magnitudes shared by both bounds (``model``'s λs set)."""
 
-    def __init__(self, pb: PlainBackward, fmt: FloatFormat, acc: FloatFormat, n_el: float) -> None:
-        u, ua = fmt.u, acc.u
-        self.u, self.ua, self.eta = u, ua, fmt.eta
+    def __init__(self, pb: PlainBackward, model: ErrorModel) -> None:
+        u, ua = model.u, model.ua
+        self.u, self.ua, self.eta = u, ua, model.eta
         q, k, v, do = pb.q, pb.k, pb.v, pb.do
         self.c = abs(pb.scale)
         E, Ev = q.shape[-1], v.shape[-1]
         self.L, self.S = q.shape[-2], k.shape[-2]
         allowed = pb.allowed
-        self.gam = lambda n: accumulation_gamma(n, ua, n_el)
+        self.gam = model.gamma_sum
         self.aq, self.ak, self.ado = np.abs(q), np.abs(k), np.abs(do)
         A = self.c * _mm(self.aq, _t(self.ak))
         qk = pb.scale * _mm(q, _t(k))
@@ -149,46 +157,106 @@ class _Parts:
         # D: the kernel's own forward output error (FA) or the row sum's errors (MATH)
         fwd = attention_error_bound(q, k, v, np.where(allowed, pb.p, 0.0), scale=pb.scale,
                                     allowed=allowed, mask_add=pb.mask_add, out=pb.out,
-                                    fmt=fmt, acc=acc)
+                                    model=model)
         fwd = np.where(np.isfinite(fwd), fwd, 0.0)
         self.d_fa = (_rs(self.ado * fwd) + self.gam(Ev) * _rs(self.ado * (np.abs(pb.out) + fwd)))
         self.pb = pb
         self.live = allowed & (pb.p > 0)
 
 
-def backward_error_bound(pb: PlainBackward, fmt: FloatFormat, acc: FloatFormat, *,
+def backward_error_bound(pb: PlainBackward, model: ErrorModel, *,
                          shapes: dict[str, tuple[int, ...]],
-                         model: str = "probabilistic") -> dict[str, Arr]:
+                         events: tuple[float, float] | None = None) -> dict[str, Arr]:
     """The model's bound on |kernel − exact| for each gradient, at the inputs' shapes
-    (``shapes``: "dq", "dk", "dv" and, for a float mask, "d_attn_mask")."""
+    (``shapes``: "dq", "dk", "dv" and, for a float mask, "d_attn_mask"); ``model`` as
+    :func:`~mha_symbolic.testing.tolerance.error_model` makes it for the gradients'
+    dtype (its λs are set here for the whole check, whose events are ``events``, by
+    default :func:`backward_events` of these gradients).
+
+    >>> import numpy as np
+    >>> from mha_symbolic.testing.bugs_backward import BackwardInputs, plain_backward
+    >>> from mha_symbolic.testing.tolerance import error_model
+    >>> x = BackwardInputs(*(np.eye(2)[None] for _ in range(4)))
+    >>> b = backward_error_bound(plain_backward(x), error_model("bfloat16"),
+    ...                          shapes={"dq": (1, 2, 2), "dk": (1, 2, 2), "dv": (1, 2, 2)})
+    >>> bool(all(np.all(np.isfinite(t)) and np.all(t < 0.1) for t in b.values()))
+    True
+    """
     n_el = float(sum(math.prod(s) for s in shapes.values()))
-    parts = _Parts(pb, fmt, acc, max(n_el, 1.0))
-    if model == "worst":
+    model = model.with_events(*(events if events is not None
+                                else backward_events(pb, max(n_el, 1.0))))
+    parts = _Parts(pb, model)
+    if model.kind == "worst_case":
         per = _worst(parts)
-        return {name: _reduce(name, per, pb, shapes, fmt.u, coherent=True) for name in shapes}
-    # the worst case holds for every rounding, so the smaller of the two is a bound
-    # with the probabilistic one's probability (and never looser than the worst case)
-    per = _probabilistic(parts, hoeffding_lambda(n_el))
+        return {name: _reduce(name, per, pb, shapes, model) for name in shapes}
+    # the worst-case propagation holds for every rounding of its ingredients, so the
+    # smaller of the two is a bound with the probabilistic one's probability
+    per = _probabilistic(parts, model.lam)
     worst = _worst(parts)
     per = {key: (val, np.minimum(err, worst[key][1])) for key, (val, err) in per.items()}
-    return {name: _reduce(name, per, pb, shapes, fmt.u, coherent=True) for name in shapes}
+    return {name: _reduce(name, per, pb, shapes, model) for name in shapes}
+
+
+def _copies(name: str, pb: PlainBackward, shape: tuple[int, ...], size: int
+            ) -> tuple[int, str, int]:
+    """(GQA group size, reduction mode, number of copies) of a gradient."""
+    rep = pb.rep if name in ("dk", "dv") else 1
+    mode = pb.gqa_reduce if name in ("dk", "dv") else "sum"
+    return rep, mode, max(1, round(size / max(math.prod(shape), 1)))
 
 
 def _reduce(name: str, per: dict[str, tuple[Arr, Arr]], pb: PlainBackward,
-            shapes: dict[str, tuple[int, ...]], u: float, *, coherent: bool) -> Arr:
+            shapes: dict[str, tuple[int, ...]], model: ErrorModel) -> Arr:
     """Sum per-copy bounds over the copies of an input (GQA groups, broadcast axes):
     coherently (the copies share their inputs' roundings), plus the kernel's own sum
     of the copies, γ̃_n(u)·Σ|values| (it may add per-head gradients in its dtype)."""
     key = "dmask" if name == "d_attn_mask" else name
     val, err = per[key]
     shape = shapes[name]
-    rep = pb.rep if name in ("dk", "dv") else 1
-    mode = pb.gqa_reduce if name in ("dk", "dv") else "sum"
-    n_copies = max(1, round(val.size / max(math.prod(shape), 1)))
+    rep, mode, n_copies = _copies(name, pb, shape, val.size)
     e = reduce_to(err, shape, rep, mode)
     if n_copies > 1:
-        e = e + accumulation_gamma(n_copies, u) * reduce_to(np.abs(val), shape, rep, mode)
+        e = e + model.gamma_sum(n_copies, model.u) * reduce_to(np.abs(val), shape, rep, mode)
     return np.asarray(e, dtype=np.float64)
+
+
+def natural_scales(pb: PlainBackward, shapes: dict[str, tuple[int, ...]], eta: float
+                   ) -> dict[str, tuple[Arr, Arr]]:
+    """For each gradient, (natural size, absolute floor) at the inputs' shapes: the
+    sum of the absolute values of every term the exact gradient adds, down to the
+    inputs — dP_ij = f keep_ij Σ_l dO_il V_jl is of size ``N_ij = f (|dO||V|ᵀ)_ij``,
+    D_i of size at most Σ_j P_ij N_ij, dS_ij = P_ij(dP_ij − D_i) of size
+    ``P_ij (N_ij + Σ_j' P_ij' N_ij')``, dQ = c dS K of size |c| (that) |K|, and so on —
+    and the underflow floor ``eta`` (the model's η) times the terms of the sum.  A
+    tolerance at least the natural size where that stands above 4 × the floor is
+    vacuous (see the module docstring).
+
+    >>> import numpy as np
+    >>> from mha_symbolic.testing.bugs_backward import BackwardInputs, plain_backward
+    >>> x = BackwardInputs(*(np.eye(2)[None] for _ in range(4)))
+    >>> nat = natural_scales(plain_backward(x), {"dv": (1, 2, 2)}, 2.0**-150)
+    >>> bool(np.all(nat["dv"][0] > 0))
+    True
+    """
+    P = np.where(pb.allowed, pb.p, 0.0)
+    aq, ak, ado = np.abs(pb.q), np.abs(pb.k), np.abs(pb.do)
+    ndp = max(abs(pb.f), 1.0) * _mm(ado, _t(np.abs(pb.v)))
+    nds = P * (ndp + _rs(P * ndp))
+    L, S = P.shape[-2], P.shape[-1]
+    cq, ck = abs(pb.dq_scale), abs(pb.dk_scale)
+    per = {
+        "dq": (cq * _mm(nds, ak), eta * ((cq + 1.0) * S * np.max(ak, initial=0.0) + 1.0)),
+        "dk": (ck * _mm(_t(nds), aq), eta * ((ck + 1.0) * L * np.max(aq, initial=0.0) + 1.0)),
+        "dv": (_mm(_t(np.abs(pb.w)), ado), eta * (L * np.max(ado, initial=0.0) + 1.0)),
+        "d_attn_mask": (nds, eta),
+    }
+    out = {}
+    for name, shape in shapes.items():
+        nat, floor = per[name]
+        rep, mode, n_copies = _copies(name, pb, shape, nat.size)
+        out[name] = (np.asarray(reduce_to(nat, shape, rep, mode), dtype=np.float64),
+                     np.full(shape, float(np.max(floor, initial=0.0)) * n_copies))
+    return out
 
 
 def _structure(pt: _Parts) -> tuple[Any, Any, Arr, Arr, Arr]:

@@ -1,14 +1,14 @@
 """Known bug classes of attention code, as data, and the diagnosis built on them.
 
 Each entry of :data:`BUG_CLASSES` names a mistake seen in real attention code
-(see docs/testing.md) and gives a function that computes, in float64, what the
-buggy formula outputs for the same inputs.  The diagnosis only *names* a bug
-class after checking it: the actual output must lie within the model tolerance
-of that buggy variant while it does not lie within tolerance of the truth.
+(see docs/testing.md) and gives a function that evaluates, in float64, what the
+buggy formula outputs for the same inputs (a :class:`~.plain.Plain`, chunked).  The
+diagnosis only *names* a bug class after checking it: the actual output must lie
+within the model tolerance of that buggy variant while it does not lie within
+tolerance of the truth.
 
-Also here: the float64 plain attention (:func:`plain_attention`) the bug
-variants and the tolerance model share, and the same for the whole multi-head
-block (:func:`plain_mha`).  Neither is a reference: the reference is the
+Also here: the float64 multi-head block (:func:`plain_mha`) the multi-head bug
+variants and the tolerance share.  Neither is a reference: the reference is the
 oracle's certified enclosure.
 """
 
@@ -21,122 +21,20 @@ from typing import Any
 
 import numpy as np
 
-from .tolerance import FloatFormat, attention_error_bound, linear_error_bound
+from .plain import AttentionInputs, Plain, fit_ratio, plain_attention
+from .tolerance import ErrorModel, linear_error_bound
 
 __all__ = [
     "BUG_CLASSES",
     "MHA_BUG_CLASSES",
     "AttentionInputs",
     "BugClass",
-    "Plain",
+    "Candidate",
     "diagnose",
+    "diagnose_mha",
     "plain_attention",
+    "plain_mha",
 ]
-
-
-@dataclass(frozen=True)
-class AttentionInputs:
-    """Inputs and options of one scaled-dot-product attention call, in float64."""
-
-    q: np.ndarray
-    k: np.ndarray
-    v: np.ndarray
-    attn_mask: np.ndarray | None = None   # bool (True = takes part) or float (added)
-    is_causal: bool = False
-    scale: float | None = None
-    enable_gqa: bool = False
-    causal_alignment: str = "top_left"
-    masked_rows: str = "zero"
-
-    @property
-    def effective_scale(self) -> float:
-        """1/sqrt(E) by default (float64 is enough here: this is not the reference)."""
-        return 1.0 / math.sqrt(self.q.shape[-1]) if self.scale is None else float(self.scale)
-
-
-@dataclass(frozen=True)
-class Plain:
-    """A float64 evaluation: output, weights, and what the tolerance model needs."""
-
-    out: np.ndarray
-    p: np.ndarray
-    q: np.ndarray
-    k: np.ndarray                # heads matched to the query (GQA expanded)
-    v: np.ndarray
-    scale: float
-    allowed: np.ndarray
-    mask_add: np.ndarray | None  # finite part of a float mask
-    softmax_axis: int = -1
-
-    def bound(self, fmt: FloatFormat, acc: FloatFormat) -> np.ndarray:
-        return attention_error_bound(
-            self.q, self.k, self.v, self.p, scale=self.scale, allowed=self.allowed,
-            mask_add=self.mask_add, out=self.out, fmt=fmt, acc=acc,
-            softmax_axis=self.softmax_axis,
-        )
-
-
-def _expand_heads(x: np.ndarray, hq: int, *, tile: bool = False) -> np.ndarray:
-    """GQA: query head g uses key/value head g // (H_q / H_kv) (repeat_interleave)."""
-    if x.ndim < 3 or x.shape[-3] == hq:
-        return x
-    rep = hq // x.shape[-3]
-    if tile:
-        reps = [1] * x.ndim
-        reps[-3] = rep
-        return np.tile(x, reps)
-    return np.repeat(x, rep, axis=-3)
-
-
-def plain_attention(
-    x: AttentionInputs,
-    *,
-    softmax_axis: int = -1,
-    tile_gqa: bool = False,
-    causal_offset: int = 0,
-    invert_bool_mask: bool = False,
-) -> Plain:
-    """Float64 attention with the options of ``reference_attention``; the keyword
-    switches produce the buggy variants of the catalogue."""
-    q, k, v = x.q, x.k, x.v
-    hq = q.shape[-3] if q.ndim >= 3 else 1
-    k = _expand_heads(k, hq, tile=tile_gqa)
-    v = _expand_heads(v, hq, tile=tile_gqa)
-    c = x.effective_scale
-    L, S = q.shape[-2], k.shape[-2]
-    s = c * (q @ np.swapaxes(k, -1, -2))
-    allowed = np.ones(s.shape, dtype=bool)
-    mask_add = None
-    if x.is_causal:
-        # top-left: j <= i; bottom-right: j <= i + S - L; the offset makes the
-        # off-by-one variants of the catalogue
-        off = causal_offset + (S - L if x.causal_alignment == "bottom_right" else 0)
-        allowed &= np.arange(S)[None, :] <= np.arange(L)[:, None] + off
-    m = x.attn_mask
-    if m is not None:
-        if m.dtype == np.bool_:
-            allowed &= ~m if invert_bool_mask else m
-        else:
-            mf = np.asarray(m, dtype=np.float64)
-            allowed &= mf != -np.inf
-            mask_add = np.where(np.isfinite(mf), mf, 0.0)
-            s = s + mask_add
-            mask_add = np.broadcast_to(mask_add, s.shape)
-    s = np.where(allowed, s, -np.inf)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        if s.shape[softmax_axis] == 0:
-            p = np.zeros(s.shape)
-        else:
-            smax = np.max(s, axis=softmax_axis, keepdims=True)
-            e = np.where(allowed, np.exp(s - np.where(np.isfinite(smax), smax, 0.0)), 0.0)
-            tot = np.sum(e, axis=softmax_axis, keepdims=True)
-            empty = tot == 0
-            p = np.where(empty, 0.0, e / np.where(empty, 1.0, tot))
-    out = p @ v
-    if x.masked_rows == "nan" and softmax_axis == -1:
-        dead = ~np.any(allowed, axis=-1)
-        out = np.where(dead[..., None], np.nan, out)
-    return Plain(out, p, q, k, v, c, allowed, mask_add, softmax_axis)
 
 
 # --------------------------------------------------------------------------------------
@@ -253,8 +151,21 @@ class MhaInputs:
 
 @dataclass(frozen=True)
 class PlainMha:
+    """A float64 multi-head block: ``out`` and ``bound(model)`` -> (tol, vacuous)."""
+
     out: np.ndarray
-    bound_fn: Callable[[FloatFormat, FloatFormat], np.ndarray]
+    bound: Callable[[ErrorModel], tuple[np.ndarray, np.ndarray]]
+    events: tuple[float, float] = (1.0, 1.0)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.out.shape)
+
+    def fits(self, actual: np.ndarray, model: ErrorModel, safety: float) -> tuple[bool, float]:
+        """Is ``actual`` within ``safety`` × the bound of this block's output?"""
+        w = fit_ratio(np.asarray(actual, dtype=np.float64), self.out, self.bound(model)[0],
+                      safety)
+        return w <= 1.0, w
 
 
 def _split(x: np.ndarray, h: int) -> np.ndarray:
@@ -288,25 +199,30 @@ def plain_mha(
         mask = x.keep
     else:
         mask = x.mask_add
-    att = plain_attention(AttentionInputs(qh, kh, vh, attn_mask=mask, enable_gqa=g != h,
-                                          masked_rows=x.masked_rows))
+    ax = AttentionInputs(qh, kh, vh, attn_mask=mask, enable_gqa=g != h,
+                         masked_rows=x.masked_rows)
+    att = Plain(ax)
     O = _merge(att.out, reverse=reverse_heads)
     wo = x.wo.T if transpose_wo else x.wo
     out = lin(O, wo, x.bo)
+    N, L = x.query.shape[0], x.query.shape[1]
+    E_in = max(x.query.shape[-1], x.key.shape[-1], x.value.shape[-1], O.shape[-1])
+    n_el, n_terms = att.events()
+    lin_out = 4.0 * N * max(L, x.key.shape[1]) * x.wq.shape[0]
+    events = (n_el + lin_out, n_terms + lin_out * (E_in + 2))
 
-    def bound(fmt: FloatFormat, acc: FloatFormat) -> np.ndarray:
-        dQ = linear_error_bound(x.query, x.wq, x.bq, y=Q, fmt=fmt, acc=acc)
-        dK = linear_error_bound(x.key, x.wk, x.bk, y=K, fmt=fmt, acc=acc)
-        dV = linear_error_bound(x.value, x.wv, x.bv, y=V, fmt=fmt, acc=acc)
-        dO = attention_error_bound(
-            att.q, att.k, att.v, att.p, scale=att.scale, allowed=att.allowed,
-            mask_add=att.mask_add, out=att.out, fmt=fmt, acc=acc,
-            dq=_split(dQ, h), dk=_expand_heads(_split(dK, g), h),
-            dv=_expand_heads(_split(dV, g), h),
-        )
-        return linear_error_bound(O, wo, x.bo, y=out, fmt=fmt, acc=acc, dx=_merge(dO))
+    def bound(model: ErrorModel) -> tuple[np.ndarray, np.ndarray]:
+        dQ = linear_error_bound(x.query, x.wq, x.bq, y=Q, model=model)
+        dK = linear_error_bound(x.key, x.wk, x.bk, y=K, model=model)
+        dV = linear_error_bound(x.value, x.wv, x.bv, y=V, model=model)
+        errs = Plain(replace(ax, dq=_split(dQ, h), dk=_split(dK, g), dv=_split(dV, g)))
+        dO, vac = errs.bound(model)
+        tol = linear_error_bound(O, wo, x.bo, y=out, model=model, dx=_merge(dO))
+        # an output feature mixes every head's features: one vacuous feature spoils it
+        vrow = np.any(_merge(vac.astype(np.float64)) > 0, axis=-1, keepdims=True)
+        return tol, np.broadcast_to(vrow, tol.shape) | ~np.isfinite(tol)
 
-    return PlainMha(out, bound)
+    return PlainMha(out, bound, events)
 
 
 @dataclass(frozen=True)
@@ -342,45 +258,30 @@ class Candidate:
     ratio: float        # max |actual - buggy| / tolerance of the buggy variant (<= 1)
 
 
-def _fits(actual: np.ndarray, out: np.ndarray, bound: np.ndarray) -> tuple[bool, float]:
-    """Is ``actual`` within ``bound`` of the float64 ``out`` everywhere (NaN = NaN)?"""
-    with np.errstate(invalid="ignore"):
-        both_nan = np.isnan(actual) & np.isnan(out)
-        # float64 evaluation error of the variant itself: a few ulps of the terms
-        slack = bound + 1e-12 * (np.abs(out) + bound)
-        err = np.where(both_nan, 0.0, np.abs(actual - out))
-        err = np.where(np.isnan(err), np.inf, err)
-        ratio = np.where(err == 0, 0.0, err / np.where(slack > 0, slack, np.inf))
-    worst = float(np.max(ratio)) if ratio.size else 0.0
-    return worst <= 1.0, worst
-
-
 def diagnose(
     actual: np.ndarray,
     x: AttentionInputs,
     *,
-    fmt: FloatFormat,
-    acc: FloatFormat,
+    model: ErrorModel,
     safety: float,
     catalogue: tuple[BugClass, ...] = BUG_CLASSES,
 ) -> tuple[Candidate, ...]:
     """Bug classes whose float64 variant ``actual`` matches within the model
     tolerance (times ``safety``), best match first.  The caller has already
     established that ``actual`` does not match the truth."""
-    return _matching(actual, x, catalogue, lambda pv: pv.bound(fmt, acc), safety)
+    return _matching(actual, x, catalogue, model, safety)
 
 
 def diagnose_mha(
-    actual: np.ndarray, x: MhaInputs, *, fmt: FloatFormat, acc: FloatFormat, safety: float,
+    actual: np.ndarray, x: MhaInputs, *, model: ErrorModel, safety: float,
 ) -> tuple[Candidate, ...]:
     """As :func:`diagnose`, for the multi-head bug classes."""
-    return _matching(actual, x, MHA_BUG_CLASSES, lambda pv: pv.bound_fn(fmt, acc), safety)
+    return _matching(actual, x, MHA_BUG_CLASSES, model, safety)
 
 
-def _matching(actual: np.ndarray, x: Any, catalogue: Any, bound: Callable[[Any], np.ndarray],
+def _matching(actual: np.ndarray, x: Any, catalogue: Any, model: ErrorModel,
               safety: float) -> tuple[Candidate, ...]:
-    """The bug classes of ``catalogue`` whose variant output fits ``actual`` within
-    ``safety`` times its bound, best match first."""
+    """The bug classes of ``catalogue`` whose variant fits ``actual``, best first."""
     found: list[Candidate] = []
     a = np.asarray(actual, dtype=np.float64)
     for bug in catalogue:
@@ -388,9 +289,9 @@ def _matching(actual: np.ndarray, x: Any, catalogue: Any, bound: Callable[[Any],
             if not bug.applies(x):
                 continue
             pv = bug.variant(x)
-            if pv.out.shape != a.shape:
+            if pv.shape != a.shape:
                 continue
-            ok, ratio = _fits(a, pv.out, safety * bound(pv))
+            ok, ratio = pv.fits(a, model, safety)
         except (ValueError, IndexError):  # a variant that makes no sense for these shapes
             continue
         if ok:
@@ -398,7 +299,20 @@ def _matching(actual: np.ndarray, x: Any, catalogue: Any, bound: Callable[[Any],
     return tuple(sorted(found, key=lambda c: c.ratio))
 
 
+def _fits(actual: np.ndarray, out: np.ndarray, bound: np.ndarray) -> tuple[bool, float]:
+    """Is ``actual`` within ``bound`` of ``out`` everywhere (NaN = NaN)?  (fits, worst
+    ratio), as the backward diagnosis asks it."""
+    w = fit_ratio(np.asarray(actual, dtype=np.float64), np.asarray(out, dtype=np.float64),
+                  np.asarray(bound, dtype=np.float64), 1.0)
+    return w <= 1.0, w
+
+
 def describe(name: str) -> str:
+    """The description of a bug class by name.
+
+    >>> describe("no_scale")
+    'scores not multiplied by the scale (scale 1 instead of 1/sqrt(d_k))'
+    """
     for bug in BUG_CLASSES:
         if bug.name == name:
             return bug.description
@@ -406,47 +320,3 @@ def describe(name: str) -> str:
         if mbug.name == name:
             return mbug.description
     raise KeyError(name)
-
-
-# --------------------------------------------------------------------------------------
-# A plain implementation in a given dtype, simulated (for the FlashAttention-style rule)
-
-# work dtype of a plain implementation whose tensors are stored in `dtype`: fp16 and
-# bf16 kernels multiply-accumulate and take softmax in float32 (cuBLAS, the PyTorch MATH
-# path and FlashAttention all do); fp32 and fp64 work in their own dtype.
-_WORK = {"float64": "float64", "float32": "float32", "float16": "float32", "bfloat16": "float32"}
-
-
-def plain_in_dtype(x: AttentionInputs, dtype: object, work: object | None = None) -> np.ndarray:
-    """What a plain same-dtype implementation outputs (float64 array of its values).
-
-    Every tensor it stores is rounded to ``dtype``: the inputs, the scaled query, the
-    scores (after the mask), the weights P, the output; the products and the softmax
-    run in ``work`` (float32 for fp16/bf16 by default).  This is the "out_pt" of
-    FlashAttention's tests, computed here instead of by a second implementation.
-    """
-    dt = np.dtype(dtype)  # type: ignore[call-overload]
-    wk = np.dtype(work if work is not None else _WORK[dt.name])  # type: ignore[call-overload]
-
-    def st(a: np.ndarray) -> np.ndarray:          # store: round to dtype, back to work
-        return np.asarray(a).astype(dt).astype(wk)
-
-    base = plain_attention(x)                    # for `allowed`, `mask_add`, expanded k, v
-    q, k, v = st(base.q), st(base.k), st(base.v)
-    qs = st(q * wk.type(base.scale))
-    s = st(qs @ np.swapaxes(k, -1, -2))
-    if base.mask_add is not None:
-        s = st(s + st(base.mask_add))
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        s = np.where(base.allowed, s, -np.inf)
-        if s.shape[-1] == 0:
-            p = np.zeros(s.shape, dtype=wk)
-        else:
-            smax = np.max(s, axis=-1, keepdims=True)
-            e = np.where(base.allowed, np.exp(s - np.where(np.isfinite(smax), smax, 0)), 0)
-            tot = np.sum(e, axis=-1, keepdims=True)
-            p = np.where(tot == 0, 0, e / np.where(tot == 0, 1, tot)).astype(wk)
-        out = st(st(p) @ v).astype(np.float64)
-    if x.masked_rows == "nan":
-        out = np.where(~np.any(base.allowed, axis=-1)[..., None], np.nan, out)
-    return out

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from ..oracle.variants import Bias, Cap, Geometry, VariantOptions, score_pipeline, window_allowed
-from .tolerance import FloatFormat
+from .plain import fit_ratio
+from .tolerance import ErrorModel
 from .tolerance_variants import variant_error_bound
 
 __all__ = ["VARIANT_BUG_CLASSES", "VariantInputs", "VariantPlain", "diagnose_variant",
@@ -63,10 +64,27 @@ class VariantPlain:
     size: np.ndarray              # |c q·k| + Σ|biases| + |mask|
     caps: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     v_descaled: bool = False
+    k: np.ndarray | None = None   # descaled, heads matched
+    scale: float = 1.0
+    n_add: int = 0                # additive terms of the scores (biases, the mask)
+    qk_descaled: bool = False     # q_descale or k_descale multiplied into the scale
+    uniform: np.ndarray | None = None   # (..., L) rows given uniform weights
 
-    def bound(self, fmt: FloatFormat, acc: FloatFormat,
-              p_format: FloatFormat | None = None) -> np.ndarray:
-        return variant_error_bound(self, fmt, acc, p_format)
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.out.shape)
+
+    def bound(self, model: ErrorModel, events: tuple[float, float] | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """(tolerance, vacuous) of every output element under ``model`` (λ for the
+        check's ``events``, by default this evaluation's own)."""
+        return variant_error_bound(self, model, events)
+
+    def fits(self, actual: np.ndarray, model: ErrorModel, safety: float) -> tuple[bool, float]:
+        """Is ``actual`` within ``safety`` × this evaluation's bound of its output?"""
+        w = fit_ratio(np.asarray(actual, dtype=np.float64), self.out, self.bound(model)[0],
+                      safety)
+        return w <= 1.0, w
 
 
 def _descale(x: np.ndarray, d: np.ndarray | None, power: int, heads_kv: int, group: int,
@@ -157,6 +175,7 @@ def plain_variant(
         aoff = (S - L) - off if flip_alibi_alignment else off
         ops.append(Bias("alibi", np.ascontiguousarray(slopes), aoff))
     B = math.prod(lead)
+    n_add = 0
     for op in ops:
         if isinstance(op, Cap):
             t = op.C * np.tanh(s / op.C)
@@ -167,9 +186,11 @@ def plain_variant(
             vals = vals.reshape(*lead, L, S)
             s = st(s + vals)
             size = size + np.abs(vals)
+            n_add += 1
     if madd is not None:
         s = st(s + madd)
         size = size + np.abs(madd)
+        n_add += 1
     if cap is not None and softcap_mode == "after_mask":
         # the mask applied first, then the softcap: a masked score -inf becomes -C,
         # so masked keys take part (the bug FlashAttention's order avoids)
@@ -181,6 +202,14 @@ def plain_variant(
     if o.sinks is not None and sink_mode != "ignored":
         sink = np.broadcast_to(o.sinks.reshape(H, 1), (*lead, L)) if lead else np.broadcast_to(
             o.sinks.reshape(1), (L,))
+    uniform = None
+    if x.masked_rows == "uniform" and sink is None and S:
+        # JAX's policy: a row with no key gets uniform weights over all keys
+        dead = ~np.any(allowed, axis=-1)
+        if np.any(dead):
+            uniform = dead
+            allowed = allowed | dead[..., None]
+            s = np.where(dead[..., None], 0.0, s)
     sm = np.where(allowed, s, -np.inf)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         top = np.max(sm, axis=-1, initial=-np.inf)
@@ -203,7 +232,9 @@ def plain_variant(
         out = np.where(~np.any(allowed, axis=-1)[..., None], np.nan, out)
     return VariantPlain(out, p, p_sink, None if sink is None else np.asarray(sink, float),
                         q, v, allowed, np.where(allowed, s, 0.0), A, size, caps,
-                        v_descaled=o.v_descale is not None)
+                        v_descaled=o.v_descale is not None, k=k, scale=c, n_add=n_add,
+                        qk_descaled=o.q_descale is not None or o.k_descale is not None,
+                        uniform=uniform)
 
 
 # --------------------------------------------------------------------------------------
@@ -335,12 +366,11 @@ VARIANT_BUG_CLASSES: tuple[VariantBugClass, ...] = (
 )
 
 
-def diagnose_variant(actual: np.ndarray, x: VariantInputs, *, fmt: FloatFormat,
-                     acc: FloatFormat, p_format: FloatFormat | None,
+def diagnose_variant(actual: np.ndarray, x: VariantInputs, *, model: ErrorModel,
                      safety: float) -> tuple[Any, ...]:
     """The variant bug classes whose float64 output ``actual`` matches within
-    ``safety`` times the buggy variant's own bound, best first (callers have found
-    that ``actual`` does not match the truth)."""
+    ``safety`` times the buggy variant's own bound under ``model``, best first
+    (callers have found that ``actual`` does not match the truth)."""
     from .bugs import _matching
 
     class _Entry:
@@ -354,4 +384,4 @@ def diagnose_variant(actual: np.ndarray, x: VariantInputs, *, fmt: FloatFormat,
             return plain_variant(xx, **self.bug.switches(xx))
 
     entries = tuple(_Entry(b) for b in VARIANT_BUG_CLASSES)
-    return _matching(actual, x, entries, lambda pv: pv.bound(fmt, acc, p_format), safety)
+    return _matching(actual, x, entries, model, safety)

@@ -9,7 +9,6 @@ answers.  numpy kernels have no autograd: only their output is checked.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +22,12 @@ __all__ = ["AttentionCheck", "check_attention"]
 
 # options of the reference that a scaled_dot_product_attention-like kernel also takes
 _FORWARD_OPTIONS = ("attn_mask", "is_causal", "scale", "enable_gqa")
-# options of the tolerance, shared by the output and the gradients
-_TOLERANCE_OPTIONS = ("rule", "accumulation_dtype", "safety", "rtol", "atol", "ulps", "factor",
-                      "diagnose_bugs")
+# options of the tolerance, shared by the output and the gradients (one error model:
+# the same defaults, testing/tolerance.py)
+_TOLERANCE_OPTIONS = ("rule", "accumulation_dtype", "error_model", "safety", "rtol", "atol",
+                      "ulps", "factor", "diagnose_bugs")
+# options of the forward model only (what the kernel rounds in the forward pass)
+_FORWARD_TOLERANCE_OPTIONS = ("kernel", "subnormals")
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,10 @@ def check_attention(
     ``masked_rows`` and dropout (``dropout_p`` with the kernel's ``dropout_mask``)
     describe the exact answer only.  ``grad_output``: the gradient of the output;
     by default standard normal values fixed by ``seed``, in the output's dtype.
-    ``tolerance``: ``rule``, ``accumulation_dtype``, ``safety``, ``rtol``, ``atol``,
-    ``ulps``, ``factor``, ``diagnose_bugs`` (as compare_attention).
+    ``tolerance``: ``rule``, ``accumulation_dtype``, ``error_model``, ``safety``,
+    ``rtol``, ``atol``, ``ulps``, ``factor``, ``diagnose_bugs`` (as compare_attention,
+    for the output and the gradients), ``kernel`` and ``subnormals`` (the output's
+    model only).
 
     Returns an :class:`AttentionCheck`; raises
     :class:`~mha_symbolic.errors.AttentionMismatchError` with both reports when it
@@ -101,10 +105,12 @@ def check_attention(
     True
     """
     __tracebackhide__ = True
-    bad = sorted(set(tolerance) - set(_TOLERANCE_OPTIONS))
+    known = _TOLERANCE_OPTIONS + _FORWARD_TOLERANCE_OPTIONS
+    bad = sorted(set(tolerance) - set(known))
     if bad:
         raise SpecError(f"check_attention got unexpected option(s) {', '.join(bad)}: expected "
-                        f"the reference's options or one of {', '.join(_TOLERANCE_OPTIONS)}")
+                        f"the reference's options or one of {', '.join(known)}")
+    shared = {k_: v_ for k_, v_ in tolerance.items() if k_ in _TOLERANCE_OPTIONS}
     given = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale,
              "enable_gqa": enable_gqa}
     defaults = {"attn_mask": None, "is_causal": False, "scale": None, "enable_gqa": False}
@@ -126,17 +132,13 @@ def check_attention(
         out = fn(query, key, value, **fwd_opts)
     fwd_kw = dict(ref_opts)
     if dropout_mask is not None or dropout_p:
-        params = inspect.signature(compare_attention).parameters
-        if "dropout_mask" not in params:
-            raise SpecError("check_attention with dropout needs compare_attention's dropout "
-                            "support (dropout_mask=), which this version lacks")
         fwd_kw.update(dropout_p=dropout_p, dropout_mask=dropout_mask)
     output = compare_attention(out, query, key, value, **fwd_kw, **tolerance)
     backward = None
     if dq is not None:
         backward = compare_attention_backward(
             dq, dk, dv, query, key, value, do_np, **ref_opts, dropout_p=dropout_p,
-            dropout_mask=dropout_mask, d_attn_mask=dmask, **tolerance)
+            dropout_mask=dropout_mask, d_attn_mask=dmask, **shared)
     passed = bool(output.passed and (backward is None or backward.passed))
     result = AttentionCheck(passed, framework, output, backward, do_np)
     if raise_on_failure and not passed:

@@ -4,16 +4,22 @@ score_mod, FP8 descale) or a packed varlen output against the exact answer.
 :func:`mha_symbolic.testing.compare.compare_attention` hands a call with variant
 options to :func:`compare_variant_attention`; :func:`compare_attention_varlen` and
 :func:`assert_attention_varlen_close` take FlashAttention's varlen layout.  The
-verdict machinery (enclosure distance, tolerance rules, report) is that of
-:mod:`.compare`; the tolerance model is :mod:`.tolerance_variants`, the bug
-catalogue :mod:`.bugs_variants`.
+verdict machinery (enclosure distance, tolerance rules, the guards that never let
+an internal inf/NaN or a vacuous tolerance pass, the report) is that of
+:mod:`.compare`; the tolerance model is the one of plain attention
+(:mod:`.attention_bound`) with the variants' score pipeline
+(:mod:`.tolerance_variants`), with the same options and defaults
+(``error_model="probabilistic"``, false-alarm probability ≤ 1e-9 per check, or
+``"worst_case"``; ``kernel``; ``subnormals``); the bug catalogue is
+:mod:`.bugs_variants`.
 
 Accumulation: fp16/bf16/fp8 kernels are modelled as accumulating in fp32 (as
 FlashAttention, cuDNN, torch SDPA and FlexAttention do) unless
 ``accumulation_dtype`` says otherwise (``"same"``: in the output dtype); the report
 states the accumulation.  FP8 kernels: with fp8 inputs (or ``weights_dtype=`` an fp8
-format) the model assumes FlashAttention-3's forward: the unnormalised weights
-converted to the input's fp8 format before P·V.  The report says so.
+format) the model assumes FlashAttention-3's forward: fp32 accumulation and the
+unnormalised weights converted to the input's fp8 format before P·V.  The report says
+so.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AttentionMismatchError, PrecisionError, SpecError
+from ..errors import AttentionMismatchError, SpecError
 from ..oracle.inputs import as_exact_array
 from ..oracle.variants import (
     Geometry,
@@ -34,48 +40,29 @@ from ..oracle.variants import (
     variant_options,
 )
 from .bugs_variants import VariantInputs, diagnose_variant, plain_variant
-from .tolerance import DEFAULT_SAFETY, FloatFormat
-from .tolerance_variants import FP8_FORMATS, variant_format_of
+from .tolerance import DEFAULT_SAFETY, FORMATS, ErrorModel
+from .tolerance_variants import FP8_FORMATS, variant_events
 
 __all__ = ["assert_attention_varlen_close", "compare_attention_varlen",
            "compare_variant_attention"]
 
-_FP32 = variant_format_of("float32")
 
+def _variant_model(actual: np.ndarray, in_dtype: str, accumulation_dtype: Any,
+                   weights_dtype: Any, kernel: str, error_model: str,
+                   subnormals: str) -> ErrorModel:
+    """The :class:`~mha_symbolic.testing.tolerance.ErrorModel` of a variant kernel: the
+    plain defaults (float32 accumulation for outputs narrower than float32), and FP8
+    inputs mean an FP8 kernel (FlashAttention-3): float32 accumulation whatever the
+    output, the weights in the input's fp8 format unless ``weights_dtype`` says."""
+    from .compare import _model
 
-def _named_format(value: Any, arg: str) -> FloatFormat:
-    """The format a dtype-like argument names (a string, numpy or torch dtype)."""
-    text = value if isinstance(value, str) else str(value)
-    if not isinstance(value, str) and not text.startswith("torch."):
-        with contextlib.suppress(TypeError):
-            text = np.dtype(value).name
-    try:
-        return variant_format_of(text)
-    except SpecError:
-        raise SpecError(f"{arg}={value!r} is not a float format") from None
-
-
-def _formats(actual: np.ndarray, in_dtype: str, accumulation_dtype: Any,
-             weights_dtype: Any) -> tuple[FloatFormat, FloatFormat, FloatFormat | None]:
-    """(output, accumulation, weights-before-P·V) formats; FP8 inputs mean an FP8
-    kernel (FlashAttention-3): fp32 accumulation and the weights in the input's format."""
-    fmt = _named_format(actual.dtype, "actual.dtype")
     fp8_in = in_dtype in FP8_FORMATS
-    if accumulation_dtype == "same":
-        acc = fmt
-    elif accumulation_dtype is not None:
-        acc = _named_format(accumulation_dtype, "accumulation_dtype")
-    else:
-        # production kernels (FlashAttention 2/3, cuDNN, torch SDPA, FlexAttention)
-        # accumulate 16- and 8-bit formats in fp32 (issue 10's default); "same" says
-        # the kernel truly accumulates in its output dtype
-        acc = _FP32 if (fp8_in or fmt.precision < _FP32.precision) else fmt
-    p_fmt = None
-    if weights_dtype is not None:
-        p_fmt = _named_format(weights_dtype, "weights_dtype")
-    elif fp8_in:
-        p_fmt = FP8_FORMATS[in_dtype]
-    return fmt, acc, p_fmt
+    weights = weights_dtype if weights_dtype is not None else (in_dtype if fp8_in else None)
+    model = _model(actual, accumulation_dtype, kernel, error_model, subnormals,
+                   weights=weights)
+    if fp8_in and accumulation_dtype is None and model.acc.p > FORMATS["float32"].p:
+        model = replace(model, acc=FORMATS["float32"])
+    return model
 
 
 def _f64(x: Any, name: str) -> np.ndarray:
@@ -115,21 +102,12 @@ def _variant_inputs(query: Any, key: Any, value: Any, opts: VariantOptions, *,
                          mod_keep=keep, in_format=qa.dtype.name)
 
 
-def _finite_model(model: np.ndarray) -> np.ndarray:
-    """A tolerance must be finite (a vacuous one would pass any output)."""
-    if not np.all(np.isfinite(model) | np.isnan(model)):
-        raise PrecisionError(
-            "the rounding-error model is not finite for these inputs (too many keys for "
-            "the accumulation precision, or scores too large): no verdict is given; state "
-            "a wider accumulation_dtype or use rule='ulp' or rule='allclose'")
-    return model
-
-
 def compare_variant_attention(
     actual: Any, query: Any, key: Any, value: Any, opts: VariantOptions, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
     enable_gqa: bool = False, causal_alignment: str = "top_left", masked_rows: str = "zero",
     rule: str = "model", accumulation_dtype: Any = None, weights_dtype: Any = None,
+    kernel: str = "fused", error_model: str = "probabilistic", subnormals: str = "keep",
     safety: float | None = None, rtol: float | None = None, atol: float | None = None,
     ulps: float | None = None, factor: float | None = None, diagnose_bugs: bool = True,
 ) -> Any:
@@ -141,7 +119,8 @@ def compare_variant_attention(
     x = _variant_inputs(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
                         scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
                         masked_rows=masked_rows)
-    fmt, acc, p_fmt = _formats(a, x.in_format, accumulation_dtype, weights_dtype)
+    model = _variant_model(a, x.in_format, accumulation_dtype, weights_dtype, kernel,
+                           error_model, subnormals)
     from ..oracle.variant_forward import variant_attention
 
     ref = variant_attention(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
@@ -150,49 +129,55 @@ def compare_variant_attention(
                             return_weights=False)
     c._check_shape(a, tuple(ref.shape), "attention output")
     vp = plain_variant(x)
-    model = _finite_model(np.broadcast_to(vp.bound(fmt, acc, p_fmt), a.shape))
+    tol, vac = (np.broadcast_to(t_, a.shape) for t_ in vp.bound(model))
+    model = model.with_events(*variant_events(vp))  # for the report's λ
     plain = None
     if rule == "flash":  # FlashAttention's out_pt: a plain kernel storing in a's dtype
         dt = a.dtype
 
         def store(t: np.ndarray) -> np.ndarray:
-            return np.asarray(t).astype(dt).astype(np.float64)
+            with np.errstate(over="ignore", invalid="ignore"):
+                return np.asarray(t).astype(dt).astype(np.float64)
 
-        plain = np.broadcast_to(plain_variant(x, store=store).out, a.shape)
-    return _verdict(a, ref, model, x=x, fmt=fmt, acc=acc, p_fmt=p_fmt, rule=rule,
-                    safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor,
-                    diagnose_bugs=diagnose_bugs, names=c._index_names(a.ndim),
-                    title="attention output", plain=plain)
+        with np.errstate(over="ignore", invalid="ignore"):
+            plain = np.broadcast_to(plain_variant(x, store=store).out, a.shape)
+    return _verdict(a, ref, tol, vac, model=model, x=x, rule=rule, safety=safety, rtol=rtol,
+                    atol=atol, ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs,
+                    names=c._index_names(a.ndim), title="attention output", plain=plain,
+                    nan_ok=masked_rows == "nan")
 
 
-def _verdict(a: np.ndarray, ref: Any, model: np.ndarray, *, x: Any, fmt: FloatFormat,
-             acc: FloatFormat, p_fmt: FloatFormat | None, rule: str, safety: float | None,
+def _verdict(a: np.ndarray, ref: Any, model_tol: np.ndarray, vacuous: np.ndarray, *,
+             model: ErrorModel, x: Any, rule: str, safety: float | None,
              rtol: float | None, atol: float | None, ulps: float | None,
              factor: float | None, diagnose_bugs: bool, names: tuple[str, ...], title: str,
-             diagnose: Any = None, plain: np.ndarray | None = None) -> Any:
+             diagnose: Any = None, plain: np.ndarray | None = None,
+             nan_ok: bool = False) -> Any:
+    """The verdict of :mod:`.compare` (its guards included: a non-finite enclosure or
+    tolerance, or a vacuous tolerance where the output would pass, raise
+    ToleranceError), then the variant diagnosis."""
     from . import compare as c
 
     lower, upper = np.asarray(ref.lower, np.float64), np.asarray(ref.upper, np.float64)
-    lower, upper = c._refined(ref, lower, upper, model, rule, fmt, safety, rtol, atol, ulps)
+    c._check_enclosure(lower, upper, nan_ok)
+    lower, upper = c._refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
+                              atol, ulps)
     mid = 0.5 * (lower + upper)
-    tol = c._tolerance(rule, model=model, mid=mid, fmt=fmt, rtol=rtol, atol=atol, ulps=ulps,
-                       factor=factor, safety=safety, plain=plain)
-    if rule == "flash":
-        # never stricter than the model: the simulated kernel may happen to be more
-        # accurate than the kernel under test (issue 10's floor for the flash rule)
-        tol = np.maximum(tol, model)
-    text = c._rule_text(rule, safety, rtol, atol, ulps, factor)
-    if rule == "model" and p_fmt is not None:
-        text += f"; weights converted to {p_fmt.name} before P·V (FP8 kernel model)"
-    comp, _ = c._judge(a, lower, upper, tol, fmt=fmt, acc=acc, rule=text, index_names=names,
-                       title=title)
+    # flash: factor × the simulated plain kernel's error, never below the model's
+    # tolerance (issue 10's floor: the simulated kernel may be the more accurate one)
+    tol = c._tolerance(rule, model=model_tol, mid=mid, fmt=model.fmt, rtol=rtol, atol=atol,
+                       ulps=ulps, factor=factor, safety=safety, plain=plain)
+    comp = c._verdict(a, lower, upper, tol, vacuous if rule in ("model", "flash") else None,
+                      model=model, rule=c._rule_line(rule, model, safety, rtol, atol, ulps,
+                                                     factor),
+                      index_names=names, title=title)
     if comp.passed or not diagnose_bugs:
         return comp
     saf = DEFAULT_SAFETY if safety is None or rule != "model" else safety
-    if not c._within(a, lower, upper, saf * model):
+    if not c._within(a, lower, upper, saf * model_tol):
         if diagnose is None:
-            found = diagnose_variant(np.asarray(a, dtype=np.float64), x, fmt=fmt, acc=acc,
-                                     p_format=p_fmt, safety=saf)
+            found = diagnose_variant(np.asarray(a, dtype=np.float64), x, model=model,
+                                     safety=saf)
         else:
             found = diagnose(saf)
         comp = c._with_diagnoses(comp, found)
@@ -205,8 +190,7 @@ def _verdict(a: np.ndarray, ref: Any, model: np.ndarray, *, x: Any, fmt: FloatFo
 
 def _packed_bugs(x_parts: list[VariantInputs], cq: list[int], ck: list[int],
                  qp: np.ndarray, kp: np.ndarray, vp_: np.ndarray, base: VariantInputs,
-                 actual: np.ndarray, fmt: FloatFormat, acc: FloatFormat,
-                 p_fmt: FloatFormat | None, safety: float) -> tuple[Any, ...]:
+                 actual: np.ndarray, model: ErrorModel, safety: float) -> tuple[Any, ...]:
     """Diagnosis of a packed output: the per-sequence variant bugs (applied to every
     sequence) and the two varlen bugs (attention across the boundaries)."""
     from .bugs import Candidate, _fits
@@ -219,7 +203,7 @@ def _packed_bugs(x_parts: list[VariantInputs], cq: list[int], ck: list[int],
 
     def check(name: str, desc: str, outs: list[Any]) -> None:
         out = packed([o.out for o in outs])
-        bound = packed([o.bound(fmt, acc, p_fmt) for o in outs])
+        bound = packed([o.bound(model)[0] for o in outs])
         ok, ratio = _fits(actual, out, safety * bound)
         if ok:
             found.append(Candidate(name, desc, ratio))
@@ -244,7 +228,7 @@ def _packed_bugs(x_parts: list[VariantInputs], cq: list[int], ck: list[int],
         try:
             o = plain_variant(whole)
             ok, ratio = _fits(actual, np.swapaxes(o.out[0], 0, 1),
-                              safety * np.swapaxes(o.bound(fmt, acc, p_fmt)[0], 0, 1))
+                              safety * np.swapaxes(o.bound(model)[0][0], 0, 1))
             if ok:
                 found.append(Candidate("varlen_no_boundaries", "packed sequences attend to "
                                        "each other (cu_seqlens not applied)", ratio))
@@ -271,9 +255,10 @@ def compare_attention_varlen(
     masked_rows: str = "zero", window: Any = None, softcap: Any = None,
     alibi_slopes: Any = None, sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
     q_descale: Any = None, k_descale: Any = None, v_descale: Any = None, rule: str = "model",
-    accumulation_dtype: Any = None, weights_dtype: Any = None, safety: float | None = None,
-    rtol: float | None = None, atol: float | None = None, ulps: float | None = None,
-    diagnose_bugs: bool = True,
+    accumulation_dtype: Any = None, weights_dtype: Any = None, kernel: str = "fused",
+    error_model: str = "probabilistic", subnormals: str = "keep",
+    safety: float | None = None, rtol: float | None = None, atol: float | None = None,
+    ulps: float | None = None, diagnose_bugs: bool = True,
 ) -> Any:
     """Compare a packed varlen output (total_q, H, E_v) with the exact
     :func:`mha_symbolic.reference_attention_varlen` of the same arguments.
@@ -304,7 +289,8 @@ def compare_attention_varlen(
     ck = [int(t) for t in np.asarray(cu_seqlens_k).tolist()]
     nb = len(cq) - 1
     H, hk = qp.shape[1], kp.shape[1]
-    fmt, acc, p_fmt = _formats(a, qa.dtype.name, accumulation_dtype, weights_dtype)
+    model = _variant_model(a, qa.dtype.name, accumulation_dtype, weights_dtype, kernel,
+                           error_model, subnormals)
     opts = variant_options(window=window, softcap=softcap, alibi_slopes=alibi_slopes,
                            sinks=sinks, score_mod=score_mod, q_descale=q_descale,
                            k_descale=k_descale, v_descale=v_descale) or VariantOptions()
@@ -332,24 +318,29 @@ def compare_attention_varlen(
                                    masked_rows=masked_rows, mod_keep=keep,
                                    in_format=qa.dtype.name))
     plains = [plain_variant(xp) for xp in parts]
+    # one check: λ from the events of every sequence together (union bound)
+    ev = [variant_events(p_) for p_ in plains]
+    events = (sum(e[0] for e in ev), sum(e[1] for e in ev))
     if plains:
-        model = np.concatenate([np.swapaxes(p.bound(fmt, acc, p_fmt)[0], 0, 1)
-                                for p in plains], axis=0)
+        bounds = [p_.bound(model, events) for p_ in plains]
+        tol = np.concatenate([np.swapaxes(t_[0], 0, 1) for t_, _ in bounds], axis=0)
+        vac = np.concatenate([np.swapaxes(v_[0], 0, 1) for _, v_ in bounds], axis=0)
     else:
-        model = np.zeros(a.shape)
-    model = _finite_model(model)
+        tol, vac = np.zeros(a.shape), np.zeros(a.shape, dtype=bool)
+    model = model.with_events(*events)
 
     def diagnose(saf: float) -> tuple[Any, ...]:
         base = replace(parts[0], mod_keep=None) if parts else None
         if base is None:
             return ()
         return _packed_bugs(parts, cq, ck, qp, kp, vp_, base, np.asarray(a, np.float64),
-                            fmt, acc, p_fmt, saf)
+                            model, saf)
 
-    return _verdict(a, ref, model, x=None, fmt=fmt, acc=acc, p_fmt=p_fmt, rule=rule,
-                    safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=None,
+    return _verdict(a, ref, tol, vac, model=model, x=None, rule=rule, safety=safety,
+                    rtol=rtol, atol=atol, ulps=ulps, factor=None,
                     diagnose_bugs=diagnose_bugs, names=("token", "head", "feature"),
-                    title="varlen attention output", diagnose=diagnose)
+                    title="varlen attention output", diagnose=diagnose,
+                    nan_ok=masked_rows == "nan")
 
 
 def assert_attention_varlen_close(actual: Any, query: Any, key: Any, value: Any,

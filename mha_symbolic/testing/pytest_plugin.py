@@ -64,6 +64,7 @@ class AttentionOracle:
         from .check import check_attention
 
         return check_attention(fn, query, key, value, **{**self.defaults, **options})
+
     def assert_varlen_close(self, actual: Any, query: Any, key: Any, value: Any,
                             cu_seqlens_q: Any, cu_seqlens_k: Any, *args: Any,
                             **options: Any) -> None:

@@ -1,236 +1,479 @@
-"""The rounding-error model of attention, as data and functions.
+"""The rounding-error model of attention: how far may a correct kernel be from the
+exact answer?
 
 The testing tool judges an attention output against the *exact* answer (the
-oracle's certified enclosure).  How far may a correct floating-point
-implementation be from it?  This module answers with a first-principles bound
-for a plain implementation working in unit roundoff ``u`` (the dtype of the
-output) with dot products accumulated in ``u_acc`` (the dtype of the output
-too, unless the caller states a wider accumulation dtype).
+oracle's certified enclosure).  This module bounds the error of a correct
+floating-point kernel, element by element, from a rounding-error analysis of the
+algorithm, parameterised by what the kernel rounds (:class:`ErrorModel`):
 
-Notation (one row of one head; ``c`` the scale, ``n`` the unmasked keys of the
-row, ``E`` the query/key width, ``gamma_k(u) = k u / (1 - k u)``)::
+* the **output dtype** (unit roundoff ``u``): inputs are exact values of it, and
+  the output, the stored weights P and (eager kernels) the scores are rounded to it;
+* the **accumulation dtype** (``u_a``): dot products, the softmax and the weighted
+  sum; by default float32 for float16/bfloat16 outputs (FlashAttention, cuDNN,
+  torch SDPA, JAX all accumulate there) and the output dtype otherwise;
+* the **kernel** (:data:`KERNELS`): ``"fused"`` (scores and softmax in the
+  accumulation dtype), ``"eager"`` (op by op: q·kᵀ, the scaled scores and the
+  masked scores each rounded to the output dtype), ``"eager_scaled_query"`` (the
+  scaled query q·c rounded to the output dtype before the product);
+* the **error model**: ``"worst_case"`` (every rounding takes its worst value:
+  Higham's deterministic analysis) or ``"probabilistic"`` (the default: Higham &
+  Mary's model, in which rounding errors are independent, mean-zero random
+  variables bounded by u, with a false-alarm probability of at most
+  :data:`FALSE_ALARM_PROBABILITY` per check).
 
-    s_j  = c q·k_j + m_j                       exact scores (m: float mask)
-    A_j  = c Σ_e |q_e| |k_je|                  natural scale of a score
-    p_j  = softmax(s)_j                         exact weights
-    y_f  = Σ_j p_j v_jf                         exact output
-
-1. Scores.  A dot product of length E accumulated in u_acc is off by at most
-   ``gamma_E(u_acc) Σ|q||k|`` (Higham, *Accuracy and Stability*, §3.1); rounding
-   the scaled query to the dtype first adds ``u A_j``.  The other roundings of a
-   plain kernel are relative to the score itself: the scale, the stored product,
-   the mask addition, the stored sum; each adds at most ``u (|c q·k_j| + |m_j|)``::
-
-       |ŝ_j - s_j| <= δs_j := (gamma_E(u_acc) + u) A_j + K_SCORE u (|c q·k_j| + |m_j|)
-
-2. Propagation through softmax.  With ŝ = s + d, |d_j| <= δs_j, the weights of
-   the perturbed scores satisfy ``p̃_j / p_j = e^{d_j} / Σ_k p_k e^{d_k}``, and
-   by Jensen ``Σ_k p_k e^{-δs_k} >= e^{-Σ p_k δs_k}``, so (exactly, no first-order
-   step)::
-
-       |p̃_j - p_j| <= p_j expm1(δs_j + Λ),   Λ := log Σ_k p_k e^{δs_k}
-
-3. Evaluating softmax.  Blanchard, Higham & Higham (IMA J. Numer. Anal. 41(4),
-   2021) bound the shifted algorithm by ``[n + 2 + 2(s_max - s_min)] u`` in norm;
-   componentwise, the argument ``ŝ_j - ŝ_max`` carries a relative error u,
-   i.e. an absolute error ``u |s_j - s_max|`` in the exponent, and the exp, the
-   sum of n terms and the division contribute ``(n + K_SOFTMAX) u``.  A kernel
-   that stores P in the low dtype before P@V (FlashAttention does) adds one more
-   ``u``::
-
-       ρ_j := (n + K_SOFTMAX) u_acc + u_acc |s_j - s_max| + u
-
-4. The weighted sum.  ``ŷ_f = fl(Σ p̂_j v_jf)`` with
-   ``|p̂_j - p_j| <= Δp_j := min(p_j r_j, 1)``, ``r_j = (1 + expm1(δs_j + Λ))(1 + ρ_j) - 1``
-   (a computed weight lies in [0, 1], hence the min)::
-
-       |ŷ_f - y_f| <= gamma_n(u_acc) Σ_j (p_j + Δp_j)|v_jf| + Σ_j Δp_j |v_jf|
-                      + u |y_f| + η (n max_j |v_jf| + 1)
-
-   The natural scale is ``Σ_j p_j |v_jf|``, not ``|y_f|`` (y can cancel to 0
-   while the terms are large).  ``u |y_f|`` is the final rounding to the output
-   dtype; η (half the smallest subnormal of the dtype) covers underflow of the
-   exponentials and of the output.
-
-The bound is a worst case (gamma_k charges every addition its full u), so a
-correct implementation lands far inside it; a ``safety`` factor (default
-:data:`DEFAULT_SAFETY`) multiplies it for the few legitimate kernels that do
-more roundings than the model names.  The constants are data below; the
-derivation is repeated in docs/testing.md.
+The building blocks here are general (any computation whose rounding errors are
+bounded stage by stage): the worst-case factor :func:`gamma`, Higham & Mary's
+probabilistic factor :func:`gamma_tilde`, the factor of a sum under the model of a
+check (:meth:`ErrorModel.gamma_sum`), the λ of a false-alarm probability
+(:func:`lambda_for`), Hoeffding's bound (:func:`hoeffding_bound`), the format
+constants (:func:`unit_roundoff`, :func:`underflow_eta`, :func:`ulp`) and the bound
+of a linear map (:func:`linear_error_bound`).  The bound of attention itself, with
+its derivation, is :mod:`mha_symbolic.testing.attention_bound`; docs/testing.md
+repeats both.  Every model of the package is built on them: the forward bound
+(:mod:`.attention_bound`), the variants and FP8 kernels (:mod:`.tolerance_variants`)
+and the gradients (:mod:`.backward_model`, :mod:`.backward_mha`); the analysis
+constants of all of them are the data below.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
+from ..errors import SpecError
+from ..oracle.formats import FORMATS as _ORACLE_FORMATS
+from ..oracle.formats import FloatFormat as _Format
+from ..oracle.formats import get_format
+
 __all__ = [
     "DEFAULT_SAFETY",
+    "ERROR_MODELS",
+    "FALSE_ALARM_PROBABILITY",
     "FORMATS",
+    "KERNELS",
+    "K_EXP",
+    "K_SCALE",
     "K_SCORE",
     "K_SOFTMAX",
+    "K_TANH",
+    "ErrorModel",
     "FloatFormat",
+    "KernelModel",
     "attention_error_bound",
+    "error_model",
     "format_of",
     "gamma",
+    "gamma_tilde",
+    "hoeffding_bound",
+    "lambda_for",
     "linear_error_bound",
     "ulp",
+    "underflow_eta",
+    "unit_roundoff",
 ]
+
+# --------------------------------------------------------------------------------------
+# Constants (data)
+
+#: The false-alarm probability per check that λ is chosen for (union bound over the
+#: check's probabilistic events, under Higham & Mary's model of rounding errors).
+FALSE_ALARM_PROBABILITY = 1e-9
+#: The exp is charged K_EXP u_a (libm and SLEEF exps are within 1–2 ulps = 2–4 u).
+K_EXP = 4
+#: Counts of a plain kernel used by the backward model (testing/backward_model.py):
+#: roundings relative to a score (the scale, the stored product, the mask addition, the
+#: stored sum) and of the softmax beyond its n additions (exp 4u, division, store).
+K_SCORE = 4
+K_SOFTMAX = 6
+#: Roundings of the scale in the gradients dQ and dK (backward_model.py): q, k
+#: pre-scaled by √c (torch MATH) or the scale applied to the accumulated sum
+#: (FlashAttention), in u and u_a.
+K_SCALE = 2
+#: The tanh of a softcap is charged K_TANH u_a (CUDA's tanhf: 2 ulp; glibc's tanh:
+#: within 2), doubled (tolerance_variants.py).
+K_TANH = 4
+#: The bound is used as it is (it is a derivation with its roundings counted).
+DEFAULT_SAFETY = 1.0
+#: Relative error factors saturate here (e^700): a bound that large is vacuous and
+#: reported so; it is never inf.
+_EXP_CAP = 700.0
+_FMAX = float(np.finfo(np.float64).max)
+ERROR_MODELS = ("probabilistic", "worst_case")
+#: Other spellings accepted for ``error_model=`` (the gradients' first release said
+#: "worst").
+_KIND_ALIASES = {"worst": "worst_case"}
 
 
 @dataclass(frozen=True)
-class FloatFormat:
-    """A binary floating-point format: ``precision`` bits (with the implicit one),
-    smallest normal exponent ``emin``, largest finite value ``max``."""
+class KernelModel:
+    """What a kernel rounds, beyond its accumulation dtype (one row of :data:`KERNELS`)."""
 
     name: str
-    precision: int
-    emin: int
-    max: float
+    description: str
+    score_stores: int          # roundings of each score to the output dtype (q·kᵀ, ×c, +mask)
+    scaled_query: bool         # q·c rounded to the output dtype before the product (shared)
+
+
+#: The kernels the model describes.  ``fused`` covers FlashAttention, cuDNN, xformers,
+#: torch SDPA (every backend) and jax.nn.dot_product_attention.
+KERNELS: dict[str, KernelModel] = {
+    "fused": KernelModel(
+        "fused", "scores and softmax in the accumulation dtype, P rounded to the output "
+        "dtype before P·V (FlashAttention, cuDNN, torch SDPA, JAX)", 0, False),
+    "eager": KernelModel(
+        "eager", "op by op in the output dtype: q·kᵀ, the scaled scores and the masked "
+        "scores each rounded to it (softmax(q @ k.T * c) @ v)", 2, False),
+    "eager_scaled_query": KernelModel(
+        "eager_scaled_query", "op by op, the scaled query q·c rounded to the output dtype "
+        "before q·kᵀ (softmax((q * c) @ k.T) @ v)", 1, True),
+}
+
+
+# --------------------------------------------------------------------------------------
+# Formats
+
+
+@dataclass(frozen=True)
+class FloatFormat(_Format):
+    """The oracle's :class:`~mha_symbolic.oracle.formats.FloatFormat` (precision ``p``,
+    exponent range ``emin``..``emax``) with the constants of the error analysis."""
 
     @property
     def u(self) -> float:
-        """Unit roundoff 2^-p (half an ulp of 1)."""
-        return math.ldexp(1.0, -self.precision)
+        """Unit roundoff 2^-p."""
+        return math.ldexp(1.0, -self.p)
 
     @property
     def eta(self) -> float:
-        """Half the smallest subnormal: the absolute error of underflow."""
-        return math.ldexp(1.0, self.emin - self.precision)
+        """Half the smallest subnormal: the absolute error of a rounding that underflows."""
+        return math.ldexp(1.0, self.emin - self.p)
+
+    @property
+    def precision(self) -> int:
+        return self.p
+
+    @property
+    def max(self) -> float:
+        return self.max_finite
 
 
-# name -> format.  u = 2^-53, 2^-24, 2^-11, 2^-8.
+#: name -> format, the oracle's formats with the analysis' constants
 FORMATS: dict[str, FloatFormat] = {
-    "float64": FloatFormat("float64", 53, -1022, 1.7976931348623157e308),
-    "float32": FloatFormat("float32", 24, -126, 3.4028234663852886e38),
-    "float16": FloatFormat("float16", 11, -14, 65504.0),
-    "bfloat16": FloatFormat("bfloat16", 8, -126, 3.3895313892515355e38),
-}
-
-# Roundings relative to a score: the scale (or 1/sqrt(E)) rounded to the dtype, the
-# stored product, the mask addition, the stored sum.
-K_SCORE = 4
-# Softmax beyond the n additions of the row sum: the exp (libm and SLEEF exps are
-# within 1-2 ulps: charged 4u), the division by the sum (1u), the stored weight (1u).
-K_SOFTMAX = 6
-# The bound holds for the plain algorithm under these counts (assuming an exp within
-# 4u; the weights are evaluated in float64), so the default multiplies it by 1.
-# Measured (bench/bench_verdicts.py, bench/RESULTS.md): the worst correct kernel seen
-# (numpy, torch SDPA, torch MultiheadAttention, all four dtypes) stays below 0.25 of
-# it, and below 0.6 with accumulation_dtype stated.
-DEFAULT_SAFETY = 1.0
+    name: FloatFormat(f.name, f.p, f.emin, f.emax, f.finite_only)
+    for name, f in _ORACLE_FORMATS.items()}
 
 
 def format_of(dtype: object) -> FloatFormat:
-    """The :class:`FloatFormat` of a numpy dtype (ml_dtypes bfloat16 included) or a name."""
-    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name  # type: ignore[call-overload]
-    fmt = FORMATS.get(str(name))
-    if fmt is None:
-        from ..errors import SpecError
+    """The :class:`FloatFormat` of a numpy dtype (ml_dtypes bfloat16 included), a torch
+    dtype, a name, or an oracle format.
 
-        raise SpecError(
-            f"dtype={name!s} is not a supported float format: expected one of "
-            f"{', '.join(FORMATS)}"
-        )
-    return fmt
+    >>> format_of("bfloat16").p, format_of("bfloat16").u == 2.0 ** -8
+    (8, True)
+    """
+    return FORMATS[get_format(dtype).name]
 
 
-def gamma(k: int | np.ndarray, u: float) -> np.ndarray:
-    """Higham's ``gamma_k = k u / (1 - k u)``; +inf where ``k u >= 1``."""
-    ku = np.asarray(k, dtype=np.float64) * u
-    with np.errstate(divide="ignore"):
-        return np.where(ku < 1.0, ku / np.maximum(1.0 - ku, 0.0), np.inf)
+def unit_roundoff(fmt: FloatFormat) -> float:
+    """Unit roundoff u = 2^-p, half an ulp of 1 (2^-53, 2^-24, 2^-11, 2^-8).
+
+    >>> unit_roundoff(format_of("float16")) == 2.0 ** -11
+    True
+    """
+    return math.ldexp(1.0, -fmt.p)
+
+
+def underflow_eta(fmt: FloatFormat) -> float:
+    """Half the smallest subnormal, the absolute error of a rounding that underflows.
+
+    >>> underflow_eta(format_of("float32")) == 2.0 ** -150
+    True
+    """
+    return math.ldexp(1.0, fmt.emin - fmt.p)
 
 
 def ulp(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     """The ulp of the format at |x| (x given in float64): 2^(e - p + 1) for
-    |x| in [2^e, 2^(e+1)), with e clamped below at emin (subnormals)."""
+    |x| in [2^e, 2^(e+1)), with e clamped below at emin (subnormals).
+
+    >>> float(ulp(np.array(1.0), format_of("bfloat16"))) == 2.0 ** -7
+    True
+    """
     ax = np.abs(np.asarray(x, dtype=np.float64))
-    _, ex = np.frexp(ax)  # ax = m 2^ex, m in [0.5, 1): e = ex - 1
+    _, ex = np.frexp(np.where(np.isfinite(ax), ax, 0.0))
     e = np.maximum(ex.astype(np.int64) - 1, fmt.emin)
     e = np.where(ax == 0, fmt.emin, e)
-    return np.ldexp(1.0, (e - (fmt.precision - 1)).astype(np.int32))
+    return np.ldexp(1.0, (e - (fmt.p - 1)).astype(np.int32))
+
+
+# --------------------------------------------------------------------------------------
+# Building blocks (reusable by any error model built on this one)
+
+
+def gamma(n: Any, u: float) -> np.ndarray:
+    """Worst-case relative error of n roundings: ``(1 − u)^(−n) − 1``.
+
+    |Π_{i≤n} (1 + δ_i)^{±1} − 1| ≤ (1 − u)^{−n} − 1 for |δ_i| ≤ u (each factor lies
+    in [1 − u, (1 − u)^{−1}]).  It equals Higham's γ_n = nu/(1 − nu) to first order and
+    is below it, but stays finite for every n (γ_n is +inf once nu ≥ 1); it saturates
+    at e^700.
+
+    >>> float(gamma(3, 2.0 ** -24)) <= 3 * 2.0 ** -24 / (1 - 3 * 2.0 ** -24)
+    True
+    >>> bool(np.isfinite(gamma(4096, 2.0 ** -8)))
+    True
+    """
+    x = -np.asarray(n, dtype=np.float64) * math.log1p(-u)
+    return np.asarray(np.expm1(np.minimum(x, _EXP_CAP)))
+
+
+def gamma_tilde(n: Any, u: float, lam: float) -> np.ndarray:
+    """Higham & Mary's probabilistic bound ``exp(λ√n u + n u²/(1 − u)) − 1``.
+
+    Under their model (rounding errors independent, mean zero, |δ| ≤ u),
+    |Π_{i≤n} (1 + δ_i)^{±1} − 1| ≤ γ̃_n(λ) with probability at least
+    1 − 2 exp(−λ²(1 − u)²/2) (SIAM J. Sci. Comput. 41(5), 2019, Theorem 2.4); an
+    inner product or sum of n terms is within γ̃_n(λ) Σ|x_i| of the exact value
+    with probability at least 1 − 2n exp(−λ²(1 − u)²/2) (Theorem 3.1).  Finite for
+    every n (saturates at e^700).
+
+    >>> round(float(gamma_tilde(4096, 2.0 ** -8, 9.0)), 3)
+    8.559
+    """
+    nn = np.asarray(n, dtype=np.float64)
+    x = lam * np.sqrt(nn) * u + nn * u * u / (1.0 - u)
+    return np.asarray(np.expm1(np.minimum(x, _EXP_CAP)))
+
+
+def lambda_for(probability: float, events: float, u: float = 0.0) -> float:
+    """The λ for which ``events`` probabilistic bounds, each failing with probability
+    at most 2 exp(−λ²(1 − u)²/2), fail together with probability at most
+    ``probability`` (union bound): λ = sqrt(2 ln(2·events/probability)) / (1 − u).
+
+    >>> round(lambda_for(1e-9, 1e6), 3)
+    8.569
+    """
+    if not (0.0 < probability < 1.0):
+        raise SpecError(f"probability={probability!r} must lie in (0, 1)")
+    ev = max(float(events), 1.0)
+    return math.sqrt(2.0 * math.log(2.0 * ev / probability)) / (1.0 - u)
+
+
+def hoeffding_bound(sum_sq: Any, lam: float) -> np.ndarray:
+    """Hoeffding's inequality: a sum of independent mean-zero terms X_i with |X_i| ≤ b_i
+    exceeds λ sqrt(Σ b_i²) in absolute value with probability at most 2 exp(−λ²/2).
+
+    >>> float(hoeffding_bound(4.0, 3.0))
+    6.0
+    """
+    return np.asarray(lam * np.sqrt(np.maximum(np.asarray(sum_sq, dtype=np.float64), 0.0)))
+
+
+# --------------------------------------------------------------------------------------
+# The model of one check
+
+
+@dataclass(frozen=True)
+class ErrorModel:
+    """What the bound assumes: output and accumulation formats, the kernel, the error
+    model, and λ (set per check by :meth:`with_events`)."""
+
+    fmt: FloatFormat
+    acc: FloatFormat
+    kernel: KernelModel = field(default_factory=lambda: KERNELS["fused"])
+    kind: str = "probabilistic"
+    lam: float = 8.0                       # Hoeffding's λ (one event per bound element)
+    lam_sums: float = 9.0                  # Higham–Mary's λ (one event per term of a sum)
+    accumulation_default: bool = False     # acc chosen by the default rule (for reports)
+    flush: bool = False                    # subnormal results flushed to zero (FTZ/DAZ)
+    #: the format the weights P are stored in before P·V when it is not the output's:
+    #: an FP8 kernel (FlashAttention-3) converts the unnormalised weights e^{s−m} ≤ 1
+    #: to its fp8 input format (tolerance_variants.py); None: P in the output dtype
+    weights: FloatFormat | None = None
+
+    @property
+    def u(self) -> float:
+        return unit_roundoff(self.fmt)
+
+    @property
+    def ua(self) -> float:
+        return unit_roundoff(self.acc)
+
+    @property
+    def eta(self) -> float:
+        """Absolute error of a rounding that underflows in the output dtype: half the
+        smallest subnormal (gradual underflow); the smallest normal when subnormals are
+        flushed *and* the output dtype is the accumulation dtype (flushing is a property
+        of the arithmetic: converting to a narrower storage dtype keeps subnormals, as
+        CUDA's cvt and x86's F16C conversions do)."""
+        if self.flush and self.fmt == self.acc:
+            return math.ldexp(1.0, self.fmt.emin)
+        return underflow_eta(self.fmt)
+
+    @property
+    def eta_a(self) -> float:
+        """The same in the accumulation dtype."""
+        return math.ldexp(1.0, self.acc.emin) if self.flush else underflow_eta(self.acc)
+
+    @property
+    def us(self) -> float:
+        """Unit roundoff of the dtype that holds the scores."""
+        return self.u if self.kernel.score_stores else self.ua
+
+    @property
+    def uw(self) -> float:
+        """Unit roundoff of the stored weights P (the output dtype's unless
+        :attr:`weights` names another format)."""
+        return self.u if self.weights is None else unit_roundoff(self.weights)
+
+    def gamma_sum(self, n: Any, u: float | None = None) -> np.ndarray:
+        """The factor of a sum of n terms accumulated in unit roundoff ``u`` (default
+        u_a): |fl(Σ x_i) − Σ x_i| ≤ g Σ|x_i|.  Worst case: :func:`gamma` (finite for
+        every n); probabilistic: the smaller of it and Higham & Mary's
+        :func:`gamma_tilde` at this check's λ (:attr:`lam_sums`, one event per term:
+        :meth:`with_events` must have counted the terms).
+
+        >>> m = error_model("bfloat16", accumulation_dtype="same")
+        >>> float(m.gamma_sum(4096)) < 1.0 < float(gamma(4096, m.ua))
+        True
+        """
+        uu = self.ua if u is None else u
+        g = gamma(n, uu)
+        if self.kind == "probabilistic":
+            g = np.minimum(g, gamma_tilde(n, uu, self.lam_sums))
+        return np.asarray(g)
+
+    def with_events(self, elements: float, sum_terms: float) -> ErrorModel:
+        """The same model with its λs set for one check: half the false-alarm budget
+        for the Hoeffding bounds (three per bound element: ``elements``), half for the
+        Higham–Mary bounds (one per term of every sum: ``sum_terms``)."""
+        half = FALSE_ALARM_PROBABILITY / 2
+        return replace(self, lam=lambda_for(half, 3 * elements),
+                       lam_sums=lambda_for(half, sum_terms, max(self.u, self.ua)))
+
+    def describe(self, kernel: str | None = None) -> str:
+        """One line for reports (``kernel``: the kernel's description when it is not a
+        :data:`KERNELS` entry, as for the gradients)."""
+        if self.kind == "worst_case":
+            how = "worst case"
+        else:
+            how = (f"probabilistic, λ = {self.lam:.2f}, {self.lam_sums:.2f}: false-alarm "
+                   f"probability ≤ "
+                   f"{_sci(FALSE_ALARM_PROBABILITY)} per check under Higham & Mary's model")
+        ftz = "; subnormals flushed" if self.flush else ""
+        ker = f"kernel '{self.kernel.name}'" if kernel is None else kernel
+        wts = (f"; weights converted to {self.weights.name} before P·V (FP8 kernel model)"
+               if self.weights is not None else "")
+        return f"rounding-error model ({how}; {ker}{wts}{ftz})"
+
+
+def _sci(x: float) -> str:
+    """1e-09 -> '1e-9'."""
+    m, e = f"{x:.0e}".split("e")
+    return f"{m}e{int(e)}"
+
+
+def error_model(dtype: Any, *, accumulation_dtype: Any = None, kernel: str = "fused",
+                kind: str = "probabilistic", subnormals: str = "keep",
+                weights: Any = None) -> ErrorModel:
+    """The :class:`ErrorModel` for outputs of ``dtype``.
+
+    ``accumulation_dtype``: None (float32 for outputs narrower than float32: float16,
+    bfloat16, fp8; the output dtype otherwise), ``"same"`` (the output dtype), or a
+    dtype.  ``kernel``: a key of :data:`KERNELS`.  ``kind``: ``"probabilistic"`` or
+    ``"worst_case"`` (``"worst"`` is accepted for it).  ``subnormals``: ``"keep"``
+    (IEEE gradual underflow) or ``"flush"`` (a kernel that flushes subnormal results to
+    zero, as XLA on CPU and CUDA fast-math code do).  ``weights``: the format of the
+    weights before P·V when it is not the output's (an FP8 kernel's), or None.
+
+    >>> m = error_model("bfloat16")
+    >>> m.acc.name, m.kernel.name, m.kind
+    ('float32', 'fused', 'probabilistic')
+    """
+    fmt = format_of(dtype)
+    default = accumulation_dtype is None
+    if default:
+        acc = FORMATS["float32"] if fmt.p < FORMATS["float32"].p else fmt
+    elif isinstance(accumulation_dtype, str) and accumulation_dtype == "same":
+        acc = fmt
+    else:
+        try:
+            acc = format_of(accumulation_dtype)
+        except SpecError:
+            raise SpecError(f"accumulation_dtype={accumulation_dtype!r} is not a float "
+                            "format: expected 'same', float64, float32, float16 or "
+                            "bfloat16") from None
+    if kernel not in KERNELS:
+        raise SpecError(f"kernel={kernel!r} is not a kernel model: expected one of "
+                        f"{tuple(KERNELS)}")
+    kind = _KIND_ALIASES.get(kind, kind) if isinstance(kind, str) else kind
+    if kind not in ERROR_MODELS:
+        raise SpecError(f"error_model={kind!r} is not an error model: expected one of "
+                        f"{ERROR_MODELS}")
+    if subnormals not in ("keep", "flush"):
+        raise SpecError(f"subnormals={subnormals!r}: expected 'keep' or 'flush'")
+    wfmt = None
+    if weights is not None:
+        try:
+            wfmt = format_of(weights)
+        except SpecError:
+            raise SpecError(f"weights_dtype={weights!r} is not a float format") from None
+    return ErrorModel(fmt, acc, KERNELS[kernel], kind, accumulation_default=default,
+                      flush=subnormals == "flush", weights=wfmt)
 
 
 def attention_error_bound(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    p: np.ndarray,
-    *,
-    scale: float,
-    allowed: np.ndarray,
-    mask_add: np.ndarray | None,
-    out: np.ndarray,
-    fmt: FloatFormat,
-    acc: FloatFormat,
-    dq: np.ndarray | None = None,
-    dk: np.ndarray | None = None,
-    dv: np.ndarray | None = None,
-    softmax_axis: int = -1,
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, p: np.ndarray | None = None, *,
+    scale: float, allowed: np.ndarray, mask_add: np.ndarray | None = None,
+    out: np.ndarray | None = None, fmt: Any = None, acc: Any = None,
+    model: ErrorModel | None = None, dq: np.ndarray | None = None,
+    dk: np.ndarray | None = None, dv: np.ndarray | None = None, softmax_axis: int = -1,
 ) -> np.ndarray:
-    """The model's bound on ``|ŷ - y|`` per output element (float64, shape of ``out``).
+    """The bound of :func:`mha_symbolic.testing.attention_bound.attention_error_bound`
+    on whole arrays ``q (..., L, E)``, ``k (..., S, E)``, ``v (..., S, Ev)`` (heads
+    matched; ``allowed``, ``mask_add`` broadcastable to (..., L, S)), as the backward
+    model uses it: the worst-case model of ``fmt``/``acc`` unless ``model`` is given.
+    ``p`` and ``out`` are accepted and ignored (the weights are recomputed).
 
-    ``q (..., L, E)``, ``k (..., S, E)``, ``v (..., S, Ev)`` with heads already
-    matched (GQA expanded); ``p (..., L, S)`` the weights (float64 is accurate
-    enough for a tolerance); ``allowed (..., L, S)`` which keys take part;
-    ``mask_add`` the finite float mask or None; ``out`` the exact output (float64).
-    ``dq, dk, dv``: bounds on errors already in q, k, v (from projections, for
-    multi-head attention), propagated through the same steps.  ``softmax_axis=-2``
-    bounds the (buggy) variant that normalises over the queries instead.
+    >>> import numpy as np
+    >>> b = attention_error_bound(np.eye(2)[None], np.eye(2)[None], np.eye(2)[None],
+    ...                           scale=1.0, allowed=np.ones((1, 2, 2), bool), fmt="float32")
+    >>> b.shape, bool(np.all(b < 1e-5))
+    ((1, 2, 2), True)
     """
-    ax = softmax_axis
-    u, ua = fmt.u, acc.u
-    E = q.shape[-1]
-    aq, ak = np.abs(q), np.abs(k)
-    kt = np.swapaxes(k, -1, -2)
-    A = abs(scale) * (aq @ np.swapaxes(ak, -1, -2))
-    qk = scale * (q @ kt)                                  # c q·k_j (float64)
-    madd = None if mask_add is None else np.broadcast_to(mask_add, qk.shape)
-    # step 1: (gamma_E(u_acc) + u) A_j for the dot product of the rounded scaled
-    # query; K_SCORE u (|c q·k_j| + |m_j|) for the stores, the scale, the mask add
-    size = np.abs(qk) if madd is None else np.abs(qk) + np.abs(madd)
-    ds = (gamma(E, ua) + u) * A + K_SCORE * u * size
-    if dq is not None or dk is not None:
-        # |(q+dq)(k+dk) - qk| <= dq|k| + |q|dk + dq dk
-        dqq = np.zeros_like(q) if dq is None else dq
-        dkk = np.zeros_like(k) if dk is None else dk
-        ds = ds + abs(scale) * (
-            dqq @ np.swapaxes(ak, -1, -2) + aq @ np.swapaxes(dkk, -1, -2)
-            + dqq @ np.swapaxes(dkk, -1, -2)
-        ) * (1.0 + gamma(E, ua))
-    ds = np.where(allowed, ds, 0.0)
-    pz = np.where(allowed, p, 0.0)
-    # step 2: Λ = log Σ p_k e^{δs_k}; capped so that exp never overflows (a cap
-    # this large only makes the bound void, never smaller than the truth)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        lam = np.log(np.sum(pz * np.exp(np.minimum(ds, 700.0)), axis=ax, keepdims=True))
-        r_scores = np.expm1(np.minimum(ds + lam, 700.0))
-    n_norm = np.sum(allowed, axis=ax, keepdims=True)        # terms of the softmax sum
-    n = np.sum(allowed, axis=-1, keepdims=True)             # terms of the weighted sum
-    # step 3: BHH, with |s_j - s_max| from the float64 scores
-    s = qk if madd is None else qk + madd
-    s = np.where(allowed, s, -np.inf)
-    with np.errstate(invalid="ignore"):
-        smax = np.max(s, axis=ax, keepdims=True) if s.shape[ax] else s
-        spread = np.where(allowed, smax - s, 0.0)
-    rho = (n_norm + K_SOFTMAX) * ua + ua * spread + u
-    r = (1.0 + r_scores) * (1.0 + rho) - 1.0
-    # a computed weight lies in [0, 1]: |p̂_j - p_j| <= max(p_j, 1 - p_j) <= 1
-    dp = np.where(allowed, np.minimum(pz * r, 1.0), 0.0)
-    av = np.abs(v)
-    pv = pz @ av                                    # Σ p_j |v_jf|
-    dpv = dp @ av                                   # Σ |p̂_j - p_j| |v_jf|
-    # step 4
-    bound = gamma(n, ua) * (pv + dpv) + dpv + u * np.abs(out)
-    if dv is not None:
-        bound = bound + (pz + dp) @ dv
-    vmax = (np.max(av, axis=-2, keepdims=True) if av.shape[-2]
-            else np.zeros((*av.shape[:-2], 1, av.shape[-1])))
-    bound = bound + fmt.eta * (n * vmax + 1.0)
-    return np.asarray(bound, dtype=np.float64)
+    from .attention_bound import attention_error_bound as chunk_bound
+
+    del p, out
+    if model is None:
+        if fmt is None:
+            raise SpecError("attention_error_bound needs model= or fmt= (and acc=)")
+        model = ErrorModel(format_of(fmt), format_of(acc if acc is not None else fmt),
+                           kind="worst_case")
+    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    L, S, Ev = q.shape[-2], k.shape[-2], v.shape[-1]
+    qb, kb, vb = (np.broadcast_to(a, (*lead, *a.shape[-2:])) for a in (q, k, v))
+    al = np.broadcast_to(allowed, (*lead, L, S))
+    ma = None if mask_add is None else np.broadcast_to(mask_add, (*lead, L, S))
+    dqb = None if dq is None else np.broadcast_to(dq, qb.shape)
+    dkb = None if dk is None else np.broadcast_to(dk, kb.shape)
+    dvb = None if dv is None else np.broadcast_to(dv, vb.shape)
+    res = np.zeros((*lead, L, Ev))
+    for idx in np.ndindex(*lead):
+        res[idx] = chunk_bound(
+            np.asarray(qb[idx], float), np.asarray(kb[idx], float), np.asarray(vb[idx], float),
+            scale=scale, allowed=np.asarray(al[idx]), model=model,
+            mask_add=None if ma is None else np.asarray(ma[idx], float),
+            dq=None if dqb is None else np.asarray(dqb[idx], float),
+            dk=None if dkb is None else np.asarray(dkb[idx], float),
+            dv=None if dvb is None else np.asarray(dvb[idx], float),
+            softmax_axis=softmax_axis).tol
+    return res
+
+
+# --------------------------------------------------------------------------------------
+# Linear maps (the projections of a multi-head block)
 
 
 def linear_error_bound(
@@ -239,19 +482,34 @@ def linear_error_bound(
     b: np.ndarray | None,
     *,
     y: np.ndarray,
-    fmt: FloatFormat,
-    acc: FloatFormat,
+    model: ErrorModel | None = None,
     dx: np.ndarray | None = None,
+    fmt: FloatFormat | None = None,
+    acc: FloatFormat | None = None,
 ) -> np.ndarray:
-    """Bound on ``|fl(x W^T + b) - (x W^T + b)|`` (torch layout, W (out, in)):
-    ``gamma_{in+1}(u_acc)(|x||W|^T + |b|) + |dx||W|^T (1 + gamma) + u|y| + η``."""
+    """Bound on ``|fl(x Wᵀ + b) − (x Wᵀ + b)|`` (torch layout, W (out, in)), the result
+    stored in the output dtype: ``g (|x||W|ᵀ + |b|) + |dx||W|ᵀ (1 + g) + u|y| + η``
+    with g = γ(in + 1) in the worst case, min(γ, γ̃) in the probabilistic model.
+
+    >>> import numpy as np
+    >>> x, w = np.ones((1, 3)), np.ones((2, 3))
+    >>> bool(np.all(linear_error_bound(x, w, None, y=x @ w.T,
+    ...                                model=error_model("float32")) < 1e-5))
+    True
+    """
+    if model is None:           # formats given (the backward model): the worst case
+        if fmt is None:
+            raise SpecError("linear_error_bound needs model= or fmt= (and acc=)")
+        model = ErrorModel(format_of(fmt), format_of(acc if acc is not None else fmt),
+                           kind="worst_case")
     n_in = x.shape[-1]
-    g = gamma(n_in + 1, acc.u)
+    g = float(model.gamma_sum(n_in + 1))
     aw = np.abs(w)
     t = np.abs(x) @ aw.T
     if b is not None:
         t = t + np.abs(b)
-    bound = g * t + fmt.u * np.abs(y) + fmt.eta
+    bound = g * t + model.u * (1.0 + g) * np.abs(y) + model.eta \
+        + model.eta_a * 2 * (n_in + 1)
     if dx is not None:
         bound = bound + (dx @ aw.T) * (1.0 + g)
     return np.asarray(bound, dtype=np.float64)

@@ -1,35 +1,40 @@
 """The rounding-error model of attention with variants, and of FP8 kernels.
 
-It extends the model of :mod:`.tolerance` (read its docstring first: the steps and
-constants are the same) to the score pipeline of :mod:`mha_symbolic.oracle.variants`
-and to the FP8 kernels of FlashAttention-3.  Notation: ``u`` the unit roundoff of the
-output dtype, ``u_a`` of the accumulation dtype, ``A_j`` the natural scale of a
-score (|c| Σ|q||k|), ``n`` the kept keys of the row.
+It is the bound of :mod:`.attention_bound` (read its docstring first: the steps, the
+worst-case and probabilistic models, λ and the vacuity rule are the same, with the
+same :class:`~mha_symbolic.testing.tolerance.ErrorModel` and its defaults), given the
+score pipeline of :mod:`mha_symbolic.oracle.variants` through
+:class:`~mha_symbolic.testing.attention_bound.ScoreExtras`.  Notation: ``u`` the unit
+roundoff of the output dtype, ``u_a`` of the accumulation dtype, ``u_s`` of the dtype
+that holds the scores (u_a for a fused kernel), ``t_j = c q·k_j``.
 
-1. Scores.  As :mod:`.tolerance`, step 1: ``δs_j = (gamma_E(u_a) + u) A_j +
-   K_SCORE u (|c q·k_j| + |m_j|)``, where m_j now sums the float mask and every
-   additive bias (ALiBi, a bias table): each is computed and added in the kernel
-   with at most K_SCORE roundings relative to its size.  A softcap ``s -> C
-   tanh(s/C)`` is 1-Lipschitz, so an incoming error passes through unchanged; the
-   kernel's own evaluation adds ``u_a |s|`` (the division by C), ``K_TANH u_a |s'|``
-   (tanh within K_TANH ulps, libm and CUDA's tanhf are within 2) and ``u |s'|``
-   (the product and its store), s' = C tanh(s/C).
-2.–4. Softmax and the weighted sum as :mod:`.tolerance`, with an attention sink as
-   one more term of the softmax sum (a key with δs = 0 and value 0): n -> n + 1 in
-   the sums, the sink in Λ = log(Σ p_j e^{δs_j} + p_sink), and |s_j - s_max| measured
-   from the larger of the row's top score and the sink.
+1. Window, causal masks, mask_mod and BlockMask only choose the keys: the plain bound
+   with those keys.
+2. Biases (ALiBi, a bias table, a float mask): each additive term is one rounding of
+   the running score, at most ``u_s size_j`` (``size_j = |t_j| + Σ|b_j| + |m_j|``), and
+   the bias as the kernel holds it (an ALiBi product in fp32, a table or an additive
+   mask tensor stored in the output dtype) errs by at most ``(u + u_a)|b_j|``.
+3. A softcap ``s -> C tanh(s/C)`` is 1-Lipschitz, so an incoming error passes through
+   unchanged (no larger); the kernel's own evaluation adds ``u_a |s|`` (the division by
+   C), ``K_TANH u_a |s'|`` (tanh within K_TANH/2 ulps) and ``u |s'|`` (the product and
+   its store), s' = C tanh(s/C).  Behind a cap a shared relative error δ of the scale
+   moves a final score by at most ``|δ t_j|`` but not by a common shift, so the shared
+   errors are bounded per key (:attr:`ScoreExtras.centred` false).
+4. An attention sink is one more key of the softmax (k = v = 0, the sink's logit as
+   its score): it enters the sums (n -> n + 1), Λ, the spread from the top score and
+   the centred values like any key, with no score error of its own.
 5. FP8 (FlashAttention-3's forward, ``hopper/``): the inputs are fp8 and exact; Q Kᵀ
-   multiplies fp8 values exactly and accumulates in fp32 (u_a = 2^-24); the
-   unnormalised weights P̃_j = e^{s_j - m} (<= 1) are converted to the fp8 format
-   ``p_format`` before P̃ V, and the row sum ℓ = Σ P̃ is kept in fp32.  Rounding P̃_j
-   to a format of unit roundoff u_p whose subnormals are spaced 2η_p errs by
-   <= max(u_p P̃_j, min(η_p, P̃_j)) (a normal value: relative u_p; a subnormal one:
-   half a spacing, and never more than P̃_j itself, which may round to 0).  In
-   normalised weights (P̃_j = p_j/p_ref, p_ref the largest weight, the sink's
-   included): Δp_j gains ``max(u_p p_j, min(η_p p_ref, p_j))``.  The output is
-   accumulated in fp32, multiplied by v_descale (one more u_a |y|) and stored.
+   multiplies fp8 values exactly and accumulates in fp32 (u_a = 2^-24, the default for
+   outputs narrower than fp32); the scale and the q/k descale factors are multiplied in
+   fp32 (three roundings shared by the row); the unnormalised weights P̃_j = e^{s_j − m}
+   ≤ 1 are converted to the fp8 format ``weights`` before P̃ V (relative u_w, and
+   ``min(η_w p_ref, p_j)`` for a weight below the format's normal range, p_ref the
+   row's largest weight, the sink's included); the row sum ℓ = Σ P̃ is kept in fp32;
+   the output is multiplied by v_descale (one more ``u_a |y|``) and stored.
 
-Constants: :data:`K_TANH` below; K_SCORE, K_SOFTMAX from :mod:`.tolerance`.
+The float64 evaluation of the variant's scores (tanh, the bias products and sums) errs
+by at most ``2^-50 (size_j + Σ_caps (|s| + |s'|))``, counted as a score error like the
+plain evaluation's own.  Constants (K_TANH, …) live in :mod:`.tolerance`.
 """
 
 from __future__ import annotations
@@ -39,80 +44,129 @@ from typing import Any
 
 import numpy as np
 
-from .tolerance import FORMATS, K_SCORE, K_SOFTMAX, FloatFormat, gamma
+from .attention_bound import ScoreExtras, attention_error_bound
+from .tolerance import FORMATS, K_EXP, K_TANH, ErrorModel, FloatFormat
 
-__all__ = ["FP8_FORMATS", "K_TANH", "variant_error_bound", "variant_format_of"]
+__all__ = ["FP8_FORMATS", "variant_error_bound", "variant_events"]
 
-#: ulps of the kernel's tanh (CUDA's tanhf: 2 ulp; glibc's tanh: within 2), doubled.
-K_TANH = 4
-
-#: The OCP 8-bit formats (OFP8 rev. 1.0): E4M3 ("fn": no infinities, max 448) and
-#: E5M2 (IEEE-like, max 57344); precision counts the implicit bit.
+#: The OCP 8-bit formats (OFP8 rev. 1.0), as the oracle defines them: E4M3 ("fn": no
+#: infinities, max 448) and E5M2 (IEEE-like, max 57344).
 FP8_FORMATS: dict[str, FloatFormat] = {
-    "float8_e4m3fn": FloatFormat("float8_e4m3fn", 4, -6, 448.0),
-    "float8_e5m2": FloatFormat("float8_e5m2", 3, -14, 57344.0),
-}
+    name: FORMATS[name] for name in ("float8_e4m3fn", "float8_e5m2")}
+
+#: Scores per chunk of the bound (rows × keys), as :data:`.plain.CHUNK_SCORES`.
+_CHUNK = 1 << 19
 
 
-def variant_format_of(dtype: Any) -> FloatFormat:
-    """The FloatFormat of a dtype or name, the fp8 formats included."""
-    name = dtype if isinstance(dtype, str) else str(getattr(dtype, "name", dtype))
-    name = name.removeprefix("torch.")
-    if name in FP8_FORMATS:
-        return FP8_FORMATS[name]
-    if name in FORMATS:
-        return FORMATS[name]
-    from ..errors import SpecError
-
-    raise SpecError(f"dtype={name} is not a supported float format: expected one of "
-                    f"{', '.join([*FORMATS, *FP8_FORMATS])}")
+def variant_events(vp: Any) -> tuple[float, float]:
+    """The probabilistic events of one check of ``vp`` (for the model's λs, as
+    :meth:`.plain.Plain.events`): the output elements, and the terms of every sum (the
+    2S' terms of each weighted sum and of each row's softmax sum, S' counting a sink)."""
+    n_out = float(np.prod(vp.out.shape))
+    S = vp.allowed.shape[-1] + (vp.sink_logit is not None)
+    rows = n_out / max(vp.v.shape[-1], 1)
+    return n_out, float(2 * S * (n_out + rows) + 1)
 
 
-def variant_error_bound(vp: Any, fmt: FloatFormat, acc: FloatFormat,
-                        p_format: FloatFormat | None = None) -> np.ndarray:
-    """The model's bound on |ŷ - y| per output element for a float64 evaluation ``vp``
-    (a :class:`~mha_symbolic.testing.bugs_variants.VariantPlain`) of attention with
-    variants, in output format ``fmt``, accumulating in ``acc``, weights converted to
-    ``p_format`` before P·V when given (FP8 kernels)."""
-    u, ua = fmt.u, acc.u
-    E = vp.q.shape[-1]
-    allowed = vp.allowed
-    # step 1: scores
-    ds = (gamma(E, ua) + u) * vp.A + K_SCORE * u * vp.size
+def _extras(vp: Any, b: int, rows: slice, t: np.ndarray, model: ErrorModel,
+            lead: tuple[int, ...]) -> ScoreExtras:
+    """The score pipeline of rows ``rows`` of flat problem ``b`` (see the module
+    docstring, steps 2–4)."""
+    L, S = vp.q.shape[-2], vp.allowed.shape[-1]
+
+    def pick(a: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(a, (*lead, L, S)).reshape(-1, L, S)[b, rows]
+
+    u, ua, us = model.u, model.ua, model.us
+    scores = pick(vp.s)
+    size = pick(vp.size)
+    bias = np.maximum(size - np.abs(t), 0.0)          # Σ|b_j| + |m_j|
+    add = us * size
+    ind = vp.n_add * add + (u + ua) * bias
+    var = vp.n_add * add * add + ((u + ua) * bias) ** 2
+    d_eval = 2.0**-50 * size
     for before, after in vp.caps:
-        ds = ds + ua * before + (K_TANH * ua + u) * after
-    ds = np.where(allowed, ds, 0.0)
-    pz = np.where(allowed, vp.p, 0.0)
-    ps = np.zeros((*pz.shape[:-1], 1)) if vp.p_sink is None else vp.p_sink[..., None]
-    # step 2: Λ = log(Σ p_j e^{δs_j} + p_sink), capped so exp cannot overflow
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        lam = np.log(np.sum(pz * np.exp(np.minimum(ds, 700.0)), axis=-1, keepdims=True) + ps)
-        r_scores = np.expm1(np.minimum(ds + lam, 700.0))
-    n = np.sum(allowed, axis=-1, keepdims=True)
-    n_norm = n + (0 if vp.p_sink is None else 1)
-    # step 3: spread from the top of the row, the sink included
-    s = np.where(allowed, vp.s, -np.inf)
-    with np.errstate(invalid="ignore"):
-        smax = np.max(s, axis=-1, keepdims=True) if s.shape[-1] else s
-        if vp.sink_logit is not None:
-            smax = np.maximum(smax, vp.sink_logit[..., None])
-        spread = np.where(allowed, smax - s, 0.0)
-    rho = (n_norm + K_SOFTMAX) * ua + ua * spread + u
-    r = (1.0 + r_scores) * (1.0 + rho) - 1.0
-    dp = np.where(allowed, np.minimum(pz * r, 1.0), 0.0)
-    if p_format is not None:
-        # step 5: P̃ rounded to p_format; η_p = half the smallest subnormal spacing
-        p_ref = np.maximum(np.max(pz, axis=-1, keepdims=True, initial=0.0), ps)
-        eta_p = math.ldexp(1.0, p_format.emin - p_format.precision)
-        dp = dp + np.where(allowed, np.maximum(p_format.u * pz,
-                                               np.minimum(eta_p * p_ref, pz)), 0.0)
-    av = np.abs(vp.v)
-    pv = pz @ av
-    dpv = dp @ av
-    # step 4 (+ the v_descale product in fp32)
-    extra = ua if vp.v_descaled else 0.0
-    bound = gamma(n_norm, ua) * (pv + dpv) + dpv + (u + extra) * np.abs(vp.out)
-    vmax = (np.max(av, axis=-2, keepdims=True) if av.shape[-2]
-            else np.zeros((*av.shape[:-2], 1, av.shape[-1])))
-    bound = bound + fmt.eta * (n * vmax + 1.0)
-    return np.asarray(bound, dtype=np.float64)
+        bf, af = pick(before), pick(after)
+        ind = ind + ua * bf + (K_TANH * ua + u) * af
+        var = var + (ua * bf) ** 2 + (K_TANH * ua * af) ** 2 + (u * af) ** 2
+        d_eval = d_eval + 2.0**-50 * (bf + af)
+    if vp.sink_logit is not None:                      # the sink: one exact extra key
+        sink = np.broadcast_to(vp.sink_logit, (*lead, L)).reshape(-1, L)[b, rows]
+        scores = np.concatenate([scores, sink[:, None]], axis=1)
+        zero = np.zeros((scores.shape[0], 1))
+        ind, var, d_eval = (np.concatenate([np.broadcast_to(a, (zero.shape[0], S)), zero],
+                                           axis=1) for a in (ind, var, d_eval))
+    return ScoreExtras(scores, ind, var, d_eval, centred=not vp.caps,
+                       scale_roundings=3 if vp.qk_descaled else 1,
+                       final_roundings=1 if vp.v_descaled else 0)
+
+
+def variant_error_bound(vp: Any, model: ErrorModel, events: tuple[float, float] | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """The model's bound on |ŷ − y| per output element of a float64 evaluation ``vp``
+    (a :class:`~mha_symbolic.testing.bugs_variants.VariantPlain`) of attention with
+    variants, and where it is vacuous: (tol, vacuous), output-shaped.  ``model`` as
+    :func:`~mha_symbolic.testing.tolerance.error_model` makes it (its ``weights`` the
+    FP8 format of the weights, if any); its λs are set here for the whole check, whose
+    events are ``events`` (default: those of ``vp`` alone, :func:`variant_events`).
+
+    >>> import numpy as np
+    >>> from mha_symbolic.oracle.variants import variant_options
+    >>> from mha_symbolic.testing.bugs_variants import VariantInputs, plain_variant
+    >>> from mha_symbolic.testing.tolerance import error_model
+    >>> x = VariantInputs(np.eye(2)[None], np.eye(2)[None], np.eye(2)[None],
+    ...                   variant_options(softcap=5.0))
+    >>> tol, vac = variant_error_bound(plain_variant(x), error_model("bfloat16"))
+    >>> bool(np.all((tol > 0) & (tol < 0.05))), bool(vac.any())
+    (True, False)
+    """
+    model = model.with_events(*(events if events is not None else variant_events(vp)))
+    L, E = vp.q.shape[-2:]
+    S, Ev = vp.allowed.shape[-1], vp.v.shape[-1]
+    assert vp.k is not None
+    lead = tuple(np.broadcast_shapes(vp.q.shape[:-2], vp.k.shape[:-2], vp.v.shape[:-2],
+                                     vp.allowed.shape[:-2]))
+    B = math.prod(lead)
+    q3 = np.broadcast_to(vp.q, (*lead, L, E)).reshape(B, L, E)
+    k3 = np.broadcast_to(vp.k, (*lead, S, E)).reshape(B, S, E)
+    v3 = np.broadcast_to(vp.v, (*lead, S, Ev)).reshape(B, S, Ev)
+    al3 = np.broadcast_to(vp.allowed, (*lead, L, S)).reshape(B, L, S)
+    uni3 = (None if vp.uniform is None
+            else np.broadcast_to(vp.uniform, (*lead, L)).reshape(B, L))
+    sink = vp.sink_logit is not None
+    tol = np.zeros((B, L, Ev))
+    vac = np.zeros((B, L, Ev), dtype=bool)
+    step = max(1, _CHUNK // max(S + sink, 1))
+    c = float(vp.scale)
+    for b in range(B):
+        kb, vb = k3[b], v3[b]
+        if sink:
+            kb = np.concatenate([kb, np.zeros((1, E))])
+            vb = np.concatenate([vb, np.zeros((1, Ev))])
+        for i0 in range(0, L, step):
+            rows = slice(i0, min(L, i0 + step))
+            qb = q3[b, rows]
+            with np.errstate(over="ignore", invalid="ignore"):
+                t = c * (qb @ k3[b].T)
+            allowed = al3[b, rows]
+            if sink:
+                allowed = np.concatenate([allowed, np.ones((allowed.shape[0], 1), bool)],
+                                         axis=1)
+            bound = attention_error_bound(
+                qb, kb, vb, scale=c, allowed=allowed, model=model,
+                uniform_rows=None if uni3 is None else uni3[b, rows],
+                extras=_extras(vp, b, rows, np.where(np.isfinite(t), t, 0.0), model, lead))
+            tol[b, rows], vac[b, rows] = bound.tol, bound.vacuous
+    shape = (*lead, L, Ev)
+    tol = tol.reshape(shape)
+    # a buggy variant whose weights are not a softmax (the sink in every numerator:
+    # they sum to more than 1; diagnosis only): the softmax's errors grow with the
+    # weights' sum, its centring no longer cancels their common part, and the output's
+    # roundings are relative to its own, larger, value: the weights' relative errors
+    # (exp, division, store) on Σ_j p_j|v_j|, and u + u_a of |out|
+    tot = np.sum(vp.p, axis=-1) + (0.0 if vp.p_sink is None else vp.p_sink)
+    if np.any(tot > 1.0 + 2.0**-20):
+        tol = tol * np.maximum(np.broadcast_to(tot, shape[:-1]), 1.0)[..., None]
+        rho = (K_EXP + 1) * model.ua + model.uw
+        tol = tol + rho * (np.abs(vp.p) @ np.abs(vp.v)) + (model.u + model.ua) * np.abs(vp.out)
+    return tol, vac.reshape(shape)

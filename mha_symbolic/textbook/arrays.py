@@ -25,6 +25,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from .._text import echo
 from ..errors import ExampleFileError
 
 __all__ = ["MAX_ARRAY_BYTES", "MAX_ARRAY_ENTRIES", "exact_entries", "load_array", "resolve_inside"]
@@ -40,10 +41,10 @@ MAX_ARRAY_DIMS = 4
 def resolve_inside(name: str, base: Path | None, where: str) -> Path:
     """``name`` resolved inside the folder ``base``, or a one-line error."""
     if base is None:
-        raise ExampleFileError(f"{where}: {name!r} names a file, but the worked example was not "
+        raise ExampleFileError(f"{where}: {echo(name)} names a file, but the worked example was not "
                                "read from a file (there is no folder to look in)")
     if not name or "\x00" in name or len(name) > 255:
-        raise ExampleFileError(f"{where}: {name[:60]!r} is not a file name")
+        raise ExampleFileError(f"{where}: {echo(name, 60)} is not a file name")
     rel = Path(name)
     if rel.is_absolute() or ".." in rel.parts:
         raise ExampleFileError(f"{where}: {name!r} must be a path inside the worked example's "

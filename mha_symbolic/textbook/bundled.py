@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .._text import echo
 from ..errors import ExampleFileError
 
 __all__ = ["cli_examples", "data_dir", "files", "names"]
@@ -60,7 +61,7 @@ def files(name: str) -> list[Path]:
 
         close = difflib.get_close_matches(name, list(sets), n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ExampleFileError(f"no bundled worked-example set {name!r}{hint}; "
+        raise ExampleFileError(f"no bundled worked-example set {echo(name)}{hint}; "
                                f"`mha-symbolic examples` lists them: {', '.join(sets)}")
     return sets[name]
 

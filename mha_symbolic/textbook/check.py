@@ -38,13 +38,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
+from .._text import echo
+from ..errors import ClaimError, ExampleFileError, MhaSymbolicError, PrecisionError
 from .claims import parse_printed
 from .examples import Claim, WorkedExample, load_examples, select_examples
 from .quantities import MATRIX_QUANTITIES, parse_quantity, quantity_value
 from .reports import CONSISTENT, CheckReport, ClaimRecord
 from .slips import count_diagnosis, digit_diagnosis, index_diagnosis, premature, variant_diagnosis
-from .verdicts import describe, judge, nested_shape, pairs
+from .verdicts import UNDECIDED, describe, judge, nested_shape, pairs
 
 __all__ = [
     "CheckReport",
@@ -182,8 +183,11 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
                                                                          else "")
     ok = all(j.ok for j in judgements)
     verdicts = [j.verdict for j in judgements]
-    verdict = ("wrong" if not ok else "exact" if all(v == "exact" for v in verdicts)
+    # a definite wrong part makes the claim wrong; else an undecided part, undecided
+    verdict = ("wrong" if "wrong" in verdicts else UNDECIDED if UNDECIDED in verdicts
+               else "exact" if all(v == "exact" for v in verdicts)
                else "approximation" if "approximation" in verdicts else "correctly rounded")
+    detail = next((j.detail for j in judgements if j.detail), None)
     rounded = None
     if any(j.rounded for j in judgements) and not ok:
         rounded = _layout([j.rounded or part.text.strip() for j, part in zip(judgements, parts,
@@ -217,11 +221,14 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
             p_inputs = f"{input_decimals(ex.engine_inputs()[claim.batch - 1])} decimals"
         elif note:
             detail = note
-    if not ok:
-        diagnosis = (premature(ex, index, claim, p) or variant_diagnosis(ex, claim, p)
-                     or count_diagnosis(ex, claim, p) or index_diagnosis(ex, claim, p))
-        if diagnosis is None and len(values) == 1:
-            diagnosis = digit_diagnosis(values[0], parts[0])
+    if verdict == "wrong":
+        try:  # a diagnosis is stated only when proved; undecided means none is stated
+            diagnosis = (premature(ex, index, claim, p) or variant_diagnosis(ex, claim, p)
+                         or count_diagnosis(ex, claim, p) or index_diagnosis(ex, claim, p))
+            if diagnosis is None and len(values) == 1:
+                diagnosis = digit_diagnosis(values[0], parts[0])
+        except PrecisionError:
+            diagnosis = None
     precision = p.describe_precision() if p.kind in ("tuple", "array") else "; ".join(
         d for d in dict.fromkeys(part.describe_precision() for part in parts) if d)
     if verdict == CONSISTENT:
@@ -275,7 +282,7 @@ def check_examples(examples: Iterable[WorkedExample] | WorkedExample,
             except MhaSymbolicError as exc:
                 loc = f"{ex.source}:{claim.line}: " if ex.source and claim.line else (
                     f"{ex.source}: " if ex.source else "")
-                message = f"{loc}example {ex.name!r}, claim {claim.quantity!r}: {exc}"
+                message = f"{loc}example {echo(ex.name, 40)}, claim {echo(claim.quantity)}: {exc}"
                 if strict:
                     raise type(exc)(message) from None
                 records.append(_unreadable(ex, claim, message))
@@ -318,13 +325,10 @@ def cli_check(args: Any) -> int:
 
 def _read_stdin() -> str:
     """Standard input, read up to the file-size limit (never more), as UTF-8."""
-    import sys
-
+    from .._io import STDIN, read_bounded
     from .examples import MAX_FILE_BYTES
 
-    data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise ExampleFileError(f"<stdin>: larger than {MAX_FILE_BYTES} bytes")
+    data = read_bounded(STDIN, MAX_FILE_BYTES)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from .._text import echo
 from ..errors import ClaimError, ParseError
 from ..exact.certified import _pow10
 
@@ -188,9 +189,15 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
     (1, 2)
     """
     if not isinstance(text, str):
-        raise ClaimError(f"claimed={text!r} must be a string (the answer as printed)")
+        raise ClaimError(f"claimed={echo(text)} must be a string (the answer as printed)")
     if len(text) > MAX_CLAIM_LENGTH:
         raise ClaimError(f"claimed answer longer than {MAX_CLAIM_LENGTH} characters")
+    from ..exact.grammar import foreign_digit
+
+    foreign = foreign_digit(text)
+    if foreign is not None:  # digits of other scripts are refused (docs: Limits, decisions)
+        raise ClaimError(f"claimed={echo(text)}: non-ASCII digit {foreign}; only the digits "
+                         "0-9 are read")
     raw = text
     s = _normalize(text)
     approx = False
@@ -203,7 +210,7 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
                 s = s[len(prefix):].strip()
                 changed = True
     if not s:
-        raise ClaimError(f"claimed={raw!r} holds no answer")
+        raise ClaimError(f"claimed={echo(raw)} holds no answer")
     if shape:
         return PrintedAnswer(raw, "shape", approx, sizes=_shape_sizes(s, raw))
 
@@ -226,7 +233,11 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
         try:
             parts = tuple(parse_printed(p) for p in _split_top(s[1:-1]))
         except ClaimError as exc:
-            raise ClaimError(f"in claimed={raw!r}: {exc}") from None
+            # one "in claimed=…" naming the whole claim, however deep the tuples nest
+            detail = getattr(exc, "detail", str(exc))
+            err = ClaimError(f"in claimed={echo(raw)}: {detail}")
+            err.detail = detail  # type: ignore[attr-defined]
+            raise err from None
         return PrintedAnswer(raw, "tuple", approx, parts=parts)
 
     s, unit_word = _unit_word(s)
@@ -234,7 +245,7 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
     if scalar is not None:
         return scalar if not unit_word else _with_unit_word(scalar, unit_word)
     if _top_level_comma(s):
-        raise ClaimError(f"cannot read claimed={raw!r}: a comma outside parentheses is only "
+        raise ClaimError(f"cannot read claimed={echo(raw)}: a comma outside parentheses is only "
                          "read as a thousands separator (2,360,064); write a tuple as (a, b)")
 
     from ..exact.grammar import parse_number
@@ -242,7 +253,7 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
     try:
         expr = parse_number(s)
     except ParseError as exc:
-        raise ClaimError(f"cannot read claimed={raw!r}: {exc}") from None
+        raise ClaimError(f"cannot read claimed={echo(raw)}: {exc}") from None
     return PrintedAnswer(raw, "expression", approx, expr=expr, unit_word=unit_word)
 
 
@@ -303,7 +314,7 @@ def _array(raw: str, s: str, approx: bool, reader: Any) -> PrintedAnswer:
     for entry in printout.entries:
         p = _scalar(_normalize(entry), entry, approx)
         if p is None:
-            raise ClaimError(f"in claimed={_brief(raw)}: cannot read the entry {entry[:40]!r} "
+            raise ClaimError(f"in claimed={_brief(raw)}: cannot read the entry {echo(entry, 40)} "
                              "as a printed number")
         parts.append(p)
     if printout.shape == ():  # tensor(0.9544): one number
@@ -313,8 +324,7 @@ def _array(raw: str, s: str, approx: bool, reader: Any) -> PrintedAnswer:
 
 
 def _brief(text: str) -> str:
-    flat = " ".join(text.split())
-    return repr(flat[:60] + ("…" if len(flat) > 60 else ""))
+    return echo(" ".join(text.split()), 60)
 
 
 def _shape_sizes(s: str, raw: str) -> tuple[Any, ...]:
@@ -332,7 +342,7 @@ def _shape_sizes(s: str, raw: str) -> tuple[Any, ...]:
     else:
         items = [t.strip() for t in _SHAPE_SEP.split(inner)]
     if not 2 <= len(items) <= 4 or not all(_SIZE.match(t) for t in items):
-        raise ClaimError(f"claimed={raw!r} is not a shape like '3 × 5', '2 × 4 × 100' or "
+        raise ClaimError(f"claimed={echo(raw)} is not a shape like '3 × 5', '2 × 4 × 100' or "
                          "torch.Size([2, 6, 2]) (two to four sizes)")
     return tuple(int(t) if t.isascii() and t.isdigit() else re.sub(r"\s*[·*]\s*", "·", t)
                  for t in items)
@@ -345,7 +355,7 @@ _SPECIAL = {"-inf": "-inf", "-∞": "-inf", "-oo": "-inf", "nan": "nan", "inf": 
 
 def _exponent(text: str, raw: str) -> int:
     if len(text) > 6 or abs(int(text)) > MAX_EXPONENT:
-        raise ClaimError(f"claimed={raw!r}: the power of ten is outside ±{MAX_EXPONENT}")
+        raise ClaimError(f"claimed={echo(raw)}: the power of ten is outside ±{MAX_EXPONENT}")
     return int(text)
 
 

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from .._latex import latex_escape, standalone_document
+from .._text import markdown_text, sanitize
 from ..errors import ExampleFileError, MhaSymbolicError, SpecError
 
 __all__ = [
@@ -78,6 +79,9 @@ LINE_CHARS = 72
 MATRIX_WIDTH = 64
 #: Sums longer than this (as text) are not rewritten into one fraction.
 TIDY_CHARS = 400
+#: A sum with more atoms than this is printed in SymPy's canonical order of its terms,
+#: not in the printing order, which SymPy finds by evaluating every term numerically.
+ORDERED_LEAVES = 16
 
 DEFAULT_TITLE = "Multi-head attention: derivations"
 
@@ -257,8 +261,22 @@ def _tex(expr: Any) -> str:
         from sympy.printing.latex import LatexPrinter
 
         class _Printer(LatexPrinter):
+            def _as_ordered_terms(self, expr: Any, order: Any = None) -> Any:
+                # SymPy orders a sum's terms by evaluating every numeric factor (seconds
+                # for a long sum of exponentials); a long sum keeps its canonical order
+                if _leaves(expr, ORDERED_LEAVES) > ORDERED_LEAVES:
+                    return list(expr.args)
+                return super()._as_ordered_terms(expr, order=order)
+
+            def _print_Integer(self, e: Any) -> str:
+                return _decimal(int(e.p))  # no 4300-digit limit (python-flint)
+
             def _print_Rational(self, e: Any) -> str:
                 p, q = int(e.p), int(e.q)
+                if max(p.bit_length(), q.bit_length()) > 3000:  # beyond str()'s comfort
+                    sign = "-" if p < 0 else ""
+                    return (sign + _decimal(abs(p)) if q == 1
+                            else rf"{sign}\frac{{{_decimal(abs(p))}}}{{{_decimal(q)}}}")
                 places = _terminating_places(q)
                 if q != 1 and places is not None and places <= 6:
                     sign = "-" if p < 0 else ""
@@ -269,8 +287,15 @@ def _tex(expr: Any) -> str:
 
         _PRINTER = _Printer()
     if isinstance(expr, int):
-        return str(expr)
+        return _decimal(expr)
     return str(_PRINTER.doprint(sp.sympify(expr)))
+
+
+def _decimal(n: int) -> str:
+    """The exact decimal digits of n, also beyond Python's 4300-digit limit on str()."""
+    from ..exact.certified import _decimal as digits
+
+    return ("-" + digits(-n)) if n < 0 else digits(n)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -345,12 +370,39 @@ def _is_rational(expr: Any) -> bool:
     return bool(getattr(expr, "is_Rational", False)) or isinstance(expr, int)
 
 
+def _leaves(expr: Any, cap: int) -> int:
+    """The number of atoms of ``expr``, counted up to ``cap + 1``.  Each atom prints as at
+    least one character, so more than ``cap`` atoms means more than ``cap`` characters:
+    a cheap test before printing, which for a long numeric sum costs seconds (SymPy's
+    printers order the terms by evaluating each of them numerically)."""
+    import sympy as sp
+
+    if not isinstance(expr, sp.Basic):
+        return 1
+    n = 0
+    for node in sp.preorder_traversal(expr):
+        if not node.args:
+            n += 1
+            if n > cap:
+                break
+    return n
+
+
+def _tex_if_short(expr: Any, limit: int) -> str | None:
+    """``_tex(expr)`` when it has at most ``limit`` characters, else None (decided first
+    by counting atoms, so that a long expression is never printed)."""
+    if _leaves(expr, limit) > limit:
+        return None
+    text = _tex(expr)
+    return text if len(text) <= limit else None
+
+
 def _tidy(expr: Any) -> Any:
     """The shortest of a few exact rewritings (sum of fractions -> one fraction)."""
     import sympy as sp
 
     if (not isinstance(expr, sp.Basic) or not expr.is_Add or len(expr.args) > 12
-            or len(str(expr)) > TIDY_CHARS):
+            or _leaves(expr, TIDY_CHARS) > TIDY_CHARS):
         return expr  # rewriting a long sum costs more than it can gain on the page
     best, best_len = expr, len(_tex(expr))
     try:
@@ -376,7 +428,7 @@ def _matrix_tex(m: Any, limit: int | None = None) -> str | None:
         row = []
         for c in range(m.cols):
             e = m[r, c]
-            if limit is not None and len(str(e)) > limit:
+            if limit is not None and _leaves(e, limit) > limit:
                 return None
             text = _tex(_tidy(e))
             used += len(text) + 3
@@ -818,8 +870,8 @@ def _softmax_row_lines(t: Any, w: Any, r: int, tag: str, n_q: int,
         frac = rf"\frac{{{num}}}{{D{tag}_{{{row}}}}}" if use_d else rf"\frac{{{num}}}{{{denom_inline}}}"
         chain = [frac]
         e = w[r, j]
-        exact = _tex(e)
-        if _is_rational(e) or len(exact) < len(frac):
+        exact = _tex(e) if _is_rational(e) else _tex_if_short(e, len(frac) - 1)
+        if exact is not None:
             chain.append(exact)  # SymPy's own form, when it says more in less space
         if not _is_rational(e):
             d = _digits(e)
@@ -862,9 +914,10 @@ def _weighted_sum_lines(w: Any, v: Any, out: Any, r: int, i: str, tag: str = "")
         rhs.append(numeric)
     entries = [out[r, c] for c in range(out.cols)]
     tidy = [_tidy(e) for e in entries]
-    exact = [_tex(e) for e in tidy]
-    if all(_is_rational(e) for e in tidy) or sum(len(x) for x in exact) <= SHORT:
-        rhs.append(_vec_tex(exact) if len(exact) > 1 else exact[0])
+    if all(_is_rational(e) for e in tidy) or sum(_leaves(e, SHORT) for e in tidy) <= SHORT:
+        exact = [_tex(e) for e in tidy]
+        if all(_is_rational(e) for e in tidy) or sum(len(x) for x in exact) <= SHORT:
+            rhs.append(_vec_tex(exact) if len(exact) > 1 else exact[0])
     if not all(_is_rational(e) for e in tidy):
         digits = [_digits(e) for e in tidy]
         if all(d is not None for d in digits):
@@ -881,13 +934,34 @@ def _weighted_sum_lines(w: Any, v: Any, out: Any, r: int, i: str, tag: str = "")
 # -- checks ----------------------------------------------------------------------------
 
 
+def _over_sum(term: Any) -> tuple[Any, Any] | None:
+    """(n, D) when ``term`` is literally n · D^(−1) with D a sum, else None."""
+    import sympy as sp
+
+    if term.is_Pow and term.exp == -1 and term.base.is_Add:
+        return sp.Integer(1), term.base
+    if term.is_Mul:
+        inverse = [a for a in term.args if a.is_Pow and a.exp == -1 and a.base.is_Add]
+        if len(inverse) == 1:
+            rest = [a for a in term.args if a is not inverse[0]]
+            return sp.Mul(*rest), inverse[0].base
+    return None
+
+
 def _sums_to_one(total: Any) -> bool:
+    """Whether a row of weights provably sums to 1: structurally (every weight is
+    nᵢ/D with one shared denominator D, and Σ nᵢ is D itself, as the engine builds a
+    softmax row), else by certified evaluation with the exact-identity fallback.  No
+    ``together``: it runs ``gcd_terms`` over the whole row, seconds for 13 keys."""
     import sympy as sp
 
     if total == 1:
         return True
-    if sp.together(total) == 1:
-        return True
+    parts = [_over_sum(t) for t in sp.Add.make_args(total)]
+    if all(p is not None for p in parts):
+        dens = {d for _, d in parts}  # type: ignore[misc]
+        if len(dens) == 1 and sp.Add(*[n for n, _ in parts]) == next(iter(dens)):  # type: ignore[misc]
+            return True
     from ..exact.certified import certify
 
     try:  # an exact identity, proved without polynomial gcds (see certified.py)
@@ -1323,6 +1397,8 @@ def _claim_value(example: Any, claim: Any) -> Any:
         from .quantities import quantity_value
     except ImportError:  # pragma: no cover - textbook without that helper
         return None
+    if getattr(claim, "error", None) is not None:
+        return None  # an unreadable claim has no value
     try:
         return quantity_value(example, claim)
     except MhaSymbolicError:
@@ -1337,9 +1413,10 @@ def _exact_tex(expr: Any) -> str | None:
     if isinstance(expr, Shape):
         return expr.latex()
     if isinstance(expr, (int, sp.Basic)):
-        return _tex(_tidy(expr) if isinstance(expr, sp.Basic) else expr)
+        return _tex_if_short(_tidy(expr) if isinstance(expr, sp.Basic) else expr, SHORT * 2)
     if isinstance(expr, (tuple, list)) and all(isinstance(e, (int, sp.Basic)) for e in expr):
-        return _vec_tex([_tex(e) for e in expr])
+        parts = [_tex_if_short(e, SHORT * 2) for e in expr]
+        return None if any(p is None for p in parts) else _vec_tex(parts)  # type: ignore[arg-type]
     return None
 
 
@@ -1554,11 +1631,9 @@ def _markup_tex(text: str) -> str:
     return "".join(parts)
 
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#])")
-
-
-def _md_text(text: str) -> str:
-    return _MD_SPECIAL.sub(r"\\\1", text)
+#: Plain text for Markdown: control characters made visible, every character that
+#: Markdown (or GitHub's math, ``$``) would interpret escaped.
+_md_text = markdown_text
 
 
 def _markup_md(text: str) -> str:
@@ -1584,10 +1659,11 @@ def _mark(ok: bool) -> tuple[str, str]:
 def _render_latex(d: Derivation) -> str:
     out: list[str] = []
     for ex in d.examples:
-        out.append(f"\\section*{{{_markup_tex(ex.title)}}}")
-        out.append(f"\\addcontentsline{{toc}}{{section}}{{{_markup_tex(ex.title)}}}")
+        # the title and notes come from the file: plain text, never markup (see _tex_text)
+        out.append(f"\\section*{{{_tex_text(ex.title)}}}")
+        out.append(f"\\addcontentsline{{toc}}{{section}}{{{_tex_text(ex.title)}}}")
         for para in _paragraphs(ex.notes):
-            out.append(_markup_tex(para) + "\n")
+            out.append(_tex_text(para) + "\n")
         for k, step in enumerate(ex.steps, 1):
             out.append(f"\\subsection*{{{k}.\\ {_markup_tex(step.title)}}}")
             out.append(f"\\emph{{Why this step?}} {_markup_tex(_capital(step.why))}\n")
@@ -1671,10 +1747,10 @@ def _render_markdown(d: Derivation, math: str = "github") -> str:
                "the checker's verdict.")
     out.append("")
     for ex in d.examples:
-        out.append(f"## {_markup_md(ex.title)}")
+        out.append(f"## {_md_text(ex.title)}")  # file text: plain, never markup
         out.append("")
         for para in _paragraphs(ex.notes):
-            out += [_markup_md(para), ""]
+            out += [_md_text(para), ""]
         for k, step in enumerate(ex.steps, 1):
             out += [f"### {k}. {_markup_md(step.title)}", ""]
             out += [f"*Why this step?* {_markup_md(_capital(step.why))}", ""]
@@ -1695,7 +1771,8 @@ def _render_markdown(d: Derivation, math: str = "github") -> str:
 
 
 def _claim_md(cl: ClaimLine) -> str:
-    parts = [f"**{_md_text(cl.quantity)}**: the text says `{cl.claimed.replace('`', '')}`"]
+    parts = [f"**{_md_text(cl.quantity)}**: the text says "
+             f"`{sanitize(cl.claimed).replace('`', '')}`"]
     if cl.exact_digits and "…" not in cl.exact_digits:
         parts.append(f"; exact value `{cl.exact_digits}`")
     else:
@@ -1738,7 +1815,7 @@ def _block_md(block: Block, math: str = "github") -> list[str]:
 def _render_mathjax(d: Derivation) -> str:
     rows: list[str] = []
     for ex in d.examples:
-        rows.append("&" + _markup_math(ex.title, r"\textbf"))
+        rows.append("&" + rf"\textbf{{{latex_escape(ex.title)}}}")  # file text: plain
         for step in ex.steps:
             rows.append("&" + _markup_math(step.title, r"\textit"))
             for block in step.blocks:
@@ -1782,17 +1859,20 @@ def _select(examples: list[Any], names: Sequence[str] | None) -> list[Any]:
 
 def cli_derive(args: Any) -> int:
     """``mha-symbolic derive FILE [--format F] [-o OUT] [--example NAME] [--pdf] [--figures]``."""
+    from .._io import output_path, write_output
     from .check import check_examples, load_examples
 
     fmt = args.format
-    out = Path(args.output) if args.output else None
+    out = output_path(args.output, inputs=[args.file])
     if args.pdf and (out is None or fmt != "tex"):
         raise SpecError("--pdf needs -o OUT and --format tex (the default)")
     if args.figures and out is None:
         raise SpecError("--figures needs -o OUT: the figures are written next to it")
     examples = _select(load_examples(args.file), args.example)
     report = check_examples(examples) if any(getattr(e, "claims", None) for e in examples) else None
-    figures_dir = out.parent / f"{out.stem}-figures" if (args.figures and out) else None
+    # the figures' folder name goes into \includegraphics: letters, digits, '.', '-' only
+    figures_dir = (out.parent / (re.sub(r"[^A-Za-z0-9.-]+", "-", out.stem).strip("-.")
+                                 + "-figures") if (args.figures and out) else None)
     derivation = derive(examples, format=fmt, report=report, figures=figures_dir,
                         relative_to=out.parent if out else None,
                         title=f"Derivations: {Path(args.file).name}")
@@ -1800,14 +1880,13 @@ def cli_derive(args: Any) -> int:
     if out is None:
         print(text, end="")
         return 0
-    if not out.parent.is_dir():
-        raise ExampleFileError(f"-o {out}: the folder {out.parent} does not exist")
-    out.write_text(text, encoding="utf-8")
+    write_output(out, text)
     if args.pdf:
         from .._latex import compile_tex
 
-        pdf = compile_tex(out)
-        print(f"wrote {out} and {pdf}")
+        resources = [f.ref for ex in derivation.examples for f in ex.figures]
+        pdf = compile_tex(out, resources=resources)
+        print(f"wrote {sanitize(str(out))} and {sanitize(str(pdf))}")
     else:
-        print(f"wrote {out}")
+        print(f"wrote {sanitize(str(out))}")
     return 0

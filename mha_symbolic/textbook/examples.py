@@ -14,15 +14,17 @@ reported with the verdict ``unreadable`` while the other claims are checked.
 
 from __future__ import annotations
 
+import math
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from .._text import decimal_digits, echo, int_text, sanitize
 from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
+from ..exact.grammar import MAX_VALUE_DIGITS
 from .quantities import parse_quantity
 
 __all__ = ["Claim", "WorkedExample", "load_examples", "select_examples"]
@@ -30,7 +32,11 @@ __all__ = ["Claim", "WorkedExample", "load_examples", "select_examples"]
 
 MAX_FILE_BYTES = 1_000_000
 MAX_EXAMPLES = 500
-MAX_CLAIMS = 5000
+MAX_CLAIMS = 2000
+#: Work of checking a file: each claim counts CLAIM_COST plus the atoms of its value
+#: (calibrated in bench/RESULTS.md, issue 15: a few seconds at the limit).
+CLAIM_COST = 200
+MAX_CHECK_WORK = 200_000
 _INPUT_KEYS = ("scores", "query", "key", "value", "x", "x_kv", "w_q", "w_k", "w_v", "w_o",
                "w_qkv", "b_q", "b_k", "b_v", "b_o", "b_qkv")
 _OPTION_KEYS = ("heads", "kv_heads", "d_k", "scale", "mask", "causal_alignment", "masked_rows",
@@ -90,7 +96,7 @@ class WorkedExample:
     def where(self) -> str:
         """``FILE:LINE: example 'NAME'`` for messages."""
         loc = f"{self.source}:{self.line}" if self.line else self.source
-        return f"{loc}: example {self.name!r}" if loc else f"example {self.name!r}"
+        return f"{loc}: example {echo(self.name, 40)}" if loc else f"example {echo(self.name, 40)}"
 
     def engine_inputs(self) -> list[dict[str, Any]]:
         """Per batch element, the keyword arguments of ``exact_attention``."""
@@ -201,18 +207,16 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None,
     src = source or "<text>"
     base = Path(base_dir) if base_dir is not None else None
     if path is not None:
-        p = Path(path)
-        src = source or str(p)
-        base = p.parent if base is None else base
-        if p.is_dir():
-            raise ExampleFileError(f"{src}: is a directory, not a worked-example file")
-        if not p.exists():
-            raise ExampleFileError(f"{src}: no such file")
-        if not p.is_file():
-            raise ExampleFileError(f"{src}: not a regular file")
-        data = p.read_bytes()
-        if len(data) > MAX_FILE_BYTES:
-            raise ExampleFileError(f"{src}: larger than {MAX_FILE_BYTES} bytes")
+        from .._io import STDIN, read_bounded
+
+        if str(path) == STDIN:
+            src = source or "<stdin>"
+        else:
+            p = Path(path)
+            src = source or sanitize(str(p))
+            base = p.parent if base is None else base
+        # the size is checked before the file is read; at most the limit + 1 bytes are read
+        data = read_bounded(path, MAX_FILE_BYTES)
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -221,16 +225,7 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None,
     assert text is not None
     if len(text) > MAX_FILE_BYTES:
         raise ExampleFileError(f"{src}: larger than {MAX_FILE_BYTES} characters")
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ExampleFileError(f"{src}: not valid TOML: {exc}") from None
-    except RecursionError:
-        raise ExampleFileError(f"{src}: TOML nested too deeply") from None
+    doc = _parse_toml(text, src)
     from .locations import locate
 
     loc = locate(text)
@@ -238,7 +233,7 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None,
     if unknown:
         key = sorted(unknown)[0]
         line = loc.top_keys.get(key, 0)
-        raise ExampleFileError(f"{_at(src, line)}unknown top-level key(s) {', '.join(sorted(unknown))}"
+        raise ExampleFileError(f"{_at(src, line)}unknown top-level key(s) {_keys(unknown)}"
                                f"{_did_you_mean(key, ('example', 'title', 'source', 'notes'))};"
                                " examples go in [[example]] tables")
     raw = doc.get("example")
@@ -255,7 +250,8 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None,
     names = [e.name for e in examples]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise ExampleFileError(f"{src}: duplicate example name(s) {', '.join(dupes)}")
+        raise ExampleFileError(f"{src}: duplicate example name(s) {_keys(dupes)}")
+    _check_claim_work(examples, src)
     return examples
 
 
@@ -271,6 +267,74 @@ def _did_you_mean(word: str, known: Sequence[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _check_claim_work(examples: Sequence[WorkedExample], source: str) -> None:
+    """Bound the work of checking: each claim costs CLAIM_COST (reading, judging, and for
+    a wrong claim the diagnoses, which redo the computation with each slip) plus the
+    number of terms of the value it names (its certified evaluation, in every variant)."""
+    from .quantities import parse_quantity, quantity_value
+
+    total = 0
+    for ex in examples:
+        for claim in ex.claims:
+            size = 1
+            if claim.error is not None:  # unreadable: reported, not judged
+                total += CLAIM_COST
+                continue
+            try:
+                if parse_quantity(claim.quantity)[0] != "gap":
+                    size = _leaves(quantity_value(ex, claim), MAX_CHECK_WORK)
+            except MhaSymbolicError:
+                pass  # reported when the claim is checked
+            total += CLAIM_COST + size
+            if total > MAX_CHECK_WORK:
+                raise ExampleFileError(
+                    f"{source}: checking these claims would take more than {MAX_CHECK_WORK:,} "
+                    f"units of work (each claim counts {CLAIM_COST} plus the terms of the "
+                    "value it names): split the file, or claim fewer or smaller values")
+
+
+def _leaves(value: Any, cap: int) -> int:
+    """Atoms in a claimed value (a number, a tuple of them, a shape), counted up to ``cap``."""
+    import sympy as sp
+
+    items = value if isinstance(value, tuple) else (value,)
+    n = 0
+    for item in items:
+        if not isinstance(item, sp.Basic):
+            n += 1
+            continue
+        for node in sp.preorder_traversal(item):
+            if not node.args:
+                n += 1
+                if n > cap:
+                    return n
+    return n
+
+
+def _show(value: Any) -> str:
+    """A value from a file for a message: short, quoted, safe for a terminal."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int_text(value)
+    if isinstance(value, (list, dict)):
+        return f"<a TOML {'array' if isinstance(value, list) else 'table'}>"
+    return echo(repr(value), 40)[1:-1]
+
+
+def _keys(keys: Any, most: int = 8) -> str:
+    """Names from a file for a message: quoted safely, at most ``most`` of them."""
+    names = sorted(str(k) for k in keys)
+    shown = ", ".join(k if k.isidentifier() and k.isascii() and len(k) <= 40 else echo(k, 40)
+                      for k in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    """TOML text as a dict, read at a bounded cost (see :mod:`.toml_reader`)."""
+    from .toml_reader import parse_toml
+
+    return parse_toml(text, source)
+
+
 def _example(item: Any, index: int, source: str, loc: Any, base: Path | None) -> WorkedExample:
     where = f"{_at(source, loc.example(index))}example #{index + 1}"
     if not isinstance(item, dict):
@@ -281,20 +345,20 @@ def _example(item: Any, index: int, source: str, loc: Any, base: Path | None) ->
     name = name.strip()
 
     def at(key: str) -> str:
-        return f"{_at(source, loc.key(index, key))}example {name!r}"
+        return f"{_at(source, loc.key(index, key))}example {echo(name, 40)}"
 
-    where = f"{_at(source, loc.example(index))}example {name!r}"
+    where = f"{_at(source, loc.example(index))}example {echo(name, 40)}"
     unknown = set(item) - _EXAMPLE_KEYS
     if unknown:
         key = sorted(unknown)[0]
-        raise ExampleFileError(f"{at(key)}: unknown key(s) {', '.join(sorted(unknown))}"
+        raise ExampleFileError(f"{at(key)}: unknown key(s) {_keys(unknown)}"
                                f"{_did_you_mean(key, sorted(_EXAMPLE_KEYS))}")
     for key in ("title", "notes"):
         if key in item and not isinstance(item[key], str):
             raise ExampleFileError(f"{at(key)}: {key} must be a string")
     mode = item.get("inputs", "exact")
     if mode not in ("exact", "printed"):
-        raise ExampleFileError(f"{at('inputs')}: inputs={mode!r} must be 'exact' or 'printed' "
+        raise ExampleFileError(f"{at('inputs')}: inputs={_show(mode)} must be 'exact' or 'printed' "
                                "(each entry taken as the interval its printed digits state)")
     raw_inputs = {k: item[k] for k in _INPUT_KEYS if k in item}
     files = _file_inputs(item, raw_inputs, at, base)
@@ -318,7 +382,7 @@ def _example(item: Any, index: int, source: str, loc: Any, base: Path | None) ->
     claims_raw = item.get("claim", [])
     if not isinstance(claims_raw, list):
         raise ExampleFileError(f"{at('claim')}: claim must be an array of tables ([[example.claim]])")
-    claims = [_claim(c, j, f"{_at(source, loc.claim(index, j))}example {name!r}",
+    claims = [_claim(c, j, f"{_at(source, loc.claim(index, j))}example {echo(name, 40)}",
                      lambda key, j=j: loc.claim_key(index, j, key), source)
               for j, c in enumerate(claims_raw)]
     grad_output = (_matrix_input(item["grad_output"], f"{at('grad_output')}: grad_output")
@@ -360,8 +424,8 @@ def _file_inputs(item: dict[str, Any], raw_inputs: dict[str, Any], at: Any,
             ref = raw_inputs.pop(key)
             arr = load_array(ref, base, f"{at(key)}: {key}")
             if isinstance(arr, dict):
-                raise ExampleFileError(f"{at(key)}: {key}={ref!r} is an archive: name one array "
-                                       f"('{ref}:NAME') or use arrays = {ref!r}")
+                raise ExampleFileError(f"{at(key)}: {key}={_show(ref)} is an archive: name one array "
+                                       f"('{ref}:NAME') or use arrays = {_show(ref)}")
             out[key] = exact_entries(arr, where=f"{at(key)}: {key}")
     if "arrays" in item:
         ref = item["arrays"]
@@ -369,11 +433,11 @@ def _file_inputs(item: dict[str, Any], raw_inputs: dict[str, Any], at: Any,
             raise ExampleFileError(f"{at('arrays')}: arrays must be the name of an .npz file")
         data = load_array(ref, base, f"{at('arrays')}: arrays")
         if not isinstance(data, dict):
-            raise ExampleFileError(f"{at('arrays')}: arrays={ref!r} must be an .npz archive")
+            raise ExampleFileError(f"{at('arrays')}: arrays={_show(ref)} must be an .npz archive")
         allowed = (*_INPUT_KEYS, "mask", "masked")
         for name, arr in data.items():
             if name not in allowed:
-                raise ExampleFileError(f"{at('arrays')}: {ref!r} holds {name!r}, not an input key"
+                raise ExampleFileError(f"{at('arrays')}: {_show(ref)} holds {_show(name)}, not an input key"
                                        f"{_did_you_mean(name, allowed)}")
             if name in out or name in raw_inputs:
                 raise ExampleFileError(f"{at('arrays')}: {name} is given twice")
@@ -449,14 +513,17 @@ def _matrix_input(value: Any, where: str) -> Any:
             for y in x:
                 walk(y, level + 1)
         elif level != depth:
-            raise ExampleFileError(f"{where}: entry {x!r} sits at a different depth than the "
+            raise ExampleFileError(f"{where}: entry {_show(x)} sits at a different depth than the "
                                    "first entry (ragged nesting)")
         elif isinstance(x, Fraction):
             pass
         elif isinstance(x, bool) or not isinstance(x, (int, float, str)):
-            raise ExampleFileError(f"{where}: entry {x!r} is not a number or a number string")
+            raise ExampleFileError(f"{where}: entry {_show(x)} is not a number or a number string")
         elif isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))):
-            raise ExampleFileError(f"{where}: entry {x!r} is not a finite number")
+            raise ExampleFileError(f"{where}: entry {_show(x)} is not a finite number")
+        elif isinstance(x, int) and decimal_digits(x) > MAX_VALUE_DIGITS:
+            raise ExampleFileError(f"{where}: entry {int_text(x)} has more than "
+                                   f"{MAX_VALUE_DIGITS} digits")
 
     walk(value, 0)
     return value
@@ -479,32 +546,40 @@ def _dim(key: str, value: Any, where: str) -> Any:
             raise ExampleFileError(f"{where}: {key} must be true or false")
         return value
     if not (isinstance(value, int) and not isinstance(value, bool)) and not (
-            isinstance(value, str) and value.isidentifier()):
-        raise ExampleFileError(f"{where}: {key}={value!r} must be a positive integer "
-                               "or a symbol name")
+            isinstance(value, str) and value.isidentifier() and value.isascii()):
+        raise ExampleFileError(f"{where}: {key}={_show(value)} must be a positive integer "
+                               "or a symbol name (ASCII letters, digits, _)")
     return value
 
 
 def _option(key: str, value: Any, where: str) -> Any:
     if key in ("heads", "kv_heads", "d_k"):
-        if isinstance(value, str) and value.isidentifier() and len(value) <= 32:
+        if isinstance(value, str) and value.isidentifier() and value.isascii() and len(value) <= 32:
             return value  # a symbol, for examples that state sizes only
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ExampleFileError(f"{where}: {key}={value!r} must be a positive integer "
+            raise ExampleFileError(f"{where}: {key}={_show(value)} must be a positive integer "
                                    "(or a symbol name, for an example without inputs)")
         return value
     if key in ("scale", "mask_fill"):
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ExampleFileError(f"{where}: {key}={value!r} must be a number or number string")
+            raise ExampleFileError(f"{where}: {key}={_show(value)} must be a number or number "
+                                   "string")
         if isinstance(value, float) and value != value:
-            raise ExampleFileError(f"{where}: {key}={value!r} is not a number")
+            raise ExampleFileError(f"{where}: {key}={_show(value)} is not a number")
+        if isinstance(value, float) and not math.isfinite(value) and (
+                key == "scale" or value > 0):
+            raise ExampleFileError(f"{where}: {key}={_show(value)} is not finite: the {key} must be "
+                                   "a finite number")
+        if isinstance(value, int) and decimal_digits(value) > MAX_VALUE_DIGITS:
+            raise ExampleFileError(f"{where}: {key}={int_text(value)} has more than "
+                                   f"{MAX_VALUE_DIGITS} digits")
         return "-inf" if isinstance(value, float) and value == float("-inf") else value
     if key in ("mask", "masked") and isinstance(value, str) and _is_printout(value):
         return printout_matrix(value, f"{where}: {key}")
     if key == "mask":
         if isinstance(value, str):
             if value != "causal":
-                raise ExampleFileError(f"{where}: mask={value!r} must be 'causal' or a matrix")
+                raise ExampleFileError(f"{where}: mask={_show(value)} must be 'causal' or a matrix")
             return value
         if not isinstance(value, list):
             raise ExampleFileError(f"{where}: mask must be 'causal' or a matrix")
@@ -524,17 +599,17 @@ def _option(key: str, value: Any, where: str) -> Any:
         allowed = {"layout": ("book", "torch"), "qkv_layout": ("stacked", "per_head"),
                    "mask_fill_stage": ("scaled", "raw")}.get(key)
         if allowed and value not in allowed:
-            raise ExampleFileError(f"{where}: {key}={value!r} must be one of "
+            raise ExampleFileError(f"{where}: {key}={_show(value)} must be one of "
                                    f"{', '.join(repr(a) for a in allowed)}")
         return value
     if key == "window":  # the engine checks the values (integers >= 0 or -1)
         if not isinstance(value, list) or len(value) != 2:
-            raise ExampleFileError(f"{where}: window={value!r} must be [left, right] "
+            raise ExampleFileError(f"{where}: window={_show(value)} must be [left, right] "
                                    "(integers, -1 for unbounded)")
         return tuple(value)
     if key == "softcap":
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ExampleFileError(f"{where}: softcap={value!r} must be a number or number "
+            raise ExampleFileError(f"{where}: softcap={_show(value)} must be a number or number "
                                    "string")
         return value
     if key in ("alibi_slopes", "sinks"):  # one entry per head
@@ -552,32 +627,33 @@ def _claim(item: Any, index: int, where: str, key_line: Any, source: str) -> Cla
     if not isinstance(item, dict):
         return Claim("?", "?", line=line, error=f"{cwhere} is not a table")
     quantity, claimed = item.get("quantity"), item.get("claimed")
-    q_text = quantity.strip() if isinstance(quantity, str) else repr(quantity)
-    c_text = claimed if isinstance(claimed, str) else repr(claimed)
+    q_text = quantity.strip() if isinstance(quantity, str) else _show(quantity)
+    c_text = claimed if isinstance(claimed, str) else _show(claimed)
 
     def bad(key: str, message: str) -> Claim:
         ln = int(key_line(key))
         head = re.sub(r"^[^:]*:\d+: ", "", cwhere) if ln else cwhere
         prefix = f"{source}:{ln}: {head}" if ln else cwhere
-        return Claim(q_text, c_text, line=ln or line, error=f"{prefix} ({q_text}): {message}")
+        return Claim(q_text, c_text, line=ln or line,
+                     error=f"{prefix} ({echo(q_text)[1:-1]}): {message}")
 
     unknown = set(item) - _CLAIM_KEYS
     if unknown:
         key = sorted(unknown)[0]
-        return bad(key, f"unknown key(s) {', '.join(sorted(unknown))}"
+        return bad(key, f"unknown key(s) {_keys(unknown)}"
                         f"{_did_you_mean(key, sorted(_CLAIM_KEYS))}")
     if not isinstance(quantity, str) or not quantity.strip():
         return bad("quantity", "quantity must be a non-empty string")
     if isinstance(claimed, (int, float)) and not isinstance(claimed, bool):
-        return bad("claimed", f"claimed={claimed!r} must be a string, as printed "
-                              f"(write claimed = \"{claimed}\")")
+        return bad("claimed", f"claimed={_show(claimed)} must be a string, as printed "
+                              f"(write claimed = \"{_show(claimed)}\")")
     if not isinstance(claimed, str) or not claimed.strip():
         return bad("claimed", "claimed must be a non-empty string (as printed)")
     numbers: dict[str, int] = {}
     for key in ("head", "batch"):
         value = item.get(key, 1)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            return bad(key, f"{key}={value!r} must be a positive integer (1-based)")
+            return bad(key, f"{key}={_show(value)} must be a positive integer (1-based)")
         numbers[key] = value
     expr = item.get("expr")
     if expr is not None and not isinstance(expr, str):
@@ -586,7 +662,7 @@ def _claim(item: Any, index: int, where: str, key_line: Any, source: str) -> Cla
     rtol_f = Fraction(1, 10**6)
     if rtol is not None:
         if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 < rtol < 1:
-            return bad("rtol", f"rtol={rtol!r} must be a number in (0, 1)")
+            return bad("rtol", f"rtol={_show(rtol)} must be a number in (0, 1)")
         rtol_f = Fraction(repr(float(rtol)))
     note = item.get("note", "")
     if not isinstance(note, str):

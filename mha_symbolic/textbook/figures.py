@@ -29,6 +29,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from .._text import echo, expr_text, sanitize
 from ..errors import MhaSymbolicError, OptionalDependencyError, SpecError
 
 __all__ = [
@@ -71,16 +72,20 @@ def _check_suffix(path: str | Path) -> Path:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
-        raise SpecError(f"output={str(path)!r} has suffix {suffix or '(none)'!r}; "
+        raise SpecError(f"output={echo(str(path))} has suffix {echo(suffix or '(none)', 20)}; "
                         f"expected one of {', '.join(SUFFIXES)}")
     return path
 
 
 def _save(fig: Any, path: str | Path) -> Path:
+    from .._io import check_name
+
+    check_name(path, "-o ")
     path = _check_suffix(path)
     suffix = path.suffix.lower()
     if not path.parent.is_dir():
-        raise SpecError(f"-o {path}: the folder {path.parent} does not exist")
+        raise SpecError(f"-o {sanitize(str(path))}: the folder {sanitize(str(path.parent))} "
+                        "does not exist")
     if suffix == ".pgf":
         from .._latex import pdflatex_path
 
@@ -90,10 +95,17 @@ def _save(fig: Any, path: str | Path) -> Path:
         import matplotlib
 
         with matplotlib.rc_context({"pgf.texsystem": "pdflatex", "pgf.rcfonts": False}):
-            fig.savefig(path, dpi=DPI)
+            _savefig(fig, path)
     else:
-        fig.savefig(path, dpi=DPI)
+        _savefig(fig, path)
     return path
+
+
+def _savefig(fig: Any, path: Path) -> None:
+    try:
+        fig.savefig(path, dpi=DPI)
+    except OSError as exc:  # name the file: "/dev/full: No space left on device"
+        raise OSError(exc.errno, exc.strerror or type(exc).__name__, str(path)) from None
 
 
 def _gap_value(gap: Any) -> Any:
@@ -103,10 +115,10 @@ def _gap_value(gap: Any) -> Any:
 
     value = exact_number(gap, "gap")
     if getattr(value, "free_symbols", None):
-        raise SpecError(f"gap={gap!r} must be a number")
+        raise SpecError(f"gap={echo(str(gap), 40)} must be a number")
     c = certify(value)
     if c.sign() < 0 or c.compare(Fraction(MAX_GAP)) > 0:
-        raise SpecError(f"gap={gap!r} must lie between 0 and {MAX_GAP}")
+        raise SpecError(f"gap={echo(str(gap), 40)} must lie between 0 and {MAX_GAP}")
     return value
 
 
@@ -138,7 +150,7 @@ def collapse_figure(path: str | Path, *, n_tokens: int = 3, gap: Any = 20) -> Pa
 def _collapse_plot(n_tokens: int, gap: Any) -> Any:
     """The collapse figure as a matplotlib Figure (not saved)."""
     if not isinstance(n_tokens, int) or isinstance(n_tokens, bool) or n_tokens < 2:
-        raise SpecError(f"n_tokens={n_tokens!r} must be an integer >= 2")
+        raise SpecError(f"n_tokens={expr_text(n_tokens, 20)} must be an integer >= 2")
     import numpy as np
 
     from ..exact.certified import certify
@@ -197,8 +209,7 @@ def _scientific(q: Fraction) -> str:
 
 
 def _short(expr: Any) -> str:
-    text = str(expr)
-    return text if len(text) <= 12 else text[:12] + "..."
+    return expr_text(expr, 15).replace("…", "...")
 
 
 def heatmap_size(n_q: int, n_k: int) -> tuple[float, float]:
@@ -225,19 +236,21 @@ def heatmap_figure(
     shows its weight correctly rounded to 3 places (certified); the colours use
     the correctly rounded float64 values.  Masked weights are exactly 0.
     """
-    _check_suffix(path)
-    return _save(_heatmap_plot(attention, head, title, query_labels, key_labels), path)
+    tex = _check_suffix(path).suffix.lower() == ".pgf"
+    return _save(_heatmap_plot(attention, head, title, query_labels, key_labels, tex=tex), path)
 
 
 def _heatmap_plot(attention: Any, head: int, title: str | None,
-                  query_labels: Sequence[str] | None, key_labels: Sequence[str] | None) -> Any:
-    """The heatmap as a matplotlib Figure (not saved)."""
+                  query_labels: Sequence[str] | None, key_labels: Sequence[str] | None,
+                  *, tex: bool = False) -> Any:
+    """The heatmap as a matplotlib Figure (not saved); ``tex``: for the PGF backend,
+    whose text LaTeX reads."""
     from ..exact.certified import certify
 
     weights = attention.weights(head)
     n_q, n_k = weights.shape
-    q_labels = _labels(query_labels, n_q, "q", "query_labels")
-    k_labels = _labels(key_labels, n_k, "k", "key_labels")
+    q_labels = _labels(query_labels, n_q, "q", "query_labels", tex=tex)
+    k_labels = _labels(key_labels, n_k, "k", "key_labels", tex=tex)
     if any(getattr(e, "free_symbols", None) for e in weights):
         raise SpecError("the weights are symbolic: give numbers to draw a heatmap")
     import sympy as sp
@@ -262,8 +275,8 @@ def _heatmap_plot(attention: Any, head: int, title: str | None,
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     heads = len(attention.heads)
-    ax.set_title(title or (f"Attention weights, head {head + 1}" if heads > 1
-                           else "Attention weights"))
+    ax.set_title(_label_text(title, tex) if title else (
+        f"Attention weights, head {head + 1}" if heads > 1 else "Attention weights"))
     fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
     fig.subplots_adjust(left=0.14, right=0.95, bottom=0.2, top=0.86)
     return fig
@@ -276,10 +289,24 @@ def _rounded3(value: Any) -> str:
     return f"{float(q):.3f}"  # q has at most 3 decimals, so this prints it exactly
 
 
-def _labels(labels: Sequence[str] | None, n: int, prefix: str, name: str) -> list[str]:
+def _label_text(text: str, tex: bool) -> str:
+    """Text from a file (an example's name, token labels) for a figure, shown literally:
+    control characters made visible; for PNG/PDF every ``$`` escaped (matplotlib would
+    read ``$...$`` as mathtext); for PGF, whose text LaTeX reads, fully LaTeX-escaped,
+    so that no TeX command from the file reaches LaTeX."""
+    text = sanitize(text)
+    if tex:
+        from .._latex import latex_escape
+
+        return latex_escape(text)
+    return text.replace("$", r"\$")
+
+
+def _labels(labels: Sequence[str] | None, n: int, prefix: str, name: str, *,
+            tex: bool = False) -> list[str]:
     if labels is None:
         return [f"${prefix}_{{{i + 1}}}$" for i in range(n)]
-    labels = [str(x) for x in labels]
+    labels = [_label_text(str(x), tex) for x in labels]
     if len(labels) != n:
         raise SpecError(f"{name} has {len(labels)} entries; expected {n}")
     return labels
@@ -319,7 +346,11 @@ def collapse_parameters(attention: Any) -> tuple[int, Any] | None:
 
 def cli_plot(args: Any) -> int:
     """``mha-symbolic plot KIND -o OUT [--file F --example NAME] [--gap 20]``."""
+    from .._io import output_path
+
     kind = args.kind
+    if output_path(args.output, inputs=[args.file] if args.file else []) is None:
+        raise SpecError("plot needs -o FILE (.png, .pdf or .pgf): a figure is not text")
     if kind == "collapse":
         n_tokens = 3
         gap: Any = args.gap
@@ -327,8 +358,9 @@ def cli_plot(args: Any) -> int:
             att, _ = _example_attention(args.file, args.example)
             params = collapse_parameters(att)
             if params is None:
-                raise SpecError(f"--example={args.example!r}: its scores are not one top score "
-                                "above equal others, so the collapse curve does not apply")
+                raise SpecError(f"--example={echo(str(args.example), 40)}: its scores are not "
+                                "one top score above equal others, so the collapse curve does "
+                                "not apply")
             n_tokens, gap = params
         path = collapse_figure(args.output, n_tokens=n_tokens, gap=gap)
     elif kind == "heatmap":
@@ -340,8 +372,8 @@ def cli_plot(args: Any) -> int:
                               title=f"Example {example.name}: attention weights",
                               **_token_labels(att, tokens))
     else:
-        raise SpecError(f"KIND={kind!r} must be 'collapse' or 'heatmap'")
-    print(f"wrote {path}")
+        raise SpecError(f"KIND={echo(kind, 40)} must be 'collapse' or 'heatmap'")
+    print(f"wrote {sanitize(str(path))}")
     return 0
 
 
@@ -378,6 +410,6 @@ def _example_attention(file: str, name: str | None) -> tuple[Any, Any]:
         (example,) = select_examples(examples, [name])
     att = example.attention()
     if att is None:
-        raise SpecError(f"--example={example.name!r} has no inputs (sizes only): "
+        raise SpecError(f"--example={echo(example.name, 40)} has no inputs (sizes only): "
                         "nothing to draw")
     return att, example

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .._text import echo, expr_text
 from ..errors import ExampleFileError
 
 __all__ = ["batch_size", "engine_inputs", "shape_of"]
@@ -58,6 +59,12 @@ def shape_of(value: Any) -> tuple[int, ...]:
 
 
 def _transpose(m: list[list[Any]]) -> list[list[Any]]:
+    if not isinstance(m, list) or not all(isinstance(row, list) for row in m) or len(
+            {len(row) for row in m}) > 1:
+        # a ragged matrix has no transpose (zip(strict=True) raised ValueError; fuzz run)
+        raise ExampleFileError(f"a weight in torch layout must be a matrix of rows of equal "
+                               f"length; its rows have {sorted({len(r) for r in m if isinstance(r, list)})} "
+                               "entries")
     return [list(col) for col in zip(*m, strict=True)]
 
 
@@ -161,7 +168,7 @@ def _split_fused(book: dict[str, Any], heads: int, kv: int, layout: str) -> None
         columns = [[h * 3 * d + part * d + c for h in range(heads) for c in range(d)]
                    for part in range(3)]
     else:
-        raise ExampleFileError(f"qkv_layout={layout!r} must be 'stacked' or 'per_head'")
+        raise ExampleFileError(f"qkv_layout={echo(layout)} must be 'stacked' or 'per_head'")
     for key, cols in zip(("w_q", "w_k", "w_v"), columns, strict=True):
         book[key] = [[row[c] for c in cols] for row in w]
     if bias is not None:
@@ -203,11 +210,16 @@ def _masks(book: dict[str, Any], options: dict[str, Any], b: int, heads: int
     return None
 
 
+def _shown(x: Any) -> str:
+    """An entry for a message: quoted and cut when a string, short when a number."""
+    return echo(x) if isinstance(x, str) else expr_text(x)
+
+
 def _negate(m: Any) -> Any:
     if isinstance(m, list):
         return [_negate(x) for x in m]
     if not isinstance(m, bool):
-        raise ExampleFileError(f"masked entries must be true or false, not {m!r}")
+        raise ExampleFileError(f"masked entries must be true or false, not {_shown(m)}")
     return not m
 
 
@@ -242,7 +254,7 @@ def _valid_mask(valid: Any, i: int, b: int, book: dict[str, Any]) -> list[list[b
         raise ExampleFileError(f"valid_lens[{i}] has {len(per_query)} entries but n_q={n_q}")
     for v in per_query:
         if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= n_k:
-            raise ExampleFileError(f"valid_lens entry {v!r} must be an integer in 0..{n_k}")
+            raise ExampleFileError(f"valid_lens entry {_shown(v)} must be an integer in 0..{n_k}")
     return [[j < v for j in range(n_k)] for v in per_query]
 
 

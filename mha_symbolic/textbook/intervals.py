@@ -78,6 +78,15 @@ def _unit(entry: Any) -> Fraction | None:
     return p.unit
 
 
+def _printed_value(text: str) -> Fraction:
+    """The value of a decimal input entry written as a string (its unit is known)."""
+    from .claims import parse_printed
+
+    value = parse_printed(text).value
+    assert value is not None  # _unit found a decimal
+    return value
+
+
 def _leaves(value: Any, path: tuple[int, ...] = ()) -> list[tuple[tuple[int, ...], Any]]:
     if isinstance(value, list):
         out = []
@@ -108,8 +117,8 @@ def _printed_inputs(kwargs: dict[str, Any]) -> list[tuple[str, tuple[int, ...], 
                 continue
             if isinstance(entry, float) and finest is not None:
                 u = finest
-            v = Fraction(repr(entry)) if isinstance(entry, float) else Fraction(
-                entry.replace("−", "-").strip())
+            # the value as the grammar of printed answers reads it ("70%" is 7/10)
+            v = Fraction(repr(entry)) if isinstance(entry, float) else _printed_value(entry)
             out.append((key, path, v, u / 2))
     return out
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .._text import echo
 from ..errors import ClaimError
 
 __all__ = ["MAX_DEPTH", "MAX_ENTRIES", "Printout", "looks_like_printout", "read_printout"]
@@ -120,10 +121,11 @@ def _split_keywords(inner: str, text: str) -> tuple[str, list[tuple[str, str]]]:
             break
         km = _KEYWORD.match(rest, pos)
         if km is None:
-            raise ClaimError(f"{_short(text)}: cannot read {rest[pos:pos + 40].strip()!r} after the data")
+            raise ClaimError(f"{_short(text)}: cannot read {echo(rest[pos:pos + 40].strip(), 40)} "
+                             "after the data")
         name = km.group("name")
         if name not in KEYWORDS:
-            raise ClaimError(f"{_short(text)}: unknown keyword {name!r} in the printout; "
+            raise ClaimError(f"{_short(text)}: unknown keyword {echo(name, 40)} in the printout; "
                              f"known: {', '.join(KEYWORDS)}")
         keywords.append((name, km.group(0).split("=", 1)[1].strip()))
         pos = km.end()
@@ -164,13 +166,13 @@ class _Reader:
             shape = ()
         self.skip()
         if self.i != len(self.s):
-            raise self.fail(f"unexpected {self.s[self.i:self.i + 20]!r} after the data")
+            raise self.fail(f"unexpected {echo(self.s[self.i:self.i + 20], 20)} after the data")
         return shape, self.entries
 
     def entry(self) -> None:
         m = _ENTRY.match(self.s, self.i)
         if m is None:
-            raise self.fail(f"expected a number at {self.s[self.i:self.i + 20]!r}")
+            raise self.fail(f"expected a number at {echo(self.s[self.i:self.i + 20], 20)}")
         self.entries.append(m.group())
         if len(self.entries) > MAX_ENTRIES:
             raise self.fail(f"more than {MAX_ENTRIES} entries")
@@ -193,7 +195,7 @@ class _Reader:
                 break
             if shapes and not separated:
                 raise self.fail(f"entries must be separated by ',' or spaces near "
-                                f"{self.s[self.i:self.i + 20]!r}")
+                                f"{echo(self.s[self.i:self.i + 20], 20)}")
             if ch == "[":
                 shapes.append(self.list(depth + 1))
             else:
@@ -208,5 +210,4 @@ class _Reader:
 
 
 def _short(text: str) -> str:
-    flat = " ".join(text.split())
-    return f"claimed={flat[:60] + ('…' if len(flat) > 60 else '')!r}"
+    return f"claimed={echo(' '.join(text.split()), 60)}"

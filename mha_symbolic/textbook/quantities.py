@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from .._text import echo, int_text
 from ..errors import ClaimError
 
 if TYPE_CHECKING:
@@ -46,7 +47,9 @@ _DIM_NAMES = ("n_q", "n_k", "d_model", "heads", "kv_heads", "d_k", "d_v", "kdim"
               "concat_width", "batch")
 _PARAM_NAMES = ("total", "weights", "biases", "w_q", "w_k", "w_v", "w_o", "w_q_head", "w_k_head",
                 "w_v_head", "qkv")
-_QUANTITY = re.compile(r"^(?P<name>[a-z_]+)(?:\.(?P<sub>[a-z_]+))?(?:\[(?P<idx>[\d,\s]*)\])?$")
+#: Longest quantity name read (``scaled_score[12,34]`` is 19 characters).
+MAX_QUANTITY_LENGTH = 100
+_QUANTITY = re.compile(r"^(?P<name>[a-z_]+)(?:\.(?P<sub>[a-z_]+))?(?:\[(?P<idx>[0-9,\s]*)\])?$")
 
 
 def _known() -> list[str]:
@@ -68,36 +71,39 @@ def did_you_mean(word: str) -> str:
 
 
 def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
+    if len(q) > MAX_QUANTITY_LENGTH:
+        raise ClaimError(f"quantity={echo(q, 40)} is longer than {MAX_QUANTITY_LENGTH} "
+                         "characters")
     m = _QUANTITY.match(q.replace(" ", ""))
     if not m:
-        raise ClaimError(f"quantity={q!r} is not of the form name, name[i], name[i,j] or "
+        raise ClaimError(f"quantity={echo(q)} is not of the form name, name[i], name[i,j] or "
                          f"shape.name / dim.name / params.name{did_you_mean(q)}")
     name, sub, idx = m.group("name"), m.group("sub"), m.group("idx")
-    if idx is not None and len(idx) > 40:
-        raise ClaimError(f"quantity={q[:60]!r}: index too long")
+    if idx and any(len(i.strip()) > 9 for i in idx.split(",")):
+        raise ClaimError(f"quantity={echo(q)}: an index beyond 999999999 is out of range")
     indices = tuple(int(i) for i in idx.split(",") if i) if idx else ()
     if any(i < 1 for i in indices):
         shifted = "[" + ",".join(str(i + 1) for i in indices) + "]"
-        raise ClaimError(f"quantity={q!r}: indices are 1-based (did you mean {name}{shifted}?)")
+        raise ClaimError(f"quantity={echo(q)}: indices are 1-based (did you mean {name}{shifted}?)")
     if name in MATRIX_QUANTITIES:
         if sub or len(indices) not in (0, 1, 2):
-            raise ClaimError(f"quantity={q!r}: {name} takes [row], [row,column] or no index "
+            raise ClaimError(f"quantity={echo(q)}: {name} takes [row], [row,column] or no index "
                              "(the whole matrix)")
     elif name in ("weight_sum", "gap", "sink_weight"):
         if sub or len(indices) != 1:
-            raise ClaimError(f"quantity={q!r}: {name} needs [row]")
+            raise ClaimError(f"quantity={echo(q)}: {name} needs [row]")
     elif name in ("expr", "scale"):
         if sub or indices:
-            raise ClaimError(f"quantity={q!r}: {name} takes no index")
+            raise ClaimError(f"quantity={echo(q)}: {name} takes no index")
     elif name in ("shape", "dim", "params"):
         allowed = {"shape": _SHAPE_NAMES, "dim": _DIM_NAMES, "params": _PARAM_NAMES}[name]
         if sub not in allowed or indices:
-            raise ClaimError(f"quantity={q!r}: {name}.NAME with NAME one of {', '.join(allowed)}"
+            raise ClaimError(f"quantity={echo(q)}: {name}.NAME with NAME one of {', '.join(allowed)}"
                              f"{did_you_mean(q)}")
     else:
-        raise ClaimError(f"unknown quantity={q!r}{did_you_mean(q)}; known: "
-                         + ", ".join(sorted([*MATRIX_QUANTITIES, "weight_sum", "gap", "sink_weight", "scale",
-                                             "expr",
+        raise ClaimError(f"unknown quantity={echo(q)}{did_you_mean(q)}; known: "
+                         + ", ".join(sorted([*MATRIX_QUANTITIES, "weight_sum", "gap", "sink_weight",
+                                             "scale", "expr",
                                              "shape.*", "dim.*", "params.*"])))
     return name, sub, indices
 
@@ -118,7 +124,8 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
     if name == "expr":
         from ..exact.grammar import parse_number
 
-        assert claim.expr is not None
+        if claim.expr is None:  # an unreadable claim reaching here (a derivation's claims)
+            raise ClaimError(f"{claim.quantity}: quantity 'expr' needs expr = \"...\"")
         return parse_number(claim.expr)
     if name == "shape":
         return _shape(ex, sub or "")
@@ -141,16 +148,16 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
             ex.spec.resolved_scale())
     if att is None:
         if not ex.has_attention:
-            raise ClaimError(f"{claim.quantity}: example {ex.name!r} gives no inputs to compute it "
+            raise ClaimError(f"{claim.quantity}: example {echo(ex.name, 40)} gives no inputs to compute it "
                              "(it needs scores, query and key, or x with w_q, w_k, w_v)")
         b = claim.batch - 1
         if not 0 <= b < ex.batch_size:
-            raise ClaimError(f"{claim.quantity}: batch={claim.batch} but the example has "
+            raise ClaimError(f"{claim.quantity}: batch={int_text(claim.batch)} but the example has "
                              f"{ex.batch_size} batch element(s)")
         att = ex.attention(b)
     h = claim.head - 1
     if not 0 <= h < len(att.heads):
-        raise ClaimError(f"{claim.quantity}: head={claim.head} but the example has "
+        raise ClaimError(f"{claim.quantity}: head={int_text(claim.head)} but the example has "
                          f"{len(att.heads)} head(s)")
     head = att.heads[h]
     if name == "scale":
@@ -187,7 +194,7 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
     else:
         matrix = matrix_of(att, name, head)
     if matrix is None:
-        raise ClaimError(f"{claim.quantity}: example {ex.name!r} gives no {_NEEDS.get(name, name)}, "
+        raise ClaimError(f"{claim.quantity}: example {echo(ex.name, 40)} gives no {_NEEDS.get(name, name)}, "
                          f"which {name} needs")
     if not idx:
         return tuple(tuple(matrix[r, c] for c in range(matrix.cols)) for r in range(matrix.rows))

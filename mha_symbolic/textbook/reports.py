@@ -9,10 +9,16 @@ claim that could not be read is a record with the verdict ``"unreadable"`` and i
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from .._text import has_control, markdown_code, markdown_text, sanitize
+from .quantities import MAX_QUANTITY_LENGTH
+from .verdicts import UNDECIDED
 
 if TYPE_CHECKING:
     from .examples import WorkedExample
@@ -86,19 +92,26 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
+        """Every claim holds (an undecided claim does not)."""
         return all(r.ok for r in self.records)
 
     @property
     def exit_status(self) -> int:
-        """0 every claim holds, 1 some claim is wrong, 2 some claim could not be read."""
-        if any(r.verdict == "unreadable" for r in self.records):
+        """0 every claim holds; 1 some claim is wrong; 4 none is wrong but some could not
+        be decided (certified arithmetic reached its precision cap); 2 some claim could
+        not be read."""
+        verdicts = {r.verdict for r in self.records}
+        if "unreadable" in verdicts:
             return 2
-        return 0 if self.ok else 1
+        if "wrong" in verdicts or (not self.ok and UNDECIDED not in verdicts):
+            return 1
+        return 4 if UNDECIDED in verdicts else 0
 
     def summary(self) -> dict[str, int]:
         counts = {"claims": len(self.records), "hold": sum(r.ok for r in self.records),
                   "wrong": sum(r.verdict == "wrong" for r in self.records)}
-        for verdict in ("exact", "correctly rounded", "approximation", CONSISTENT, "unreadable"):
+        for verdict in ("exact", "correctly rounded", "approximation", CONSISTENT, "unreadable",
+                        UNDECIDED):
             counts[verdict] = sum(r.verdict == verdict for r in self.records)
         counts["diagnosed"] = sum(r.diagnosis is not None for r in self.records
                                   if r.verdict == "wrong")
@@ -110,6 +123,7 @@ class CheckReport:
     # -- renderings ------------------------------------------------------------------
     def text(self, *, quiet: bool = False) -> str:
         """The report as text; ``quiet``: only the claims that fail, and the summary."""
+        self = self.sanitized()  # render the terminal-safe copy
         out: list[str] = []
         for ex, records in self.by_example():
             shown = [r for r in records if not r.ok] if quiet else records
@@ -121,8 +135,8 @@ class CheckReport:
             qw = max((len(_label(r)) for r in shown), default=8)
             cw = min(max((len(_one_line(r.claimed)) for r in shown), default=8), 40)
             for r in shown:
-                mark = "✓" if r.ok else "?" if r.verdict == "unreadable" else "✗"
-                line = f"  {mark} {_label(r).ljust(qw)}  {_one_line(r.claimed, 40).ljust(cw)}  {r.verdict}"
+                line = (f"  {_mark(r)} {_label(r).ljust(qw)}  "
+                        f"{_one_line(r.claimed, 40).ljust(cw)}  {r.verdict}")
                 if r.verdict in ("correctly rounded", "wrong", CONSISTENT) and r.precision:
                     line += f" ({r.precision})"
                 out.append(line)
@@ -154,6 +168,8 @@ class CheckReport:
                 + f"), {s['wrong']} wrong ({s['diagnosed']} diagnosed)")
         if s["unreadable"]:
             line += f", {s['unreadable']} unreadable"
+        if s[UNDECIDED]:
+            line += f", {s[UNDECIDED]} undecided (not counted as holding)"
         out.append(line + ".")
         out.append("Digits shown as exact are certified (exact rational arithmetic or Arb "
                    "enclosures); '…' means the expansion continues.")
@@ -162,19 +178,20 @@ class CheckReport:
     def json(self, *, quiet: bool = False) -> str:
         """The report as JSON (schema mha-symbolic-check/2); ``quiet``: failing records only."""
         records = [r for r in self.records if not r.ok] if quiet else self.records
-        return json.dumps({"schema": SCHEMA, "claims": [r.as_dict() for r in records],
-                           "summary": {**self.summary(), "ok": self.ok,
-                                       "exit_status": self.exit_status}},
-                          indent=2, ensure_ascii=False)
+        return json_text({"schema": SCHEMA, "claims": [r.as_dict() for r in records],
+                          "summary": {**self.summary(), "ok": self.ok,
+                                      "exit_status": self.exit_status}})
 
     def markdown(self, *, quiet: bool = False) -> str:
+        self = self.sanitized()  # render the terminal-safe copy
         out: list[str] = []
         for ex, records in self.by_example():
             if quiet:
                 records = [r for r in records if not r.ok]
                 if not records:
                     continue
-            out.append(f"### Example {ex.name}" + (f" — {ex.title}" if ex.title else ""))
+            out.append(f"### Example {_md(ex.name)}" + (f" — {_md(ex.title)}" if ex.title
+                                                         else ""))
             out.append("")
             out.append("| | quantity | claimed | exact (certified digits) | verdict | diagnosis |")
             out.append("|---|---|---|---|---|---|")
@@ -183,21 +200,39 @@ class CheckReport:
                                        and r.precision else "")
                 if not r.ok and r.rounded is not None:
                     verdict += f"; correct: {r.rounded}"
-                cells = ["✓" if r.ok else "?" if r.verdict == "unreadable" else "✗",
-                         f"`{_label(r)}`", _md(_one_line(r.claimed)), _md(r.exact),
+                cells = [_mark(r),
+                         markdown_code(_label(r)),
+                         # an unreadable claim may be any length: cut like the text report's
+                         _md(_one_line(r.claimed, 80 if r.verdict == "unreadable" else 0)),
+                         _md(r.exact),
                          _md(verdict), _md(r.diagnosis or r.error or r.detail or "")]
                 out.append("| " + " | ".join(cells) + " |")
             out.append("")
         s = self.summary()
         out.append(f"**{s['claims']} claims: {s['hold']} hold, {s['wrong']} wrong "
-                   f"({s['diagnosed']} diagnosed).**")
+                   f"({s['diagnosed']} diagnosed)"
+                   + (f", {s['unreadable']} unreadable" if s["unreadable"] else "")
+                   + (f", {s[UNDECIDED]} undecided" if s[UNDECIDED] else "") + ".**")
         return "\n".join(out)
 
+    def sanitized(self) -> CheckReport:
+        """A copy whose every text read from a file (names, titles, claims, notes, and
+        diagnoses quoting them) has its control characters made visible: what the text
+        and Markdown renderings print can neither move a terminal's cursor nor reorder
+        or hide what is shown (see :func:`mha_symbolic._text.sanitize`)."""
+        examples = tuple(dataclasses.replace(ex, name=_one_line_safe(ex.name),
+                                             title=_one_line_safe(ex.title or ""))
+                         if has_control(ex.name) or has_control(ex.title or "") else ex
+                         for ex in self.examples)
+        records = tuple(_sanitized_record(r) for r in self.records)
+        return CheckReport(examples, records)
+
     def _repr_html_(self) -> str:
+        self = self.sanitized()  # render the terminal-safe copy
         rows = []
         for r in self.records:
             rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
-                "✓" if r.ok else "✗", r.example, _label(r), r.claimed, r.exact, r.verdict,
+                _mark(r), r.example, _label(r), r.claimed, r.exact, r.verdict,
                 r.diagnosis or "")) + "</tr>")
         head = "".join(f"<th>{h}</th>" for h in ("", "example", "quantity", "claimed", "exact",
                                                   "verdict", "diagnosis"))
@@ -209,10 +244,17 @@ CONSISTENT = "consistent with the inputs as printed"
 SCHEMA = "mha-symbolic-check/2"
 
 
+def _mark(r: ClaimRecord) -> str:
+    """✓ holds, ✗ wrong, ? neither decided nor read (unreadable, undecided)."""
+    return "✓" if r.ok else "?" if r.verdict in ("unreadable", UNDECIDED) else "✗"
+
+
 def _label(r: ClaimRecord) -> str:
     extra = [f"head {r.head}"] if r.head != 1 else []
     extra += [f"batch {r.batch}"] if r.batch != 1 else []
-    return r.quantity + (f" ({', '.join(extra)})" if extra else "")
+    # a quantity that could not be read may be any length: cut it like a claim
+    return _one_line(r.quantity, MAX_QUANTITY_LENGTH) + (f" ({', '.join(extra)})" if extra
+                                                          else "")
 
 
 def _one_line(text: str, width: int = 0) -> str:
@@ -232,4 +274,37 @@ def _block(label: str, text: str) -> list[str]:
 
 
 def _md(s: str) -> str:
-    return s.replace("|", "\\|")
+    """A table cell's text: nothing from a file may become a link, raw HTML, emphasis,
+    math or a cell break (see :func:`mha_symbolic._text.markdown_text`)."""
+    return markdown_text(s)
+
+
+def _one_line_safe(text: str) -> str:
+    """A field shown on one line: line breaks and tabs become spaces (a printout's rows),
+    every other control character a visible escape."""
+    return sanitize(text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+                    .replace("\t", " "))
+
+
+def _sanitized_record(r: ClaimRecord) -> ClaimRecord:
+    changes: dict[str, Any] = {f.name: _one_line_safe(getattr(r, f.name))
+                               for f in dataclasses.fields(r)
+                               if isinstance(getattr(r, f.name), str)
+                               and has_control(getattr(r, f.name))}
+    return dataclasses.replace(r, **changes) if changes else r
+
+
+#: Characters JSON allows raw inside strings that a terminal would still obey (C1
+#: controls, DEL, bidirectional overrides and isolates, line separators).
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
+                          "\u2066-\u2069]")
+
+
+def json_text(data: Any) -> str:
+    """``json.dumps`` with non-ASCII text kept readable (✓, ≈, −) but every character a
+    terminal would obey escaped as ``\\uXXXX``: C0 controls (as JSON requires) and also
+    C1 controls, DEL and bidirectional overrides, which JSON would allow raw.  Such
+    characters only occur inside JSON strings, so escaping them keeps the JSON valid
+    and its decoded values unchanged."""
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)

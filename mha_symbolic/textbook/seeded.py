@@ -35,14 +35,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .._text import echo, expr_text
 from ..errors import ExampleFileError
 
 __all__ = ["INIT_KEYS", "draw", "parse_draw", "recipe_text", "resolve_init", "write_cache"]
 
 INIT_KEYS = frozenset({"torch_seed", "draws", "cache"})
 _DRAW = re.compile(
-    r"^\s*(?P<target>[a-z_]+)(?:\[(?P<index>\d{1,3})\])?\s*=\s*(?P<fn>rand|randn|Linear)\s*\("
-    r"(?P<args>[\d\s,]*?)(?:,\s*bias\s*=\s*(?P<bias>True|False))?\s*\)\s*$")
+    r"^\s*(?P<target>[a-z_]+)(?:\[(?P<index>[0-9]{1,3})\])?\s*=\s*(?P<fn>rand|randn|Linear)\s*\("
+    r"(?P<args>[0-9\s,]*?)(?:,\s*bias\s*=\s*(?P<bias>True|False))?\s*\)\s*$")
 #: Most draws in one recipe, and most entries in one draw.
 MAX_DRAWS = 64
 MAX_DRAW_ENTRIES = 65_536
@@ -89,11 +90,12 @@ def _check(init: Any, where: str) -> dict[str, Any]:
         raise ExampleFileError(f"{where}: init must be a table ([example.init])")
     unknown = set(init) - INIT_KEYS
     if unknown:
-        raise ExampleFileError(f"{where}: init: unknown key(s) {', '.join(sorted(unknown))}; "
+        raise ExampleFileError(f"{where}: init: unknown key(s) {echo(', '.join(sorted(unknown)))}; "
                                f"known: {', '.join(sorted(INIT_KEYS))}")
     seed = init.get("torch_seed")
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
-        raise ExampleFileError(f"{where}: init.torch_seed={seed!r} must be a non-negative integer")
+        raise ExampleFileError(f"{where}: init.torch_seed={expr_text(seed)} must be a "
+                               "non-negative integer below 2^63")
     draws = init.get("draws")
     if not isinstance(draws, list) or not draws or len(draws) > MAX_DRAWS:
         raise ExampleFileError(f"{where}: init.draws must be a list of 1 to {MAX_DRAWS} draws")
@@ -155,11 +157,11 @@ def _read_cache(init: dict[str, Any], base: Path | None, where: str) -> dict[str
 
     data = load_array(init["cache"], base, f"{where}: init.cache")
     if not isinstance(data, dict) or "__recipe__" not in data:
-        raise ExampleFileError(f"{where}: init.cache {init['cache']!r} records no recipe")
+        raise ExampleFileError(f"{where}: init.cache {echo(init['cache'])} records no recipe")
     recorded = str(data.pop("__recipe__"))
     if recorded != recipe_text(init):
-        raise ExampleFileError(f"{where}: init.cache {init['cache']!r} was drawn for another "
-                               f"recipe ({recorded[:80]!r}); rewrite it with "
+        raise ExampleFileError(f"{where}: init.cache {echo(init['cache'])} was drawn for another "
+                               f"recipe ({echo(recorded)}); rewrite it with "
                                "python -m mha_symbolic.textbook.seeded FILE")
     back = {v: k for k, v in _cache_names(dict.fromkeys(_expected(init))).items()}
     out: dict[str, Any] = {}

@@ -7,8 +7,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from .._text import echo, expr_text
 from ..errors import ClaimError
 from .claims import PrintedAnswer
+
+#: The verdict of a claim that certified arithmetic could not decide within its
+#: precision cap: never counted as holding (ok is False), never called wrong.
+UNDECIDED = "undecided"
 
 
 @dataclass(frozen=True)
@@ -104,33 +109,71 @@ def _float_of(x: Fraction) -> float | None:
 
 def _signed(x: Fraction) -> str:
     """A signed error size with 2 significant digits, for any magnitude (no float overflow)."""
+    return _two_digit_text(x, "+")
+
+
+def _two_digit_text(x: Fraction, sign: str = "") -> str:
+    """x (already rounded to 2 significant digits) as ``1.6e-28`` / ``+0.77``, for any
+    magnitude: never ``float(x)`` of a number beyond the float range."""
     if x == 0:
-        return "+0"
+        return f"{sign}0"
     from ..exact.certified import _exponent10
 
     k = _exponent10(x)
     if -4 <= k <= 15:
-        return f"{float(x):+.2g}"
+        return f"{float(x):{sign}.2g}"
     m = x / Fraction(10) ** k
-    return f"{float(m):+.2g}e{k:+d}"
+    return f"{float(m):{sign}.2g}e{k:+d}"
 
 
 def _judge_expression(value: Any, p: PrintedAnswer, rtol: Fraction) -> Judgement:
     from ..exact.certified import certify
 
     diff = certify(value - p.expr)
-    if diff.sign() == 0:
+    d = diff.sign()
+    if d == 0:
         return Judgement("exact", True)
     if p.approx:
-        target = certify(value)
-        if target.sign() == 0:
-            return Judgement("wrong", False)
-        rel = certify(abs(value - p.expr) / abs(value))
-        ok = rel.compare(rtol) <= 0
-        size = rel.round_significant(2)
-        return Judgement("approximation" if ok else "wrong", ok,
-                          error_units=f"relative error {float(size):.2g}")
+        from ..errors import PrecisionError
+
+        try:
+            return _approximation(value, p, rtol, d)
+        except PrecisionError:
+            if not _negligible(value, p.expr):
+                raise
+            # |value| < |claim|/2, so |value − claim|/|value| > 1 > rtol: wrong, whatever
+            # the value's exact size (beyond the range of certified evaluation)
+            return Judgement("wrong", False, error_units="relative error above 1")
     return Judgement("wrong", False)
+
+
+def _approximation(value: Any, p: PrintedAnswer, rtol: Fraction, d: int) -> Judgement:
+    """An approximation formula judged by its certified relative error; ``d`` is the
+    sign of value − claim (non-zero)."""
+    from ..exact.certified import certify
+
+    v = certify(value).sign()
+    if v == 0:
+        return Judgement("wrong", False)
+    # |value − claim| / |value| with the signs already decided: no sp.Abs, whose
+    # evaluation asks SymPy for signs (minimal_polynomial on algebraic numbers)
+    rel = certify((value - p.expr) * d / (value * v))
+    ok = rel.compare(rtol) <= 0
+    size = rel.round_significant(2)
+    return Judgement("approximation" if ok else "wrong", ok,
+                     error_units=f"relative error {_two_digit_text(size)}")
+
+
+def _negligible(value: Any, claim: Any) -> bool:
+    """Whether |value| < |claim|/2, shown by 64-bit Arb enclosures (False if not shown)."""
+    from ..errors import MhaSymbolicError
+    from ..exact.certified import to_arb
+
+    try:
+        v, c = to_arb(value, 64), to_arb(claim, 64)
+    except MhaSymbolicError:
+        return False
+    return bool(v.is_finite() and c.is_finite() and 2 * abs(v).upper() < abs(c).lower())
 
 
 def special_value(value: Any) -> str | None:
@@ -145,6 +188,17 @@ def special_value(value: Any) -> str | None:
 
 
 def judge(value: Any, p: PrintedAnswer, rtol: Fraction) -> Judgement:
+    """The verdict on one printed answer; ``undecided`` (ok False) when certified
+    arithmetic cannot decide it within its precision cap."""
+    from ..errors import PrecisionError
+
+    try:
+        return _judge(value, p, rtol)
+    except PrecisionError as exc:
+        return Judgement(UNDECIDED, False, detail=str(exc))
+
+
+def _judge(value: Any, p: PrintedAnswer, rtol: Fraction) -> Judgement:
     dom = _dominated(value)
     if dom is not None and p.kind in ("decimal", "expression"):
         judged = _judge_dominated(dom, p, rtol)
@@ -159,7 +213,7 @@ def judge(value: Any, p: PrintedAnswer, rtol: Fraction) -> Judgement:
         return _judge_decimal(value, p)
     if p.kind == "expression":
         return _judge_expression(value, p, rtol)
-    raise ClaimError(f"claimed={p.text!r} cannot be compared with a single number")
+    raise ClaimError(f"claimed={echo(p.text)} cannot be compared with a single number")
 
 
 def _dominated(value: Any) -> Any:
@@ -288,8 +342,7 @@ def _dims(shape: tuple[int, ...]) -> str:
 
 
 def _brief(text: str) -> str:
-    flat = " ".join(text.split())
-    return repr(flat[:60] + ("…" if len(flat) > 60 else ""))
+    return echo(" ".join(text.split()), 60)
 
 
 def holds(value: Any, p: PrintedAnswer, rtol: Fraction, *, exactly: bool = False) -> bool:
@@ -314,17 +367,22 @@ def describe(value: Any, sig: int) -> tuple[str, str]:
     special = special_value(value)
     if special is not None:
         return ("−∞" if special == "-inf" else "NaN"), ""
+    from ..errors import PrecisionError
+
     dom = _dominated(value)
     if dom is not None:
         main = certify(dom.main).digits(sig) if dom.main != 0 else "0"
         side = {1: "+", -1: "−", 0: "±"}[dom.sign]
         return f"{main} {side} (less than 10^−{dom.places:,})", ""
     cv = certify(value)
-    digits = cv.digits(sig)
+    try:
+        digits = cv.digits(sig)
+    except PrecisionError:
+        digits = "(digits undecided)"
     if not _small(value):  # its printed form would exceed 60 characters: not worth printing
         return digits, ""
-    form = str(sp.together(value) if value.is_Add else value).replace("**", "^")
-    if len(form) > 60 or form == digits:
+    form = expr_text(sp.together(value) if value.is_Add and len(value.args) <= 12 else value, 61)
+    if len(form) > 60 or form == digits or form.startswith("<"):
         form = ""
     return digits, form
 

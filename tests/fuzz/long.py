@@ -1,0 +1,288 @@
+"""The long fuzz run: a million hostile inputs, counted (issue 15).
+
+    python -m tests.fuzz.long --inputs 1000000 --workers 2 --checkpoint fuzz-long.json
+
+Each input ``i`` is generated from ``(seed, i)`` alone (:mod:`.generators`), so any
+failure can be replayed: ``python -m tests.fuzz.long --replay 123456``.  The mix:
+
+=================  =====  ==================================================================
+kind               share  what runs
+=================  =====  ==================================================================
+number             52 %   ``parse_number``
+claim              33 %   ``parse_printed`` (also as a shape), ``judge``/``holds``/``describe``
+document           10 %   ``load_examples`` + ``check_examples`` + text/JSON/Markdown/HTML
+derivation          2 %   ``derive`` as LaTeX document, fragment and Markdown
+cli                2.8 %  ``mha_symbolic.cli.main(argv)`` in a sandbox folder (check, derive,
+                          plot, shapes, params, prove, usage errors)
+cli-subprocess     0.2 %  ``python -m mha_symbolic`` in a fresh interpreter, with
+                          PYTHONIOENCODING utf-8/ascii/cp1252/latin-1
+=================  =====  ==================================================================
+
+Per input: a limit of ``--limit`` (5) CPU seconds (``ITIMER_PROF`` in the worker, and the
+child's CPU time for subprocesses; CPU rather than wall time because the machine is
+shared), and a memory cap (``RLIMIT_AS``, ``--memory-gb``, 4) in every worker.  A worker
+that stops reporting for ``--hang`` (300) wall seconds is killed and its input counted
+as over the limit.  Counted: inputs per kind, non-package exceptions, inputs over the
+limit, files written outside the output folder, control characters in reports and
+printed output, TeX injections, bad messages and exit codes.  The counts are
+checkpointed to a JSON file every 30 s (``--resume`` continues from it); failing
+inputs are written, with their index, to ``--crashes`` (a folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import resource
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from . import generators as g
+from . import properties as prop
+
+KINDS: tuple[tuple[str, int], ...] = (  # shares in tenths of a percent (sum 1000)
+    ("number", 520), ("claim", 330), ("document", 100), ("derivation", 20), ("cli", 28),
+    ("cli-subprocess", 2),
+)
+PROBLEMS = ("foreign-exception", "over-time", "file-outside", "control-in-report",
+            "tex-injection", "markup-injection", "bad-message", "bad-exit", "harness-error")
+
+
+class OverLimit(BaseException):
+    """Raised by the CPU-time alarm inside an input that runs past the limit (a
+    BaseException, so that no ``except Exception`` of the code under test swallows it)."""
+
+
+#: ``--only``: restrict a run to some kinds (a scouting run); empty means the mix above.
+ONLY: tuple[str, ...] = ()
+
+
+def kind_of(seed: int, i: int) -> str:
+    if ONLY:
+        return g.RandomSource((seed, i, "kind")).choice(ONLY)
+    r = g.RandomSource((seed, i, "kind")).integer(0, 999)
+    for kind, share in KINDS:
+        if r < share:
+            return kind
+        r -= share
+    raise AssertionError(r)  # pragma: no cover
+
+
+def make_input(seed: int, i: int) -> tuple[str, Any]:
+    kind = kind_of(seed, i)
+    src = g.RandomSource((seed, i))
+    if kind == "number":
+        return kind, g.number_text(src)
+    if kind == "claim":
+        return kind, (g.printed_text(src), g.number_text(src) if src.chance(0.3)
+                      else src.choice([*g.BOOK_NUMBERS[:20], "1/2", "exp(-1000)/(1+exp(-1000))"]))
+    if kind == "document":
+        return kind, g.document_text(src)
+    if kind == "derivation":
+        return kind, (g.document_text(src), src.choice(["tex", "fragment", "markdown"]))
+    return kind, g.cli_call(src)
+
+
+def run_input(kind: str, payload: Any) -> tuple[list[tuple[str, str]], float]:
+    """Problems of one input, and the CPU seconds of any child process it ran."""
+    if kind == "number":
+        return prop.run_number(payload), 0.0
+    if kind == "claim":
+        return prop.run_claim(*payload), 0.0
+    if kind == "document":
+        return prop.run_document(payload), 0.0
+    if kind == "derivation":
+        return prop.run_derivation(*payload), 0.0
+    if kind == "cli":
+        return prop.run_cli_inprocess(payload), 0.0
+    return prop.run_cli_subprocess(payload)
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise OverLimit()
+
+
+def _worker(seed: int, indices: range, limit: float, memory_gb: float, state: Any,
+            conn: Any, crashes: str) -> None:
+    if memory_gb > 0:
+        cap = int(memory_gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    os.environ.pop("MHA_SYMBOLIC_DEBUG", None)
+    signal.signal(signal.SIGPROF, _alarm)
+    for i in indices:
+        state[0] = i
+        state[1] = time.time()
+        t0, w0 = time.process_time(), time.perf_counter()
+        child = 0.0
+        kind, payload = "harness", None
+        signal.setitimer(signal.ITIMER_PROF, limit)
+        try:
+            kind, payload = make_input(seed, i)
+            problems, child = run_input(kind, payload)
+        except OverLimit:
+            problems = [("over-time", f"stopped after {limit} CPU seconds")]
+        except BaseException as exc:
+            problems = [("harness-error", f"{type(exc).__name__}: {exc}")]
+        finally:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+        cpu = time.process_time() - t0 + child
+        wall = time.perf_counter() - w0
+        if cpu > limit and not any(p[0] == "over-time" for p in problems):
+            problems.append(("over-time", f"{cpu:.1f} CPU seconds"))
+        if problems:
+            _record(crashes, seed, i, kind, payload, problems)
+        conn.send((i, kind, sorted({p[0] for p in problems}), cpu, wall))
+    conn.send(None)
+
+
+def _record(crashes: str, seed: int, i: int, kind: str, payload: Any,
+            problems: list[tuple[str, str]]) -> None:
+    folder = Path(crashes)
+    folder.mkdir(parents=True, exist_ok=True)
+    if len(list(folder.iterdir())) > 500:
+        return
+    entry = {"seed": seed, "index": i, "kind": kind, "problems": problems,
+             "input": json.loads(g.describe(payload)) if kind.startswith("cli") else payload}
+    (folder / f"{kind}-{i}.json").write_text(json.dumps(entry, ensure_ascii=True, indent=1))
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.fuzz.long", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--inputs", type=int, default=1_000_000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=15)
+    ap.add_argument("--limit", type=float, default=5.0, help="CPU seconds per input")
+    ap.add_argument("--memory-gb", type=float, default=4.0, help="address-space cap per worker")
+    ap.add_argument("--hang", type=float, default=300.0, help="wall seconds before a worker is killed")
+    ap.add_argument("--checkpoint", default="fuzz-long.json")
+    ap.add_argument("--crashes", default="fuzz-crashes")
+    ap.add_argument("--resume", action="store_true", help="continue from the checkpoint")
+    ap.add_argument("--replay", type=int, metavar="I", help="run input I alone and print it")
+    ap.add_argument("--only", default="", metavar="KINDS",
+                    help="comma-separated kinds to run (a scouting run), e.g. document,cli")
+    args = ap.parse_args(argv)
+    global ONLY
+    ONLY = tuple(k for k in args.only.split(",") if k)
+    unknown = set(ONLY) - {k for k, _ in KINDS}
+    if unknown:
+        sys.exit(f"--only: unknown kind(s) {', '.join(sorted(unknown))}")
+
+    if args.replay is not None:
+        kind, payload = make_input(args.seed, args.replay)
+        print(kind, g.describe(payload) if kind.startswith("cli") else repr(payload)[:4000])
+        t0 = time.process_time()
+        problems, child = run_input(kind, payload)
+        print(f"{time.process_time() - t0 + child:.2f} CPU s", json.dumps(problems, indent=1))
+        return 1 if problems else 0
+
+    ckpt = Path(args.checkpoint)
+    saved = _load(ckpt) if args.resume else {}
+    if saved and (saved.get("seed") != args.seed or saved.get("workers") != args.workers):
+        sys.exit("--resume needs the checkpoint's --seed and --workers")
+    counts: Counter[str] = Counter(saved.get("counts", {}))
+    nexts = saved.get("next", list(range(args.workers)))
+    elapsed0 = saved.get("elapsed_s", 0.0)
+    cpu_max = saved.get("max_cpu_s", 0.0)
+    wall_max = saved.get("max_wall_s", 0.0)
+    ctx = mp.get_context("fork")
+    start = time.monotonic()
+    workers: dict[int, Any] = {}
+
+    def launch(w: int) -> None:
+        state = ctx.Array("d", [-1.0, time.time()], lock=False)
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_worker, daemon=True, args=(
+            args.seed, range(nexts[w], args.inputs, args.workers), args.limit, args.memory_gb,
+            state, child, args.crashes))
+        proc.start()
+        child.close()
+        workers[w] = (proc, parent, state)
+
+    def checkpoint(final: bool = False) -> dict[str, Any]:
+        done = counts["inputs"]
+        elapsed = elapsed0 + time.monotonic() - start
+        data = {
+            "command": "python -m tests.fuzz.long " + " ".join(sys.argv[1:] if argv is None else argv),
+            "seed": args.seed, "workers": args.workers, "inputs_target": args.inputs,
+            "limit_cpu_s": args.limit, "memory_gb": args.memory_gb, "inputs": done,
+            "next": nexts, "elapsed_s": round(elapsed, 1),
+            "rate_per_s": round(done / elapsed, 1) if elapsed else None,
+            "max_cpu_s": round(cpu_max, 2), "max_wall_s": round(wall_max, 2),
+            "problems": {p: counts.get(p, 0) for p in PROBLEMS},
+            "counts": dict(counts), "finished": final, "loadavg": os.getloadavg(),
+        }
+        tmp = ckpt.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(ckpt)
+        return data
+
+    for w in range(args.workers):
+        if nexts[w] < args.inputs:
+            launch(w)
+    last = time.monotonic()
+    while workers:
+        by_conn = {conn: w for w, (_, conn, _) in workers.items()}
+        for conn in mp.connection.wait(list(by_conn), timeout=1.0):
+            w = by_conn[conn]
+            while conn.poll():
+                try:
+                    msg = conn.recv()
+                except EOFError:
+                    break
+                if msg is None:
+                    nexts[w] = args.inputs
+                    break
+                i, kind, categories, cpu, wall = msg
+                counts["inputs"] += 1
+                counts[f"kind:{kind}"] += 1
+                counts.update(categories)
+                cpu_max, wall_max = max(cpu_max, cpu), max(wall_max, wall)
+                nexts[w] = i + args.workers
+        for w, (proc, _conn, state) in list(workers.items()):
+            if nexts[w] >= args.inputs:
+                proc.join(timeout=5)
+                del workers[w]
+                continue
+            current, started = int(state[0]), state[1]
+            stuck = current >= nexts[w] and time.time() - started > args.hang
+            if stuck or not proc.is_alive():
+                proc.kill()
+                proc.join()
+                # every input before `current` was reported; count the stuck (or
+                # crashed) one, and restart the worker after it
+                i = current if current >= nexts[w] else nexts[w]
+                category = "over-time" if stuck else "foreign-exception"
+                kind, payload = make_input(args.seed, i)
+                counts["inputs"] += 1
+                counts[f"kind:{kind}"] += 1
+                counts[category] += 1
+                _record(args.crashes, args.seed, i, kind, payload,
+                        [(category, f"worker {'hung' if stuck else 'died'} (exit {proc.exitcode})")])
+                nexts[w] = i + args.workers
+                del workers[w]
+                if nexts[w] < args.inputs:
+                    launch(w)
+        if time.monotonic() - last > 30:
+            data = checkpoint()
+            last = time.monotonic()
+            print(f"{data['inputs']:>9} inputs  {data['rate_per_s']}/s  problems {data['problems']}",
+                  flush=True)
+    data = checkpoint(final=True)
+    print(json.dumps(data, indent=1))
+    return 0 if not any(data["problems"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
