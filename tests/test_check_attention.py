@@ -135,3 +135,42 @@ def test_fixture_check_runs_forward_and_backward(pytester: Any,
     result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*AttentionMismatchError*"])
+
+
+def _windowed_sdpa(torch: Any, left: int, slopes: Any = None) -> Any:
+    """SDPA with a causal sliding window of ``left`` keys (and ALiBi) as an explicit
+    float mask, as a kernel under test would apply them itself."""
+    def fn(q: Any, k: Any, v: Any) -> Any:
+        L, S = q.shape[-2], k.shape[-2]
+        i, j = torch.arange(L)[:, None], torch.arange(S)[None, :]
+        keep = (j <= i) & (j >= i - left)
+        bias = torch.zeros(L, S, dtype=q.dtype)
+        if slopes is not None:
+            bias = -torch.as_tensor(slopes, dtype=q.dtype)[:, None, None] * (i - j).abs()
+        mask = torch.where(keep, bias, torch.tensor(-float("inf"), dtype=q.dtype))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return fn
+
+
+def test_variants_describe_the_exact_answer_forward_and_backward() -> None:
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 7, 8, generator=gen) for _ in range(3))
+    slopes = np.array([0.5, 0.25], np.float32)
+    opts = {"window": (2, 0), "is_causal": True, "alibi_slopes": slopes}
+    res = check_attention(_windowed_sdpa(torch, 2, slopes), q, k, v, pass_options=False,
+                          **opts)
+    assert res.passed and res.backward is not None
+    # a window one key too wide: forward and gradients both fail
+    bad = check_attention(_windowed_sdpa(torch, 3, slopes), q, k, v, pass_options=False,
+                          raise_on_failure=False, **opts)
+    assert not bad.passed and bad.backward is not None and not bad.backward.passed
+    assert not bad.output.passed
+
+
+def test_softcap_on_an_autograd_kernel_is_refused_not_half_checked() -> None:
+    torch = pytest.importorskip("torch")
+    q = torch.randn(1, 1, 3, 4)
+    with pytest.raises(SpecError, match="softcap"):
+        check_attention(torch.nn.functional.scaled_dot_product_attention, q, q, q,
+                        softcap=5.0)

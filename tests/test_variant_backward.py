@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mha_symbolic.errors import SpecError
+from mha_symbolic.errors import ShapeError, SpecError
 from mha_symbolic.oracle.backward import reference_attention_backward
 from mha_symbolic.testing.backward import compare_attention_backward
 
@@ -125,10 +125,52 @@ def test_torch_autograd_of_an_explicit_window_and_alibi_passes_and_a_shifted_win
     assert not compare_attention_backward(*grads(4), q, k, v, do, **opts).passed
 
 
-def test_compare_backward_refuses_sinks_with_the_reason() -> None:
+def test_compare_backward_refuses_softcap_with_the_reason() -> None:
     q, k, v, do = _inputs(2, 2, seed=43)
-    with pytest.raises(SpecError, match="sinks"):
-        compare_attention_backward(q, k, v, q, k, v, do, sinks=[0.0, 0.0])
+    with pytest.raises(SpecError, match="softcap"):
+        compare_attention_backward(q, k, v, q, k, v, do, softcap=5.0)
+
+
+def _gpt_oss_grads(torch: Any, q: Any, k: Any, v: Any, do: Any, sinks: Any | None
+                   ) -> tuple[Any, ...]:
+    """gpt-oss's sdpa (cat([QK, S]), softmax, sink column dropped; causal) by autograd;
+    ``sinks=None``: the sinks-ignored bug (a plain causal softmax)."""
+    qq, kk, vv = (torch.from_numpy(x).requires_grad_() for x in (q, k, v))
+    L, S = q.shape[-2], k.shape[-2]
+    s = (qq @ kk.transpose(-1, -2)) / float(np.sqrt(q.shape[-1]))
+    s = s.masked_fill(torch.arange(S)[None, :] > torch.arange(L)[:, None], -float("inf"))
+    if sinks is not None:
+        col = torch.from_numpy(sinks).view(1, -1, 1, 1).expand(*s.shape[:-1], 1)
+        s = torch.cat([s, col], dim=-1)
+    w = torch.softmax(s, dim=-1)[..., :S]
+    return tuple(g.detach().numpy() for g in
+                 torch.autograd.grad(w @ vv, (qq, kk, vv), torch.from_numpy(do)))
+
+
+def test_compare_backward_with_sinks_passes_gpt_oss_autograd_and_fails_sinks_ignored() -> None:
+    torch = pytest.importorskip("torch")
+    q, k, v, do = _inputs(5, 5, seed=44)
+    sinks = np.array([1.5, -0.5], np.float32)
+    opts = {"sinks": sinks, "is_causal": True}
+    good = compare_attention_backward(*_gpt_oss_grads(torch, q, k, v, do, sinks), q, k, v,
+                                      do, **opts)
+    assert good.passed, good.report()
+    bad = compare_attention_backward(*_gpt_oss_grads(torch, q, k, v, do, None), q, k, v, do,
+                                     **opts)
+    assert not bad.passed
+
+
+def test_compare_backward_with_sinks_names_a_wrong_dk_row_and_checks_shapes() -> None:
+    q, k, v, do = _inputs(3, 4, seed=45)
+    sinks = np.array([0.25, 2.0], np.float32)
+    g = reference_attention_backward(q, k, v, do, sinks=sinks)
+    dq, dk, dv = (e.rounded("float32") for e in (g.dq, g.dk, g.dv))
+    assert compare_attention_backward(dq, dk, dv, q, k, v, do, sinks=sinks).passed
+    wrong = dk.copy()
+    wrong[0, 1, 3] += 0.5          # the last real key's row: judged, not a filled sink row
+    assert not compare_attention_backward(dq, wrong, dv, q, k, v, do, sinks=sinks).passed
+    with pytest.raises(ShapeError, match=r"dk\.shape"):
+        compare_attention_backward(dq, dk[..., :3, :], dv, q, k, v, do, sinks=sinks)
 
 
 # ---------------------------------------------------------------------------

@@ -179,6 +179,15 @@ def compare_attention_backward(
     (truthy when every gradient passes); never raises for a mismatch; raises
     :class:`~mha_symbolic.errors.ToleranceError` when no verdict can be given.
 
+    Variants: ``window``, ``mask_mod`` (or a BlockMask), ``alibi_slopes``, bias-table
+    ``score_mod`` entries and ``sinks`` are plain attention of other exact inputs
+    (oracle/variant_forward.py, "lowering"), judged by the plain model and catalogue;
+    a sink is one extra key whose dk, dv rows the kernel does not return (they are
+    filled with the exact values and judge nothing).  The parameters' gradients
+    (sink logits, slopes, tables), a softcap and ``d_attn_mask`` with variants have
+    no tolerance model here: :func:`mha_symbolic.reference_attention_backward` gives
+    their exact values.
+
     >>> import numpy as np
     >>> from mha_symbolic import reference_attention_backward
     >>> rng = np.random.default_rng(0)
@@ -199,11 +208,11 @@ def compare_attention_backward(
         # the gradients, the model and the bug catalogue are the plain ones
         from ..oracle.variant_forward import lowered, prepare, require_lowerable
 
-        if variant.has_cap or variant.sinks is not None or d_attn_mask is not None:
-            raise SpecError("compare_attention_backward takes window, mask_mod, alibi_slopes "
-                            "and bias-table score_mods; softcap, sinks and d_attn_mask with "
-                            "variants are not available (reference_attention_backward "
-                            "computes the gradients with sinks)")
+        if variant.has_cap or d_attn_mask is not None:
+            raise SpecError("compare_attention_backward takes window, mask_mod, alibi_slopes, "
+                            "sinks and bias-table score_mods; softcap (or a softcap "
+                            "score_mod) and d_attn_mask with variants are not available "
+                            "(reference_attention_backward computes those gradients)")
         if dropout_mask is not None or dropout_p:
             raise SpecError("dropout with attention variants is not supported")
         prep = prepare(query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
@@ -211,11 +220,52 @@ def compare_attention_backward(
                        masked_rows=masked_rows)
         require_lowerable(prep)
         k64, v64, mask = lowered(prep)
-        return compare_attention_backward(
-            dq, dk, dv, prep.q64, k64, v64, grad_output, attn_mask=mask, scale=scale,
-            enable_gqa=prep.group > 1, masked_rows=masked_rows, rule=rule,
-            accumulation_dtype=accumulation_dtype, safety=safety, rtol=rtol, atol=atol,
-            ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs, error_model=error_model)
+        return _compare_backward(
+            dq, dk, dv, prep.q64, k64, v64, grad_output, attn_mask=mask, is_causal=False,
+            scale=scale, enable_gqa=prep.group > 1, causal_alignment="top_left",
+            masked_rows=masked_rows, dropout_p=0.0, dropout_mask=None, d_attn_mask=None,
+            rule=rule, accumulation_dtype=accumulation_dtype, safety=safety, rtol=rtol,
+            atol=atol, ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs,
+            error_model=error_model, sink_keys=0 if prep.sinks is None else 1)
+    return _compare_backward(
+        dq, dk, dv, query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal,
+        scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+        masked_rows=masked_rows, dropout_p=dropout_p, dropout_mask=dropout_mask,
+        d_attn_mask=d_attn_mask, rule=rule, accumulation_dtype=accumulation_dtype,
+        safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor,
+        diagnose_bugs=diagnose_bugs, error_model=error_model, sink_keys=0)
+
+
+def _with_sink_keys(acts: dict[str, np.ndarray], encs: dict[str, Any], n: int) -> None:
+    """Sinks lowered to ``n`` extra keys (k = 0, v = 0, mask column σ;
+    oracle/variant_forward.lowered): the kernel returns dk, dv for its S keys only, so
+    the extra keys' rows are filled with the exact gradients (the enclosure's midpoint
+    in the kernel's dtype, within the enclosure's half-width plus half an ulp of the
+    truth, below every tolerance's store term u|x|).  Every element the kernel returned
+    is judged as it came; the filled rows pass by construction and carry no verdict
+    about the kernel."""
+    for name in ("dk", "dv"):
+        a, enc = acts[name], encs[name]
+        want = tuple(enc.shape)
+        if a.ndim != len(want) or tuple(a.shape[:-2]) != want[:-2] \
+                or a.shape[-1] != want[-1] or a.shape[-2] + n != want[-2]:
+            raise ShapeError(f"{name}.shape={tuple(a.shape)} does not match the shape of "
+                             f"the gradient it stands for {(*want[:-2], want[-2] - n, want[-1])}")
+        lo, hi = _f64(enc.lower)[..., -n:, :], _f64(enc.upper)[..., -n:, :]
+        fill = np.asarray(0.5 * lo + 0.5 * hi).astype(a.dtype)
+        acts[name] = np.concatenate([a, fill], axis=-2)
+
+
+def _compare_backward(
+    dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any, grad_output: Any, *,
+    attn_mask: Any, is_causal: bool, scale: float | None, enable_gqa: bool,
+    causal_alignment: str, masked_rows: str, dropout_p: float, dropout_mask: Any,
+    d_attn_mask: Any, rule: str, accumulation_dtype: Any, safety: float | None,
+    rtol: float | None, atol: float | None, ulps: float | None, factor: float | None,
+    diagnose_bugs: bool, error_model: str, sink_keys: int,
+) -> BackwardComparison:
+    """compare_attention_backward of plain attention; ``sink_keys``: the last keys
+    are lowered sinks (:func:`_with_sink_keys`)."""
     _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
     from ..oracle.backward import reference_attention_backward
 
@@ -233,6 +283,8 @@ def compare_attention_backward(
             raise SpecError("d_attn_mask was given but attn_mask is not a float mask: only a "
                             "float mask has a gradient")
         encs["d_attn_mask"] = ref.d_attn_mask
+    if sink_keys:
+        _with_sink_keys(acts, encs, sink_keys)
     for name, a in acts.items():
         if tuple(a.shape) != tuple(encs[name].shape):
             raise ShapeError(f"{name}.shape={tuple(a.shape)} does not match the shape of the "
