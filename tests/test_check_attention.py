@@ -168,9 +168,20 @@ def test_variants_describe_the_exact_answer_forward_and_backward() -> None:
     assert not bad.output.passed
 
 
-def test_softcap_on_an_autograd_kernel_is_refused_not_half_checked() -> None:
+def test_softcap_is_checked_forward_and_backward() -> None:
     torch = pytest.importorskip("torch")
-    q = torch.randn(1, 1, 3, 4)
-    with pytest.raises(SpecError, match="softcap"):
-        check_attention(torch.nn.functional.scaled_dot_product_attention, q, q, q,
-                        softcap=5.0)
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 6, 8, generator=gen) * 2 for _ in range(3))
+
+    def capped(q_: Any, k_: Any, v_: Any, derivative: bool = True) -> Any:
+        s = (q_ @ k_.transpose(-1, -2)) / 8 ** 0.5
+        c = 5.0 * torch.tanh(s / 5.0)
+        s = c if derivative else s + (c - s).detach()
+        return torch.softmax(s, dim=-1) @ v_
+
+    res = check_attention(capped, q, k, v, softcap=5.0)
+    assert res.passed and res.backward is not None
+    bad = check_attention(lambda a, b, c: capped(a, b, c, False), q, k, v, softcap=5.0,
+                          raise_on_failure=False)
+    assert bad.output.passed and bad.backward is not None and not bad.backward.passed
+    assert "softcap_derivative_missing" in bad.report()

@@ -125,10 +125,48 @@ def test_torch_autograd_of_an_explicit_window_and_alibi_passes_and_a_shifted_win
     assert not compare_attention_backward(*grads(4), q, k, v, do, **opts).passed
 
 
-def test_compare_backward_refuses_softcap_with_the_reason() -> None:
+def test_compare_backward_refuses_a_softcap_after_a_bias_with_the_reason() -> None:
+    from mha_symbolic import relative_bias_score_mod, softcap_score_mod
+
     q, k, v, do = _inputs(2, 2, seed=43)
-    with pytest.raises(SpecError, match="softcap"):
-        compare_attention_backward(q, k, v, q, k, v, do, softcap=5.0)
+    mods = (relative_bias_score_mod(np.zeros((2, 3))), softcap_score_mod(5.0))
+    with pytest.raises(SpecError, match="table then softcap"):
+        compare_attention_backward(q, k, v, q, k, v, do, score_mod=mods)
+
+
+def _softcap_grads(torch: Any, q: Any, k: Any, v: Any, do: Any, cap: float,
+                   derivative: bool = True) -> tuple[Any, ...]:
+    """Autograd of C·tanh(c q·k / C) + ALiBi, causal softmax (FlashAttention's order);
+    ``derivative=False``: the capped scores' forward with the derivative of the
+    uncapped ones (the softcap_derivative_missing bug)."""
+    qq, kk, vv = (torch.from_numpy(x).requires_grad_() for x in (q, k, v))
+    L, S = q.shape[-2], k.shape[-2]
+    s = (qq @ kk.transpose(-1, -2)) / float(np.sqrt(q.shape[-1]))
+    capped = cap * torch.tanh(s / cap)
+    s = capped if derivative else s + (capped - s).detach()
+    i, j = torch.arange(L)[:, None], torch.arange(S)[None, :]
+    s = s - torch.tensor([0.5, 0.25]).view(1, 2, 1, 1) * (i - j).abs()
+    s = s.masked_fill(j > i, -float("inf"))
+    return tuple(g.detach().numpy() for g in torch.autograd.grad(
+        torch.softmax(s, dim=-1) @ vv, (qq, kk, vv), torch.from_numpy(do)))
+
+
+@pytest.mark.parametrize("cap", [2.0, 30.0])
+def test_compare_backward_with_softcap_passes_autograd_and_names_a_missing_derivative(
+        cap: float) -> None:
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(46)
+    q, k, v, do = ((rng.standard_normal((1, 2, 7, 8)) * 3).astype(np.float32)
+                   for _ in range(4))
+    opts = {"softcap": cap, "is_causal": True,
+            "alibi_slopes": np.array([0.5, 0.25], np.float32)}
+    good = compare_attention_backward(*_softcap_grads(torch, q, k, v, do, cap), q, k, v, do,
+                                      **opts)
+    assert good.passed, good.report()
+    bad = compare_attention_backward(*_softcap_grads(torch, q, k, v, do, cap, False), q, k, v,
+                                     do, **opts)
+    assert not bad.passed
+    assert [d.bug for d in bad.diagnoses][:1] == ["softcap_derivative_missing"], bad.report()
 
 
 def _gpt_oss_grads(torch: Any, q: Any, k: Any, v: Any, do: Any, sinks: Any | None
@@ -556,3 +594,25 @@ def test_jax_local_window_vjp_agrees() -> None:
         _close_to(enc, t(x), rtol=1e-5)
     wrong = reference_attention_backward(t(q), t(k), t(v), t(do), window=(3, 1))
     assert np.max(np.abs(np.asarray(wrong.dq.midpoint) - t(got[0]))) > 1e-3
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_softcap_gradients_of_a_simulated_low_precision_kernel_pass(dtype: str) -> None:
+    """plain_backward(dtype=…) rounds every stored tensor (t, the capped scores, P, dP,
+    dS', dS'∘(1 − t²), the gradients) as a MATH-style kernel: its gradients lie within
+    the softcap model's tolerance, and the same kernel without the derivative does not."""
+    import ml_dtypes
+
+    from mha_symbolic.testing.bugs_backward import BackwardInputs, plain_backward
+
+    dt = np.dtype(getattr(ml_dtypes, dtype) if dtype == "bfloat16" else dtype)
+    rng = np.random.default_rng(47)
+    for _ in range(3):
+        q, k, v, do = ((rng.standard_normal((1, 2, 12, 16)) * 2).astype(dt) for _ in range(4))
+        x = BackwardInputs(*(np.asarray(a, np.float64) for a in (q, k, v, do)), softcap=3.0,
+                           is_causal=True)
+        for deriv in (True, False):
+            sim = plain_backward(x, dtype=dt, softcap_derivative=deriv)
+            got = [np.asarray(g).astype(dt) for g in (sim.dq, sim.dk, sim.dv)]
+            res = compare_attention_backward(*got, q, k, v, do, softcap=3.0, is_causal=True)
+            assert res.passed == deriv, res.report()

@@ -25,7 +25,7 @@ Two routes, both exact by construction:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -251,6 +251,42 @@ def lowered(prep: Prepared) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any],
                                   (*shape[:-1], 1))
             mask = np.concatenate([mask, col], axis=-1)
     return k64, v64, mask
+
+
+def lowered_after_cap(prep: Prepared) -> tuple[float, np.ndarray[Any, Any],
+                                                np.ndarray[Any, Any],
+                                                np.ndarray[Any, Any] | None]:
+    """(C, key, value, attn_mask) of a call whose score pipeline is one softcap on the
+    scaled score followed by exact-double biases: C·tanh(c q·k / C) + mask of the plain
+    problem :func:`lowered` builds from the rest (FlashAttention's order: the cap
+    before masks, ALiBi and sinks).  Refused otherwise (a cap after a bias, two caps,
+    a bias that is not a double) with the reason."""
+    from .variants import Cap
+
+    caps = [i for i, op in enumerate(prep.ops) if isinstance(op, Cap)]
+    if caps != [0]:
+        raise SpecError("the gradients' tolerance takes one softcap applied first, on the "
+                        "scaled score (softcap= or a softcap score_mod before any bias); "
+                        f"this call's score pipeline is {_pipeline_text(prep.ops)}")
+    adds = [] if prep.user_madd is None else [prep.user_madd]
+    exact = True
+    for op in prep.ops[1:]:
+        vals, ok = op.floats_min(prep.geo)
+        adds.append(vals)
+        exact = exact and ok
+    total = None
+    if adds and exact:
+        total, exact = _exact_sum(adds)
+    if not exact:
+        require_lowerable(prep)
+    k64, v64, mask = lowered(replace(prep, total=total, lowerable=True))
+    return float(prep.ops[0].C), k64, v64, mask
+
+
+def _pipeline_text(ops: tuple[Any, ...]) -> str:
+    from .variants import Cap
+
+    return " then ".join("softcap" if isinstance(op, Cap) else op.kind for op in ops)
 
 
 def require_lowerable(prep: Prepared) -> None:

@@ -183,10 +183,13 @@ def compare_attention_backward(
     ``score_mod`` entries and ``sinks`` are plain attention of other exact inputs
     (oracle/variant_forward.py, "lowering"), judged by the plain model and catalogue;
     a sink is one extra key whose dk, dv rows the kernel does not return (they are
-    filled with the exact values and judge nothing).  The parameters' gradients
-    (sink logits, slopes, tables), a softcap and ``d_attn_mask`` with variants have
-    no tolerance model here: :func:`mha_symbolic.reference_attention_backward` gives
-    their exact values.
+    filled with the exact values and judge nothing).  A ``softcap`` (or a softcap
+    ``score_mod``) applied first, on the scaled score, as FlashAttention does, is
+    judged by the worst-case propagation with the cap's factor 1 − tanh² in dS
+    (backward_model.py), the catalogue adding ``softcap_derivative_missing``.  The
+    parameters' gradients (sink logits, slopes, tables) and ``d_attn_mask`` with
+    variants have no tolerance model here:
+    :func:`mha_symbolic.reference_attention_backward` gives their exact values.
 
     >>> import numpy as np
     >>> from mha_symbolic import reference_attention_backward
@@ -206,34 +209,41 @@ def compare_attention_backward(
     if variant is not None:
         # the variants as plain attention of exact inputs (oracle/variant_forward.py):
         # the gradients, the model and the bug catalogue are the plain ones
-        from ..oracle.variant_forward import lowered, prepare, require_lowerable
+        from ..oracle.variant_forward import (
+            lowered,
+            lowered_after_cap,
+            prepare,
+            require_lowerable,
+        )
 
-        if variant.has_cap or d_attn_mask is not None:
-            raise SpecError("compare_attention_backward takes window, mask_mod, alibi_slopes, "
-                            "sinks and bias-table score_mods; softcap (or a softcap "
-                            "score_mod) and d_attn_mask with variants are not available "
-                            "(reference_attention_backward computes those gradients)")
+        if d_attn_mask is not None:
+            raise SpecError("d_attn_mask with attention variants is not available "
+                            "(reference_attention_backward computes that gradient)")
         if dropout_mask is not None or dropout_p:
             raise SpecError("dropout with attention variants is not supported")
         prep = prepare(query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
                        scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
                        masked_rows=masked_rows)
-        require_lowerable(prep)
-        k64, v64, mask = lowered(prep)
+        cap = None
+        if variant.has_cap:
+            cap, k64, v64, mask = lowered_after_cap(prep)
+        else:
+            require_lowerable(prep)
+            k64, v64, mask = lowered(prep)
         return _compare_backward(
             dq, dk, dv, prep.q64, k64, v64, grad_output, attn_mask=mask, is_causal=False,
             scale=scale, enable_gqa=prep.group > 1, causal_alignment="top_left",
             masked_rows=masked_rows, dropout_p=0.0, dropout_mask=None, d_attn_mask=None,
             rule=rule, accumulation_dtype=accumulation_dtype, safety=safety, rtol=rtol,
             atol=atol, ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs,
-            error_model=error_model, sink_keys=0 if prep.sinks is None else 1)
+            error_model=error_model, sink_keys=0 if prep.sinks is None else 1, softcap=cap)
     return _compare_backward(
         dq, dk, dv, query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal,
         scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
         masked_rows=masked_rows, dropout_p=dropout_p, dropout_mask=dropout_mask,
         d_attn_mask=d_attn_mask, rule=rule, accumulation_dtype=accumulation_dtype,
         safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor,
-        diagnose_bugs=diagnose_bugs, error_model=error_model, sink_keys=0)
+        diagnose_bugs=diagnose_bugs, error_model=error_model, sink_keys=0, softcap=None)
 
 
 def _with_sink_keys(acts: dict[str, np.ndarray], encs: dict[str, Any], n: int) -> None:
@@ -262,10 +272,11 @@ def _compare_backward(
     causal_alignment: str, masked_rows: str, dropout_p: float, dropout_mask: Any,
     d_attn_mask: Any, rule: str, accumulation_dtype: Any, safety: float | None,
     rtol: float | None, atol: float | None, ulps: float | None, factor: float | None,
-    diagnose_bugs: bool, error_model: str, sink_keys: int,
+    diagnose_bugs: bool, error_model: str, sink_keys: int, softcap: float | None,
 ) -> BackwardComparison:
     """compare_attention_backward of plain attention; ``sink_keys``: the last keys
-    are lowered sinks (:func:`_with_sink_keys`)."""
+    are lowered sinks (:func:`_with_sink_keys`); ``softcap``: C·tanh(s/C) on the scaled
+    scores before the mask (backward_model.py: the worst-case propagation)."""
     _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
     from ..oracle.backward import reference_attention_backward
 
@@ -276,7 +287,7 @@ def _compare_backward(
     ref = reference_attention_backward(
         query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
         enable_gqa=enable_gqa, causal_alignment=causal_alignment, masked_rows=masked_rows,
-        dropout_p=dropout_p, dropout_mask=dropout_mask)
+        dropout_p=dropout_p, dropout_mask=dropout_mask, softcap=softcap)
     encs = {"dq": ref.dq, "dk": ref.dk, "dv": ref.dv}
     if "d_attn_mask" in acts:
         if ref.d_attn_mask is None:
@@ -296,7 +307,8 @@ def _compare_backward(
         scale=None if scale is None else float(scale), enable_gqa=enable_gqa,
         causal_alignment=causal_alignment, masked_rows=masked_rows, dropout_p=float(dropout_p),
         dropout_mask=None if dropout_mask is None else np.asarray(_as_array(dropout_mask,
-                                                                            "dropout_mask")))
+                                                                            "dropout_mask")),
+        softcap=softcap)
     pb = plain_backward(x)
     shapes = {n: tuple(e.shape) for n, e in encs.items()}
     model = backward_error_bound(pb, emodel, shapes=shapes)

@@ -51,6 +51,7 @@ class BackwardInputs:
     masked_rows: str = "zero"
     dropout_p: float = 0.0
     dropout_mask: Arr | None = None  # bool keep-mask
+    softcap: float | None = None     # s -> C tanh(s/C) on the scaled scores, before the mask
 
     @property
     def effective_scale(self) -> float:
@@ -87,6 +88,13 @@ class PlainBackward:
     ds_transposed: bool = False
     dv_p_transposed: bool = True
     gqa_reduce: str = "sum"
+    # a softcap (BackwardInputs.softcap): C, t = tanh(c q·k / C), the capped scores
+    # C·t, and dS' = P ∘ (dP − D) before the factor 1 − t² (``ds`` holds dS' ∘ (1 − t²),
+    # what dQ and dK take)
+    cap: float | None = None
+    cap_t: Arr | None = None
+    capped: Arr | None = None
+    ds_pre: Arr | None = None
 
 
 def _expand(x: Arr, rep: int, batch: tuple[int, ...]) -> Arr:
@@ -130,6 +138,7 @@ def plain_backward(
     jacobian: str = "full",
     dropout_in_backward: bool = True,
     dtype: Any = None,
+    softcap_derivative: bool = True,
 ) -> PlainBackward:
     """The float64 backward of ``x``; the keyword switches produce the catalogue's
     buggy variants (defaults: the correct formulas).
@@ -166,6 +175,13 @@ def plain_backward(
     else:  # torch MATH: q and k each pre-scaled by sqrt(c) in the dtype
         rc = wk.type(math.sqrt(abs(c)))
         raw = st(st(qe * rc) @ np.swapaxes(st(ke * (rc if c >= 0 else -rc)), -1, -2))
+    cap_t = capped = None
+    if x.softcap is not None:
+        # FlashAttention's softcap: C·tanh(s/C) on the scaled score, masks added after
+        C = float(x.softcap)
+        cap_t = st(np.tanh(raw / wk.type(C)))
+        capped = st(wk.type(C) * cap_t)
+        raw = capped
     user = np.ones(raw.shape, dtype=bool)       # the attention mask's keys
     mask_add = None
     m = x.attn_mask
@@ -223,6 +239,12 @@ def plain_backward(
     ds = st(pb * (1.0 - pb) * dp) if jacobian == "diagonal" else st(pb * (dp - d))
     if x.masked_rows == "uniform":
         ds = np.where(empty, 0.0, ds)
+    ds_pre = None
+    if cap_t is not None:
+        # d(C tanh(s/C))/ds = 1 − tanh²(s/C); "softcap_derivative=False": forgotten
+        ds_pre = ds
+        if softcap_derivative:
+            ds = st(ds_pre * st(1.0 - cap_t * cap_t))
     dst = np.swapaxes(ds, -1, -2)
     cq, ck = wk.type(c ** dq_scale_power), wk.type(c ** dk_scale_power)
     dq = st(cq * st((dst if ds_transposed else ds) @ ke))
@@ -242,12 +264,16 @@ def plain_backward(
     dv_in = f64(st(reduce_to(dv, v.shape, rep, gqa_reduce)))
     d_mask = None
     if mask_add is not None and m is not None:
-        d_mask = f64(st(reduce_to(np.where(allowed, ds, 0.0), m.shape, 1)))
+        d_mask = f64(st(reduce_to(np.where(allowed, ds if ds_pre is None else ds_pre, 0.0),
+                                  m.shape, 1)))
     return PlainBackward(dq_in, dk_in, dv_in, d_mask, f64(qe), f64(ke), f64(ve), f64(do),
                          f64(pb), f64(wb), f64(dp), f64(d), f64(ds), f64(out), allowed,
                          None if mask_add is None else f64(mask_add), c, rep, f,
                          c ** dq_scale_power, c ** dk_scale_power, ds_transposed,
-                         dv_p_transposed, gqa_reduce)
+                         dv_p_transposed, gqa_reduce, x.softcap,
+                         None if cap_t is None else f64(cap_t),
+                         None if capped is None else f64(capped),
+                         None if ds_pre is None else f64(ds_pre))
 
 
 # --------------------------------------------------------------------------------------
@@ -336,6 +362,10 @@ BACKWARD_BUG_CLASSES: tuple[BackwardBugClass, ...] = (
     BackwardBugClass("softmax_jacobian_diagonal_only",
                      "softmax Jacobian's diagonal only: dS = P(1 − P) ∘ dP, the cross terms "
                      "−P_i P_j dropped", _always, _v(jacobian="diagonal")),
+    BackwardBugClass("softcap_derivative_missing",
+                     "softcap's derivative 1 − tanh²(s/C) left out: dQ, dK take dS' = "
+                     "P ∘ (dP − D) of the capped scores", lambda x: x.softcap is not None,
+                     _v(softcap_derivative=False)),
     BackwardBugClass("dropout_missing_in_backward",
                      "dropout keep-mask and 1/(1 − p) not applied in the backward",
                      lambda x: x.dropout_mask is not None, _v(dropout_in_backward=False)),

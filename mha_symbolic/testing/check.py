@@ -95,9 +95,9 @@ def check_attention(
     The variants (``window``, ``softcap``, ``alibi_slopes``, ``sinks``, ``mask_mod``,
     ``score_mod``, as :func:`mha_symbolic.reference_attention`) describe the exact
     answer only: ``fn`` applies them itself (a ``functools.partial`` or a lambda around
-    the kernel).  The gradients are judged for those that
-    :func:`~mha_symbolic.compare_attention_backward` models (a softcap's are not: the
-    check refuses rather than judge the output alone).
+    the kernel); the gradients are judged as
+    :func:`~mha_symbolic.compare_attention_backward` judges them (which refuses a call
+    it has no model for, rather than judge the output alone).
     ``tolerance``: ``rule``, ``accumulation_dtype``, ``error_model``, ``safety``,
     ``rtol``, ``atol``, ``ulps``, ``factor``, ``diagnose_bugs`` (as compare_attention,
     for the output and the gradients), ``kernel`` and ``subnormals`` (the output's
@@ -132,15 +132,6 @@ def check_attention(
                 if v_ is not None}
     ref_opts.update(variants)
     framework = _framework(query)
-    if variants and framework != "numpy":
-        from ..oracle.variants import variant_options
-
-        opts = variant_options(**variants)
-        if opts is not None and opts.has_cap:
-            raise SpecError("check_attention: the gradients of a softcap have no tolerance "
-                            "model yet; check the output with compare_attention(..., "
-                            "softcap=…) and the gradients against "
-                            "reference_attention_backward")
     dq = dk = dv = dmask = None
     do_np: Any = None
     if framework == "torch":
