@@ -555,11 +555,241 @@ def bench_grad_speed(repeats: int) -> None:
     print(f"load average: {Path('/proc/loadavg').read_text().strip()}")
 
 
+# --------------------------------------------------------------------------------------
+# 7. gradients judged: real implementations' autograd, and backward mutants
+
+def _judge(comp_fn: Any) -> tuple[str, float]:
+    """("pass" | "fail" | "refused", worst error / tolerance over the gradients)."""
+    from mha_symbolic.errors import ToleranceError
+
+    try:
+        comp = comp_fn()
+    except ToleranceError:
+        return "refused", float("nan")
+    worst = max((c.worst.ratio for c in comp.gradients.values() if c.worst is not None),
+                default=0.0)
+    return ("pass" if comp.passed else "fail"), worst
+
+
+def _flex_score_mod(torch: Any, cap: float, sl: Any) -> Any:
+    """Gemma-2's softcap then ALiBi as a FlexAttention score_mod (a closure: FlexAttention
+    traces default arguments as inputs)."""
+    def score_mod(sc: Any, b: Any, h: Any, qi: Any, ki: Any) -> Any:
+        return cap * torch.tanh(sc / cap) - sl[h] * (ki - qi).abs()
+    return score_mod
+
+
+def bench_grad_alarms(n_cases: int) -> None:
+    import torch
+
+    from mha_symbolic import compare_attention_backward
+
+    torch.set_num_threads(1)
+    print("\n7. Gradients of real implementations (autograd / vjp) judged by "
+          "compare_attention_backward: false alarms, refusals, worst error / tolerance")
+    print(f"{'implementation':<44}{'dtype':<10}{'cases':>6}{'false alarms':>14}"
+          f"{'refused':>9}{'worst':>8}")
+    g = torch.Generator().manual_seed(7)
+    rng = np.random.default_rng(7)
+
+    def rint(lo: int, hi: int) -> int:
+        return int(torch.randint(lo, hi, (1,), generator=g))
+
+    def inputs(H: int, L: int, S: int, E: int, dt: Any) -> list[Any]:
+        return [(torch.randn(1, H, n, E, generator=g) * sc).to(dt)
+                for n, sc in ((L, 1.5), (S, 1.0), (S, 1.0), (L, 1.0))]
+
+    def grads(fn: Any, q: Any, k: Any, v: Any, do: Any) -> list[Any]:
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        return list(torch.autograd.grad(fn(*leaves), leaves, do))
+
+    def row(name: str, dname: str, results: list[tuple[str, float]]) -> None:
+        fa = sum(r == "fail" for r, _ in results)
+        ref = sum(r == "refused" for r, _ in results)
+        worst = max((w for r, w in results if r != "refused"), default=0.0)
+        print(f"{name:<44}{dname:<10}{len(results):>6}{fa:>14}{ref:>9}{worst:>8.3f}")
+
+    import torch.nn.attention.flex_attention as fa_mod
+
+    fa_mod._validate_device = lambda *a, **k: None   # the eager dense backward on CPU
+    for dname in ("float32", "bfloat16"):
+        dt = getattr(torch, dname)
+        res = []
+        for _ in range(n_cases):
+            L, S, E = rint(8, 96), rint(8, 128), 32 * rint(1, 3)
+            q, k, v, do = inputs(2, L, S, E, dt)
+            w = (rint(0, 48), rint(0, 8))
+            sl = np.array([0.5, 0.0625], np.float32)
+            i = torch.arange(L)[:, None] + (S - L)
+            j = torch.arange(S)[None, :]
+            keep = (j <= i) & (j >= i - w[0])
+            bias = -torch.from_numpy(sl)[:, None, None] * (i - j).abs()
+            mask = torch.where(keep, bias, torch.tensor(-float("inf"))).to(dt)
+
+            def sdpa(a: Any, b: Any, c: Any, m: Any = mask) -> Any:
+                return torch.nn.functional.scaled_dot_product_attention(a, b, c, attn_mask=m)
+            gr = grads(sdpa, q, k, v, do)
+            res.append(_judge(lambda gr=gr, q=q, k=k, v=v, do=do, w=w, sl=sl:
+                              compare_attention_backward(
+                                  *gr, q, k, v, do, window=(w[0], 0), is_causal=True,
+                                  causal_alignment="bottom_right", alibi_slopes=sl)))
+        row("torch SDPA, window + ALiBi float mask", dname, res)
+
+        res = []
+        for _ in range(n_cases):
+            L, E = rint(8, 96), 32 * rint(1, 3)
+            q, k, v, do = inputs(2, L, L, E, dt)
+            cap = float(rng.choice([5.0, 30.0, 50.0]))
+            sl = torch.tensor([0.5, 0.125])
+
+            score_mod = _flex_score_mod(torch, cap, sl)
+
+            def causal(b: Any, h: Any, qi: Any, ki: Any) -> Any:
+                return ki <= qi
+
+            bm = fa_mod.create_block_mask(causal, None, None, L, L, device="cpu")
+
+            def flex(a: Any, b: Any, c: Any, bm: Any = bm, score_mod: Any = score_mod) -> Any:
+                return fa_mod.flex_attention(a, b, c, score_mod=score_mod, block_mask=bm)
+            torch._dynamo.reset()   # a new cap: FlexAttention's trace specialises on it
+            gr = grads(flex, q, k, v, do)
+            mods = (softcap_score_mod(cap), alibi_score_mod(sl.numpy()))
+            res.append(_judge(lambda gr=gr, q=q, k=k, v=v, do=do, mods=mods:
+                              compare_attention_backward(*gr, q, k, v, do, score_mod=mods,
+                                                         mask_mod=causal)))
+        row("FlexAttention eager, softcap + ALiBi mods", dname, res)
+
+        res = []
+        for _ in range(n_cases):
+            L, E = rint(8, 96), 32 * rint(1, 3)
+            q, k, v, do = inputs(2, L, L, E, dt)
+            sinks = torch.randn(2, generator=g).to(dt)
+            w = rint(1, 32)
+
+            def gpt_oss(a: Any, b: Any, c: Any, sinks: Any = sinks, w: int = w) -> Any:
+                n = a.shape[-2]
+                sc = (a @ b.transpose(-1, -2)) / float(np.sqrt(a.shape[-1]))
+                i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+                sc = sc.masked_fill((j > i) | (j < i - w), -float("inf"))
+                sc = torch.cat([sc, sinks.view(1, -1, 1, 1).expand(*sc.shape[:-1], 1)], -1)
+                return torch.softmax(sc, dim=-1)[..., :-1] @ c
+            gr = grads(gpt_oss, q, k, v, do)
+            res.append(_judge(lambda gr=gr, q=q, k=k, v=v, do=do, sinks=sinks, w=w:
+                              compare_attention_backward(
+                                  *gr, q, k, v, do, sinks=sinks.float().numpy(),
+                                  is_causal=True, window=(w, 0))))
+        row("gpt-oss sinks + sliding window", dname, res)
+
+        res = []
+        for _ in range(n_cases):
+            L, E = rint(8, 96), 32 * rint(1, 3)
+            q, k, v, do = inputs(2, L, L, E, dt)
+            cap = float(rng.choice([5.0, 30.0, 50.0]))
+
+            def gemma(a: Any, b: Any, c: Any, cap: float = cap) -> Any:
+                n = a.shape[-2]
+                sc = (a @ b.transpose(-1, -2)) / float(np.sqrt(a.shape[-1]))
+                sc = torch.tanh(sc / cap) * cap
+                sc = sc.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1),
+                                    -float("inf"))
+                w_ = torch.softmax(sc, dim=-1, dtype=torch.float32).to(a.dtype)
+                return w_ @ c
+            gr = grads(gemma, q, k, v, do)
+            res.append(_judge(lambda gr=gr, q=q, k=k, v=v, do=do, cap=cap:
+                              compare_attention_backward(*gr, q, k, v, do, softcap=cap,
+                                                         is_causal=True)))
+        row("Gemma-2 eager softcap (HF style)", dname, res)
+
+    import jax
+    import jax.numpy as jnp
+
+    for dname in ("float32", "bfloat16"):
+        jdt = getattr(jnp, dname)
+        res = []
+        for _ in range(n_cases):
+            L, E = int(rng.integers(8, 96)), 32 * int(rng.integers(1, 3))
+            x = [rng.standard_normal((1, L, 2, E)).astype(np.float32) for _ in range(4)]
+            x[0] *= 1.5
+            q, k, v, do = (jnp.asarray(a).astype(jdt) for a in x)
+            w = (int(rng.integers(0, 32)), int(rng.integers(0, 8)))
+
+            def f(a: Any, b: Any, c: Any, w: Any = w) -> Any:
+                return jax.nn.dot_product_attention(a, b, c, local_window_size=w)
+            _, vjp = jax.vjp(f, q, k, v)
+            gq, gk, gv = vjp(do)
+
+            def t(a: Any) -> Any:        # (B, T, N, H) -> (B, N, T, H)
+                return np.swapaxes(np.asarray(a), 1, 2)
+            res.append(_judge(lambda gq=gq, gk=gk, gv=gv, q=q, k=k, v=v, do=do, w=w:
+                              compare_attention_backward(t(gq), t(gk), t(gv), t(q), t(k),
+                                                         t(v), t(do), window=w)))
+        row("jax dot_product_attention(local_window)", dname, res)
+
+
+def bench_grad_mutants(n_cases: int) -> None:
+    import variant_backward_kernels as vbk
+
+    from mha_symbolic import compare_attention_backward
+
+    print("\n8. Backward mutants (tests/variant_backward_kernels.py) judged by "
+          "compare_attention_backward: caught, refused, diagnoses")
+    print(f"{'kernel':<36}{'dtype':<10}{'cases':>6}{'caught':>8}{'refused':>9}  diagnoses")
+    rng = np.random.default_rng(8)
+    judged = (None, "softcap_derivative_missing", "window_missing_in_backward",
+              "alibi_slopes_reversed_in_backward")
+    for bug in judged:
+        for dname in ("float32", "bfloat16"):
+            dt = np.dtype(ml_dtypes.bfloat16) if dname == "bfloat16" else np.dtype(dname)
+            caught = refused = 0
+            names: dict[str, int] = {}
+            for _ in range(n_cases):
+                H, E = 4, 32
+                L, S = int(rng.integers(8, 64)), int(rng.integers(8, 80))
+                if bug == "softcap_derivative_missing":
+                    S = L
+                q = (rng.standard_normal((1, H, L, E)) * 2).astype(dt)
+                k, v, do = (rng.standard_normal((1, H, n, E)).astype(dt) for n in (S, S, L))
+                kw: dict[str, Any] = {}
+                opts: dict[str, Any] = {"causal_alignment": "bottom_right"}
+                if bug in (None, "window_missing_in_backward"):
+                    w = (int(rng.integers(1, 16)), int(rng.integers(1, 8)))
+                    kw["window"] = opts["window"] = w
+                    kw["align"] = "bottom_right"
+                if bug in (None, "softcap_derivative_missing"):
+                    kw["softcap"] = opts["softcap"] = 2.0
+                    kw["causal"] = opts["is_causal"] = True
+                    kw["align"] = "bottom_right"
+                if bug in (None, "alibi_slopes_reversed_in_backward"):
+                    sl = np.array([1.0, 0.25, 0.0625, 0.5])
+                    kw["alibi"] = sl
+                    opts["alibi_slopes"] = sl.astype(np.float32)
+                    kw["align"] = "bottom_right"
+                out = vbk.variant_backward(q, k, v, do, dtype=dt, bug=bug, **kw)
+                got = [out[n].astype(dt) for n in ("dq", "dk", "dv")]
+                verdict, _ = _judge(lambda got=got, q=q, k=k, v=v, do=do, opts=opts:
+                                    compare_attention_backward(*got, q, k, v, do, **opts))
+                if verdict == "refused":
+                    refused += 1
+                    continue
+                if verdict == "fail":
+                    caught += 1
+                    comp = compare_attention_backward(*got, q, k, v, do, **opts)
+                    first = comp.diagnoses[0].bug if comp.diagnoses else "(none named)"
+                    names[first] = names.get(first, 0) + 1
+            label = "correct (softcap+window+ALiBi)" if bug is None else bug
+            diag = ", ".join(f"{k_} {v_}" for k_, v_ in sorted(names.items())) or "-"
+            print(f"{label:<36}{dname:<10}{n_cases:>6}{caught:>8}{refused:>9}  {diag}")
+    print("not judged by compare_attention_backward (no tolerance model for the "
+          "parameters' gradients or an FP8 backward): "
+          + ", ".join(b for b in vbk.BUGS if b not in judged))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer cases and repeats")
     ap.add_argument("--only", choices=("rounding", "alarms", "mutants", "speed",
-                                       "grad_rounding", "grad_speed"))
+                                       "grad_rounding", "grad_speed", "grad_alarms",
+                                       "grad_mutants"))
     args = ap.parse_args()
     n = 3 if args.quick else 12
     if args.only in (None, "rounding"):
@@ -574,6 +804,10 @@ def main() -> None:
         bench_grad_rounding(n)
     if args.only in (None, "grad_speed"):
         bench_grad_speed(3 if args.quick else 5)
+    if args.only in (None, "grad_alarms"):
+        bench_grad_alarms(n)
+    if args.only in (None, "grad_mutants"):
+        bench_grad_mutants(n)
 
 
 if __name__ == "__main__":
