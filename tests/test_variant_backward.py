@@ -616,3 +616,33 @@ def test_softcap_gradients_of_a_simulated_low_precision_kernel_pass(dtype: str) 
             got = [np.asarray(g).astype(dt) for g in (sim.dq, sim.dk, sim.dv)]
             res = compare_attention_backward(*got, q, k, v, do, softcap=3.0, is_causal=True)
             assert res.passed == deriv, res.report()
+
+
+@pytest.mark.parametrize("bug", [None, "window_missing_in_backward",
+                                 "alibi_slopes_reversed_in_backward",
+                                 "softcap_derivative_missing"])
+def test_variant_backward_mutants_of_the_independent_kernel_are_caught_and_named(
+        bug: str | None) -> None:
+    """tests/variant_backward_kernels.py (FlashAttention-2-style, written from the
+    sources, bf16): the correct kernel passes, each mutant fails with its own name."""
+    import ml_dtypes
+    import variant_backward_kernels as vbk
+
+    dt = np.dtype(ml_dtypes.bfloat16)
+    rng = np.random.default_rng(48)
+    H, E, L, S = 4, 32, 24, 40
+    q = (rng.standard_normal((1, H, L, E)) * 2).astype(dt)
+    k, v, do = (rng.standard_normal((1, H, n, E)).astype(dt) for n in (S, S, L))
+    slopes = np.array([1.0, 0.25, 0.0625, 0.5])
+    out = vbk.variant_backward(q, k, v, do, dtype=dt, bug=bug, window=(9, 3), alibi=slopes,
+                               softcap=2.0, causal=True, align="bottom_right")
+    got = [out[n].astype(dt) for n in ("dq", "dk", "dv")]
+    res = compare_attention_backward(*got, q, k, v, do, window=(9, 3), softcap=2.0,
+                                     alibi_slopes=slopes.astype(np.float32), is_causal=True,
+                                     causal_alignment="bottom_right")
+    if bug is None:
+        assert res.passed, res.report()
+    else:
+        assert not res.passed
+        assert res.diagnoses and res.diagnoses[0].bug == bug, res.report()
+        assert f"'{bug}'" in res.report()

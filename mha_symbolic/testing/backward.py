@@ -27,7 +27,9 @@ from .backward_model import BACKWARD_KERNEL, backward_error_bound, natural_scale
 from .bugs import _fits
 from .bugs_backward import (
     BACKWARD_BUG_CLASSES,
+    BackwardBugClass,
     BackwardInputs,
+    PlainBackward,
     plain_backward,
 )
 from .compare import (
@@ -236,7 +238,11 @@ def compare_attention_backward(
             masked_rows=masked_rows, dropout_p=0.0, dropout_mask=None, d_attn_mask=None,
             rule=rule, accumulation_dtype=accumulation_dtype, safety=safety, rtol=rtol,
             atol=atol, ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs,
-            error_model=error_model, sink_keys=0 if prep.sinks is None else 1, softcap=cap)
+            error_model=error_model, sink_keys=0 if prep.sinks is None else 1, softcap=cap,
+            extra_bugs=_variant_backward_bugs(
+                query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
+                scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+                masked_rows=masked_rows))
     return _compare_backward(
         dq, dk, dv, query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal,
         scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
@@ -244,6 +250,48 @@ def compare_attention_backward(
         d_attn_mask=d_attn_mask, rule=rule, accumulation_dtype=accumulation_dtype,
         safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor,
         diagnose_bugs=diagnose_bugs, error_model=error_model, sink_keys=0, softcap=None)
+
+
+def _variant_backward_bugs(query: Any, key: Any, value: Any, variant: Any, **call: Any
+                           ) -> tuple[BackwardBugClass, ...]:
+    """The variant kernels' backward bugs of this call, as catalogue entries: the
+    backward recomputes P = exp(S − lse) with the forward's lse but scores lowered
+    without the window, without ALiBi, or with the slopes in reversed head order
+    (plain_backward's ``backward_attn_mask``).  Built lazily, only when a diagnosis
+    runs."""
+    from dataclasses import replace as dc_replace
+
+    from ..oracle.variant_forward import lowered, lowered_after_cap, prepare
+
+    def bwd_mask(**changes: Any) -> Any:
+        other = prepare(query, key, value, dc_replace(variant, **changes), **call)
+        return (lowered_after_cap(other)[3] if variant.has_cap else lowered(other)[2])
+
+    def entry(name: str, description: str, **changes: Any) -> BackwardBugClass:
+        memo: list[Any] = []
+
+        def make(x: BackwardInputs, dtype: Any = None) -> PlainBackward:
+            if not memo:
+                memo.append(bwd_mask(**changes))
+            m = memo[0]
+            if m is None:
+                m = np.ones((1, 1), dtype=bool)
+            return plain_backward(x, dtype=dtype, backward_attn_mask=m)
+        return BackwardBugClass(name, description, lambda x: True, make)
+
+    out = []
+    if variant.window is not None:
+        out.append(entry("window_missing_in_backward", "sliding window not applied when the "
+                         "backward recomputes P = exp(S − lse)", window=None))
+    sl = variant.alibi_slopes
+    if sl is not None:
+        out.append(entry("alibi_missing_in_backward", "ALiBi bias not added when the "
+                         "backward recomputes P = exp(S − lse)", alibi_slopes=None))
+        if sl.shape[-1] > 1 and not np.array_equal(sl, sl[..., ::-1]):
+            out.append(entry("alibi_slopes_reversed_in_backward", "ALiBi slopes in reversed "
+                             "head order when the backward recomputes P = exp(S − lse)",
+                             alibi_slopes=np.ascontiguousarray(sl[..., ::-1])))
+    return tuple(out)
 
 
 def _with_sink_keys(acts: dict[str, np.ndarray], encs: dict[str, Any], n: int) -> None:
@@ -273,6 +321,7 @@ def _compare_backward(
     d_attn_mask: Any, rule: str, accumulation_dtype: Any, safety: float | None,
     rtol: float | None, atol: float | None, ulps: float | None, factor: float | None,
     diagnose_bugs: bool, error_model: str, sink_keys: int, softcap: float | None,
+    extra_bugs: tuple[BackwardBugClass, ...] = (),
 ) -> BackwardComparison:
     """compare_attention_backward of plain attention; ``sink_keys``: the last keys
     are lowered sinks (:func:`_with_sink_keys`); ``softcap``: C·tanh(s/C) on the scaled
@@ -336,7 +385,8 @@ def _compare_backward(
     saf = 1.0 if safety is None or rule != "model" else safety
     if passed or not diagnose_bugs or fits_truth:
         return result
-    found = diagnose_backward(acts, x, model=emodel, safety=saf, shapes=shapes)
+    found = diagnose_backward(acts, x, model=emodel, safety=saf, shapes=shapes,
+                              extra=extra_bugs)
     return replace(result, diagnosis_run=True, diagnoses=found)
 
 
@@ -402,12 +452,13 @@ def _within(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray
 
 
 def diagnose_backward(actual: dict[str, np.ndarray], x: BackwardInputs, *, model: ErrorModel,
-                      safety: float, shapes: dict[str, tuple[int, ...]]
-                      ) -> tuple[Diagnosis, ...]:
-    """Backward bug classes whose float64 gradients every actual gradient matches
-    within the model tolerance of that variant, best match first."""
+                      safety: float, shapes: dict[str, tuple[int, ...]],
+                      extra: tuple[BackwardBugClass, ...] = ()) -> tuple[Diagnosis, ...]:
+    """Backward bug classes (the catalogue and ``extra``, the attention variants'
+    classes of a call) whose float64 gradients every actual gradient matches within
+    the model tolerance of that variant, best match first."""
     found = []
-    for bug in BACKWARD_BUG_CLASSES:
+    for bug in BACKWARD_BUG_CLASSES + extra:
         try:
             if not bug.applies(x):
                 continue

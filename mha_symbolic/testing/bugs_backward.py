@@ -139,6 +139,7 @@ def plain_backward(
     dropout_in_backward: bool = True,
     dtype: Any = None,
     softcap_derivative: bool = True,
+    backward_attn_mask: Any = None,
 ) -> PlainBackward:
     """The float64 backward of ``x``; the keyword switches produce the catalogue's
     buggy variants (defaults: the correct formulas).
@@ -147,7 +148,11 @@ def plain_backward(
     kernel in that dtype instead, as torch's MATH backend runs: the inputs and every
     tensor it stores (scaled q and k, scores, P, dP, dS, the gradients) rounded to the
     dtype, products and softmax in float32 for fp16/bf16 (the dtype itself otherwise).
-    The returned arrays are float64 holding those values."""
+    The returned arrays are float64 holding those values.
+
+    ``backward_attn_mask`` (a variant kernel's bug: the attention mask, bool or float,
+    with which the backward recomputes P = exp(S − lse), the forward's lse kept, e.g. a
+    window or ALiBi slopes lowered differently than in the forward)."""
     if dtype is not None:
         dt = np.dtype(dtype)
         wk = np.dtype(_WORK.get(dt.name, "float64"))
@@ -215,7 +220,21 @@ def plain_backward(
     # the weights the backward recomputes: P = exp(S - lse) on the keys it masks
     # ("all": the forward's; "no_causal": the causal part forgotten; "none": no mask),
     # so keys the forward excluded come back with weight exp(s - lse)
-    if mask_in_backward == "all":
+    if backward_attn_mask is not None:
+        mb = np.asarray(backward_attn_mask)
+        if mb.dtype == np.bool_:
+            keys_b, s_b = np.broadcast_to(mb, raw.shape), raw
+        else:
+            mbf = np.asarray(mb, dtype=np.float64)
+            keys_b = np.broadcast_to(mbf != -np.inf, raw.shape)
+            s_b = st(raw + np.broadcast_to(st(np.where(np.isfinite(mbf), mbf, 0.0)), raw.shape))
+        if x.is_causal:
+            off_b = S - L if x.causal_alignment == "bottom_right" else 0
+            keys_b = keys_b & (np.arange(S)[None, :] <= np.arange(L)[:, None] + off_b)
+        with np.errstate(over="ignore", invalid="ignore"):
+            pb = st(np.where(empty, p, np.where(keys_b, np.exp(np.minimum(s_b - lse, 700.0)),
+                                                0.0)))
+    elif mask_in_backward == "all":
         pb = p
     else:
         bwd_keys = user if mask_in_backward == "no_causal" else np.ones(raw.shape, dtype=bool)
@@ -228,7 +247,8 @@ def plain_backward(
         # rowsum(P ∘ dP) = rowsum(dO ∘ O) for the correct kernel; a kernel with a wrong P
         # in the backward still takes D from the forward's O (FlashAttention does)
         d = np.sum(pb * dp, axis=-1, keepdims=True) if mask_in_backward == "all" and \
-            dropout_in_backward else np.sum(do * out, axis=-1, keepdims=True)
+            dropout_in_backward and backward_attn_mask is None \
+            else np.sum(do * out, axis=-1, keepdims=True)
     elif d_term == "missing":
         d = np.zeros((*raw.shape[:-1], 1))
     elif d_term == "from_grad_output":
