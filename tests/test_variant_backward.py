@@ -646,3 +646,45 @@ def test_variant_backward_mutants_of_the_independent_kernel_are_caught_and_named
         assert not res.passed
         assert res.diagnoses and res.diagnoses[0].bug == bug, res.report()
         assert f"'{bug}'" in res.report()
+
+
+def _sinks_alibi_autograd(torch: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                          do: np.ndarray, sinks: np.ndarray, slopes: np.ndarray
+                          ) -> tuple[np.ndarray, ...]:
+    """gpt-oss sinks + ALiBi (causal), float32 autograd: dq, dk, dv, d_sinks, d_slopes."""
+    sk = torch.from_numpy(sinks).requires_grad_()
+    sl = torch.from_numpy(slopes).requires_grad_()
+    qq, kk, vv = (torch.from_numpy(x).requires_grad_() for x in (q, k, v))
+    B, H, L, E = q.shape
+    s = (qq @ kk.transpose(-1, -2)) / float(np.sqrt(E))
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    s = (s - sl.view(1, H, 1, 1) * (i - j).abs()).masked_fill(j > i, -float("inf"))
+    s = torch.cat([s, sk.view(1, H, 1, 1).expand(B, H, L, 1)], dim=-1)
+    out = torch.softmax(s, dim=-1)[..., :-1] @ vv
+    return tuple(g.detach().numpy() for g in
+                 torch.autograd.grad(out, (qq, kk, vv, sk, sl), torch.from_numpy(do)))
+
+
+def test_sink_and_slope_gradients_are_judged_and_a_flipped_sign_or_reversed_slopes_fail(
+        ) -> None:
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(49)
+    q, k, v, do = (rng.standard_normal((2, 2, 9, 16)).astype(np.float32) for _ in range(4))
+    sinks = np.array([0.5, -1.0], np.float32)
+    slopes = np.array([0.5, 0.125], np.float32)
+    dq, dk, dv, d_sinks, d_slopes = _sinks_alibi_autograd(torch, q, k, v, do, sinks, slopes)
+    opts = {"sinks": sinks, "alibi_slopes": slopes, "is_causal": True}
+    good = compare_attention_backward(dq, dk, dv, q, k, v, do, d_sinks=d_sinks,
+                                      d_alibi_slopes=d_slopes, **opts)
+    assert good.passed and set(good.gradients) >= {"d_sinks", "d_alibi_slopes"}, good.report()
+    bad = compare_attention_backward(dq, dk, dv, q, k, v, do, d_sinks=-d_sinks,
+                                     d_alibi_slopes=d_slopes[::-1].copy(), **opts)
+    assert not bad.passed
+    assert not bad.gradients["d_sinks"].passed and not bad.gradients["d_alibi_slopes"].passed
+    assert bad.gradients["dq"].passed
+    with pytest.raises(SpecError, match="d_sinks"):
+        compare_attention_backward(dq, dk, dv, q, k, v, do, d_sinks=d_sinks,
+                                   alibi_slopes=slopes, is_causal=True)
+    with pytest.raises(ShapeError, match="d_alibi_slopes"):
+        compare_attention_backward(dq, dk, dv, q, k, v, do, d_alibi_slopes=d_slopes[:1],
+                                   **opts)

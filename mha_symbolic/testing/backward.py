@@ -59,6 +59,7 @@ __all__ = [
 
 _GRADS = (("dq", "grad_query"), ("dk", "grad_key"), ("dv", "grad_value"),
           ("d_attn_mask", "grad_attn_mask"))
+_PARAMS = (("d_sinks", "grad_sinks"), ("d_alibi_slopes", "grad_alibi_slopes"))
 
 
 # --------------------------------------------------------------------------------------
@@ -167,6 +168,7 @@ def compare_attention_backward(
     factor: float | None = None, diagnose_bugs: bool = True,
     error_model: str = "probabilistic", window: Any = None, alibi_slopes: Any = None,
     mask_mod: Any = None, score_mod: Any = None, sinks: Any = None, softcap: Any = None,
+    d_sinks: Any = None, d_alibi_slopes: Any = None,
 ) -> BackwardComparison:
     """Compare a kernel's gradients ``dq, dk, dv`` (and ``d_attn_mask`` for a float
     mask, optional) with the exact gradients of attention(query, key, value) against
@@ -188,10 +190,12 @@ def compare_attention_backward(
     filled with the exact values and judge nothing).  A ``softcap`` (or a softcap
     ``score_mod``) applied first, on the scaled score, as FlashAttention does, is
     judged by the worst-case propagation with the cap's factor 1 − tanh² in dS
-    (backward_model.py), the catalogue adding ``softcap_derivative_missing``.  The
-    parameters' gradients (sink logits, slopes, tables) and ``d_attn_mask`` with
-    variants have no tolerance model here:
-    :func:`mha_symbolic.reference_attention_backward` gives their exact values.
+    (backward_model.py), the catalogue adding ``softcap_derivative_missing``.
+    ``d_sinks`` (H,) and ``d_alibi_slopes`` (the slopes' shape), optional: the
+    kernel's gradients of the sink logits and ALiBi slopes, judged against
+    :func:`mha_symbolic.reference_attention_backward`'s with the sums of the mask
+    gradient's bounds they add (docs/gradients.md §11.6).  Tables' gradients and
+    ``d_attn_mask`` with variants have no tolerance model here.
 
     >>> import numpy as np
     >>> from mha_symbolic import reference_attention_backward
@@ -221,6 +225,9 @@ def compare_attention_backward(
         if d_attn_mask is not None:
             raise SpecError("d_attn_mask with attention variants is not available "
                             "(reference_attention_backward computes that gradient)")
+        if (d_sinks is not None or d_alibi_slopes is not None) and rule == "flash":
+            raise SpecError("rule='flash' has no simulated kernel for d_sinks and "
+                            "d_alibi_slopes: use rule='model', 'ulp' or 'allclose'")
         if dropout_mask is not None or dropout_p:
             raise SpecError("dropout with attention variants is not supported")
         prep = prepare(query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
@@ -242,7 +249,15 @@ def compare_attention_backward(
             extra_bugs=_variant_backward_bugs(
                 query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
                 scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
-                masked_rows=masked_rows))
+                masked_rows=masked_rows),
+            params=_parameter_gradients(
+                d_sinks, d_alibi_slopes, prep, query, key, value, grad_output,
+                attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
+                causal_alignment=causal_alignment, masked_rows=masked_rows, window=window,
+                alibi_slopes=alibi_slopes, mask_mod=mask_mod, score_mod=score_mod,
+                sinks=sinks, softcap=softcap))
+    if d_sinks is not None or d_alibi_slopes is not None:
+        raise SpecError("d_sinks and d_alibi_slopes need sinks= and alibi_slopes=")
     return _compare_backward(
         dq, dk, dv, query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal,
         scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
@@ -294,6 +309,49 @@ def _variant_backward_bugs(query: Any, key: Any, value: Any, variant: Any, **cal
     return tuple(out)
 
 
+#: (actual, reference enclosure, reducer): a parameter's gradient is a nonnegative
+#: weighted sum of the lowered mask gradient's elements (…, L, S + sinks)
+_Param = tuple[np.ndarray, Any, Any]
+
+
+def _parameter_gradients(d_sinks: Any, d_slopes: Any, prep: Any, query: Any, key: Any,
+                         value: Any, grad_output: Any, **call: Any) -> dict[str, _Param]:
+    """The sink logits' and ALiBi slopes' gradients as linear functionals of dS (the
+    lowered mask's gradient): ∂/∂σ_h = Σ_{batch, i} dS_{i,sink}; ∂/∂m_h = −Σ_{i,j}
+    |j − (i + off)| dS_ij.  Their reference comes from reference_attention_backward of
+    the call itself."""
+    if d_sinks is None and d_slopes is None:
+        return {}
+    from ..oracle.backward import reference_attention_backward
+
+    if d_sinks is not None and prep.sinks is None:
+        raise SpecError("d_sinks was given but the call has no sinks")
+    if d_slopes is not None and call.get("alibi_slopes") is None:
+        raise SpecError("d_alibi_slopes was given but the call has no alibi_slopes")
+    ref = reference_attention_backward(query, key, value, grad_output, **call)
+    geo = prep.geo
+    L, S, H = geo.L, geo.S, geo.heads
+    out: dict[str, _Param] = {}
+    if d_sinks is not None:
+        def sink_sum(x: np.ndarray) -> np.ndarray:
+            return np.asarray(x[..., S].sum(axis=-1)).reshape(-1, H).sum(axis=0)
+        out["d_sinks"] = (_as_actual(d_sinks), ref.d_sinks, sink_sum)
+    if d_slopes is not None:
+        dist = np.abs(np.arange(S)[None, :] - (np.arange(L)[:, None] + geo.offset)).astype(
+            np.float64)
+        shape = tuple(ref.d_alibi_slopes.shape)
+
+        def slope_sum(x: np.ndarray, dist: np.ndarray = dist) -> np.ndarray:
+            per = (x[..., :S] * dist).sum(axis=(-2, -1)).reshape(-1, H)
+            return per.sum(axis=0).reshape(shape) if len(shape) == 1 else per.reshape(shape)
+        out["d_alibi_slopes"] = (_as_actual(d_slopes), ref.d_alibi_slopes, slope_sum)
+    for name, (a, enc, _) in out.items():
+        if tuple(a.shape) != tuple(enc.shape):
+            raise ShapeError(f"{name}.shape={tuple(a.shape)} does not match the shape of the "
+                             f"gradient it stands for {tuple(enc.shape)}")
+    return out
+
+
 def _with_sink_keys(acts: dict[str, np.ndarray], encs: dict[str, Any], n: int) -> None:
     """Sinks lowered to ``n`` extra keys (k = 0, v = 0, mask column σ;
     oracle/variant_forward.lowered): the kernel returns dk, dv for its S keys only, so
@@ -321,7 +379,7 @@ def _compare_backward(
     d_attn_mask: Any, rule: str, accumulation_dtype: Any, safety: float | None,
     rtol: float | None, atol: float | None, ulps: float | None, factor: float | None,
     diagnose_bugs: bool, error_model: str, sink_keys: int, softcap: float | None,
-    extra_bugs: tuple[BackwardBugClass, ...] = (),
+    extra_bugs: tuple[BackwardBugClass, ...] = (), params: dict[str, _Param] | None = None,
 ) -> BackwardComparison:
     """compare_attention_backward of plain attention; ``sink_keys``: the last keys
     are lowered sinks (:func:`_with_sink_keys`); ``softcap``: C·tanh(s/C) on the scaled
@@ -360,8 +418,27 @@ def _compare_backward(
         softcap=softcap)
     pb = plain_backward(x)
     shapes = {n: tuple(e.shape) for n, e in encs.items()}
-    model = backward_error_bound(pb, emodel, shapes=shapes)
-    nats = natural_scales(pb, shapes, emodel.eta)
+    if params:
+        # the parameters: sums of the mask gradient's per-element bounds (each holds on
+        # the check's event, so their sum bounds the sum's error), plus the kernel's own
+        # sum γ̃_n(u) Σ w|dS|; its elements count as events of the check
+        full = tuple(pb.p.shape)
+        model = backward_error_bound(pb, emodel, shapes={**shapes, "d_attn_mask": full})
+        nat_m, floor_m = natural_scales(pb, {"d_attn_mask": full}, emodel.eta)["d_attn_mask"]
+        e_m = model.pop("d_attn_mask")
+        ds_abs = np.abs(np.where(pb.allowed, pb.ds if pb.ds_pre is None else pb.ds_pre, 0.0))
+        nats = natural_scales(pb, shapes, emodel.eta)
+        for name, (a, enc, reduce) in params.items():
+            n_terms = max(float(np.prod(full)) / max(float(np.prod(a.shape)), 1.0), 1.0)
+            gam = emodel.gamma_sum(n_terms, format_of(a.dtype).u)
+            model[name] = np.asarray(reduce(e_m) + gam * reduce(ds_abs), dtype=np.float64)
+            nats[name] = (np.asarray(reduce(nat_m), dtype=np.float64),
+                          np.full(a.shape, float(np.max(floor_m, initial=0.0)) * n_terms))
+            acts[name], encs[name] = a, enc
+        shapes = {**shapes, "d_attn_mask": full}
+    else:
+        model = backward_error_bound(pb, emodel, shapes=shapes)
+        nats = natural_scales(pb, shapes, emodel.eta)
     kernel_dtype = max((a.dtype for a in acts.values()), key=lambda d: format_of(d).u)
     plain = None
     if rule == "flash":
@@ -376,7 +453,7 @@ def _compare_backward(
     comps, warns, fits_truth = _judge_gradients(
         acts, encs, model, nats, shown, rule=rule, rule_text=rule_text, safety=safety,
         rtol=rtol, atol=atol, ulps=ulps, factor=factor, plain=plain,
-        titles={n: f"{t} ({n})" for n, t in _GRADS},
+        titles={n: f"{t} ({n})" for n, t in _GRADS + _PARAMS},
         masked_nan=masked_rows == "nan")
     _refuse_vacuous(comps, shown)
     passed = all(c_.passed for c_ in comps.values())
@@ -385,7 +462,8 @@ def _compare_backward(
     saf = 1.0 if safety is None or rule != "model" else safety
     if passed or not diagnose_bugs or fits_truth:
         return result
-    found = diagnose_backward(acts, x, model=emodel, safety=saf, shapes=shapes,
+    grads = {n: a for n, a in acts.items() if n not in dict(_PARAMS)}
+    found = diagnose_backward(grads, x, model=emodel, safety=saf, shapes=shapes,
                               extra=extra_bugs)
     return replace(result, diagnosis_run=True, diagnoses=found)
 
