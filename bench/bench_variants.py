@@ -587,7 +587,7 @@ def bench_grad_alarms(n_cases: int) -> None:
     torch.set_num_threads(1)
     print("\n7. Gradients of real implementations (autograd / vjp) judged by "
           "compare_attention_backward: false alarms, refusals, worst error / tolerance")
-    print(f"{'implementation':<44}{'dtype':<10}{'cases':>6}{'false alarms':>14}"
+    print(f"{'implementation':<52}{'dtype':<10}{'cases':>6}{'false alarms':>14}"
           f"{'refused':>9}{'worst':>8}")
     g = torch.Generator().manual_seed(7)
     rng = np.random.default_rng(7)
@@ -599,15 +599,16 @@ def bench_grad_alarms(n_cases: int) -> None:
         return [(torch.randn(1, H, n, E, generator=g) * sc).to(dt)
                 for n, sc in ((L, 1.5), (S, 1.0), (S, 1.0), (L, 1.0))]
 
-    def grads(fn: Any, q: Any, k: Any, v: Any, do: Any) -> list[Any]:
+    def grads(fn: Any, q: Any, k: Any, v: Any, do: Any, params: tuple[Any, ...] = ()
+              ) -> list[Any]:
         leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-        return list(torch.autograd.grad(fn(*leaves), leaves, do))
+        return list(torch.autograd.grad(fn(*leaves), leaves + list(params), do))
 
     def row(name: str, dname: str, results: list[tuple[str, float]]) -> None:
         fa = sum(r == "fail" for r, _ in results)
         ref = sum(r == "refused" for r, _ in results)
         worst = max((w for r, w in results if r != "refused"), default=0.0)
-        print(f"{name:<44}{dname:<10}{len(results):>6}{fa:>14}{ref:>9}{worst:>8.3f}")
+        print(f"{name:<52}{dname:<10}{len(results):>6}{fa:>14}{ref:>9}{worst:>8.3f}")
 
     import torch.nn.attention.flex_attention as fa_mod
 
@@ -620,20 +621,23 @@ def bench_grad_alarms(n_cases: int) -> None:
             q, k, v, do = inputs(2, L, S, E, dt)
             w = (rint(0, 48), rint(0, 8))
             sl = np.array([0.5, 0.0625], np.float32)
+            sl_t = torch.from_numpy(sl).requires_grad_()
             i = torch.arange(L)[:, None] + (S - L)
             j = torch.arange(S)[None, :]
             keep = (j <= i) & (j >= i - w[0])
-            bias = -torch.from_numpy(sl)[:, None, None] * (i - j).abs()
-            mask = torch.where(keep, bias, torch.tensor(-float("inf"))).to(dt)
 
-            def sdpa(a: Any, b: Any, c: Any, m: Any = mask) -> Any:
+            def sdpa(a: Any, b: Any, c: Any, keep: Any = keep, i: Any = i, j: Any = j,
+                     sl_t: Any = sl_t) -> Any:
+                bias = -sl_t[:, None, None] * (i - j).abs()
+                m = torch.where(keep, bias, torch.tensor(-float("inf"))).to(a.dtype)
                 return torch.nn.functional.scaled_dot_product_attention(a, b, c, attn_mask=m)
-            gr = grads(sdpa, q, k, v, do)
+            gr = grads(sdpa, q, k, v, do, (sl_t,))
             res.append(_judge(lambda gr=gr, q=q, k=k, v=v, do=do, w=w, sl=sl:
                               compare_attention_backward(
-                                  *gr, q, k, v, do, window=(w[0], 0), is_causal=True,
-                                  causal_alignment="bottom_right", alibi_slopes=sl)))
-        row("torch SDPA, window + ALiBi float mask", dname, res)
+                                  *gr[:3], q, k, v, do, window=(w[0], 0), is_causal=True,
+                                  causal_alignment="bottom_right", alibi_slopes=sl,
+                                  d_alibi_slopes=gr[3].numpy())))
+        row("torch SDPA, window + ALiBi float mask (+ d_slopes)", dname, res)
 
         res = []
         for _ in range(n_cases):
@@ -663,7 +667,7 @@ def bench_grad_alarms(n_cases: int) -> None:
         for _ in range(n_cases):
             L, E = rint(8, 96), 32 * rint(1, 3)
             q, k, v, do = inputs(2, L, L, E, dt)
-            sinks = torch.randn(2, generator=g).to(dt)
+            sinks = torch.randn(2, generator=g).to(dt).requires_grad_()
             w = rint(1, 32)
 
             def gpt_oss(a: Any, b: Any, c: Any, sinks: Any = sinks, w: int = w) -> Any:
@@ -673,12 +677,12 @@ def bench_grad_alarms(n_cases: int) -> None:
                 sc = sc.masked_fill((j > i) | (j < i - w), -float("inf"))
                 sc = torch.cat([sc, sinks.view(1, -1, 1, 1).expand(*sc.shape[:-1], 1)], -1)
                 return torch.softmax(sc, dim=-1)[..., :-1] @ c
-            gr = grads(gpt_oss, q, k, v, do)
+            gr = grads(gpt_oss, q, k, v, do, (sinks,))
             res.append(_judge(lambda gr=gr, q=q, k=k, v=v, do=do, sinks=sinks, w=w:
                               compare_attention_backward(
-                                  *gr, q, k, v, do, sinks=sinks.float().numpy(),
-                                  is_causal=True, window=(w, 0))))
-        row("gpt-oss sinks + sliding window", dname, res)
+                                  *gr[:3], q, k, v, do, sinks=sinks.detach().float().numpy(),
+                                  is_causal=True, window=(w, 0), d_sinks=gr[3])))
+        row("gpt-oss sinks + sliding window (+ d_sinks)", dname, res)
 
         res = []
         for _ in range(n_cases):
@@ -733,10 +737,11 @@ def bench_grad_mutants(n_cases: int) -> None:
 
     print("\n8. Backward mutants (tests/variant_backward_kernels.py) judged by "
           "compare_attention_backward: caught, refused, diagnoses")
-    print(f"{'kernel':<36}{'dtype':<10}{'cases':>6}{'caught':>8}{'refused':>9}  diagnoses")
+    print(f"{'kernel':<40}{'dtype':<10}{'cases':>6}{'caught':>8}{'refused':>9}  diagnoses")
     rng = np.random.default_rng(8)
     judged = (None, "softcap_derivative_missing", "window_missing_in_backward",
-              "alibi_slopes_reversed_in_backward")
+              "alibi_slopes_reversed_in_backward", "sink_gradient_sign_flipped",
+              "sink_gradient_missing")
     for bug in judged:
         for dname in ("float32", "bfloat16"):
             dt = np.dtype(ml_dtypes.bfloat16) if dname == "bfloat16" else np.dtype(dname)
@@ -764,8 +769,14 @@ def bench_grad_mutants(n_cases: int) -> None:
                     kw["alibi"] = sl
                     opts["alibi_slopes"] = sl.astype(np.float32)
                     kw["align"] = "bottom_right"
+                if bug is None or "sink" in bug:
+                    sk = (rng.standard_normal(H) + 1).astype(np.float32)
+                    kw["sinks"] = sk.astype(np.float64)
+                    opts["sinks"] = sk
                 out = vbk.variant_backward(q, k, v, do, dtype=dt, bug=bug, **kw)
                 got = [out[n].astype(dt) for n in ("dq", "dk", "dv")]
+                if "sinks" in opts:
+                    opts["d_sinks"] = out["d_sinks"].astype(np.float32)
                 verdict, _ = _judge(lambda got=got, q=q, k=k, v=v, do=do, opts=opts:
                                     compare_attention_backward(*got, q, k, v, do, **opts))
                 if verdict == "refused":
@@ -776,11 +787,10 @@ def bench_grad_mutants(n_cases: int) -> None:
                     comp = compare_attention_backward(*got, q, k, v, do, **opts)
                     first = comp.diagnoses[0].bug if comp.diagnoses else "(none named)"
                     names[first] = names.get(first, 0) + 1
-            label = "correct (softcap+window+ALiBi)" if bug is None else bug
+            label = "correct (softcap+window+ALiBi+sinks)" if bug is None else bug
             diag = ", ".join(f"{k_} {v_}" for k_, v_ in sorted(names.items())) or "-"
-            print(f"{label:<36}{dname:<10}{n_cases:>6}{caught:>8}{refused:>9}  {diag}")
-    print("not judged by compare_attention_backward (no tolerance model for the "
-          "parameters' gradients or an FP8 backward): "
+            print(f"{label:<40}{dname:<10}{n_cases:>6}{caught:>8}{refused:>9}  {diag}")
+    print("not judged by compare_attention_backward (no FP8 backward model): "
           + ", ".join(b for b in vbk.BUGS if b not in judged))
 
 
