@@ -739,10 +739,12 @@ def bench_grad_mutants(n_cases: int) -> None:
           "compare_attention_backward: caught, refused, diagnoses")
     print(f"{'kernel':<40}{'dtype':<10}{'cases':>6}{'caught':>8}{'refused':>9}  diagnoses")
     rng = np.random.default_rng(8)
-    judged = (None, "softcap_derivative_missing", "window_missing_in_backward",
+    judged = (None, "+d_sinks", "softcap_derivative_missing", "window_missing_in_backward",
               "alibi_slopes_reversed_in_backward", "sink_gradient_sign_flipped",
               "sink_gradient_missing")
-    for bug in judged:
+    for label_bug in judged:
+        # "+d_sinks": the correct kernel with its sink gradient judged too
+        bug = None if label_bug == "+d_sinks" else label_bug
         for dname in ("float32", "bfloat16"):
             dt = np.dtype(ml_dtypes.bfloat16) if dname == "bfloat16" else np.dtype(dname)
             caught = refused = 0
@@ -775,7 +777,7 @@ def bench_grad_mutants(n_cases: int) -> None:
                     opts["sinks"] = sk
                 out = vbk.variant_backward(q, k, v, do, dtype=dt, bug=bug, **kw)
                 got = [out[n].astype(dt) for n in ("dq", "dk", "dv")]
-                if "sinks" in opts:
+                if label_bug == "+d_sinks" or (bug is not None and "sink" in bug):
                     opts["d_sinks"] = out["d_sinks"].astype(np.float32)
                 verdict, _ = _judge(lambda got=got, q=q, k=k, v=v, do=do, opts=opts:
                                     compare_attention_backward(*got, q, k, v, do, **opts))
@@ -787,7 +789,8 @@ def bench_grad_mutants(n_cases: int) -> None:
                     comp = compare_attention_backward(*got, q, k, v, do, **opts)
                     first = comp.diagnoses[0].bug if comp.diagnoses else "(none named)"
                     names[first] = names.get(first, 0) + 1
-            label = "correct (softcap+window+ALiBi+sinks)" if bug is None else bug
+            label = ("correct (softcap+window+ALiBi+sinks)" if label_bug is None else
+                     "correct, d_sinks judged too" if label_bug == "+d_sinks" else label_bug)
             diag = ", ".join(f"{k_} {v_}" for k_, v_ in sorted(names.items())) or "-"
             print(f"{label:<40}{dname:<10}{n_cases:>6}{caught:>8}{refused:>9}  {diag}")
     print("not judged by compare_attention_backward (no FP8 backward model): "
