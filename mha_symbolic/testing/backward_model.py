@@ -339,7 +339,7 @@ def _worst(pt: _Parts) -> dict[str, tuple[Arr, Arr]]:
     ds_pre = pt.ds if pb.ds_pre is None else pb.ds_pre      # P ∘ (dP − D)
     e_ds = pre + (ua + u) * (np.abs(ds_pre) + pre) + np.where(pt.live, eta, 0.0)
     e_mask = e_ds
-    if pt.e_t is not None and pb.cap_t is not None:
+    if pt.e_t is not None and pb.cap_t is not None and pb.cap_factor:
         # dS0 = dS' ∘ g, g = 1 − t²: |Δg| <= (2|t| + e_t) e_t + 2u_a + u (t², the
         # difference, a store); the product and its store (u_a + u)|dS0|
         t_abs = np.abs(pb.cap_t)

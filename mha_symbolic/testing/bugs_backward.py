@@ -95,6 +95,7 @@ class PlainBackward:
     cap_t: Arr | None = None
     capped: Arr | None = None
     ds_pre: Arr | None = None
+    cap_factor: bool = True        # ds = ds_pre ∘ (1 − t²) (False: the factor forgotten)
 
 
 def _expand(x: Arr, rep: int, batch: tuple[int, ...]) -> Arr:
@@ -293,7 +294,7 @@ def plain_backward(
                          dv_p_transposed, gqa_reduce, x.softcap,
                          None if cap_t is None else f64(cap_t),
                          None if capped is None else f64(capped),
-                         None if ds_pre is None else f64(ds_pre))
+                         None if ds_pre is None else f64(ds_pre), softcap_derivative)
 
 
 # --------------------------------------------------------------------------------------
