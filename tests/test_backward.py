@@ -40,8 +40,13 @@ def _check_enclosure_and_rounding(enc: Any, ref: np.ndarray, fmts: tuple[str, ..
     assert lo.shape == ref.shape
     for idx in np.ndindex(*ref.shape):
         a, b = ball_fractions(ref[idx])
-        assert Fraction(float(lo[idx])) <= a and b <= Fraction(float(hi[idx])), (idx, ref[idx],
-                                                                            lo[idx], hi[idx])
+        lo_f, hi_f = Fraction(float(lo[idx])), Fraction(float(hi[idx]))
+        if 4 * (b - a) > hi_f - lo_f:
+            # the enclosure is tighter than the reference ball (an exact value, a
+            # structural zero): the truth is in both, so they must meet
+            assert lo_f <= b and a <= hi_f, (idx, ref[idx], lo[idx], hi[idx])
+            continue
+        assert lo_f <= a and b <= hi_f, (idx, ref[idx], lo[idx], hi[idx])
     for name in fmts:
         got = enc.rounded(name)
         for idx in np.ndindex(*ref.shape):

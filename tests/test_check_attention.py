@@ -135,3 +135,53 @@ def test_fixture_check_runs_forward_and_backward(pytester: Any,
     result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*AttentionMismatchError*"])
+
+
+def _windowed_sdpa(torch: Any, left: int, slopes: Any = None) -> Any:
+    """SDPA with a causal sliding window of ``left`` keys (and ALiBi) as an explicit
+    float mask, as a kernel under test would apply them itself."""
+    def fn(q: Any, k: Any, v: Any) -> Any:
+        L, S = q.shape[-2], k.shape[-2]
+        i, j = torch.arange(L)[:, None], torch.arange(S)[None, :]
+        keep = (j <= i) & (j >= i - left)
+        bias = torch.zeros(L, S, dtype=q.dtype)
+        if slopes is not None:
+            bias = -torch.as_tensor(slopes, dtype=q.dtype)[:, None, None] * (i - j).abs()
+        mask = torch.where(keep, bias, torch.tensor(-float("inf"), dtype=q.dtype))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return fn
+
+
+def test_variants_describe_the_exact_answer_forward_and_backward() -> None:
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 7, 8, generator=gen) for _ in range(3))
+    slopes = np.array([0.5, 0.25], np.float32)
+    opts = {"window": (2, 0), "is_causal": True, "alibi_slopes": slopes}
+    res = check_attention(_windowed_sdpa(torch, 2, slopes), q, k, v, pass_options=False,
+                          **opts)
+    assert res.passed and res.backward is not None
+    # a window one key too wide: forward and gradients both fail
+    bad = check_attention(_windowed_sdpa(torch, 3, slopes), q, k, v, pass_options=False,
+                          raise_on_failure=False, **opts)
+    assert not bad.passed and bad.backward is not None and not bad.backward.passed
+    assert not bad.output.passed
+
+
+def test_softcap_is_checked_forward_and_backward() -> None:
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 6, 8, generator=gen) * 2 for _ in range(3))
+
+    def capped(q_: Any, k_: Any, v_: Any, derivative: bool = True) -> Any:
+        s = (q_ @ k_.transpose(-1, -2)) / 8 ** 0.5
+        c = 5.0 * torch.tanh(s / 5.0)
+        s = c if derivative else s + (c - s).detach()
+        return torch.softmax(s, dim=-1) @ v_
+
+    res = check_attention(capped, q, k, v, softcap=5.0)
+    assert res.passed and res.backward is not None
+    bad = check_attention(lambda a, b, c: capped(a, b, c, False), q, k, v, softcap=5.0,
+                          raise_on_failure=False)
+    assert bad.output.passed and bad.backward is not None and not bad.backward.passed
+    assert "softcap_derivative_missing" in bad.report()

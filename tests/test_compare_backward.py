@@ -66,7 +66,9 @@ def test_correct_flashattention2_kernel_passes_in_every_dtype(name: str) -> None
 
 
 @pytest.mark.parametrize("name", ["float32", "bfloat16"])
-@pytest.mark.parametrize("bug", [b.name for b in BACKWARD_BUG_CLASSES])
+@pytest.mark.parametrize("bug", [b.name for b in BACKWARD_BUG_CLASSES
+                                 # needs a softcap: tests/test_variant_backward.py
+                                 if b.name != "softcap_derivative_missing"])
 def test_every_backward_bug_is_caught_and_named(name: str, bug: str) -> None:
     dt = DTYPES[name]
     c = _case(dt)

@@ -321,6 +321,46 @@ def test_tanh_proved_is_within_its_stated_bound() -> None:
         ctx.prec = old
 
 
+def test_softcap_derivative_bounds_hold_for_every_argument_within_e_x() -> None:
+    """sech2_proved (float64) and _sech2_dd (double-double) bound sech²(x) for every x
+    within e_x of the computed argument: checked against Arb's sech at the computed
+    argument and at both ends of the interval (sech² is monotone on each side of 0,
+    so the ends and 0 bound it); e_x > 1/4 gives an infinite bound."""
+    from mha_symbolic.oracle.transformed import _sech2_dd, _sech2_dd_err, _tanh_dd, sech2_proved
+
+    rng = np.random.default_rng(1)
+    xs = np.concatenate([rng.standard_normal(200) * 3, rng.uniform(-0.2, 0.2, 100),
+                         [0.0, -0.0, 1e-300, 20.0, -299.0, 301.0, 355.0, -400.0, 1e300]])
+    old = ctx.prec
+    ctx.prec = 300
+    try:
+        for e_x in (0.0, 2.0**-40, 1e-3):
+            f, err = sech2_proved(xs, np.full(xs.shape, e_x))
+            fh, fl, err2 = _sech2_dd(xs, np.zeros_like(xs), np.full(xs.shape, e_x))
+            # the fused tanh + sech² of the pipeline (1 - t² on the series branch)
+            _, _, _, gh, gl = _tanh_dd(xs, np.zeros_like(xs), want_sech2=True)
+            err3 = _sech2_dd_err(gh, np.full(xs.shape, e_x))
+            for n, x in enumerate(xs.tolist()):
+                if abs(x) > 1e4:   # sech² < 4e^-20000: the results must be within err of 0
+                    assert abs(float(f[n])) <= err[n] and abs(float(fh[n])) <= err2[n]
+                    assert abs(float(gh[n])) <= err3[n]
+                    continue
+                ends = [arb(x)] + ([arb(x) - e_x, arb(x) + e_x] if e_x else [])
+                if e_x and abs(x) <= e_x:
+                    ends.append(arb(0))
+                for y in ends:
+                    exact = y.sech() ** 2
+                    assert abs(arb(float(f[n])) - exact) <= arb(float(err[n])), (x, e_x)
+                    assert abs(arb(float(fh[n])) + arb(float(fl[n])) - exact) <= arb(
+                        float(err2[n])), (x, e_x)
+                    assert abs(arb(float(gh[n])) + arb(float(gl[n])) - exact) <= arb(
+                        float(err3[n])), (x, e_x)
+        assert np.all(np.isinf(sech2_proved(xs, np.full(xs.shape, 0.3))[1]))
+        assert np.all(np.isinf(_sech2_dd(xs, np.zeros_like(xs), np.full(xs.shape, 0.3))[2]))
+    finally:
+        ctx.prec = old
+
+
 # ---------------------------------------------------------------------------
 # ALiBi
 # ---------------------------------------------------------------------------
@@ -765,3 +805,70 @@ def test_softcap_compiled_and_numpy_twins_are_bit_identical() -> None:
     for cap in (0.5, 30.0):
         t, _ = transformed.tanh_proved(s / cap, need_err=False)
         np.testing.assert_array_equal(transformed.softcap_array(s, cap), cap * t)
+
+
+def test_fused_softcap_rows_and_dd_tanh_twins_are_bit_identical() -> None:
+    """The compiled scale-softcap-maxima pass, the double-double tanh and sech² give the
+    numpy twins' arrays bit for bit (series, exp branch, far branch, signed zeros,
+    masks)."""
+    from mha_symbolic.oracle import transformed
+    from mha_symbolic.oracle.jit import _kernels
+
+    if _kernels() is None:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(37)
+    g = np.concatenate([rng.standard_normal(1500) * 8, rng.standard_normal(40) * 1e4,
+                        [0.0, -0.0, 1e-300, 5000.0, -1e12]]).reshape(5, -1)
+    allowed = rng.random(g.shape) < 0.7
+    for c_f, cap, al in ((0.125, 30.0, None), (1.0, 0.5, allowed), (-0.3, 2.0, allowed)):
+        got = transformed.softcap_rows(g, c_f, cap, al)
+        want = transformed._np_softcap_rows(g, c_f, cap, al)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+            assert np.array_equal(np.signbit(a), np.signbit(b))
+    xh = np.concatenate([rng.standard_normal(600) * 0.1, rng.standard_normal(600) * 3,
+                         [0.0, -0.0, 0.17325, -0.17325, 299.0, 301.0, -1e6]])
+    xl = xh * rng.standard_normal(xh.size) * 2.0**-60
+    for want_sech2 in (False, True):
+        got = transformed._tanh_dd(xh, xl, want_sech2)
+        want = transformed._np_tanh_dd(xh, xl, want_sech2)
+        assert len(got) == len(want) == (5 if want_sech2 else 3)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+    got = transformed._sech2_dd(xh, xl, np.zeros_like(xh))[:2]
+    want = transformed._np_sech2_dd(xh, xl)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tier1_weighted_magnitude_bound_holds_against_arb(seed: int) -> None:
+    """fast.tier1_block(want_abs) bounds Σ_j P_j |v_j| (the perturbation lemma's
+    magnitude): the exact value in Arb from the scores (exact doubles) lies below it,
+    and the bound is tight (within 1e-9 relative)."""
+    from mha_symbolic.oracle.conventions import Block
+    from mha_symbolic.oracle.fast import KV, tier1_block
+
+    rng = np.random.default_rng(seed)
+    L, S, Ev = 4, 7, 3
+    s = rng.standard_normal((L, S)) * (1.0, 30.0, 0.01)[seed]
+    v = rng.standard_normal((S, Ev)) * 10.0 ** rng.integers(-3, 3, size=(1, Ev))
+    allowed = rng.random((L, S)) < 0.8
+    allowed[:, 0] = True
+    res = tier1_block(np.zeros((L, 0)), None, KV(np.zeros((S, 0)), v),
+                      Block(allowed, np.where(allowed, s, 0.0), None, None), 0.0, 0.0,
+                      want_abs=True)
+    assert res.a_up is not None
+    old = ctx.prec
+    ctx.prec = 300
+    try:
+        for i in range(L):
+            js = np.flatnonzero(allowed[i]).tolist()
+            w = {j: arb(fmpq(*Fraction(float(s[i, j])).as_integer_ratio())).exp() for j in js}
+            den = sum(w.values(), arb(0))
+            for col in range(Ev):
+                exact = sum((w[j] * arb(abs(float(v[j, col]))) for j in js), arb(0)) / den
+                assert exact < arb(float(res.a_up[i, col]))
+                assert float(res.a_up[i, col]) <= float(exact.mid()) * (1 + 1e-9)
+    finally:
+        ctx.prec = old

@@ -10,7 +10,8 @@ pass is the subpackage :mod:`.backward` (:func:`reference_attention_backward`,
 :func:`reference_mha_backward`; its files name the tiers); the variants:
 :mod:`.variants` (their exact semantics), :mod:`.score_mods` (the certified score_mod
 menu), :mod:`.variant_forward` (lowering, varlen), :mod:`.variant_backward` (their
-gradients), :mod:`.transformed` (softcapped scores), :mod:`.views` (assembled
+gradients, varlen's), :mod:`.transformed` (softcapped scores),
+:mod:`.transformed_backward` (their gradients' hooks), :mod:`.views` (assembled
 enclosures).
 """
 
@@ -23,6 +24,7 @@ from .._lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "reference_attention": "forward",
     "reference_attention_varlen": "variant_forward",
+    "reference_attention_varlen_backward": "variant_backward",
     "reference_mha": "mha",
     "Enclosure": "enclosure",
     "reference_attention_backward": "backward",
@@ -45,4 +47,5 @@ if TYPE_CHECKING:  # pragma: no cover
     from .forward import reference_attention
     from .mha import reference_mha
     from .score_mods import alibi_score_mod, relative_bias_score_mod, softcap_score_mod
+    from .variant_backward import reference_attention_varlen_backward
     from .variant_forward import reference_attention_varlen

@@ -319,3 +319,164 @@ def softcap(s, cap, coeffs, tab, p2, out):
             e = exp_double_s(-2.0 * a, tab, p2)
             th = (1.0 - e) / (1.0 + e)
         fo[idx] = cap * np.copysign(th, x)
+
+
+@njit
+def softcap_rows(g, c_f, cap, allowed, coeffs, tab, p2, out, gmax, smax):
+    """out = cap·tanh(fl(c_f·g)/cap) row by row, as :func:`softcap` on fl(c_f·g), with
+    the row maxima of |g| and |out| over the allowed keys (allowed has shape (0, 0)
+    when every key is): transformed._np_softcap_rows is the numpy twin.  The series
+    (10 coefficients, unrolled) runs on every key in a branch-free loop the compiler
+    can vectorise; a second loop redoes the keys beyond TANH_SMALL with the exp."""
+    r, S = g.shape
+    c0, c1, c2, c3, c4 = coeffs[0], coeffs[1], coeffs[2], coeffs[3], coeffs[4]
+    c5, c6, c7, c8, c9 = coeffs[5], coeffs[6], coeffs[7], coeffs[8], coeffs[9]
+    every = allowed.shape[0] == 0
+    for i in range(r):
+        for j in range(S):
+            x = (g[i, j] * c_f) / cap
+            a = abs(x)
+            y = a * a
+            p = c9 * y
+            p = p + c8
+            p = p * y
+            p = p + c7
+            p = p * y
+            p = p + c6
+            p = p * y
+            p = p + c5
+            p = p * y
+            p = p + c4
+            p = p * y
+            p = p + c3
+            p = p * y
+            p = p + c2
+            p = p * y
+            p = p + c1
+            p = p * y
+            p = p + c0
+            out[i, j] = cap * np.copysign(a * p, x)
+        for j in range(S):
+            x = (g[i, j] * c_f) / cap
+            a = abs(x)
+            if not a <= TANH_SMALL_K:
+                e = exp_double_s(-2.0 * a, tab, p2)
+                out[i, j] = cap * np.copysign((1.0 - e) / (1.0 + e), x)
+        gm = 0.0
+        sm = 0.0
+        for j in range(S):
+            if every or allowed[i, j]:
+                ag = abs(g[i, j])
+                if ag > gm:
+                    gm = ag
+                ao = abs(out[i, j])
+                if ao > sm:
+                    sm = ao
+        gmax[i] = gm
+        smax[i] = sm
+
+
+@njit
+def dd_div_s(nh: float, nl: float, dh: float, dl: float) -> tuple[float, float]:
+    q1 = nh / dh
+    p, e = two_prod_s(q1, dh)
+    r = (nh - p) - e
+    r = r + nl
+    r = r - q1 * dl
+    q2 = r / dh
+    return fast_two_sum_s(q1, q2)
+
+
+TANH_FAR = 300.0  # transformed._tanh_dd: tanh is 1 to 2*e^-600 beyond
+
+
+@njit
+def tanh_dd(xh, xl, chi, clo, tab_hi, tab_lo, p2, th, tl, want_f, fh, fl):
+    """tanh(xh + xl) in double-double elementwise, operation by operation as
+    transformed._np_tanh_dd (the odd Taylor series by Horner in dd below TANH_SMALL,
+    (1 - e)/(1 + e) with e = exp_dd(-2|x|) above), and with ``want_f`` sech² (1 - t² on
+    the series branch, 4e/(1 + e)² above).  Step by step over all elements (each Horner
+    step a simple loop of independent elements, which the CPU overlaps; element by
+    element the chain of ~700 dependent operations would stall), then a loop finishes
+    each element on its branch."""
+    fxh = xh.ravel()
+    fxl = xl.ravel()
+    fth = th.ravel()
+    ftl = tl.ravel()
+    ffh = fh.ravel()
+    ffl = fl.ravel()
+    m = fxh.shape[0]
+    n = chi.shape[0]
+    ah = np.empty(m)
+    al = np.empty(m)
+    yh = np.empty(m)
+    yl = np.empty(m)
+    ph = np.empty(m)
+    pl = np.empty(m)
+    for idx in range(m):
+        sg = -1.0 if fxh[idx] < 0 else 1.0
+        h = fxh[idx] * sg
+        lo = fxl[idx] * sg
+        ah[idx] = h
+        al[idx] = lo
+        yh[idx], yl[idx] = dd_mul_s(h, lo, h, lo)
+        ph[idx] = chi[n - 1]
+        pl[idx] = clo[n - 1]
+    for t in range(n - 2, -1, -1):
+        c_hi = chi[t]
+        c_lo = clo[t]
+        for idx in range(m):
+            a, b = dd_mul_s(ph[idx], pl[idx], yh[idx], yl[idx])
+            a, b = dd_add_d_s(a, b, c_hi)
+            ph[idx], pl[idx] = dd_add_d_s(a, b, c_lo)
+    for idx in range(m):
+        sg = -1.0 if fxh[idx] < 0 else 1.0
+        h = ah[idx]
+        lo = al[idx]
+        if h <= TANH_SMALL_K:
+            rh, rl = dd_mul_s(h, lo, ph[idx], pl[idx])
+            if want_f:
+                qh, ql = dd_mul_s(rh, rl, rh, rl)
+                ffh[idx], ffl[idx] = dd_add_d_s(-qh, -ql, 1.0)
+        else:
+            if h > TANH_FAR:  # the twin discards exp_dd(-600) here
+                eh = 0.0
+                el = 0.0
+            else:
+                eh, el = exp_dd_s(-2.0 * h, -2.0 * lo, tab_hi, tab_lo, p2)
+            nh, nl = dd_add_d_s(-eh, -el, 1.0)
+            dh, dl = dd_add_d_s(eh, el, 1.0)
+            rh, rl = dd_div_s(nh, nl, dh, dl)
+            if want_f:
+                if h > TANH_FAR:
+                    ffh[idx] = 0.0
+                    ffl[idx] = 0.0
+                else:
+                    qh, ql = dd_mul_s(dh, dl, dh, dl)
+                    ffh[idx], ffl[idx] = dd_div_s(4.0 * eh, 4.0 * el, qh, ql)
+        fth[idx] = rh * sg
+        ftl[idx] = rl * sg
+
+
+@njit
+def sech2_dd(xh, xl, tab_hi, tab_lo, p2, fh, fl):
+    """sech²(xh + xl) = 4e/(1 + e)², e = exp_dd(-2|x|), in double-double elementwise,
+    operation by operation as transformed._np_sech2_dd (0 beyond |x| > TANH_FAR)."""
+    fxh = xh.ravel()
+    fxl = xl.ravel()
+    ffh = fh.ravel()
+    ffl = fl.ravel()
+    for idx in range(fxh.shape[0]):
+        h = fxh[idx]
+        lo = fxl[idx]
+        if h < 0:
+            h = -h
+            lo = -lo
+        if h > TANH_FAR:
+            ffh[idx] = 0.0
+            ffl[idx] = 0.0
+            continue
+        eh, el = exp_dd_s(-2.0 * h, -2.0 * lo, tab_hi, tab_lo, p2)
+        dh, dl = dd_add_d_s(eh, el, 1.0)
+        sh, sl = dd_mul_s(dh, dl, dh, dl)
+        ffh[idx], ffl[idx] = dd_div_s(4.0 * eh, 4.0 * el, sh, sl)

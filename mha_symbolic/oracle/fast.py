@@ -78,13 +78,15 @@ class KV:
 
 @dataclass
 class Tier1:
-    """Block result: y~ (r, Ev), err (r, Ev), ok (r,), weights p~/err_p (r, S) or None."""
+    """Block result: y~ (r, Ev), err (r, Ev), ok (r,), weights p~/err_p (r, S) or None,
+    ``a_up`` (r, Ev) >= Σ_j P_j |v_j| (the exact weights; with ``want_abs``) or None."""
 
     y: Array
     err: Array
     ok: Array
     p: Array | None = None
     err_p: Array | None = None
+    a_up: Array | None = None
 
 
 def _sum_blocks(w: Array, kv: KV, keep: Array | None) -> tuple[Array, Array, Array, int]:
@@ -120,17 +122,20 @@ def _sum_blocks(w: Array, kv: KV, keep: Array | None) -> tuple[Array, Array, Arr
 
 def tier1_block(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: float,
                 r_f: float = 1.0, rho_r: float = 0.0, want_weights: bool = False,
-                ws: Workspace | None = None) -> Tier1:
+                ws: Workspace | None = None, want_abs: bool = False) -> Tier1:
     """Attention of query rows q (r, E) (``qr[i] >= ||q_i - q~_i||`` or None) against
     ``kv``, with the scores, masks and dropout of ``blk``, the true scale within
     ``rho_c`` of ``c_f`` and the dropout factor within ``rho_r`` of ``r_f``.
-    Rows without an allowed key get ok = False (callers apply the policy)."""
+    Rows without an allowed key get ok = False (callers apply the policy).
+    ``want_abs`` (no dropout, exact values): also an upper bound of the exact
+    Σ_j P_j |v_j| (the perturbation lemma of :mod:`.transformed` needs it)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        return _tier1(q, qr, kv, blk, c_f, rho_c, r_f, rho_r, want_weights, ws)
+        return _tier1(q, qr, kv, blk, c_f, rho_c, r_f, rho_r, want_weights, ws, want_abs)
 
 
 def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: float,
-           r_f: float, rho_r: float, want_weights: bool, ws: Workspace | None) -> Tier1:
+           r_f: float, rho_r: float, want_weights: bool, ws: Workspace | None,
+           want_abs: bool = False) -> Tier1:
     r, E = q.shape
     S = kv.S
     gE = gamma(max(E, 1))
@@ -201,6 +206,18 @@ def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: fl
     y, err, fin = t1_finish(n_f, a_f, d_f, d_low, tau0, twt0, tau_d, kv.vmax, vr, g, ascale,
                             S * ETA, r_f, rho_r, bool(r_f != 1.0 or rho_r), kv.vscale)
     ok = has_key & (e_t <= MAX_SCORE_ERR) & (tau_d < 2.0**-10) & fin & (d_low > 0)
+    a_up = None
+    if want_abs:
+        # Σ_j P_j|v_j| = Σ_j w_j|v_j|/D with w_j = w~_j(1 + theta_j), |theta_j| <= tau0 +
+        # tau1|t~_j| (cut keys: |w_j - w~_j| <= TINY1) and D >= D~(1 - tau_d):
+        # <= [A(1 + tau0) + (tau1 Tw + S·TINY1·D~)Vmax]/(D~(1 - tau_d)) with the exact
+        # A = Σ w~|v| <= (fl(A) + S ETA)·ascale, D~ >= d_low >= 1 (the argmax key has
+        # w~ = 1): <= [(fl(A) + S ETA)·ascale/d_low·(1 + tau0) + twt0·Vmax]/(1 - tau_d),
+        # in the values' scaled units; times 2**F_l (exact).
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            a_up = (((a_f + S * ETA) * ascale / d_low[:, None] * (1.0 + tau0[:, None])
+                     + twt0[:, None] * kv.vmax[None, :]) / (1.0 - tau_d[:, None])
+                    * UP * kv.vscale[None, :])
     p = err_p = None
     if want_weights:
         # p_j = k_j r w_j / D.  |p_j - w~_j/D~| <= (w~_j/D~)(tau_j + tau_d)/(1 - tau_d) for
@@ -227,7 +244,7 @@ def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: fl
                 np.putmask(err_p, notallowed, 0.0)
                 np.putmask(p, notallowed, 0.0)  # exactly 0 (also in rows without a key)
         ok &= np.all(np.isfinite(p) & np.isfinite(err_p), axis=-1)
-    return Tier1(y, err, ok, p, err_p)
+    return Tier1(y, err, ok, p, err_p, a_up)
 
 
 def proj_fast(x: Array, w: Array, b: Array | None) -> tuple[Array, Array]:

@@ -37,7 +37,7 @@ import numpy as np
 from .arb import EXP_FLOOR, Prec, exact_prec, exact_score_rows, to_arb_mat
 from .constants import CHUNK_ELEMS, ETA, RHO_EXP1, RHO_EXP2, TINY1, TINY2, UP, U, gamma
 from .conventions import Block, exact_scale
-from .dd import dd_add_d, dd_div, dd_mul, dd_mul_d, two_prod, two_sum
+from .dd import dd_add_d, dd_div, dd_mul, dd_mul_d, two_prod
 from .enclosure import Enclosure, Problem
 from .exact_scores import norm_up
 from .expo import exp_dd, exp_double
@@ -102,20 +102,50 @@ def _tanh_taylor(n_terms: int) -> list[Fraction]:
 _TANH_DD = _tanh_taylor(16)
 _TANH_DD_HI = [float(c) for c in _TANH_DD]
 _TANH_DD_LO = [float(c - Fraction(h)) for c, h in zip(_TANH_DD, _TANH_DD_HI, strict=True)]
+_TANH_DD_HI_A = np.array(_TANH_DD_HI)
+_TANH_DD_LO_A = np.array(_TANH_DD_LO)
 REL_TANH_DD_SMALL = 2.0**-98
 REL_TANH_DD_LARGE = 2.83 * RHO_EXP2 + 2.0**-97
 ABS_TANH_DD = 2.0 * TINY2
 
 
-def _tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
-             ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """(th, tl, rel_err_bound) for tanh(xh + xl) in double-double (proof above)."""
+def _tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any], want_sech2: bool = False
+             ) -> tuple[np.ndarray[Any, Any], ...]:
+    """(th, tl, rel_err_bound) for tanh(xh + xl) in double-double (proof above), and with
+    ``want_sech2`` also (fh, fl) = sech²(xh + xl) within REL_SECH2_DD (proof below the
+    sech² constants): one compiled pass when numba is available, bit-identical to
+    :func:`_np_tanh_dd` (the same operations per element; tests/test_variants.py)."""
+    from .jit import _POW2, _kernels
+
+    k = _kernels()
+    if k is None or not hasattr(k, "tanh_dd") or xh.size == 0:
+        return _np_tanh_dd(xh, xl, want_sech2)
+    from .expo import _table2
+
+    xh = np.ascontiguousarray(xh, dtype=np.float64)
+    xl = np.ascontiguousarray(xl, dtype=np.float64)
+    th = np.empty_like(xh)
+    tl = np.empty_like(xh)
+    fh = np.empty_like(xh) if want_sech2 else np.empty(0)
+    fl = np.empty_like(xh) if want_sech2 else np.empty(0)
+    tab_hi, tab_lo = _table2()
+    k.tanh_dd(xh, xl, _TANH_DD_HI_A, _TANH_DD_LO_A, tab_hi, tab_lo, _POW2, th, tl,
+              want_sech2, fh, fl)
+    rel = np.where(np.abs(xh) <= TANH_SMALL, REL_TANH_DD_SMALL, REL_TANH_DD_LARGE)
+    return (th, tl, rel, fh, fl) if want_sech2 else (th, tl, rel)
+
+
+def _np_tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any], want_sech2: bool = False
+                ) -> tuple[np.ndarray[Any, Any], ...]:
+    """The numpy twin of :func:`_tanh_dd`."""
     neg = xh < 0
     ah = np.where(neg, -xh, xh)
     al = np.where(neg, -xl, xl)
     small = ah <= TANH_SMALL
     th = np.zeros_like(ah)
     tl = np.zeros_like(ah)
+    fh = np.zeros_like(ah)
+    fl = np.zeros_like(ah)
     if np.any(small):
         sh, sl = ah[small], al[small]
         yh, yl = dd_mul(sh, sl, sh, sl)
@@ -126,7 +156,11 @@ def _tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
             ph, pl = dd_mul(ph, pl, yh, yl)
             ph, pl = dd_add_d(ph, pl, np.full_like(ph, chi))
             ph, pl = dd_add_d(ph, pl, np.full_like(ph, clo))
-        th[small], tl[small] = dd_mul(sh, sl, ph, pl)
+        t_h, t_l = dd_mul(sh, sl, ph, pl)
+        th[small], tl[small] = t_h, t_l
+        if want_sech2:   # 1 - t² (t <= 0.1733: no cancellation)
+            qh, ql = dd_mul(t_h, t_l, t_h, t_l)
+            fh[small], fl[small] = dd_add_d(-qh, -ql, np.ones_like(qh))
     big = ~small
     if np.any(big):
         bh, bl = ah[big], al[big]
@@ -137,8 +171,117 @@ def _tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
         nh, nl = dd_add_d(-eh, -el, np.ones_like(eh))
         dh, dl = dd_add_d(eh, el, np.ones_like(eh))
         th[big], tl[big] = dd_div(nh, nl, dh, dl)
+        if want_sech2:   # 4e/(1 + e)²
+            qh, ql = dd_mul(dh, dl, dh, dl)
+            gh, gl = dd_div(4.0 * eh, 4.0 * el, qh, ql)
+            fh[big], fl[big] = np.where(far, 0.0, gh), np.where(far, 0.0, gl)
     rel = np.where(small, REL_TANH_DD_SMALL, REL_TANH_DD_LARGE)
-    return np.where(neg, -th, th), np.where(neg, -tl, tl), rel
+    t = (np.where(neg, -th, th), np.where(neg, -tl, tl), rel)
+    return (*t, fh, fl) if want_sech2 else t
+
+
+# ---- the softcap's derivative: sech²(x) = 1 - tanh²(x) = 4e/(1 + e)², e = exp(-2|x|) ----
+# f(e) = 4e/(1 + e)² has d ln f/d ln e = (1 - e)/(1 + e) in [0, 1] for e in [0, 1], so a
+# relative error θ of e moves f by a factor within e^{±|ln(1 + θ)|}: no cancellation
+# anywhere (1 - tanh² would lose everything where tanh is near ±1).  The argument's
+# own error |x - x~| <= e_x moves sech² by a factor within e^{±2 e_x} (|d ln sech²/dx| =
+# 2|tanh x| <= 2), i.e. by <= sech²(x~)·2e_x(1 + 2e_x) for 2e_x <= 1.
+#
+# Double-double (tier 2): e~ = exp_dd(-2|x~|) (-2|x~| is an exact scaling; relative
+# RHO_EXP2), 1 + e~ by dd_add_d (2.01u² relative: the result is in [1, 2]), its square by
+# dd_mul (8.02u²), 4e~ exactly, the quotient by dd_div (2^-100): relative to f(e~) at
+# most (1 + 2.01u²)²(1 + 8.02u²)(1 + 2^-100) - 1 < 12.1u² + 2^-100 < 2^-98, and
+# e^{1.01 RHO_EXP2} - 1 < 1.02 RHO_EXP2 from e~: REL_SECH2_DD.  |x~| > 300: sech²(x~) <=
+# 4e^-600 < 1.48 TINY2 (TINY2 >= e^-599), taken as 0, and sech²(x) <= e^{1/2}·1.48 TINY2
+# < 2.5 TINY2 <= ABS_SECH2_DD for e_x <= 1/4.
+# Float64 (tier 1): e~ = exp_double(-2|x~|) (RHO_EXP1 for -2|x~| >= -708; below, e~ and e
+# are both <= TINY1(1 + RHO_EXP1)), then fl(1 + e~), its square, 4e~ (exact) and the
+# quotient: four roundings, relative <= 1.01 RHO_EXP1 + 4.1u = REL_SECH2; below the cut
+# the result and sech²(x~) are both <= 4.02 TINY1, and sech²(x) <= sech²(x~)e^{2e_x} <=
+# 4.02·e^{1/2} TINY1 for e_x <= 1/4: |sech²(x) - result| <= 10.7 TINY1 <= ABS_SECH2.
+# Both bounds need e_x <= 1/4 (checked: else the bound is infinite).
+# With the tanh (:func:`_tanh_dd`, want_sech2) the series branch |x~| <= TANH_SMALL takes
+# sech² = 1 - t² from its t (relative error <= 2^-98, |t| <= 0.1733): t² by dd_mul
+# (8.02u²·t² <= 0.25u²), 1 - t² by dd_add_d (<= u(u + 0.031u) <= 1.04u², relative to
+# 1 - t² >= 0.969: 1.08u²), t's error moves t² by <= 2.01·2^-98·t² <= 0.063·2^-98:
+# relative < 1.4u² + 0.07·2^-98 < 2^-98 <= REL_SECH2_DD; beyond, 4e/(1 + e)² as above.
+REL_SECH2_DD = 1.02 * RHO_EXP2 + 2.0**-98
+ABS_SECH2_DD = 5.0 * TINY2
+REL_SECH2 = 1.01 * RHO_EXP1 + 4.1 * U
+ABS_SECH2 = 12.0 * TINY1
+
+
+def sech2_proved(x: np.ndarray[Any, Any], e_x: np.ndarray[Any, Any] | float
+                 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(f, err): f = sech²(x~) in float64 and |sech²(x) - f| <= err for every x with
+    |x - x~| <= e_x (e_x <= 1/4; proof above)."""
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        e = exp_double(-2.0 * np.abs(x))
+        d = 1.0 + e
+        f = 4.0 * e / (d * d)
+        ex = np.asarray(e_x)
+        rel = (2.0 * ex * (1.0 + 2.0 * ex) + REL_SECH2) * (1.0 + 2.0 * REL_SECH2)
+        # the argument's bound must stay <= 1/4 (else: an infinite bound, the row is
+        # handed on)
+        return f, np.where(ex <= 0.25, (f * rel + ABS_SECH2) * UP, np.inf)
+
+
+def _np_sech2_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any]
+                 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """sech²(xh + xl) in double-double (the numpy twin of the compiled ``sech2_dd``)."""
+    neg = xh < 0
+    ah = np.where(neg, -xh, xh)
+    al = np.where(neg, -xl, xl)
+    far = ah > 300.0
+    eh, el = exp_dd(np.where(far, -600.0, -2.0 * ah), np.where(far, 0.0, -2.0 * al))
+    dh, dl = dd_add_d(eh, el, np.ones_like(eh))
+    sh, sl = dd_mul(dh, dl, dh, dl)
+    fh, fl = dd_div(4.0 * eh, 4.0 * el, sh, sl)
+    return np.where(far, 0.0, fh), np.where(far, 0.0, fl)
+
+
+def _sech2_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any], e_x: np.ndarray[Any, Any]
+              ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(fh, fl, err): sech²(x~) in double-double, |sech²(x) - fh - fl| <= err for every x
+    with |x - x~| <= e_x (e_x <= 1/4; proof above); one compiled pass when numba is
+    available (bit-identical to :func:`_np_sech2_dd`, tested)."""
+    from .jit import _POW2, _kernels
+
+    k = _kernels()
+    if k is None or not hasattr(k, "sech2_dd") or xh.size == 0:
+        fh, fl = _np_sech2_dd(xh, xl)
+    else:
+        from .expo import _table2
+
+        xh = np.ascontiguousarray(xh, dtype=np.float64)
+        xl = np.ascontiguousarray(xl, dtype=np.float64)
+        fh, fl = np.empty_like(xh), np.empty_like(xh)
+        tab_hi, tab_lo = _table2()
+        k.sech2_dd(xh, xl, tab_hi, tab_lo, _POW2, fh, fl)
+    return fh, fl, _sech2_dd_err(fh, e_x)
+
+
+def _sech2_dd_err(fh: np.ndarray[Any, Any], e_x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The bound of a double-double sech² within REL_SECH2_DD of sech²(x~) (ABS_SECH2_DD
+    beyond |x~| > 300) for every x within e_x <= 1/4 of x~ (infinite otherwise)."""
+    rel = (2.0 * e_x * (1.0 + 2.0 * e_x) + REL_SECH2_DD) * (1.0 + 4.0 * U)
+    err = (np.abs(fh) * rel * 1.01 + ABS_SECH2_DD + 4 * ETA) * UP
+    return np.where(e_x <= 0.25, err, np.inf)
+
+
+def _mul_factor(a: tuple[np.ndarray[Any, Any], ...] | None,
+                b: tuple[np.ndarray[Any, Any], ...]) -> tuple[np.ndarray[Any, Any], ...]:
+    """The product of two double-double factors with bounds (hi, lo, err):
+    |AB - p~| <= e_a(|b~| + e_b) + |a~|e_b + 8.02u²|p~| (dd_mul) + 4η; None is 1."""
+    if a is None:
+        return b
+    ah, al, ae = a
+    bh, bl, be = b
+    ph, pl = dd_mul(ah, al, bh, bl)
+    aa = np.abs(ah) * (1.0 + 2.0 * U)
+    ba = np.abs(bh) * (1.0 + 2.0 * U)
+    err = (ae * (ba + be) + aa * be + 8.02 * U * U * np.abs(ph) * 1.01 + 4 * ETA) * UP
+    return ph, pl, err
 
 
 def _tanh_small(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -202,6 +345,40 @@ def softcap_array(s: np.ndarray[Any, Any], cap: float) -> np.ndarray[Any, Any]:
     return out
 
 
+def _np_softcap_rows(g: np.ndarray[Any, Any], c_f: float, cap: float,
+                     allowed: np.ndarray[Any, Any] | None
+                     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(s', max|g|, max|s'|): s' = cap·tanh_proved(fl(c_f g)/cap) and the row maxima over
+    the allowed keys (g (r, S)); the numpy twin of the compiled ``softcap_rows``."""
+    t, _ = tanh_proved((g * c_f) / cap, need_err=False)
+    out = cap * t
+    return out, _rowmax(g, allowed), _rowmax(out, allowed)
+
+
+def softcap_rows(g: np.ndarray[Any, Any], c_f: float, cap: float,
+                 allowed: np.ndarray[Any, Any] | None
+                 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """:func:`_np_softcap_rows` in one compiled pass when numba is available
+    (bit-identical: the same operations per element; maxima are exact)."""
+    from .jit import _POW2, _kernels
+
+    k = _kernels()
+    if k is None or not hasattr(k, "softcap_rows") or g.size == 0 or len(_TANH_COEFFS) != 10:
+        return _np_softcap_rows(g, c_f, cap, allowed)
+    from .expo import _table1
+
+    g2 = np.ascontiguousarray(g).reshape(-1, g.shape[-1])
+    al = (np.zeros((0, 0), dtype=bool) if allowed is None
+          else np.ascontiguousarray(allowed, dtype=bool).reshape(g2.shape))
+    out = np.empty_like(g2)
+    gmax = np.empty(g2.shape[0])
+    smax = np.empty(g2.shape[0])
+    k.softcap_rows(g2, float(c_f), float(cap), al, np.asarray(_TANH_COEFFS), _table1(), _POW2,
+                   out, gmax, smax)
+    lead = g.shape[:-1]
+    return out.reshape(g.shape), gmax.reshape(lead), smax.reshape(lead)
+
+
 def _rowmax(a: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any]:
     """max over the kept keys (all when ``allowed`` is None) of |a| per row (0 for none)."""
     if allowed is None:
@@ -214,8 +391,12 @@ def _rowmax(a: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any] | None) -> np
 def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
                   allowed: np.ndarray[Any, Any], madd: np.ndarray[Any, Any] | None,
                   ops: tuple[Cap | Bias, ...], geo: Geometry, flat: range, c_f: float,
-                  rho_c: float) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """(s̃ (C, L, S) float64, δ (C, L)) with |s̃_ij - s_ij| <= δ_i on every kept key.
+                  rho_c: float, rows: slice | None = None, want_factor: bool = False
+                  ) -> tuple[np.ndarray[Any, Any], ...]:
+    """(s̃ (C, L, S) float64, δ (C, L)) with |s̃_ij - s_ij| <= δ_i on every kept key;
+    ``rows``: q holds those query rows only (the biases follow); ``want_factor``: also
+    (Φ̃, e_Φ) (C, L, S) with |Φ - Φ̃| <= e_Φ for the derivative Φ = ∂s/∂(c q·k), the
+    product over the softcaps of sech²(x) at each cap's argument x (step 5).
 
     Error steps (each a bound on a row maximum, adding up; |fl(x)| <= |x|(1 + u) + ETA
     lets the row maximum of a rounded product be bounded from its factor's):
@@ -229,30 +410,57 @@ def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
        max|s|(1 + 2u)/C), else REL_TANH_LARGE; the product rounds by _R|s'| + ETA.
     4. Bias b: fl(b) is exact or errs by <= _R|fl(b)| + ETA; the sum rounds by
        _R|s'| + ETA.  The float mask (exact doubles) adds one rounding likewise.
+    5. Factor: at a cap, x~ = fl(s~/C) is within e_x = err/C + _R|x~| + ETA of the
+       exact argument (err the row's bound before the cap); :func:`sech2_proved` gives
+       sech²(x~) with its bound for every x within e_x; factors of several caps
+       multiply: |AB - fl(a~b~)| <= e_a(b~ + e_b) + a~ e_b + u|fl(a~b~)| + η.
     """
     E = q.shape[-1]
     al = None if allowed.all() else allowed
     G = np.matmul(q, np.swapaxes(k, -1, -2))
     nq, nk = norm_up(q), norm_up(k)
     err = gamma(max(E, 1)) * nq * np.max(nk, axis=-1, initial=0.0)[:, None] + E * ETA
-    gmax = _rowmax(G, al)
-    s = G
-    s *= c_f
+    op0 = ops[0] if ops else None
+    capped = None
+    phi: np.ndarray[Any, Any] | None = None
+    e_phi: np.ndarray[Any, Any] | None = None
+    if isinstance(op0, Cap):
+        # the scale and the first softcap in one pass, with both row maxima
+        with np.errstate(over="ignore", invalid="ignore"):
+            capped, gmax, cap_max = softcap_rows(G, c_f, op0.C, al)
+        s = capped
+    else:
+        gmax = _rowmax(G, al)
+        s = G
+        s *= c_f
     smax = abs(c_f) * gmax * (1.0 + 2.0 * U) + ETA  # >= max |fl(c_f G)| of the row
     err = rho_c * gmax + (abs(c_f) + rho_c) * err + _R * smax + ETA
-    for op in ops:
+    for n_op, op in enumerate(ops):
         if isinstance(op, Cap):
             C = op.C
-            with np.errstate(over="ignore", invalid="ignore"):
-                s = softcap_array(s, C)
+            if want_factor:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    s_in = G * c_f if (n_op == 0 and capped is not None) else s
+                    x = s_in / C
+                    e_x = ((err / C)[..., None] + _R * np.abs(x) + ETA) * UP
+                    f, e_f = sech2_proved(x, e_x)
+                if phi is None or e_phi is None:
+                    phi, e_phi = f, e_f
+                else:
+                    p2 = phi * f
+                    e_phi = (e_phi * (f + e_f) + phi * e_f + U * p2 + ETA) * UP
+                    phi = p2
+            if not (n_op == 0 and capped is not None):
+                with np.errstate(over="ignore", invalid="ignore"):
+                    s = softcap_array(s, C)
             small = smax * (1.0 + 2.0 * U) / C + ETA <= TANH_SMALL
             rel = np.where(small, REL_TANH_SMALL, REL_TANH_LARGE)
-            new_max = _rowmax(s, al)
+            new_max = cap_max if (n_op == 0 and capped is not None) else _rowmax(s, al)
             err = (err + _R * smax + C * ETA + new_max * rel + C * ABS_TANH
                    + _R * new_max + ETA)
             smax = new_max
         else:
-            vals, exact = op.floats(geo, flat)
+            vals, exact = op.floats(geo, flat, rows)
             if not exact:
                 err = err + _R * _rowmax(vals, al) + ETA
             s = s + vals
@@ -262,7 +470,11 @@ def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
         s = s + madd
         smax = _rowmax(s, al)
         err = err + _R * smax + ETA
-    return s, err * UP
+    if not want_factor:
+        return s, err * UP
+    if phi is None or e_phi is None:
+        phi, e_phi = np.ones_like(s), np.zeros_like(s)
+    return s, err * UP, phi, e_phi
 
 
 def _softmax_rows_arb(scores: list[list[Any]], allowed: np.ndarray[Any, Any], vm: Any,
@@ -309,7 +521,6 @@ class TransformedProblem(Problem):
                  geo: Geometry, uniform: Any = None) -> None:
         self.uniform = uniform  # (B, L) rows of uniform weights (masked_rows="uniform")
         self._kvdd: tuple[int, Any] | None = None
-        self._narrow: bool | None = None
         self.q, self.k, self.v = q, k, v
         self.allowed, self.madd, self.ops, self.sinks = allowed, madd, ops, sinks
         self.scale, self.E, self.geo = scale, E, geo
@@ -340,15 +551,20 @@ class TransformedProblem(Problem):
             s = s + arb(fmpq(m.numerator, m.denominator))
         return s
 
-    def _score_row(self, b: int, i: int, keep: list[int], g: list[Any], c: Any) -> list[Any]:
+    def _score_row(self, b: int, i: int, keep: list[int], g: list[Any], c: Any,
+                   factor: list[Any] | None = None) -> list[Any]:
         """The pipeline on the kept keys of one row, pass by pass (same mathematics as
-        :meth:`_pipeline`, fewer Python calls)."""
+        :meth:`_pipeline`, fewer Python calls); ``factor`` (a list of ones, one per kept
+        key) is multiplied by sech²(x) at every cap's argument x: ∂s/∂(c q·k)."""
         from flint import arb
 
         row = [x * c for x in g]
         for op in self.ops:
             if isinstance(op, Cap):
                 cc = arb(op.C)
+                if factor is not None:
+                    factor[:] = [f * (x / cc).sech() ** 2 for f, x in zip(factor, row,
+                                                                         strict=True)]
                 row = [cc * (x / cc).tanh() for x in row]
             elif op.kind == "alibi":
                 slope = arb(float(op.data[b // self.geo.heads, b % self.geo.heads]))
@@ -368,8 +584,11 @@ class TransformedProblem(Problem):
         return Fraction(float(self.madd[b, i, j])) if self.madd is not None else Fraction(0)
 
     # -- the Problem interface ----------------------------------------------------
-    def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
-                 cols: list[int] | None = None) -> list[list[Any]]:
+    def _arb_scores(self, b: int, rows: list[int], prec: int, want_factor: bool = True
+                    ) -> tuple[list[list[Any]], list[list[Any]], np.ndarray[Any, Any]]:
+        """(score balls, factor balls (ones without ``want_factor``), allowed) of ``rows``
+        over the S keys and the sink's column (score σ, factor 1) at ``prec`` bits (call
+        inside Prec(prec))."""
         from flint import arb
 
         S = self.k.shape[1]
@@ -378,26 +597,39 @@ class TransformedProblem(Problem):
                             exact_prec(self.q[b], self.k[b], self.E))}
         kmT, k_prec = self._km[b]
         g_rows = exact_score_rows(np.asarray(self.q[b][rows]), kmT, k_prec)
+        c = self._scale_arb()
+        zero, one = arb(0), arb(1)
+        scores: list[list[Any]] = []
+        factors: list[list[Any]] = []
+        for r, i in enumerate(rows):
+            keep = np.flatnonzero(self.allowed[b, i]).tolist()
+            fac = [one] * len(keep)
+            if self.uniform is not None and self.uniform[b, i]:
+                kept = [zero] * len(keep)
+            else:
+                kept = self._score_row(b, i, keep, [g_rows[r][j] for j in keep], c,
+                                       fac if want_factor else None)
+            row = [zero] * S
+            frow = [one] * S
+            for j, x, f in zip(keep, kept, fac, strict=True):
+                row[j], frow[j] = x, f
+            if self.sinks is not None:
+                row.append(arb(float(self.sinks[b])))
+                frow.append(one)
+            scores.append(row)
+            factors.append(frow)
+        allowed = np.asarray(self.allowed[b][rows])
+        if self.sinks is not None:
+            allowed = np.concatenate([allowed, np.ones((len(rows), 1), bool)], axis=1)
+        return scores, factors, allowed
+
+    def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
+                 cols: list[int] | None = None) -> list[list[Any]]:
+        S = self.k.shape[1]
         with Prec(prec):
-            c = self._scale_arb()
-            scores: list[list[Any]] = []
-            zero = arb(0)
-            for r, i in enumerate(rows):
-                keep = np.flatnonzero(self.allowed[b, i]).tolist()
-                if self.uniform is not None and self.uniform[b, i]:
-                    kept = [zero] * len(keep)
-                else:
-                    kept = self._score_row(b, i, keep, [g_rows[r][j] for j in keep], c)
-                row = [zero] * S
-                for j, x in zip(keep, kept, strict=True):
-                    row[j] = x
-                if self.sinks is not None:
-                    row.append(arb(float(self.sinks[b])))
-                scores.append(row)
-            allowed = np.asarray(self.allowed[b][rows])
+            scores, _, allowed = self._arb_scores(b, rows, prec, want_factor=False)
             vb = self.v[b]
             if self.sinks is not None:
-                allowed = np.concatenate([allowed, np.ones((len(rows), 1), bool)], axis=1)
                 vb = np.concatenate([vb, np.zeros((1, vb.shape[1]))], axis=0)
             if cols is not None and kind == "output":
                 vb = vb[:, cols]
@@ -406,72 +638,86 @@ class TransformedProblem(Problem):
             out = [row[:S] for row in out]
         return out
 
+    def arb_weights_factor(self, b: int, rows: list[int], prec: int
+                           ) -> tuple[list[list[Any]], list[list[Any]]]:
+        """Weights and factor balls of ``rows`` (all S keys, plus the sink's column
+        with factor 1) at ``prec`` bits: the gradients' third tier."""
+        with Prec(prec):
+            scores, factors, allowed = self._arb_scores(b, rows, prec)
+            weights = _softmax_rows_arb(scores, allowed, None, "weights")
+        return weights, factors
+
     # -- tier 2 -------------------------------------------------------------------
     def refine(self, b: int, rows: np.ndarray[Any, Any], kind: str
                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any],
                           np.ndarray[Any, Any]] | None:
-        """Tier 2: the rows in double-double — exact dot products (TwoProduct and a
-        TwoSum tree), the scale as a double-double, the softcaps by :func:`_tanh_dd`,
-        the biases exactly, then the plain tier 2's weights and sums
-        (:func:`.dd_attention.tier2_from_scores`) with the score bound.  None when the
-        inputs are outside the range where TwoProduct is exact."""
+        """Tier 2: the rows in double-double — the scores by :meth:`pipeline_dd` (exact
+        dot products from BLAS slices, the scale as a double-double, the softcaps by
+        :func:`_tanh_dd`, the biases exactly), then the plain tier 2's weights and sums
+        (:func:`.dd_attention.tier2_from_scores`) with the score bound.  Rows the slices
+        cannot take (scalings out of range) come back with ok = False."""
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             return self._refine(b, np.asarray(rows), kind)
 
-    def _refine(self, b: int, rows: np.ndarray[Any, Any], kind: str
-                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any],
-                           np.ndarray[Any, Any]] | None:
-        from .conventions import dd_scale
-        from .dd_attention import KVdd, tier2_from_scores
+    def _kv(self, b: int) -> Any:
+        """Keys and values of problem b sliced for exact products (cached for the last
+        b); with sinks one more key and value, both 0 (its score is replaced by σ)."""
+        from .dd_attention import KVdd
 
-        q, k = self.q[b][rows], self.k[b]
-        for x in (q, k):
-            ax = np.abs(x[x != 0])
-            if ax.size and (ax.min() < 2.0**-450 or ax.max() > 2.0**450):
-                return None
-        r = q.shape[0]
-        S = k.shape[0]
-        # 1. g = q·k exactly as hi + lo: products by TwoProduct, a pairwise TwoSum tree;
-        #    the tree's own errors summed in floats: |fl(Σe) - Σe| <= gamma_n Σ|e|
-        if self._narrow is None:  # <= 24-bit significands: every product is a double
-            self._narrow = (bool(np.all(self.q.astype(np.float32) == self.q))
-                            and bool(np.all(self.k.astype(np.float32) == self.k)))
-        if self._narrow:
-            terms = q[:, None, :] * k[None, :, :]
+        if self._kvdd is None or self._kvdd[0] != b:
+            k, v = self.k[b], self.v[b]
+            if self.sinks is not None:
+                k = np.concatenate([k, np.zeros((1, k.shape[1]))], axis=0)
+                v = np.concatenate([v, np.zeros((1, v.shape[1]))], axis=0)
+            self._kvdd = (b, KVdd(np.ascontiguousarray(k), np.ascontiguousarray(v)))
+        return self._kvdd[1]
+
+    def pipeline_dd(self, b: int, rows: np.ndarray[Any, Any],
+                    keys: np.ndarray[Any, Any] | None = None, want_factor: bool = False
+                    ) -> tuple[np.ndarray[Any, Any], ...]:
+        """The scores of ``rows`` (at ``keys``, all when None) in double-double through
+        the pipeline: (sh, sl, err (r, n) per key, bad (r,), and with ``want_factor``
+        the derivative ∂s/∂(c·q·k) as (fh, fl, fe)).  Steps:
+
+        1. c·q·k exactly from BLAS slices and the scale in double-double
+           (:func:`.dd_attention.dd_scores`, no mask, shift 0): its bound
+           e_t = alpha + u²(3000 + 2 max|c g|) covers |s~ - c·q·k| (docs/oracle.md §3.5).
+        2. Each softcap by :func:`_tanh_dd` (1-Lipschitz: the incoming error passes;
+           the division by C 2^-100, tanh rel·|t| + ABS_TANH_DD, the product by C
+           4.02u²), each bias exactly (TwoProduct), the float mask by TwoSum.
+        3. The factor: Π over the softcaps of sech²(x_k), x_k the cap's argument, by
+           :func:`_sech2_dd` (proof there)."""
+        from .conventions import dd_scale
+        from .dd_attention import dd_scores
+
+        r = rows.size
+        if keys is None:
+            kvq = self._kv(b)
+            n = self.k.shape[1]
         else:
-            terms = np.concatenate(two_prod(q[:, None, :], k[None, :, :]), axis=-1)
-        errs = []
-        x = terms
-        while x.shape[-1] > 1:
-            if x.shape[-1] % 2:
-                x = np.concatenate([x, np.zeros((*x.shape[:-1], 1))], axis=-1)
-            sm, e = two_sum(x[..., 0::2], x[..., 1::2])
-            errs.append(e)
-            x = sm
-        gh = x[..., 0] if x.shape[-1] else np.zeros((r, S))
-        if errs:
-            e_all = np.concatenate(errs, axis=-1)
-            n = e_all.shape[-1]
-            gl = np.sum(e_all, axis=-1)
-            g_err = gamma(n + 1) * np.sum(np.abs(e_all), axis=-1) * (1.0 + 2.0 * gamma(n + 1))
-            gh, gl = two_sum(gh, gl)
-        else:
-            gl = np.zeros_like(gh)
-            g_err = np.zeros_like(gh)
-        # 2. c·g: c = 2^e (hi + lo) within 2^e rho; dd_mul errs by 8.02u²|c g|
+            from .dd_attention import KVdd
+
+            kk = np.ascontiguousarray(self.k[b][keys])
+            kvq = KVdd(kk, np.zeros((kk.shape[0], 0)))
+            n = kk.shape[0]
         cs = dd_scale(self.scale, self.E)
-        sh, sl = dd_mul(gh, gl, np.full_like(gh, cs.hi), np.full_like(gh, cs.lo))
-        sh, sl = np.ldexp(sh, cs.e), np.ldexp(sl, cs.e)
-        c_abs = (abs(cs.hi) + abs(cs.lo)) * 2.0**cs.e
-        g_abs = np.abs(gh) + np.abs(gl) + g_err
-        err = (c_abs * g_err + cs.rho * 2.0**cs.e * g_abs + 8.02 * U * U * c_abs * g_abs
-               + 4 * ETA) * UP
-        # 3. the pipeline; err is per key, in score units
+        sc = dd_scores(np.ascontiguousarray(self.q[b][rows]), None, None, kvq,
+                       Block(None, None, None, None), cs, np.zeros(r))
+        sh, sl = sc.sh[:, :n], sc.sl[:, :n]
+        err = np.broadcast_to(sc.e_t[:, None], (r, n)).copy()
+        bad = sc.bad.copy()
+        fac: tuple[np.ndarray[Any, Any], ...] | None = None
         for op in self.ops:
             if isinstance(op, Cap):
                 C = op.C
                 xh, xl = dd_div(sh, sl, np.full_like(sh, C), np.zeros_like(sh))
-                th, tl, rel = _tanh_dd(xh, xl)
+                if want_factor:
+                    # the argument's error: err/C + the division's 2^-100|x|
+                    e_x = (err / C + 2.0**-100 * (np.abs(xh) + np.abs(xl)) + 4 * ETA) * UP
+                    th, tl, rel, fh, fl = _tanh_dd(xh, xl, want_sech2=True)
+                    fac = _mul_factor(fac, (fh, fl, _sech2_dd_err(fh, e_x)))
+                else:
+                    th, tl, rel = _tanh_dd(xh, xl)
                 nh, nl = dd_mul_d(th, tl, np.full_like(th, C))
                 t_abs = np.abs(th) + np.abs(tl)
                 # 1-Lipschitz: err passes; the division: C·2^-100|x|; tanh: C·rel|t| + C·ABS;
@@ -480,55 +726,96 @@ class TransformedProblem(Problem):
                        + 4.02 * U * U * C * t_abs + 4 * ETA) * UP
                 sh, sl = nh, nl
             else:
-                ph, pl = self._bias_dd(op, b, rows)
+                ph, pl = self._bias_dd(op, b, rows, keys)
                 s1h, s1l = dd_add_d(sh, sl, ph)
                 err = err + U * (U * np.abs(s1h) + np.abs(sl))
                 sh, sl = dd_add_d(s1h, s1l, pl)
                 err = (err + U * (U * np.abs(sh) + np.abs(s1l))) * UP
         if self.madd is not None:
             m_rows = self.madd[b][rows]
+            if keys is not None:
+                m_rows = m_rows[:, keys]
             s1h, s1l = dd_add_d(sh, sl, m_rows)
             err = (err + U * (U * np.abs(s1h) + np.abs(sl))) * UP
             sh, sl = s1h, s1l
+        if not want_factor:
+            return sh, sl, err, bad
+        if fac is None:
+            fac = (np.ones((r, n)), np.zeros((r, n)), np.zeros((r, n)))
+        return (sh, sl, err, bad, *fac)
+
+    def scores_dd(self, b: int, rows: np.ndarray[Any, Any],
+                  keys: np.ndarray[Any, Any] | None = None, m: np.ndarray[Any, Any] | None = None,
+                  want_factor: bool = False) -> tuple[Any, tuple[np.ndarray[Any, Any], ...] | None]:
+        """The scores of ``rows`` at ``keys`` (indices into the S keys and, with sinks,
+        the sink's index S; None: all) as :class:`.dd_attention.Scores` — masked keys
+        -inf, uniform rows 0, the shift ``m`` (given, else each row's maximum), the
+        per-row bound e_t = max_j err_j + u²(3|m| + 3000 + 2 max|s|) of |t~ - t| for t =
+        s - m (the shift inside the weights' pass, as the plain tier 2) — and with
+        ``want_factor`` the factor (hi, lo, err) of :meth:`pipeline_dd` (1 on the sink)."""
+        from .dd_attention import Scores
+
+        S = self.k.shape[1]
+        r = rows.size
+        n_all = S + (0 if self.sinks is None else 1)
+        kk = np.arange(n_all) if keys is None else np.asarray(keys, dtype=np.int64)
+        real = kk < S
+        got = self.pipeline_dd(b, rows, None if keys is None else kk[real], want_factor)
+        n = kk.size
+        sh, sl, err = np.zeros((r, n)), np.zeros((r, n)), np.zeros((r, n))
+        sh[:, real], sl[:, real], err[:, real] = got[0], got[1], got[2]
+        bad = got[3]
+        fac = None
+        if want_factor:
+            fac = (np.ones((r, n)), np.zeros((r, n)), np.zeros((r, n)))
+            for a, x in zip(fac, got[4:], strict=True):
+                a[:, real] = x
+        if self.sinks is not None:
+            sh[:, ~real] = float(self.sinks[b])
         allowed = np.array(self.allowed[b][rows], dtype=bool)
+        if self.sinks is not None:
+            allowed = np.concatenate([allowed, np.ones((r, 1), bool)], axis=1)
+        allowed = allowed[:, kk]
         if self.uniform is not None:
             uni = np.asarray(self.uniform[b][rows])
             sh[uni], sl[uni], err[uni] = 0.0, 0.0, 0.0
-        vb = self.v[b]
-        if self.sinks is not None:
-            sig = float(self.sinks[b])
-            sh = np.concatenate([sh, np.full((r, 1), sig)], axis=1)
-            sl = np.concatenate([sl, np.zeros((r, 1))], axis=1)
-            err = np.concatenate([err, np.zeros((r, 1))], axis=1)
-            allowed = np.concatenate([allowed, np.ones((r, 1), bool)], axis=1)
-            vb = np.concatenate([vb, np.zeros((1, vb.shape[1]))], axis=0)
         notallowed = None if allowed.all() else ~allowed
         has_key: np.ndarray[Any, Any] = np.asarray(allowed.any(axis=-1))
         err = np.where(allowed, err, 0.0)
         sm = np.where(allowed, sh, -np.inf)
-        m = np.where(has_key, np.max(sm, axis=-1, initial=-np.inf), 0.0)
+        if m is None:
+            m = np.where(has_key, np.max(sm, axis=-1, initial=-np.inf), 0.0)
         s_abs = np.max(np.where(allowed, np.abs(sh), 0.0), axis=-1, initial=0.0)
-        # the shift by m inside the weights' pass: u²(3|m| + 3000 + 2 max|s|) (as tier 2)
         e_t = (np.max(err, axis=-1, initial=0.0)
                + U * U * (3 * np.abs(m) + 3000.0 + 2 * s_abs)) * UP
-        if self._kvdd is None or self._kvdd[0] != b:
-            self._kvdd = (b, KVdd(np.zeros((vb.shape[0], 0)), np.ascontiguousarray(vb)))
-        kv = self._kvdd[1]
-        bad = ~np.isfinite(e_t) | ~np.all(np.isfinite(sh) | ~allowed, axis=-1)
-        res = tier2_from_scores(np.where(allowed, sh, 0.0), np.where(allowed, sl, 0.0), m,
-                                np.where(np.isfinite(e_t), e_t, np.inf), kv, notallowed,
-                                None, has_key, None, kind, bad)
+        bad = bad | ~np.isfinite(e_t) | ~np.all(np.isfinite(sh) | ~allowed, axis=-1)
+        sc = Scores(sm, np.where(allowed, sl, 0.0), m, np.where(np.isfinite(e_t), e_t, np.inf),
+                    bad, has_key, notallowed)
+        return sc, fac
+
+    def _refine(self, b: int, rows: np.ndarray[Any, Any], kind: str
+                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any],
+                           np.ndarray[Any, Any]] | None:
+        from .dd_attention import tier2_from_scores
+
+        S = self.k.shape[1]
+        sc, _ = self.scores_dd(b, rows)
+        allowed = sc.notallowed is None or ~sc.notallowed
+        res = tier2_from_scores(np.where(allowed, sc.sh, 0.0), sc.sl, sc.m, sc.e_t, self._kv(b),
+                                sc.notallowed, None, sc.has_key, None, kind, sc.bad)
         hi, lo, e_out = res.hi, res.lo, res.err
         if kind == "weights" and self.sinks is not None:
             hi, lo, e_out = hi[:, :S], lo[:, :S], e_out[:, :S]
         return hi, lo, e_out, res.ok
 
-    def _bias_dd(self, op: Bias, b: int, rows: np.ndarray[Any, Any]
+    def _bias_dd(self, op: Bias, b: int, rows: np.ndarray[Any, Any],
+                 keys: np.ndarray[Any, Any] | None = None
                  ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        """The bias of ``rows`` exactly as hi + lo (ALiBi: TwoProduct of the slope and
-        the integer distance; a table entry is a double)."""
+        """The bias of ``rows`` (at ``keys``) exactly as hi + lo (ALiBi: TwoProduct of
+        the slope and the integer distance; a table entry is a double)."""
         geo = self.geo
-        d = np.arange(geo.S)[None, :] - (rows[:, None] + op.offset)
+        cols = np.arange(geo.S) if keys is None else np.asarray(keys)
+        d = cols[None, :] - (rows[:, None] + op.offset)
         h = b % geo.heads
         if op.kind == "alibi":
             slope = float(op.data[b // geo.heads, h])
@@ -621,12 +908,14 @@ class TransformedProblem(Problem):
 
 
 class _Tier1Stack:
-    """Tier 1 of a stack of C problems (arrays indexed [c, i, ...])."""
+    """Tier 1 of a stack of C problems (arrays indexed [c, i, ...]); ``a_up`` >= the
+    exact Σ_j p_j |v_j| of every row (the lemma's weighted magnitude)."""
 
     def __init__(self, y: np.ndarray[Any, Any], err_y: np.ndarray[Any, Any],
                  ok: np.ndarray[Any, Any], p: np.ndarray[Any, Any] | None,
-                 err_p: np.ndarray[Any, Any] | None) -> None:
+                 err_p: np.ndarray[Any, Any] | None, a_up: np.ndarray[Any, Any]) -> None:
         self.y, self.err_y, self.ok, self.p, self.err_p = y, err_y, ok, p, err_p
+        self.a_up = a_up
 
 
 def _score_attention(v: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any],
@@ -634,27 +923,30 @@ def _score_attention(v: np.ndarray[Any, Any], allowed: np.ndarray[Any, Any],
     """Plain attention of C stacked problems whose scores are the exact doubles ``s``
     (C, L, S) on the ``allowed`` keys, values v (C, S, Ev): :func:`.fast.tier1_block`
     per problem with zero-width queries and keys, the scale 0 and ``s`` as the
-    additive mask (so every score is s exactly)."""
+    additive mask (so every score is s exactly), with ``want_abs`` for Σ p |v|."""
     C, L, S = s.shape
     Ev = v.shape[2]
     y = np.zeros((C, L, Ev))
     err = np.zeros((C, L, Ev))
+    a_up = np.zeros((C, L, Ev))
     ok = np.zeros((C, L), dtype=bool)
     p = np.zeros((C, L, S)) if want_weights else None
     err_p = np.zeros((C, L, S)) if want_weights else None
     if not (L and S):
-        return _Tier1Stack(y, err, ok, p, err_p)
+        return _Tier1Stack(y, err, ok, p, err_p, a_up)
     q0, k0 = np.zeros((L, 0)), np.zeros((S, 0))
     for c in range(C):
         kv = KV(k0, np.ascontiguousarray(v[c]))
         al = np.asarray(allowed[c], dtype=bool)
         blk = Block(None if al.all() else al, s[c], None, None)
-        res = tier1_block(q0, None, kv, blk, 0.0, 0.0, want_weights=want_weights)
-        y[c], err[c], ok[c] = res.y, res.err, res.ok
+        res = tier1_block(q0, None, kv, blk, 0.0, 0.0, want_weights=want_weights,
+                          want_abs=True)
+        assert res.a_up is not None
+        y[c], err[c], ok[c], a_up[c] = res.y, res.err, res.ok, res.a_up
         if want_weights:
             assert p is not None and err_p is not None
             p[c], err_p[c] = res.p, res.err_p
-    return _Tier1Stack(y, err, ok, p, err_p)
+    return _Tier1Stack(y, err, ok, p, err_p, a_up)
 
 
 def transformed_attention(
@@ -710,7 +1002,8 @@ def transformed_attention(
             s, delta = _float_scores(qf[sl], kf[sl], al,
                                      None if madd is None else madd[sl], ops, geo,
                                      range(start, stop), c_f, rho_c)
-            s = np.where(al, s, 0.0)
+            if not al.all():
+                s = np.where(al, s, 0.0)
             if uniform is not None:
                 s[uniform[sl]] = 0.0
                 delta = np.where(uniform[sl], 0.0, delta)
@@ -720,17 +1013,15 @@ def transformed_attention(
                                                        (stop - start, L, 1))], axis=-1)
                 al = np.concatenate([al, np.ones((stop - start, L, 1), bool)], axis=-1)
                 vv = np.concatenate([vv, np.zeros((stop - start, 1, Ev))], axis=1)
-            # the |v| columns ride along: their enclosed output is Σ_j p̃_j |v_j|
-            fr = _score_attention(np.concatenate([vv, np.abs(vv)], axis=-1), al,
-                                  np.ascontiguousarray(s), return_weights)
+            fr = _score_attention(vv, al, np.ascontiguousarray(s), return_weights)
             with np.errstate(over="ignore", invalid="ignore"):
                 # (e^δ - 1)e^δ <= δ(1 + δ)(1 + 2δ); e^{2δ} - 1 <= 2δ(1 + 2δ)
                 factor = (delta * (1.0 + delta) * (1.0 + 2.0 * delta) * UP)[..., None]
                 factor_p = (2.0 * delta * (1.0 + 2.0 * delta) * UP)[..., None]
-                # Σ_j p̃_j |v_j| is the exact output of the |v| columns, so it is at most
-                # their enclosure's upper end
-                a_up = (fr.y[..., Ev:] + fr.err_y[..., Ev:]) * UP
-                yy, ey = fr.y[..., :Ev], fr.err_y[..., :Ev]
+                # Σ_j p̃_j |v_j| (p̃ the exact weights of the scores s̃) <= fr.a_up
+                # (:func:`.fast.tier1_block`, want_abs)
+                a_up = fr.a_up
+                yy, ey = fr.y, fr.err_y
                 y[sl] = yy
                 err_y[sl] = (ey + factor * (a_up + np.abs(yy) + ey)) * UP
                 ok[sl] = fr.ok & (delta <= 2.0**-10) & np.all(np.isfinite(err_y[sl]), axis=-1)

@@ -25,7 +25,7 @@ Two routes, both exact by construction:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,7 @@ from .variants import (
 )
 from .views import DropLastColumn, PackedEnclosure
 
-__all__ = ["reference_attention_varlen", "variant_attention"]
+__all__ = ["Varlen", "reference_attention_varlen", "variant_attention", "varlen_inputs"]
 
 
 def _read(x: Any, name: str) -> np.ndarray[Any, Any]:
@@ -58,6 +58,11 @@ def _read(x: Any, name: str) -> np.ndarray[Any, Any]:
         raise ShapeError(f"{name}.shape={arr.shape}: expected at least 2 dimensions (..., L, E)")
     validate_finite(arr, name)
     return arr
+
+
+#: significant bits of the input formats whose values are exact in float32
+_SIGNIFICAND_BITS = {"float8_e4m3fn": 4, "float8_e5m2": 3, "bfloat16": 8, "float16": 11,
+                     "float32": 24}
 
 
 def _descaled(x: np.ndarray[Any, Any], d: np.ndarray[Any, Any] | None, name: str,
@@ -81,6 +86,13 @@ def _descaled(x: np.ndarray[Any, Any], d: np.ndarray[Any, Any] | None, name: str
     factor = dd.reshape(*dd.shape, 1, 1)
     with np.errstate(over="ignore", under="ignore"):
         out = x64 * factor
+    # significands of at most p_x and 24 bits multiply exactly in a double when
+    # p_x + 24 <= 53 (fp8, fp16, bf16, fp32 inputs; float32 factors), and the product of
+    # two float32-range numbers is a normal double: no TwoProduct needed
+    narrow = (_SIGNIFICAND_BITS.get(str(x.dtype), 53) <= 29
+              and bool(np.all(d.astype(np.float32) == d)))
+    if narrow:
+        return out
     xb, fb = np.broadcast_arrays(x64, factor)
     if not np.all(np.isfinite(out)) or not products_exact(xb, fb, out):
         raise InputValueError(
@@ -241,6 +253,42 @@ def lowered(prep: Prepared) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any],
     return k64, v64, mask
 
 
+def lowered_after_cap(prep: Prepared) -> tuple[float, np.ndarray[Any, Any],
+                                                np.ndarray[Any, Any],
+                                                np.ndarray[Any, Any] | None]:
+    """(C, key, value, attn_mask) of a call whose score pipeline is one softcap on the
+    scaled score followed by exact-double biases: C·tanh(c q·k / C) + mask of the plain
+    problem :func:`lowered` builds from the rest (FlashAttention's order: the cap
+    before masks, ALiBi and sinks).  Refused otherwise (a cap after a bias, two caps,
+    a bias that is not a double) with the reason."""
+    from .variants import Cap
+
+    caps = [i for i, op in enumerate(prep.ops) if isinstance(op, Cap)]
+    if caps != [0]:
+        raise SpecError("the gradients' tolerance takes one softcap applied first, on the "
+                        "scaled score (softcap= or a softcap score_mod before any bias); "
+                        f"this call's score pipeline is {_pipeline_text(prep.ops)}")
+    adds = [] if prep.user_madd is None else [prep.user_madd]
+    exact = True
+    for op in prep.ops[1:]:
+        vals, ok = op.floats_min(prep.geo)
+        adds.append(vals)
+        exact = exact and ok
+    total = None
+    if adds and exact:
+        total, exact = _exact_sum(adds)
+    if not exact:
+        require_lowerable(prep)
+    k64, v64, mask = lowered(replace(prep, total=total, lowerable=True))
+    return float(prep.ops[0].C), k64, v64, mask
+
+
+def _pipeline_text(ops: tuple[Any, ...]) -> str:
+    from .variants import Cap
+
+    return " then ".join("softcap" if isinstance(op, Cap) else op.kind for op in ops)
+
+
 def require_lowerable(prep: Prepared) -> None:
     """Refuse, for the backward, a call that is not plain attention of exact inputs."""
     if not prep.lowerable:
@@ -304,32 +352,51 @@ def _cu(x: Any, name: str, total: int) -> list[int]:
     return cu
 
 
-def reference_attention_varlen(
-    query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
-    max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, *,
-    is_causal: bool = False, scale: float | None = None, causal_alignment: str = "top_left",
-    masked_rows: str = "zero", window: Any = None, softcap: Any = None,
-    alibi_slopes: Any = None, sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
-    q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
-) -> PackedEnclosure:
-    """Certified attention of packed variable-length sequences, as FlashAttention's
-    ``flash_attn_varlen_func``: query (total_q, H, E), key (total_k, H_kv, E), value
-    (total_k, H_kv, E_v); sequence b is rows ``cu_seqlens_q[b]:cu_seqlens_q[b+1]`` of
-    the query and ``cu_seqlens_k[b]:cu_seqlens_k[b+1]`` of key and value, and attends
-    to its own keys only.  Returns an enclosure of shape (total_q, H, E_v).
+@dataclass
+class Varlen:
+    """A varlen call, validated: packed (total, heads, dim) inputs, the offsets, and
+    per sequence b its rows and variant options (:meth:`sequence`)."""
 
-    ``max_seqlen_*`` are accepted (as FlashAttention) and checked to bound the lengths.
-    Positions (causal, window, ALiBi) count within each sequence, aligned by
-    ``causal_alignment`` (FlashAttention: "bottom_right").  ``alibi_slopes`` (H,) or
-    (batch, H), descale factors (batch, H_kv); a ``mask_mod`` gets b = the sequence and
-    indices within it.  GQA when H_kv divides H.
+    q: np.ndarray[Any, Any]
+    k: np.ndarray[Any, Any]
+    v: np.ndarray[Any, Any]
+    cq: list[int]
+    ck: list[int]
+    H: int
+    hk: int
+    base: VariantOptions
+    slopes: np.ndarray[Any, Any] | None
+    slopes_per_seq: bool
+    descale: tuple[np.ndarray[Any, Any] | None, ...]
+    mask_mod: Any
 
-    >>> import numpy as np
-    >>> x = np.arange(12.0).reshape(3, 1, 4) / 8
-    >>> r = reference_attention_varlen(x, x, x, [0, 1, 3], [0, 1, 3], scale=0.0)
-    >>> r.rounded("float32")[0].tolist()   # the first sequence sees its own key only
-    [[0.0, 0.125, 0.25, 0.375]]
-    """
+    @property
+    def n(self) -> int:
+        return len(self.cq) - 1
+
+    def sequence(self, b: int) -> tuple[slice, slice, VariantOptions]:
+        """(query rows, key rows, options) of sequence b: a mask_mod gets the sequence
+        as its batch index and indices within the sequence."""
+        mm = None
+        if self.mask_mod is not None:
+            mask_mod = self.mask_mod
+
+            def mm(bb: Any, h: Any, qi: Any, ki: Any, _b: int = b) -> Any:
+                return mask_mod(bb + _b, h, qi, ki)
+        dq, dk, dv = (None if d is None else d[b] for d in self.descale)
+        opts = VariantOptions(
+            window=self.base.window, softcap=self.base.softcap, sinks=self.base.sinks,
+            mask_mod=mm, score_mods=self.base.score_mods,
+            alibi_slopes=None if self.slopes is None else self.slopes[b],
+            q_descale=dq, k_descale=dk, v_descale=dv)
+        return slice(self.cq[b], self.cq[b + 1]), slice(self.ck[b], self.ck[b + 1]), opts
+
+
+def varlen_inputs(query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
+                  max_seqlen_q: Any, max_seqlen_k: Any, *, window: Any, softcap: Any,
+                  alibi_slopes: Any, sinks: Any, mask_mod: Any, score_mod: Any,
+                  q_descale: Any, k_descale: Any, v_descale: Any) -> Varlen:
+    """Validate a varlen call (FlashAttention's ``flash_attn_varlen_func`` layout)."""
     q, k, v = _read(query, "query"), _read(key, "key"), _read(value, "value")
     for name, arr in (("query", q), ("key", k), ("value", v)):
         if arr.ndim != 3:
@@ -375,32 +442,56 @@ def reference_attention_varlen(
     if mask_mod is not None and not callable(mask_mod):
         raise SpecError(f"mask_mod={mask_mod!r}: expected a callable mask_mod(b, h, q_idx, "
                         "kv_idx) -> bool")
+    return Varlen(q, k, v, cq, ck, H, hk, base, slopes,
+                  extra.alibi_slopes is not None and extra.alibi_slopes.ndim == 2, (dq, dk, dv),
+                  mask_mod)
+
+
+def reference_attention_varlen(
+    query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
+    max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, *,
+    is_causal: bool = False, scale: float | None = None, causal_alignment: str = "top_left",
+    masked_rows: str = "zero", window: Any = None, softcap: Any = None,
+    alibi_slopes: Any = None, sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
+    q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
+) -> PackedEnclosure:
+    """Certified attention of packed variable-length sequences, as FlashAttention's
+    ``flash_attn_varlen_func``: query (total_q, H, E), key (total_k, H_kv, E), value
+    (total_k, H_kv, E_v); sequence b is rows ``cu_seqlens_q[b]:cu_seqlens_q[b+1]`` of
+    the query and ``cu_seqlens_k[b]:cu_seqlens_k[b+1]`` of key and value, and attends
+    to its own keys only.  Returns an enclosure of shape (total_q, H, E_v).
+
+    ``max_seqlen_*`` are accepted (as FlashAttention) and checked to bound the lengths.
+    Positions (causal, window, ALiBi) count within each sequence, aligned by
+    ``causal_alignment`` (FlashAttention: "bottom_right").  ``alibi_slopes`` (H,) or
+    (batch, H), descale factors (batch, H_kv); a ``mask_mod`` gets b = the sequence and
+    indices within it.  GQA when H_kv divides H.
+
+    >>> import numpy as np
+    >>> x = np.arange(12.0).reshape(3, 1, 4) / 8
+    >>> r = reference_attention_varlen(x, x, x, [0, 1, 3], [0, 1, 3], scale=0.0)
+    >>> r.rounded("float32")[0].tolist()   # the first sequence sees its own key only
+    [[0.0, 0.125, 0.25, 0.375]]
+    """
+    vl = varlen_inputs(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                       max_seqlen_k, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+                       sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
+                       k_descale=k_descale, v_descale=v_descale)
     parts = []
-    for b in range(nb):
-        qb = np.swapaxes(q[cq[b]:cq[b + 1]], 0, 1)
-        kb = np.swapaxes(k[ck[b]:ck[b + 1]], 0, 1)
-        vb = np.swapaxes(v[ck[b]:ck[b + 1]], 0, 1)
-        mm = None
-        if mask_mod is not None:
-            def mm(bb: Any, h: Any, qi: Any, ki: Any, _b: int = b) -> Any:
-                return mask_mod(bb + _b, h, qi, ki)
-        opts = VariantOptions(
-            window=base.window, softcap=base.softcap, sinks=base.sinks, mask_mod=mm,
-            score_mods=base.score_mods,
-            alibi_slopes=None if slopes is None else slopes[b],
-            q_descale=None if dq is None else dq[b], k_descale=None if dk is None else dk[b],
-            v_descale=None if dv is None else dv[b])
+    for b in range(vl.n):
+        rq, rk, opts = vl.sequence(b)
+        qb, kb, vb = (np.swapaxes(x[r], 0, 1) for x, r in ((vl.q, rq), (vl.k, rk), (vl.v, rk)))
         if opts.empty:
             from .forward import reference_attention
 
             parts.append(reference_attention(qb, kb, vb, is_causal=is_causal, scale=scale,
-                                             enable_gqa=hk != H,
+                                             enable_gqa=vl.hk != vl.H,
                                              causal_alignment=causal_alignment,
                                              masked_rows=masked_rows))
         else:
             parts.append(variant_attention(qb, kb, vb, opts, attn_mask=None,
                                            is_causal=is_causal, scale=scale,
-                                           enable_gqa=hk != H,
+                                           enable_gqa=vl.hk != vl.H,
                                            causal_alignment=causal_alignment,
                                            masked_rows=masked_rows, return_weights=False))
-    return PackedEnclosure(parts, cq, (H, v.shape[2]))
+    return PackedEnclosure(parts, vl.cq, (vl.H, vl.v.shape[2]))

@@ -436,10 +436,14 @@ class Bias:
     def _rel(self, geo: Geometry) -> np.ndarray[Any, Any]:
         return np.arange(geo.S)[None, :] - (np.arange(geo.L)[:, None] + self.offset)
 
-    def floats(self, geo: Geometry, flat: range) -> tuple[np.ndarray[Any, Any], bool]:
+    def floats(self, geo: Geometry, flat: range, rows: slice | None = None
+               ) -> tuple[np.ndarray[Any, Any], bool]:
         """(values (len(flat), L, S) float64, exact) — exact is True when every value is
-        the exact bias (ALiBi: slope·|d| is a double when the product needs <= 53 bits)."""
+        the exact bias (ALiBi: slope·|d| is a double when the product needs <= 53 bits);
+        ``rows`` (a slice of the query rows): those rows only."""
         d = self._rel(geo)
+        if rows is not None:
+            d = d[rows]
         fs = np.asarray(flat)
         h = fs % geo.heads
         if self.kind == "alibi":

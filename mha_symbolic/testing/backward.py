@@ -27,7 +27,9 @@ from .backward_model import BACKWARD_KERNEL, backward_error_bound, natural_scale
 from .bugs import _fits
 from .bugs_backward import (
     BACKWARD_BUG_CLASSES,
+    BackwardBugClass,
     BackwardInputs,
+    PlainBackward,
     plain_backward,
 )
 from .compare import (
@@ -57,6 +59,7 @@ __all__ = [
 
 _GRADS = (("dq", "grad_query"), ("dk", "grad_key"), ("dv", "grad_value"),
           ("d_attn_mask", "grad_attn_mask"))
+_PARAMS = (("d_sinks", "grad_sinks"), ("d_alibi_slopes", "grad_alibi_slopes"))
 
 
 # --------------------------------------------------------------------------------------
@@ -165,6 +168,7 @@ def compare_attention_backward(
     factor: float | None = None, diagnose_bugs: bool = True,
     error_model: str = "probabilistic", window: Any = None, alibi_slopes: Any = None,
     mask_mod: Any = None, score_mod: Any = None, sinks: Any = None, softcap: Any = None,
+    d_sinks: Any = None, d_alibi_slopes: Any = None,
 ) -> BackwardComparison:
     """Compare a kernel's gradients ``dq, dk, dv`` (and ``d_attn_mask`` for a float
     mask, optional) with the exact gradients of attention(query, key, value) against
@@ -178,6 +182,20 @@ def compare_attention_backward(
     tests, never below the model's tolerance).  Returns a :class:`BackwardComparison`
     (truthy when every gradient passes); never raises for a mismatch; raises
     :class:`~mha_symbolic.errors.ToleranceError` when no verdict can be given.
+
+    Variants: ``window``, ``mask_mod`` (or a BlockMask), ``alibi_slopes``, bias-table
+    ``score_mod`` entries and ``sinks`` are plain attention of other exact inputs
+    (oracle/variant_forward.py, "lowering"), judged by the plain model and catalogue;
+    a sink is one extra key whose dk, dv rows the kernel does not return (they are
+    filled with the exact values and judge nothing).  A ``softcap`` (or a softcap
+    ``score_mod``) applied first, on the scaled score, as FlashAttention does, is
+    judged by the worst-case propagation with the cap's factor 1 − tanh² in dS
+    (backward_model.py), the catalogue adding ``softcap_derivative_missing``.
+    ``d_sinks`` (H,) and ``d_alibi_slopes`` (the slopes' shape), optional: the
+    kernel's gradients of the sink logits and ALiBi slopes, judged against
+    :func:`mha_symbolic.reference_attention_backward`'s with the sums of the mask
+    gradient's bounds they add (docs/gradients.md §11.6).  Tables' gradients and
+    ``d_attn_mask`` with variants have no tolerance model here.
 
     >>> import numpy as np
     >>> from mha_symbolic import reference_attention_backward
@@ -197,25 +215,175 @@ def compare_attention_backward(
     if variant is not None:
         # the variants as plain attention of exact inputs (oracle/variant_forward.py):
         # the gradients, the model and the bug catalogue are the plain ones
-        from ..oracle.variant_forward import lowered, prepare, require_lowerable
+        from ..oracle.variant_forward import (
+            lowered,
+            lowered_after_cap,
+            prepare,
+            require_lowerable,
+        )
 
-        if variant.has_cap or variant.sinks is not None or d_attn_mask is not None:
-            raise SpecError("compare_attention_backward takes window, mask_mod, alibi_slopes "
-                            "and bias-table score_mods; softcap, sinks and d_attn_mask with "
-                            "variants are not available (reference_attention_backward "
-                            "computes the gradients with sinks)")
+        if d_attn_mask is not None:
+            raise SpecError("d_attn_mask with attention variants is not available "
+                            "(reference_attention_backward computes that gradient)")
+        if (d_sinks is not None or d_alibi_slopes is not None) and rule == "flash":
+            raise SpecError("rule='flash' has no simulated kernel for d_sinks and "
+                            "d_alibi_slopes: use rule='model', 'ulp' or 'allclose'")
         if dropout_mask is not None or dropout_p:
             raise SpecError("dropout with attention variants is not supported")
         prep = prepare(query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
                        scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
                        masked_rows=masked_rows)
-        require_lowerable(prep)
-        k64, v64, mask = lowered(prep)
-        return compare_attention_backward(
-            dq, dk, dv, prep.q64, k64, v64, grad_output, attn_mask=mask, scale=scale,
-            enable_gqa=prep.group > 1, masked_rows=masked_rows, rule=rule,
-            accumulation_dtype=accumulation_dtype, safety=safety, rtol=rtol, atol=atol,
-            ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs, error_model=error_model)
+        cap = None
+        if variant.has_cap:
+            cap, k64, v64, mask = lowered_after_cap(prep)
+        else:
+            require_lowerable(prep)
+            k64, v64, mask = lowered(prep)
+        return _compare_backward(
+            dq, dk, dv, prep.q64, k64, v64, grad_output, attn_mask=mask, is_causal=False,
+            scale=scale, enable_gqa=prep.group > 1, causal_alignment="top_left",
+            masked_rows=masked_rows, dropout_p=0.0, dropout_mask=None, d_attn_mask=None,
+            rule=rule, accumulation_dtype=accumulation_dtype, safety=safety, rtol=rtol,
+            atol=atol, ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs,
+            error_model=error_model, sink_keys=0 if prep.sinks is None else 1, softcap=cap,
+            extra_bugs=_variant_backward_bugs(
+                query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
+                scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+                masked_rows=masked_rows),
+            params=_parameter_gradients(
+                d_sinks, d_alibi_slopes, prep, query, key, value, grad_output,
+                attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
+                causal_alignment=causal_alignment, masked_rows=masked_rows, window=window,
+                alibi_slopes=alibi_slopes, mask_mod=mask_mod, score_mod=score_mod,
+                sinks=sinks, softcap=softcap))
+    if d_sinks is not None or d_alibi_slopes is not None:
+        raise SpecError("d_sinks and d_alibi_slopes need sinks= and alibi_slopes=")
+    return _compare_backward(
+        dq, dk, dv, query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal,
+        scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+        masked_rows=masked_rows, dropout_p=dropout_p, dropout_mask=dropout_mask,
+        d_attn_mask=d_attn_mask, rule=rule, accumulation_dtype=accumulation_dtype,
+        safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor,
+        diagnose_bugs=diagnose_bugs, error_model=error_model, sink_keys=0, softcap=None)
+
+
+def _variant_backward_bugs(query: Any, key: Any, value: Any, variant: Any, **call: Any
+                           ) -> tuple[BackwardBugClass, ...]:
+    """The variant kernels' backward bugs of this call, as catalogue entries: the
+    backward recomputes P = exp(S − lse) with the forward's lse but scores lowered
+    without the window, without ALiBi, or with the slopes in reversed head order
+    (plain_backward's ``backward_attn_mask``).  Built lazily, only when a diagnosis
+    runs."""
+    from dataclasses import replace as dc_replace
+
+    from ..oracle.variant_forward import lowered, lowered_after_cap, prepare
+
+    def bwd_mask(**changes: Any) -> Any:
+        other = prepare(query, key, value, dc_replace(variant, **changes), **call)
+        return (lowered_after_cap(other)[3] if variant.has_cap else lowered(other)[2])
+
+    def entry(name: str, description: str, **changes: Any) -> BackwardBugClass:
+        memo: list[Any] = []
+
+        def make(x: BackwardInputs, dtype: Any = None) -> PlainBackward:
+            if not memo:
+                memo.append(bwd_mask(**changes))
+            m = memo[0]
+            if m is None:
+                m = np.ones((1, 1), dtype=bool)
+            return plain_backward(x, dtype=dtype, backward_attn_mask=m)
+        return BackwardBugClass(name, description, lambda x: True, make)
+
+    out = []
+    if variant.window is not None:
+        out.append(entry("window_missing_in_backward", "sliding window not applied when the "
+                         "backward recomputes P = exp(S − lse)", window=None))
+    sl = variant.alibi_slopes
+    if sl is not None:
+        out.append(entry("alibi_missing_in_backward", "ALiBi bias not added when the "
+                         "backward recomputes P = exp(S − lse)", alibi_slopes=None))
+        if sl.shape[-1] > 1 and not np.array_equal(sl, sl[..., ::-1]):
+            out.append(entry("alibi_slopes_reversed_in_backward", "ALiBi slopes in reversed "
+                             "head order when the backward recomputes P = exp(S − lse)",
+                             alibi_slopes=np.ascontiguousarray(sl[..., ::-1])))
+    return tuple(out)
+
+
+#: (actual, reference enclosure, reducer): a parameter's gradient is a nonnegative
+#: weighted sum of the lowered mask gradient's elements (…, L, S + sinks)
+_Param = tuple[np.ndarray, Any, Any]
+
+
+def _parameter_gradients(d_sinks: Any, d_slopes: Any, prep: Any, query: Any, key: Any,
+                         value: Any, grad_output: Any, **call: Any) -> dict[str, _Param]:
+    """The sink logits' and ALiBi slopes' gradients as linear functionals of dS (the
+    lowered mask's gradient): ∂/∂σ_h = Σ_{batch, i} dS_{i,sink}; ∂/∂m_h = −Σ_{i,j}
+    |j − (i + off)| dS_ij.  Their reference comes from reference_attention_backward of
+    the call itself."""
+    if d_sinks is None and d_slopes is None:
+        return {}
+    from ..oracle.backward import reference_attention_backward
+
+    if d_sinks is not None and prep.sinks is None:
+        raise SpecError("d_sinks was given but the call has no sinks")
+    if d_slopes is not None and call.get("alibi_slopes") is None:
+        raise SpecError("d_alibi_slopes was given but the call has no alibi_slopes")
+    ref = reference_attention_backward(query, key, value, grad_output, **call)
+    geo = prep.geo
+    L, S, H = geo.L, geo.S, geo.heads
+    out: dict[str, _Param] = {}
+    if d_sinks is not None:
+        def sink_sum(x: np.ndarray) -> np.ndarray:
+            return np.asarray(x[..., S].sum(axis=-1)).reshape(-1, H).sum(axis=0)
+        out["d_sinks"] = (_as_actual(d_sinks), ref.d_sinks, sink_sum)
+    if d_slopes is not None:
+        dist = np.abs(np.arange(S)[None, :] - (np.arange(L)[:, None] + geo.offset)).astype(
+            np.float64)
+        shape = tuple(ref.d_alibi_slopes.shape)
+
+        def slope_sum(x: np.ndarray, dist: np.ndarray = dist) -> np.ndarray:
+            per = (x[..., :S] * dist).sum(axis=(-2, -1)).reshape(-1, H)
+            return per.sum(axis=0).reshape(shape) if len(shape) == 1 else per.reshape(shape)
+        out["d_alibi_slopes"] = (_as_actual(d_slopes), ref.d_alibi_slopes, slope_sum)
+    for name, (a, enc, _) in out.items():
+        if tuple(a.shape) != tuple(enc.shape):
+            raise ShapeError(f"{name}.shape={tuple(a.shape)} does not match the shape of the "
+                             f"gradient it stands for {tuple(enc.shape)}")
+    return out
+
+
+def _with_sink_keys(acts: dict[str, np.ndarray], encs: dict[str, Any], n: int) -> None:
+    """Sinks lowered to ``n`` extra keys (k = 0, v = 0, mask column σ;
+    oracle/variant_forward.lowered): the kernel returns dk, dv for its S keys only, so
+    the extra keys' rows are filled with the exact gradients (the enclosure's midpoint
+    in the kernel's dtype, within the enclosure's half-width plus half an ulp of the
+    truth, below every tolerance's store term u|x|).  Every element the kernel returned
+    is judged as it came; the filled rows pass by construction and carry no verdict
+    about the kernel."""
+    for name in ("dk", "dv"):
+        a, enc = acts[name], encs[name]
+        want = tuple(enc.shape)
+        if a.ndim != len(want) or tuple(a.shape[:-2]) != want[:-2] \
+                or a.shape[-1] != want[-1] or a.shape[-2] + n != want[-2]:
+            raise ShapeError(f"{name}.shape={tuple(a.shape)} does not match the shape of "
+                             f"the gradient it stands for {(*want[:-2], want[-2] - n, want[-1])}")
+        lo, hi = _f64(enc.lower)[..., -n:, :], _f64(enc.upper)[..., -n:, :]
+        fill = np.asarray(0.5 * lo + 0.5 * hi).astype(a.dtype)
+        acts[name] = np.concatenate([a, fill], axis=-2)
+
+
+def _compare_backward(
+    dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any, grad_output: Any, *,
+    attn_mask: Any, is_causal: bool, scale: float | None, enable_gqa: bool,
+    causal_alignment: str, masked_rows: str, dropout_p: float, dropout_mask: Any,
+    d_attn_mask: Any, rule: str, accumulation_dtype: Any, safety: float | None,
+    rtol: float | None, atol: float | None, ulps: float | None, factor: float | None,
+    diagnose_bugs: bool, error_model: str, sink_keys: int, softcap: float | None,
+    extra_bugs: tuple[BackwardBugClass, ...] = (), params: dict[str, _Param] | None = None,
+) -> BackwardComparison:
+    """compare_attention_backward of plain attention; ``sink_keys``: the last keys
+    are lowered sinks (:func:`_with_sink_keys`); ``softcap``: C·tanh(s/C) on the scaled
+    scores before the mask (backward_model.py: the worst-case propagation)."""
     _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
     from ..oracle.backward import reference_attention_backward
 
@@ -226,13 +394,15 @@ def compare_attention_backward(
     ref = reference_attention_backward(
         query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
         enable_gqa=enable_gqa, causal_alignment=causal_alignment, masked_rows=masked_rows,
-        dropout_p=dropout_p, dropout_mask=dropout_mask)
+        dropout_p=dropout_p, dropout_mask=dropout_mask, softcap=softcap)
     encs = {"dq": ref.dq, "dk": ref.dk, "dv": ref.dv}
     if "d_attn_mask" in acts:
         if ref.d_attn_mask is None:
             raise SpecError("d_attn_mask was given but attn_mask is not a float mask: only a "
                             "float mask has a gradient")
         encs["d_attn_mask"] = ref.d_attn_mask
+    if sink_keys:
+        _with_sink_keys(acts, encs, sink_keys)
     for name, a in acts.items():
         if tuple(a.shape) != tuple(encs[name].shape):
             raise ShapeError(f"{name}.shape={tuple(a.shape)} does not match the shape of the "
@@ -244,11 +414,31 @@ def compare_attention_backward(
         scale=None if scale is None else float(scale), enable_gqa=enable_gqa,
         causal_alignment=causal_alignment, masked_rows=masked_rows, dropout_p=float(dropout_p),
         dropout_mask=None if dropout_mask is None else np.asarray(_as_array(dropout_mask,
-                                                                            "dropout_mask")))
+                                                                            "dropout_mask")),
+        softcap=softcap)
     pb = plain_backward(x)
     shapes = {n: tuple(e.shape) for n, e in encs.items()}
-    model = backward_error_bound(pb, emodel, shapes=shapes)
-    nats = natural_scales(pb, shapes, emodel.eta)
+    if params:
+        # the parameters: sums of the mask gradient's per-element bounds (each holds on
+        # the check's event, so their sum bounds the sum's error), plus the kernel's own
+        # sum γ̃_n(u) Σ w|dS|; its elements count as events of the check
+        full = tuple(pb.p.shape)
+        model = backward_error_bound(pb, emodel, shapes={**shapes, "d_attn_mask": full})
+        nat_m, floor_m = natural_scales(pb, {"d_attn_mask": full}, emodel.eta)["d_attn_mask"]
+        e_m = model.pop("d_attn_mask")
+        ds_abs = np.abs(np.where(pb.allowed, pb.ds if pb.ds_pre is None else pb.ds_pre, 0.0))
+        nats = natural_scales(pb, shapes, emodel.eta)
+        for name, (a, enc, reduce) in params.items():
+            n_terms = max(float(np.prod(full)) / max(float(np.prod(a.shape)), 1.0), 1.0)
+            gam = emodel.gamma_sum(n_terms, format_of(a.dtype).u)
+            model[name] = np.asarray(reduce(e_m) + gam * reduce(ds_abs), dtype=np.float64)
+            nats[name] = (np.asarray(reduce(nat_m), dtype=np.float64),
+                          np.full(a.shape, float(np.max(floor_m, initial=0.0)) * n_terms))
+            acts[name], encs[name] = a, enc
+        shapes = {**shapes, "d_attn_mask": full}
+    else:
+        model = backward_error_bound(pb, emodel, shapes=shapes)
+        nats = natural_scales(pb, shapes, emodel.eta)
     kernel_dtype = max((a.dtype for a in acts.values()), key=lambda d: format_of(d).u)
     plain = None
     if rule == "flash":
@@ -263,7 +453,7 @@ def compare_attention_backward(
     comps, warns, fits_truth = _judge_gradients(
         acts, encs, model, nats, shown, rule=rule, rule_text=rule_text, safety=safety,
         rtol=rtol, atol=atol, ulps=ulps, factor=factor, plain=plain,
-        titles={n: f"{t} ({n})" for n, t in _GRADS},
+        titles={n: f"{t} ({n})" for n, t in _GRADS + _PARAMS},
         masked_nan=masked_rows == "nan")
     _refuse_vacuous(comps, shown)
     passed = all(c_.passed for c_ in comps.values())
@@ -272,7 +462,9 @@ def compare_attention_backward(
     saf = 1.0 if safety is None or rule != "model" else safety
     if passed or not diagnose_bugs or fits_truth:
         return result
-    found = diagnose_backward(acts, x, model=emodel, safety=saf, shapes=shapes)
+    grads = {n: a for n, a in acts.items() if n not in dict(_PARAMS)}
+    found = diagnose_backward(grads, x, model=emodel, safety=saf, shapes=shapes,
+                              extra=extra_bugs)
     return replace(result, diagnosis_run=True, diagnoses=found)
 
 
@@ -338,12 +530,16 @@ def _within(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray
 
 
 def diagnose_backward(actual: dict[str, np.ndarray], x: BackwardInputs, *, model: ErrorModel,
-                      safety: float, shapes: dict[str, tuple[int, ...]]
-                      ) -> tuple[Diagnosis, ...]:
-    """Backward bug classes whose float64 gradients every actual gradient matches
-    within the model tolerance of that variant, best match first."""
+                      safety: float, shapes: dict[str, tuple[int, ...]],
+                      extra: tuple[BackwardBugClass, ...] = ()) -> tuple[Diagnosis, ...]:
+    """Backward bug classes (the catalogue and ``extra``, the attention variants'
+    classes of a call) whose float64 gradients every actual gradient matches within
+    the model tolerance of that variant, best match first."""
     found = []
-    for bug in BACKWARD_BUG_CLASSES:
+    # the call's own variant classes first: on a tie (a window lowered to the only
+    # bool mask: window_missing_in_backward = mask_missing_in_backward) the
+    # variant's name is the one shown first
+    for bug in extra + BACKWARD_BUG_CLASSES:
         try:
             if not bug.applies(x):
                 continue

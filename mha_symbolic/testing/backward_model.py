@@ -58,6 +58,13 @@ sums accumulated by the kernel take γ̃ (also probabilistic); the final stores 
 added in full.  Sensitivities are bounded with Cauchy–Schwarz where an exact
 evaluation would need a third-order tensor.
 
+**Softcap** (s⁰ = c q·k, t = tanh(s⁰/C), s′ = C t + M, dS⁰ = dS′ ∘ (1 − t²) before
+dQ, dK; :class:`~.bugs_backward.PlainBackward` ``cap``): the worst-case propagation
+only, with the cap's errors — e_t = (σ⁰ + u_a(|s⁰| + σ⁰))/C + (K_TANH u_a + u)|t| (tanh
+1-Lipschitz), the capped score's σ_s = C e_t + (K_SCORE u_a + u)(|s′| + |M|), the
+factor's (2|t| + e_t) e_t + 2u_a + u, and D's forward bound widened by
+(e^{2 max σ_s} − 1) Σ_j P|v| (docs/gradients.md §11.6).
+
 **Vacuity** (:func:`natural_scales`): the natural size of a gradient element (the sum
 of the absolute values of the terms it adds, down to the inputs: for dQ
 ``|c| Σ_j P_ij(N_ij + Σ_j' P_ij' N_ij')|k_j|`` with ``N = |dO||V|ᵀ``, and so on).  A
@@ -81,6 +88,7 @@ from .tolerance import (
     K_SCALE,
     K_SCORE,
     K_SOFTMAX,
+    K_TANH,
     ErrorModel,
     attention_error_bound,
 )
@@ -142,8 +150,22 @@ class _Parts:
         self.aq, self.ak, self.ado = np.abs(q), np.abs(k), np.abs(do)
         A = self.c * _mm(self.aq, _t(self.ak))
         qk = pb.scale * _mm(q, _t(k))
-        size = np.abs(qk) if pb.mask_add is None else np.abs(qk) + np.abs(pb.mask_add)
-        self.sig_s = np.where(allowed, self.gam(E) * A + (K_SCORE * ua + u) * size, 0.0)
+        self.e_t: Arr | None = None
+        if pb.cap is None:
+            size = np.abs(qk) if pb.mask_add is None else np.abs(qk) + np.abs(pb.mask_add)
+            self.sig_s = np.where(allowed, self.gam(E) * A + (K_SCORE * ua + u) * size, 0.0)
+        else:
+            # softcap t = tanh(s0/C), s' = C t (+ mask): s0 = c q·k errs by σ0; the
+            # division by C adds u_a|s0/C|, tanh is 1-Lipschitz and its evaluation errs
+            # by K_TANH u_a|t|, the store u|t|; then C·t and the mask as a score
+            cap = abs(float(pb.cap))
+            assert pb.cap_t is not None and pb.capped is not None
+            sig0 = self.gam(E) * A + (K_SCORE * ua + u) * np.abs(qk)
+            self.e_t = ((sig0 + ua * (np.abs(qk) + sig0)) / cap
+                        + (K_TANH * ua + u) * np.abs(pb.cap_t))
+            size = np.abs(pb.capped) if pb.mask_add is None \
+                else np.abs(pb.capped) + np.abs(pb.mask_add)
+            self.sig_s = np.where(allowed, cap * self.e_t + (K_SCORE * ua + u) * size, 0.0)
         self.rho = K_EXP * ua + u
         self.p, self.w = pb.p, pb.w
         self.keep_f = (np.where(pb.w > 0, pb.w / np.where(pb.p > 0, pb.p, 1.0), 0.0)
@@ -155,9 +177,20 @@ class _Parts:
                       + (u + ua) * np.abs(pb.dp))
         self.sig_ds = (u + ua) * np.abs(pb.ds)
         # D: the kernel's own forward output error (FA) or the row sum's errors (MATH)
+        madd = pb.mask_add
+        if pb.capped is not None:
+            # the forward's scores are the capped ones: the plain bound of q·k plus the
+            # difference s' − c q·k as an additive part, and the cap's own errors (sig_s:
+            # each weight moves by at most a factor e^{±2 max_j sig_s_ij}) on Σ_j P|v|
+            madd = pb.capped - qk + (0.0 if pb.mask_add is None else pb.mask_add)
         fwd = attention_error_bound(q, k, v, np.where(allowed, pb.p, 0.0), scale=pb.scale,
-                                    allowed=allowed, mask_add=pb.mask_add, out=pb.out,
+                                    allowed=allowed, mask_add=madd, out=pb.out,
                                     model=model)
+        if pb.cap is not None:
+            with np.errstate(over="ignore"):
+                spread = np.expm1(np.minimum(2.0 * np.max(self.sig_s, axis=-1, keepdims=True,
+                                                          initial=0.0), 700.0))
+            fwd = fwd + spread * _mm(np.where(allowed, pb.p, 0.0), np.abs(v))
         fwd = np.where(np.isfinite(fwd), fwd, 0.0)
         self.d_fa = (_rs(self.ado * fwd) + self.gam(Ev) * _rs(self.ado * (np.abs(pb.out) + fwd)))
         self.pb = pb
@@ -186,7 +219,9 @@ def backward_error_bound(pb: PlainBackward, model: ErrorModel, *,
     model = model.with_events(*(events if events is not None
                                 else backward_events(pb, max(n_el, 1.0))))
     parts = _Parts(pb, model)
-    if model.kind == "worst_case":
+    if model.kind == "worst_case" or pb.cap is not None:
+        # a softcap: the worst-case propagation (its sensitivities are those of plain
+        # attention with dS' ∘ (1 − t²); the probabilistic ones are not derived for it)
         per = _worst(parts)
         return {name: _reduce(name, per, pb, shapes, model) for name in shapes}
     # the worst-case propagation holds for every rounding of its ingredients, so the
@@ -242,11 +277,13 @@ def natural_scales(pb: PlainBackward, shapes: dict[str, tuple[int, ...]], eta: f
     aq, ak, ado = np.abs(pb.q), np.abs(pb.k), np.abs(pb.do)
     ndp = max(abs(pb.f), 1.0) * _mm(ado, _t(np.abs(pb.v)))
     nds = P * (ndp + _rs(P * ndp))
+    # a softcap's factor 1 − t² multiplies dS before dQ and dK: its terms are 1 and t²
+    nds0 = nds if pb.cap_t is None else nds * (1.0 + pb.cap_t * pb.cap_t)
     L, S = P.shape[-2], P.shape[-1]
     cq, ck = abs(pb.dq_scale), abs(pb.dk_scale)
     per = {
-        "dq": (cq * _mm(nds, ak), eta * ((cq + 1.0) * S * np.max(ak, initial=0.0) + 1.0)),
-        "dk": (ck * _mm(_t(nds), aq), eta * ((ck + 1.0) * L * np.max(aq, initial=0.0) + 1.0)),
+        "dq": (cq * _mm(nds0, ak), eta * ((cq + 1.0) * S * np.max(ak, initial=0.0) + 1.0)),
+        "dk": (ck * _mm(_t(nds0), aq), eta * ((ck + 1.0) * L * np.max(aq, initial=0.0) + 1.0)),
         "dv": (_mm(_t(np.abs(pb.w)), ado), eta * (L * np.max(ado, initial=0.0) + 1.0)),
         "d_attn_mask": (nds, eta),
     }
@@ -299,7 +336,17 @@ def _worst(pt: _Parts) -> dict[str, tuple[Arr, Arr]]:
     e_d = np.maximum(pt.d_fa, d_math) + ua * np.abs(pt.d)
     e_y = pt.sig_p + e_d + ua * (np.abs(pt.y) + pt.sig_p + e_d)
     pre = np.where(pt.live, dP_w * np.abs(pt.y) + pp * e_y, 0.0)
-    e_ds = pre + (ua + u) * (np.abs(pt.ds) + pre) + np.where(pt.live, eta, 0.0)
+    ds_pre = pt.ds if pb.ds_pre is None else pb.ds_pre      # P ∘ (dP − D)
+    e_ds = pre + (ua + u) * (np.abs(ds_pre) + pre) + np.where(pt.live, eta, 0.0)
+    e_mask = e_ds
+    if pt.e_t is not None and pb.cap_t is not None and pb.cap_factor:
+        # dS0 = dS' ∘ g, g = 1 − t²: |Δg| <= (2|t| + e_t) e_t + 2u_a + u (t², the
+        # difference, a store); the product and its store (u_a + u)|dS0|
+        t_abs = np.abs(pb.cap_t)
+        e_g = (2.0 * t_abs + pt.e_t) * pt.e_t + 2.0 * ua + u
+        g = np.abs(1.0 - pb.cap_t * pb.cap_t)
+        e_ds = (g * e_ds + (np.abs(ds_pre) + e_ds) * e_g + (ua + u) * np.abs(pt.ds)
+                + np.where(pt.live, eta, 0.0))
     abs_ds = np.abs(pt.ds) + e_ds
     kscale = K_SCALE * (u + ua)
     cq, ck = abs(pb.dq_scale), abs(pb.dk_scale)
@@ -308,11 +355,11 @@ def _worst(pt: _Parts) -> dict[str, tuple[Arr, Arr]]:
     e_dk = ck * (_mm(t_k(e_ds), pt.aq) + (pt.gam(L) + kscale) * _mm(t_k(abs_ds), pt.aq)) \
         + 2 * u * np.abs(dk) + eta * (L * np.max(pt.aq, initial=0.0) + 1.0)
     return {"dq": (dq, e_dq), "dk": (dk, e_dk), "dv": (dv, e_dv),
-            "dmask": (np.where(allowed, pt.ds, 0.0), e_ds)}
+            "dmask": (np.where(allowed, ds_pre, 0.0), e_mask)}
 
 
 def _scores(pb: PlainBackward) -> Arr:
-    s = pb.scale * _mm(pb.q, _t(pb.k))
+    s = pb.scale * _mm(pb.q, _t(pb.k)) if pb.capped is None else pb.capped
     return s if pb.mask_add is None else s + pb.mask_add
 
 

@@ -51,6 +51,7 @@ class BackwardInputs:
     masked_rows: str = "zero"
     dropout_p: float = 0.0
     dropout_mask: Arr | None = None  # bool keep-mask
+    softcap: float | None = None     # s -> C tanh(s/C) on the scaled scores, before the mask
 
     @property
     def effective_scale(self) -> float:
@@ -87,6 +88,14 @@ class PlainBackward:
     ds_transposed: bool = False
     dv_p_transposed: bool = True
     gqa_reduce: str = "sum"
+    # a softcap (BackwardInputs.softcap): C, t = tanh(c q·k / C), the capped scores
+    # C·t, and dS' = P ∘ (dP − D) before the factor 1 − t² (``ds`` holds dS' ∘ (1 − t²),
+    # what dQ and dK take)
+    cap: float | None = None
+    cap_t: Arr | None = None
+    capped: Arr | None = None
+    ds_pre: Arr | None = None
+    cap_factor: bool = True        # ds = ds_pre ∘ (1 − t²) (False: the factor forgotten)
 
 
 def _expand(x: Arr, rep: int, batch: tuple[int, ...]) -> Arr:
@@ -130,6 +139,8 @@ def plain_backward(
     jacobian: str = "full",
     dropout_in_backward: bool = True,
     dtype: Any = None,
+    softcap_derivative: bool = True,
+    backward_attn_mask: Any = None,
 ) -> PlainBackward:
     """The float64 backward of ``x``; the keyword switches produce the catalogue's
     buggy variants (defaults: the correct formulas).
@@ -138,7 +149,11 @@ def plain_backward(
     kernel in that dtype instead, as torch's MATH backend runs: the inputs and every
     tensor it stores (scaled q and k, scores, P, dP, dS, the gradients) rounded to the
     dtype, products and softmax in float32 for fp16/bf16 (the dtype itself otherwise).
-    The returned arrays are float64 holding those values."""
+    The returned arrays are float64 holding those values.
+
+    ``backward_attn_mask`` (a variant kernel's bug: the attention mask, bool or float,
+    with which the backward recomputes P = exp(S − lse), the forward's lse kept, e.g. a
+    window or ALiBi slopes lowered differently than in the forward)."""
     if dtype is not None:
         dt = np.dtype(dtype)
         wk = np.dtype(_WORK.get(dt.name, "float64"))
@@ -166,6 +181,13 @@ def plain_backward(
     else:  # torch MATH: q and k each pre-scaled by sqrt(c) in the dtype
         rc = wk.type(math.sqrt(abs(c)))
         raw = st(st(qe * rc) @ np.swapaxes(st(ke * (rc if c >= 0 else -rc)), -1, -2))
+    cap_t = capped = None
+    if x.softcap is not None:
+        # FlashAttention's softcap: C·tanh(s/C) on the scaled score, masks added after
+        C = float(x.softcap)
+        cap_t = st(np.tanh(raw / wk.type(C)))
+        capped = st(wk.type(C) * cap_t)
+        raw = capped
     user = np.ones(raw.shape, dtype=bool)       # the attention mask's keys
     mask_add = None
     m = x.attn_mask
@@ -199,7 +221,21 @@ def plain_backward(
     # the weights the backward recomputes: P = exp(S - lse) on the keys it masks
     # ("all": the forward's; "no_causal": the causal part forgotten; "none": no mask),
     # so keys the forward excluded come back with weight exp(s - lse)
-    if mask_in_backward == "all":
+    if backward_attn_mask is not None:
+        mb = np.asarray(backward_attn_mask)
+        if mb.dtype == np.bool_:
+            keys_b, s_b = np.broadcast_to(mb, raw.shape), raw
+        else:
+            mbf = np.asarray(mb, dtype=np.float64)
+            keys_b = np.broadcast_to(mbf != -np.inf, raw.shape)
+            s_b = st(raw + np.broadcast_to(st(np.where(np.isfinite(mbf), mbf, 0.0)), raw.shape))
+        if x.is_causal:
+            off_b = S - L if x.causal_alignment == "bottom_right" else 0
+            keys_b = keys_b & (np.arange(S)[None, :] <= np.arange(L)[:, None] + off_b)
+        with np.errstate(over="ignore", invalid="ignore"):
+            pb = st(np.where(empty, p, np.where(keys_b, np.exp(np.minimum(s_b - lse, 700.0)),
+                                                0.0)))
+    elif mask_in_backward == "all":
         pb = p
     else:
         bwd_keys = user if mask_in_backward == "no_causal" else np.ones(raw.shape, dtype=bool)
@@ -212,7 +248,8 @@ def plain_backward(
         # rowsum(P ∘ dP) = rowsum(dO ∘ O) for the correct kernel; a kernel with a wrong P
         # in the backward still takes D from the forward's O (FlashAttention does)
         d = np.sum(pb * dp, axis=-1, keepdims=True) if mask_in_backward == "all" and \
-            dropout_in_backward else np.sum(do * out, axis=-1, keepdims=True)
+            dropout_in_backward and backward_attn_mask is None \
+            else np.sum(do * out, axis=-1, keepdims=True)
     elif d_term == "missing":
         d = np.zeros((*raw.shape[:-1], 1))
     elif d_term == "from_grad_output":
@@ -223,6 +260,12 @@ def plain_backward(
     ds = st(pb * (1.0 - pb) * dp) if jacobian == "diagonal" else st(pb * (dp - d))
     if x.masked_rows == "uniform":
         ds = np.where(empty, 0.0, ds)
+    ds_pre = None
+    if cap_t is not None:
+        # d(C tanh(s/C))/ds = 1 − tanh²(s/C); "softcap_derivative=False": forgotten
+        ds_pre = ds
+        if softcap_derivative:
+            ds = st(ds_pre * st(1.0 - cap_t * cap_t))
     dst = np.swapaxes(ds, -1, -2)
     cq, ck = wk.type(c ** dq_scale_power), wk.type(c ** dk_scale_power)
     dq = st(cq * st((dst if ds_transposed else ds) @ ke))
@@ -242,12 +285,16 @@ def plain_backward(
     dv_in = f64(st(reduce_to(dv, v.shape, rep, gqa_reduce)))
     d_mask = None
     if mask_add is not None and m is not None:
-        d_mask = f64(st(reduce_to(np.where(allowed, ds, 0.0), m.shape, 1)))
+        d_mask = f64(st(reduce_to(np.where(allowed, ds if ds_pre is None else ds_pre, 0.0),
+                                  m.shape, 1)))
     return PlainBackward(dq_in, dk_in, dv_in, d_mask, f64(qe), f64(ke), f64(ve), f64(do),
                          f64(pb), f64(wb), f64(dp), f64(d), f64(ds), f64(out), allowed,
                          None if mask_add is None else f64(mask_add), c, rep, f,
                          c ** dq_scale_power, c ** dk_scale_power, ds_transposed,
-                         dv_p_transposed, gqa_reduce)
+                         dv_p_transposed, gqa_reduce, x.softcap,
+                         None if cap_t is None else f64(cap_t),
+                         None if capped is None else f64(capped),
+                         None if ds_pre is None else f64(ds_pre), softcap_derivative)
 
 
 # --------------------------------------------------------------------------------------
@@ -336,6 +383,10 @@ BACKWARD_BUG_CLASSES: tuple[BackwardBugClass, ...] = (
     BackwardBugClass("softmax_jacobian_diagonal_only",
                      "softmax Jacobian's diagonal only: dS = P(1 − P) ∘ dP, the cross terms "
                      "−P_i P_j dropped", _always, _v(jacobian="diagonal")),
+    BackwardBugClass("softcap_derivative_missing",
+                     "softcap's derivative 1 − tanh²(s/C) left out: dQ, dK take dS' = "
+                     "P ∘ (dP − D) of the capped scores", lambda x: x.softcap is not None,
+                     _v(softcap_derivative=False)),
     BackwardBugClass("dropout_missing_in_backward",
                      "dropout keep-mask and 1/(1 − p) not applied in the backward",
                      lambda x: x.dropout_mask is not None, _v(dropout_in_backward=False)),

@@ -79,6 +79,8 @@ def check_attention(
     enable_gqa: bool = False, causal_alignment: str = "top_left", masked_rows: str = "zero",
     dropout_p: float = 0.0, dropout_mask: Any = None,
     pass_options: bool = True, raise_on_failure: bool = True, seed: int = 0,
+    window: Any = None, softcap: float | None = None, alibi_slopes: Any = None,
+    sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
     **tolerance: Any,
 ) -> AttentionCheck:
     """Run ``fn(query, key, value, **options)`` forward and (torch, jax) backward and
@@ -90,6 +92,12 @@ def check_attention(
     ``masked_rows`` and dropout (``dropout_p`` with the kernel's ``dropout_mask``)
     describe the exact answer only.  ``grad_output``: the gradient of the output;
     by default standard normal values fixed by ``seed``, in the output's dtype.
+    The variants (``window``, ``softcap``, ``alibi_slopes``, ``sinks``, ``mask_mod``,
+    ``score_mod``, as :func:`mha_symbolic.reference_attention`) describe the exact
+    answer only: ``fn`` applies them itself (a ``functools.partial`` or a lambda around
+    the kernel); the gradients are judged as
+    :func:`~mha_symbolic.compare_attention_backward` judges them (which refuses a call
+    it has no model for, rather than judge the output alone).
     ``tolerance``: ``rule``, ``accumulation_dtype``, ``error_model``, ``safety``,
     ``rtol``, ``atol``, ``ulps``, ``factor``, ``diagnose_bugs`` (as compare_attention,
     for the output and the gradients), ``kernel`` and ``subnormals`` (the output's
@@ -118,6 +126,11 @@ def check_attention(
     ref_opts = dict(attn_mask=attn_mask, is_causal=is_causal, scale=scale,
                     enable_gqa=enable_gqa, causal_alignment=causal_alignment,
                     masked_rows=masked_rows)
+    variants = {k_: v_ for k_, v_ in (("window", window), ("softcap", softcap),
+                                      ("alibi_slopes", alibi_slopes), ("sinks", sinks),
+                                      ("mask_mod", mask_mod), ("score_mod", score_mod))
+                if v_ is not None}
+    ref_opts.update(variants)
     framework = _framework(query)
     dq = dk = dv = dmask = None
     do_np: Any = None

@@ -23,7 +23,7 @@ key/value head's group (``enable_gqa``: query head g uses kv head g // (H_q/H_kv
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import partial
 from typing import Any
@@ -61,6 +61,7 @@ from .exact import (
     QField,
 )
 from .fast import tier1_backward
+from .functionals import ScoreFunctional, arb_part, dd_part, exact_part, tier1_part
 
 __all__ = ["POLICIES", "AttentionGradients", "reference_attention_backward"]
 
@@ -74,12 +75,19 @@ class AttentionGradients:
     """The certified gradients: ``dq``, ``dk``, ``dv`` (each an
     :class:`~mha_symbolic.oracle.enclosure.Enclosure` shaped like its input:
     ``lower``, ``upper``, ``midpoint``, ``rounded(dtype)``, ``exact(index)``) and
-    ``d_attn_mask`` (an Enclosure shaped like a float ``attn_mask``, else None).
-    Unpacks as ``dq, dk, dv = grads``."""
+    ``d_attn_mask`` (an Enclosure shaped like a float ``attn_mask``, else None);
+    with variants also ``d_sinks``, ``d_alibi_slopes`` and ``d_score_mod`` (else
+    None).  Unpacks as ``dq, dk, dv = grads``."""
 
     def __init__(self, dq: Enclosure, dk: Enclosure, dv: Enclosure,
-                 d_attn_mask: Enclosure | None) -> None:
+                 d_attn_mask: Enclosure | None, *, d_sinks: Any = None,
+                 d_alibi_slopes: Any = None, d_score_mod: tuple[Any, ...] | None = None
+                 ) -> None:
         self.dq, self.dk, self.dv, self.d_attn_mask = dq, dk, dv, d_attn_mask
+        #: variants (docs/variants.md, "Gradients"): the sink logits (H,), the ALiBi
+        #: slopes' shape, one entry per score_mod item (a bias table's or ALiBi slopes'
+        #: gradient, None for a softcap)
+        self.d_sinks, self.d_alibi_slopes, self.d_score_mod = d_sinks, d_alibi_slopes, d_score_mod
 
     def __iter__(self) -> Any:
         return iter((self.dq, self.dk, self.dv))
@@ -120,6 +128,8 @@ class _Setup:
     flat: dict[str, tuple[int, int, int]]   # flat (n, rows, cols) of each gradient
     shapes: dict[str, tuple[int, ...]]      # user shape of each gradient
     mask_bcast: tuple[bool, bool]           # the float mask broadcasts along (L, S)
+    hooks: Any = None        # a transformed score's hooks (transformed_backward.py)
+    functionals: dict[str, ScoreFunctional] = field(default_factory=dict)
 
     @property
     def B(self) -> int:
@@ -158,7 +168,8 @@ def _index_map(lead: tuple[int, ...], batch: tuple[int, ...], gqa_rep: int = 1) 
 
 def _setup(query: Any, key: Any, value: Any, grad_output: Any, attn_mask: Any,
            is_causal: bool, scale: Any, enable_gqa: bool, causal_alignment: str,
-           masked_rows: str, dropout_p: Any, dropout_mask: Any) -> _Setup:
+           masked_rows: str, dropout_p: Any, dropout_mask: Any, hooks: Any = None,
+           functionals: tuple[ScoreFunctional, ...] = (), mask_grad: bool = True) -> _Setup:
     # the forward's checks (conventions.check_*): the same messages, the same rules
     check_options(masked_rows, causal_alignment)
     p_drop = check_dropout(dropout_p, dropout_mask)
@@ -193,7 +204,7 @@ def _setup(query: Any, key: Any, value: Any, grad_output: Any, attn_mask: Any,
             "dv": (math.prod(v.shape[:-2]), S, Ev)}
     shapes = {"dq": q.shape, "dk": k.shape, "dv": v.shape}
     bc = (False, False)
-    if model._float is not None:
+    if model._float is not None and mask_grad:
         m = read_mask(attn_mask, "attn_mask")
         m2 = (1,) * max(0, 2 - m.ndim) + tuple(m.shape)
         mlead = m2[:-2]
@@ -202,9 +213,17 @@ def _setup(query: Any, key: Any, value: Any, grad_output: Any, attn_mask: Any,
         shapes["dmask"] = tuple(m.shape)
         bc = (m2[-2] == 1 and L != 1, m2[-1] == 1 and S != 1)
         flat["dmask"] = (flat["dmask"][0], 1 if bc[0] else L, 1 if bc[1] else S)
+    fns: dict[str, ScoreFunctional] = {}
+    for n_fn, fn in enumerate(functionals):
+        kind = f"fn{n_fn}"
+        fns[kind] = fn
+        maps[kind] = np.asarray(fn.target, dtype=np.int64)
+        flat[kind] = (fn.n, fn.R, fn.C)
+        shapes[kind] = fn.shape
     del B
     return _Setup(stack, to_float64(do), model, batch, L, S, E, Ev, scale_exact, c_f, rho_c,
-                  dd_scale(scale_exact, E), f, masked_rows, empty, uniform, maps, flat, shapes, bc)
+                  dd_scale(scale_exact, E), f, masked_rows, empty, uniform, maps, flat, shapes, bc,
+                  hooks, fns)
 
 
 # --------------------------------------------------------------------------------------
@@ -232,6 +251,8 @@ class _BackwardProblem(ExactDecisions, Problem):
         self._cand: dict[str, Arr] = {}
         self._decomp: dict[tuple[str, int, int, int], Decomposition] = {}
         self.fld = QField(rational_scale(st.scale, st.E), st.E)
+        if st.hooks is not None:
+            self.fld = st.hooks.field(self.fld)
 
     # -- tier 2
     def _head(self, e: int) -> HeadTier2:
@@ -242,7 +263,9 @@ class _BackwardProblem(ExactDecisions, Problem):
         if got is None:
             st = self.st
             q, k, v, do = st.inputs(e)
-            got = HeadTier2(q, k, v, do, partial(st.block, e), st.cs, st.fac)
+            sc_hook, f_hook = (None, None) if st.hooks is None else st.hooks.tier2(e)
+            got = HeadTier2(q, k, v, do, partial(st.block, e), st.cs, st.fac,
+                            scores=sc_hook, factor=f_hook)
             self._t2[e] = got
         if e in self._t2_recent:
             self._t2_recent.remove(e)
@@ -285,6 +308,12 @@ class _BackwardProblem(ExactDecisions, Problem):
             elif kind in ("dk", "dv"):
                 h, lo, err, ok_all = head.columns(rows, kind)
                 okr = np.full(rows.size, ok_all)
+            elif kind in st.functionals:
+                fn = st.functionals[kind]
+                src = rows if fn.rowwise else np.arange(st.L)
+                h, lo, err, okr = dd_part(fn, e, head.rows(src, "ds"), rows)
+                if not fn.rowwise:
+                    h, lo, err, okr = (np.repeat(a, rows.size, axis=0) for a in (h, lo, err, okr))
             else:
                 h, lo, err, okr = self._mask_rows_dd(head, rows)
             acc.add(h, lo, err)
@@ -325,10 +354,16 @@ class _BackwardProblem(ExactDecisions, Problem):
 
         st = self.st
         q, k, v, do = st.inputs(e)
-        g, g_prec = exact_scores(q[rows], k, st.E)
+        tr = None
+        if st.hooks is not None:
+            g: list[list[Any]] = [[] for _ in rows]
+            g_prec = 0
+            tr = partial(st.hooks.arb, e, rows)
+        else:
+            g, g_prec = exact_scores(q[rows], k, st.E)
         return arb_backward(g, g_prec, to_arb_mat(q), to_arb_mat(k), to_arb_mat(v),
                             to_arb_mat(do), st.block(e, np.asarray(rows, dtype=np.int64)), rows,
-                            st.scale, st.E, st.f, prec, keys)
+                            st.scale, st.E, st.f, prec, keys, transformed=tr)
 
     def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
                  cols: list[int] | None = None) -> list[list[Any]]:
@@ -346,6 +381,12 @@ class _BackwardProblem(ExactDecisions, Problem):
                 elif kind in ("dk", "dv"):
                     res = self._arb(e, list(range(st.L)), rows, prec)
                     got = res.dk if kind == "dk" else res.dv
+                elif kind in st.functionals:
+                    fn = st.functionals[kind]
+                    src = rows if fn.rowwise else list(range(st.L))
+                    got = arb_part(fn, e, self._arb(e, src, None, prec).ds, rows)
+                    if not fn.rowwise:
+                        got = got * len(rows)
                 else:
                     got = self._mask_rows(e, rows, prec)
                 for n in range(len(rows)):
@@ -380,9 +421,10 @@ class _BackwardProblem(ExactDecisions, Problem):
             st = self.st
             q, k, v, do = st.inputs(e)
             allowed, madd, keep, uniform = st.dense(e)
-            got = ExactProblem(self.fld, IntMatrix.of_doubles(q), IntMatrix.of_doubles(k),
-                               IntMatrix.of_doubles(v), IntMatrix.of_doubles(do), allowed, madd,
-                               keep, st.f, uniform)
+            make = ExactProblem if st.hooks is None else partial(st.hooks.exact, e)
+            got = make(self.fld, IntMatrix.of_doubles(q), IntMatrix.of_doubles(k),
+                       IntMatrix.of_doubles(v), IntMatrix.of_doubles(do), allowed, madd,
+                       keep, st.f, uniform)
             if len(self._exact_problems) > 64:
                 self._exact_problems.clear()
             self._exact_problems[e] = got
@@ -407,6 +449,8 @@ class _BackwardProblem(ExactDecisions, Problem):
                 ex.add_dk(acc, r, col, one)
             elif kind == "dv":
                 ex.add_dv(acc, r, col, one)
+            elif kind in st.functionals:
+                exact_part(st.functionals[kind], e, ex, acc, r, col, L)
             else:  # dmask
                 bl, bs = st.mask_bcast
                 for i in (range(L) if bl else [r]):
@@ -422,7 +466,8 @@ class _BackwardProblem(ExactDecisions, Problem):
         return self.st.flat[kind][2]
 
     def _describe(self, kind: str, b: int, i: int, col: int) -> str:
-        return f"{_NAMES[kind]} element (flat {b}, {i}, {col})"
+        name = self.st.functionals[kind].name if kind in self.st.functionals else _NAMES[kind]
+        return f"{name} element (flat {b}, {i}, {col})"
 
 
 _NAMES = {"dq": "grad_query", "dk": "grad_key", "dv": "grad_value", "dmask": "grad_attn_mask"}
@@ -545,9 +590,11 @@ def reference_attention_backward(
     >>> g.dq.rounded("float32").tolist()   # scale 0: scores do not depend on q
     [[0.0, 0.0], [0.0, 0.0]]
 
-    Variants (docs/variants.md): ``window``, ``mask_mod`` (or a BlockMask), ``alibi_slopes``
-    and bias-table ``score_mod`` items, ``sinks`` (:mod:`..variant_backward`); a softcap
-    and FP8 descale factors are refused.
+    Variants (docs/variants.md, "Gradients"; :mod:`..variant_backward`): ``window``,
+    ``softcap``, ``alibi_slopes``, ``sinks``, ``mask_mod`` (or a BlockMask), ``score_mod``
+    items, FP8 ``q_descale``/``k_descale``/``v_descale`` (the gradients with respect to
+    the fp8 inputs); the result then also has ``d_sinks``, ``d_alibi_slopes`` and
+    ``d_score_mod``.
     """
     from ..variants import sdpa_variant_options
 
@@ -561,11 +608,34 @@ def reference_attention_backward(
         return variant_attention_backward(
             query, key, value, grad_output, variant, attn_mask=attn_mask,
             is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
-            causal_alignment=causal_alignment, masked_rows=masked_rows)
+            causal_alignment=causal_alignment, masked_rows=masked_rows, progress=progress)
     st = _setup(query, key, value, grad_output, attn_mask, is_causal, scale, enable_gqa,
                 causal_alignment, masked_rows, dropout_p, dropout_mask)
+    res = _gradients(st, progress)
+    return AttentionGradients(res["dq"], res["dk"], res["dv"], res.get("dmask"))
+
+
+def backward_enclosures(
+    query: Any, key: Any, value: Any, grad_output: Any, *, attn_mask: Any = None,
+    is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
+    causal_alignment: str = "top_left", masked_rows: str = "zero", progress: bool | None = None,
+    hooks: Any = None, functionals: tuple[ScoreFunctional, ...] = (), mask_grad: bool = True,
+) -> dict[str, Enclosure]:
+    """The gradients' Enclosures of a problem given by its hooks (variants): "dq", "dk",
+    "dv", "dmask" (a float ``attn_mask``, unless ``mask_grad`` is False) and "fn<n>"
+    for ``functionals[n]``.  ``hooks`` (a transformed score,
+    :mod:`..transformed_backward`) replace the scores q·k + mask in every tier; the
+    mask then only says which keys are allowed."""
+    st = _setup(query, key, value, grad_output, attn_mask, is_causal, scale, enable_gqa,
+                causal_alignment, masked_rows, 0.0, None, hooks, functionals, mask_grad)
+    return _gradients(st, progress)
+
+
+def _gradients(st: _Setup, progress: bool | None) -> dict[str, Enclosure]:
+    """Tier 1 over every problem, summed into the gradients' shapes: the Enclosures."""
     B, L, S, E, Ev = st.B, st.L, st.S, st.E, st.Ev
     want_mask = "dmask" in st.maps
+    want_ds = want_mask or bool(st.functionals)
     outs = {kind: _Flat(*st.flat[kind], single=bool(
         np.array_equal(np.sort(st.maps[kind]), np.arange(st.flat[kind][0]))))
         for kind in st.maps}
@@ -580,9 +650,13 @@ def reference_attention_backward(
         nan_all = np.full(S, bool(nan_row.any()))
         if L and S:
             q, k, v, do = st.inputs(e)
+            w_hook, f_hook = (None, None) if st.hooks is None else st.hooks.tier1(e)
             hg = tier1_backward(q, k, v, do, partial(st.block, e), st.c_f,
-                                st.rho_c, f_f, rho_f, want_ds=want_mask)
+                                st.rho_c, f_f, rho_f, want_ds=want_ds, weights=w_hook,
+                                factor=f_hook)
             live_q = ~empty & (not scale_zero)
+            if hg.live_rows is not None:
+                live_q = live_q & hg.live_rows
             live_k = hg.live_k & (not scale_zero)
             parts = {"dq": (hg.dq, hg.e_dq, hg.row_ok, live_q, nan_row),
                      "dk": (hg.dk, hg.e_dk, np.full(S, hg.all_ok), live_k, nan_all),
@@ -597,6 +671,17 @@ def reference_attention_backward(
                 ok_rows = hg.row_ok if not bl else np.asarray([bool(hg.row_ok.all())])
                 nan_m = nan_row if not bl else np.asarray([bool(nan_row.any())])
                 outs["dmask"].add(int(st.maps["dmask"][e]), ds, e_ds, ok_rows, live_rows, nan_m)
+            for kind, fn in st.functionals.items():
+                assert hg.ds is not None and hg.e_ds is not None
+                live_r = ~empty & ~st.uniform[e]
+                val, err, live = tier1_part(fn, e, hg.ds, hg.e_ds, live_r)
+                if fn.rowwise:
+                    ok_f, live_f, nan_f = hg.row_ok, np.asarray(live.any(axis=-1)), nan_row
+                else:
+                    ok_f = np.asarray([bool(hg.row_ok.all())])
+                    live_f = np.asarray([bool(live.any())])
+                    nan_f = np.asarray([bool(nan_row.any())])
+                outs[kind].add(int(st.maps[kind][e]), val, err, ok_f, live_f, nan_f)
         else:
             zq, zk = np.zeros((L, E)), np.zeros((S, E))
             outs["dq"].add(int(st.maps["dq"][e]), zq, zq, np.ones(L, bool), np.zeros(L, bool),
@@ -606,6 +691,11 @@ def reference_attention_backward(
             zv = np.zeros((S, Ev))
             outs["dv"].add(int(st.maps["dv"][e]), zv, zv, np.ones(S, bool), np.zeros(S, bool),
                            nan_all)
+            for kind, fn in st.functionals.items():
+                zf = np.zeros((fn.R, fn.C))
+                outs[kind].add(int(st.maps[kind][e]), zf, zf, np.ones(fn.R, bool),
+                               np.zeros(fn.R, bool),
+                               nan_row if fn.rowwise else np.asarray([bool(nan_row.any())]))
         if bar is not None:
             bar.update(1)
     if bar is not None:
@@ -615,4 +705,4 @@ def reference_attention_backward(
     problem.encs = res
     for enc in res.values():
         enc._progress = prog if prog.enabled else None
-    return AttentionGradients(res["dq"], res["dk"], res["dv"], res.get("dmask"))
+    return res

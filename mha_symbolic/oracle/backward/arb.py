@@ -66,8 +66,8 @@ def exact_scores(q: Arr, k: Arr, E: int) -> tuple[list[list[Any]], int]:
 
 def arb_backward(g_rows: list[list[Any]], g_prec: int, qm: Any, km: Any, vm: Any, dom: Any,
                  blk: Block, rows: list[int], scale: Fraction | None, E: int, f: Fraction,
-                 prec: int, keys: list[int] | None = None, want_out: bool = False
-                 ) -> ArbGradients:
+                 prec: int, keys: list[int] | None = None, want_out: bool = False,
+                 transformed: Any = None) -> ArbGradients:
     """Gradients of one problem at ``prec`` bits (sets and restores the precision).
 
     ``g_rows[n]`` the scores q_i·k_j (i = rows[n]) as balls with at most ``g_prec``
@@ -75,7 +75,10 @@ def arb_backward(g_rows: list[list[Any]], g_prec: int, qm: Any, km: Any, vm: Any
     inputs (all rows); ``blk`` the score model of ``rows`` (masks, keep, uniform);
     ``scale`` exact or None for 1/sqrt(E); f the exact dropout factor.  Returns dq
     and ds for ``rows``; with ``keys``, dk and dv of those keys (then ``rows`` must
-    be every row: every row contributes)."""
+    be every row: every row contributes).  ``transformed`` (a transformed score):
+    a function of the precision giving (weights rows, factor rows) as balls — the
+    weights replace the forward's rows from q·k, dQ and dK use Φ∘dS, ``ds`` stays
+    the gradient of the transformed scores."""
     from flint import arb, arb_mat, ctx
 
     old = ctx.prec
@@ -91,7 +94,12 @@ def arb_backward(g_rows: list[list[Any]], g_prec: int, qm: Any, km: Any, vm: Any
         # P: the forward's Arb weights for rows with a key (uniform rows: 1/S)
         pos = [n for n in range(r) if has_key[n]]
         p_rows: list[list[Any]] = [[zero] * S for _ in range(r)]
-        if pos and S:
+        phi_rows: list[list[Any]] | None = None
+        if transformed is not None:
+            got_p, phi_rows = transformed(prec)
+            for n in pos:
+                p_rows[n] = got_p[n]
+        elif pos and S:
             sub = Block(None if blk.allowed is None else allowed[pos],
                         None if blk.madd is None else np.asarray(blk.madd)[pos], None,
                         None if blk.uniform is None else uni[pos])
@@ -129,8 +137,12 @@ def arb_backward(g_rows: list[list[Any]], g_prec: int, qm: Any, km: Any, vm: Any
             d_i = sum((p[j] * dp[j] for j in range(S) if allowed[n, j]), zero)
             ds_rows.append([p[j] * (dp[j] - d_i) if allowed[n, j] else zero for j in range(S)])
         E_ = km.ncols()
+        ds0_rows = ds_rows
+        if phi_rows is not None:
+            ds0_rows = [[x * y for x, y in zip(dr, fr, strict=True)]
+                        for dr, fr in zip(ds_rows, phi_rows, strict=True)]
         if E_ and S and r:
-            ents = ((arb_mat(ds_rows) * km) * c).entries()
+            ents = ((arb_mat(ds0_rows) * km) * c).entries()
             dq = [ents[n * E_:(n + 1) * E_] for n in range(r)]
         else:
             dq = [[zero] * E_ for _ in range(r)]
@@ -146,7 +158,7 @@ def arb_backward(g_rows: list[list[Any]], g_prec: int, qm: Any, km: Any, vm: Any
         # dK = c·dS[:, keys]ᵀ Q, dV = W[:, keys]ᵀ dO (rows = every row)
         nk = len(keys)
         if nk and r and E_:
-            dsk = arb_mat([[ds_rows[n][j] for n in range(r)] for j in keys])
+            dsk = arb_mat([[ds0_rows[n][j] for n in range(r)] for j in keys])
             ents = ((dsk * qm) * c).entries()
             dk = [ents[m * E_:(m + 1) * E_] for m in range(nk)]
         else:

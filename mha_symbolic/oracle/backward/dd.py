@@ -40,7 +40,7 @@ import numpy as np
 from ..constants import ETA, FLOOR, RHO_EXP2, UP, U, gamma
 from ..conventions import Block, DDScale
 from ..dd import dd_add, dd_mul, dd_mul_d, two_sum
-from ..dd_attention import KVdd, dd_scores, tier2_block, weights_dd
+from ..dd_attention import KVdd, dd_scores, tier2_block, tier2_from_scores, weights_dd
 from ..jit import t2_weights
 from ..mha import proj_dd
 from .fast import BWD_CHUNK
@@ -142,7 +142,8 @@ def _row_dot(oh: Arr, ol: Arr, oe: Arr, b: Arr) -> tuple[Arr, Arr, Arr]:
 
 @dataclass
 class _Chain:
-    """One block's dS = P∘(dP − D) and W = f·keep∘P with their bounds (hi, lo, err)."""
+    """One block's dS = P∘(dP − D) and W = f·keep∘P with their bounds (hi, lo, err);
+    ``s0`` the gradient of the scores before a transform (Φ∘dS; dS itself without)."""
 
     sh: Arr
     sl: Arr
@@ -151,6 +152,22 @@ class _Chain:
     wl: Arr
     we: Arr
     ok: bool
+    s0: tuple[Arr, Arr, Arr] | None = None
+
+    @property
+    def ds0(self) -> tuple[Arr, Arr, Arr]:
+        return (self.sh, self.sl, self.se) if self.s0 is None else self.s0
+
+
+def _times_factor(ch: _Chain, f: tuple[Arr, Arr, Arr]) -> tuple[Arr, Arr, Arr]:
+    """Φ∘dS by dd_mul: |Φ dS − p~| <= e_Φ(|dS~| + e_dS) + |Φ~| e_dS + 8.02u²·1.01|p~| + 4η
+    (|x~| <= |x_h|(1 + 2u) for a normalised pair)."""
+    fh, fl, fe = f
+    ph, pl = dd_mul(ch.sh, ch.sl, fh, fl)
+    a_s = np.abs(ch.sh) * (1 + 2 * U)
+    a_f = np.abs(fh) * (1 + 2 * U)
+    pe = (fe * (a_s + ch.se) + a_f * ch.se + 8.02 * U2 * np.abs(ph) * 1.01 + 4 * ETA) * UP
+    return ph, pl, pe
 
 
 def _chain(p: tuple[Arr, Arr, Arr], x: tuple[Arr, Arr, Arr], d: tuple[Arr, Arr, Arr],
@@ -258,10 +275,20 @@ class _Chunk:
         return blk, (p.hi, p.lo, p.err)
 
 
+#: tier-2 hooks of a transformed score: ``scores(rows, keys, m)`` gives the
+#: double-double scores of ``rows`` at ``keys`` (all when None) as
+#: :class:`..dd_attention.Scores` (shift ``m`` when given, else the row maximum), in
+#: place of :func:`..dd_attention.dd_scores` on q·k; ``factor(rows, keys)`` the factor
+#: Φ = ∂s/∂(c q·k) as (hi, lo, err).
+DDScoresHook = Callable[[Arr, "Arr | None", "Arr | None"], Any]
+DDFactorHook = Callable[[Arr, "Arr | None"], "tuple[Arr, Arr, Arr]"]
+
+
 class HeadTier2:
     """Tier 2 of one attention problem: q (L, E), k (S, E), v (S, Ev), grad_output do
     (L, Ev) (exact doubles), the score model ``block(rows)`` (rows an index array),
-    the scale ``cs`` and the dropout factor ``fac`` = (hi, lo, rho) or None.
+    the scale ``cs`` and the dropout factor ``fac`` = (hi, lo, rho) or None; the hooks
+    ``scores`` and ``factor`` of a transformed score (above).
 
     Results kept (O(L + output rows)): the row statistics; dK and dV of the key
     columns formed in a statistics pass (every key when most rows were asked for,
@@ -269,9 +296,11 @@ class HeadTier2:
 
     def __init__(self, q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[Arr], Block],
                  cs: DDScale, fac: tuple[float, float, float] | None,
-                 chunk: int = BWD_CHUNK) -> None:
+                 chunk: int = BWD_CHUNK, scores: DDScoresHook | None = None,
+                 factor: DDFactorHook | None = None) -> None:
         self.q, self.k, self.v, self.do = q, k, v, do
         self.block, self.cs, self.fac = block, cs, fac
+        self.scores, self.factor = scores, factor
         self.L, self.E = q.shape
         self.S, self.Ev = v.shape
         self.chunk = chunk
@@ -300,8 +329,16 @@ class HeadTier2:
         for s0 in range(0, rows.size, self._step(self.S)):
             rr = rows[s0:s0 + self._step(self.S)]
             blk = self.block(rr)
-            res = tier2_block(np.ascontiguousarray(self.q[rr]), None, None, self.kv, blk,
-                              self.cs, self.fac, "output", want_stats=True)
+            if self.scores is None:
+                res = tier2_block(np.ascontiguousarray(self.q[rr]), None, None, self.kv, blk,
+                                  self.cs, self.fac, "output", want_stats=True)
+            else:
+                sc = self.scores(rr, None, None)
+                with np.errstate(over="ignore", invalid="ignore", divide="ignore",
+                                 under="ignore"):
+                    res = tier2_from_scores(sc.sh, sc.sl, sc.m, sc.e_t, self.kv, sc.notallowed,
+                                            blk.keep, sc.has_key, self.fac, "output", sc.bad,
+                                            want_stats=True)
             rs = res.stats
             assert rs is not None
             has_key = np.ones(rr.size, dtype=bool) if blk.allowed is None else blk.allowed.any(-1)
@@ -323,8 +360,12 @@ class HeadTier2:
         (e_t(1 + e_t) + RHO_EXP2)(1 + 2 RHO_EXP2) (docs/oracle.md §3.5)."""
         st = self.st
         blk = _cols(self.block(rr), keys)
-        kv = KVdd(np.ascontiguousarray(self.k[keys]), np.zeros((keys.size, 0)))  # scores only
-        sc = dd_scores(np.ascontiguousarray(self.q[rr]), None, None, kv, blk, self.cs, st.m[rr])
+        if self.scores is None:
+            kv = KVdd(np.ascontiguousarray(self.k[keys]), np.zeros((keys.size, 0)))  # scores
+            sc = dd_scores(np.ascontiguousarray(self.q[rr]), None, None, kv, blk, self.cs,
+                           st.m[rr])
+        else:
+            sc = self.scores(rr, keys, st.m[rr])
         wh, wl = t2_weights(sc.sh, sc.sl, sc.m, sc.notallowed)
         e_t = sc.e_t
         with np.errstate(over="ignore", invalid="ignore"):
@@ -360,14 +401,18 @@ class HeadTier2:
         x, ex = self._x(rr, keys)
         d = (self.st.Ddh[rr], self.st.Ddl[rr], self.st.Dde[rr])
         n = self.S if keys is None else keys.size
-        return _chain(p, x, d, self._live(blk, rr.size, n), blk.keep, self.fac), ex
+        ch = _chain(p, x, d, self._live(blk, rr.size, n), blk.keep, self.fac)
+        if self.factor is not None:
+            ch.s0 = _times_factor(ch, self.factor(rr, keys))
+            ch.ok = ch.ok and bool(np.all(np.isfinite(ch.s0[0]) & np.isfinite(ch.s0[2])))
+        return ch, ex
 
     def _col_product(self, ch: _Chain, rr: Arr, want: str, acc: DDSum) -> bool:
         """Add the rows ``rr`` of dSᵀ Q (want "dk") or Wᵀ dO ("dv") to ``acc`` (exact slice
         products of the double-double operands, proj_dd); False when a scaling was not
         exact."""
         bt = np.ascontiguousarray((self.q if want == "dk" else self.do)[rr].T)
-        h, lo, e = (ch.sh, ch.sl, ch.se) if want == "dk" else (ch.wh, ch.wl, ch.we)
+        h, lo, e = ch.ds0 if want == "dk" else (ch.wh, ch.wl, ch.we)
         th, tl, te, ex = proj_dd(np.ascontiguousarray(h.T), bt, None,
                                  x_lo=np.ascontiguousarray(lo.T), x_err=np.ascontiguousarray(e.T))
         acc.add(th, tl, te)
@@ -435,7 +480,8 @@ class HeadTier2:
             if want == "ds":
                 out_h[idx], out_l[idx], out_e[idx] = ch.sh, ch.sl, ch.se
             else:
-                gh, gl, ge, exq = proj_dd(ch.sh, kt, None, x_lo=ch.sl, x_err=ch.se)
+                s0h, s0l, s0e = ch.ds0
+                gh, gl, ge, exq = proj_dd(s0h, kt, None, x_lo=s0l, x_err=s0e)
                 out_h[idx], out_l[idx], out_e[idx] = scale_dd(gh, gl, ge, self.cs)
                 good_r = good_r & exq
             ok_out[idx] = good_r & np.all(np.isfinite(out_h[idx]) & np.isfinite(out_e[idx]), -1)

@@ -208,8 +208,10 @@ def decompose(fld: QField, const: Coef, terms: list[_Term]) -> Decomposition:
     for t in classes.values():
         if not t.n:
             continue
-        if len(t.z) == 1:
-            # one exponent (0 after the shift): a rational class, N/n^d
+        if len(t.z) == 1 and all(kk == fld.key_zero() for kk in t.n):
+            # one exponent (0 after the shift): a rational class, N/n^d (with the plain
+            # scores N's exponents are then all 0; a transformed problem's numerator can
+            # carry other factors, e.g. a softcap's sech², and stays a class)
             (n_only,) = t.z.values()
             den = Fraction(n_only) ** t.d
             for cf in t.n.values():  # every exponent is 0 here
@@ -405,8 +407,14 @@ class ExactProblem:
     def _live(self, i: int) -> bool:
         return bool(self.allowed[i].any()) and not bool(self.uniform[i])
 
+    def phi(self, i: int, j: int) -> Key | None:
+        """The factor ∂s_ij/∂(c q_i·k_j) as an exponent key, None when it is 1 (plain
+        scores; a transformed problem's softcap gives sech² of its argument)."""
+        return None
+
     def add_dq(self, acc: Accumulator, i: int, col: int, wt: Coef) -> None:
-        """dQ_il = c Σ_{g,h} (KP_gl n_h − K_gl P_h) e^{a_g + a_h} / Z²."""
+        """dQ_il = c Σ_{g,h} Φ_g (KP_gl n_h − K_gl P_h) e^{a_g + a_h} / Z² (Φ_g = 1 for
+        plain scores: the factor of :meth:`phi`, equal on a group)."""
         if not self._live(i) or _is_zero(wt):
             return
         fld = self.fld
@@ -416,20 +424,27 @@ class ExactProblem:
         kpg = {a: sum((self.k.frac(j, col) * row.dp[j] for j in js), _ZERO)
                for a, js in row.groups.items()}
         n: Poly = {}
-        for a in row.groups:
+        for a, ja in row.groups.items():
+            ph = self.phi(i, ja[0])
             for h, jh in row.groups.items():
                 val = kpg[a] * len(jh) - kg[a] * row.pg[h]
                 if val:
-                    _add_into(n, fld.key_add(a, h), fld.mul(scale, (val, _ZERO)))
+                    key = fld.key_add(a, h)
+                    _add_into(n, key if ph is None else fld.key_add(key, ph),
+                              fld.mul(scale, (val, _ZERO)))
         acc.add((id(self), i), n, row.z, 2)
 
-    def add_ds(self, acc: Accumulator, i: int, j: int, wt: Coef) -> None:
-        """dS_ij = e^{a_j} Σ_g (n_g dP_ij − P_g) e^{a_g} / Z²."""
+    def add_ds(self, acc: Accumulator, i: int, j: int, wt: Coef, factor: bool = False) -> None:
+        """dS_ij = e^{a_j} Σ_g (n_g dP_ij − P_g) e^{a_g} / Z² (times Φ_ij with ``factor``:
+        the gradient of the scores before the transform, as dQ and dK use it)."""
         if not self._live(i) or not self.allowed[i][j] or _is_zero(wt):
             return
         fld = self.fld
         row = self.row(i)
         aj = row.keys[j]
+        ph = self.phi(i, j) if factor else None
+        if ph is not None:
+            aj = fld.key_add(aj, ph)
         n: Poly = {}
         for a, val in row.ds_numerator(j).items():
             if val:
@@ -437,13 +452,13 @@ class ExactProblem:
         acc.add((id(self), i), n, row.z, 2)
 
     def add_dk(self, acc: Accumulator, j: int, col: int, wt: Coef) -> None:
-        """dK_jl = c Σ_i q_il dS_ij."""
+        """dK_jl = c Σ_i q_il Φ_ij dS_ij."""
         fld = self.fld
         scale = fld.mul(fld.c(), wt)
         for i in range(len(self.q.rows)):
             qil = self.q.frac(i, col)
             if qil:
-                self.add_ds(acc, i, j, fld.mul(scale, (qil, _ZERO)))
+                self.add_ds(acc, i, j, fld.mul(scale, (qil, _ZERO)), factor=True)
 
     def add_dv(self, acc: Accumulator, j: int, col: int, wt: Coef) -> None:
         """dV_jl = Σ_i f keep_ij dO_il P_ij (uniform rows: P_ij = 1/S)."""

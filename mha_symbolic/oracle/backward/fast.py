@@ -256,7 +256,8 @@ class HeadGrads:
     row_ok (L,): the row's forward bound held (its dq and ds are valid; rows with
     no allowed key count as valid, their gradients are 0); all_ok: every row held
     (dk, dv are valid).  live_k (S,): keys whose dS can be nonzero in some row;
-    live_v (S,): keys with a nonzero weight in some row."""
+    live_v (S,): keys with a nonzero weight in some row; live_rows (L,): rows whose dS
+    can be nonzero (not empty, not uniform, more than one allowed key)."""
 
     dq: Arr
     e_dq: Arr
@@ -273,6 +274,7 @@ class HeadGrads:
     has_key: Arr
     live_k: Arr
     live_v: Arr
+    live_rows: Arr | None = None
 
 
 def _scale_err(g: Arr, e_g: Arr, out: Arr, c_f: float, rho_c: float) -> Arr:
@@ -281,25 +283,48 @@ def _scale_err(g: Arr, e_g: Arr, out: Arr, c_f: float, rho_c: float) -> Arr:
             + ETA) * UP
 
 
+#: tier-1 hooks of a transformed score (softcap, inexact biases): ``weights(i0, i1,
+#: block)`` gives the forward's tier-1 result of rows i0:i1 (weights with a proved
+#: bound, output) in place of :func:`..fast.tier1_block` on q·k; ``factor(i0, i1)``
+#: the elementwise factor Φ = ∂s/∂(c q·k) with its bound (r, S) or None for 1.
+WeightsHook = Callable[[int, int, Block], Any]
+FactorHook = Callable[[int, int], "tuple[Arr, Arr] | None"]
+
+
 def tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Block],
                    c_f: float, rho_c: float, f_f: float = 1.0, rho_f: float = 0.0,
                    radii: Radii | None = None, want_ds: bool = False,
-                   chunk: int = BWD_CHUNK, key_block: int = KEY_BLOCK) -> HeadGrads:
+                   chunk: int = BWD_CHUNK, key_block: int = KEY_BLOCK,
+                   weights: WeightsHook | None = None,
+                   factor: FactorHook | None = None) -> HeadGrads:
     """Gradients of one attention problem (q (L, E), k (S, E), v (S, Ev), grad_output
     do (L, Ev), exact doubles or approximations within ``radii``) with the score
     model ``block(rows)`` (masks, dropout keep-mask, uniform rows), the true scale
     within ``rho_c`` of ``c_f`` and the dropout factor 1/(1 − p) within ``rho_f`` of
     ``f_f``.  Rows without an allowed key (other than uniform ones) give zero
     gradients; the caller applies the nan/zero policies.  ``chunk`` (scores per row
-    block) and ``key_block`` (keys per BLAS sum) size the blocks."""
+    block) and ``key_block`` (keys per BLAS sum) size the blocks.  ``weights`` and
+    ``factor``: the hooks of a transformed score (above); ``ds`` (``want_ds``) is then
+    the gradient of the transformed scores, dQ and dK use Φ∘dS (step 6b)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         return _tier1_backward(q, k, v, do, block, c_f, rho_c, f_f, rho_f,
-                               radii or Radii(), want_ds, chunk, key_block)
+                               radii or Radii(), want_ds, chunk, key_block, weights, factor)
+
+
+def _apply_factor(ds: Arr, e_ds: Arr, phi: Arr, e_phi: Arr, g_q: float, g_r: float
+                  ) -> tuple[Arr, Arr, Arr, Arr]:
+    """Step (6b): dS⁰ = Φ∘dS with |Φ dS − fl(Φ~ dS~)| <= e_Φ(|dS~| + e_dS) + Φ~ e_dS +
+    u|dS⁰~| + η (Φ >= 0), and the terms e + g|dS⁰| of the dQ and dK bounds."""
+    ds0 = phi * ds
+    e0 = (e_phi * (np.abs(ds) + e_ds) + phi * e_ds + U * np.abs(ds0) + ETA) * UP
+    return ds0, e0, e0 + g_q * np.abs(ds0), e0 + g_r * np.abs(ds0)
 
 
 def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Block],
                     c_f: float, rho_c: float, f_f: float, rho_f: float, rad: Radii,
-                    want_ds: bool, chunk: int, key_block: int) -> HeadGrads:
+                    want_ds: bool, chunk: int, key_block: int,
+                    weights: WeightsHook | None = None,
+                    factor: FactorHook | None = None) -> HeadGrads:
     L, E = q.shape
     S, Ev = v.shape
     # (0) the forward's tier 1 per block: radii as row norms and column maxima
@@ -319,6 +344,7 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
     row_ok = np.ones(L, dtype=bool)
     has_key_all = np.zeros(L, dtype=bool)
     live_k = np.zeros(S, dtype=bool)
+    live_rows = np.zeros(L, dtype=bool)
     live_v = np.zeros(S, dtype=bool)
     acc_k, acc_v = BlockSum(), BlockSum()
     step = max(1, chunk // max(S, 1))
@@ -331,8 +357,11 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
         has_key_all[i0:i1] = has_key
         nodrop = Block(allowed, blk.madd, None, blk.uniform)
         qb = np.ascontiguousarray(q[i0:i1])
-        res = tier1_block(qb, None if qr_n is None else qr_n[i0:i1], kv, nodrop, c_f, rho_c,
-                          want_weights=True)
+        if weights is not None:
+            res = weights(i0, i1, nodrop)
+        else:
+            res = tier1_block(qb, None if qr_n is None else qr_n[i0:i1], kv, nodrop, c_f,
+                              rho_c, want_weights=True)
         assert res.p is not None and res.err_p is not None
         ok = res.ok | ~has_key
         row_ok[i0:i1] = ok
@@ -343,6 +372,12 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
         # keys whose dS can be nonzero: allowed, not on a uniform row (whose output does
         # not depend on the scores)
         live = (np.ones((r, S), dtype=bool) if allowed is None else allowed) & ~uni[:, None]
+        # a row with one allowed key has P = 1 exactly whatever its score, so D = dP and
+        # dS = 0 exactly (a causal mask's first row, a narrow window): no live key
+        single = live.sum(axis=-1) == 1
+        if single.any():
+            live &= ~single[:, None]
+        live_rows[i0:i1] = live.any(axis=-1)
         keep = blk.keep
         live_k |= live.any(axis=0)
         wk = (np.ones((r, S), dtype=bool) if allowed is None else allowed)
@@ -384,6 +419,9 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
             assert ds_all is not None and e_ds_all is not None
             ds_all[i0:i1] = ds
             e_ds_all[i0:i1] = np.where(live, e_ds + FLOOR, 0.0)
+        fac = None if factor is None else factor(i0, i1)
+        if fac is not None:
+            ds, e_ds, a_q, a_k = _apply_factor(ds, e_ds, fac[0], fac[1], g_q, gr)
 
         # (7) dV = Wᵀ dO, accumulated over row blocks: per block
         # (e_W + γ_r W~)ᵀ(|dO~| + dor) + W~ᵀ dor + rη
@@ -427,4 +465,4 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
     # FLOOR covers underflow inside the bound formulas (see the module docstring)
     return HeadGrads(dq, e_dq + FLOOR, dk, e_dk + FLOOR, dv, e_dv + FLOOR,
                      ds_all, e_ds_all,
-                     o, e_o, row_ok, all_ok, has_key_all, live_k, live_v)
+                     o, e_o, row_ok, all_ok, has_key_all, live_k, live_v, live_rows)
