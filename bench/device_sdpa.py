@@ -80,6 +80,15 @@ PLANS: dict[str, dict[str, Any]] = {
 # fp16: 5.9 s per head; compare_attention_backward: 2.2e-8 per MAC), rounded up.
 SEC_PER_MAC = {"fwd": 1.4e-8, "bwd": 2.6e-8}
 SEC_FIXED = {"fwd": 0.15, "bwd": 0.4}
+# Peak memory of one verdict (bytes): the forward oracle works in row blocks (about
+# 0.3 GB at L = S = 1024 ... 2048, E = 128); the backward one holds O(L·S) arrays per
+# head — measured 1.64 GB above the process's base at L = S = 2048, one head, fp16
+# (0.53 GB at 1024), i.e. about 400 bytes per score; rounded up.
+MEM_FIXED = {"fwd": 0.6e9, "bwd": 0.6e9}
+MEM_PER_SCORE = {"fwd": 0.0, "bwd": 450.0}
+# Square backward cases beyond this many scores per head are not in the plans
+# (L = S = 8192 would need ~30 GB per verdict; 4096 ~8 GB is kept).
+MAX_BWD_SCORES = 4096 * 4096
 
 
 # --------------------------------------------------------------------------------------
@@ -122,6 +131,17 @@ class Spec:
 def estimate(spec: Spec, direction: str) -> float:
     """Estimated CPU seconds of the oracle's verdict on one output of ``spec``."""
     return SEC_FIXED[direction] + SEC_PER_MAC[direction] * spec.macs
+
+
+def memory(spec: Spec, direction: str) -> float:
+    """Estimated peak bytes of the oracle's verdict on one output of ``spec``."""
+    return MEM_FIXED[direction] + MEM_PER_SCORE[direction] * spec.batch * spec.hq \
+        * spec.L * spec.S
+
+
+def judged_in(spec: Spec, direction: str) -> bool:
+    """Whether the plan judges ``spec`` in ``direction`` (see MAX_BWD_SCORES)."""
+    return direction == "fwd" or spec.L * spec.S <= MAX_BWD_SCORES
 
 
 def make_plan(sizes: tuple[int, ...], dims: tuple[int, ...], dtypes: tuple[str, ...],
@@ -214,6 +234,14 @@ def make_inputs(spec: Spec, device: str, seed: int) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------------------
 # Kernels
+
+
+def mem_budget_bytes() -> float:
+    """60 % of this machine's memory for the oracle's workers together."""
+    try:
+        return 0.6 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8e9
 
 
 class NotSupported(Exception):
@@ -447,7 +475,11 @@ def run(specs: list[Spec], device: str, backends: tuple[str, ...], directions: t
 
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
                                    initializer=_worker_init)
-    pending: dict[Future[dict[str, Any]], tuple[tuple[str, str, str], dict[str, Any]]] = {}
+    pending: dict[Future[dict[str, Any]], tuple[tuple[str, str, str], dict[str, Any],
+                                                float]] = {}
+    # verdicts wait here while the running ones' estimated memory leaves no room
+    held: list[tuple[dict[str, Any], tuple[str, str, str], dict[str, Any], float]] = []
+    mem_budget = mem_budget_bytes()
     n_done = [0]
 
     def record(key: tuple[str, str, str], info: dict[str, Any], r: dict[str, Any]) -> None:
@@ -467,20 +499,35 @@ def run(specs: list[Spec], device: str, backends: tuple[str, ...], directions: t
             row.errors += 1
             res.failures.append({**info, **r})
 
-    def drain(block: bool) -> None:
+    def release() -> None:
+        """Submit held verdicts, in order, while their memory fits (one always may)."""
+        assert pool is not None
+        while held:
+            busy = sum(m for _k, _i, m in pending.values())
+            if pending and busy + held[0][3] > mem_budget:
+                return
+            task, key, info, mem = held.pop(0)
+            pending[pool.submit(judge_task, task)] = (key, info, mem)
+
+    def collect(timeout: float | None) -> int:
         if not pending:
-            return
-        done, _ = wait(list(pending), timeout=None if block else 0,
-                       return_when=FIRST_COMPLETED)
+            return 0
+        done, _ = wait(list(pending), timeout=timeout, return_when=FIRST_COMPLETED)
         for f in done:
-            key, info = pending.pop(f)
-            record(key, info, f.result())
+            key, info, _mem = pending.pop(f)
+            try:
+                r = f.result()
+            except Exception as exc:  # a worker died (memory?): an error, never a pass
+                r = dict(verdict="error", message=f"worker: {type(exc).__name__}: {exc}")
+            record(key, info, r)
+        release()
+        return len(done)
 
     flex_name = "FLEX (compiled)" if device == "cuda" else "FLEX (eager)"
     t_dev = t_flex = 0.0
     for i, spec in enumerate(specs):
         if time.perf_counter() > deadline or (spec.flex and t_flex > flex_budget_s):
-            for direction in directions:
+            for direction in [d for d in directions if judged_in(spec, d)]:
                 for b in ([flex_name] if spec.flex else backends):
                     res.rows[(b, spec.dtype, direction)].not_judged_time += 1
             continue
@@ -489,7 +536,7 @@ def run(specs: list[Spec], device: str, backends: tuple[str, ...], directions: t
         arrays = {n: _np(x[n], n) for n in ("q", "k", "v", "do")}
         mask = None if x["mask"] is None else _np(x["mask"], "attn_mask")
         status: list[str] = []
-        for direction in directions:
+        for direction in [d for d in directions if judged_in(spec, d)]:
             up = torch.float64 if spec.dtype == "float32" else torch.float32
             ref_out, ref_g = _sdpa_call(x, spec, "MATH", direction, dtype=up)
             lp_out, lp_g = _sdpa_call(x, spec, "MATH", direction)
@@ -531,28 +578,27 @@ def run(specs: list[Spec], device: str, backends: tuple[str, ...], directions: t
                 elif pool is None:
                     record(key, info, judge_task(task))
                 else:
-                    pending[pool.submit(judge_task, task)] = (key, info)
+                    held.append((task, key, info, memory(spec, direction)))
+                    release()
                 status.append(f"{direction}:{backend[:5]}")
         t_dev += time.perf_counter() - t0
         if spec.flex:
             t_flex += time.perf_counter() - t0
         if pool is not None:
-            drain(block=False)
+            collect(0)
         if progress:
             el = time.perf_counter() - t_start
             print(f"[{el:6.0f} s] case {i + 1}/{len(specs)} {spec.label()}: "
-                  f"{' '.join(status)}; judged {n_done[0]}, queued {len(pending)}", flush=True)
+                  f"{' '.join(status)}; judged {n_done[0]}, queued "
+                  f"{len(pending) + len(held)}", flush=True)
     # the remaining verdicts, until the deadline
     while pending and time.perf_counter() < deadline:
-        done, _ = wait(list(pending), timeout=max(0.0, deadline - time.perf_counter()),
-                       return_when=FIRST_COMPLETED)
-        for f in done:
-            key, info = pending.pop(f)
-            record(key, info, f.result())
-        if progress and done:
+        if collect(max(0.0, deadline - time.perf_counter())) and progress:
             print(f"[{time.perf_counter() - t_start:6.0f} s] judged {n_done[0]}, "
-                  f"left {len(pending)}", flush=True)
-    for key, _info in pending.values():
+                  f"left {len(pending) + len(held)}", flush=True)
+    for key, _info, _mem in pending.values():
+        res.rows[key].not_judged_time += 1
+    for _task, key, _info, _mem in held:
         res.rows[key].not_judged_time += 1
     if pool is not None:
         procs = list(getattr(pool, "_processes", {}).values())
@@ -682,7 +728,7 @@ def plan_estimate(specs: list[Spec], backends: tuple[str, ...],
     n, total, big = 0, 0.0, 0.0
     for s in specs:
         per = 1 if s.flex else len(backends)
-        for d in directions:
+        for d in [d for d in directions if judged_in(s, d)]:
             e = estimate(s, d)
             n += per
             total += per * e

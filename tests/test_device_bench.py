@@ -47,6 +47,11 @@ def test_long_sequences_run_head_dim_128_causal_only() -> None:
     square = [s for s in specs if s.L == s.S]
     assert [(s.E, s.kind, s.hq) for s in square] == [(128, "causal", 1)]
     assert {s.L for s in specs} == {1, 8192} and all(s.E == 128 for s in specs)
+    # the backward oracle holds O(L·S) memory: L = S = 8192 forward only, 4096 both
+    assert not ds.judged_in(square[0], "bwd") and ds.judged_in(square[0], "fwd")
+    s4096 = ds.make_plan((4096,), (128,), ("float16",), ())[0]
+    assert (s4096.L, s4096.S) == (4096, 4096) and ds.judged_in(s4096, "bwd")
+    assert ds.memory(s4096, "bwd") > ds.memory(s4096, "fwd")
 
 
 def test_gpu_plan_estimate_fits_the_budget_on_16_workers() -> None:
@@ -122,6 +127,17 @@ def test_a_wrong_kernel_is_counted_as_failing(monkeypatch: pytest.MonkeyPatch) -
         assert r.judged == 2 and r.ours == 2
         assert r.flash2 == 2                   # their rule sees it too (lp is exact MATH)
     assert all(f["verdict"] == "fail" for f in res.failures)
+
+
+def test_worker_pool_one_verdict_at_a_time_when_memory_is_short(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ds, "mem_budget_bytes", lambda: 1.0)   # every verdict "too big"
+    specs = [s for s in _tiny(()) if s.L == s.S == 16 and s.kind in ("none", "bool")]
+    res = ds.run(specs, "cpu", ("MATH",), ("fwd", "bwd"), jobs=2, budget_s=600, seed=2,
+                 flex=False, progress=False)
+    for d in ("fwd", "bwd"):
+        r = res.rows[("MATH", "bfloat16", d)]
+        assert (r.cases, r.judged, r.ours, r.errors, r.not_judged_time) == (2, 2, 0, 0, 0)
 
 
 def test_spent_budget_reports_cases_as_not_judged_never_as_passed() -> None:
