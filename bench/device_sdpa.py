@@ -9,7 +9,7 @@ backend is forced in turn with ``torch.nn.attention.sdpa_kernel`` (FLASH_ATTENTI
 EFFICIENT_ATTENTION, CUDNN_ATTENTION, MATH on CUDA; FLASH_ATTENTION, i.e. the CPU
 flash kernel, and MATH on CPU; ``--backends`` to choose), plus FlexAttention
 (``torch.compile(flex_attention)`` on CUDA, eager on CPU) with a causal and a
-sliding-window ``mask_mod``.  A backend that refuses a case ("No viable backend",
+sliding-window ``mask_mod`` (window S/4).  A backend that refuses a case ("No viable backend",
 or any other exception at the call) is counted as *not supported*, never as a pass.
 
 The oracle reads the device tensors itself (``mha_symbolic.oracle.inputs``:
@@ -60,7 +60,6 @@ BACKENDS = {"cuda": ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"
 ALL_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 KINDS = ("none", "causal", "bool", "float", "gqa")
 FLEX_MASKS = ("causal", "sliding")
-SLIDING_WINDOW = 256
 # Plans: sequence lengths n give square (L = S = n) and decode (L = 1, S = n) shapes.
 # Lengths >= LONG are run for head dim 128 only, one head, causal (square) — the
 # oracle's CPU time grows as L·S·E; shorter ones in every mask kind.
@@ -196,14 +195,23 @@ class SlidingWindowMask:
         return f"SlidingWindowMask({self.window})"
 
 
-# one object per mask: torch.compile guards on the mask_mod's identity, so a fresh
-# object per case would recompile every time
-MASK_MODS: dict[str, Any] = {"causal": CausalMask(),
-                             "sliding": SlidingWindowMask(SLIDING_WINDOW)}
+# one object per mask and window: torch.compile guards on the mask_mod's identity, so
+# a fresh object per case would recompile every time
+_MASK_MODS: dict[tuple[str, int], Any] = {}
+
+
+def sliding_window(spec: Spec) -> int:
+    """The sliding window of a flex case: a quarter of its keys (so that it differs
+    from the causal mask), at least 1."""
+    return max(1, spec.S // 4)
 
 
 def mask_mod_of(spec: Spec) -> Any:
-    return MASK_MODS[spec.flex or ""]
+    key = (spec.flex or "", sliding_window(spec) if spec.flex == "sliding" else 0)
+    if key not in _MASK_MODS:
+        _MASK_MODS[key] = (CausalMask() if spec.flex == "causal"
+                           else SlidingWindowMask(key[1]))
+    return _MASK_MODS[key]
 
 
 def make_inputs(spec: Spec, device: str, seed: int) -> dict[str, Any]:

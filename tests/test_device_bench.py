@@ -70,6 +70,9 @@ def test_mask_mods_match_hand_loops() -> None:
         for j in range(S):
             assert causal[i, j] == (j <= i)
             assert sliding[i, j] == (j <= i and i - j < w)
+    flex = [s for s in ds.make_plan((), (64,), ("float16",), (64,)) if s.flex == "sliding"]
+    mm = ds.mask_mod_of(flex[0])
+    assert mm.window == 16 and ds.mask_mod_of(flex[0]) is mm   # S/4; one object (compile)
 
 
 def test_external_rules_by_hand() -> None:
