@@ -766,10 +766,22 @@ def main(argv: list[str], directions: tuple[str, ...], prog: str) -> Run | None:
               f"(torch {torch.__version__})")
     torch.manual_seed(a.seed)
     warnings.simplefilter("ignore")
+    flags: dict[str, Any] = {}
+    if a.device == "cuda":
+        # the references of torch5/flash2 run in fp32: no TF32 in them (torch's default
+        # too); the reduced-precision fp16/bf16 GEMM reductions stay as users get them
+        # (recorded: a MATH-backend alarm would be read against them)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        m = torch.backends.cuda.matmul
+        flags = {n: getattr(m, n, None) for n in (
+            "allow_tf32", "allow_fp16_reduced_precision_reduction",
+            "allow_bf16_reduced_precision_reduction")}
+        print(f"cuda matmul flags: {flags}", flush=True)
     res = run(specs, a.device, backends, directions, jobs=a.jobs, budget_s=budget,
               seed=a.seed, flex=flex, flex_budget_s=a.flex_budget_s)
     gpu = torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu"
     res.meta.update(argv=[prog, *argv], torch=torch.__version__, device_name=gpu,
+                    cuda_matmul_flags=flags,
                     load=_load(), jobs=a.jobs, budget_s=budget, estimate_cpu_s=total,
                     flex=("compiled" if a.device == "cuda" else "eager") if flex
                     else "not offered by this torch")
