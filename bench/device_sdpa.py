@@ -365,6 +365,7 @@ def judge_task(task: dict[str, Any]) -> dict[str, Any]:
 
     a, opts = task["arrays"], task["options"]
     t0 = time.process_time()
+    r: Any
     try:
         if task["direction"] == "fwd":
             r = compare_attention(a["out"], a["q"], a["k"], a["v"], **opts)
@@ -384,8 +385,8 @@ def judge_task(task: dict[str, Any]) -> dict[str, Any]:
     if not math.isfinite(ratio):
         return dict(verdict="error", message=f"worst error/tolerance {ratio}",
                     cpu_s=time.process_time() - t0)
-    out = dict(verdict="pass" if r.passed else "fail", ratio=ratio,
-               cpu_s=time.process_time() - t0)
+    out: dict[str, Any] = dict(verdict="pass" if r.passed else "fail", ratio=ratio,
+                               cpu_s=time.process_time() - t0)
     if not r.passed:
         out["diagnoses"] = [d.bug for d in r.diagnoses][:3]
         out["report"] = r.report()[:1500]
@@ -402,12 +403,16 @@ def _worker_init() -> None:
 
 @dataclass
 class Row:
+    """Counts of one (backend, dtype, direction): cases = not supported + judged +
+    refused + errors + not judged (time)."""
+
     cases: int = 0
     not_supported: int = 0
     judged: int = 0
     ours: int = 0
     refused: int = 0
     errors: int = 0
+    external: int = 0          # outputs judged by torch5 and flash2
     torch5: int = 0
     flash2: int = 0
     worst: float = 0.0
@@ -537,6 +542,7 @@ def run(specs: list[Spec], device: str, backends: tuple[str, ...], directions: t
         if time.perf_counter() > deadline or (spec.flex and t_flex > flex_budget_s):
             for direction in [d for d in directions if judged_in(spec, d)]:
                 for b in ([flex_name] if spec.flex else backends):
+                    res.rows[(b, spec.dtype, direction)].cases += 1
                     res.rows[(b, spec.dtype, direction)].not_judged_time += 1
             continue
         t0 = time.perf_counter()
@@ -548,8 +554,12 @@ def run(specs: list[Spec], device: str, backends: tuple[str, ...], directions: t
             up = torch.float64 if spec.dtype == "float32" else torch.float32
             ref_out, ref_g = _sdpa_call(x, spec, "MATH", direction, dtype=up)
             lp_out, lp_g = _sdpa_call(x, spec, "MATH", direction)
-            ref = _f64(ref_out, "ref") if direction == "fwd" else [_f64(g, "ref") for g in ref_g]
-            lp = _f64(lp_out, "lp") if direction == "fwd" else [_f64(g, "lp") for g in lp_g]
+            ref: Any = _f64(ref_out, "ref")
+            lp: Any = _f64(lp_out, "lp")
+            if direction == "bwd":
+                assert ref_g is not None and lp_g is not None
+                ref = [_f64(g, "ref") for g in ref_g]
+                lp = [_f64(g, "lp") for g in lp_g]
             for backend in ([flex_name] if spec.flex else backends):
                 key = (backend, spec.dtype, direction)
                 row = res.rows[key]
@@ -571,6 +581,7 @@ def run(specs: list[Spec], device: str, backends: tuple[str, ...], directions: t
                     a = {**arrays, **{n: _np(g, n) for g, n in
                                       zip(grads, ("dq", "dk", "dv"), strict=True)}}
                 t5, f2 = _external(direction, got, ref, lp, spec.dtype)
+                row.external += 1
                 row.torch5 += not t5
                 row.flash2 += not f2
                 opts: dict[str, Any] = dict(is_causal=spec.causal, enable_gqa=spec.gqa)
@@ -614,6 +625,8 @@ def run(specs: list[Spec], device: str, backends: tuple[str, ...], directions: t
         for p in procs:                        # workers still judging past the deadline
             if p.is_alive():
                 p.terminate()
+        for p in procs:
+            p.join(timeout=10)
     res.meta.update(wall_s=time.perf_counter() - t_start, device_s=t_dev, flex_s=t_flex)
     return res
 
@@ -632,7 +645,7 @@ def table(res: Run) -> str:
     order = {b: i for i, b in enumerate((*ALL_BACKENDS, "FLEX (compiled)", "FLEX (eager)"))}
     for key in sorted(res.rows, key=lambda k: (k[2] != "fwd", order.get(k[0], 99), k[1])):
         r = res.rows[key]
-        judged_ext = r.cases - r.not_supported
+        judged_ext = r.external
         cells = [*key, r.cases, r.not_supported, r.judged, r.ours,
                  f"{r.refused}/{r.errors}", f"{r.torch5} of {judged_ext}",
                  f"{r.flash2} of {judged_ext}", f"{r.worst:.3f}", r.not_judged_time]

@@ -129,7 +129,7 @@ def main(argv: list[str]) -> int:
     out = Path(own.out)
     out.mkdir(parents=True, exist_ok=True)
     log = (out / "gpu_check.log").open("w")
-    sys.stdout = _Tee(sys.__stdout__, log)  # type: ignore[assignment]
+    sys.stdout = _Tee(sys.__stdout__ or sys.stdout, log)
     print(_environment(out, own.device), flush=True)
     t0 = time.perf_counter()
     factor = _calibrate()
