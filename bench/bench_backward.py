@@ -411,9 +411,9 @@ def _load() -> str:
 def main() -> None:
     if any(a == "--device" or a.startswith("--device=") for a in sys.argv[1:]):
         sys.path.insert(0, str(ROOT / "bench"))
-        import device_sdpa  # issue 17: real kernels on a device, backward
+        import device_cli  # issue 17: real kernels on a device, backward
 
-        device_sdpa.main(sys.argv[1:], ("bwd",), "bench_backward.py")
+        device_cli.main(sys.argv[1:], ("bwd",), "bench_backward.py")
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=20)

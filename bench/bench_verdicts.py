@@ -496,9 +496,9 @@ def _load() -> str:
 
 def main() -> None:
     if any(a == "--device" or a.startswith("--device=") for a in sys.argv[1:]):
-        import device_sdpa  # issue 17: real kernels on a device, forward
+        import device_cli  # issue 17: real kernels on a device, forward
 
-        device_sdpa.main(sys.argv[1:], ("fwd",), "bench_verdicts.py")
+        device_cli.main(sys.argv[1:], ("fwd",), "bench_verdicts.py")
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--full", action="store_true", help="the recorded run (longer)")

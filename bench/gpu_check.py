@@ -117,13 +117,13 @@ def main(argv: list[str]) -> int:
     own, rest = ap.parse_known_args(argv)
     bench_args = ["--device", own.device, "--jobs", str(own.jobs),
                   *(["--quick"] if own.quick else []), *rest]
-    import device_sdpa as ds
+    import device_cli as dc
 
-    a = ds.parser("gpu_check.py").parse_args(bench_args)
-    specs, backends, budget, _ = ds.configure(a)
+    a = dc.parser("gpu_check.py").parse_args(bench_args)
+    specs, backends, budget, _ = dc.configure(a)
     directions = ("fwd", "bwd")
     if own.estimate_only:
-        ds.main([*bench_args, "--estimate-only"], directions, "gpu_check.py")
+        dc.main([*bench_args, "--estimate-only"], directions, "gpu_check.py")
         return 0
     _check_packages()
     out = Path(own.out)
@@ -134,22 +134,22 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     factor = _calibrate()
     sizes = sorted({s.S for s in specs if not s.flex})
-    _, total, big = ds.plan_estimate(specs, backends, directions)
+    _, total, big = dc.plan_estimate(specs, backends, directions)
     print(f"calibration: this machine runs the oracle at {factor:.2f}x the plan's "
           f"estimate ({time.perf_counter() - t0:.1f} s)", flush=True)
     # drop the longest lengths until the estimate fits 80 % of the budget
     while len(sizes) > 1 and max(total * factor / own.jobs, big * factor) > 0.8 * budget:
         dropped = sizes.pop()
-        a = ds.parser("gpu_check.py").parse_args([*bench_args, "--sizes",
+        a = dc.parser("gpu_check.py").parse_args([*bench_args, "--sizes",
                                                   ",".join(map(str, sizes))])
-        specs, backends, budget, _ = ds.configure(a)
-        _, total, big = ds.plan_estimate(specs, backends, directions)
+        specs, backends, budget, _ = dc.configure(a)
+        _, total, big = dc.plan_estimate(specs, backends, directions)
         print(f"estimate over budget: length {dropped} dropped", flush=True)
     if "--sizes" not in bench_args:
         bench_args += ["--sizes", ",".join(map(str, sizes))]
     print(f"estimated oracle wall: {max(total * factor / own.jobs, big * factor):.0f} s on "
           f"{own.jobs} workers, budget {budget:.0f} s", flush=True)
-    res = ds.main([*bench_args, "--json", str(out / "gpu_check.json")], directions,
+    res = dc.main([*bench_args, "--json", str(out / "gpu_check.json")], directions,
                   "gpu_check.py")
     assert res is not None
     md = [f"# gpu_check ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
@@ -157,7 +157,7 @@ def main(argv: list[str]) -> int:
           f"device: {res.meta.get('device_name')}; torch {res.meta.get('torch')}; "
           f"FlexAttention {res.meta.get('flex')}; jobs {own.jobs}; wall "
           f"{res.meta['wall_s']:.0f} s; device read check {res.meta['device_read_check']}",
-          "", ds.table(res), ""]
+          "", dc.table(res), ""]
     bad = list(res.failures)
     for f in bad:
         md.append(f"- {f['verdict']}: {f['backend']} {f['direction']} {f['case']}: "

@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
+import device_cli as dc  # noqa: E402
 import device_sdpa as ds  # noqa: E402
 from external_rules import flash2, torch5  # noqa: E402
 
@@ -55,8 +56,8 @@ def test_long_sequences_run_head_dim_128_causal_only() -> None:
 
 
 def test_gpu_plan_estimate_fits_the_budget_on_16_workers() -> None:
-    specs, backends, budget, _ = ds.configure(ds.parser("t").parse_args(["--device", "cuda"]))
-    n, total, big = ds.plan_estimate(specs, backends, ("fwd", "bwd"))
+    specs, backends, budget, _ = dc.configure(dc.parser("t").parse_args(["--device", "cuda"]))
+    n, total, big = dc.plan_estimate(specs, backends, ("fwd", "bwd"))
     assert n > 500 and budget <= 480
     assert max(total / 16, big) < budget
 
@@ -106,7 +107,7 @@ def test_tiny_cpu_run_counts_refusals_and_has_no_false_alarm() -> None:
     assert (fwd.cases, fwd.judged, fwd.ours) == (2, 2, 0)
     bwd = res.rows[("FLEX (eager)", "bfloat16", "bwd")]     # no flex backward on CPU
     assert bwd.cases == 2 and bwd.judged + bwd.not_supported == 2
-    assert "FLASH_ATTENTION" in ds.table(res) and ds.to_json(res)["rows"]
+    assert "FLASH_ATTENTION" in dc.table(res) and dc.to_json(res)["rows"]
 
 
 def test_a_wrong_kernel_is_counted_as_failing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,7 +158,7 @@ def test_spent_budget_reports_cases_as_not_judged_never_as_passed() -> None:
 def test_bad_options_exit_2_with_one_line(bad: list[str],
                                           capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        ds.configure(ds.parser("t").parse_args(["--device", "cpu", *bad]))
+        dc.configure(dc.parser("t").parse_args(["--device", "cpu", *bad]))
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
