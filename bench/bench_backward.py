@@ -2,6 +2,9 @@
 
     python bench/bench_backward.py [--cases N] [--seed S] [--skip-speed] [--only SECTION]
                                    [--speed-repeats N] [--no-growth]
+    python bench/bench_backward.py --device {cpu,cuda} [--quick] [--sizes ...] [--jobs N]
+        (issue 17: each SDPA backend forced in turn and FlexAttention on the device,
+        gradients judged; bench/device_sdpa.py)
 
 Sections (bench/RESULTS.md, "Issue 12"):
 
@@ -406,6 +409,12 @@ def _load() -> str:
 
 
 def main() -> None:
+    if any(a == "--device" or a.startswith("--device=") for a in sys.argv[1:]):
+        sys.path.insert(0, str(ROOT / "bench"))
+        import device_cli  # issue 17: real kernels on a device, backward
+
+        device_cli.main(sys.argv[1:], ("bwd",), "bench_backward.py")
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=20)
     ap.add_argument("--seed", type=int, default=12)

@@ -4,6 +4,10 @@ FlashAttention's and ROCm hipDNN's rules.
 
     python bench/bench_verdicts.py            # a few minutes
     python bench/bench_verdicts.py --full     # the recorded run (bench/RESULTS.md)
+    python bench/bench_verdicts.py --device {cpu,cuda} [--quick] [--sizes ...] [--jobs N]
+                                              # issue 17: each SDPA backend forced in
+                                              # turn and FlexAttention, on the device
+                                              # (bench/device_sdpa.py; --help there)
 
 Sections:
 
@@ -62,6 +66,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import bugs_catalog as bc  # noqa: E402
+from external_rules import flash2, torch5  # noqa: E402
 
 from mha_symbolic import ToleranceError, compare_attention, reference_attention  # noqa: E402
 from mha_symbolic.testing.tolerance import format_of, unit_roundoff  # noqa: E402
@@ -78,8 +83,6 @@ try:
 except ImportError:  # pragma: no cover
     jax = None
 
-DEFAULT_ATOL = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-3}
-DEFAULT_RTOL = {"float32": 1.3e-6, "float16": 1e-3, "bfloat16": 1.6e-2}
 RULES = ("ours", "worst", "flash", "torch5", "flash2", "rocm")
 
 
@@ -166,30 +169,6 @@ def upcast_refs(case: bc.Case) -> tuple[np.ndarray, np.ndarray] | None:
 
 # --------------------------------------------------------------------------------------
 # The external rules
-
-
-def torch5(out: np.ndarray, ref: np.ndarray, lp: np.ndarray, dtype: str) -> bool:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        atol = float(np.nanmax(np.abs(ref - lp), initial=0.0))
-        rel = np.abs((ref - lp) / ref)
-        rel = np.where(np.isnan(rel), DEFAULT_RTOL[dtype], rel)
-        rtol = float(np.nanmax(rel, initial=0.0))
-    atol = 5 * max(atol, DEFAULT_ATOL[dtype])
-    rtol = 5 * max(rtol, DEFAULT_RTOL[dtype])
-    if rtol > 1e30:
-        rtol = DEFAULT_RTOL[dtype]
-    with np.errstate(invalid="ignore"):
-        ok = np.abs(out - ref) <= atol + rtol * np.abs(ref)
-    return bool(np.all(ok | (np.isnan(out) & np.isnan(ref))))
-
-
-def flash2(out: np.ndarray, ref: np.ndarray, lp: np.ndarray) -> bool:
-    if np.any(np.isnan(out) != np.isnan(ref)):
-        return False
-    with np.errstate(invalid="ignore"):
-        a = float(np.nanmax(np.abs(out - ref), initial=0.0))
-        b = float(np.nanmax(np.abs(lp - ref), initial=0.0))
-    return a <= 2 * b
 
 
 def _rocm_gamma(n: int, u: float) -> float:
@@ -516,6 +495,11 @@ def _load() -> str:
 
 
 def main() -> None:
+    if any(a == "--device" or a.startswith("--device=") for a in sys.argv[1:]):
+        import device_cli  # issue 17: real kernels on a device, forward
+
+        device_cli.main(sys.argv[1:], ("fwd",), "bench_verdicts.py")
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--full", action="store_true", help="the recorded run (longer)")
     ap.add_argument("--quick", action="store_true", help="the default: a few minutes")

@@ -7,6 +7,7 @@ converted through its own methods.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -27,10 +28,28 @@ def is_float_dtype(dtype: np.dtype[Any]) -> bool:
     return dtype.name in _FLOAT_NAMES
 
 
+def _is_torch_tensor(x: Any) -> bool:
+    """A torch tensor: torch's own classes by module name, subclasses (wrappers,
+    parameters, user subclasses) by isinstance when torch is already imported —
+    never importing torch here."""
+    if (type(x).__module__ or "").startswith("torch"):
+        return True
+    torch = sys.modules.get("torch")
+    tensor = getattr(torch, "Tensor", None)
+    return isinstance(tensor, type) and isinstance(x, tensor)
+
+
 def _from_torch(x: Any, name: str) -> np.ndarray[Any, Any]:
+    """A tensor on any device as numpy, exactly: ``.detach()`` (no autograd),
+    ``.cpu()`` *before* any numpy conversion (a CUDA tensor has no numpy view; the
+    device-to-host copy is bitwise), the lazy negation/conjugation bits resolved
+    (exact: a sign flip), then numpy; bfloat16 and fp8 through float32."""
     t = x.detach()
     if getattr(t, "is_complex", lambda: False)():
         raise SpecError(f"{name}.dtype={t.dtype}: complex tensors are not supported")
+    t = t.cpu()
+    if hasattr(t, "resolve_neg"):
+        t = t.resolve_neg()
     name = str(t.dtype).removeprefix("torch.")
     if name in _VIA_FLOAT32:
         import ml_dtypes
@@ -38,15 +57,16 @@ def _from_torch(x: Any, name: str) -> np.ndarray[Any, Any]:
         # bf16/fp8 -> fp32 is exact (fp32 has the wider exponent range and more
         # significand bits), and fp32 -> the same format of a value that came from
         # it is exact too.
-        return np.asarray(t.cpu().float().numpy()).astype(getattr(ml_dtypes, name))
-    return np.asarray(t.cpu().numpy())
+        return np.asarray(t.float().numpy()).astype(getattr(ml_dtypes, name))
+    return np.asarray(t.numpy())
 
 
 def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
     """``x`` as a numpy array holding exactly the same numbers.
 
     numpy arrays (ml_dtypes.bfloat16 included) keep their dtype; torch tensors
-    go through ``.detach().cpu()`` (bfloat16 through an exact float32 step);
+    on any device (CUDA included) go through ``.detach().cpu()`` before numpy
+    (bfloat16 and fp8 through an exact float32 step; subclasses included);
     jax arrays through ``np.asarray``; nested lists and Python scalars become
     float64 (a Python float is a double, so this is exact; an integer must be
     exactly representable). Bool arrays are returned as bool (for masks).
@@ -55,7 +75,7 @@ def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
     dtype('float64')
     """
     module = type(x).__module__ or ""
-    if module.startswith("torch"):
+    if _is_torch_tensor(x):
         arr = _from_torch(x, name)
     elif module.startswith(("jax", "jaxlib")):
         arr = np.asarray(x)
