@@ -68,21 +68,23 @@ def cross_check(rng: random.Random) -> CrossCheck:
         for scores, values in cases:
             size = len(scores)
             w = arb_softmax(scores)
-            chk.holds(f"n={size}: every weight > 0", all(x > 0 for x in w),
-                      f"smallest {min(w, key=lambda x: float(x.mid())).str(6)}")
-            chk.agree(f"n={size}: weights sum to 1", sum(w, arb(0)), 1)
+            chk.holds(r"every $w_i > 0$", all(x > 0 for x in w),
+                      f"smallest {min(w, key=lambda x: float(x.mid())).str(6)}",
+                      case={"n": size})
+            chk.agree(r"$\sum_i w_i = 1$", sum(w, arb(0)), 1, case={"n": size})
             for col in range(len(values[0])):
                 column = [row[col] for row in values]
                 o = arb_dot(w, column)
                 lo = min(arb(x).mid() for x in column)
                 hi = max(arb(x).mid() for x in column)
                 if lo == hi:  # one value (n = 1) or all equal: the output is that value
-                    chk.agree(f"n={size}, column {col + 1}: o = the common value", o, lo)
+                    chk.agree(r"$o = v_1$ when all values are equal", o, lo,
+                              case={"n": size})
                 else:  # positive weights on unequal values: strictly inside
-                    chk.holds(f"n={size}, column {col + 1}: min < o < max",
+                    chk.holds(r"$\min_j v_j < o < \max_j v_j$ (unequal values)",
                               bool(o > lo) and bool(o < hi),
                               f"{lo.str(8, radius=False)} < {o.str(10)} < "
-                              f"{hi.str(8, radius=False)}")
+                              f"{hi.str(8, radius=False)}", case={"n": size})
     return chk
 
 
