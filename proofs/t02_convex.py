@@ -20,8 +20,8 @@ from ._common import arb_dot, arb_precision, arb_softmax, i, j, l, n, random_sco
 
 a = sp.IndexedBase("a", nonnegative=True)  # a_j = v_j - min_l v_l
 b = sp.IndexedBase("b", nonnegative=True)  # b_j = max_l v_l - v_j
-m = sp.Symbol("m", real=True)
-M = sp.Symbol("M", real=True)
+m = sp.Symbol("v_min", real=True)  # min_l v_l
+M = sp.Symbol("v_max", real=True)  # max_l v_l
 W = sp.Symbol("w_j")
 
 
@@ -36,14 +36,14 @@ def prove() -> Derivation:
     d.sign(w_i, ">", "positive over positive")
     d.identity(sp.Sum(w_i, (i, 1, n)), 1, "the denominator does not depend on $i$")
     # convex hull, lower side: v_j = m + a_j with m = min_l v_l, a_j >= 0
-    d.define("v_j", m + a[j], "$m = \\min_l v_l$, $a_j = v_j - m \\ge 0$")
+    d.define("v_j", m + a[j], "$v_{\\min} = \\min_l v_l$, $a_j = v_j - v_{\\min} \\ge 0$")
     out_lo = sp.Sum(w_j * (m + a[j]), (j, 1, n))
     d.identity(out_lo, m + sp.Sum(w_j * a[j], (j, 1, n)), "linearity, and $\\sum_j w_j = 1$",
                show=(sp.Sum(W * sp.Symbol("v_j"), (j, 1, n)), m + sp.Sum(W * a[j], (j, 1, n))))
     d.sign(sp.Sum(w_j * a[j], (j, 1, n)), ">=", "a sum of products $w_j a_j \\ge 0$",
            show=sp.Sum(W * a[j], (j, 1, n)))
     # upper side: v_j = M - b_j with M = max_l v_l, b_j >= 0
-    d.define("v_j", M - b[j], "$M = \\max_l v_l$, $b_j = M - v_j \\ge 0$")
+    d.define("v_j", M - b[j], "$v_{\\max} = \\max_l v_l$, $b_j = v_{\\max} - v_j \\ge 0$")
     out_hi = sp.Sum(w_j * (M - b[j]), (j, 1, n))
     d.identity(out_hi, M - sp.Sum(w_j * b[j], (j, 1, n)), "linearity, and $\\sum_j w_j = 1$",
                show=(sp.Sum(W * sp.Symbol("v_j"), (j, 1, n)), M - sp.Sum(W * b[j], (j, 1, n))))

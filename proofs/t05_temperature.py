@@ -64,7 +64,8 @@ def prove() -> Derivation:
                "weight of a lower key, $i > r$", show=(r"w_i(\beta)",
                                                     sp.exp(-beta * g[i]) / (r + Fsum)))
     d.define("F", Fsum, "$F \\ge 0$")
-    d.identity(1 / r - 1 / (r + F), F / (r * (r + F)), "distance of a tied weight from $1/r$")
+    d.identity(1 / r - 1 / (r + F), F / (r * (r + F)), "distance of a tied weight from $1/r$",
+               show=(r"\frac{1}{r} - \frac{1}{r + F}", F / (r * (r + F))))
     d.inequality(F / (r * (r + F)), "<=", F / r**2, "$r + F \\ge r$")
     d.fact(r"F \le (n - r)\, e^{-\beta\gamma},\quad \gamma = \min_{j > r} g_j",
            "exp is increasing")

@@ -44,12 +44,12 @@ def prove() -> Derivation:
                "a visible key's weight is the softmax over the visible keys",
                show=(r"w_i\ (i \le u)", sp.exp(s[i]) / visible))
     # finite sentinel -L
-    cs = sp.Symbol("c", real=True)  # s_j - s_{i*} for a visible key i*
+    sj, si = sp.Symbol("s_j", real=True), sp.Symbol(r"s_{i^*}", real=True)  # i* visible
     d.fact(r"w_j = \frac{e^{s_j - \Lambda}}{\sum_{l} e^{s_l + b_l}} \le e^{s_j - \Lambda - s_{i^*}}"
            r"\ \ (i^* \text{ visible})",
            "with $b_j = -\\Lambda$ the denominator exceeds $e^{s_{i^*}}$")
-    d.sign(sp.exp(cs - L), ">", "but a finite sentinel leaves a positive weight")
-    d.limit(sp.exp(cs - L), L, sp.oo, 0, "that vanishes only as $\\Lambda \\to \\infty$")
+    d.sign(sp.exp(sj - L - si), ">", "but a finite sentinel leaves a positive weight")
+    d.limit(sp.exp(sj - L - si), L, sp.oo, 0, "that vanishes only as $\\Lambda \\to \\infty$")
     d.conclude(r"with $b_j = -\infty$ a masked key's weight is exactly $0$ and the visible "
                r"weights are $\mathrm{softmax}$ of the visible scores alone, for all "
                r"$1 \le u < n$; a finite sentinel $-\Lambda$ leaves the masked key a weight in "

@@ -95,9 +95,9 @@ def cross_check(rng: random.Random) -> CrossCheck:
                              d_k="d_k", d_v="d_v")
     for key, (rows, cols) in shapes.items():
         got = table[key].shape
-        chk.holds(f"mha_symbolic.exact.shapes agrees on the {key}: "
-                  f"${_txt((rows, cols))}$",
-                  _same(rows, got.rows) and _same(cols, got.cols), f"library: {got}")
+        chk.holds("mha_symbolic.exact.shapes derives the same shape, symbolically",
+                  _same(rows, got.rows) and _same(cols, got.cols), f"{key}: library {got}",
+                  case={"Intermediate": key})
     with arb_precision(128):
         for _ in range(4):
             sizes = {nq: rng.randint(1, 5), nk: rng.randint(1, 6), h: rng.randint(1, 3),

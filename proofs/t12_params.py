@@ -118,7 +118,7 @@ def cross_check(rng: random.Random) -> CrossCheck:
             got = sum(p.numel() for p in torch.nn.MultiheadAttention(512, 8, bias=bias)
                       .parameters())
             chk.agree(torch_claim, got, 4 * 512**2 + (4 * 512 if bias else 0),
-                      case={"Example": "I", "bias": int(bias)})
+                      case={"Example": "I", "Bias": "yes" if bias else "no"})
     for _ in range(4):
         heads = rng.randint(1, 6)
         kv = rng.choice([x for x in range(1, heads + 1) if heads % x == 0])
@@ -131,7 +131,7 @@ def cross_check(rng: random.Random) -> CrossCheck:
             + heads * width * d_model
         biases = (heads * width + 2 * kv * width + d_model) if bias else 0
         cs = {r"d_{\mathrm{model}}": d_model, "h": heads, "g": kv, r"\mathrm{kdim}": kd,
-              r"\mathrm{vdim}": vd, "bias": int(bias)}
+              r"\mathrm{vdim}": vd, "Bias": "yes" if bias else "no"}
         chk.agree(r"entries counted one by one $=$ the formula", built, weights + biases,
                   case=cs)
         lib = parameter_count(d_model=d_model, heads=heads, kv_heads=kv, kdim=kd, vdim=vd,

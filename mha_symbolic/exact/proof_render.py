@@ -297,7 +297,7 @@ def _range_text(key: str, value: str) -> str:
     (``Example``) -> ``Example D``."""
     name = plain_text(key)
     if _is_word(key):
-        return f"{name} {value}"
+        return f"{name} {value}" if key == "Example" else f"{name}: {value}"
     if ".." in value:
         lo, hi = value.split("..")
         return f"{lo} ≤ {name} ≤ {hi}"
@@ -309,7 +309,8 @@ def range_latex(key: str, value: str) -> str:
     from .._latex import latex_escape
 
     if _is_word(key):
-        return f"{latex_escape(key)} {latex_escape(value)}"
+        sep = " " if key == "Example" else ": "
+        return f"{latex_escape(key)}{sep}{latex_escape(value)}"
     if ".." in value and re.fullmatch(r"-?\d+(/\d+)?\.\.-?\d+(/\d+)?", value):
         lo, hi = value.split("..")
         return f"${_rational_latex(lo)} \\le {key} \\le {_rational_latex(hi)}$"
@@ -336,8 +337,9 @@ def _result_latex(group: CheckGroup) -> str:
     return group.result_text()
 
 
-def checks_latex(records: Sequence[CheckRecord], kind: str) -> str:
-    """The cross-checks of one theorem as a booktabs table."""
+def checks_latex(records: Sequence[CheckRecord], caption: str = "") -> str:
+    """The cross-checks of one theorem as a booktabs table; ``caption`` (LaTeX) is set
+    as the table's first row, so that it never stays behind at the foot of a page."""
     from .._latex import latex_text
 
     rows = []
@@ -348,8 +350,10 @@ def checks_latex(records: Sequence[CheckRecord], kind: str) -> str:
     head = (r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.40\linewidth} r "
             r">{\raggedright\arraybackslash}p{0.25\linewidth} "
             r">{\raggedright\arraybackslash}p{0.21\linewidth}@{}}")
+    top = ([rf"\multicolumn{{4}}{{@{{}}p{{0.9\linewidth}}}}{{\normalsize {caption}}} \\[0.5ex]"]
+           if caption else [])
     return "\n".join([
-        r"\begin{center}\small", head, r"\toprule",
+        r"\begin{center}\small", head, *top, r"\toprule",
         r"claim checked & cases & range & result \\", r"\midrule", *rows,
         r"\bottomrule", r"\end{tabular}\end{center}"])
 
@@ -533,9 +537,8 @@ def result_latex(r: ProofResult) -> str:
         skipped = sum(1 for c in r.checks if c.status == "skipped")
         note = (f" ({skipped} skipped: {'it' if skipped == 1 else 'they'} could not run "
                 "here and count as neither passed nor failed)" if skipped else "")
-        out.append(f"\\textit{{Numerical cross-check}} ({latex_escape(_kind_of(r.method))})"
-                   f"{note}.")
-        out.append(checks_latex(r.checks, r.method))
+        out.append(checks_latex(r.checks, f"\\textit{{Numerical cross-check}} "
+                                          f"({latex_escape(_kind_of(r.method))}){note}."))
     if r.message:
         out.append(f"\\textbf{{{latex_escape(r.status)}:}} {latex_escape(r.message)}")
     return "\n".join(out) + "\n"
@@ -560,6 +563,8 @@ NOTATION: tuple[tuple[str, str], ...] = (
     (r"$s_{\max} = \max_j s_j$", r"the largest score (when several keys share it)"),
     (r"$\beta \ge 0$", r"a factor multiplying every score (an inverse temperature; "
      r"$1/\sqrt{d_k}$ is one)"),
+    (r"$c$", r"a real constant: the common score (Theorem 1), the shift of every score "
+     r"(Theorem 3)"),
     (r"$r$", r"the number of keys tied at the largest score"),
     (r"$u$", r"the number of keys a mask leaves visible"),
     # -- multi-head attention --
@@ -569,14 +574,12 @@ NOTATION: tuple[tuple[str, str], ...] = (
     (r"$X,\ W^Q_i, W^K_i, W^V_i,\ W^O$", r"token matrix, projections of head $i$, "
      r"output projection"),
     (r"$Q, K, V,\ P,\ O$", r"queries, keys, values, the weight matrix "
-     r"$\mathrm{softmax}(c\,QK^{\top})$ and the output $PV$ of one head"),
-    (r"$c$", r"the attention scale $1/\sqrt{d_k}$ (Theorem 14), or a constant "
-     r"added to every score (Theorems 1 and 3)"),
+     r"$P = \mathrm{softmax}(\beta\,QK^{\top})$ and the output $O = PV$ of one head"),
     (r"$\delta_{ik}$", r"Kronecker's delta"),
 )
 
 
-_NOTATION_SPLIT = 11  # rows of NOTATION about one row of scores; the rest: attention
+_NOTATION_SPLIT = 12  # rows of NOTATION about one row of scores; the rest: attention
 
 
 def _notation_table(rows: Sequence[tuple[str, str]], heading: str) -> list[str]:
