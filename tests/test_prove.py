@@ -450,6 +450,7 @@ def test_notation_is_defined_once_in_the_document(results: list[ProofResult]) ->
     assert doc.count(r"\section*{Notation}") == 1
     assert r"\usepackage{booktabs}" in doc
     assert "d_{model}" not in doc  # multi-letter subscripts upright everywhere
+    assert r"\textasciicircum" not in doc  # no raw ASCII math (x^2) in typeset text
 
 
 def test_repr_shows_a_table_not_a_dataclass_dump(results: list[ProofResult]) -> None:

@@ -127,6 +127,9 @@ def _printer_class() -> Any:
             tex = rf"\exp\left({arg}\right)" if _tall(arg) else f"e^{{{arg}}}"
             return str(self._do_exponent(tex, exp))
 
+        def _print_Transpose(self, expr: Any) -> str:
+            return str(super()._print_Transpose(expr)).replace("^{T}", r"^{\top}")
+
         def _print_Integer(self, expr: Any) -> str:
             return book_latex_number(int(expr))
 
@@ -510,6 +513,30 @@ def result_html(r: ProofResult) -> str:
     return "".join(parts)
 
 
+def _steps_latex(steps: Sequence[Any]) -> str:
+    """The steps in an ``align*``; stated facts are ``\\intertext`` lines inside it, but
+    those before the first or after the last equation are set as paragraphs outside
+    (an ``align*`` that starts or ends with ``\\intertext`` leaves an empty row)."""
+    lines = [s.latex() for s in steps]
+    first = next((k for k, s in enumerate(steps) if s.kind != "fact"), len(steps))
+    last = max((k for k, s in enumerate(steps) if s.kind != "fact"), default=-1)
+
+    def paragraph(line: str) -> str:  # \intertext{...} -> {... \par}
+        return line[len("\\intertext"):-1] + "\\par}"
+
+    out = [paragraph(x) for x in lines[:first]]
+    middle = lines[first:last + 1]
+    if middle:
+        # no line break is needed (nor allowed) right before an \intertext
+        body = "".join(
+            line + ("" if k + 1 == len(middle) or middle[k + 1].startswith("\\intertext")
+                    or line.startswith("\\intertext") else " \\\\") + "\n"
+            for k, line in enumerate(middle))
+        out += [r"\begin{align*}", body.rstrip("\n"), r"\end{align*}"]
+    out += [paragraph(x) for x in lines[last + 1:]] if middle else []
+    return "\n".join(out)
+
+
 def result_latex(r: ProofResult) -> str:
     """One proof as a LaTeX fragment: a ``\\section``, the statement, the aligned steps
     (each justification a tag at the right margin), the conclusion, the check table."""
@@ -521,15 +548,7 @@ def result_latex(r: ProofResult) -> str:
            f"\\textit{{Status:}} {latex_escape(r.status)}.", ""]
     if r.steps:
         out.append(r"\textit{Proof.}")
-        out.append(r"\begin{align*}")
-        lines = [s.latex() for s in r.steps]
-        # no line break is needed (nor allowed) right before an \intertext
-        body = "".join(
-            line + ("" if k + 1 == len(lines) or lines[k + 1].startswith("\\intertext")
-                    or line.startswith("\\intertext") else " \\\\") + "\n"
-            for k, line in enumerate(lines))
-        out.append(body.rstrip("\n"))
-        out.append(r"\end{align*}")
+        out.append(_steps_latex(r.steps))
     if r.conclusion:
         out.append(f"Hence {r.conclusion} \\hfill$\\square$")
         out.append("")
@@ -571,8 +590,9 @@ NOTATION: tuple[tuple[str, str], ...] = (
     (r"$n_q, n_k$", r"query and key lengths (cross-attention; $n_k = n$)"),
     (r"$d_{\mathrm{model}}, h$", r"model width and number of heads"),
     (r"$d_k, d_v$", r"query/key and value widths of one head"),
-    (r"$X,\ W^Q_i, W^K_i, W^V_i,\ W^O$", r"token matrix, projections of head $i$, "
-     r"output projection"),
+    (r"$X,\ X_{\mathrm{kv}}$", r"the query-side tokens, and the key/value-side tokens "
+     r"(cross-attention; $X_{\mathrm{kv}} = X$ for self-attention)"),
+    (r"$W^Q_i, W^K_i, W^V_i,\ W^O$", r"the projections of head $i$, the output projection"),
     (r"$Q, K, V,\ P,\ O$", r"queries, keys, values, the weight matrix "
      r"$P = \mathrm{softmax}(\beta\,QK^{\top})$ and the output $O = PV$ of one head"),
     (r"$\delta_{ik}$", r"Kronecker's delta"),
