@@ -437,7 +437,7 @@ def test_book_latex_conventions() -> None:
 
     dm, x = sp.Symbol("d_model"), sp.Symbol("x")
     assert book_latex(dm) == r"d_{\mathrm{model}}"
-    assert book_latex(sp.Symbol("kdim")) == r"\mathrm{kdim}"
+    assert book_latex(sp.Symbol("kdim")) == r"\operatorname{kdim}{}"  # {}: a + after it is binary
     assert book_latex(sp.Symbol("s_max")) == r"s_{\max}"
     assert book_latex(sp.exp(x / 2)) == r"\exp\left(\frac{x}{2}\right)"
     assert book_latex(sp.exp(-x)) == "e^{- x}"
@@ -549,6 +549,10 @@ def test_prove_pdf_bad_path_is_refused_before_any_proof(
     assert err.count("\n") == 1 and "does not exist" in err
     assert cli_module.main(["prove", "--pdf", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
+    assert cli_module.main(["prove", "--pdf", "-"]) == 2
+    assert "cannot go to standard output" in capsys.readouterr().err
+    assert cli_module.main(["prove", "--pdf", "a\x00b.pdf"]) == 2
+    assert "not a valid file name" in capsys.readouterr().err
 
 
 def test_prove_pdf_without_pdflatex_is_one_line_and_exit_2(

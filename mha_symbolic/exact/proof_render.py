@@ -4,7 +4,8 @@ and the text, Markdown and HTML tables of results.
 Conventions (those of a mathematics textbook, applied to everything SymPy renders):
 
 * a multi-letter subscript or name is upright: ``d_model`` prints as
-  :math:`d_{\mathrm{model}}`, ``kdim`` as :math:`\mathrm{kdim}`;
+  :math:`d_{\mathrm{model}}`, ``kdim`` as :math:`\operatorname{kdim}` (spaced from its
+  neighbours like ``\sin``, with ``{}`` after it so that a following ``+`` stays binary);
 * an exponent that holds a fraction or a sum is written with ``\exp``:
   :math:`\exp\left(\frac{x}{2}\right)` rather than a tiny ``e^{\frac{x}{2}}``;
 * integers of five digits or more are grouped by thin spaces, as siunitx does
@@ -118,8 +119,8 @@ def _printer_class() -> Any:
                 return rf"{m.group(1)}_{{\{m.group(2)}}}"
             if m and m.group(2) not in greek_letters_set:
                 return rf"{m.group(1)}_{{\mathrm{{{m.group(2)}}}}}"
-            if name in _UPRIGHT_NAMES:
-                return rf"\mathrm{{{name}}}"
+            if name in _UPRIGHT_NAMES:  # spaced like \sin: "d_k \operatorname{kdim}"
+                return rf"\operatorname{{{name}}}{{}}"  # {}: a "+" after it stays binary
             return str(super()._print_Symbol(expr, style))
 
         def _print_ExpBase(self, expr: Any, exp: Any = None) -> str:
@@ -633,14 +634,18 @@ def proofs_document(results: Sequence[ProofResult]) -> str:
         "marked \\textbf{[stated]}. Indexed sums run to a symbolic $n$, so an identity "
         "holds for every size. The numerical cross-checks use Arb balls or exact "
         "rationals at random points; each theorem's table gives, for every claim "
-        "checked, the number of cases, the range of their parameters and the largest "
-        f"certified difference. {latex_escape(held_phrase(held, len(results)).capitalize())}."
+        "checked, the number of cases, the range of their parameters and the result: "
+        "for an agreement of two computations, a bound on their difference $|\\Delta|$ "
+        "that Arb certifies for every case; a check that could not run is marked "
+        "\\textit{skipped} and counts as neither passed nor failed. "
+        f"{latex_escape(held_phrase(held, len(results)).capitalize())}."
     )
     table = [r"\begin{center}\small",
              r"\begin{tabular}{@{}rlll@{}}", r"\toprule",
              r"\# & theorem & method & status \\", r"\midrule"]
     for r in results:
-        table.append(f"{r.number} & {latex_escape(r.name)} & {latex_escape(r.method)} & "
+        table.append(f"{r.number} & \\texttt{{{latex_escape(r.name)}}} & "
+                     f"{latex_escape(r.method)} & "
                      f"{latex_escape(r.status)} \\\\")
     table += [r"\bottomrule", r"\end{tabular}\end{center}"]
     body = "\n".join([intro, "", notation_latex(), "", *table, ""]
