@@ -410,7 +410,7 @@ def test_certified_bound_exponent_is_never_too_small() -> None:
     # |difference| < 10^k must hold for the k printed; checked against exact arithmetic
     from fractions import Fraction
 
-    from mha_symbolic.exact.prove import _decimal_exponent_above
+    from mha_symbolic.exact.proof_checks import _decimal_exponent_above
 
     for num, den in ((1, 3), (1, 1000), (999, 1000), (1, 10**60), (7, 10**57), (10**5, 1)):
         k = _decimal_exponent_above(arb(fmpq(num, den)))
