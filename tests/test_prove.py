@@ -468,6 +468,12 @@ def test_repr_shows_a_table_not_a_dataclass_dump(results: list[ProofResult]) -> 
     assert "<table>" in one._repr_html_() and "| claim checked |" in one._repr_markdown_()
 
 
+def test_an_empty_report_prints_an_empty_table() -> None:
+    report = pv.ProofReport()
+    assert str(report).splitlines()[-1] == "0 of 0 theorems hold"
+    assert "<tbody></tbody>" in report._repr_html_()
+
+
 def test_repr_escapes_hostile_text() -> None:
     def prove() -> Derivation:
         raise ProofError("<script>alert(1)</script> | \x1b[31m")

@@ -385,9 +385,9 @@ def format_row(row: Sequence[str], widths: Sequence[int]) -> str:
 def column_widths(names: Sequence[str]) -> list[int]:
     """Widths of the text columns, known before any theorem has run (so rows can be
     printed as they finish)."""
-    return [max(2, *(len(str(k)) for k in range(len(names) + 1))),
-            max(len("theorem"), *(len(n) for n in names)),
-            len("status") + 0, len("000.00 s"), len("facts"), 0]
+    # numbers come from the file names tNN_<name>.py: two digits at most
+    return [2, max([len("theorem"), *(len(n) for n in names)]), len("FAILED"),
+            len("000.00 s"), len("facts"), 0]
 
 
 def results_text(results: Sequence[ProofResult]) -> str:
@@ -395,7 +395,6 @@ def results_text(results: Sequence[ProofResult]) -> str:
     from .._text import sanitize
 
     widths = column_widths([r.name for r in results])
-    widths[0] = max(widths[0], *(len(str(r.number)) for r in results)) if results else widths[0]
     lines = [format_row(SUMMARY_HEADER, widths),
              format_row(["-" * max(w, len(h)) for w, h in zip(widths, SUMMARY_HEADER,
                                                                 strict=True)], widths)]
