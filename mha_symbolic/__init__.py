@@ -38,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "derive": "textbook.derivation",
     # proofs
     "run_proofs": "exact.prove",
+    "iter_proofs": "exact.prove",
     # oracle
     "reference_attention": "oracle",
     "reference_mha": "oracle",
@@ -102,7 +103,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .exact.engine import ExactAttention, exact_attention
     from .exact.grammar import parse_number
     from .exact.params import flop_count, parameter_count
-    from .exact.prove import run_proofs
+    from .exact.prove import iter_proofs, run_proofs
     from .exact.shapes import Shape, attention_shapes
     from .exact.spec import AttentionSpec
     from .oracle import (

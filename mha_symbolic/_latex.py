@@ -93,20 +93,27 @@ def latex_text(text: str) -> str:
     return "".join(f"${p}$" if k % 2 else latex_escape(p) for k, p in enumerate(parts))
 
 
-def standalone_document(body: str, *, title: str) -> str:
+def standalone_document(body: str, *, title: str, packages: Sequence[str] = ()) -> str:
     r"""Wrap the LaTeX fragment ``body`` in a complete ``article`` document.
 
     Only ``amsmath`` and ``amssymb`` are loaded, so the result compiles with a
     minimal TeX Live (Debian ``texlive-latex-base`` + ``texlive-latex-recommended``).
+    ``packages`` adds more (``("booktabs", "array")``: both in
+    ``texlive-latex-recommended``/``-base``); each must be a plain package name.
     ``title`` is plain text and is escaped.
 
     >>> "\\begin{document}" in standalone_document("x", title="T")
     True
     """
+    for name in packages:
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]*", name):
+            raise LatexError(f"packages: {name!r} is not a LaTeX package name")
+    extra = "".join(f"\\usepackage{{{name}}}\n" for name in packages)
     return (
         "\\documentclass[11pt]{article}\n"
         "\\usepackage{amsmath}\n"
         "\\usepackage{amssymb}\n"
+        f"{extra}"
         "\\allowdisplaybreaks\n"
         # wider text than the article default (no geometry package: amsmath/amssymb only)
         "\\setlength{\\textwidth}{6.2in}\n"

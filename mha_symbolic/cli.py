@@ -135,11 +135,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("prove", help="run the machine-checked proofs in proofs/",
                        description="Prove every theorem for general sizes and cross-check it "
-                       "numerically with Arb. Exit 0 only if all hold.")
-    p.add_argument("--latex", metavar="DIR", help="write each proof's LaTeX into DIR")
-    p.add_argument("--only", action="append", metavar="NAME", help="run only this theorem")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+                       "numerically with Arb.\nEach theorem's row is printed as soon as it is "
+                       "done. Exit 0 only if all hold,\n1 if one does not, 2 for unusable input.",
+                       epilog=_PROVE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help="run only this theorem (repeatable), by name, number or tNN; the "
+                   f"names: {', '.join(_theorem_names())}")
+    p.add_argument("--latex", metavar="DIR",
+                   help="write proofs.tex and one tNN_<name>.tex per theorem into DIR")
+    p.add_argument("--pdf", metavar="PATH",
+                   help="typeset the proofs with pdflatex and write the PDF to PATH")
+    p.add_argument("--format", choices=["text", "json"], default="text",
+                   help="text: a table, streamed row by row; json: steps, checks and timings "
+                   "at the end (default: %(default)s)")
     return parser
+
+
+_PROVE_EPILOG = """examples:
+  mha-symbolic prove                           all theorems, one row each as it finishes
+  mha-symbolic prove --only onehot --only 7    by name or number
+  mha-symbolic prove --pdf proofs.pdf          typeset them (needs pdflatex)
+  mha-symbolic prove --latex out/              out/proofs.tex + out/tNN_<name>.tex
+  mha-symbolic prove --format json             steps, checks and timings"""
+
+
+def _theorem_names() -> list[str]:
+    """The theorem names for ``prove --help``, from the file names alone (fast)."""
+    try:
+        from .exact.prove import theorem_names
+
+        return theorem_names()
+    except Exception:  # no proofs folder: --help must still work
+        return []
 
 
 def _version() -> str:

@@ -46,9 +46,11 @@ def cross_check(rng: random.Random) -> CrossCheck:
         for size, score, values in cases:
             w = arb_softmax([score] * size)
             for idx in (0, size - 1):
-                chk.agree(f"n={size}, c={score}: w_{idx + 1} = 1/{size}", w[idx], fmpq(1, size))
+                chk.agree(r"$w_j = 1/n$ ($j = 1$ and $j = n$)", w[idx], fmpq(1, size),
+                          case={"n": size, "c": score})
             mean = sum(values, fmpq(0)) / size
-            chk.agree(f"n={size}: output = mean of the values {mean}", arb_dot(w, values), mean)
+            chk.agree(r"$o = \frac1n \sum_j v_j$ (exact mean)", arb_dot(w, values), mean,
+                      case={"n": size})
     return chk
 
 

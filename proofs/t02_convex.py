@@ -20,8 +20,8 @@ from ._common import arb_dot, arb_precision, arb_softmax, i, j, l, n, random_sco
 
 a = sp.IndexedBase("a", nonnegative=True)  # a_j = v_j - min_l v_l
 b = sp.IndexedBase("b", nonnegative=True)  # b_j = max_l v_l - v_j
-m = sp.Symbol("m", real=True)
-M = sp.Symbol("M", real=True)
+m = sp.Symbol("v_min", real=True)  # min_l v_l
+M = sp.Symbol("v_max", real=True)  # max_l v_l
 W = sp.Symbol("w_j")
 
 
@@ -36,14 +36,14 @@ def prove() -> Derivation:
     d.sign(w_i, ">", "positive over positive")
     d.identity(sp.Sum(w_i, (i, 1, n)), 1, "the denominator does not depend on $i$")
     # convex hull, lower side: v_j = m + a_j with m = min_l v_l, a_j >= 0
-    d.define("v_j", m + a[j], "$m = \\min_l v_l$, $a_j = v_j - m \\ge 0$")
+    d.define("v_j", m + a[j], "$v_{\\min} = \\min_l v_l$, $a_j = v_j - v_{\\min} \\ge 0$")
     out_lo = sp.Sum(w_j * (m + a[j]), (j, 1, n))
     d.identity(out_lo, m + sp.Sum(w_j * a[j], (j, 1, n)), "linearity, and $\\sum_j w_j = 1$",
                show=(sp.Sum(W * sp.Symbol("v_j"), (j, 1, n)), m + sp.Sum(W * a[j], (j, 1, n))))
     d.sign(sp.Sum(w_j * a[j], (j, 1, n)), ">=", "a sum of products $w_j a_j \\ge 0$",
            show=sp.Sum(W * a[j], (j, 1, n)))
     # upper side: v_j = M - b_j with M = max_l v_l, b_j >= 0
-    d.define("v_j", M - b[j], "$M = \\max_l v_l$, $b_j = M - v_j \\ge 0$")
+    d.define("v_j", M - b[j], "$v_{\\max} = \\max_l v_l$, $b_j = v_{\\max} - v_j \\ge 0$")
     out_hi = sp.Sum(w_j * (M - b[j]), (j, 1, n))
     d.identity(out_hi, M - sp.Sum(w_j * b[j], (j, 1, n)), "linearity, and $\\sum_j w_j = 1$",
                show=(sp.Sum(W * sp.Symbol("v_j"), (j, 1, n)), M - sp.Sum(W * b[j], (j, 1, n))))
@@ -68,21 +68,23 @@ def cross_check(rng: random.Random) -> CrossCheck:
         for scores, values in cases:
             size = len(scores)
             w = arb_softmax(scores)
-            chk.holds(f"n={size}: every weight > 0", all(x > 0 for x in w),
-                      f"smallest {min(w, key=lambda x: float(x.mid())).str(6)}")
-            chk.agree(f"n={size}: weights sum to 1", sum(w, arb(0)), 1)
+            chk.holds(r"every $w_i > 0$", all(x > 0 for x in w),
+                      f"smallest {min(w, key=lambda x: float(x.mid())).str(6)}",
+                      case={"n": size})
+            chk.agree(r"$\sum_i w_i = 1$", sum(w, arb(0)), 1, case={"n": size})
             for col in range(len(values[0])):
                 column = [row[col] for row in values]
                 o = arb_dot(w, column)
                 lo = min(arb(x).mid() for x in column)
                 hi = max(arb(x).mid() for x in column)
                 if lo == hi:  # one value (n = 1) or all equal: the output is that value
-                    chk.agree(f"n={size}, column {col + 1}: o = the common value", o, lo)
+                    chk.agree(r"$o = v_1$ when all values are equal", o, lo,
+                              case={"n": size})
                 else:  # positive weights on unequal values: strictly inside
-                    chk.holds(f"n={size}, column {col + 1}: min < o < max",
+                    chk.holds(r"$\min_j v_j < o < \max_j v_j$ (unequal values)",
                               bool(o > lo) and bool(o < hi),
                               f"{lo.str(8, radius=False)} < {o.str(10)} < "
-                              f"{hi.str(8, radius=False)}")
+                              f"{hi.str(8, radius=False)}", case={"n": size})
     return chk
 
 

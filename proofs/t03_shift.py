@@ -49,12 +49,15 @@ def cross_check(rng: random.Random) -> CrossCheck:
             ws = arb_softmax([x + shift for x in scores])
             top = max(scores)
             wm = arb_softmax([x - top for x in scores])
-            chk.agree(f"n={size}, c={shift}: sum_i |w_i(s + c) - w_i(s)| = 0",
-                      sum((abs(a - b) for a, b in zip(ws, w, strict=True)), arb(0)), 0)
-            chk.agree(f"n={size}: sum_i |w_i(s - max s) - w_i(s)| = 0",
-                      sum((abs(a - b) for a, b in zip(wm, w, strict=True)), arb(0)), 0)
-            chk.agree(f"n={size}, c={shift}: output unchanged", arb_dot(ws, values),
-                      arb_dot(w, values))
+            chk.agree(r"$\sum_i |w_i(s + c) - w_i(s)| = 0$",
+                      sum((abs(a - b) for a, b in zip(ws, w, strict=True)), arb(0)), 0,
+                      case={"n": size, "c": shift})
+            chk.agree(r"$\sum_i |w_i(s - s_{\max}) - w_i(s)| = 0$, "
+                      r"$s_{\max} = \max_j s_j$",
+                      sum((abs(a - b) for a, b in zip(wm, w, strict=True)), arb(0)), 0,
+                      case={"n": size})
+            chk.agree(r"$o(s + c) = o(s)$", arb_dot(ws, values), arb_dot(w, values),
+                      case={"n": size, "c": shift})
     return chk
 
 

@@ -19,31 +19,33 @@ from mha_symbolic.exact.prove import CrossCheck, Derivation, Theorem
 from ._common import arb_dot, arb_precision, arb_softmax, j, l, random_scores, show, v
 
 g = sp.IndexedBase("g", positive=True)  # g_j = s_1 - s_j > 0, the gap of key j
-m = sp.Symbol("m", real=True)  # the winning score s_1
+m = sp.Symbol("s_1", real=True)  # the winning score s_1
 gap = sp.Symbol("gamma", positive=True)  # min_j g_j
-u = sp.Symbol("u", real=True)  # the winner's value v_1
+u = sp.Symbol("v_1", real=True)  # the winner's value v_1
 R = sp.Symbol("R", nonnegative=True)  # max_j |v_j - v_1|
 t = sp.Symbol("t", real=True)  # the winner's score, growing
-S2 = sp.Symbol("sigma", real=True)  # max_{j >= 2} s_j, fixed
+S2 = sp.Symbol("shat", real=True)  # \hat s = max_{j >= 2} s_j, fixed
 N = sp.Symbol("N", integer=True, positive=True)
-# n = N + 1 >= 2 keys.  (With n merely positive, SymPy rightly refuses to sign
-# sum_{j=2}^{n}: for n = 0 its Karr convention makes that sum negative.)
+# The steps are decided with n = N + 1 (N >= 1), i.e. for every n >= 2 keys.  (With n
+# merely positive, SymPy rightly refuses to sign sum_{j=2}^{n}: for n = 0 its Karr
+# convention makes that sum negative.)  The rendering shows n: N is printed as n - 1.
 n = N + 1
+n_shown = sp.Symbol("n", integer=True, positive=True)
 
 
 def prove() -> Derivation:
-    d = Derivation()
+    d = Derivation(display={N: n_shown - 1})
     E = sp.Sum(sp.exp(-g[j]), (j, 2, n))
     Z = sp.exp(m) + sp.Sum(sp.exp(m - g[l]), (l, 2, n))
     w = sp.exp(m) / Z
-    d.fact(r"\text{keys relabelled so that key 1 has the strictly largest score } "
-           r"m = s_1", "a sum does not depend on the order of its terms")
-    d.define("n", n, "$n \\ge 2$ keys ($n = 1$: Theorem 8)")
+    d.fact(r"\text{keys relabelled so that key 1 has the strictly largest score } s_1"
+           r"\text{; } n \ge 2",
+           "a sum does not depend on the order of its terms; $n = 1$ is Theorem 8")
     d.define("s_j", m - g[j], "$g_j = s_1 - s_j > 0$, the gap of key $j \\ge 2$")
     d.define("w_1", w, "softmax weight of the winner")
     d.identity(Z, sp.exp(m) * (1 + E), "$e^{m - g_l} = e^m e^{-g_l}$")
     d.identity(w, 1 / (1 + E), "exact gap form",
-               show=("w_1", r"\frac{1}{1 + \sum_{j=2}^{n} e^{s_j - s_{\max}}}"))
+               show=("w_1", r"\frac{1}{1 + \sum_{j=2}^{n} e^{s_j - s_1}}"))
     d.identity(1 - 1 / (1 + E), E / (1 + E), "weight left for the other keys",
                show=("1 - w_1", E / (1 + E)))
     d.inequality(E / (1 + E), "<=", E, "$x/(1 + x) \\le x$ for $x \\ge 0$")
@@ -57,6 +59,8 @@ def prove() -> Derivation:
                show=(r"o - v_1", r"\sum_{j=2}^{n} w_j (v_j - v_1)"))
     d.fact(r"\Bigl|\sum_{j=2}^{n} w_j (v_j - v_1)\Bigr| \le (1 - w_1)\, R,\quad "
            r"R = \max_j |v_j - v_1|", "triangle inequality, $w_j > 0$ (Theorem 2)")
+    d.define(r"\hat{s}", r"\max_{j \ge 2} s_j", "the largest of the other scores, held fixed")
+    d.define(r"\gamma", r"t - \hat{s}", "the smallest gap when the winner's score is $s_1 = t$")
     d.limit((n - 1) * sp.exp(-(t - S2)), t, sp.oo, 0,
             "bound on $1 - w_1$ as $s_1 = t$ grows, the other scores fixed")
     d.limit((n - 1) * R * sp.exp(-(t - S2)), t, sp.oo, 0, "bound on $|o - v_1|$")
@@ -74,12 +78,14 @@ def cross_check(rng: random.Random) -> CrossCheck:
         # Example D: scores (0, 0, 20), values (10, 20, 30)
         w = arb_softmax([0, 0, 20])
         exact = 1 / (1 + 2 * arb(-20).exp())
-        chk.agree("Example D: w_3 = 1/(1 + 2e^-20)", w[2], exact)
-        chk.holds("Example D: 1 - w_3 <= 2 e^-20", bool(1 - w[2] <= 2 * arb(-20).exp()),
-                  f"1 - w_3 = {show(1 - w[2])}")
+        ex_d = {"Example": "D"}
+        chk.agree(r"$w_3 = 1/(1 + 2e^{-20})$ for the scores $(0, 0, 20)$", w[2], exact,
+                  case=ex_d)
+        chk.holds(r"$1 - w_3 \le 2e^{-20}$", bool(1 - w[2] <= 2 * arb(-20).exp()),
+                  f"1 - w_3 = {show(1 - w[2])}", case=ex_d)
         o = arb_dot(w, [10, 20, 30])
-        chk.holds("Example D: |o - 30| <= 2 e^-20 * 20", bool(abs(o - 30) <= 40 * arb(-20).exp()),
-                  f"o = {show(o, 15)}")
+        chk.holds(r"$|o - 30| \le 2e^{-20} \cdot 20$ for the values $(10, 20, 30)$",
+                  bool(abs(o - 30) <= 40 * arb(-20).exp()), f"o = {show(o, 15)}", case=ex_d)
         for _ in range(3):
             size = rng.randint(2, 20)
             others = random_scores(rng, size - 1, lo=-10, hi=10)
@@ -93,16 +99,19 @@ def cross_check(rng: random.Random) -> CrossCheck:
                 gaps = [winner - x for x in others]
                 gamma = min(gaps)
                 exact = 1 / (1 + sum((arb(-x).exp() for x in gaps), arb(0)))
-                chk.agree(f"n={size}, gap {gamma}: w_1 = 1/(1 + sum e^-g_j)", w[0], exact)
+                cs = {"n": size, r"\gamma": gamma}
+                chk.agree(r"$w_1 = 1/(1 + \sum_{j \ge 2} e^{-g_j})$", w[0], exact, case=cs)
                 bound = (size - 1) * arb(-gamma).exp()
                 rest = 1 - w[0]
-                chk.holds(f"n={size}, gap {gamma}: 0 < 1 - w_1 <= (n-1) e^-gap",
+                chk.holds(r"$0 < 1 - w_1 \le (n-1)e^{-\gamma}$",
                           bool(rest > 0) and bool(rest <= bound),
-                          f"{show(rest, 6)} <= {show(bound, 6)}")
+                          f"{show(rest, 6)} <= {show(bound, 6)}", case=cs)
                 o = arb_dot(w, values)
-                chk.holds(f"n={size}, gap {gamma}: |o - v_1| <= (n-1) e^-gap R",
-                          bool(abs(o - values[0]) <= bound * arb(spread)), f"o = {show(o, 10)}")
-                chk.holds(f"n={size}: 1 - w_1 decreases as s_1 grows", bool(rest < prev))
+                chk.holds(r"$|o - v_1| \le (n-1)e^{-\gamma} R$, $R = \max_j |v_j - v_1|$",
+                          bool(abs(o - values[0]) <= bound * arb(spread)), f"o = {show(o, 10)}",
+                          case=cs)
+                chk.holds(r"$1 - w_1$ decreases as $s_1$ grows", bool(rest < prev),
+                          case=cs)
                 prev = rest
     return chk
 

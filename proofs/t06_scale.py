@@ -105,26 +105,31 @@ def cross_check(rng: random.Random) -> CrossCheck:
     rademacher: Dist = [(fmpq(-1), fmpq(1, 2)), (fmpq(1), fmpq(1, 2))]
     three_point: Dist = [(fmpq(-2), fmpq(1, 8)), (fmpq(0), fmpq(3, 4)), (fmpq(2), fmpq(1, 8))]
     for name, dist, sizes in (("Rademacher", rademacher, (1, 2, 3, 4, 5)),
-                              ("{-2: 1/8, 0: 3/4, 2: 1/8}", three_point, (1, 2, 3))):
+                              ("three-point", three_point, (1, 2, 3))):
         for size in sizes:
             e1, e2 = _moments(dist, dist, size)
-            chk.agree(f"{name}, d_k={size}: E[q.k] = 0", e1, 0)
-            chk.agree(f"{name}, d_k={size}: Var[q.k] = d_k", e2 - e1 * e1, size)
-            chk.agree(f"{name}, d_k={size}: Var[q.k/sqrt(d_k)] = 1", (e2 - e1 * e1) / size, 1)
+            cs = {"Law": name, "d_k": size}
+            chk.agree(r"$\mathbb{E}[q\cdot k] = 0$ (mean $0$, variance $1$)", e1, 0, case=cs)
+            chk.agree(r"$\operatorname{Var}[q\cdot k] = d_k$", e2 - e1 * e1, size, case=cs)
+            chk.agree(r"$\operatorname{Var}[q\cdot k/\sqrt{d_k}] = 1$", (e2 - e1 * e1) / size, 1,
+                      case=cs)
     for _ in range(3):
         qd, kd = _random_dist(rng), _random_dist(rng)
         size = rng.randint(1, 3)
         (muq, vq), (muk, vk) = _mean_var(qd), _mean_var(kd)
         e1, e2 = _moments(qd, kd, size)
-        chk.agree(f"random laws, d_k={size}: E[q.k] = d mu_q mu_k", e1, size * muq * muk)
-        chk.agree(f"random laws, d_k={size}: Var[q.k] = d(sq^2 sk^2 + sq^2 mk^2 + mq^2 sk^2)",
-                  e2 - e1 * e1, size * (vq * vk + vq * muk * muk + muq * muq * vk))
+        cs = {"Law": "random", "d_k": size}
+        chk.agree(r"$\mathbb{E}[q\cdot k] = d_k \mu_q \mu_k$ (general laws)", e1,
+                  size * muq * muk, case=cs)
+        chk.agree(r"$\operatorname{Var}[q\cdot k] = d_k(\sigma_q^2\sigma_k^2 + \sigma_q^2\mu_k^2 "
+                  r"+ \mu_q^2\sigma_k^2)$", e2 - e1 * e1,
+                  size * (vq * vk + vq * muk * muk + muq * muq * vk), case=cs)
     return chk
 
 
 THEOREM = Theorem(
     name="scale",
-    title="Why scale by the square root of d_k",
+    title=r"Why scale by $1/\sqrt{d_k}$",
     statement_latex=r"If the entries $q_1,\dots,q_{d_k}, k_1,\dots,k_{d_k}$ are independent "
     r"with mean $0$ and variance $1$, then $\mathbb{E}[q\cdot k] = 0$ and "
     r"$\operatorname{Var}[q \cdot k] = d_k$, so $q\cdot k/\sqrt{d_k}$ has variance $1$. "

@@ -77,21 +77,26 @@ def cross_check(rng: random.Random) -> CrossCheck:
             deriv = _jacobian_column(scores, col)
             err = sum((abs(deriv[p] - (w[p] * ((1 if p == col else 0) - w[col])))
                        for p in range(size)), arb(0))
-            chk.agree(f"n={size}: Taylor-mode d w/d s_{col + 1} = (diag(w) - w w^T) column",
-                      err, 0)
-            chk.agree(f"n={size}: column {col + 1} of J sums to 0", sum(deriv, arb(0)), 0)
+            chk.agree(r"Taylor-mode $\partial w/\partial s_k$ = column $k$ of "
+                      r"$\operatorname{diag}(w) - ww^{\top}$", err, 0, case={"n": size, "k": col + 1})
+            chk.agree(r"column $k$ of $J$ sums to $0$", sum(deriv, arb(0)), 0,
+                      case={"n": size, "k": col + 1})
         # Example F: unscaled (40, 8), scaled by 1/sqrt(64) = 1/8: (5, 1)
-        for label, pair in (("unscaled (40, 8), gap 32", [arb(40), arb(8)]),
-                            ("scaled (5, 1), gap 4", [arb(5), arb(1)])):
+        for pair, gap in (([arb(40), arb(8)], 32), ([arb(5), arb(1)], 4)):
             g = pair[0] - pair[1]
+            cs = {"Example": "F", r"\gamma": gap}  # scores (40, 8), and scaled by 1/8: (5, 1)
             grad = _jacobian_column(pair, 0)[0]
             closed = (-g).exp() / (1 + (-g).exp()) ** 2
-            chk.agree(f"Example F {label}: dw_1/ds_1 = e^-g/(1 + e^-g)^2", grad, closed)
-            chk.holds(f"Example F {label}: dw_1/ds_1 <= e^-gap", bool(grad <= (-g).exp()),
-                      f"dw_1/ds_1 = {show(grad, 10)}")
+            chk.agree(r"$\partial w_1/\partial s_1 = e^{-\gamma}/(1 + e^{-\gamma})^2$ for the "
+                      r"scores $(40, 8)$ and $(5, 1)$",
+                      grad, closed, case=cs)
+            chk.holds(r"$\partial w_1/\partial s_1 \le e^{-\gamma}$", bool(grad <= (-g).exp()),
+                      f"dw_1/ds_1 = {show(grad, 10)}", case=cs)
         g32 = _jacobian_column([arb(40), arb(8)], 0)[0]
         g4 = _jacobian_column([arb(5), arb(1)], 0)[0]
-        chk.note("Example F: gradient ratio unscaled/scaled", show(g32 / g4, 8))
+        chk.note(r"$\partial w_1/\partial s_1$ at scores $(40, 8)$", g32, case={"Example": "F"})
+        chk.note(r"$\partial w_1/\partial s_1$ at scores $(5, 1)$", g4, case={"Example": "F"})
+        chk.note(r"their ratio, unscaled over scaled", g32 / g4, case={"Example": "F"})
     return chk
 
 

@@ -61,9 +61,10 @@ def cross_check(rng: random.Random) -> CrossCheck:
         # Example B: one token, two heads of width 2, values (1, 2) and (3, 4)
         vals = [arb_mat([[1, 2]]), arb_mat([[3, 4]])]
         out = hstack([attention(arb_mat([[0.5, -1]]), arb_mat([[2, 7]]), v, 0.5) for v in vals])
-        chk.agree("Example B: output = (1, 2, 3, 4)",
+        chk.agree(r"output $= (1, 2, 3, 4)$ for the values $(1, 2)$, $(3, 4)$",
                   max_abs_diff(out * arb_mat([[1 if r == q else 0 for q in range(4)]
-                                              for r in range(4)]), arb_mat([[1, 2, 3, 4]])), 0)
+                                              for r in range(4)]), arb_mat([[1, 2, 3, 4]])), 0,
+                  case={"Example": "B"})
         for _ in range(4):
             heads, width = rng.randint(1, 6), rng.randint(1, 5)
             dk = rng.randint(1, 5)
@@ -76,8 +77,9 @@ def cross_check(rng: random.Random) -> CrossCheck:
             ident = arb_mat([[1 if r == q else 0 for q in range(heads * width)]
                              for r in range(heads * width)])
             want = x * hstack(Wv)  # the heads' values side by side
-            chk.agree(f"h={heads}, d_v={width}, d_model={d_model}: MHA(x) with W^O = I "
-                      "= (x W^V_1 | ... | x W^V_h)", max_abs_diff(got * ident, want), 0)
+            chk.agree(r"$\mathrm{MHA}(x)$ with $W^O = I$ equals $(xW^V_1 \mid \dots \mid xW^V_h)$",
+                      max_abs_diff(got * ident, want), 0,
+                      case={"h": heads, "d_v": width, r"d_{\mathrm{model}}": d_model})
     return chk
 
 

@@ -31,17 +31,17 @@ A = sp.MatrixSymbol("A", n, n)  # softmax(S), S = Q K^T / sqrt(d_k)
 def prove() -> Derivation:
     d = Derivation()
     Q, K, V = X * WQ, X * WK, X * WV
-    d.define("P", r"(\delta_{\sigma(i) j})_{ij}", "the permutation matrix of $\\sigma$: $(P X)_i = "
-             "X_{\\sigma(i)}$")
+    d.define("P", r"(\delta_{\pi(i) j})_{ij}", "the permutation matrix of $\\pi$: $(P X)_i = "
+             "X_{\\pi(i)}$")
     d.fact(r"P^{\top} P = I", "a permutation matrix is orthogonal (given to SymPy as "
            "Q.orthogonal(P))")
     d.identity((P * X * WQ) * (P * X * WK).T, P * (Q * K.T) * P.T,
                "scores of the permuted tokens, $(AB)^{\\top} = B^{\\top} A^{\\top}$",
                show=(r"(P X W^Q)(P X W^K)^{\top}", P * (Q * K.T) * P.T))
-    d.fact(r"\bigl(P S P^{\top}\bigr)_{ij} = S_{\sigma(i)\sigma(j)}",
+    d.fact(r"\bigl(P S P^{\top}\bigr)_{ij} = S_{\pi(i)\pi(j)}",
            "entries of a permuted matrix")
-    d.fact(r"\sum_{l=1}^{n} e^{S_{\sigma(i)\sigma(l)}} = \sum_{l=1}^{n} e^{S_{\sigma(i) l}}",
-           "re-index a finite sum by the bijection $\\sigma$")
+    d.fact(r"\sum_{l=1}^{n} e^{S_{\pi(i)\pi(l)}} = \sum_{l=1}^{n} e^{S_{\pi(i) l}}",
+           "re-index a finite sum by the bijection $\\pi$")
     d.fact(r"\mathrm{softmax}\bigl(P S P^{\top}\bigr) = P\,\mathrm{softmax}(S)\,P^{\top}",
            "from the two lines above")
     d.identity(P * A * P.T * (P * V), P * (A * V), "output of the permuted tokens",
@@ -77,9 +77,8 @@ def _exact_instance(size: int, width: int) -> bool:
 def cross_check(rng: random.Random) -> CrossCheck:
     chk = CrossCheck("Arb + exact")
     for size in (2, 3):
-        chk.holds(f"exact, symbolic entries, n={size}: Attn(PX) = P Attn(X) for all "
-                  f"{len(list(itertools.permutations(range(size))))} permutations",
-                  _exact_instance(size, 2))
+        chk.holds(r"exact, symbolic entries: $\mathrm{Attn}(PX) = P\,\mathrm{Attn}(X)$ for "
+                  r"all $n!$ permutations", _exact_instance(size, 2), case={"n": size})
     with arb_precision():
         for _ in range(4):
             size, d_model = rng.randint(2, 9), rng.randint(1, 6)
@@ -94,8 +93,9 @@ def cross_check(rng: random.Random) -> CrossCheck:
             out = attention(Xm * Wq, Xm * Wk, Xm * Wv, scale)
             PX = Pm * Xm
             out_p = attention(PX * Wq, PX * Wk, PX * Wv, scale)
-            chk.agree(f"n={size}, d_model={d_model}, sigma={[p + 1 for p in perm]}: "
-                      "Attn(PX) = P Attn(X)", max_abs_diff(out_p, Pm * out), 0)
+            chk.agree(r"Arb: $\mathrm{Attn}(PX) = P\,\mathrm{Attn}(X)$, a random permutation",
+                      max_abs_diff(out_p, Pm * out), 0,
+                      case={"n": size, r"d_{\mathrm{model}}": d_model})
     return chk
 
 

@@ -21,20 +21,22 @@ from mha_symbolic.exact.prove import CrossCheck, Derivation, Theorem
 from ._common import arb_precision, arb_softmax, i, l, random_scores, s, show
 
 u = sp.Symbol("u", integer=True, positive=True)  # visible keys 1..u
-K = sp.Symbol("K", integer=True, positive=True)  # masked keys u+1..u+K
-L = sp.Symbol("L", positive=True)  # a finite sentinel -L
+K = sp.Symbol("K", integer=True, positive=True)  # masked keys u+1..u+K: n - u of them
+L = sp.Symbol("Lambda", positive=True)  # a finite sentinel -Lambda
+n_shown = sp.Symbol("n", integer=True, positive=True)
 
 
 def prove() -> Derivation:
-    d = Derivation()
-    d.fact(r"\text{keys relabelled: } b_1 = \dots = b_u = 0,\ b_{u+1} = \dots = b_{u+K} = "
-           r"-\infty,\ u \ge 1", "reorder the terms of the sum")
+    # decided with K = n - u >= 1 masked keys, printed with n
+    d = Derivation(display={K: n_shown - u})
+    d.fact(r"\text{keys relabelled: } b_1 = \dots = b_u = 0,\ b_{u+1} = \dots = b_n = "
+           r"-\infty,\ 1 \le u < n", "reorder the terms of the sum")
     d.identity(sp.exp(s[i] + (-sp.oo)), 0, "a masked key's numerator: $e^{-\\infty} = 0$",
                show=(r"e^{s_i + b_i}\ (i > u)", 0))
     masked = sp.Sum(sp.exp(s[l]) , (l, 1, u)) + sp.Sum(sp.exp(s[l] + (-sp.oo)), (l, u + 1, u + K))
     visible = sp.Sum(sp.exp(s[l]), (l, 1, u))
     d.identity(masked, visible, "the masked terms vanish from the denominator",
-               show=(r"\sum_{l=1}^{u+K} e^{s_l + b_l}", visible))
+               show=(r"\sum_{l=1}^{n} e^{s_l + b_l}", visible))
     d.sign(visible, ">", "$u \\ge 1$ visible keys")
     d.identity(sp.exp(s[i] + (-sp.oo)) / visible, 0, "so a masked key's weight is exactly 0",
                show=(r"w_i\ (i > u)", 0))
@@ -42,15 +44,16 @@ def prove() -> Derivation:
                "a visible key's weight is the softmax over the visible keys",
                show=(r"w_i\ (i \le u)", sp.exp(s[i]) / visible))
     # finite sentinel -L
-    cs = sp.Symbol("c", real=True)  # s_j - s_{i*} for a visible key i*
-    d.fact(r"w_j = \frac{e^{s_j - L}}{\sum_{l} e^{s_l + b_l}} \le e^{s_j - L - s_{i^*}}"
-           r"\ \ (i^* \text{ visible})", "with $b_j = -L$ the denominator exceeds $e^{s_{i^*}}$")
-    d.sign(sp.exp(cs - L), ">", "but a finite sentinel leaves a positive weight")
-    d.limit(sp.exp(cs - L), L, sp.oo, 0, "that vanishes only as $L \\to \\infty$")
+    sj, si = sp.Symbol("s_j", real=True), sp.Symbol(r"s_{i^*}", real=True)  # i* visible
+    d.fact(r"w_j = \frac{e^{s_j - \Lambda}}{\sum_{l} e^{s_l + b_l}} \le e^{s_j - \Lambda - s_{i^*}}"
+           r"\ \ (i^* \text{ visible})",
+           "with $b_j = -\\Lambda$ the denominator exceeds $e^{s_{i^*}}$")
+    d.sign(sp.exp(sj - L - si), ">", "but a finite sentinel leaves a positive weight")
+    d.limit(sp.exp(sj - L - si), L, sp.oo, 0, "that vanishes only as $\\Lambda \\to \\infty$")
     d.conclude(r"with $b_j = -\infty$ a masked key's weight is exactly $0$ and the visible "
-               r"weights are $\mathrm{softmax}$ of the visible scores alone, for all $u \ge 1$ "
-               r"and $K$; a finite sentinel $-L$ leaves the masked key a weight in "
-               r"$(0, e^{s_j - L - s_{i^*}}]$.")
+               r"weights are $\mathrm{softmax}$ of the visible scores alone, for all "
+               r"$1 \le u < n$; a finite sentinel $-\Lambda$ leaves the masked key a weight in "
+               r"$(0, e^{s_j - \Lambda - s_{i^*}}]$.")
     return d
 
 
@@ -68,11 +71,11 @@ def cross_check(rng: random.Random) -> CrossCheck:
             w = [e / total for e in exps]
             visible = [x for x, mk in zip(scores, mask, strict=True) if not mk]
             w_vis = iter(arb_softmax(visible))
-            label = f"n={size}, {sum(mask)} masked"
-            chk.holds(f"{label}: masked weights are exactly 0",
-                      all(w[p].is_exact() and w[p] == 0 for p in range(size) if mask[p]))
+            cs = {"n": size, "u": size - sum(mask)}
+            chk.holds(r"masked weights are exactly $0$",
+                      all(w[p].is_exact() and w[p] == 0 for p in range(size) if mask[p]), case=cs)
             err = sum((abs(w[p] - next(w_vis)) for p in range(size) if not mask[p]), arb(0))
-            chk.agree(f"{label}: visible weights = softmax over the visible keys", err, 0)
+            chk.agree(r"visible weights $=$ softmax over the visible keys", err, 0, case=cs)
             if sum(mask):
                 # the -1e4 sentinel: masked weight positive, below e^{s_j - L - s_max(visible)}
                 sentinel = fmpq(-10000)
@@ -80,9 +83,9 @@ def cross_check(rng: random.Random) -> CrossCheck:
                                   for x, mk in zip(scores, mask, strict=True)])
                 p = mask.index(True)
                 bound = arb(scores[p] + sentinel - max(visible)).exp()
-                chk.holds(f"{label}: with the sentinel -1e4 a masked weight is > 0 and <= "
-                          "e^(s_j - L - max visible s)", bool(ws[p] > 0) and bool(ws[p] <= bound),
-                          f"w = {show(ws[p], 5)}")
+                chk.holds(r"sentinel $-\Lambda = -10^4$: $0 < w_j \le "
+                          r"e^{s_j - \Lambda - s_{i^*}}$", bool(ws[p] > 0) and bool(ws[p] <= bound),
+                          f"w = {show(ws[p], 5)}", case=cs)
     return chk
 
 
@@ -91,8 +94,8 @@ THEOREM = Theorem(
     title="Masked keys get weight exactly zero",
     statement_latex=r"With an additive mask $b_j \in \{0, -\infty\}$ and at least one visible "
     r"key, every masked key gets weight exactly $0$ and the visible keys get "
-    r"$\mathrm{softmax}$ of their own scores; a finite sentinel $-L$ instead leaves a positive "
-    r"weight that vanishes only as $L \to \infty$.",
+    r"$\mathrm{softmax}$ of their own scores; a finite sentinel $-\Lambda$ instead leaves a "
+    r"positive weight that vanishes only as $\Lambda \to \infty$.",
     prove=prove,
     cross_check=cross_check,
     number=10,

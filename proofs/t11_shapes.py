@@ -13,6 +13,7 @@ import random
 
 import sympy as sp
 
+from mha_symbolic.exact.proof_render import book_latex
 from mha_symbolic.exact.prove import CrossCheck, Derivation, Theorem
 
 from ._common import arb_precision, attention, hstack, random_arb_mat
@@ -24,7 +25,7 @@ Shape = tuple[sp.Expr, sp.Expr]
 
 
 def _txt(shape: Shape) -> str:
-    return rf"{sp.latex(shape[0])} \times {sp.latex(shape[1])}"
+    return rf"{book_latex(shape[0])} \times {book_latex(shape[1])}"
 
 
 def _matmul(d: Derivation, left: tuple[str, Shape], right: tuple[str, Shape],
@@ -32,7 +33,7 @@ def _matmul(d: Derivation, left: tuple[str, Shape], right: tuple[str, Shape],
     """Record that ``left @ right`` is defined (inner sizes decided equal) and its shape."""
     (lname, (a, b)), (rname, (c, e)) = left, right
     d.identity(b, c, f"inner sizes of ${lname}\\,{rname}$ agree",
-               show=(rf"\mathrm{{cols}}({lname})", rf"\mathrm{{rows}}({rname}) = {sp.latex(c)}"))
+               show=(rf"\mathrm{{cols}}({lname})", rf"\mathrm{{rows}}({rname}) = {book_latex(c)}"))
     d.define(rf"\mathrm{{shape}}({name})", _txt((a, e)),
              f"$({_txt((a, b))})({_txt((c, e))})$")
     return (a, e)
@@ -43,8 +44,8 @@ def derive_shapes(d: Derivation) -> dict[str, Shape]:
     X, Xkv = (nq, dm), (nk, dm)
     WQ, WK, WV, WO = (dm, dk), (dm, dk), (dm, dv), (h * dv, dm)
     Q = _matmul(d, ("X", X), ("W^Q_i", WQ), "Q_i")
-    K = _matmul(d, ("X_{kv}", Xkv), ("W^K_i", WK), "K_i")
-    V = _matmul(d, ("X_{kv}", Xkv), ("W^V_i", WV), "V_i")
+    K = _matmul(d, (r"X_{\mathrm{kv}}", Xkv), ("W^K_i", WK), "K_i")
+    V = _matmul(d, (r"X_{\mathrm{kv}}", Xkv), ("W^V_i", WV), "V_i")
     S = _matmul(d, ("Q_i", Q), ("K_i^T", (K[1], K[0])), "Q_i K_i^T")
     d.define(r"\mathrm{shape}(A_i)", _txt(S), "row-wise softmax keeps the shape")
     head = _matmul(d, ("A_i", S), ("V_i", V), r"\mathrm{head}_i")
@@ -86,7 +87,7 @@ def cross_check(rng: random.Random) -> CrossCheck:
         _matmul(Derivation(), ("Q_i", shapes["q"]), ("K_i", shapes["k"]), "Q_i K_i")
     except AssertionError:
         refused = True
-    chk.holds("the checker refuses Q_i K_i without the transpose (d_k vs n_k)", refused)
+    chk.holds(r"the checker refuses $Q_i K_i$ without the transpose ($d_k$ vs $n_k$)", refused)
     # the library's own checker (mha_symbolic.exact.shapes) must derive the same shapes
     from mha_symbolic.exact.shapes import attention_shapes
 
@@ -94,8 +95,9 @@ def cross_check(rng: random.Random) -> CrossCheck:
                              d_k="d_k", d_v="d_v")
     for key, (rows, cols) in shapes.items():
         got = table[key].shape
-        chk.holds(f"mha_symbolic.exact.shapes agrees on {key}: {rows} x {cols}",
-                  _same(rows, got.rows) and _same(cols, got.cols), f"library: {got}")
+        chk.holds("mha_symbolic.exact.shapes derives the same shape, symbolically",
+                  _same(rows, got.rows) and _same(cols, got.cols), f"{key}: library {got}",
+                  case={"Intermediate": key})
     with arb_precision(128):
         for _ in range(4):
             sizes = {nq: rng.randint(1, 5), nk: rng.randint(1, 6), h: rng.randint(1, 3),
@@ -114,9 +116,9 @@ def cross_check(rng: random.Random) -> CrossCheck:
                         "head": (heads[0].nrows(), heads[0].ncols()),
                         "output": (out.nrows(), out.ncols())}
             derived = {key: tuple(int(x.subs(sizes)) for x in shapes[key]) for key in computed}
-            label = ", ".join(f"{k}={v}" for k, v in sizes.items())
-            chk.holds(f"{label}: computed shapes = derived shapes", computed == derived,
-                      str(computed))
+            chk.holds(r"Arb: computed shapes $=$ derived shapes", computed == derived,
+                      str(computed), case={book_latex(k) if k != dm else r"d_{\mathrm{model}}": v
+                                           for k, v in sizes.items()})
     return chk
 
 

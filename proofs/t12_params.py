@@ -20,7 +20,7 @@ import sympy as sp
 
 from mha_symbolic.exact.prove import CrossCheck, Derivation, Theorem
 
-h, g, dm, dk, dv, kdim, vdim, E = sp.symbols("h g d_model d_k d_v kdim vdim E",
+h, g, dm, dk, dv, kdim, vdim = sp.symbols("h g d_model d_k d_v kdim vdim",
                                              integer=True, positive=True)
 a, b, i = sp.symbols("a b i", integer=True, positive=True)
 rr, cc = sp.symbols("r c", integer=True, positive=True)
@@ -53,10 +53,12 @@ def prove() -> Derivation:
     d.identity(self_attn.subs(std), 4 * dm**2, "$d_k = d_v = d_{\\mathrm{model}}/h$",
                show=(r"N_W\big|_{d_k = d_v = d_{\mathrm{model}}/h}", 4 * dm**2))
     d.identity(biases.subs(std), 4 * dm, "biases", show=(r"N_b", 4 * dm))
-    torch_formula = E**2 + E * kdim + E * vdim + 3 * E + E**2 + E
-    d.identity((weights + biases).subs(std).subs(dm, E), torch_formula,
-               "torch.nn.MultiheadAttention(E, h, kdim, vdim), bias",
-               show=(r"N_W + N_b\big|_{d_k = d_v = E/h}", torch_formula))
+    # torch's E^2 + E kdim + E vdim + 3E + E^2 + E with E = embed_dim = d_model
+    torch_formula = dm**2 + dm * kdim + dm * vdim + 3 * dm + dm**2 + dm
+    d.identity((weights + biases).subs(std), torch_formula,
+               "torch.nn.MultiheadAttention: $E^2 + E\\,\\mathrm{kdim} + "
+               "E\\,\\mathrm{vdim} + 3E + E^2 + E$ with $E = d_{\\mathrm{model}}$",
+               show=(r"N_W + N_b\big|_{d_k = d_v = d_{\mathrm{model}}/h}", torch_formula))
     gqa = dm * h * dk + kdim * g * dk + vdim * g * dv + h * dv * dm
     d.define(r"N_W^{\mathrm{GQA}}", gqa, "$g$ key/value heads shared by the $h$ query heads")
     gqa_std = gqa.subs({kdim: dm, vdim: dm}).subs(std)
@@ -94,8 +96,9 @@ def _count_by_construction(d_model: int, heads: int, kv: int, d_k: int, d_v: int
 
 def cross_check(rng: random.Random) -> CrossCheck:
     chk = CrossCheck("exact + torch")
-    chk.agree("Example I by construction: d_model=512, h=8, no bias",
-              _count_by_construction(512, 8, 8, 64, 64, 512, 512, False), 1048576)
+    chk.agree(r"entries counted one by one $= 4 \cdot 512^2$ (no bias)",
+              _count_by_construction(512, 8, 8, 64, 64, 512, 512, False), 1048576,
+              case={"Example": "I"})
     from mha_symbolic.exact.params import parameter_count
 
     torch: Any = None
@@ -103,13 +106,19 @@ def cross_check(rng: random.Random) -> CrossCheck:
         import torch
     except ImportError:
         chk.kind = "exact"
-        chk.note("torch.nn.MultiheadAttention", "torch not installed: comparison skipped")
-    if torch is not None:
+    torch_claim = (r"torch.nn.MultiheadAttention has $4d_{\mathrm{model}}^2$ "
+                   r"($+ 4d_{\mathrm{model}}$ with bias) parameters")
+    torch_random = "torch.nn.MultiheadAttention agrees"
+    if torch is None:
+        reason = "torch is not installed"
+        chk.skip(torch_claim, reason, case={"Example": "I"})
+        chk.skip(torch_random, reason)
+    else:
         for bias in (True, False):
             got = sum(p.numel() for p in torch.nn.MultiheadAttention(512, 8, bias=bias)
                       .parameters())
-            chk.agree(f"torch.nn.MultiheadAttention(512, 8, bias={bias}) = 4E^2"
-                      + (" + 4E" if bias else ""), got, 4 * 512**2 + (4 * 512 if bias else 0))
+            chk.agree(torch_claim, got, 4 * 512**2 + (4 * 512 if bias else 0),
+                      case={"Example": "I", "Bias": "yes" if bias else "no"})
     for _ in range(4):
         heads = rng.randint(1, 6)
         kv = rng.choice([x for x in range(1, heads + 1) if heads % x == 0])
@@ -121,27 +130,30 @@ def cross_check(rng: random.Random) -> CrossCheck:
         weights = heads * (d_model * width) + kd * kv * width + vd * kv * width \
             + heads * width * d_model
         biases = (heads * width + 2 * kv * width + d_model) if bias else 0
-        label = f"d_model={d_model}, h={heads}, g={kv}, kdim={kd}, vdim={vd}, bias={bias}"
-        chk.agree(f"{label}: construction = formula", built, weights + biases)
+        cs = {r"d_{\mathrm{model}}": d_model, "h": heads, "g": kv, r"\mathrm{kdim}": kd,
+              r"\mathrm{vdim}": vd, "Bias": "yes" if bias else "no"}
+        chk.agree(r"entries counted one by one $=$ the formula", built, weights + biases,
+                  case=cs)
         lib = parameter_count(d_model=d_model, heads=heads, kv_heads=kv, kdim=kd, vdim=vd,
                               bias=bias).total
-        chk.agree(f"{label}: mha_symbolic.exact.params agrees", int(lib), built)
+        chk.agree("mha_symbolic.exact.params agrees", int(lib), built, case=cs)
         if torch is not None and kv == heads:
             mha = torch.nn.MultiheadAttention(d_model, heads, bias=bias, kdim=kd, vdim=vd)
             got = sum(p.numel() for p in mha.parameters())
-            chk.agree(f"{label}: torch.nn.MultiheadAttention agrees", got, built)
+            chk.agree(torch_random, got, built, case=cs)
     sym = sp.sympify(parameter_count(d_model="d_model", heads="h", kv_heads="g",
                                      bias=False).total)
     names = {str(x): x for x in (dm, h, g)}
     sym = sym.xreplace({x: names.get(str(x), x) for x in sym.free_symbols})
-    chk.holds("mha_symbolic.exact.params, symbolic GQA: 2 d^2 (1 + g/h)",
+    chk.holds("mha_symbolic.exact.params, symbolic GQA: "
+              r"$2d_{\mathrm{model}}^2(1 + g/h)$",
               sp.simplify(sym - (2 * dm**2 + 2 * dm**2 * g / h)) == 0, str(sym))
     return chk
 
 
 THEOREM = Theorem(
     name="params",
-    title="Parameter count, 4 d_model squared, and the GQA/MQA forms",
+    title=r"Parameter count: $4d_{\mathrm{model}}^2$, and the GQA/MQA forms",
     statement_latex=r"A multi-head attention block has $h\,d_{\mathrm{model}}d_k + "
     r"h\,\mathrm{kdim}\,d_k + h\,\mathrm{vdim}\,d_v + h\,d_v\,d_{\mathrm{model}}$ weights and "
     r"$2hd_k + hd_v + d_{\mathrm{model}}$ biases; for self-attention with $d_k = d_v = "

@@ -62,8 +62,9 @@ def cross_check(rng: random.Random) -> CrossCheck:
         Ws = [sp.MatrixSymbol(f"W_{t}", ds, ks) for t in range(1, heads + 1)]
         lhs = sp.block_collapse(Xs * sp.BlockMatrix([Ws]))
         rhs = sp.BlockMatrix([[Xs * W for W in Ws]])
-        chk.holds(f"SymPy block algebra, h={heads}, symbolic n, d_model, d_k: "
-                  "X [W_1 | ... | W_h] = [X W_1 | ... | X W_h]", lhs == rhs, str(lhs))
+        chk.holds(r"SymPy block algebra, symbolic $n, d_{\mathrm{model}}, d_k$: "
+                  r"$X[W_1 \mid \dots \mid W_h] = [XW_1 \mid \dots \mid XW_h]$", lhs == rhs,
+                  str(lhs), case={"h": heads})
     with arb_precision():
         for _ in range(4):
             heads, d_k, d_v = rng.randint(1, 4), rng.randint(1, 4), rng.randint(1, 4)
@@ -81,9 +82,10 @@ def cross_check(rng: random.Random) -> CrossCheck:
                                              columns(K, t * d_k, (t + 1) * d_k),
                                              columns(V, t * d_v, (t + 1) * d_v), scale)
                                   for t in range(heads)]) * Wo
-            chk.agree(f"h={heads}, d_k={d_k}, d_v={d_v}, n={size}, d_model={d_model}: "
-                      "stacked-and-split MHA = per-head MHA",
-                      max_abs_diff(stacked_out, per_head), 0)
+            chk.agree(r"Arb: stacked-and-split MHA $=$ per-head MHA",
+                      max_abs_diff(stacked_out, per_head), 0,
+                      case={"h": heads, "d_k": d_k, "d_v": d_v, "n": size,
+                            r"d_{\mathrm{model}}": d_model})
     return chk
 
 

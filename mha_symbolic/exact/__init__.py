@@ -24,6 +24,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "certify": "certified",
     "CertifiedValue": "certified",
     "run_proofs": "prove",
+    "iter_proofs": "prove",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,6 +32,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .engine import ExactAttention, exact_attention
     from .grammar import parse_number
     from .params import flop_count, parameter_count
-    from .prove import run_proofs
+    from .prove import iter_proofs, run_proofs
     from .shapes import Shape, attention_shapes
     from .spec import AttentionSpec

@@ -9,13 +9,16 @@ as ``mha_symbolic/proofs``) and exposes ``THEOREM = Theorem(...)``:
   plain exponential) or an *elementary fact* stated explicitly (``exp`` is
   increasing, a finite sum can be re-indexed by a bijection).  A step that
   SymPy cannot decide raises :class:`~mha_symbolic.errors.ProofError` at once.
-* ``cross_check(rng)`` fills a :class:`CrossCheck` with independent numerical
-  checks at random points: Arb balls (python-flint) or exact rationals, never
-  floats and never ``mpmath.iv``.  A ball that excludes the claimed value, or
-  a certified inequality that does not hold, raises ``ProofError`` too.
+* ``cross_check(rng)`` fills a :class:`CrossCheck` (:mod:`.proof_checks`) with
+  independent numerical checks at random points: Arb balls (python-flint) or exact
+  rationals, never floats and never ``mpmath.iv``.  A ball that excludes the claimed
+  value, or a certified inequality that does not hold, raises ``ProofError`` too.
 
-:func:`run_proofs` runs them all and returns one :class:`ProofResult` each;
-``mha-symbolic prove`` prints the table and exits 0 only when all hold.
+:func:`run_proofs` runs them all and returns one :class:`ProofResult` each (in a
+:class:`ProofReport`; ``on_result`` is called as each finishes, :func:`iter_proofs`
+yields them); ``mha-symbolic prove`` streams the table row by row and exits 0 only
+when all hold.  How results print (LaTeX, text, Markdown, HTML) is
+:mod:`.proof_render`.
 
 >>> from mha_symbolic.exact.prove import run_proofs
 >>> [r.status for r in run_proofs(only=["uniform"])]
@@ -29,13 +32,14 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MhaSymbolicError, ProofError
+from .proof_checks import CheckRecord, CrossCheck, _short
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
@@ -125,10 +129,12 @@ class Step:
         tag = _TAG[self.kind]
         note = f"{latex_text(self.reason)}{tag}"
         if self.kind == "fact":  # full width, outside the alignment
-            return (f"\\intertext{{\\footnotesize Fact: ${self.rhs}$ "
+            return (f"\\intertext{{\\raggedright\\footnotesize Fact: ${self.rhs}$ "
                     f"\\quad({note})}}")
-        return (f"{self.lhs} &{rel} {self.rhs} && "
-                f"\\parbox[t]{{12em}}{{\\raggedright\\footnotesize {note}}}")
+        # the justification is a tag at the right margin: amsmath moves it below the
+        # equation when the two would not fit side by side (never an overfull line)
+        return (f"{self.lhs} &{rel} {self.rhs} "
+                f"\\tag*{{\\parbox[t]{{11em}}{{\\raggedright\\footnotesize {note}}}}}")
 
     def to_dict(self) -> dict[str, str]:
         return {
@@ -137,29 +143,10 @@ class Step:
         }
 
 
-@dataclass(frozen=True)
-class CheckRecord:
-    """One numerical cross-check: what was compared, the numbers, and the outcome."""
-
-    what: str
-    detail: str
-    ok: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"what": self.what, "detail": self.detail, "ok": self.ok}
-
-
 def _latex_of(x: Any) -> str:
-    if isinstance(x, str):
-        return x
-    import sympy
+    from .proof_render import book_latex
 
-    return str(sympy.latex(x))
-
-
-def _short(x: Any, limit: int = 160) -> str:
-    text = " ".join(str(x).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return book_latex(x)
 
 
 class Derivation:
@@ -173,9 +160,17 @@ class Derivation:
     'identity'
     """
 
-    def __init__(self) -> None:
+    def __init__(self, display: dict[Any, Any] | None = None) -> None:
         self.steps: list[Step] = []
         self.conclusion: str = ""
+        # substitutions applied to what is *shown* only (never to what is decided): a
+        # proof may decide with n = N + 1 (so that SymPy knows n >= 2) and print n
+        self.display: dict[Any, Any] = dict(display or {})
+
+    def _shown(self, x: Any) -> str:
+        if self.display and not isinstance(x, str) and hasattr(x, "subs"):
+            x = x.subs(self.display)
+        return _latex_of(x)
 
     # -- helpers -----------------------------------------------------------
     def _fail(self, reason: str, message: str) -> ProofError:
@@ -185,8 +180,8 @@ class Derivation:
 
     def _record(self, kind: str, lhs: Any, relation: str, rhs: Any, reason: str,
                 scope: str) -> None:
-        self.steps.append(Step(kind=kind, lhs=_latex_of(lhs) if lhs is not None else "",
-                               relation=relation, rhs=_latex_of(rhs), reason=reason,
+        self.steps.append(Step(kind=kind, lhs=self._shown(lhs) if lhs is not None else "",
+                               relation=relation, rhs=self._shown(rhs), reason=reason,
                                scope=scope))
 
     # -- step kinds --------------------------------------------------------
@@ -256,8 +251,8 @@ class Derivation:
         if sympy.simplify(got - value) != 0:
             raise self._fail(reason, f"limit of {_short(expr)} as {var} -> {point} is "
                                      f"{_short(got)}, not {_short(value)}")
-        arrow = f"\\lim_{{{sympy.latex(var)} \\to {sympy.latex(point)}}}"
-        self._record("limit", f"{arrow} {_latex_of(expr)}", "=", value, reason, "all sizes")
+        arrow = f"\\lim_{{{self._shown(var)} \\to {self._shown(point)}}}"
+        self._record("limit", f"{arrow} {self._shown(expr)}", "=", value, reason, "all sizes")
 
     def fact(self, statement_latex: str, reason: str) -> None:
         """State an elementary fact the proof relies on, without machine checking it."""
@@ -366,69 +361,6 @@ def _canonical_dummies(expr: Any) -> Any:
     return walk(expr)
 
 
-class CrossCheck:
-    """Independent numerical checks at random points (Arb balls or exact rationals).
-
-    ``agree`` passes when ``a - b`` is a ball that contains 0 and is narrower
-    than ``2**-bits``: the two computations agree to that many bits (for an
-    exact pair, ``a == b``).  ``holds`` takes a predicate computed with Arb,
-    whose comparisons are true only when certain, or with exact arithmetic.
-
-    >>> from flint import arb, fmpq
-    >>> c = CrossCheck("Arb")
-    >>> c.agree("one third", arb(1) / 3, fmpq(1, 3), bits=40)
-    >>> c.records[0].ok
-    True
-    """
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self.records: list[CheckRecord] = []
-
-    def _ok(self, what: str, detail: str) -> None:
-        self.records.append(CheckRecord(what, detail, True))
-
-    def _bad(self, what: str, detail: str) -> ProofError:
-        self.records.append(CheckRecord(what, detail, False))
-        err = ProofError(f"cross-check {len(self.records)} ({what}): {detail}")
-        err.cross_check = self  # type: ignore[attr-defined]  # the checks made so far
-        return err
-
-    def agree(self, what: str, a: Any, b: Any, *, bits: int = 90) -> None:
-        """``a`` and ``b`` (arb, fmpq, fmpz or int) agree: exactly, or as balls to ``bits`` bits."""
-        from flint import arb, fmpq, fmpz
-
-        exact = (int, fmpq, fmpz)
-        if isinstance(a, exact) and isinstance(b, exact):
-            if fmpq(a) != fmpq(b):
-                raise self._bad(what, f"{a} != {b} (exact)")
-            self._ok(what, f"{a} (exact)")
-            return
-        d = arb(a) - arb(b)
-        if not d.contains(0):
-            raise self._bad(what, f"{_short(a)} and {_short(b)} differ: their difference "
-                                  f"{_short(d)} excludes 0")
-        if not d.rad() < arb(2) ** (-bits):
-            raise self._bad(what, f"difference {_short(d)} is wider than 2^-{bits}: "
-                                  "too little precision to compare")
-        upper = abs(d).upper().str(3, radius=False)
-        if isinstance(b, exact) and fmpq(b) == 0:  # a is itself a difference
-            self._ok(what, f"0 <= |difference| <= {upper}")
-            return
-        self._ok(what, f"{arb(a).str(12, radius=False)} vs {arb(b).str(12, radius=False)}: "
-                       f"|difference| <= {upper}")
-
-    def holds(self, what: str, flag: bool, detail: str = "") -> None:
-        """A certified predicate (Arb comparison or exact arithmetic) is true."""
-        if flag is not True:
-            raise self._bad(what, f"does not hold ({detail})" if detail else "does not hold")
-        self._ok(what, detail)
-
-    def note(self, what: str, detail: str) -> None:
-        """A certified number worth printing (no comparison)."""
-        self._ok(what, detail)
-
-
 @dataclass(frozen=True)
 class Theorem:
     """A theorem module's interface: ``THEOREM = Theorem(...)``.
@@ -447,10 +379,14 @@ class Theorem:
     number: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ProofResult:
     """The outcome of one theorem: status ``proved``, ``FAILED`` (a step or a check
-    does not hold) or ``ERROR`` (the proof code raised something else)."""
+    does not hold) or ``ERROR`` (the proof code raised something else).
+
+    ``str(result)`` is a readable report (the statement, the steps, the cross-check
+    table); in a notebook it shows as Markdown or HTML, every text escaped.
+    """
 
     name: str
     number: int
@@ -469,49 +405,70 @@ class ProofResult:
     def ok(self) -> bool:
         return self.status == "proved"
 
+    @property
+    def skipped_checks(self) -> int:
+        """How many cross-checks could not run (shown as skipped, never as passed)."""
+        return sum(1 for c in self.checks if c.status == "skipped")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "number": self.number, "title": self.title,
             "method": self.method, "status": self.status,
             "seconds": round(self.seconds, 3), "message": self.message,
-            "stated_facts": self.facts,
+            "stated_facts": self.facts, "skipped_checks": self.skipped_checks,
             "steps": [s.to_dict() for s in self.steps],
             "checks": [c.to_dict() for c in self.checks],
         }
 
-    def latex(self) -> str:
-        """This proof as a LaTeX fragment (a ``\\section`` with aligned steps)."""
-        from .._latex import latex_escape
+    def __repr__(self) -> str:
+        return (f"<ProofResult {self.number} {self.name}: {self.status}, "
+                f"{len(self.steps)} steps, {len(self.checks)} checks, {self.seconds:.2f} s>")
 
-        out = [f"\\section{{{latex_escape(self.title)}}}\\label{{thm:{self.name}}}",
-               f"\\textbf{{Theorem {self.number}.}} {self.statement_latex}", "",
-               f"\\textit{{Method:}} {latex_escape(self.method)}. "
-               f"\\textit{{Status:}} {latex_escape(self.status)}.", ""]
-        if self.steps:
-            out.append(r"\textit{Proof.}")
-            out.append(r"\begin{align*}")
-            lines = [s.latex() for s in self.steps]
-            # no line break is needed (nor allowed) right before an \intertext
-            body = "".join(
-                line + ("" if k + 1 == len(lines) or lines[k + 1].startswith("\\intertext")
-                        or line.startswith("\\intertext") else " \\\\") + "\n"
-                for k, line in enumerate(lines))
-            out.append(body.rstrip("\n"))
-            out.append(r"\end{align*}")
-        if self.conclusion:
-            out.append(f"Hence {self.conclusion} \\hfill$\\square$")
-            out.append("")
-        if self.checks:
-            out.append(r"\textit{Numerical cross-check.}")
-            out.append(r"{\small\begin{itemize}")
-            for c in self.checks:
-                mark = "ok" if c.ok else "FAILED"
-                detail = f": {latex_escape(c.detail)}" if c.detail else ""
-                out.append(f"\\item[{mark}] {latex_escape(c.what)}{detail}")
-            out.append(r"\end{itemize}}")
-        if self.message:
-            out.append(f"\\textbf{{{latex_escape(self.status)}:}} {latex_escape(self.message)}")
-        return "\n".join(out) + "\n"
+    def __str__(self) -> str:
+        from .proof_render import result_text
+
+        return result_text(self)
+
+    def _repr_markdown_(self) -> str:
+        from .proof_render import result_markdown
+
+        return result_markdown(self)
+
+    def _repr_html_(self) -> str:
+        from .proof_render import result_html
+
+        return result_html(self)
+
+    def latex(self) -> str:
+        """This proof as a LaTeX fragment (a ``\\section`` with aligned steps and a
+        booktabs table of the cross-checks)."""
+        from .proof_render import result_latex
+
+        return result_latex(self)
+
+
+class ProofReport(list[ProofResult]):
+    """The results of :func:`run_proofs`: a list, printed as a summary table
+    (``str``, Markdown and HTML in a notebook) instead of a dump of dataclasses."""
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self)
+
+    def __str__(self) -> str:
+        from .proof_render import results_text
+
+        return results_text(self)
+
+    def _repr_markdown_(self) -> str:
+        from .proof_render import results_markdown
+
+        return results_markdown(self)
+
+    def _repr_html_(self) -> str:
+        from .proof_render import results_html
+
+        return results_html(self)
 
 
 # ---------------------------------------------------------------------------
@@ -636,6 +593,9 @@ def load_theorems(directory: Path | None = None) -> list[Theorem]:
         thm = getattr(module, "THEOREM", None)
         if not isinstance(thm, Theorem):
             raise MhaSymbolicError(f"{path.name} defines no THEOREM = Theorem(...)")
+        if thm.name != path.stem[4:]:
+            raise MhaSymbolicError(f"{path.name} defines THEOREM.name={thm.name!r}; the file "
+                                   f"name says {path.stem[4:]!r}")
         number = int(path.stem[1:3])
         theorems.append(thm if thm.number == number else _renumber(thm, number))
     return theorems
@@ -664,45 +624,68 @@ def _select(theorems: list[Theorem], only: Iterable[str] | None) -> list[Theorem
     return [t for t in theorems if t.name in chosen]
 
 
-def run_proofs(only: Sequence[str] | None = None, latex_dir: str | Path | None = None,
-               *, seed: int = DEFAULT_SEED) -> list[ProofResult]:
+def theorem_names(directory: Path | None = None) -> list[str]:
+    """The names of the theorems, from the file names ``tNN_<name>.py`` alone (nothing
+    is imported: cheap enough for ``--help``).  :func:`load_theorems` checks that each
+    module's ``THEOREM.name`` is its file's.
+
+    >>> theorem_names()[:3]
+    ['uniform', 'convex', 'shift']
+    """
+    directory = proofs_dir() if directory is None else Path(directory)
+    return [p.stem[4:] for p in sorted(directory.glob("t[0-9][0-9]_*.py"))]
+
+
+def select_theorems(only: Sequence[str] | str | None = None) -> list[Theorem]:
+    """The theorems named in ``only`` (a name such as ``"uniform"``, a number ``"4"``
+    or ``"t04"``; all when None), in file order; an unknown name is a
+    :class:`~mha_symbolic.errors.MhaSymbolicError` that lists the names."""
+    if isinstance(only, str):
+        only = [only]
+    return _select(load_theorems(), only)
+
+
+def iter_proofs(only: Sequence[str] | str | None = None, *,
+                seed: int = DEFAULT_SEED) -> Iterator[ProofResult]:
+    """Prove the theorems one by one, yielding each result as soon as it is known.
+
+    The names in ``only`` are checked before anything runs (an unknown one raises at
+    once, not at the first ``next``).
+
+    >>> next(iter_proofs(["shift"])).status
+    'proved'
+    """
+    theorems = select_theorems(only)
+    return (run_theorem(t, seed=seed) for t in theorems)
+
+
+def run_proofs(only: Sequence[str] | str | None = None, latex_dir: str | Path | None = None,
+               *, seed: int = DEFAULT_SEED,
+               on_result: Callable[[ProofResult], None] | None = None) -> ProofReport:
     """Run the theorems of ``proofs/`` (all, or those named in ``only``: a name such
     as ``"uniform"``, a number ``"4"`` or ``"t04"``) and return their results.
 
-    With ``latex_dir``, write ``proofs.tex`` (a complete document) and one
-    fragment ``tNN_<name>.tex`` per theorem there.  ``seed`` fixes the random
-    points of the numerical cross-checks.
+    ``on_result`` is called with each result as soon as its theorem is done (the
+    command line prints its row then).  With ``latex_dir``, write ``proofs.tex`` (a
+    complete document) and one fragment ``tNN_<name>.tex`` per theorem there.
+    ``seed`` fixes the random points of the numerical cross-checks.
     """
-    if isinstance(only, str):
-        only = [only]
-    theorems = _select(load_theorems(), only)
-    results = [run_theorem(t, seed=seed) for t in theorems]
+    report = ProofReport()
+    for result in iter_proofs(only, seed=seed):
+        report.append(result)
+        if on_result is not None:
+            on_result(result)
     if latex_dir is not None:
-        write_latex(results, latex_dir)
-    return results
+        write_latex(report, latex_dir)
+    return report
 
 
 def proofs_latex(results: Sequence[ProofResult]) -> str:
-    """A complete LaTeX document with every proof of ``results``."""
-    from .._latex import latex_escape, standalone_document
+    """A complete LaTeX document with every proof of ``results``: an introduction, the
+    notation (defined once, for every theorem), a summary table, then the proofs."""
+    from .proof_render import proofs_document
 
-    held = sum(r.ok for r in results)
-    intro = (
-        "Each step below is either decided by SymPy (an identity whose difference "
-        "simplifies to $0$, a sign decided from the assumptions, the limit of an "
-        "elementary exponential) or an elementary fact marked [stated]. Indexed sums "
-        "run to a symbolic $n$, so an identity holds for every size. Numerical "
-        "cross-checks use Arb balls or exact rationals at random points. "
-        f"{held} of {len(results)} theorems hold."
-    )
-    table = [r"\begin{center}\begin{tabular}{rlll}", r"\# & theorem & method & status \\ \hline"]
-    for r in results:
-        table.append(f"{r.number} & {latex_escape(r.name)} & {latex_escape(r.method)} & "
-                     f"{latex_escape(r.status)} \\\\")
-    table.append(r"\end{tabular}\end{center}")
-    body = "\n".join([intro, "", "\\small", *table, "\\normalsize", ""]
-                     + [r.latex() for r in results])
-    return standalone_document(body, title="mha-symbolic: proofs of the closed forms of attention")
+    return proofs_document(results)
 
 
 def write_latex(results: Sequence[ProofResult], latex_dir: str | Path) -> Path:
@@ -723,37 +706,97 @@ def write_latex(results: Sequence[ProofResult], latex_dir: str | Path) -> Path:
     return master
 
 
-def _table(results: Sequence[ProofResult]) -> str:
-    rows = [("#", "theorem", "method", "facts", "status", "time")]
-    for r in results:
-        rows.append((str(r.number), r.name, r.method, str(r.facts), r.status,
-                     f"{r.seconds:.2f} s"))
-    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-             for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+def write_pdf(results: Sequence[ProofResult], pdf: str | Path) -> Path:
+    """Typeset ``results`` with pdflatex (through :func:`mha_symbolic._latex.compile_tex`:
+    a private folder, no shell escape) and write the PDF to ``pdf``."""
+    import shutil
+    import tempfile
+
+    from .._latex import compile_tex
+
+    target = Path(pdf)
+    with tempfile.TemporaryDirectory(prefix="mha-symbolic-proofs-") as tmp:
+        master = write_latex(results, tmp)
+        built = compile_tex(master, runs=1)
+        shutil.copyfile(built, target)
+    return target
+
+
+def _pdf_target(value: str | None) -> Path | None:
+    """``--pdf PATH`` checked before any proof runs: a usable file name in an existing
+    folder, and pdflatex on PATH (else one line, exit status 2)."""
+    if value is None:
+        return None
+    from .._io import output_path
+    from .._latex import pdflatex_path
+    from ..errors import LatexError
+
+    path = output_path(value, option="--pdf")
+    if path is None:
+        raise MhaSymbolicError("--pdf -: a PDF cannot go to standard output; give a file name")
+    if pdflatex_path() is None:
+        raise LatexError("--pdf needs pdflatex, which is not on PATH: install a TeX system "
+                         "(Debian: apt-get install texlive-latex-base "
+                         "texlive-latex-recommended), or use --latex DIR")
+    return path
 
 
 def cli_prove(args: argparse.Namespace) -> int:
-    """``mha-symbolic prove [--latex DIR] [--only NAME] [--format text|json]``."""
+    """``mha-symbolic prove [--only NAME] [--latex DIR] [--pdf PATH] [--format text|json]``.
+
+    In text format each theorem's row is printed (and flushed) as soon as the theorem
+    is done, so a long run shows its progress."""
+    from .._text import sanitize
+    from .proof_render import (
+        SUMMARY_HEADER,
+        column_widths,
+        format_row,
+        held_phrase,
+        plain_text,
+        summary_row,
+    )
+
+    pdf = _pdf_target(getattr(args, "pdf", None))
+    if args.latex is not None:
+        from .._io import check_name
+
+        check_name(args.latex, "--latex ")
+    theorems = select_theorems(args.only)  # unknown names refused before anything runs
+    as_json = getattr(args, "format", "text") == "json"
+    widths = column_widths([t.name for t in theorems])
+
+    def show_row(r: ProofResult) -> None:
+        print(format_row([sanitize(c) for c in summary_row(r)], widths), flush=True)
+
+    if not as_json:
+        print(format_row(SUMMARY_HEADER, widths))
+        print(format_row(["-" * max(w, len(h), 6 if k == len(widths) - 1 else 0)
+                          for k, (w, h) in enumerate(zip(widths, SUMMARY_HEADER, strict=True))],
+                         widths), flush=True)
     start = time.perf_counter()
-    results = run_proofs(only=args.only, latex_dir=args.latex)
+    results = run_proofs(only=[t.name for t in theorems], latex_dir=args.latex,
+                         on_result=None if as_json else show_row)
+    if pdf is not None:
+        write_pdf(results, pdf)
     total = time.perf_counter() - start
     failed = [r for r in results if not r.ok]
-    if getattr(args, "format", "text") == "json":
+    if as_json:
         print(json.dumps({"ok": not failed, "seconds": round(total, 3),
                           "results": [r.to_dict() for r in results]}, indent=2))
-    else:
-        print(_table(results))
-        for r in failed:
-            print(f"\n{r.status}: theorem {r.number} ({r.name}): {r.message}")
-        facts = sum(r.facts for r in results)
-        print(f"\n{len(results) - len(failed)} of {len(results)} theorems hold "
-              f"({facts} elementary facts stated, not machine-checked; "
-              f"{total:.1f} s)")
-        if args.latex:
-            from .._text import sanitize
-
-            print(f"LaTeX written to {sanitize(str(Path(args.latex) / 'proofs.tex'))}")
+        return 0 if not failed else 1
+    for r in failed:
+        print(f"\n{r.status}: theorem {r.number} ({r.name}): {sanitize(r.message)}")
+    for r in results:
+        for c in r.checks:
+            if c.status == "skipped":
+                print(f"skipped: theorem {r.number} ({r.name}): {plain_text(c.what)}: "
+                      f"{sanitize(c.detail)}")
+    facts = sum(r.facts for r in results)
+    held = len(results) - len(failed)
+    print(f"\n{held_phrase(held, len(results)).capitalize()} ({facts} elementary "
+          f"fact{'s' if facts != 1 else ''} stated, not machine-checked; {total:.1f} s)")
+    if args.latex:
+        print(f"LaTeX written to {sanitize(str(Path(args.latex) / 'proofs.tex'))}")
+    if pdf is not None:
+        print(f"PDF written to {sanitize(str(pdf))}")
     return 0 if not failed else 1
