@@ -317,7 +317,8 @@ def _softmax_row_lines(t: Any, w: Any, r: int, tag: str, n_q: int,
         frac = rf"\frac{{{num}}}{{D{tag}_{{{row}}}}}" if use_d else rf"\frac{{{num}}}{{{denom_inline}}}"
         chain = [frac]
         e = w[r, j]
-        exact = _tex(e) if _is_rational(e) else _tex_if_short(e, len(frac) - 1)
+        # the canonical form (every exponent >= 0, see canonical_softmax), when short
+        exact = _tex(e) if _is_rational(e) else _tex_if_short(_tidy(e), len(frac))
         if exact is not None:
             chain.append(exact)  # SymPy's own form, when it says more in less space
         if not _is_rational(e):
@@ -353,6 +354,8 @@ def _weighted_sum_lines(w: Any, v: Any, out: Any, r: int, i: str, tag: str = "")
             numeric_terms = []
             break
         sep = times if v.cols == 1 else r"\, "
+        if r"\times" in d:  # scientific notation: a factor in parentheses
+            d = rf"\left({d}\right)"
         numeric_terms.append(f"{d}{sep}{vec[j]}")
     rhs = [symbolic]
     numeric = ""

@@ -8,7 +8,7 @@ from typing import Any
 from ...errors import MhaSymbolicError
 from .matrices import _vec_tex
 from .model import SHORT, ClaimLine
-from .numbers import _tex_if_short, _tidy
+from .numbers import _tex_if_short, _tidy, shape_latex
 
 # ---------------------------------------------------------------------------
 # Claims (from the textbook checker) and the public entry point
@@ -75,7 +75,7 @@ def _exact_tex(expr: Any) -> str | None:
     from ...exact.shapes import Shape
 
     if isinstance(expr, Shape):
-        return expr.latex()
+        return shape_latex(expr)
     if isinstance(expr, (int, sp.Basic)):
         return _tex_if_short(_tidy(expr) if isinstance(expr, sp.Basic) else expr, SHORT * 2)
     if isinstance(expr, (tuple, list)) and all(isinstance(e, (int, sp.Basic)) for e in expr):

@@ -8,7 +8,7 @@ from ..._latex import latex_escape
 from ...errors import MhaSymbolicError
 from .matrices import _sum_rows
 from .model import Check, Display, Step
-from .numbers import _tex
+from .numbers import _tex, shape_latex
 
 # ---------------------------------------------------------------------------
 # Dimension-only examples: shape algebra and parameter counts
@@ -22,7 +22,7 @@ def _shape_steps(spec: Any) -> tuple[list[Step], list[Check]]:
     sh = {e.name: e.shape for e in table.entries}
 
     def tex(s: Shape) -> str:
-        return s.latex()
+        return shape_latex(s)
 
     def prod(a: Shape, b: Shape, out: Shape) -> str:
         return rf"\left({tex(a)}\right) \cdot \left({tex(b)}\right) = {tex(out)}"
@@ -63,7 +63,7 @@ def _shape_steps(spec: Any) -> tuple[list[Step], list[Check]]:
     steps.append(Step(
         "Concatenate and project",
         "the $h$ heads side by side give width $h \\cdot d_v$; $W^{O}$ maps it back to "
-        "$d_{model}$.",
+        "$d_{\\mathrm{model}}$.",
         (Display((
             f"\\mathrm{{Concat}} &: {tex(sh['concat'])} \\quad (h \\cdot d_v = "
             f"{_tex(h)} \\cdot {_tex(spec.d_v)} = {_tex(_simplify(h * spec.d_v))})",
@@ -93,7 +93,7 @@ def _shape_steps(spec: Any) -> tuple[list[Step], list[Check]]:
     checks.append(Check(
         "heads rebuild d_model", bool(back),
         f"$h \\cdot d_v = {_tex(_simplify(h * spec.d_v))}$ "
-        + ("equals" if back else "differs from") + f" $d_{{model}} = {_tex(spec.d_model)}$."))
+        + ("equals" if back else "differs from") + f" $d_{{\\mathrm{{model}}}} = {_tex(spec.d_model)}$."))
     return steps, checks
 
 
@@ -170,7 +170,7 @@ def _count_steps(spec: Any) -> tuple[list[Step], list[Check]]:
     if h == g and spec.kdim == d and spec.vdim == d and not spec.add_bias_kv:
         rule = 4 * sp.sympify(d) ** 2 + (4 * sp.sympify(d) if spec.bias else 0)
         holds = sp.simplify(sp.sympify(total) - rule) == 0
-        rule_tex = "4 d_{model}^2" + (" + 4 d_{model}" if spec.bias else "")
+        rule_tex = r"4 d_{\mathrm{model}}^2" + (r" + 4 d_{\mathrm{model}}" if spec.bias else "")
         numbers = ""
         if isinstance(d, int):
             numbers = f" = 4 \\cdot {d}^2" + (f" + 4 \\cdot {d}" if spec.bias else "")

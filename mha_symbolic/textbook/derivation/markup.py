@@ -93,3 +93,32 @@ def _mark(ok: bool) -> tuple[str, str]:
 
 def _capital(text: str) -> str:
     return text[:1].upper() + text[1:] if text else text
+
+
+def _note_tex(text: str) -> str:
+    """The author's text (a title, notes, a quotation) for LaTeX: its math runs typeset
+    from the notes grammar (:mod:`.notes`, which builds every command itself), the rest
+    escaped as plain text."""
+    from .notes import pieces
+
+    return "".join(f"${piece}$" if is_math else _tex_text(piece)
+                   for is_math, piece in pieces(text))
+
+
+def _note_md(text: str) -> str:
+    """The author's text for Markdown: math runs as ``$...$``, the rest escaped."""
+    from .notes import pieces
+
+    return "".join(f"${piece}$" if is_math else _md_text(piece)
+                   for is_math, piece in pieces(text))
+
+
+def _quantity_text(quantity: str) -> str:
+    """A claim's quantity as words: ``scaled_score[1,1]`` -> ``scaled score[1,1]``,
+    ``params.w_q_head`` -> ``params.w_q head``: an underscore becomes a space unless it
+    joins a one-letter name to a one-character subscript (``w_q``, ``d_k``) or is
+    ``d_model`` (those the notes grammar typesets)."""
+    keep = {m.start() + 1 for m in re.finditer(
+        r"(?<![A-Za-z0-9])[A-Za-z]_(?:[A-Za-z0-9]|model)(?![A-Za-z0-9])", quantity)}
+    return "".join(" " if ch == "_" and k not in keep else ch
+                   for k, ch in enumerate(quantity))

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .model import LINE_CHARS, MATRIX_DIGITS, MATRIX_WIDTH, SHORT, WIDE
-from .numbers import _digits, _is_rational, _leaves, _tex, _tidy
+from .numbers import _digits, _is_rational, _leaves, _tex, _tidy, exp_latex
 
 
 def _matrix_tex(m: Any, limit: int | None = None) -> str | None:
@@ -148,7 +148,8 @@ def _sum_rows(lhs: str, terms: Sequence[str]) -> list[str]:
 
 
 def _exp_tex(t: Any) -> str:
-    return f"e^{{{_tex(t)}}}"
+    """e^t as written in a softmax (e^{0} stays: it shows the score)."""
+    return exp_latex(t)
 
 
 def _vec_tex(items: Sequence[str]) -> str:
