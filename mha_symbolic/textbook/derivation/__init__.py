@@ -47,7 +47,7 @@ LaTeX: digit grouping, scientific notation, canonical softmax forms), :mod:`.mat
 from __future__ import annotations
 
 from .build import cli_derive, derive
-from .model import Check, ClaimLine, Derivation, Display, ExampleDerivation, Figure, Paragraph, Step
+from .model import Check, ClaimLine, Derivation, Display, ExampleDerivation, Figure, Paragraph, Step, Table
 
 __all__ = [
     "Check",
@@ -58,6 +58,7 @@ __all__ = [
     "Figure",
     "Paragraph",
     "Step",
+    "Table",
     "cli_derive",
     "derive",
 ]

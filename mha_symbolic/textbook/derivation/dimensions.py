@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..._latex import latex_escape
 from ...errors import MhaSymbolicError
-from .matrices import _sum_rows
-from .model import Check, Display, Step
-from .numbers import _tex, shape_latex
+from .model import Check, Display, Step, Table
+from .numbers import _tex, group_digits, shape_latex, symbol_latex
 
 # ---------------------------------------------------------------------------
 # Dimension-only examples: shape algebra and parameter counts
@@ -69,6 +69,13 @@ def _shape_steps(spec: Any) -> tuple[list[Step], list[Check]]:
             f"{_tex(h)} \\cdot {_tex(spec.d_v)} = {_tex(_simplify(h * spec.d_v))})",
             f"\\mathrm{{Concat}}\\, W^{{O}} &: {prod(sh['concat'], sh['w_o'], sh['output'])}",
         )),)))
+    steps.append(Step(
+        "All shapes at a glance",
+        "every intermediate, in the order it is computed.",
+        (Table(header=("Quantity", "Shape", "How it follows"),
+               rows=tuple((f"${e.symbol}$", f"${tex(e.shape)}$", _how_markup(e.how))
+                          for e in table.entries),
+               align="lll"),)))
     # checks: recompute every product with the checker, independently of the table's order
     detail = []
     ok = True
@@ -154,13 +161,16 @@ def _count_steps(spec: Any) -> tuple[list[Step], list[Check]]:
             "one bias per output unit of each projection"
             + (" (and the learned extra key/value rows)" if spec.add_bias_kv else "") + ".",
             (Display(tuple(f"{_param_tex(n)} &: {_tex(c)}" for n, c in biases)),)))
-    terms = [_tex(c) for _, _, c in count.parts]
     total = count.total
-    rows = _sum_rows(r"\text{total}", terms)
-    rows.append(f"&= {_tex(total)}")
     d = spec.d_model
+    table = Table(
+        header=("Part", "Shape", "Parameters"),
+        rows=tuple((f"${_param_tex(n)}$", f"${_shape_text_tex(shape)}$", f"${_tex(c)}$")
+                   for n, shape, c in count.parts),
+        align="lcr",
+        total=("Total", "", f"${_tex(total)}$"))
     steps.append(Step("Total", "the block's learnable numbers are the sum of its parts.",
-                      (Display(tuple(rows)),)))
+                      (table,)))
     # checks: an independent integer sum, and the 4 d_model^2 (+ 4 d_model) rule
     independent = sp.Add(*[sp.sympify(c) for _, _, c in count.parts])
     same = sp.simplify(independent - sp.sympify(total)) == 0
@@ -182,6 +192,30 @@ def _count_steps(spec: Any) -> tuple[list[Step], list[Check]]:
             f"${rule_tex}{numbers} = {value}$, "
             + ("equal to" if holds else "different from") + " the total."))
     return steps, checks
+
+
+def _how_markup(how: str) -> str:
+    """The shape table's explanation (``'X W^Q_i = (3 × 512)·(512 × 64)'``) as markup:
+    its math from the notes grammar, its words as plain text ("->" as an arrow)."""
+    from .notes import pieces
+
+    text = how.replace("->", "\u2192").replace("$", "")
+    return "".join(f"${piece}$" if is_math else piece for is_math, piece in pieces(text))
+
+
+def _shape_text_tex(text: str) -> str:
+    """``'512 × 64'`` or ``'kdim × d'`` (the parameter count's shape text) as LaTeX:
+    numbers grouped, names through :func:`symbol_latex`, anything else escaped."""
+    out = []
+    for part in text.split("×"):
+        part = part.strip()
+        if part.isdigit():
+            out.append(group_digits(part))
+        elif re.fullmatch(r"[A-Za-z]+(?:_[A-Za-z0-9]+)?", part):
+            out.append(symbol_latex(part))
+        else:
+            out.append(rf"\text{{{latex_escape(part)}}}")
+    return r" \times ".join(out)
 
 
 def _param_tex(name: str) -> str:

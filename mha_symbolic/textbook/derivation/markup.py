@@ -95,13 +95,40 @@ def _capital(text: str) -> str:
     return text[:1].upper() + text[1:] if text else text
 
 
+#: A decimal number standing alone in text (not part of a longer run of digits).
+_NUMBER = re.compile(r"(?<![\d.])\d+(?:\.\d+)?(?![\d])")
+
+
+def _grouped_number(number: str, sep: str) -> str:
+    """``number`` with each side of five or more digits grouped in threes by ``sep``."""
+    from .numbers import group_digits
+
+    whole, dot, frac = number.partition(".")
+    text = group_digits(whole) + dot + group_digits(frac, from_left=True)
+    return text.replace(r"\,", sep)
+
+
+def _text_tex(text: str) -> str:
+    """Plain text for LaTeX, its numbers grouped in threes (1\\,048\\,576)."""
+    parts, pos = [], 0
+    for m in _NUMBER.finditer(text):
+        parts += [_tex_text(text[pos:m.start()]), _grouped_number(m.group(0), r"\,")]
+        pos = m.end()
+    return "".join([*parts, _tex_text(text[pos:])])
+
+
+def _text_md(text: str) -> str:
+    """Plain text for Markdown, its numbers grouped by thin spaces (U+2009)."""
+    return _md_text(_NUMBER.sub(lambda m: _grouped_number(m.group(0), "\u2009"), text))
+
+
 def _note_tex(text: str) -> str:
     """The author's text (a title, notes, a quotation) for LaTeX: its math runs typeset
     from the notes grammar (:mod:`.notes`, which builds every command itself), the rest
-    escaped as plain text."""
+    escaped as plain text; numbers grouped in threes on both sides."""
     from .notes import pieces
 
-    return "".join(f"${piece}$" if is_math else _tex_text(piece)
+    return "".join(f"${piece}$" if is_math else _text_tex(piece)
                    for is_math, piece in pieces(text))
 
 
@@ -109,7 +136,7 @@ def _note_md(text: str) -> str:
     """The author's text for Markdown: math runs as ``$...$``, the rest escaped."""
     from .notes import pieces
 
-    return "".join(f"${piece}$" if is_math else _md_text(piece)
+    return "".join(f"${piece}$" if is_math else _text_md(piece)
                    for is_math, piece in pieces(text))
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ...errors import SpecError
 
 __all__ = ["Check", "ClaimLine", "Derivation", "Display", "ExampleDerivation", "Figure",
-           "Paragraph", "Step"]
+           "Paragraph", "Step", "Table"]
 
 FORMATS: tuple[str, ...] = ("tex", "fragment", "markdown")
 
@@ -68,7 +68,19 @@ class Figure:
     caption: str
 
 
-Block = Paragraph | Display | Figure
+@dataclass(frozen=True)
+class Table:
+    """A table set with booktabs rules: ``header`` and ``rows`` of markup cells
+    (``$...$`` math), ``align`` one of ``l``/``c``/``r`` per column, ``total`` a last
+    row set off by a rule."""
+
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    align: str
+    total: tuple[str, ...] | None = None
+
+
+Block = Paragraph | Display | Figure | Table
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ _TOKEN = re.compile(
     r"|(?P<sci>\d+(?:\.\d+)?[eE][-+−]?\d+)(?![A-Za-z0-9_])"
     r"|(?P<atom>(?P<base>[A-Za-z]+\d*|\d+(?:\.\d+)?)"
     r"(?:_(?P<sub>[A-Za-z0-9]+))?"
-    r"(?:\^(?P<sup>[-−]?(?:\d+(?:\.\d+)?|[A-Za-z0-9]+)|\((?P<sup_group>[^()]{1,60})\)))?)"
+    r"(?:\^(?P<sup>[-−]?(?:\d+(?:\.\d+)?|[A-Za-z0-9]+)|\((?P<sup_group>[^()]{1,60})\))"
+    r"(?:_(?P<sub2>[A-Za-z0-9]+))?)?)"
     r"|(?P<op>[=+*/·×≈<>≤≥−\-])"
     r"|(?P<open>\()"
     r"|(?P<close>\))"
@@ -54,6 +55,8 @@ _TOKEN = re.compile(
 #: Names set as operators (upright, with TeX's spacing), and names set upright as text.
 _FUNCTIONS = {"exp": r"\exp", "log": r"\log", "ln": r"\ln", "max": r"\max",
               "min": r"\min", "tanh": r"\tanh", "sin": r"\sin", "cos": r"\cos"}
+#: The sizes' multi-letter names (PyTorch's): math on their own, set upright.
+_SIZE_NAMES = {"kdim", "vdim"}
 #: Multi-letter names that join a math run (others end it: they are English words).
 _JOINING = {"softmax"}
 _OPS = {"=": "=", "+": "+", "-": "-", "−": "-", "*": r"\cdot", "·": r"\cdot",
@@ -83,7 +86,8 @@ class _Tok:
         if self.kind in ("matrix", "sqrt", "sci"):
             return True
         if self.kind == "atom":
-            return self.m.group("sub") is not None or self.m.group("sup") is not None
+            return (self.m.group("sub") is not None or self.m.group("sup") is not None
+                    or self.m.group("base") in _SIZE_NAMES)
         return self.kind == "op" and self.text in _STRONG_OPS
 
     @property
@@ -197,8 +201,11 @@ def _name(base: str) -> str:
     if base in _FUNCTIONS:
         return _FUNCTIONS[base]
     m = re.fullmatch(r"([A-Za-z]+)(\d*)", base)
-    if m is None:  # a number
-        return base
+    if m is None:  # a number: the author's digits, grouped in threes (siunitx-style)
+        from .numbers import group_digits
+
+        whole, dot, frac = base.partition(".")
+        return group_digits(whole) + dot + group_digits(frac, from_left=True)
     letters, digits = m.groups()
     if len(letters) == 1:
         return letters + (f"_{{{digits}}}" if digits else "")
@@ -250,6 +257,8 @@ def _tok_latex(t: _Tok) -> str:
             out += f"_{{{_sub(m.group('sub'))}}}"
         if m.group("sup") is not None:
             out += f"^{{{_sup(m)}}}"
+        if m.group("sub2") is not None:  # W^Q_i (after a subscript: a new group)
+            out += ("{}" if m.group("sub") is not None else "") + f"_{{{_sub(m.group('sub2'))}}}"
         return out
     if t.kind == "op":
         return f" {_OPS[t.text]} " if t.text not in "/" else "/"

@@ -218,12 +218,13 @@ def symbol_latex(name: str) -> str:
 
 
 #: An exponent printed with one of these is too tall for a superscript.
-_TALL = (r"\frac", r"\sqrt", r"\tanh", "^", r"\log", r"\exp")
+_TALL = (r"\frac", r"\tanh", "^", r"\log", r"\exp")
 
 
 def exp_latex(arg: Any) -> str:
     r"""e to the power ``arg``: ``e^{2}``, but ``\exp`` with a slashed fraction when the
-    exponent is tall (a fraction, a root: tiny in a superscript).
+    exponent is tall (a fraction, a nested power or function: tiny in a superscript;
+    a lone root, ``e^{\\sqrt{2}}``, stays a superscript).
 
     >>> import sympy as sp
     >>> exp_latex(sp.Integer(20)), exp_latex(sp.sqrt(2) / 2)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..._latex import textbook_document
 from .markup import _capital, _mark, _markup_tex, _note_tex, _paragraphs, _quantity_text
-from .model import Block, ClaimLine, Derivation, Display, Figure, Paragraph
+from .model import Block, ClaimLine, Derivation, Display, Figure, Paragraph, Table
 from .numbers import digits_latex
 
 #: At most this many rows in one unbreakable display (a row can be two lines tall, a
@@ -114,12 +114,27 @@ def _block_tex(block: Block) -> str:
             body = " \\\\\n".join(chunk)
             parts.append(f"\\begin{{{env}}}\n{body}\n\\end{{{env}}}\n")
         return "".join(parts)
+    if isinstance(block, Table):
+        return _table_tex(block)
     assert isinstance(block, Figure)
     return ("\\begin{figure}[htbp]\n"
             "\\centering\n"
             f"\\includegraphics[width=0.85\\linewidth]{{{block.ref}}}\n"
             f"\\caption{{{_markup_tex(block.caption)}}}\n"
             "\\end{figure}\n")
+
+
+def _table_tex(table: Table) -> str:
+    """A booktabs table (top, middle and bottom rules; no vertical rules), centred."""
+    def row(cells: tuple[str, ...]) -> str:
+        return " & ".join(_markup_tex(c) for c in cells) + r" \\"
+
+    lines = [r"\begin{center}", rf"\begin{{tabular}}{{{table.align}}}", r"\toprule",
+             row(table.header), r"\midrule", *[row(r) for r in table.rows]]
+    if table.total is not None:
+        lines += [r"\midrule", row(table.total)]
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{center}"]
+    return "\n".join(lines) + "\n"
 
 
 def _render_document(d: Derivation) -> str:

@@ -5,8 +5,17 @@ from __future__ import annotations
 import re
 
 from ..._latex import latex_escape
-from .markup import _MARKUP, _capital, _mark, _markup_md, _md_text, _note_md, _paragraphs, _quantity_text
-from .model import Block, ClaimLine, Derivation, Display, Paragraph
+from .markup import (
+    _MARKUP,
+    _capital,
+    _mark,
+    _markup_md,
+    _md_text,
+    _note_md,
+    _paragraphs,
+    _quantity_text,
+)
+from .model import Block, ClaimLine, Derivation, Display, Paragraph, Table
 from .numbers import digits_latex
 
 
@@ -81,8 +90,27 @@ def _block_md(block: Block, math: str = "github") -> list[str]:
             return ["```math", *body, "```", ""]
         text = "\n".join(body).replace("\\\\", "\\\\\n").replace("\n\n", "\n")
         return ["$$", text, "$$", ""]
+    if isinstance(block, Table):
+        return _table_md(block)
     alt = _md_text(_plain(block.caption))
     return [f"![{alt}]({block.ref})", "", f"*{_markup_md(block.caption)}*", ""]
+
+
+def _table_md(table: Table) -> list[str]:
+    """A pipe table (GitHub's); the total row in bold."""
+    marks = {"l": ":--", "c": ":-:", "r": "--:"}
+
+    def row(cells: tuple[str, ...], bold: bool = False) -> str:
+        texts = [_markup_md(c).replace("|", "\\|") for c in cells]
+        if bold:
+            texts = [f"**{x}**" if x else x for x in texts]
+        return "| " + " | ".join(texts) + " |"
+
+    lines = [row(table.header), "| " + " | ".join(marks[a] for a in table.align) + " |",
+             *[row(r) for r in table.rows]]
+    if table.total is not None:
+        lines.append(row(table.total, bold=True))
+    return [*lines, ""]
 
 
 def _render_mathjax(d: Derivation) -> str:
