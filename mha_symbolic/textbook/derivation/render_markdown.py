@@ -116,7 +116,7 @@ def _table_md(table: Table) -> list[str]:
 def _render_mathjax(d: Derivation) -> str:
     rows: list[str] = []
     for ex in d.examples:
-        rows.append("&" + rf"\textbf{{{latex_escape(ex.title)}}}")  # file text: plain
+        rows.append("&" + _note_math(ex.title, r"\textbf"))  # file text: notes grammar
         for step in ex.steps:
             rows.append("&" + _markup_math(step.title, r"\textit"))
             for block in step.blocks:
@@ -124,8 +124,17 @@ def _render_mathjax(d: Derivation) -> str:
                     rows += [line if "&" in line else "&" + line for line in block.lines]
         for c in ex.checks:
             mark = r"\checkmark" if c.ok else r"\times"
-            rows.append(rf"&{mark}\ \text{{{latex_escape(c.name)}}}")
+            rows.append(rf"&{mark}\ " + _note_math(c.name, r"\text"))
     return "$$\\begin{aligned}\n" + " \\\\\n".join(rows) + "\n\\end{aligned}$$"
+
+
+def _note_math(text: str, font: str) -> str:
+    """The author's text inside math mode: math runs from the notes grammar as they
+    are, the words escaped in ``font{...}``."""
+    from .notes import pieces
+
+    return "".join(piece if is_math else f"{font}{{{latex_escape(piece)}}}"
+                   for is_math, piece in pieces(text))
 
 
 def _markup_math(markup: str, font: str) -> str:
