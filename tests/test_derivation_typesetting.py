@@ -190,7 +190,7 @@ def test_notes_math_is_typeset_from_the_grammar(note: str, math: str) -> None:
 def test_notes_words_stay_text() -> None:
     assert pieces("Only sizes: 3 query tokens, 5 key/value tokens (decoder).") == [
         (False, "Only sizes: 3 query tokens, 5 key/value tokens (decoder).")]
-    assert pieces("head 1 takes coordinates 1-2") == [(False, "head 1 takes coordinates 1-2")]
+    assert pieces("head 1 takes coordinates 1-2") == [(False, "head 1 takes coordinates 1–2")]
 
 
 #: Every command the grammar may write; nothing else may follow a backslash.
@@ -320,3 +320,14 @@ def test_each_figure_is_on_the_page_of_its_caption(seed_pdfs) -> None:
     for k in titled:
         assert re.search(r"Figure \d+: Attention weights", pages[k]), k
     assert sum(len(re.findall(r"Figure \d+:", p)) for p in pages) >= len(titled)
+
+
+def test_seed_markdown_carries_no_raw_ascii_math() -> None:
+    from mha_symbolic.textbook import load_examples
+
+    md = derive(load_examples(SEED), format="markdown").text
+    prose = re.sub(r"```math\n.*?```", "", md, flags=re.S)  # displayed math
+    prose = re.sub(r"(?<!\\)\$[^$\n]+?(?<!\\)\$", "", prose)  # inline math
+    for raw in ("^", "sqrt(", "[[", "ˆ", "1e-3", r"\_", "d_k"):
+        assert raw not in prose, (raw, prose[max(0, prose.find(raw) - 80):prose.find(raw) + 80])
+    assert "$Q_{1} K_{1}^{\\top} = " in md and "$1/\\sqrt{d_{k}}$" in md

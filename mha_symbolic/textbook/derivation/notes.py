@@ -12,9 +12,10 @@ LaTeX from a small grammar of its own, *never* by passing the text on:
   matrix literals of numbers (``[[1, 0], [0, 1]]``), the operators ``= + - * / ^ ≈ ×
   · ≤ ≥ < >``, parentheses and commas;
 * a run becomes math when it holds a *strong* token (a subscript or superscript, an
-  ``=``, a ``/``, ``sqrt``, a matrix, an exponent literal) and grows over the numbers,
-  one-letter names, operators and balanced parentheses around it; an English word
-  (two or more letters, no subscript) ends it;
+  ``=``, a ``/``, ``sqrt``, a matrix, an exponent literal, a signed number ``-1.5``)
+  and grows over the numbers, one-letter names, operators and balanced parentheses
+  around it; an English word (two or more letters, no subscript) ends it; a range of
+  numbers (``1-2``) stays text, with an en dash;
 * every piece of LaTeX written is built from the token's characters after they were
   matched by the grammar (letters, digits, ``.``, ``-``), so nothing the author wrote
   reaches TeX as a command; the text between runs is escaped by the caller.
@@ -38,6 +39,7 @@ _TOKEN = re.compile(
     r"(?P<matrix>\[\[[0-9.,\s\[\]+\-−]{1,400}\]\])"
     r"|(?P<sqrt>sqrt\((?P<sqrt_arg>[^()]{1,60})\))"
     r"|(?P<range>\d+[-–]\d+)(?![\d.])"
+    r"|(?P<signed>(?<![\w.)\]])[-−+]\d+(?:\.\d+)?)(?![\d.]|[eE]\d)"
     r"|(?P<sci>\d+(?:\.\d+)?[eE][-+−]?\d+)(?![A-Za-z0-9_])"
     r"|(?P<atom>(?P<base>[A-Za-z]+\d*|\d+(?:\.\d+)?)"
     r"(?:_(?P<sub>[A-Za-z0-9]+))?"
@@ -73,7 +75,7 @@ class _Tok:
 
     def __init__(self, m: re.Match[str]) -> None:
         self.kind = "other"
-        for k in ("matrix", "sqrt", "range", "sci", "atom", "op", "open", "close", "comma", "space",
+        for k in ("matrix", "sqrt", "range", "signed", "sci", "atom", "op", "open", "close", "comma", "space",
                   "other"):
             if m.group(k) is not None:
                 self.kind = k
@@ -83,7 +85,7 @@ class _Tok:
 
     @property
     def strong(self) -> bool:
-        if self.kind in ("matrix", "sqrt", "sci"):
+        if self.kind in ("matrix", "sqrt", "sci", "signed"):
             return True
         if self.kind == "atom":
             return (self.m.group("sub") is not None or self.m.group("sup") is not None
@@ -129,7 +131,9 @@ def pieces(text: str) -> list[tuple[bool, str]]:
         if math[k]:
             out.append((True, _latex(run)))
         else:
-            out.append((False, "".join(t.text for t in run)))
+            # a range of numbers (1-2) takes an en dash, as a book sets it
+            out.append((False, "".join(t.text.replace("-", "–") if t.kind == "range"
+                                       else t.text for t in run)))
         k = j
     return _merge(out)
 
@@ -244,6 +248,8 @@ def _tok_latex(t: _Tok) -> str:
     if t.kind == "sqrt":
         inner = _latex([x for x in _tokens(m.group("sqrt_arg")) if x.kind != "other"])
         return rf"\sqrt{{{inner}}}"
+    if t.kind == "signed":  # a signed number: a minus sign, not a hyphen
+        return ("-" if t.text[0] in "-−" else "+") + _name(t.text[1:])
     if t.kind == "sci":
         mant, _, exp = re.split(r"([eE])", t.text)
         exp = exp.replace("−", "-").lstrip("+")
