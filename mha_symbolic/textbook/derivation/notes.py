@@ -225,8 +225,9 @@ def _sub(text: str) -> str:
 def _sup(m: re.Match[str]) -> str:
     group = m.group("sup_group")
     if group is not None:
-        return "".join(_latex([t]) if t.kind != "space" else " " for t in _tokens(group)
-                       if t.kind != "other")
+        # the group's tokens set together (an operator keeps its spaces: "\\le w", never
+        # "\\lew"); characters outside the grammar are dropped
+        return _latex([x for x in _tokens(group) if x.kind != "other"])
     sup = m.group("sup").replace("−", "-")
     if sup == "T":
         return r"\top"
@@ -257,14 +258,15 @@ def _tok_latex(t: _Tok) -> str:
         return (f"10^{{{exp}}}" if mant == "1" else rf"{mant} \times 10^{{{exp}}}")
     if t.kind == "atom":
         out = _name(m.group("base"))
+        has_sub = "_{" in out  # Q1: the digits are already a subscript
         if m.group("sub") is not None:
-            if "_{" in out:  # Q1_k: the digits were already a subscript
-                out = out + "{}"
-            out += f"_{{{_sub(m.group('sub'))}}}"
+            # a second subscript of one base is a TeX error: a new (empty) base first
+            out += ("{}" if has_sub else "") + f"_{{{_sub(m.group('sub'))}}}"
+            has_sub = True
         if m.group("sup") is not None:
             out += f"^{{{_sup(m)}}}"
-        if m.group("sub2") is not None:  # W^Q_i (after a subscript: a new group)
-            out += ("{}" if m.group("sub") is not None else "") + f"_{{{_sub(m.group('sub2'))}}}"
+        if m.group("sub2") is not None:  # W^Q_i
+            out += ("{}" if has_sub else "") + f"_{{{_sub(m.group('sub2'))}}}"
         return out
     if t.kind == "op":
         return f" {_OPS[t.text]} " if t.text not in "/" else "/"
