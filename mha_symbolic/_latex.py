@@ -159,6 +159,15 @@ def textbook_document(body: str, *, title: str, packages: Sequence[str] = (),
         "\\setlength{\\parindent}{0pt}\n"
         "\\setlength{\\parskip}{0.5em plus 0.2em minus 0.1em}\n"
         "\\raggedbottom\n"
+        # headings ragged-right (a title with math never runs into the margin), and a
+        # third pass of line breaking with extra stretch before a line may overflow
+        "\\makeatletter\n"
+        "\\renewcommand\\section{\\@startsection{section}{1}{\\z@}{-3.5ex \\@plus -1ex "
+        "\\@minus -.2ex}{2.3ex \\@plus.2ex}{\\normalfont\\Large\\bfseries\\raggedright}}\n"
+        "\\renewcommand\\subsection{\\@startsection{subsection}{2}{\\z@}{-3.25ex\\@plus -1ex "
+        "\\@minus -.2ex}{1.5ex \\@plus .2ex}{\\normalfont\\large\\bfseries\\raggedright}}\n"
+        "\\makeatother\n"
+        "\\setlength{\\emergencystretch}{2em}\n"
         # a figure may fill a page and sit near the top with little text: never split
         # from its caption (one float), never pushed to the document's end
         "\\renewcommand{\\topfraction}{0.85}\n"

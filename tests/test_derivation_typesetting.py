@@ -355,3 +355,23 @@ def test_random_notes_compile_with_pdflatex(tmp_path: Path, seed: int) -> None:
     tex = tmp_path / "notes.tex"
     tex.write_text(textbook_document("\n\n".join(_note_tex(n) for n in notes), title="notes"))
     assert compile_tex(tex, runs=1).is_file()  # raises LatexError on any TeX error
+
+
+def test_a_weight_with_a_long_run_of_nines_is_written_one_minus_its_distance() -> None:
+    text = derive(exact_attention(scores=[[400, 100]]), format="fragment").text
+    with mpmath.workdps(60):
+        gap = 1 / (1 + mpmath.e ** 300)  # 1 - w_11, by hand
+        digits = mpmath.nstr(gap, 15, strip_zeros=False)  # '5.14820022244...e-131'
+    mantissa, exponent = digits.split("e")
+    assert exponent == "-131"
+    expected = "1 - " + mantissa[:5] + T + mantissa[5:8] + T + mantissa[8:11]
+    assert expected in text  # 1 - 5.148 200 222… x 10^-131, not 130 nines
+    assert "0.999" not in text
+
+
+def test_a_long_weighted_sum_is_broken_over_lines() -> None:
+    value = [[k, k + 1, k + 2, k + 3] for k in range(0, 32, 4)]
+    text = derive(exact_attention(scores=[[0] * 8], value=value), format="fragment").text
+    first = next(line for line in text.splitlines() if line.startswith(r"\mathrm{head}_{1}[1]"))
+    assert first.count("w_{1") <= 4  # the eight terms are not on one line
+    assert r"&\quad + w_{1" in text

@@ -345,8 +345,8 @@ def _weighted_sum_lines(w: Any, v: Any, out: Any, r: int, i: str, tag: str = "")
         times = r" \cdot "
         vec = [_tex(v[j, 0]) if _is_rational(v[j, 0]) and v[j, 0] >= 0
                else rf"\left({_tex(v[j, 0])}\right)" for j in range(v.rows)]
-    symbolic = (" + ".join(f"w{tag}_{{{r + 1}{j + 1}}}{times}{vec[j]}" for j in kept)
-                if kept else "0")
+    symbolic_terms = [f"w{tag}_{{{r + 1}{j + 1}}}{times}{vec[j]}" for j in kept]
+    symbolic = " + ".join(symbolic_terms) if kept else "0"
     numeric_terms: list[str] = []
     for j in kept:
         d = _tex(w[r, j]) if _is_rational(w[r, j]) else _digits(w[r, j], MATRIX_DIGITS)
@@ -372,7 +372,9 @@ def _weighted_sum_lines(w: Any, v: Any, out: Any, r: int, i: str, tag: str = "")
         digits = [_digits(e) for e in tidy]
         if all(d is not None for d in digits):
             rhs.append(_vec_tex([str(d) for d in digits]) if len(digits) > 1 else str(digits[0]))
-    rows = [f"{lhs} &= {rhs[0]}"]
+    # the weighted sum written out: broken over lines when long (many keys, wide values)
+    rows = (_sum_rows(lhs, symbolic_terms) if len(symbolic) > LINE_CHARS + 20
+            else [f"{lhs} &= {rhs[0]}"])
     for x in rhs[1:]:
         if x is numeric and len(x) > LINE_CHARS + 20:
             rows += _sum_rows("", numeric_terms)  # the weights written out: break long sums

@@ -20,7 +20,8 @@ _TEXT_UNICODE: dict[str, str] = {
     "→": r"$\to$", "←": r"$\leftarrow$", "≤": r"$\le$", "≥": r"$\ge$", "≠": r"$\neq$",
     "√": r"$\surd$", "π": r"$\pi$", "∞": r"$\infty$", "✓": r"$\checkmark$",
     "✗": r"$\times$", "∈": r"$\in$", "²": r"$^2$", "³": r"$^3$", "⊤": r"$\top$",
-    "ᵀ": r"$^{\top}$", "∑": r"$\sum$", "Σ": r"$\Sigma$", "\u00a0": "~", "\u2009": r"\,",
+    "ᵀ": r"$^{\top}$", "§": r"\S{}", "¶": r"\P{}", "∑": r"$\sum$", "Σ": r"$\Sigma$",
+    "\u00a0": "~", "\u2009": r"\,",
 }
 _MATH_UNICODE: dict[str, str] = {
     "−": "-", "×": r"\times ", "·": r"\cdot ", "⋅": r"\cdot ", "≈": r"\approx ",

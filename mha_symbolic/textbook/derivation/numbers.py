@@ -21,6 +21,8 @@ from .model import DIGITS, ORDERED_LEAVES, TIDY_CHARS
 #   so every printed digit stays a certified digit of the exact value.
 # ---------------------------------------------------------------------------
 
+#: A value 0.999… with more nines than this is written 1 - (its distance from 1).
+NINES = 15
 #: Thin space between digit groups (siunitx's default group separator).
 GROUP = r"\,"
 #: Decimals below 10^-SMALL_EXPONENT are written in scientific notation.
@@ -310,7 +312,13 @@ def _digits(expr: Any, significant: int = DIGITS) -> str | None:
             n += 10
             text = c.digits(n)
         if n > significant:
-            text = c.digits(_nines_run(text) + 4)
+            run = _nines_run(text)
+            if run > NINES and text.startswith("0.9"):
+                # 0.999…9 with more nines than a reader counts: 1 - (certified digits of
+                # 1 - x), e.g. 1 - 5.148… x 10^-131 for e^300/(1 + e^300)
+                rest = _certified(1 - expr).digits(significant)
+                return "1 - " + decimal_latex(rest)
+            text = c.digits(run + 4)
     except MhaSymbolicError:
         return None
     return _digits_tex(text)
