@@ -375,3 +375,18 @@ def test_a_long_weighted_sum_is_broken_over_lines() -> None:
     first = next(line for line in text.splitlines() if line.startswith(r"\mathrm{head}_{1}[1]"))
     assert first.count("w_{1") <= 4  # the eight terms are not on one line
     assert r"&\quad + w_{1" in text
+
+
+def test_program_identifiers_in_notes_stay_text() -> None:
+    got = pieces("num_heads = 12 and d_model = 4")
+    assert (False, "num_heads ") in got  # a program's name, as the author wrote it
+    assert (True, r"d_{\mathrm{model}} = 4") in got
+
+
+def test_a_stack_of_per_head_weights_derives() -> None:
+    from mha_symbolic.textbook import load_examples
+
+    ex = [e for e in load_examples(ROOT / "examples" / "books" / "raschka-llm-from-scratch.toml")
+          if e.name == "raschka-3.6-wrapper"]
+    d = derive(ex, format="fragment")  # w_q of shape (2, 3, 2) was 'is not a number'
+    assert d.examples[0].checks and r"Q_{1}" in d.text

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ...errors import MhaSymbolicError
 from .matrices import _exp_tex, _matrix_chain, _operand_tex, _printed, _sum_rows, _vec_tex
 from .model import LINE_CHARS, MATRIX_DIGITS, MAX_ENTRY_LINES, SHORT, WIDE, Block, Display, Paragraph, Step
 from .numbers import _digits, _is_rational, _leaves, _tex, _tex_if_short, _tidy
@@ -20,13 +21,20 @@ def _sub(i: int) -> str:
 
 
 def _given_matrices(given: dict[str, Any] | None) -> dict[str, Any]:
-    """The example's stated weight matrices (W^Q, W^K, W^V, W^O, biases) as exact matrices."""
+    """The example's stated weight matrices (W^Q, W^K, W^V, W^O, biases) as exact matrices.
+
+    A stack of per-head matrices (``w_q`` of shape (h, d_model, d_k), as a wrapper of
+    single-head modules states them) is not one matrix: it is left out of the display,
+    and the heads' Q_i, K_i, V_i below show what it gave."""
     from ...exact.engine import exact_matrix
 
     out: dict[str, Any] = {}
     for key in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"):
         if given and given.get(key) is not None:
-            out[key] = exact_matrix(given[key], key)
+            try:
+                out[key] = exact_matrix(given[key], key)
+            except MhaSymbolicError:
+                continue  # not a matrix (a per-head stack): the engine already read it
     return out
 
 

@@ -81,6 +81,8 @@ class _Tok:
                 self.kind = k
                 break
         self.text = m.group(0)
+        if self.kind == "atom" and _is_code(m):
+            self.kind = "code"  # a program's identifier (context_length): text, as written
         self.m = m
 
     @property
@@ -104,6 +106,15 @@ class _Tok:
             return (n == 0 or (n == 1 and base != "a") or base in _FUNCTIONS
                     or base in _JOINING)
         return False
+
+
+def _is_code(m: re.Match[str]) -> bool:
+    """``num_heads``, ``qkv_bias``: a name of two or more letters with a subscript of two
+    or more letters is a program's identifier, not mathematics (``d_model``, ``head_1``
+    and ``W_query`` are mathematics: a one-letter name, or a numbered one)."""
+    base, sub = m.group("base"), m.group("sub")
+    return (sub is not None and len(sub) > 1 and not sub.isdigit()
+            and bool(re.fullmatch(r"[A-Za-z]{2,}", base)) and base not in _FUNCTIONS)
 
 
 def _tokens(text: str) -> list[_Tok]:

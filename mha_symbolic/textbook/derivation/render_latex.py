@@ -10,6 +10,8 @@ r"""A derivation as LaTeX (fragment and document), set as a textbook sets it.
 
 from __future__ import annotations
 
+import re
+
 from ..._latex import textbook_document
 from .markup import _capital, _mark, _markup_tex, _note_tex, _paragraphs, _quantity_text
 from .model import Block, ClaimLine, Derivation, Display, Figure, Paragraph, Table
@@ -18,6 +20,8 @@ from .numbers import digits_latex
 #: At most this many rows in one unbreakable display (a row can be two lines tall, a
 #: page has about 45): a longer display is cut into several between its rows.
 DISPLAY_ROWS = 12
+#: ... and at most about this many lines of text (see _height).
+DISPLAY_LINES = 30
 
 INTRO = ("Every number below comes from the exact engine; decimals show certified "
          "digits only (\\ldots: more digits follow), grouped in threes and in scientific "
@@ -91,16 +95,31 @@ def _breakable(math: str) -> str:
     return math.replace(r",\ ", r",\allowbreak\ ").replace(", ", r",\allowbreak\ ")
 
 
+def _height(line: str) -> int:
+    """A display row's height in text lines, roughly: one per row of its tallest matrix
+    (a matrix's rows are separated by ``\\\\``), twice that when it holds fractions."""
+    rows = max([1] + [m.count(r"\\") + 1 for m in re.findall(
+        r"\\begin\{bmatrix\}(.*?)\\end\{bmatrix\}", line)])
+    return rows * (2 if r"\frac" in line else 1) + 1
+
+
 def _display_chunks(lines: tuple[str, ...]) -> list[list[str]]:
-    """The rows of a display cut into runs of at most DISPLAY_ROWS, each starting at a
-    row that names its left side (not at a continuation ``&= ...``) when it can."""
+    """The rows of a display cut into runs of at most DISPLAY_ROWS rows and about
+    DISPLAY_LINES lines of text (a page has about 45), each starting at a row that
+    names its left side (not at a continuation ``&= ...``) when it can."""
     chunks: list[list[str]] = [[]]
+    used = 0
     for line in lines:
         current = chunks[-1]
         starts = not line.lstrip().startswith("&")
-        if len(current) >= DISPLAY_ROWS or (starts and len(current) >= DISPLAY_ROWS - 2):
+        h = _height(line)
+        if current and (len(current) >= DISPLAY_ROWS or used + h > DISPLAY_LINES
+                        or (starts and (len(current) >= DISPLAY_ROWS - 2
+                                        or used + h > DISPLAY_LINES - 6))):
             chunks.append([])
+            used = 0
         chunks[-1].append(line)
+        used += h
     return [c for c in chunks if c]
 
 
