@@ -390,3 +390,86 @@ def test_a_stack_of_per_head_weights_derives() -> None:
           if e.name == "raschka-3.6-wrapper"]
     d = derive(ex, format="fragment")  # w_q of shape (2, 3, 2) was 'is not a number'
     assert d.examples[0].checks and r"Q_{1}" in d.text
+
+
+# found by the long fuzz run: SymPy's printer ordered the factors of a gradient entry by
+# evaluating its sums numerically (minutes, for entries holding masked keys' e^(−10^6))
+_FUZZ_578379 = (
+    '[[example]]\n'
+    'name = "E0"\n'
+    'query = [[-3, -2, 4], ["1/3", -1, 2], [0, "e^(1/2)", "e"]]\n'
+    'key = [[3, -3, 0], ["pi/4", -2, "-2"], [-3, "2^-1", "e"]]\n'
+    'value = [[-2, 4, 1], [5, 4, -3], [3, -3, 0]]\n'
+    '[[example.claim]]\n'
+    'quantity = "weight[2]"\n'
+    'claimed = "(−38862.6996613753, -304.388, -673053.1490)"\n'
+    '[[example.claim]]\n'
+    'quantity = "score[1,2]"\n'
+    'claimed = "≈-inf"\n'
+    '[[example.claim]]\n'
+    'quantity = "output[2,1]"\n'
+    'claimed = "-inf"\n'
+    '[[example.claim]]\n'
+    'quantity = "scaled_score[1]"\n'
+    'claimed = "(63.7426, 0.6643738441, -801)"\n'
+    '[[example.claim]]\n'
+    'quantity = "expr"\n'
+    'claimed = "e^2/(1+e^2)"\n'
+    'expr = "sqrt(2)"\n'
+    '[[example]]\n'
+    'name = "E1"\n'
+    'heads = 4\n'
+    'query = [["0.6698", 3, 2, 1], [-2, 5, 0, -1.25], [1, 3, 4, 2]]\n'
+    'key = [[0, 4, "ln(3)", -1], ["ln(3)", 1, 5, 5]]\n'
+    'value = [[-2, -2, "e", "ln(3)"], ["e", 0, 2, 0.1]]\n'
+    'scale = "sqrt(3)"\n'
+    'mask = [[1, 0], [0, -1e6], [-2, 0]]\n'
+    'causal_alignment = "bottom_right"\n'
+    'grad_output = [[2, -2, 1, "0.6698"], [3, 3, 1, -3], ["ln(3)", 5, 1, 0]]\n'
+    '[[example.claim]]\n'
+    'quantity = "grad_query[1,1]"\n'
+    'claimed = "1"\n'
+    '[[example]]\n'
+    'notes = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'
+    'xxxxxxxxxxxxxxxxxxxxxxxxxxxxx"\n'
+    'x = [[3, 5], [0, "1/3"]]\n'
+    'x_kv = [[-1, 3]]\n'
+    'w_q = [[-1, "pi/4", 2], [2, "sqrt(2)", "ln(3)"]]\n'
+    'w_k = [[1e-3, 4, -3], ["e", 2, "e"]]\n'
+    'w_v = [[5, "sqrt(2)", -3], [5, -2, -1]]\n'
+    'b_q = [[-3, 4, 4]]\n'
+    'b_k = [[0, 3, 5]]\n'
+    'mask_fill_stage = "scaled"\n'
+    '[[example.claim]]\n'
+    'quantity = "expr"\n'
+    'claimed = "~0.5"\n'
+    'expr = "2^-1"\n'
+    '[[example.claim]]\n'
+    'quantity = "weight[2,1]"\n'
+    'claimed = "~≈ 1 − e^(−32)"\n'
+    '[[example.claim]]\n'
+    'quantity = "params.w_k"\n'
+    'claimed = "~0"\n'
+    'head = 1\n'
+    '[[example.claim]]\n'
+    'quantity = "head_output[2,1]"\n'
+    'claimed = "≈ −86.94566823197438572818"\n'
+    'note = "$$"\n'
+    '[[example.claim]]\n'
+    'quantity = "scaled_score[1,1]"\n'
+    'claimed = "≈ ≈ 1 − e^(−32)"\n'
+    'head = 1\n'
+)
+
+
+def test_a_long_product_is_printed_without_numeric_ordering() -> None:
+    from conftest import time_limit
+
+    from mha_symbolic.errors import MhaSymbolicError
+    from mha_symbolic.textbook import derive, load_examples
+
+    with time_limit(120):
+        try:
+            derive(load_examples(text=_FUZZ_578379)).document()
+        except MhaSymbolicError as exc:  # an undecidable sign is a one-line refusal
+            assert "could not decide" in str(exc)

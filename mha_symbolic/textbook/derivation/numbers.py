@@ -157,6 +157,21 @@ def _tex(expr: Any) -> str:
                     return list(expr.args)
                 return super()._as_ordered_terms(expr, order=order)
 
+            def _print_Mul(self, expr: Any) -> str:
+                # SymPy orders a product's factors by sort_key, which orders the terms
+                # of every sum among them by evaluating them numerically (evalf raising
+                # its precision through cancellations: minutes for a gradient entry with
+                # masked keys; found by the long fuzz run): a long product keeps its
+                # canonical order
+                if _leaves(expr, ORDERED_LEAVES) <= ORDERED_LEAVES:
+                    return str(super()._print_Mul(expr))
+                saved = self._settings["order"]
+                self._settings["order"] = "none"
+                try:
+                    return str(super()._print_Mul(expr))
+                finally:
+                    self._settings["order"] = saved
+
             def _print_Integer(self, e: Any) -> str:
                 n = int(e.p)  # no 4300-digit limit (python-flint), grouped in threes
                 return ("-" if n < 0 else "") + group_digits(_decimal(abs(n)))
