@@ -21,7 +21,8 @@ from pathlib import Path
 
 from .errors import LatexError
 
-__all__ = ["compile_tex", "latex_escape", "latex_text", "pdflatex_path", "standalone_document"]
+__all__ = ["compile_tex", "latex_escape", "latex_text", "pdflatex_path", "standalone_document",
+           "textbook_document"]
 
 # Characters that are special in LaTeX text mode, with their escaped forms.
 _TEXT_ESCAPES: dict[str, str] = {
@@ -126,6 +127,66 @@ def standalone_document(body: str, *, title: str, packages: Sequence[str] = ()) 
         "\\begin{document}\n"
         "\\maketitle\n"
         f"{body.rstrip()}\n"
+        "\\end{document}\n"
+    )
+
+
+#: Packages :func:`textbook_document` loads (all in Debian's texlive-latex-base,
+#: -latex-recommended): amsmath/amssymb for the mathematics, booktabs for tables.
+TEXTBOOK_PACKAGES = ("amsmath", "amssymb", "booktabs")
+
+
+def textbook_document(body: str, *, title: str, packages: Sequence[str] = (),
+                      intro: str = "") -> str:
+    r"""Wrap ``body`` in an ``article`` set as a mathematics textbook sets its pages.
+
+    amsmath, amssymb and booktabs (and ``packages``, e.g. ``graphicx``); displays are
+    *not* broken across pages (no ``\allowdisplaybreaks``: a caller splits a display
+    that is too long for a page into several); a ragged bottom, so that keeping a
+    display whole never stretches a page's glue; floats allowed to fill most of a page
+    (a figure stays beside its caption, in one ``figure``).  ``title`` is plain text
+    and is escaped; ``intro`` is LaTeX, set before ``body``.
+
+    >>> doc = textbook_document("x", title="T", packages=["graphicx"])
+    >>> "\\usepackage{booktabs}" in doc and "allowdisplaybreaks" not in doc
+    True
+    """
+    for name in packages:
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]*", name):
+            raise LatexError(f"packages: {name!r} is not a LaTeX package name")
+    loaded = [*TEXTBOOK_PACKAGES, *[p for p in packages if p not in TEXTBOOK_PACKAGES]]
+    return (
+        "\\documentclass[11pt]{article}\n"
+        + "".join(f"\\usepackage{{{name}}}\n" for name in loaded)
+        + "\\setlength{\\textwidth}{6.2in}\n"
+        "\\setlength{\\oddsidemargin}{0.15in}\n"
+        "\\setlength{\\evensidemargin}{0.15in}\n"
+        "\\setlength{\\textheight}{8.6in}\n"
+        "\\setlength{\\topmargin}{-0.25in}\n"
+        "\\setlength{\\parindent}{0pt}\n"
+        "\\setlength{\\parskip}{0.5em plus 0.2em minus 0.1em}\n"
+        "\\raggedbottom\n"
+        # headings ragged-right (a title with math never runs into the margin), and a
+        # third pass of line breaking with extra stretch before a line may overflow
+        "\\makeatletter\n"
+        "\\renewcommand\\section{\\@startsection{section}{1}{\\z@}{-3.5ex \\@plus -1ex "
+        "\\@minus -.2ex}{2.3ex \\@plus.2ex}{\\normalfont\\Large\\bfseries\\raggedright}}\n"
+        "\\renewcommand\\subsection{\\@startsection{subsection}{2}{\\z@}{-3.25ex\\@plus -1ex "
+        "\\@minus -.2ex}{1.5ex \\@plus .2ex}{\\normalfont\\large\\bfseries\\raggedright}}\n"
+        "\\makeatother\n"
+        "\\setlength{\\emergencystretch}{2em}\n"
+        # a figure may fill a page and sit near the top with little text: never split
+        # from its caption (one float), never pushed to the document's end
+        "\\renewcommand{\\topfraction}{0.85}\n"
+        "\\renewcommand{\\textfraction}{0.1}\n"
+        "\\renewcommand{\\floatpagefraction}{0.75}\n"
+        f"\\title{{{latex_escape(title)}}}\n"
+        "\\author{}\n"
+        "\\date{}\n"
+        "\\begin{document}\n"
+        "\\maketitle\n"
+        + (intro.rstrip() + "\n\n" if intro else "")
+        + f"{body.rstrip()}\n"
         "\\end{document}\n"
     )
 

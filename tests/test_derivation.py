@@ -39,6 +39,21 @@ def truncated(x: mpmath.mpf, significant: int) -> str:
     return str(d.quantize(q, rounding="ROUND_DOWN"))
 
 
+def grouped(text: str) -> str:
+    """A decimal with its digits grouped as siunitx groups them (written here, by hand):
+    a run of five or more digits in threes by a thin space, from the decimal point."""
+    whole, dot, frac = text.partition(".")
+
+    def run(s: str, from_left: bool) -> str:
+        if len(s) < 5:
+            return s
+        if from_left:
+            return "\\,".join(s[i:i + 3] for i in range(0, len(s), 3))
+        return run(s[::-1], True)[::-1].replace(",\\", "\\,")
+
+    return run(whole, False) + dot + run(frac, True)
+
+
 def softmax_mp(row: list[mpmath.mpf]) -> list[mpmath.mpf]:
     with mpmath.workdps(60):
         exps = [mpmath.e ** x for x in row]
@@ -74,14 +89,15 @@ def test_single_head_weights_show_certified_digits_of_the_exact_softmax() -> Non
     with mpmath.workdps(60):
         s = 1 / mpmath.sqrt(2)  # scaled diagonal score, by hand: 1/sqrt(d_k), d_k = 2
         w11, w12 = softmax_mp([s, mpmath.mpf(0)])
-    assert r"w_{11} &= \frac{e^{\frac{\sqrt{2}}{2}}}" in text
-    assert truncated(w11, 10) + r"\ldots" in text
-    assert truncated(w12, 10) + r"\ldots" in text
+    # a tall exponent as \exp with a slashed fraction, not e^{\frac{\sqrt{2}}{2}}
+    assert r"w_{11} &= \frac{\exp\left(\sqrt{2}/2\right)}" in text
+    assert grouped(truncated(w11, 10)) + r"\ldots" in text
+    assert grouped(truncated(w12, 10)) + r"\ldots" in text
     # the head output row 1 = w11 (2, 0) + w12 (0, 4), by hand
     with mpmath.workdps(60):
         out = (2 * w11, 4 * w12)
-    assert truncated(out[0], 10) + r"\ldots" in text
-    assert truncated(out[1], 10) + r"\ldots" in text
+    assert grouped(truncated(out[0], 10)) + r"\ldots" in text
+    assert grouped(truncated(out[1], 10)) + r"\ldots" in text
 
 
 def test_example_g_every_weight_matches_an_independent_softmax(seed_derivation) -> None:
@@ -90,14 +106,14 @@ def test_example_g_every_weight_matches_an_independent_softmax(seed_derivation) 
     with mpmath.workdps(60):
         expected = softmax_mp([mpmath.mpf(x) for x in scores])
     text = Derivation((g,), format="fragment").latex()
-    found = re.findall(r"w_\{1(\d)\} &= \\frac\{[^&]*?= ([0-9.]+)\\ldots", text)
+    found = re.findall(r"w_\{1(\d)\} &= \\frac\{[^&]*?= ([0-9.\\,]+)\\ldots", text)
     assert [int(j) for j, _ in found] == [1, 2, 3, 4, 5, 6]
     for (j, digits), w in zip(found, expected, strict=True):
-        assert digits == truncated(w, 10), f"w_1{j}"
+        assert digits == grouped(truncated(w, 10)), f"w_1{j}"
     # the shared denominator D_1 = sum of exponentials, by hand
     with mpmath.workdps(60):
         denom = mpmath.fsum(mpmath.e ** mpmath.mpf(x) for x in scores)
-    assert truncated(denom, 10) + r"\ldots" in text
+    assert grouped(truncated(denom, 10)) + r"\ldots" in text
 
 
 def test_a_value_just_below_one_shows_digits_past_its_nines(seed_derivation) -> None:
@@ -107,7 +123,7 @@ def test_a_value_just_below_one_shows_digits_past_its_nines(seed_derivation) -> 
         w1 = 1 / (1 + mpmath.e ** -32)  # e^40/(e^40 + e^8), by hand
     # 13 nines after the point, then 8733...: ten digits would print only nines
     assert truncated(w1, 17) == "0.99999999999998733"
-    assert "0.99999999999998733" + r"\ldots" in text
+    assert r"0.999\,999\,999\,999\,987\,33\ldots" in text
 
 
 def test_terminating_rationals_print_as_the_same_exact_decimal() -> None:
@@ -126,7 +142,11 @@ def test_claims_carry_the_checkers_certified_digits_verbatim(seed_derivation, se
         assert line.claimed == record.claimed
     md = seed_derivation.markdown()
     for record in seed_report.records:
-        assert record.exact in md
+        # the same digits, grouped in threes (or shifted into scientific notation)
+        plain = re.sub(r"\\,|\.", "", md)
+        for number in re.findall(r"\d+(?:\.\d+)?", record.exact):
+            digits = number.replace(".", "").lstrip("0") or "0"
+            assert digits[:6] in plain, record.exact
 
 
 def test_wrong_claims_show_verdict_correct_answer_and_diagnosis(seed_derivation) -> None:
@@ -138,7 +158,7 @@ def test_wrong_claims_show_verdict_correct_answer_and_diagnosis(seed_derivation)
     assert "(1.3395, 1.3210)" in row1.verdict
     assert "premature rounding" in row1.diagnosis
     text = Derivation((a,), format="fragment").latex()
-    assert r"\item[$\times$] \textbf{head\_output[1]}" in text
+    assert r"\item[$\times$] \textbf{head output[1]}" in text
 
 
 # -- checks are computed ---------------------------------------------------------------------
@@ -223,8 +243,10 @@ def test_parameter_count_is_the_sum_of_the_parts(seed_derivation) -> None:
     i = next(e for e in seed_derivation.examples if e.name == "I")
     text = Derivation((i,), format="fragment").latex()
     # by hand: 512 * 64 = 32768 per head; 8 heads: 262144 per matrix; 4 matrices: 2^20
-    assert r"8 \times \left(512 \times 64\right) = 8 \times 32768 = 262144" in text
-    assert r"&= 1048576" in text
+    assert r"8 \times \left(512 \times 64\right) = 8 \times 32\,768 = 262\,144" in text
+    # the parts in a booktabs table whose total row is the sum
+    assert r"\toprule" in text and r"\bottomrule" in text
+    assert "Total &  & $1\\,048\\,576$ \\\\" in text
     assert "2^{20}" in text
     assert all(c.ok for c in i.checks)
 
@@ -244,7 +266,8 @@ def test_tex_is_a_complete_ascii_document_with_amsmath_only(seed_derivation) -> 
     assert tex.startswith("\\documentclass")
     assert "\\usepackage{amsmath}" in tex and tex.rstrip().endswith("\\end{document}")
     packages = set(re.findall(r"\\usepackage(?:\[[^]]*\])?\{([^}]*)\}", tex))
-    assert packages <= {"fontenc", "amsmath", "amssymb"}
+    assert packages <= {"amsmath", "amssymb", "booktabs"}
+    assert "\\allowdisplaybreaks" not in tex  # a display is never split across pages
     bad = sorted({c for c in tex if ord(c) > 127})
     assert not bad, f"non-ASCII characters would break pdflatex: {bad}"
 
@@ -288,11 +311,12 @@ notes = "Costs $5 – not d_k^2."
 scores = [[1, 2]]
 ''')
     tex = derive(ex).document()
-    assert r"50\% \& more: \{braces\} \#1 " in tex
+    assert r"50\% \& more: \{braces\} \#$1 \approx$" in tex
     title = tex[tex.index(r"\section*{"):].splitlines()[0]
     for command in (r"\approx", r"\infty", r"\checkmark"):
         assert command in title
-    assert r"Costs \$5 -- not d\_k" in tex
+    # the note's math is typeset from the notes grammar; the rest escaped
+    assert r"Costs \$5 -- not $d_{k}^{2}$." in tex
     assert all(ord(c) < 128 for c in tex)
 
 

@@ -13,6 +13,7 @@ from mha_symbolic._latex import (
     latex_text,
     pdflatex_path,
     standalone_document,
+    textbook_document,
 )
 from mha_symbolic.errors import MhaSymbolicError
 
@@ -41,6 +42,21 @@ def test_standalone_document_loads_only_amsmath_and_amssymb() -> None:
     assert packages == ["\\usepackage{amsmath}", "\\usepackage{amssymb}"]
     assert "\\title{A \\& B}" in doc
     assert doc.index("\\begin{document}") < doc.index("$x$") < doc.index("\\end{document}")
+
+
+def test_textbook_document_loads_booktabs_and_never_breaks_a_display() -> None:
+    doc = textbook_document("$x$", title="A & B", packages=["graphicx"], intro="Intro.")
+    packages = [line for line in doc.splitlines() if line.startswith("\\usepackage")]
+    assert packages == ["\\usepackage{amsmath}", "\\usepackage{amssymb}",
+                        "\\usepackage{booktabs}", "\\usepackage{graphicx}"]
+    assert "allowdisplaybreaks" not in doc and "\\raggedbottom" in doc
+    assert "\\title{A \\& B}" in doc
+    assert doc.index("\\maketitle") < doc.index("Intro.") < doc.index("$x$")
+
+
+def test_textbook_document_refuses_a_package_that_is_not_a_name() -> None:
+    with pytest.raises(MhaSymbolicError, match="not a LaTeX package name"):
+        textbook_document("x", title="T", packages=["graphicx}\\input{/etc/passwd"])
 
 
 @needs_pdflatex

@@ -158,7 +158,7 @@ def test_harness_counts_control_characters_in_a_report(monkeypatch: pytest.Monke
 
 
 def test_harness_counts_tex_from_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
-    import mha_symbolic.textbook.derivation as derivation
+    import mha_symbolic.textbook.derivation.markup as derivation
 
     monkeypatch.setattr(derivation, "_tex_text", lambda text: text)
     doc = '[[example]]\ntitle = "\\\\input{/etc/passwd}"\nscores = [[1, 0]]\n'

@@ -15,7 +15,7 @@ def _side(w: int | None) -> str:
 
 def variant_note(att: Any) -> str:
     """Sentences explaining each variant of the example (empty without variants)."""
-    from .derivation import _tex
+    from .numbers import _tex
 
     v = att.variants
     align = att.spec.causal_alignment
@@ -44,7 +44,7 @@ def variant_note(att: Any) -> str:
 
 def variant_symbolic(att: Any, i: str, base: str) -> str:
     """The formula of T_i: ``base`` (scale · S_i) with the softcap and ALiBi around it."""
-    from .derivation import _tex
+    from .numbers import _tex
 
     v = att.variants
     if v.get("softcap") is not None:
@@ -58,7 +58,9 @@ def variant_symbolic(att: Any, i: str, base: str) -> str:
 
 def variant_rows(att: Any, head: Any) -> list[str]:
     """Display lines of the head's ALiBi bias (and sink logit), or none."""
-    from .derivation import _matrix_chain, _sub, _tex
+    from .attention import _sub
+    from .matrices import _matrix_chain
+    from .numbers import _tex
 
     rows: list[str] = []
     i = _sub(head.index)

@@ -1,0 +1,161 @@
+r"""A derivation as LaTeX (fragment and document), set as a textbook sets it.
+
+* The author's text (titles, notes, the claims' quotations and the checker's notes)
+  goes through :func:`.markup._note_tex`: its math typeset from the notes grammar,
+  the rest escaped.
+* A display is never broken across a page: a long one is cut, between its rows, into
+  several ``align*`` environments of at most :data:`DISPLAY_ROWS` rows.
+* A figure is a ``figure`` float with its ``\caption``: image and caption on one page.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..._latex import textbook_document
+from .markup import _capital, _mark, _markup_tex, _note_tex, _paragraphs, _quantity_text
+from .model import Block, ClaimLine, Derivation, Display, Figure, Paragraph, Table
+from .numbers import digits_latex
+
+#: At most this many rows in one unbreakable display (a row can be two lines tall, a
+#: page has about 45): a longer display is cut into several between its rows.
+DISPLAY_ROWS = 12
+#: ... and at most about this many lines of text (see _height).
+DISPLAY_LINES = 30
+
+INTRO = ("Every number below comes from the exact engine; decimals show certified "
+         "digits only (\\ldots: more digits follow), grouped in threes and in scientific "
+         "notation below $10^{-3}$. The checks closing each example are computed, and "
+         "each claim of the text carries the checker's verdict.")
+
+
+def _render_latex(d: Derivation) -> str:
+    out: list[str] = []
+    for ex in d.examples:
+        # the title and notes come from the file: their math is typeset by the notes
+        # grammar, everything else escaped (never markup: see _note_tex)
+        title = _note_tex(ex.title)
+        out.append(f"\\section*{{{title}}}")
+        out.append(f"\\addcontentsline{{toc}}{{section}}{{{title}}}")
+        for para in _paragraphs(ex.notes):
+            out.append(_note_tex(para) + "\n")
+        for k, step in enumerate(ex.steps, 1):
+            out.append(f"\\subsection*{{{k}.\\ {_markup_tex(step.title)}}}")
+            out.append(f"\\emph{{Why this step?}} {_markup_tex(_capital(step.why))}\n")
+            for block in step.blocks:
+                out.append(_block_tex(block))
+        for figure in ex.figures:
+            out.append(_block_tex(figure))
+        out.append("\\subsection*{Checks}")
+        out.append("\\begin{itemize}\\raggedright")
+        for c in ex.checks:
+            mark = _mark(c.ok)[0]
+            out.append(f"  \\item[{mark}] \\textbf{{{_note_tex(c.name)}}}: {_markup_tex(c.detail)}")
+        out.append("\\end{itemize}\n")
+        if ex.claims:
+            out.append("\\subsection*{The text's claims}")
+            out.append("\\begin{itemize}\\raggedright")
+            for cl in ex.claims:
+                out.append("  \\item[" + _mark(cl.ok)[0] + "] " + _claim_tex(cl))
+            out.append("\\end{itemize}\n")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _claim_tex(cl: ClaimLine) -> str:
+    """A claim as a list item: what the text says and the verdict on the first line,
+    the exact value and its certified digits below (math may break after ``=``)."""
+    head = (f"\\textbf{{{_note_tex(_quantity_text(cl.quantity))}}}: the text says "
+            f"{_note_tex(cl.claimed)}. "
+            f"Verdict: \\emph{{{_note_tex(cl.verdict)}}}.")
+    lines = [head]
+    if cl.exact_digits and "…" not in cl.exact_digits:
+        lines.append(f"Exact value: ${_breakable(digits_latex(cl.exact_digits))}$.")
+    else:
+        value = []
+        if cl.exact_latex:
+            value.append(_breakable(cl.exact_latex))
+        if cl.exact_digits:
+            value.append(_breakable(digits_latex(cl.exact_digits)))
+        if value:
+            lines.append("Exact: $\\displaystyle " + " = ".join(value) + "$ (certified digits).")
+    if cl.diagnosis:
+        lines.append(f"Diagnosis: {_note_tex(cl.diagnosis)}.")
+    if cl.note:
+        lines.append(f"{{\\small\\itshape {_note_tex(cl.note)}}}")
+    return " \\\\\n    ".join(lines)
+
+
+def _breakable(math: str) -> str:
+    """Let TeX break a tuple after its commas.  An unbreakable ``\\left( ... \\right)``
+    would not break, so the outer pair becomes ``\\Bigl( ... \\Bigr)`` when it holds a
+    fraction (as tall as a displayed fraction) and plain parentheses otherwise."""
+    if math.startswith(r"\left(") and math.endswith(r"\right)"):
+        inner = math[len(r"\left("):-len(r"\right)")]
+        math = (rf"\Bigl({inner}\Bigr)" if r"\frac" in inner else f"({inner})")
+    return math.replace(r",\ ", r",\allowbreak\ ").replace(", ", r",\allowbreak\ ")
+
+
+def _height(line: str) -> int:
+    """A display row's height in text lines, roughly: one per row of its tallest matrix
+    (a matrix's rows are separated by ``\\\\``), twice that when it holds fractions."""
+    rows = max([1] + [m.count(r"\\") + 1 for m in re.findall(
+        r"\\begin\{bmatrix\}(.*?)\\end\{bmatrix\}", line)])
+    return rows * (2 if r"\frac" in line else 1) + 1
+
+
+def _display_chunks(lines: tuple[str, ...]) -> list[list[str]]:
+    """The rows of a display cut into runs of at most DISPLAY_ROWS rows and about
+    DISPLAY_LINES lines of text (a page has about 45), each starting at a row that
+    names its left side (not at a continuation ``&= ...``) when it can."""
+    chunks: list[list[str]] = [[]]
+    used = 0
+    for line in lines:
+        current = chunks[-1]
+        starts = not line.lstrip().startswith("&")
+        h = _height(line)
+        if current and (len(current) >= DISPLAY_ROWS or used + h > DISPLAY_LINES
+                        or (starts and (len(current) >= DISPLAY_ROWS - 2
+                                        or used + h > DISPLAY_LINES - 6))):
+            chunks.append([])
+            used = 0
+        chunks[-1].append(line)
+        used += h
+    return [c for c in chunks if c]
+
+
+def _block_tex(block: Block) -> str:
+    if isinstance(block, Paragraph):
+        return _markup_tex(block.text) + "\n"
+    if isinstance(block, Display):
+        env = "align*" if any("&" in line for line in block.lines) else "gather*"
+        parts = []
+        for chunk in _display_chunks(block.lines):
+            body = " \\\\\n".join(chunk)
+            parts.append(f"\\begin{{{env}}}\n{body}\n\\end{{{env}}}\n")
+        return "".join(parts)
+    if isinstance(block, Table):
+        return _table_tex(block)
+    assert isinstance(block, Figure)
+    return ("\\begin{figure}[htbp]\n"
+            "\\centering\n"
+            f"\\includegraphics[width=0.85\\linewidth]{{{block.ref}}}\n"
+            f"\\caption{{{_markup_tex(block.caption)}}}\n"
+            "\\end{figure}\n")
+
+
+def _table_tex(table: Table) -> str:
+    """A booktabs table (top, middle and bottom rules; no vertical rules), centred."""
+    def row(cells: tuple[str, ...]) -> str:
+        return " & ".join(_markup_tex(c) for c in cells) + r" \\"
+
+    lines = [r"\begin{center}", rf"\begin{{tabular}}{{{table.align}}}", r"\toprule",
+             row(table.header), r"\midrule", *[row(r) for r in table.rows]]
+    if table.total is not None:
+        lines += [r"\midrule", row(table.total)]
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{center}"]
+    return "\n".join(lines) + "\n"
+
+
+def _render_document(d: Derivation) -> str:
+    packages = ["graphicx"] if any(e.figures for e in d.examples) else []
+    return textbook_document(_render_latex(d), title=d.title, packages=packages, intro=INTRO)
