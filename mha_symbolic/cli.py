@@ -62,6 +62,14 @@ def _dims(p: argparse.ArgumentParser, *, symbolic_default: bool) -> None:
     p.add_argument("--vdim", type=str, help="width of the value input (cross-attention; default d_model)")
 
 
+def _dpi(text: str) -> int:
+    """``--dpi``: an integer (the range is checked by the figure code, in one line)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text[:20]!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
@@ -108,7 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Draw one of the documented figure kinds.")
     p.add_argument("kind", help="figure kind: 'collapse' or 'heatmap'")
     p.add_argument("-o", "--output", metavar="OUT", required=True,
-                   help="output file; its suffix (.png, .pdf, .pgf) picks the format")
+                   help="output file; its suffix (.png, .svg, .pdf, .pgf) picks the format "
+                   "unless --format is given")
+    p.add_argument("--format", choices=["png", "svg", "pdf", "pgf"], default=None,
+                   help="figure format (default: from the suffix of OUT)")
+    p.add_argument("--dpi", type=_dpi, default=None, metavar="N",
+                   help="resolution of a PNG in dots per inch, 50 to 1200 (default: 300); "
+                   "figures are 4.8 in wide, the text width they are printed at")
     p.add_argument("--file", help="worked-example TOML file (for 'heatmap')")
     p.add_argument("--example", metavar="NAME", help="example to draw (for 'heatmap')")
     p.add_argument("--gap", type=str, default="20",
