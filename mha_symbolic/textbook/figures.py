@@ -39,7 +39,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from .._text import echo, expr_text, sanitize
+from .._text import echo, expr_text, plural, sanitize
 from ..errors import MhaSymbolicError, OptionalDependencyError, SpecError
 
 __all__ = [
@@ -610,7 +610,7 @@ def _labels(labels: Sequence[str] | None, n: int, prefix: str, name: str, *,
         return [f"${prefix}_{{{i + 1}}}$" for i in range(n)]
     labels = [_label_text(str(x), tex) for x in labels]
     if len(labels) != n:
-        raise SpecError(f"{name} has {len(labels)} entries; expected {n}")
+        raise SpecError(f"{name} has {plural(len(labels), 'entry', 'entries')}; expected {n}")
     return labels
 
 
@@ -709,7 +709,7 @@ def _example_attention(file: str, name: str | None) -> tuple[Any, Any]:
         candidates = [e for e in examples if e.attention() is not None]
         if len(candidates) != 1:
             raise SpecError("--example NAME is needed: the file has "
-                            f"{len(candidates)} examples with inputs")
+                            f"{plural(len(candidates), 'example')} with inputs")
         example = candidates[0]
     else:
         from .examples import select_examples
