@@ -205,7 +205,7 @@ def _e_printer() -> Any:
     """SymPy's StrPrinter, but ``exp(1)`` printed ``e`` (built once, when first needed)."""
     from sympy.printing.str import StrPrinter
 
-    class _Printer(StrPrinter):  # type: ignore[misc]  # SymPy is untyped here
+    class _Printer(StrPrinter):
         def _print_Exp1(self, expr: Any) -> str:
             return "e"
 

@@ -84,11 +84,10 @@ def _examples(*lines: str) -> str:
 
 
 def _dpi(text: str) -> int:
-    """``--dpi``: an integer (the range is checked by the figure code, in one line)."""
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text[:20]!r}") from None
+    """``--dpi``: an integer of ASCII digits (the range is checked by the figure code)."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 6):
+        raise argparse.ArgumentTypeError(f"expected an integer, got {sanitize(text[:20])!r}")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -337,3 +337,33 @@ def test_plot_format_and_dpi_mistakes_are_one_line(tmp_path: Path,
     assert exc.value.code == 2
     assert "--dpi: expected an integer" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+@needs_mpl
+def test_axis_numbers_use_scientific_notation_beyond_the_limits() -> None:
+    from mha_symbolic.textbook.figures import _collapse_plot, _heatmap_plot, _styled
+
+    with _styled():
+        fig = _collapse_plot(2, 32)
+        fig.draw_without_rendering()
+        log_labels = [t.get_text() for t in fig.axes[1].get_yticklabels() if t.get_text()]
+        # the log axis of 1 - w: powers of ten written by mathtext, 10^{-14} among them
+        assert r"$\mathdefault{10^{-14}}$" in log_labels
+        heat = _heatmap_plot(exact_attention(scores=[[0, 1]]), 0, None, None, None)
+        bar = heat.axes[1].yaxis.get_major_formatter()
+        # the colour bar's numbers switch to m×10^k below 10^-3 and from 10^4, in mathtext
+        assert bar.get_useMathText() is True
+        assert list(bar._powerlimits) == [-3, 4]
+
+
+@needs_mpl
+def test_a_pdf_asked_to_be_typeset_by_latex_is_written_either_way(tmp_path: Path) -> None:
+    from mha_symbolic.textbook.figures import collapse_figure, pgf_available
+
+    # with pdflatex and pgf.sty, LaTeX typesets the text (pgf backend); without them (or
+    # if LaTeX refuses) the same figure is drawn with matplotlib's Computer Modern
+    out = collapse_figure(tmp_path / "c.pdf", n_tokens=2, gap=32, tex=True)
+    data = out.read_bytes()
+    assert data[:5] == b"%PDF-"
+    if not pgf_available():
+        assert b"CMR10" in data.upper()  # cmr10 embedded: the document's font

@@ -228,11 +228,27 @@ def _render(build: Callable[[bool], Any], path: str | Path, format: str | None,
     return path
 
 
+@contextlib.contextmanager
+def _quiet_fonttools() -> Iterator[None]:
+    """fontTools, subsetting cmr10 into a PDF, logs a warning that the font's 1990s
+    timestamps "seem very low": harmless, and not the user's business."""
+    import logging
+
+    logger = logging.getLogger("fontTools")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _savefig(fig: Any, path: Path, fmt: str, dpi: int, backend: str | None = None) -> None:
     try:
-        fig.savefig(path, format=fmt, dpi=dpi, backend=backend,
-                    **({"metadata": {"Creator": "mha-symbolic"}}
-                       if fmt in ("pdf", "svg") and backend is None else {}))
+        with _quiet_fonttools():
+            fig.savefig(path, format=fmt, dpi=dpi, backend=backend,
+                        **({"metadata": {"Creator": "mha-symbolic"}}
+                           if fmt in ("pdf", "svg") and backend is None else {}))
     except OSError as exc:  # name the file: "/dev/full: No space left on device"
         raise OSError(exc.errno, exc.strerror or type(exc).__name__, str(path)) from None
 
