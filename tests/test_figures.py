@@ -367,3 +367,21 @@ def test_a_pdf_asked_to_be_typeset_by_latex_is_written_either_way(tmp_path: Path
     assert data[:5] == b"%PDF-"
     if not pgf_available():
         assert b"CMR10" in data.upper()  # cmr10 embedded: the document's font
+
+
+@needs_mpl
+def test_a_wide_heatmap_labels_at_most_16_columns_and_keeps_its_bar_inside() -> None:
+    from mha_symbolic.textbook.figures import _heatmap_plot, _styled
+
+    att = exact_attention(scores=[[(3 * i + j) % 7 for j in range(40)] for i in range(3)])
+    with _styled():
+        fig = _heatmap_plot(att, 0, "x" * 100, None, [f"token{j}" for j in range(40)])
+        ax, bar = fig.axes
+        labels = [t.get_text() for t in ax.get_xticklabels()]
+        # every 3rd of 40 columns (ceil(40/16) = 3): token0, token3, ..., token39
+        assert labels == [f"token{j}" for j in range(0, 40, 3)]
+        assert ax.get_title() == "x" * 67 + "..."  # one line: cut at 70 characters
+        renderer = fig.canvas.get_renderer()
+        width = fig.bbox.width
+        for t in bar.get_yticklabels():
+            assert t.get_window_extent(renderer).x1 <= width  # colour bar numbers not cut off

@@ -73,6 +73,9 @@ COLLAPSE_SIZE = (TEXT_WIDTH, 2.3)
 #: raster part of a PDF/SVG.  ``dpi=`` may choose MIN_DPI … MAX_DPI.
 DEFAULT_DPI = 300
 MIN_DPI, MAX_DPI = 50, 1200
+#: Most labelled columns (rows) of a heatmap, and longest title (characters) shown.
+MAX_TICKS = 16
+MAX_TITLE = 70
 MAGENTA = "#d1007a"
 BLUE = "#1f4e79"
 #: Largest gap accepted for the collapse plot.
@@ -535,24 +538,30 @@ def _heatmap_plot(attention: Any, head: int, title: str | None,
                          edgecolors="face", linewidth=0)
     ax.set_xlim(0, n_k)
     ax.set_ylim(n_q, 0)
-    ax.set_xticks([c + 0.5 for c in range(n_k)])
-    ax.set_yticks([r + 0.5 for r in range(n_q)])
+    # at most MAX_TICKS labelled columns (and rows): every k-th one beyond that
+    x_step, y_step = -(-n_k // MAX_TICKS), -(-n_q // MAX_TICKS)
+    ax.set_xticks([c + 0.5 for c in range(0, n_k, x_step)])
+    ax.set_yticks([r + 0.5 for r in range(0, n_q, y_step)])
     ax.tick_params(length=0)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     heads = len(attention.heads)
+    if title and len(title) > MAX_TITLE:  # one line across the figure, at most
+        title = title[: MAX_TITLE - 3] + "..."
     ax.set_title(_label_text(title, tex) if title else (
         f"Attention weights, head {head + 1}" if heads > 1 else "Attention weights"))
-    bar = fig.colorbar(mesh, ax=ax, fraction=0.05, pad=0.03)
-    bar.ax.tick_params(labelsize=SMALL_FONT - 1)
-    bar.outline.set_linewidth(0.5)
     height = heatmap_size(n_q, n_k)[1]
     # key labels turned 40 degrees when, written level, they would not fit their columns
     # (a label's width estimated at 0.55 em a character; the axes are ~3.7 in wide)
+    k_labels, q_labels = k_labels[::x_step], q_labels[::y_step]
     longest = max((len(s) for s in k_labels), default=1)
-    rotate = longest * 0.55 * SMALL_FONT * n_k > 3.7 * 72
-    fig.subplots_adjust(left=0.14, right=0.97, bottom=(0.8 if rotate else 0.5) / height,
-                        top=1 - 0.3 / height)
+    rotate = longest * 0.55 * SMALL_FONT * len(k_labels) > 3.7 * 72
+    bottom, top = (0.8 if rotate else 0.5) / height, 1 - 0.3 / height
+    fig.subplots_adjust(left=0.14, right=0.86, bottom=bottom, top=top)
+    # the colour bar a fixed 0.1 in wide beside the cells, its labels inside the figure
+    bar = fig.colorbar(mesh, cax=fig.add_axes((0.88, bottom, 0.1 / TEXT_WIDTH, top - bottom)))
+    bar.ax.tick_params(labelsize=SMALL_FONT - 1)
+    bar.outline.set_linewidth(0.5)
     texts = [[_cell_text(values[r][c]) for c in range(n_k)] for r in range(n_q)]
     size = _cell_font(ax, texts, n_q, n_k)
     ax.set_xticklabels(k_labels, rotation=40 if rotate else 0, ha="right" if rotate else "center")
