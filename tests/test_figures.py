@@ -385,3 +385,13 @@ def test_a_wide_heatmap_labels_at_most_16_columns_and_keeps_its_bar_inside() -> 
         width = fig.bbox.width
         for t in bar.get_yticklabels():
             assert t.get_window_extent(renderer).x1 <= width  # colour bar numbers not cut off
+
+
+@needs_mpl
+def test_vector_figures_are_reproducible_byte_for_byte(tmp_path: Path) -> None:
+    from mha_symbolic.textbook.figures import collapse_figure
+
+    for suffix in (".svg", ".pdf"):
+        a = collapse_figure(tmp_path / f"a{suffix}", tex=False)
+        b = collapse_figure(tmp_path / f"b{suffix}", tex=False)
+        assert a.read_bytes() == b.read_bytes(), suffix  # no date, no random ids

@@ -105,6 +105,7 @@ STYLE: dict[str, Any] = {
     "xtick.major.width": 0.6,
     "ytick.major.width": 0.6,
     "svg.fonttype": "path",  # an SVG looks the same without the fonts installed
+    "svg.hashsalt": "mha-symbolic",
     "pdf.fonttype": 42,
 }
 #: Extra settings when pdflatex typesets the text (pgf backend): the document's own fonts.
@@ -246,12 +247,18 @@ def _quiet_fonttools() -> Iterator[None]:
         logger.setLevel(level)
 
 
+#: No date in a PDF or SVG (and fixed SVG ids, ``svg.hashsalt``): the same figure gives the
+#: same bytes, so regenerated files in a repository change only when the figure does.
+_METADATA = {"pdf": {"Creator": "mha-symbolic", "CreationDate": None},
+             "svg": {"Creator": "mha-symbolic", "Date": None}}
+
+
 def _savefig(fig: Any, path: Path, fmt: str, dpi: int, backend: str | None = None) -> None:
     try:
         with _quiet_fonttools():
             fig.savefig(path, format=fmt, dpi=dpi, backend=backend,
-                        **({"metadata": {"Creator": "mha-symbolic"}}
-                           if fmt in ("pdf", "svg") and backend is None else {}))
+                        **({"metadata": _METADATA[fmt]}
+                           if fmt in _METADATA and backend is None else {}))
     except OSError as exc:  # name the file: "/dev/full: No space left on device"
         raise OSError(exc.errno, exc.strerror or type(exc).__name__, str(path)) from None
 
