@@ -175,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "mha-symbolic plot heatmap --file examples/seed.toml --example G "
                            "-o weights.png --dpi 600",
                        ), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("kind", help="figure kind: 'collapse' or 'heatmap'")
+    p.add_argument("kind", metavar="KIND", help="'collapse': the weight on the top score "
+                   "against the score gap; 'heatmap': an example's attention weights")
     p.add_argument("-o", "--output", metavar="OUT", required=True,
                    help="output file; its suffix (.png, .svg, .pdf, .pgf) picks the format "
                    "unless --format is given")
@@ -184,8 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dpi", type=_dpi, default=None, metavar="N",
                    help="resolution of a PNG in dots per inch, 50 to 1200 (default: 300); "
                    "figures are 4.8 in wide, the text width they are printed at")
-    p.add_argument("--file", help="worked-example TOML file (for 'heatmap')")
-    p.add_argument("--example", metavar="NAME", help="example to draw (for 'heatmap')")
+    p.add_argument("--file", help="worked-example TOML file (heatmap: its weights; collapse: "
+                   "the number of tokens and the gap of a collapsed row)")
+    p.add_argument("--example", metavar="NAME",
+                   help="the example of FILE to draw (needed when FILE has several)")
     p.add_argument("--gap", type=str, default="20",
                    help="score gap to mark on the collapse curve (default 20, Example D)")
 

@@ -34,6 +34,7 @@ matplotlib's renderer, is tested against the drawn paths.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 from pathlib import Path
@@ -178,6 +179,7 @@ def _check_dpi(dpi: Any) -> int:
     return dpi
 
 
+@functools.cache
 def pgf_available() -> bool:
     """Whether pdflatex and its ``pgf`` package are installed, so that a PDF figure can be
     typeset by LaTeX itself (matplotlib's pgf backend)."""
