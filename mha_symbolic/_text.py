@@ -28,6 +28,7 @@ Nothing here imports SymPy at module level.
 from __future__ import annotations
 
 import codecs
+import functools
 import re
 from typing import Any
 
@@ -150,6 +151,16 @@ def markdown_code(text: str) -> str:
     return "`" + sanitize(text).replace("|", "\\|") + "`"
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and the noun in the number it agrees with: the plural is ``many`` (default
+    ``word + "s"``) for every count but exactly 1.
+
+    >>> plural(1, "claim"), plural(0, "claim"), plural(3, "entry", "entries")
+    ('1 claim', '0 claims', '3 entries')
+    """
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
 def decimal_digits(n: int) -> int:
     """The number of decimal digits of ``|n|`` (1 for 0), exactly, without ``str(n)``.
 
@@ -176,6 +187,29 @@ def int_text(n: int, limit: int = 40) -> str:
     if digits <= limit:
         return str(n)
     return f"<{'a negative' if n < 0 else 'an'} integer of {digits} digits>"
+
+
+def _plain(x: Any, ordered: bool = True) -> str:
+    """SymPy's ``str`` of ``x`` with Euler's number written ``e`` (SymPy writes ``E``, a
+    name no reader of a report knows); ``ordered=False``: terms in canonical order.
+
+    >>> import sympy as sp
+    >>> _plain(sp.E / (sp.exp(-3) + sp.E))
+    'e/(exp(-3) + e)'
+    """
+    return _e_printer()({} if ordered else {"order": "none"}).doprint(x)
+
+
+@functools.cache
+def _e_printer() -> Any:
+    """SymPy's StrPrinter, but ``exp(1)`` printed ``e`` (built once, when first needed)."""
+    from sympy.printing.str import StrPrinter
+
+    class _Printer(StrPrinter):
+        def _print_Exp1(self, expr: Any) -> str:
+            return "e"
+
+    return _Printer
 
 
 def expr_text(x: Any, limit: int = 80) -> str:
@@ -213,7 +247,7 @@ def expr_text(x: Any, limit: int = 80) -> str:
                     else f"<an expression holding a number of about {n} digits>")
         # a long sum is printed in its canonical order: ordering it for printing makes
         # SymPy evaluate every term numerically
-        text = (str(x) if nodes <= 60 else sp.sstr(x, order="none")).replace("**", "^")
+        text = _plain(x, nodes <= 60).replace("**", "^")
     else:
         from fractions import Fraction
 

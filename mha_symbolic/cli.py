@@ -25,6 +25,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import Any
 
 from ._text import register_ascii_fallback, sanitize
 from .errors import MhaSymbolicError
@@ -44,7 +45,15 @@ _HANDLERS: dict[str, tuple[str, str]] = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one line and exit status 2."""
+    """argparse that reports usage errors as one line and exit status 2; its description
+    is wrapped here (the formatter keeps it and the examples' layout as written)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("description"):
+            import textwrap
+
+            kwargs["description"] = textwrap.fill(kwargs["description"], 79)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {_one_line(message)}\n")
@@ -62,10 +71,40 @@ def _dims(p: argparse.ArgumentParser, *, symbolic_default: bool) -> None:
     p.add_argument("--vdim", type=str, help="width of the value input (cross-attention; default d_model)")
 
 
+#: The exit statuses, shown under the main help.
+_EXIT_STATUS = ("exit status: 0 success; 1 a checked statement is false (a wrong claim, a "
+                "failed proof);\n  2 unusable input; 3 an internal error; 4 (check) none is "
+                "wrong but some\n  could not be decided; 130 interrupted")
+
+
+def _examples(*lines: str) -> str:
+    """An epilog of usage examples, one command a line (argparse keeps the layout when the
+    parser has ``formatter_class=RawDescriptionHelpFormatter``)."""
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _dpi(text: str) -> int:
+    """``--dpi``: an integer of ASCII digits (the range is checked by the figure code)."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 6):
+        raise argparse.ArgumentTypeError(f"expected an integer, got {sanitize(text[:20])!r}")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
         description="Multi-head attention, exactly: check worked examples, derive, prove, count.",
+        epilog=_examples(
+            "mha-symbolic check --example seed            # the bundled seed page, claim by claim",
+            "mha-symbolic check book.toml --format markdown",
+            "mha-symbolic derive examples/seed.toml -o seed.tex --pdf --figures",
+            "mha-symbolic plot collapse --gap 20 -o collapse.svg",
+            "mha-symbolic params --d-model 512 --heads 8",
+            "mha-symbolic shapes --heads 8 --d-model 512",
+            "mha-symbolic prove",
+            "mha-symbolic COMMAND --help                  # each command's options and examples",
+        ) + "\n\n" + _EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     parser.add_argument("--debug", action="store_true",
@@ -76,10 +115,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="check a worked-example file claim by claim",
                        description="Check every claim of a worked-example TOML file. Exit 0 when "
                        "all claims hold, 1 when any is wrong, 2 for unusable input, 4 when "
-                       "none is wrong but some could not be decided, 3 for an internal error.")
+                       "none is wrong but some could not be decided, 3 for an internal error.",
+                       epilog=_examples(
+                           "mha-symbolic check --example seed",
+                           "mha-symbolic check book.toml -q             # only what fails",
+                           "mha-symbolic check book.toml --example D --format json",
+                           "cat book.toml | mha-symbolic check - --format markdown",
+                       ), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", nargs="?", help="worked-example TOML file ('-': standard input; "
                    "none: --example names a bundled set)")
-    p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    p.add_argument("--format", choices=["text", "json", "markdown"], default="text",
+                   help="report format: text for a terminal, json (schema "
+                   "mha-symbolic-check/2) for programs, markdown for a document "
+                   "(default: %(default)s)")
     p.add_argument("--example", action="append", metavar="NAME",
                    help="check only this example of FILE (repeatable); without FILE, a bundled "
                    "set: seed, books, books/NAME (see `mha-symbolic examples`)")
@@ -88,14 +136,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("examples", help="list the bundled worked examples (seed page, book corpus)",
                        description="List the worked-example sets that ship with the package; "
-                       "--copy writes one into a folder to edit.")
+                       "--copy writes one into a folder to edit.",
+                       epilog=_examples(
+                           "mha-symbolic examples",
+                           "mha-symbolic examples --copy seed -o mybook/",
+                       ), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--copy", metavar="NAME", help="write this set's TOML (and .npz) files out")
     p.add_argument("-o", "--output", metavar="DIR", help="folder for --copy (default: .)")
 
     p = sub.add_parser("derive", help="write a step-by-step derivation (LaTeX or Markdown)",
-                       description="Derive every example of a worked-example file step by step.")
+                       description="Derive every example of a worked-example file step by step.",
+                       epilog=_examples(
+                           "mha-symbolic derive examples/seed.toml -o seed.tex --pdf --figures",
+                           "mha-symbolic derive examples/seed.toml --format markdown -o seed.md",
+                           "mha-symbolic derive book.toml --example D --format fragment",
+                       ), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", help="worked-example TOML file")
-    p.add_argument("--format", choices=["tex", "fragment", "markdown"], default="tex")
+    p.add_argument("--format", choices=["tex", "fragment", "markdown"], default="tex",
+                   help="tex: a standalone LaTeX document; fragment: LaTeX to paste into a "
+                   "book; markdown (default: %(default)s)")
     p.add_argument("-o", "--output", metavar="OUT", help="output file (default: standard output)")
     p.add_argument("--example", action="append", metavar="NAME",
                    help="derive only this example (repeatable)")
@@ -105,33 +164,67 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generate figures next to the output and include them (needs matplotlib)")
 
     p = sub.add_parser("plot", help="draw a figure (softmax collapse, attention heatmap)",
-                       description="Draw one of the documented figure kinds.")
-    p.add_argument("kind", help="figure kind: 'collapse' or 'heatmap'")
+                       description="Draw one of the documented figure kinds, 4.8 in wide "
+                       "with 10 pt Computer Modern text, to print at its natural size.",
+                       epilog=_examples(
+                           "mha-symbolic plot collapse --gap 20 -o collapse.png",
+                           "mha-symbolic plot collapse --file examples/seed.toml --example D "
+                           "-o collapse-d.pdf",
+                           "mha-symbolic plot heatmap --file examples/seed.toml --example G "
+                           "-o weights.svg",
+                           "mha-symbolic plot heatmap --file examples/seed.toml --example G "
+                           "-o weights.png --dpi 600",
+                       ), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("kind", metavar="KIND", help="'collapse': the weight on the top score "
+                   "against the score gap; 'heatmap': an example's attention weights")
     p.add_argument("-o", "--output", metavar="OUT", required=True,
-                   help="output file; its suffix (.png, .pdf, .pgf) picks the format")
-    p.add_argument("--file", help="worked-example TOML file (for 'heatmap')")
-    p.add_argument("--example", metavar="NAME", help="example to draw (for 'heatmap')")
+                   help="output file; its suffix (.png, .svg, .pdf, .pgf) picks the format "
+                   "unless --format is given")
+    p.add_argument("--format", choices=["png", "svg", "pdf", "pgf"], default=None,
+                   help="figure format (default: from the suffix of OUT)")
+    p.add_argument("--dpi", type=_dpi, default=None, metavar="N",
+                   help="resolution of a PNG in dots per inch, 50 to 1200 (default: 300); "
+                   "figures are 4.8 in wide, the text width they are printed at")
+    p.add_argument("--file", help="worked-example TOML file (heatmap: its weights; collapse: "
+                   "the number of tokens and the gap of a collapsed row)")
+    p.add_argument("--example", metavar="NAME",
+                   help="the example of FILE to draw (needed when FILE has several)")
     p.add_argument("--gap", type=str, default="20",
                    help="score gap to mark on the collapse curve (default 20, Example D)")
 
     p = sub.add_parser("shapes", help="shape of every intermediate, symbolic or numeric",
                        description="Print the shape of every intermediate of multi-head "
-                       "attention. Sizes left out stay symbolic.")
+                       "attention. Sizes left out stay symbolic.",
+                       epilog=_examples(
+                           "mha-symbolic shapes                          # all symbolic",
+                           "mha-symbolic shapes --n-q 10 --d-model 512 --heads 8",
+                           "mha-symbolic shapes --n-q 10 --n-k 20 --d-model 512 --heads 8 "
+                           "--kv-heads 2 --format latex",
+                       ), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n-q", type=str, help="query length n_q (omit to keep it symbolic)")
     p.add_argument("--n-k", type=str, help="key/value length n_k (default n_q: self-attention)")
     _dims(p, symbolic_default=True)
-    p.add_argument("--format", choices=["text", "json", "latex"], default="text")
+    p.add_argument("--format", choices=["text", "json", "latex"], default="text",
+                   help="output format: a text table, json, or a LaTeX table "
+                   "(default: %(default)s)")
 
     p = sub.add_parser("params", help="parameter and FLOP counts",
                        description="Count the learnable parameters (and forward FLOPs) of one "
-                       "multi-head attention block; matches torch.nn.MultiheadAttention.")
+                       "multi-head attention block; matches torch.nn.MultiheadAttention.",
+                       epilog=_examples(
+                           "mha-symbolic params --d-model 512 --heads 8",
+                           "mha-symbolic params --d-model 512 --heads 8 --no-bias --format json",
+                           "mha-symbolic params --n-q 1024            # d_model, h symbolic",
+                       ), formatter_class=argparse.RawDescriptionHelpFormatter)
     _dims(p, symbolic_default=True)
     p.add_argument("--no-bias", action="store_true", help="projections without biases")
     p.add_argument("--add-bias-kv", action="store_true",
                    help="learned extra key/value bias rows (torch add_bias_kv=True)")
     p.add_argument("--n-q", type=str, help="query length, for FLOP counts")
     p.add_argument("--n-k", type=str, help="key length, for FLOP counts (default n_q)")
-    p.add_argument("--format", choices=["text", "json", "latex"], default="text")
+    p.add_argument("--format", choices=["text", "json", "latex"], default="text",
+                   help="output format: a text table, json, or a LaTeX table "
+                   "(default: %(default)s)")
 
     p = sub.add_parser("prove", help="run the machine-checked proofs in proofs/",
                        description="Prove every theorem for general sizes and cross-check it "

@@ -27,9 +27,9 @@ README_COMMANDS = {
     "heatmap-example-g.png": ["plot", "heatmap", "--file", "examples/seed.toml",
                               "--example", "G"],
 }
-# Sizes in pixels: 9 x 4 inches at 100 dpi; a 1 x 6 heatmap is max(6.4, 1.6 + 0.8*6) = 6.4
-# by max(3.0, 1.6 + 0.5*1) = 3.0 inches.
-SIZES = {"softmax-collapse.png": (900, 400), "heatmap-example-g.png": (640, 300)}
+# Sizes in pixels at the default 300 dpi: the collapse plot is 4.8 x 2.3 inches; a 1 x 6
+# heatmap is 4.8 by max(1.6, 1.0 + 0.3*1) = 1.6 inches.
+SIZES = {"softmax-collapse.png": (1440, 690), "heatmap-example-g.png": (1440, 480)}
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -85,9 +85,10 @@ def test_readme_commands_produce_the_figures(tmp_path: Path, monkeypatch) -> Non
 def test_collapse_marks_the_gap_with_a_magenta_dot_at_the_exact_weight() -> None:
     from matplotlib.colors import to_hex
 
-    from mha_symbolic.textbook.figures import MAGENTA, _collapse_plot
+    from mha_symbolic.textbook.figures import MAGENTA, _collapse_plot, _styled
 
-    fig = _collapse_plot(3, 20)
+    with _styled():
+        fig = _collapse_plot(3, 20)
     left = fig.axes[0]
     dots = [ln for ln in left.get_lines() if to_hex(ln.get_color()) == MAGENTA]
     assert len(dots) == 1
@@ -97,7 +98,7 @@ def test_collapse_marks_the_gap_with_a_magenta_dot_at_the_exact_weight() -> None
     assert x == 20.0
     assert y == float(w)  # the correctly rounded float64 of the certified value
     texts = " ".join(t.get_text() for t in left.texts)
-    assert "0.999999995877" in texts  # certified leading digits of w
+    assert "0.9999999958" in texts  # certified leading digits of w
 
 
 @needs_mpl
@@ -106,19 +107,26 @@ def test_heatmap_size_follows_the_shape(tmp_path: Path) -> None:
 
     att = exact_attention(scores=[[1, 2, 3, 4, 5], [0, 0, 0, 0, 0], [5, 4, 3, 2, 1]])
     out = heatmap_figure(att, tmp_path / "h.png")
-    # max(6.4, 1.6 + 0.8*5) = 6.4 in, max(3.0, 1.6 + 0.5*3) = 3.1 in, at 100 dpi
-    assert png_size(out) == (640, 310)
+    # 4.8 in wide, max(1.6, 1.0 + 0.3*3) = 1.9 in high, at 300 dpi
+    assert png_size(out) == (1440, 570)
+    big = exact_attention(scores=[[0] * 4] * 30)
+    # 1.0 + 0.3*30 = 10 in is capped at 7 in; at 100 dpi
+    assert png_size(heatmap_figure(big, tmp_path / "b.png", dpi=100)) == (480, 700)
 
 
 @needs_mpl
 def test_heatmap_cells_show_correctly_rounded_weights() -> None:
-    from mha_symbolic.textbook.figures import _heatmap_plot
+    from mha_symbolic.textbook.figures import _heatmap_plot, _styled
 
     att = exact_attention(scores=[[2, 2, 2], [0, 0, 20]])
-    fig = _heatmap_plot(att, 0, None, None, None)
+    with _styled():
+        fig = _heatmap_plot(att, 0, None, None, None)
     cells = [t.get_text() for t in fig.axes[0].texts]
-    # row 1: 1/3 -> 0.333; row 2: 1/(2+e^20) -> 0.000, e^20/(2+e^20) -> 1.000
-    assert cells == ["0.333", "0.333", "0.333", "0.000", "0.000", "1.000"]
+    # row 1: 1/3 -> 0.333; row 2: 1/(2+e^20) = 1/485165197.4... = 2.0611...e-9 (by hand:
+    # e^20 = 485165195.4098) -> 3 significant digits in scientific notation, not "0.000";
+    # e^20/(2+e^20) = 0.99999999588 -> 1.000 (not exactly 1, so not "1")
+    assert cells == ["0.333", "0.333", "0.333", r"$2.06\times10^{-9}$",
+                     r"$2.06\times10^{-9}$", "1.000"]
 
 
 @needs_mpl
@@ -147,8 +155,12 @@ def test_pgf_output_needs_pdflatex(tmp_path: Path) -> None:
 def test_bad_arguments_are_one_line_errors(tmp_path: Path) -> None:
     from mha_symbolic.textbook.figures import collapse_figure
 
-    with pytest.raises(SpecError, match=r"suffix '\.svg'"):
-        collapse_figure(tmp_path / "c.svg")
+    with pytest.raises(SpecError, match=r"suffix '\.jpg'"):
+        collapse_figure(tmp_path / "c.jpg")
+    with pytest.raises(SpecError, match="format=png does not match the suffix"):
+        collapse_figure(tmp_path / "c.svg", format="png")
+    with pytest.raises(SpecError, match="dpi=5000 must be an integer from 50 to 1200"):
+        collapse_figure(tmp_path / "c.png", dpi=5000)
     with pytest.raises(SpecError, match="gap='-1' must lie between 0 and 1000"):
         collapse_figure(tmp_path / "c.png", gap="-1")
     with pytest.raises(SpecError, match="n_tokens=1 must be an integer >= 2"):
@@ -175,8 +187,9 @@ def test_cli_errors_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureF
 @needs_mpl
 def test_cli_collapse_reads_the_gap_from_an_example(tmp_path: Path) -> None:
     out = tmp_path / "d.png"
-    assert main(["plot", "collapse", "--file", str(SEED), "--example", "D", "-o", str(out)]) == 0
-    assert png_size(out) == (900, 400)
+    assert main(["plot", "collapse", "--file", str(SEED), "--example", "D", "-o", str(out),
+                 "--dpi", "100"]) == 0
+    assert png_size(out) == (480, 230)  # 4.8 x 2.3 inches at 100 dpi
 
 
 @needs_mpl
@@ -194,9 +207,191 @@ def test_derive_includes_figures_next_to_the_output(tmp_path: Path) -> None:
 
 @needs_mpl
 def test_heatmap_labels_a_nan_row_under_the_nan_policy() -> None:
-    from mha_symbolic.textbook.figures import _heatmap_plot
+    from mha_symbolic.textbook.figures import _heatmap_plot, _styled
 
     att = exact_attention(scores=[[1, 2], [3, 3]], mask=[[False, False], [True, True]],
                           masked_rows="nan")
-    cells = [t.get_text() for t in _heatmap_plot(att, 0, None, None, None).axes[0].texts]
+    with _styled():
+        cells = [t.get_text() for t in _heatmap_plot(att, 0, None, None, None).axes[0].texts]
     assert cells == ["NaN", "NaN", "0.500", "0.500"]  # equal scores 3, 3: 1/2 each
+
+
+def _texts(fig):  # every visible, non-empty text of a figure
+    from matplotlib.text import Text
+
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+@needs_mpl
+@pytest.mark.parametrize("kind", ["collapse", "heatmap"])
+def test_figure_text_is_computer_modern_at_the_document_size(kind: str) -> None:
+    from mha_symbolic.textbook.figures import _collapse_plot, _heatmap_plot, _styled
+
+    with _styled():
+        fig = (_collapse_plot(3, 20) if kind == "collapse" else
+               _heatmap_plot(exact_attention(scores=[[0, 0, 20], [1, 2, 3]]), 0, "Example",
+                             None, None))
+        texts = _texts(fig)
+        assert len(texts) >= 8
+        for t in texts:
+            # the serif text font is cmr10 and math is set in mathtext's Computer Modern
+            assert t.get_fontname() == "cmr10", t.get_text()
+            assert t.get_fontproperties().get_math_fontfamily() == "cm", t.get_text()
+            assert 5 <= t.get_fontsize() <= 10, (t.get_text(), t.get_fontsize())
+        ax = fig.axes[0]
+        for t in (ax.title, ax.xaxis.label, ax.yaxis.label):
+            assert t.get_fontsize() == 10  # the document's 10 pt at the printed width
+        for t in ax.get_xticklabels():
+            assert t.get_fontsize() == 9
+    width, _ = fig.get_size_inches()
+    assert width == 4.8  # drawn at the width it is printed at: no scaling in the document
+
+
+@needs_mpl
+def test_small_cell_values_are_written_in_scientific_notation() -> None:
+    import sympy as sp
+
+    from mha_symbolic.exact.certified import certify
+    from mha_symbolic.textbook.figures import _cell_text
+
+    cases = {  # expected strings written by hand
+        sp.Rational(1, 3): "0.333",
+        sp.Rational(6, 10000): "0.001",  # rounds to 0.001 at 3 places: not scientific
+        sp.Rational(5, 10000): r"$5\times10^{-4}$",  # 0.0005 rounds (half even) to 0.000
+        sp.Rational(4, 10**13): r"$4\times10^{-13}$",
+        1 / (1 + sp.exp(32)): r"$1.27\times10^{-14}$",  # 1.2664165549e-14 by hand
+        sp.Integer(0): "0",  # a masked weight: exactly zero
+        sp.Integer(1): "1",  # a one-hot row: exactly one
+        1 / (1 + sp.exp(-20)): "1.000",  # 0.999999997938...: not exactly one
+    }
+    assert {k: _cell_text(certify(k)) for k in cases} == cases
+    assert _cell_text(None) == "NaN"
+
+
+@needs_mpl
+@pytest.mark.parametrize(("n_tokens", "gap", "label"), [
+    (2, 32, r"$1 - w_{\mathrm{top}} \approx 1.27\times10^{-14}$"),  # 1/(1+e^32), by hand
+    (3, 20, r"$1 - w_{\mathrm{top}} \approx 4.12\times10^{-9}$"),  # 2/(2+e^20) = 4.1223e-9
+    (8, 0, r"$1 - w_{\mathrm{top}} \approx 0.875$"),  # 7/8: no exponent for 0.875
+    (2, 1000, None),
+])
+def test_collapse_labels_lie_where_no_curve_runs(n_tokens: int, gap: int, label: str | None) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.text import Text
+
+    from mha_symbolic.textbook.figures import BLUE, _collapse_plot, _styled
+
+    with _styled():
+        fig = _collapse_plot(n_tokens, gap)
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            curves = [ln for ln in ax.get_lines() if isinstance(ln, Line2D)
+                      and ln.get_color() == BLUE]
+            assert len(curves) == 1
+            (curve,) = curves
+            path = curve.get_transform().transform_path(curve.get_path())  # display coords
+            inside = ax.get_window_extent(renderer)
+            assert ax.texts
+            for t in ax.texts:
+                t.update_positions(renderer)
+                box = Text.get_window_extent(t, renderer)  # the text, not its pointer line
+                assert not path.intersects_bbox(box, filled=False), (t.get_text(), gap)
+                assert inside.x0 <= box.x0 and box.x1 <= inside.x1, t.get_text()
+                assert inside.y0 <= box.y0 and box.y1 <= inside.y1, t.get_text()
+        if label is not None:
+            assert fig.axes[1].texts[0].get_text() == label
+
+
+@needs_mpl
+def test_plot_writes_svg_and_png_at_the_requested_dpi(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    svg = tmp_path / "c.svg"
+    assert main(["plot", "collapse", "--gap", "32", "-o", str(svg)]) == 0
+    root = ET.parse(svg).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    assert root.get("width") == "345.6pt" and root.get("height") == "165.6pt"  # 4.8 x 2.3 in
+    png = tmp_path / "c.png"
+    assert main(["plot", "collapse", "-o", str(png), "--dpi", "150"]) == 0
+    assert png_size(png) == (720, 345)  # 4.8 x 2.3 in at 150 dpi
+    # --format picks the format whatever the name
+    named = tmp_path / "figure"
+    assert main(["plot", "heatmap", "--file", str(SEED), "--example", "D", "-o", str(named),
+                 "--format", "svg"]) == 0
+    assert ET.parse(named).getroot().tag == "{http://www.w3.org/2000/svg}svg"
+    pdf = tmp_path / "h"
+    assert main(["plot", "heatmap", "--file", str(SEED), "--example", "D", "-o", str(pdf),
+                 "--format", "pdf"]) == 0
+    assert pdf.read_bytes()[:5] == b"%PDF-"
+
+
+@needs_mpl
+def test_plot_format_and_dpi_mistakes_are_one_line(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plot", "collapse", "-o", str(tmp_path / "c.svg"), "--format", "png"]) == 2
+    assert "format=png does not match the suffix" in capsys.readouterr().err
+    assert main(["plot", "collapse", "-o", str(tmp_path / "c.png"), "--dpi", "100000"]) == 2
+    assert "dpi=100000 must be an integer from 50 to 1200" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["plot", "collapse", "-o", str(tmp_path / "c.png"), "--dpi", "many"])
+    assert exc.value.code == 2
+    assert "--dpi: expected an integer" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@needs_mpl
+def test_axis_numbers_use_scientific_notation_beyond_the_limits() -> None:
+    from mha_symbolic.textbook.figures import _collapse_plot, _heatmap_plot, _styled
+
+    with _styled():
+        fig = _collapse_plot(2, 32)
+        fig.draw_without_rendering()
+        log_labels = [t.get_text() for t in fig.axes[1].get_yticklabels() if t.get_text()]
+        # the log axis of 1 - w: powers of ten written by mathtext, 10^{-14} among them
+        assert r"$\mathdefault{10^{-14}}$" in log_labels
+        heat = _heatmap_plot(exact_attention(scores=[[0, 1]]), 0, None, None, None)
+        bar = heat.axes[1].yaxis.get_major_formatter()
+        # the colour bar's numbers switch to m×10^k below 10^-3 and from 10^4, in mathtext
+        assert bar.get_useMathText() is True
+        assert list(bar._powerlimits) == [-3, 4]
+
+
+@needs_mpl
+def test_a_pdf_asked_to_be_typeset_by_latex_is_written_either_way(tmp_path: Path) -> None:
+    from mha_symbolic.textbook.figures import collapse_figure, pgf_available
+
+    # with pdflatex and pgf.sty, LaTeX typesets the text (pgf backend); without them (or
+    # if LaTeX refuses) the same figure is drawn with matplotlib's Computer Modern
+    out = collapse_figure(tmp_path / "c.pdf", n_tokens=2, gap=32, tex=True)
+    data = out.read_bytes()
+    assert data[:5] == b"%PDF-"
+    if not pgf_available():
+        assert b"CMR10" in data.upper()  # cmr10 embedded: the document's font
+
+
+@needs_mpl
+def test_a_wide_heatmap_labels_at_most_16_columns_and_keeps_its_bar_inside() -> None:
+    from mha_symbolic.textbook.figures import _heatmap_plot, _styled
+
+    att = exact_attention(scores=[[(3 * i + j) % 7 for j in range(40)] for i in range(3)])
+    with _styled():
+        fig = _heatmap_plot(att, 0, "x" * 100, None, [f"token{j}" for j in range(40)])
+        ax, bar = fig.axes
+        labels = [t.get_text() for t in ax.get_xticklabels()]
+        # every 3rd of 40 columns (ceil(40/16) = 3): token0, token3, ..., token39
+        assert labels == [f"token{j}" for j in range(0, 40, 3)]
+        assert ax.get_title() == "x" * 67 + "..."  # one line: cut at 70 characters
+        renderer = fig.canvas.get_renderer()
+        width = fig.bbox.width
+        for t in bar.get_yticklabels():
+            assert t.get_window_extent(renderer).x1 <= width  # colour bar numbers not cut off
+
+
+@needs_mpl
+def test_vector_figures_are_reproducible_byte_for_byte(tmp_path: Path) -> None:
+    from mha_symbolic.textbook.figures import collapse_figure
+
+    for suffix in (".svg", ".pdf"):
+        a = collapse_figure(tmp_path / f"a{suffix}", tex=False)
+        b = collapse_figure(tmp_path / f"b{suffix}", tex=False)
+        assert a.read_bytes() == b.read_bytes(), suffix  # no date, no random ids

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._text import echo
+from .._text import echo, plural
 from ..errors import ExampleFileError
 
 __all__ = ["cli_examples", "data_dir", "files", "names"]
@@ -96,10 +96,12 @@ def cli_examples(args: Any) -> int:
     for name, paths in _sets().items():
         if name == "books":
             total = sum(_title(p)[2] for p in paths)
-            print(f"{name:40s} {len(paths)} files, {total} claims (the whole corpus)")
+            print(f"{name:40s} {plural(len(paths), 'file')}, {plural(total, 'claim')} "
+                  "(the whole corpus)")
             continue
         title, n_ex, n_claims = _title(paths[0])
-        print(f"{name:40s} {n_ex:3d} examples {n_claims:4d} claims  {title}")
+        print(f"{name:40s} {n_ex:3d} {'example ' if n_ex == 1 else 'examples'} "
+              f"{n_claims:4d} {'claim ' if n_claims == 1 else 'claims'}  {title}")
     print("\ncheck one:  mha-symbolic check --example NAME\n"
           "copy one:   mha-symbolic examples --copy NAME")
     return 0

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._text import has_control, markdown_code, markdown_text, sanitize
+from .._text import has_control, markdown_code, markdown_text, plural, sanitize
 from .quantities import MAX_QUANTITY_LENGTH
 from .verdicts import UNDECIDED
 
@@ -161,10 +161,10 @@ class CheckReport:
                         out.append(f"      diagnosis: {r.diagnosis}")
             out.append("")
         s = self.summary()
-        line = (f"{s['claims']} claims: {s['hold']} hold ({s['exact']} exact, "
-                f"{s['correctly rounded']} correctly rounded, {s['approximation']} "
-                f"approximations" + (f", {s[CONSISTENT]} consistent with printed inputs"
-                                     if s[CONSISTENT] else "")
+        line = (f"{plural(s['claims'], 'claim')}: {_hold(s['hold'])} ({s['exact']} exact, "
+                f"{s['correctly rounded']} correctly rounded, "
+                f"{plural(s['approximation'], 'approximation')}"
+                + (f", {s[CONSISTENT]} consistent with printed inputs" if s[CONSISTENT] else "")
                 + f"), {s['wrong']} wrong ({s['diagnosed']} diagnosed)")
         if s["unreadable"]:
             line += f", {s['unreadable']} unreadable"
@@ -209,7 +209,7 @@ class CheckReport:
                 out.append("| " + " | ".join(cells) + " |")
             out.append("")
         s = self.summary()
-        out.append(f"**{s['claims']} claims: {s['hold']} hold, {s['wrong']} wrong "
+        out.append(f"**{plural(s['claims'], 'claim')}: {_hold(s['hold'])}, {s['wrong']} wrong "
                    f"({s['diagnosed']} diagnosed)"
                    + (f", {s['unreadable']} unreadable" if s["unreadable"] else "")
                    + (f", {s[UNDECIDED]} undecided" if s[UNDECIDED] else "") + ".**")
@@ -242,6 +242,11 @@ class CheckReport:
 #: The verdict of a claim that holds for inputs inside their printed intervals.
 CONSISTENT = "consistent with the inputs as printed"
 SCHEMA = "mha-symbolic-check/2"
+
+
+def _hold(n: int) -> str:
+    """'1 holds', '3 hold': the verb agrees with the count."""
+    return f"{n} {'holds' if n == 1 else 'hold'}"
 
 
 def _mark(r: ClaimRecord) -> str:

@@ -698,6 +698,11 @@ def cli_call(src: Source) -> CliCall:
                                           number_text(src)])]
         if src.chance(0.3):
             argv += ["--example", src.choice(["E0", "E1", "x"])]
+        if src.chance(0.2):
+            argv += ["--format", src.choice(["png", "svg", "pdf", "jpg", "", "SVG"])]
+        if src.chance(0.2):
+            argv += ["--dpi", src.choice(["50", "72", "0", "-5", "1201", "9" * 400, "nan",
+                                          "72.5", "", "\u0661\u0662"])]
     elif k <= 16:
         argv = [src.choice(["shapes", "params"])]
         for opt in ("--d-model", "--heads", "--kv-heads", "--d-k", "--d-v", "--kdim", "--vdim",
