@@ -41,12 +41,14 @@ class AttentionOracle:
         __tracebackhide__ = True
         from .compare import assert_attention_close
 
+        _names("assert_close", {**self.defaults, **options}, assert_attention_close)
         assert_attention_close(actual, query, key, value, **{**self.defaults, **options})
 
     def compare(self, actual: Any, query: Any, key: Any, value: Any, **options: Any) -> Any:
         """:func:`mha_symbolic.compare_attention` (returns the findings, never raises)."""
         from .compare import compare_attention
 
+        _names("compare", {**self.defaults, **options}, compare_attention)
         return compare_attention(actual, query, key, value, **{**self.defaults, **options})
 
     def assert_mha_close(self, actual: Any, query: Any, key: Any, value: Any,
@@ -55,6 +57,7 @@ class AttentionOracle:
         __tracebackhide__ = True
         from .compare import assert_mha_close
 
+        _names("assert_mha_close", {**self.defaults, **options}, assert_mha_close)
         assert_mha_close(actual, query, key, value, **{**self.defaults, **options})
 
     def check(self, fn: Any, query: Any, key: Any, value: Any, **options: Any) -> Any:
@@ -63,6 +66,7 @@ class AttentionOracle:
         __tracebackhide__ = True
         from .check import check_attention
 
+        _names("check", {**self.defaults, **options}, check_attention)
         return check_attention(fn, query, key, value, **{**self.defaults, **options})
 
     def assert_varlen_close(self, actual: Any, query: Any, key: Any, value: Any,
@@ -73,6 +77,7 @@ class AttentionOracle:
         __tracebackhide__ = True
         from .compare_variants import assert_attention_varlen_close
 
+        _names("assert_varlen_close", {**self.defaults, **options}, assert_attention_varlen_close)
         assert_attention_varlen_close(actual, query, key, value, cu_seqlens_q, cu_seqlens_k,
                                       *args, **{**self.defaults, **options})
 
@@ -87,6 +92,15 @@ class AttentionOracle:
         from ..oracle import reference_mha
 
         return reference_mha(query, key, value, **options)
+
+
+def _names(method: str, options: dict[str, Any], target: Any) -> None:
+    """A misspelt option is reported as coming from the fixture's method, with the
+    closest option names."""
+    __tracebackhide__ = True
+    from .options import check_names_for
+
+    check_names_for(f"attention_oracle.{method}", options, target)
 
 
 @pytest.fixture
