@@ -30,6 +30,7 @@ from .formats import (
     round_float64_to,
     round_fraction,
 )
+from .mp import MpmathViews
 from .progress import Progress
 
 __all__ = ["Enclosure", "Problem"]
@@ -171,12 +172,13 @@ class Problem:
         return None
 
 
-class Enclosure:
+class Enclosure(MpmathViews):
     """Rigorous elementwise enclosure of an exact attention result.
 
     Attributes: ``lower``, ``upper`` (float64, outward rounded: lower <= true <=
     upper), ``midpoint`` (float64, an approximation inside the enclosure),
-    ``shape``; ``weights`` (an Enclosure of the softmax probabilities, or None).
+    ``shape``; ``weights`` (an Enclosure of the softmax probabilities, or None);
+    ``mpf(dps)`` and ``mpi()``: every element in mpmath (:mod:`.mp`).
     Rows under ``masked_rows="nan"`` hold NaN in every array.  The bounds are
     finite for every finite input.  ``rounded()`` may tighten the enclosure of the
     rows it refines (arrays returned earlier are not modified).

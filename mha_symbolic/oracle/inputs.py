@@ -49,13 +49,20 @@ def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
     go through ``.detach().cpu()`` (bfloat16 through an exact float32 step);
     jax arrays through ``np.asarray``; nested lists and Python scalars become
     float64 (a Python float is a double, so this is exact; an integer must be
-    exactly representable). Bool arrays are returned as bool (for masks).
+    exactly representable). Bool arrays are returned as bool (for masks).  mpmath
+    numbers (``mpf``, ``mpmath.matrix``, lists or object arrays of them) become float64
+    when each is exactly a float64, else one clear line (:mod:`.mp`); ``mpc`` and
+    ``mpi`` are refused.
 
     >>> as_exact_array([[1, 2.5]], "query").dtype
     dtype('float64')
     """
     module = type(x).__module__ or ""
-    if module.startswith("torch"):
+    if module.startswith("mpmath") or (isinstance(x, np.ndarray) and x.dtype == object):
+        from .mp import mpmath_to_array
+
+        arr = mpmath_to_array(x, name)
+    elif module.startswith("torch"):
         arr = _from_torch(x, name)
     elif module.startswith(("jax", "jaxlib")):
         arr = np.asarray(x)
@@ -71,6 +78,11 @@ def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
                 f"{name} could not be read as an array of numbers (ragged nested lists?): "
                 f"{exc}"
             ) from None
+        if arr.dtype == object:
+            from .mp import holds_mpmath, mpmath_to_array
+
+            if holds_mpmath(arr):
+                return mpmath_to_array(x, name)
         if arr.dtype == object or arr.dtype.kind in "US":
             raise SpecError(
                 f"{name} must hold numbers, got an array of dtype={arr.dtype} "
