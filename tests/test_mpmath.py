@@ -215,11 +215,19 @@ def test_oracle_still_refuses_fractions_in_one_line() -> None:
 
 def test_engine_reads_an_mpf_as_the_binary_value_it_holds() -> None:
     # a 53-bit mpf 1/3 is the double 1/3: Fraction(1/3) is its exact value
-    assert exact_number(mpmath.mpf(1) / 3) == sp.Rational(Fraction(1 / 3))
+    with mpmath.workprec(53):
+        third = mpmath.mpf(1) / 3
+    assert exact_number(third) == sp.Rational(Fraction(1 / 3))
+    with mpmath.workprec(200):
+        third = mpmath.mpf(1) / 3
+    # at 200 bits: the nearest multiple of 2^-201 (1/3 = 0.0101…₂, 200 bits from 2^-2)
+    assert exact_number(third) == sp.Rational(round(Fraction(1, 3) * 2**201), 2**201)
     assert exact_number(mpmath.mpf("0.5")) == sp.Rational(1, 2)
     assert exact_number(-mpmath.mpf(2) ** -1100) == -sp.Rational(1, 2**1100)
     # unlike a Python float, not the decimal it prints as
-    assert exact_number(mpmath.mpf(0.1)) == sp.Rational(Fraction(0.1)) != sp.Rational(1, 10)
+    with mpmath.workprec(53):
+        tenth = mpmath.mpf(0.1)
+    assert exact_number(tenth) == sp.Rational(Fraction(0.1)) != sp.Rational(1, 10)
 
 
 def test_engine_takes_mpmath_matrices() -> None:

@@ -188,3 +188,11 @@ def test_a_passing_comparison_summarises_in_one_line_too() -> None:
     line = compare_attention(exact, Q, K, V).summary()
     assert line.startswith("attention output is close to the exact answer: 4 elements, "
                            "closest call ")
+
+
+def test_the_fixtures_methods_show_the_options_they_hand_on() -> None:
+    oracle = AttentionOracle()
+    params = inspect.signature(oracle.assert_close).parameters
+    assert list(params) == list(inspect.signature(assert_attention_close).parameters)
+    assert "msg" in params and "rtol" in params
+    assert "num_heads" in inspect.signature(oracle.assert_mha_close).parameters

@@ -58,7 +58,8 @@ def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
     dtype('float64')
     """
     module = type(x).__module__ or ""
-    if module.startswith("mpmath") or (isinstance(x, np.ndarray) and x.dtype == object):
+    if module.startswith("mpmath") or (isinstance(x, np.ndarray) and x.dtype == object
+                                       and _holds_mpmath(x)):
         from .mp import mpmath_to_array
 
         arr = mpmath_to_array(x, name)
@@ -78,11 +79,10 @@ def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
                 f"{name} could not be read as an array of numbers (ragged nested lists?): "
                 f"{exc}"
             ) from None
-        if arr.dtype == object:
-            from .mp import holds_mpmath, mpmath_to_array
+        if arr.dtype == object and _holds_mpmath(arr):
+            from .mp import mpmath_to_array
 
-            if holds_mpmath(arr):
-                return mpmath_to_array(x, name)
+            return mpmath_to_array(x, name)
         if arr.dtype == object or arr.dtype.kind in "US":
             raise SpecError(
                 f"{name} must hold numbers, got an array of dtype={arr.dtype} "
@@ -102,6 +102,12 @@ def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
             "float8_e4m3fn, float8_e5m2 (or bool for a mask)"
         )
     return arr
+
+
+def _holds_mpmath(arr: np.ndarray[Any, Any]) -> bool:
+    """Whether an object array holds an mpmath number (looked at in full: an array of
+    Python objects is small)."""
+    return any((type(v).__module__ or "").startswith("mpmath") for v in arr.flat)
 
 
 def _ints_to_float64(arr: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:

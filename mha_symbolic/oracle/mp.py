@@ -177,7 +177,9 @@ def _entry(x: Any, name: str, idx: tuple[int, ...]) -> float:
         raise SpecError(f"{where} is an mpmath interval ({kind}): pass one exact number "
                         "(an mpf) per element, not an interval")
     if not isinstance(x, mpmath.mpf):
-        raise SpecError(f"{where} ({kind}) is not a number")
+        raise SpecError(f"{where} ({kind}) is not a float, an integer or an mpmath mpf: "
+                        "the oracle reads floating-point inputs (exact numbers: "
+                        "exact_attention)")
     if not mpmath.isfinite(x):
         f = float(x)
         return f                               # NaN/±inf: validated by the caller
@@ -210,9 +212,3 @@ def mpmath_to_array(x: Any, name: str) -> np.ndarray[Any, Any]:
     for idx in _indices(arr.shape):
         out[idx] = _entry(arr[idx], name, idx)
     return out
-
-
-def holds_mpmath(arr: np.ndarray[Any, Any]) -> bool:
-    """Whether an object array holds an mpmath number (looked at in full: inputs are
-    small when they hold Python objects)."""
-    return any(is_mpmath(v) for v in arr.flat)

@@ -31,6 +31,7 @@ class AttentionOracle:
 
     def __init__(self, **defaults: Any) -> None:
         self.defaults = defaults
+        _sign_methods()
 
     def with_options(self, **defaults: Any) -> AttentionOracle:
         """A copy with more default options (``rule``, ``accumulation_dtype``, ...)."""
@@ -92,6 +93,34 @@ class AttentionOracle:
         from ..oracle import reference_mha
 
         return reference_mha(query, key, value, **options)
+
+
+_SIGNED: list[bool] = []
+
+
+def _sign_methods() -> None:
+    """Give each method the signature of the function it hands its options to (so that
+    ``help()`` and notebook tooltips list them), once, on the first oracle made: the
+    plugin's import stays light, and only a test that uses the fixture pays."""
+    if _SIGNED:
+        return
+    _SIGNED.append(True)
+    import inspect
+
+    from ..oracle import reference_attention, reference_mha
+    from .check import check_attention
+    from .compare import assert_attention_close, assert_mha_close, compare_attention
+    from .compare_variants import assert_attention_varlen_close
+
+    me = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    for name, target in (("assert_close", assert_attention_close),
+                         ("compare", compare_attention), ("assert_mha_close", assert_mha_close),
+                         ("check", check_attention),
+                         ("assert_varlen_close", assert_attention_varlen_close),
+                         ("reference", reference_attention), ("reference_mha", reference_mha)):
+        sig = inspect.signature(target)
+        method = getattr(AttentionOracle, name)
+        method.__signature__ = sig.replace(parameters=[me, *sig.parameters.values()])
 
 
 def _names(method: str, options: dict[str, Any], target: Any) -> None:
