@@ -594,6 +594,11 @@ def test_an_integer_of_exactly_4000_digits_is_still_an_entry() -> None:
      "valid_lens entry <an integer of 3901 digits>"),
     ('[[example]]\nquery = [[1]]\nkey = [[1], [2]]\nqkv_layout = "' + "b" * 5000 + '"\n',
      "qkv_layout='bbbb"),
+    # a stated size is 1 … MAX_DIM (found by the long fuzz run: batch = -10^4000 was echoed whole)
+    ("[[example]]\nbatch = -1" + "0" * 3999 + "\nquery = [[1]]\nkey = [[1]]\n",
+     "batch=<a negative integer of 4000 digits> must be an integer from 1"),
+    ("[[example]]\nd_model = 0\n", "d_model=0 must be an integer from 1"),
+    ("[[example]]\nn_k = 1" + "0" * 12 + "\n", "n_k=1000000000000 must be an integer from 1"),
 ])
 def test_messages_about_entries_and_sizes_are_cut(doc: str, shown: str) -> None:
     with pytest.raises(ExampleFileError) as info:
@@ -692,3 +697,20 @@ def test_variant_options_beyond_the_limits_are_one_short_line(option: str, messa
         load_examples(text=f"[[example]]\nscores = [[1, 0]]\n{option}\n")
     msg = str(info.value)
     assert re.search(message, msg) and len(msg) < 400, msg
+
+
+def test_the_relative_error_of_a_gradient_claim_is_built_unevaluated() -> None:
+    # (value − claim)/value built with SymPy's '/' asked whether the sum is infinite,
+    # which ran evalf on a deep gradient expression for minutes (found by the long fuzz run)
+    doc = ('[[example]]\nheads = 2\nquery = [[-2, 0.5, 4, "sqrt(2)"], [0, 2, -1, 1], '
+           '[3, 3, -3, -1]]\nkey = [["1/3", 0.1, -1.25, -1], [1, -3, 3, 0], [5, 0, -2, 3]]\n'
+           'value = [[0, 1, "1/3", -3], [5, 4, 5, 2], [4, 0, 2, -1]]\nscale = "sqrt(3)"\n'
+           'mask = "causal"\nmask_fill = -1e6\ngrad_output = [["1 − e^(−32)", 1, -1, -1], '
+           '["e^(1/2)", 2, -3, 3], [4, -1.25, -1, -1]]\n[[example.claim]]\n'
+           'quantity = "grad_key[1,1]"\nclaimed = "≈ 1 − e^(−32)"\n')
+    with no_hang(120):
+        report = check_text(doc)
+    (record,) = report.records
+    # the point is that a verdict comes back; the exact value, about −4.4e−9 as the
+    # checker prints it, is far from 1 by any reckoning
+    assert record.verdict == "wrong" and "relative error" in str(record.error_units)

@@ -25,6 +25,7 @@ from typing import Any
 from .._text import decimal_digits, echo, int_text, sanitize
 from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
 from ..exact.grammar import MAX_VALUE_DIGITS
+from ..exact.spec import MAX_DIM
 from .quantities import parse_quantity
 
 __all__ = ["Claim", "WorkedExample", "load_examples", "select_examples"]
@@ -396,7 +397,7 @@ def _example(item: Any, index: int, source: str, loc: Any, base: Path | None) ->
         if ex.has_attention:
             stated = dims.get("batch")
             if isinstance(stated, int) and stated != ex.batch_size:
-                raise ExampleFileError(f"batch={stated} but the inputs have a batch of "
+                raise ExampleFileError(f"batch={int_text(stated)} but the inputs have a batch of "
                                        f"{ex.batch_size}")
             for b in range(ex.batch_size):
                 ex.attention(b)
@@ -545,11 +546,14 @@ def _dim(key: str, value: Any, where: str) -> Any:
         if not isinstance(value, bool):
             raise ExampleFileError(f"{where}: {key} must be true or false")
         return value
-    if not (isinstance(value, int) and not isinstance(value, bool)) and not (
-            isinstance(value, str) and value.isidentifier() and value.isascii()):
-        raise ExampleFileError(f"{where}: {key}={_show(value)} must be a positive integer "
-                               "or a symbol name (ASCII letters, digits, _)")
-    return value
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if is_int and 1 <= value <= MAX_DIM:
+        return value
+    if isinstance(value, str) and value.isidentifier() and value.isascii() and len(value) <= 32:
+        return value
+    raise ExampleFileError(f"{where}: {key}={_show(value)} must be an integer from 1 to "
+                           f"{MAX_DIM:,} or a symbol name (ASCII letters, digits, _; "
+                           "at most 32)")
 
 
 def _option(key: str, value: Any, where: str) -> Any:

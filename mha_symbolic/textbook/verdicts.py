@@ -155,9 +155,14 @@ def _approximation(value: Any, p: PrintedAnswer, rtol: Fraction, d: int) -> Judg
     v = certify(value).sign()
     if v == 0:
         return Judgement("wrong", False)
+    import sympy as sp
+
     # |value − claim| / |value| with the signs already decided: no sp.Abs, whose
-    # evaluation asks SymPy for signs (minimal_polynomial on algebraic numbers)
-    rel = certify((value - p.expr) * d / (value * v))
+    # evaluation asks SymPy for signs (minimal_polynomial on algebraic numbers); built
+    # unevaluated, since Pow(Add, −1) asks whether the sum is infinite, which runs evalf
+    # at a cost nothing bounds (a fuzzed gradient claim took minutes)
+    num = sp.Mul(sp.Integer(d * v), sp.Add(value, -p.expr, evaluate=False), evaluate=False)
+    rel = certify(sp.Mul(num, sp.Pow(value, -1, evaluate=False), evaluate=False))
     ok = rel.compare(rtol) <= 0
     size = rel.round_significant(2)
     return Judgement("approximation" if ok else "wrong", ok,

@@ -157,6 +157,20 @@ def _load(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def _private_tempdir() -> None:
+    """Give this run (and its workers and subprocesses) a temporary folder of its own, so
+    that the check for pdflatex folders left behind sees only this run's: another program
+    running pdflatex at the same time is no problem of the input under test."""
+    import atexit
+    import shutil
+    import tempfile
+
+    private = tempfile.mkdtemp(prefix="mha-symbolic-fuzz-")
+    os.environ["TMPDIR"] = private
+    tempfile.tempdir = private
+    atexit.register(shutil.rmtree, private, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.fuzz.long", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -187,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{time.process_time() - t0 + child:.2f} CPU s", json.dumps(problems, indent=1))
         return 1 if problems else 0
 
+    _private_tempdir()
     ckpt = Path(args.checkpoint)
     saved = _load(ckpt) if args.resume else {}
     if saved and (saved.get("seed") != args.seed or saved.get("workers") != args.workers):
