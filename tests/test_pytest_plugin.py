@@ -78,11 +78,23 @@ def test_short_summary_shows_the_one_line_summary(pytester: pytest.Pytester) -> 
     summary = [ln for ln in result.stdout.lines if ln.startswith("FAILED ")]
     assert len(summary) == 1
     head = ("FAILED test_short_summary_shows_the_one_line_summary.py::test_unscaled - "
-            "mha_symbolic.errors.AttentionMismatchError: attention output is not close to "
-            "the exact answer: ")
+            "attention output is not close to the exact answer: ")
     assert summary[0].startswith(head)
     assert " / 64 elements mismatched, worst " in summary[0]
     assert summary[0].endswith("; matches bug class 'no_scale'")
+
+
+def test_short_summary_at_80_columns_starts_with_the_verdict(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("BUILD_NUMBER", raising=False)
+    pytester.makepyfile(test_k=_GOOD_AND_BAD)
+    result = pytester.runpytest_subprocess(*_plugin_args(), "-k", "unscaled", "-rf")
+    summary = [ln for ln in result.stdout.lines if ln.startswith("FAILED ")]
+    # pytest cuts the message to the width and ends it with "..."
+    assert summary == ["FAILED test_k.py::test_unscaled - attention output is not close to "
+                       "the exact ..."]
 
 
 def test_failure_report_hides_library_frames(pytester: pytest.Pytester) -> None:

@@ -14,6 +14,9 @@ A failed check raises :class:`mha_symbolic.errors.AttentionMismatchError` (an
 (shapes and dtype, mismatched elements, the worst element with its exact value,
 the error in ulps and as a multiple of the tolerance, the diagnosis), not a
 traceback through the library: the assert functions set ``__tracebackhide__``.
+pytest's short summary ("FAILED test_x.py::test_y - …", cut to the terminal's width)
+shows the error's first line, the one-line summary, without the 44 characters of
+``mha_symbolic.errors.AttentionMismatchError: `` before it.
 """
 
 from __future__ import annotations
@@ -130,6 +133,23 @@ def _names(method: str, options: dict[str, Any], target: Any) -> None:
     from .options import check_names_for
 
     check_names_for(f"attention_oracle.{method}", options, target)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Any:
+    """For a failure raised by this library's checks, the short summary's message is the
+    error's text (its first line, the one-line summary, is what pytest shows), not the
+    error's dotted class name followed by as much of it as the width leaves."""
+    outcome = yield
+    exc = call.excinfo.value if call.excinfo is not None else None
+    if type(exc).__name__ != "AttentionMismatchError":
+        return
+    from ..errors import AttentionMismatchError
+
+    if isinstance(exc, AttentionMismatchError):
+        crash = getattr(outcome.get_result().longrepr, "reprcrash", None)
+        if crash is not None:
+            crash.message = str(exc)
 
 
 @pytest.fixture
