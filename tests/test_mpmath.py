@@ -262,3 +262,32 @@ def test_the_readme_shows_what_the_code_prints() -> None:
                  f"v.mpi()                # {v.mpi()}  an mpmath interval"]
     for line in lines:
         assert line in readme
+
+
+def test_every_kind_of_enclosure_has_mpf_and_mpi_inside_its_bounds() -> None:
+    from mha_symbolic import reference_attention_backward, reference_attention_varlen, reference_mha
+
+    rng = np.random.default_rng(0)
+    q, k, v, do = (rng.standard_normal((1, 2, 3, 4)) for _ in range(4))
+    x = rng.standard_normal((3, 1, 4))
+    w = np.eye(4)
+    xs = rng.standard_normal((3, 2, 4))
+    encs = [reference_attention_backward(q, k, v, do).dq,
+            reference_mha(x, x, x, num_heads=2, in_proj_weight=np.concatenate([w, w, w]),
+                          out_proj_weight=w),
+            reference_attention(q, k, v, sinks=np.zeros(2)),
+            reference_attention_varlen(xs, xs, xs, [0, 1, 3], [0, 1, 3])]
+    for enc in encs:
+        got, ivs = enc.mpf(20), enc.mpi()
+        lo, hi = np.asarray(enc.lower), np.asarray(enc.upper)
+        assert got.shape == ivs.shape == lo.shape
+        for idx in np.ndindex(*lo.shape):
+            assert lo[idx] <= got[idx] <= hi[idx]
+            assert got[idx] in ivs[idx]
+
+
+def test_a_hostile_type_name_is_not_echoed_raw() -> None:
+    bad = type("\x1b[31mEvil", (), {})()
+    with pytest.raises(SpecError) as info:
+        as_exact_array([[mpmath.mpf(1), bad]], "query")
+    assert "\x1b" not in str(info.value)

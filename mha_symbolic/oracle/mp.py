@@ -161,6 +161,8 @@ def _entry(x: Any, name: str, idx: tuple[int, ...]) -> float:
     """One entry as the float64 holding exactly its value, or one clear line."""
     import mpmath
 
+    from .._text import sanitize
+
     where = f"{name}[{', '.join(map(str, idx))}]" if idx else name
     if isinstance(x, bool):
         raise SpecError(f"{where}={x!r} is a boolean, expected a number")
@@ -170,7 +172,7 @@ def _entry(x: Any, name: str, idx: tuple[int, ...]) -> float:
             raise InputValueError(f"{where} = {int(x)} is not exactly a float64; pass "
                                   "floats")
         return f
-    kind = type(x).__name__
+    kind = sanitize(type(x).__name__[:40])
     if kind in ("mpc", "ivmpc") or isinstance(x, mpmath.mpc):
         raise SpecError(f"{where} is an mpmath {kind} (complex): expected real numbers")
     if kind.startswith("iv") or hasattr(x, "delta") or "ctx_iv" in type(x).__module__:
