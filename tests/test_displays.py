@@ -198,3 +198,12 @@ def test_tables_escape_cells() -> None:
         "<table><thead><tr><th>a</th></tr></thead><tbody><tr><td>&lt;b&gt;&amp;</td></tr>"
         "</tbody></table>")
     assert markdown_table(("a",), [("x|y",)]).splitlines()[-1] == r"| x\|y |"
+
+
+@pytest.mark.parametrize("module", ["mha_symbolic._display", "mha_symbolic.exact.certified_display"])
+def test_doctests(module: str) -> None:
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.failed == 0 and result.attempted > 0

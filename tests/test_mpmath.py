@@ -291,3 +291,12 @@ def test_a_hostile_type_name_is_not_echoed_raw() -> None:
     with pytest.raises(SpecError) as info:
         as_exact_array([[mpmath.mpf(1), bad]], "query")
     assert "\x1b" not in str(info.value)
+
+
+def test_doctests_of_the_mpmath_module() -> None:
+    import doctest
+
+    from mha_symbolic.oracle import mp
+
+    result = doctest.testmod(mp)
+    assert result.failed == 0 and result.attempted > 0

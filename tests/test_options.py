@@ -196,3 +196,12 @@ def test_the_fixtures_methods_show_the_options_they_hand_on() -> None:
     assert list(params) == list(inspect.signature(assert_attention_close).parameters)
     assert "msg" in params and "rtol" in params
     assert "num_heads" in inspect.signature(oracle.assert_mha_close).parameters
+
+
+def test_doctests_of_the_options_module() -> None:
+    import doctest
+
+    from mha_symbolic.testing import options
+
+    result = doctest.testmod(options)
+    assert result.failed == 0 and result.attempted > 0
