@@ -84,6 +84,9 @@ def test_check_attention_lists_its_tolerance_options() -> None:
      "mean 'ulps'?"),
     (lambda: AttentionOracle(xyzzy=1).compare(ZEROS, Q, K, V),
      "attention_oracle.compare() got an unexpected keyword argument 'xyzzy'"),
+    (lambda: AttentionOracle().reference(Q, K, V, is_causl=True),
+     "attention_oracle.reference() got an unexpected keyword argument 'is_causl'; did you "
+     "mean 'is_causal' or 'scale'?"),
 ])
 def test_a_misspelt_option_is_named_from_the_function_called(call, want) -> None:
     with pytest.raises(UnknownOptionError) as info:

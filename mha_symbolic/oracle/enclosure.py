@@ -348,7 +348,13 @@ class Enclosure(MpmathViews):
         row = self._rational(b, i)
         if row is not None and row[col] is not None:
             return row[col]
-        return self._problem.arb_rows(b, [i], prec, self._kind)[0][col]
+        # the last row's balls are kept: reading a row element by element (mpf(), mpi())
+        # evaluates it once, not once per element
+        key = (b, i, prec)
+        last = getattr(self, "_last_arb_row", None)
+        if last is None or last[0] != key:
+            last = self._last_arb_row = (key, self._problem.arb_rows(b, [i], prec, self._kind)[0])
+        return last[1][col]
 
     # ---- rounding ----------------------------------------------------------------
     def rounded(self, dtype: Any = "float64") -> Array:

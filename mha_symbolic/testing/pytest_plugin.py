@@ -89,12 +89,14 @@ class AttentionOracle:
         """The exact answer: :func:`mha_symbolic.reference_attention`."""
         from ..oracle import reference_attention
 
+        _names("reference", options, reference_attention)
         return reference_attention(query, key, value, **options)
 
     def reference_mha(self, query: Any, key: Any, value: Any, **options: Any) -> Any:
         """The exact multi-head block: :func:`mha_symbolic.reference_mha`."""
         from ..oracle import reference_mha
 
+        _names("reference_mha", options, reference_mha)
         return reference_mha(query, key, value, **options)
 
 
