@@ -207,3 +207,19 @@ def test_doctests(module: str) -> None:
 
     result = doctest.testmod(importlib.import_module(module))
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_an_undecided_value_shows_its_arb_ball_not_digits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mha_symbolic import PrecisionError
+    from mha_symbolic.exact.certified import CertifiedValue
+
+    def undecided(self, significant: int = 20, *, max_bits: int | None = None) -> str:
+        raise PrecisionError("undecided")
+
+    monkeypatch.setattr(CertifiedValue, "digits", undecided)
+    v = certify("1 - e^(-32)")
+    text = repr(v)
+    assert text.startswith("CertifiedValue(1 - exp(-32) ∈ [0.99999999999998733583")
+    assert "+/-" in text and "…" not in text
+    assert r"\in \text{[0.99999999999998733583" in v._repr_latex_()
+    assert "not yet decided" in v._repr_html_()

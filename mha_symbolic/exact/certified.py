@@ -591,7 +591,7 @@ class CertifiedValue:
         try:
             return self.digits(20, max_bits=1024), True
         except (PrecisionError, SpecError):
-            return str(self.enclosure(128).str(10, radius=True)), False
+            return str(self.enclosure(128).str(25, radius=True)), False
 
     def _parts(self) -> tuple[str, int | None, bool]:
         """(digits, decimal exponent or None, certified): the certified digits in
