@@ -517,7 +517,7 @@ def test_an_unreadable_expr_claim_in_a_derivation() -> None:
 def test_a_ragged_weight_in_torch_layout_is_a_one_line_error() -> None:
     doc = ('[[example]]\nlayout = "torch"\nx = [[1, 2, 3]]\nw_q = [[1, 0, 0], [0, 1, 0], [0, 0, 1]]\n'
            'w_k = [[4, -3, 1], [3, 5, 1, 3], [0, -1, -3, 0]]\nw_v = [[1, 0, 0], [0, 1, 0], [0, 0, 1]]\n')
-    with pytest.raises(ExampleFileError, match="rows of equal length"):
+    with pytest.raises(ExampleFileError, match="w_k must be rectangular"):
         load_examples(text=doc)
 
 
@@ -714,3 +714,43 @@ def test_the_relative_error_of_a_gradient_claim_is_built_unevaluated() -> None:
     # the point is that a verdict comes back; the exact value, about −4.4e−9 as the
     # checker prints it, is far from 1 by any reckoning
     assert record.verdict == "wrong" and "relative error" in str(record.error_units)
+
+
+@pytest.mark.parametrize("text", [
+    "sqrt(exp(e)^tanh((1+sqrt(2))^20000))",  # found by the long fuzz run: minutes in expand()
+    "(1+sqrt(2))^1000",
+    "(1+sqrt(2))^900*(1+sqrt(3))^900",
+    "(1+sqrt(2)+sqrt(3))^200",
+])
+def test_powers_of_sums_too_costly_to_expand_are_refused(text: str) -> None:
+    with no_hang(60), pytest.raises(ParseError, match="too costly to expand exactly"):
+        parse_number(text)
+
+
+def test_powers_of_sums_within_the_limit_are_exact() -> None:
+    import sympy as sp
+
+    with no_hang(60):
+        x = parse_number("(1+sqrt(2))^999")
+        y = parse_number("(1+sqrt(2)+sqrt(3))^100")
+        z = parse_number("sqrt(exp(e)^tanh((1+sqrt(2))^3))")
+    # (1 + √2)^n = a + b√2 with a² − 2b² = (−1)^n (the norm is multiplicative): n = 999
+    a, b = sp.expand(x).as_coefficients_dict()[1], sp.expand(x).as_coefficients_dict()[sp.sqrt(2)]
+    assert a * a - 2 * b * b == -1
+    assert y == (1 + sp.sqrt(2) + sp.sqrt(3)) ** 100
+    # (1 + √2)³ = 7 + 5√2, and sqrt(exp(e)^t) = exp(e·t/2)
+    assert sp.simplify(sp.log(z) - sp.E * sp.tanh(7 + 5 * sp.sqrt(2)) / 2) == 0
+
+
+@pytest.mark.parametrize(("key", "layout"), [("w_qkv", "per_head"), ("w_qkv", "stacked"),
+                                             ("w_q", None), ("value", None)])
+def test_a_ragged_array_is_refused_when_read(key: str, layout: str | None) -> None:
+    # found by the long fuzz run: a ragged w_qkv raised IndexError in the per-head split
+    inputs = ('x = [[1, 0, 2]]\nw_qkv = [[5, 1, 5, 0, 0, 0.1], [2, -2, 4], [0, 2, 2]]\n'
+              f'qkv_layout = "{layout}"\n' if key == "w_qkv" else
+              'query = [[1, 0]]\nkey = [[1, 0]]\nvalue = [[1, 0], [2]]\n' if key == "value" else
+              'x = [[1, 0]]\nw_q = [[1, 0], [2]]\nw_k = [[1, 0], [0, 1]]\n'
+              'w_v = [[1, 0], [0, 1]]\n')
+    doc = f'[[example]]\nheads = 1\n{inputs}[[example.claim]]\nquantity = "dim.n_q"\nclaimed = "1"\n'
+    with pytest.raises(ExampleFileError, match=f"{key} must be rectangular"):
+        load_examples(text=doc)

@@ -238,7 +238,7 @@ BAD_FILES: list[tuple[str, str]] = [
     ("[[example]]\nname = 'A'\n[[example]]\nname = 'A'\n", "duplicate example name"),
     ("example = 3\n", "no [[example]]"),
     ("[[example]]\nname='A'\nscores = [[1, true]]\n", "not a number"),
-    ("[[example]]\nname='A'\nscores = [[1, 2], [3]]\n", "row 1 has 1 entries"),
+    ("[[example]]\nname='A'\nscores = [[1, 2], [3]]\n", "scores must be rectangular: row 2 has 1 entry, the first has 2"),
     ("[[example]]\nname='A'\nscores = []\n", "empty"),
     ("[[example]]\nname='A'\nscores = 5\n", "vector or matrix"),
     ("[[example]]\nname='A'\nscores = [[[[[1]]]]]\n", "vector or matrix"),

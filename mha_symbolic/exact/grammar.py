@@ -76,6 +76,10 @@ MAX_LOG = 10**5
 #: Fractional powers of rationals: lcm(root degrees) × (digits under the roots) at most
 #: this (the size of the integers SymPy may build while simplifying the radicals).
 MAX_RADICAL_WORK = 1000
+# bound on the work of expanding an integer power of a sum ((1 + √2 + √3)^n): terms of
+# the multinomial expansion × the exponent (the coefficients' digits grow with it); see
+# expansion_cost()
+MAX_EXPANSION_WORK = 1_000_000
 #: The sign of a non-rational argument of sqrt, ln or a fractional power must be decided
 #: at this precision (bits), below SymPy's own 333-bit evalf.
 ARGUMENT_BITS = 256
@@ -354,8 +358,12 @@ class _Parser:
         return value
 
     def _product(self, a: Any, b: Any, *, divide: bool = False) -> Any:
-        """a·b or a/b, after bounding what SymPy will do with their radicals."""
+        """a·b or a/b, after bounding what SymPy will do with their radicals and with
+        the expansion of the product."""
         check_radicals(_radicals(a) + _radicals(b), self.shown)
+        if expansion_cost(a) * expansion_cost(b) > MAX_EXPANSION_WORK:
+            raise ParseError(f"{self.shown} is too costly to expand exactly (terms × "
+                             f"exponents exceed {MAX_EXPANSION_WORK:,})")
         return self._arith(lambda x, y: x / y if divide else x * y, a, b)
 
     def _nonzero_divisor(self, rhs: Any, what: str) -> None:
@@ -455,6 +463,12 @@ class _Parser:
                 # |base|^n stays within e^±MAX_LOG (exp(x)^n is rewritten as exp(n·x))
                 self._bound_magnitude(base, exponent, what)
                 check_radicals([(b, e * n) for b, e in _radicals(base)], self.shown)
+                if power_cost(expansion_cost(base), abs(n)) > MAX_EXPANSION_WORK:
+                    # SymPy expands such a power whenever it asks for real and imaginary
+                    # parts (exp, tanh of it): (1+√2)^20000 took minutes (found by fuzzing)
+                    raise ParseError(f"{shown} is too costly to expand exactly (terms × "
+                                     f"exponent exceeds {MAX_EXPANSION_WORK:,})"
+                                     f"{self.within(what)}")
             return self._arith(lambda a, b: a**b, base, exponent)
         sign = 1 if checked else self._sign(base, f"the base of {shown}", argument=True)
         if sign < 0:
@@ -532,6 +546,58 @@ def radical_work(radicals: list[tuple[Any, Any]]) -> int:
         if base not in digits:
             digits[base] = decimal_digits(base.p) + (decimal_digits(base.q) if base.q != 1 else 0)
     return lcm * max(sum(digits.values()), 1)
+
+
+def expansion_cost(x: Any, cap: int = MAX_EXPANSION_WORK) -> int:
+    """An upper estimate of the work of ``sympy.expand(x)``, capped at cap + 1: the number
+    of terms, each power weighted by its exponent (the digits of the multinomial
+    coefficients grow with it).
+
+    Sums add, products multiply, an integer power b^n of something of cost t costs
+    C(n + t − 1, t − 1) · n (the multinomial count of (a₁ + … + a_t)^n, times n);
+    anything else (atoms, functions, fractional powers) costs 1.  SymPy expands such
+    powers whenever it asks for real and imaginary parts (exp or tanh of them):
+    (1 + √2)^20000 took minutes.  1.0e6 is (1 + √2)^999 (0.3 s) or (1 + √2 + √3)^~110
+    (under 1 s).
+
+    >>> import sympy as sp
+    >>> expansion_cost((1 + sp.sqrt(2)) ** 10)
+    110
+    >>> expansion_cost(sp.sqrt(2) ** 7 + 3)
+    2
+    """
+    import sympy as sp
+
+    if not isinstance(x, sp.Basic) or x.is_Atom:
+        return 1
+    if x.is_Add or x.is_Mul:
+        total = 0 if x.is_Add else 1
+        for a in x.args:
+            t = expansion_cost(a, cap)
+            total = total + t if x.is_Add else total * t
+            if total > cap:
+                return cap + 1
+        return total
+    if x.is_Pow and x.exp.is_Integer and abs(int(x.exp)) > 1:
+        return power_cost(expansion_cost(x.base, cap), abs(int(x.exp)), cap)
+    return 1
+
+
+def power_cost(t: int, n: int, cap: int = MAX_EXPANSION_WORK) -> int:
+    """C(n + t − 1, t − 1) · n capped at cap + 1 (see :func:`expansion_cost`); 1 when
+    t = 1 (a power of one term expands to one term).
+
+    >>> power_cost(2, 999), power_cost(1, 10**9)
+    (999000, 1)
+    """
+    if t <= 1:
+        return 1
+    count = 1
+    for i in range(1, t):
+        count = count * (n + i) // i
+        if count * n > cap:
+            return cap + 1
+    return count * n
 
 
 def check_radicals(radicals: list[tuple[Any, Any]], where: str = "") -> None:

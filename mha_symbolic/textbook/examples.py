@@ -26,6 +26,7 @@ from .._text import decimal_digits, echo, int_text, sanitize
 from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
 from ..exact.grammar import MAX_VALUE_DIGITS
 from ..exact.spec import MAX_DIM
+from .inputs import shape_of
 from .quantities import parse_quantity
 
 __all__ = ["Claim", "WorkedExample", "load_examples", "select_examples"]
@@ -507,12 +508,21 @@ def _matrix_input(value: Any, where: str) -> Any:
         raise ExampleFileError(f"{where} must be a vector or matrix (nested arrays; a batch or "
                                "per-head list adds a dimension)")
 
-    def walk(x: Any, level: int) -> None:
+    shape = shape_of(value)
+
+    def walk(x: Any, level: int, path: tuple[int, ...] = ()) -> None:
         if isinstance(x, list):
             if level >= depth:
                 raise ExampleFileError(f"{where}: nested deeper than its first entry")
-            for y in x:
-                walk(y, level + 1)
+            if len(x) != shape[level]:
+                # every reader slices rows by the first row's length (a ragged w_qkv
+                # raised IndexError in the per-head split; found by the long fuzz run)
+                n = len(x)
+                raise ExampleFileError(
+                    f"{where} must be rectangular: row {', '.join(map(str, path))} has {n} "
+                    f"entr{'y' if n == 1 else 'ies'}, the first has {shape[level]}")
+            for i, y in enumerate(x, 1):
+                walk(y, level + 1, (*path, i))
         elif level != depth:
             raise ExampleFileError(f"{where}: entry {_show(x)} sits at a different depth than the "
                                    "first entry (ragged nesting)")
