@@ -67,6 +67,7 @@ _EXPORTS: dict[str, str] = {
     # errors
     "MhaSymbolicError": "errors",
     "SpecError": "errors",
+    "UnknownOptionError": "errors",
     "ShapeError": "errors",
     "ParseError": "errors",
     "ExampleFileError": "errors",
@@ -98,6 +99,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ShapeError,
         SpecError,
         ToleranceError,
+        UnknownOptionError,
     )
     from .exact.certified import CertifiedValue, certify
     from .exact.engine import ExactAttention, exact_attention

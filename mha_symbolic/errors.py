@@ -23,6 +23,7 @@ __all__ = [
     "ShapeError",
     "SpecError",
     "ToleranceError",
+    "UnknownOptionError",
 ]
 
 
@@ -32,6 +33,11 @@ class MhaSymbolicError(Exception):
 
 class SpecError(MhaSymbolicError, ValueError):
     """An attention specification is inconsistent (dimensions, scale, mask, policy)."""
+
+
+class UnknownOptionError(SpecError, TypeError):
+    """A keyword option the function does not take (a TypeError, as Python's own, with
+    the closest option names)."""
 
 
 class ShapeError(MhaSymbolicError, ValueError):

@@ -170,7 +170,13 @@ def test_report_shows_metadata_counts_worst_element_and_diagnosis() -> None:
     result = compare_attention(bad, q, k, v)
     text = result.report()
     lines = text.splitlines()
-    assert lines[0] == "attention output is not close to the exact answer."
+    # the first line is the one-line summary (pytest's short summary shows it)
+    assert lines[0].startswith("attention output is not close to the exact answer: 1 / 80 "
+                               "elements mismatched, worst ")
+    assert lines[0].endswith(" × tolerance at (batch=0, head=1, query=3, feature=2): "
+                             f"{float(bad[0, 1, 3, 2])!r} vs exact ≈ "
+                             f"{float(good[0, 1, 3, 2]):.6g}")
+    assert lines[0] == result.summary()
     assert lines[1] == "  shape: (1, 2, 5, 8), dtype: float32, accumulation: float32 (default)"
     assert "Mismatched elements: 1 / 80 (1.2%)" in text
     assert "index (batch=0, head=1, query=3, feature=2)" in text

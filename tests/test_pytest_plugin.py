@@ -60,13 +60,41 @@ def test_fixture_passes_a_correct_kernel_and_fails_a_buggy_one(
     result = pytester.runpytest_subprocess(*_plugin_args())
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
-        "*AttentionMismatchError: attention output is not close to the exact answer.*",
+        "*AttentionMismatchError: attention output is not close to the exact answer: "
+        "* / 64 elements mismatched, worst *; matches bug class 'no_scale'",
         "*shape: (1, 2, 4, 8), dtype: float32*",
         "*Mismatched elements: * / 64 (*%)*",
         "*Worst element (greatest error / tolerance) at index (batch=*, head=*, query=*, "
         "feature=*)*",
         "*Diagnosis: matches bug class 'no_scale'*",
     ])
+
+
+def test_short_summary_shows_the_one_line_summary(pytester: pytest.Pytester) -> None:
+    # pytest's "short test summary info" prints "FAILED <node> - <first line of the
+    # error>" (cut to the terminal's width, whole with -vv or on CI)
+    pytester.makepyfile(_GOOD_AND_BAD)
+    result = pytester.runpytest_subprocess(*_plugin_args(), "-k", "unscaled", "-rf", "-vv")
+    summary = [ln for ln in result.stdout.lines if ln.startswith("FAILED ")]
+    assert len(summary) == 1
+    head = ("FAILED test_short_summary_shows_the_one_line_summary.py::test_unscaled - "
+            "attention output is not close to the exact answer: ")
+    assert summary[0].startswith(head)
+    assert " / 64 elements mismatched, worst " in summary[0]
+    assert summary[0].endswith("; matches bug class 'no_scale'")
+
+
+def test_short_summary_at_80_columns_starts_with_the_verdict(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("BUILD_NUMBER", raising=False)
+    pytester.makepyfile(test_k=_GOOD_AND_BAD)
+    result = pytester.runpytest_subprocess(*_plugin_args(), "-k", "unscaled", "-rf")
+    summary = [ln for ln in result.stdout.lines if ln.startswith("FAILED ")]
+    # pytest cuts the message to the width and ends it with "..."
+    assert summary == ["FAILED test_k.py::test_unscaled - attention output is not close to "
+                       "the exact ..."]
 
 
 def test_failure_report_hides_library_frames(pytester: pytest.Pytester) -> None:

@@ -481,9 +481,10 @@ class CertifiedValue:
         n = self._decide(lambda x: math.trunc(x * scale), f"truncation to {places} places")
         return Fraction(n) / scale
 
-    def digits(self, significant: int = 20) -> str:
+    def digits(self, significant: int = 20, *, max_bits: int | None = None) -> str:
         """The leading ``significant`` digits of the exact decimal expansion,
-        followed by ``…`` if the expansion goes on. Every printed digit is certified."""
+        followed by ``…`` if the expansion goes on. Every printed digit is certified
+        (undecided within ``max_bits`` of Arb precision: PrecisionError)."""
         _check_digits(significant)
         if self.exact is not None:
             if self.exact == 0:
@@ -504,7 +505,8 @@ class CertifiedValue:
 
         # One question decided on both ends of a ball: the sign, the decimal exponent,
         # the digits and whether more follow (four separate decisions cost four times more)
-        sign, places, cut, more = self._decide(view, f"the first {significant} digits")
+        sign, places, cut, more = self._decide(view, f"the first {significant} digits",
+                                               max_bits)
         if sign == 0:
             return "0"
         text = _format_fraction(Fraction(cut) / _pow10(places), places)
@@ -521,6 +523,140 @@ class CertifiedValue:
 
     def __float__(self) -> float:
         return self.to_float()
+
+    # -- mpmath --------------------------------------------------------------------
+    def mpf(self, dps: int | None = None) -> Any:
+        """The value as an ``mpmath.mpf`` correctly rounded (to nearest, ties to even) to
+        the binary precision mpmath uses for ``dps`` decimal digits (mpmath's
+        ``dps_to_prec``: 53 bits for 15, 169 for 50; ``dps=None``: the current
+        ``mpmath.mp.dps``).  Certified: the rounding is decided on both ends of an Arb
+        ball, refined until they agree (an exact tie is settled exactly).
+
+        >>> import mpmath
+        >>> mpmath.nstr(certify("1 - e^(-32)").mpf(30), 30)
+        '0.999999999999987335834450905824'
+        """
+        import mpmath
+        from mpmath.libmp import dps_to_prec, from_rational
+
+        if dps is None:
+            dps = int(mpmath.mp.dps)
+        if isinstance(dps, bool) or not isinstance(dps, int) or not 1 <= dps <= 10**5:
+            raise SpecError(f"dps={dps!r} must be an integer from 1 to 100000")
+        prec = int(dps_to_prec(dps))
+
+        def rounded(x: Fraction) -> Any:
+            return from_rational(x.numerator, x.denominator, prec, "n")
+
+        raw = self._decide(rounded, f"the rounding to {prec} bits")
+        return mpmath.mp.make_mpf(raw)
+
+    def mpi(self, *, bits: int = 128) -> Any:
+        """An ``mpmath.mpi`` interval containing the value: the endpoints of its Arb
+        ball at ``bits`` of precision (at least ``mpmath.iv.prec + 10``), rounded
+        outward to ``mpmath.iv.prec`` bits (an exact value: its own outward rounding).
+
+        >>> import mpmath
+        >>> mpmath.mpf(1) / 3 in certify("1/3").mpi()
+        True
+        """
+        import mpmath
+        from mpmath.libmp import from_rational
+
+        prec = int(mpmath.iv.prec)
+        if self.exact is not None:
+            lo = hi = self.exact
+        else:
+            bounds = None
+            for b in (max(bits, prec + 10), *(p for p in PRECISIONS if p > max(bits, prec))):
+                bounds = self._bounds_at(b)
+                if bounds is not None:
+                    break
+            if bounds is None:
+                raise PrecisionError(f"no finite enclosure of {self._short()} was found")
+            lo, hi = bounds
+        a = mpmath.mp.make_mpf(from_rational(lo.numerator, lo.denominator, prec, "f"))
+        z = mpmath.mp.make_mpf(from_rational(hi.numerator, hi.denominator, prec, "c"))
+        return mpmath.mpi(a, z)
+
+    # -- displays -----------------------------------------------------------------
+    def _short(self) -> str:
+        from .grammar import short_text
+
+        return short_text(self.expr)
+
+    def _shown(self) -> tuple[str, bool]:
+        """(the digits shown, whether they are the certified 20 digits): decided within
+        1024 bits, else the Arb ball's text (a display never waits long)."""
+        try:
+            return self.digits(20, max_bits=1024), True
+        except (PrecisionError, SpecError):
+            return str(self.enclosure(128).str(25, radius=True)), False
+
+    def _parts(self) -> tuple[str, int | None, bool]:
+        """(digits, decimal exponent or None, certified): the certified digits in
+        scientific notation when the value is below 10^-4 or from 10^21 in magnitude
+        (as Python prints floats), else positional."""
+        from .certified_display import scientific
+
+        text, certified = self._shown()
+        if certified:
+            sci = scientific(text)
+            if sci is not None:
+                return sci[0], sci[1], True
+        return text, None, certified
+
+    def __repr__(self) -> str:
+        text, exp, certified = self._parts()
+        if exp is not None:
+            text = f"{text}e{exp:+03d}"
+        if self.exact is not None and self.exact.denominator == 1:
+            from .._text import int_text
+
+            return f"CertifiedValue({int_text(self.exact.numerator)})"
+        sign = "=" if certified else "∈"
+        return f"CertifiedValue({self._short()} {sign} {text})"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(repr(self))
+
+    def _repr_latex_(self) -> str:
+        import sympy as sp
+
+        from .certified_display import latex_digits, latex_escape
+
+        text, exp, certified = self._parts()
+        value = latex_digits(text) if certified else r"\text{" + latex_escape(text) + "}"
+        if exp is not None:
+            value += rf" \times 10^{{{exp}}}"
+        relation = "=" if certified else r"\in"
+        try:
+            lhs = sp.latex(self.expr) if sp.count_ops(self.expr) <= 200 else None
+        except ValueError:        # an integer beyond Python's str() digit limit
+            lhs = None
+        if lhs is None or len(lhs) > 400:
+            lhs = r"\text{" + latex_escape(self._short()) + "}"
+        return f"${lhs} {relation} {value}$"
+
+    def _repr_markdown_(self) -> str:
+        _, _, certified = self._parts()
+        note = "every digit shown is certified" if certified else "an Arb ball"
+        return f"{self._repr_latex_()} ({note})"
+
+    def _repr_html_(self) -> str:
+        import html
+
+        from .certified_display import grouped
+
+        text, exp, certified = self._parts()
+        note = ("every digit shown is certified" if certified
+                else "Arb ball: the digits are not yet decided")
+        relation = "=" if certified else "∈"
+        value = html.escape(grouped(text, "\u202f"))   # a narrow no-break space
+        if exp is not None:
+            value += f" × 10<sup>{str(exp).replace('-', '−')}</sup>"
+        return (f"<span><code>{html.escape(self._short())}</code> {relation} {value} "
+                f"<small>({note})</small></span>")
 
 
 def _decimal(n: int) -> str:

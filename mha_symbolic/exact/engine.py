@@ -8,8 +8,11 @@ Inputs can be given at any of three levels:
    ``w_o`` and biases (``y = x W + b``: W is ``in x out``).
 
 Entries may be ints, Fractions, SymPy numbers or symbols, strings in the
-restricted grammar (``"sqrt(2)"``, ``"0.707"``, ``"e^3"``), or Python floats,
-which are read as the decimal they print as (``0.1`` is 1/10).  Exact inputs give
+restricted grammar (``"sqrt(2)"``, ``"0.707"``, ``"e^3"``), Python floats,
+which are read as the decimal they print as (``0.1`` is 1/10), or mpmath ``mpf``
+numbers, read exactly as the binary value they hold (``mpf(1)/3`` at 53 bits is
+6004799503160661/2^54); a matrix may be an ``mpmath.matrix``.  mpmath ``mpc`` and
+``mpi`` are refused.  Exact inputs give
 exact outputs: nothing is rounded, and masked keys get weight exactly 0.
 
 The identities used (per head ``i``, query row ``r``, key ``j``)::
@@ -67,6 +70,8 @@ def _dims(m: Any) -> tuple[int, int] | None:
         if len(shape) == 1:
             return (1, shape[0])
         return (shape[-2], shape[-1]) if len(shape) >= 2 else None
+    if (type(m).__module__ or "").startswith("mpmath") and hasattr(m, "cols"):
+        return (int(m.rows), int(m.cols))     # an mpmath.matrix
     if isinstance(m, (list, tuple)) and m:
         first = m[0]
         if isinstance(first, (list, tuple)):
@@ -203,6 +208,8 @@ def exact_number(x: Any, name: str = "value") -> sympy.Expr:
         return sp.Integer(x)
     if isinstance(x, Fraction):
         return sp.Rational(x.numerator, x.denominator)
+    if (type(x).__module__ or "").startswith("mpmath"):
+        return _mpmath_number(x, name)
     if isinstance(x, str):
         from ..errors import ParseError
         from .grammar import parse_number
@@ -225,6 +232,31 @@ def exact_number(x: Any, name: str = "value") -> sympy.Expr:
     except (TypeError, ValueError):
         pass
     raise SpecError(f"{name}={_entry_text(x)} ({type(x).__name__}) is not a number")
+
+
+#: Largest binary exponent of an mpf entry read exactly (2^±100000 has ~30103 digits).
+MAX_MPF_EXPONENT = 100_000
+
+
+def _mpmath_number(x: Any, name: str) -> sympy.Expr:
+    """An mpmath ``mpf`` as the exact dyadic rational it holds (sign · man · 2^exp);
+    ``mpc`` and intervals refused, NaN/±inf refused."""
+    import mpmath
+    import sympy as sp
+
+    kind = type(x).__name__
+    if isinstance(x, mpmath.mpc) or kind in ("mpc", "ivmpc"):
+        raise InputValueError(f"{name} is an mpmath {kind} (complex): expected a real number")
+    if not isinstance(x, mpmath.mpf):
+        raise SpecError(f"{name} is an mpmath {kind}: expected one exact number (an mpf), "
+                        "not an interval or a matrix")
+    if not mpmath.isfinite(x):
+        raise InputValueError(f"{name}={x} is not a finite number")
+    sign, man, exp, bc = x._mpf_
+    if man and abs(int(exp) + int(bc)) > MAX_MPF_EXPONENT:
+        raise InputValueError(f"{name} = {mpmath.nstr(x, 8)} is beyond 2^±{MAX_MPF_EXPONENT}")
+    value = sp.Integer(int(man)) * sp.Integer(2) ** int(exp)
+    return -value if sign else value
 
 
 def _entry_text(x: Any) -> str:

@@ -40,7 +40,7 @@ from .spec import AttentionSpec
 __all__ = ["FlopCount", "ParameterCount", "flop_count", "parameter_count"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ParameterCount:
     """Learnable numbers of one attention block, part by part."""
 
@@ -82,6 +82,74 @@ class ParameterCount:
 
         terms = " + ".join(sp.latex(sp.sympify(c)) for _, _, c in self.parts)
         return rf"{terms} = {sp.latex(sp.sympify(self.total))}"
+
+    # -- displays: a table (part, shape, count) and its total ----------------------
+    def _rows(self) -> list[tuple[str, str, Any]]:
+        return [*self.parts, ("total", "", self.total)]
+
+    def __repr__(self) -> str:
+        from .._text import sanitize
+
+        rows = [(n, sh, _plain_count(c)) for n, sh, c in self._rows()]
+        w0, w1 = (max(len(r[j]) for r in rows) for j in (0, 1))
+        w2 = max(len(r[2]) for r in rows)
+        lines = [f"{n:<{w0}}  {sh:<{w1}}  {c:>{w2}}" for n, sh, c in rows]
+        return sanitize(f"ParameterCount ({self.spec.kind}):\n" + "\n".join(lines),
+                        keep_newlines=True)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(repr(self))
+
+    def _repr_html_(self) -> str:
+        from .._display import html_text
+
+        def cell(x: Any, tag: str = "td", right: bool = False) -> str:
+            style = ' style="text-align:right"' if right else ""
+            return f"<{tag}{style}>{x}</{tag}>"
+
+        rows = "".join(
+            "<tr>" + cell(_html_math(n)) + cell(_html_math(sh)) + cell(_html_count(c), right=True)
+            + "</tr>" for n, sh, c in self._rows())
+        head = cell("part", "th") + cell("shape", "th") + cell("count", "th", right=True)
+        caption = html_text(f"parameters of one attention block ({self.spec.kind})")
+        return (f"<table><caption>{caption}</caption><thead><tr>{head}</tr></thead>"
+                f"<tbody>{rows}</tbody></table>")
+
+    def _repr_markdown_(self) -> str:
+        from .._display import markdown_table
+
+        return markdown_table(("part", "shape", "count"),
+                              [(n, sh, _plain_count(c)) for n, sh, c in self._rows()])
+
+
+def _plain_count(c: Any) -> str:
+    """A count as text: an integer grouped in threes (thin spaces), a symbolic count
+    with · for products and superscript powers (4·d_model·(d_model + 1))."""
+    import re
+
+    from .._display import thin_grouped
+
+    if isinstance(c, int) or getattr(c, "is_Integer", False):
+        return thin_grouped(int(c))
+    sup = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+    text = re.sub(r"\*\*(\d+)", lambda m: m.group(1).translate(sup), str(c))
+    return text.replace("*", "·")
+
+
+def _html_math(text: str) -> str:
+    """Escaped text with ``x^Q``/``d_k`` as super-/subscripts (multi-letter ones upright,
+    as HTML shows every letter)."""
+    import re
+
+    from .._display import html_text
+
+    out = html_text(text)
+    out = re.sub(r"\^([A-Za-z0-9]+)", r"<sup>\1</sup>", out)
+    return re.sub(r"(?<=[A-Za-z0-9])_([A-Za-z0-9]+)", r"<sub>\1</sub>", out)
+
+
+def _html_count(c: Any) -> str:
+    return _html_math(_plain_count(c))
 
 
 def _json_count(c: Any) -> Any:

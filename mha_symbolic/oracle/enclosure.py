@@ -30,6 +30,7 @@ from .formats import (
     round_float64_to,
     round_fraction,
 )
+from .mp import MpmathViews
 from .progress import Progress
 
 __all__ = ["Enclosure", "Problem"]
@@ -171,12 +172,13 @@ class Problem:
         return None
 
 
-class Enclosure:
+class Enclosure(MpmathViews):
     """Rigorous elementwise enclosure of an exact attention result.
 
     Attributes: ``lower``, ``upper`` (float64, outward rounded: lower <= true <=
     upper), ``midpoint`` (float64, an approximation inside the enclosure),
-    ``shape``; ``weights`` (an Enclosure of the softmax probabilities, or None).
+    ``shape``; ``weights`` (an Enclosure of the softmax probabilities, or None);
+    ``mpf(dps)`` and ``mpi()``: every element in mpmath (:mod:`.mp`).
     Rows under ``masked_rows="nan"`` hold NaN in every array.  The bounds are
     finite for every finite input.  ``rounded()`` may tighten the enclosure of the
     rows it refines (arrays returned earlier are not modified).
@@ -346,7 +348,13 @@ class Enclosure:
         row = self._rational(b, i)
         if row is not None and row[col] is not None:
             return row[col]
-        return self._problem.arb_rows(b, [i], prec, self._kind)[0][col]
+        # the last row's balls are kept: reading a row element by element (mpf(), mpi())
+        # evaluates it once, not once per element
+        key = (b, i, prec)
+        last = getattr(self, "_last_arb_row", None)
+        if last is None or last[0] != key:
+            last = self._last_arb_row = (key, self._problem.arb_rows(b, [i], prec, self._kind)[0])
+        return last[1][col]
 
     # ---- rounding ----------------------------------------------------------------
     def rounded(self, dtype: Any = "float64") -> Array:

@@ -69,13 +69,21 @@ def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
     (bfloat16 and fp8 through an exact float32 step; subclasses included);
     jax arrays through ``np.asarray``; nested lists and Python scalars become
     float64 (a Python float is a double, so this is exact; an integer must be
-    exactly representable). Bool arrays are returned as bool (for masks).
+    exactly representable). Bool arrays are returned as bool (for masks).  mpmath
+    numbers (``mpf``, ``mpmath.matrix``, lists or object arrays of them) become float64
+    when each is exactly a float64, else one clear line (:mod:`.mp`); ``mpc`` and
+    ``mpi`` are refused.
 
     >>> as_exact_array([[1, 2.5]], "query").dtype
     dtype('float64')
     """
     module = type(x).__module__ or ""
-    if _is_torch_tensor(x):
+    if module.startswith("mpmath") or (isinstance(x, np.ndarray) and x.dtype == object
+                                       and _holds_mpmath(x)):
+        from .mp import mpmath_to_array
+
+        arr = mpmath_to_array(x, name)
+    elif _is_torch_tensor(x):
         arr = _from_torch(x, name)
     elif module.startswith(("jax", "jaxlib")):
         arr = np.asarray(x)
@@ -91,6 +99,10 @@ def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
                 f"{name} could not be read as an array of numbers (ragged nested lists?): "
                 f"{exc}"
             ) from None
+        if arr.dtype == object and _holds_mpmath(arr):
+            from .mp import mpmath_to_array
+
+            return mpmath_to_array(x, name)
         if arr.dtype == object or arr.dtype.kind in "US":
             raise SpecError(
                 f"{name} must hold numbers, got an array of dtype={arr.dtype} "
@@ -110,6 +122,12 @@ def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
             "float8_e4m3fn, float8_e5m2 (or bool for a mask)"
         )
     return arr
+
+
+def _holds_mpmath(arr: np.ndarray[Any, Any]) -> bool:
+    """Whether an object array holds an mpmath number (looked at in full: an array of
+    Python objects is small)."""
+    return any((type(v).__module__ or "").startswith("mpmath") for v in arr.flat)
 
 
 def _ints_to_float64(arr: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:

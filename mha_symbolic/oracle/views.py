@@ -13,11 +13,12 @@ import numpy as np
 
 from ..errors import SpecError
 from .enclosure import Problem
+from .mp import MpmathViews
 
 __all__ = ["DropLast", "DropLastColumn", "PackedEnclosure", "scaled", "summed"]
 
 
-class DropLast:
+class DropLast(MpmathViews):
     """The enclosure ``base`` without its last index along ``axis`` (the attention
     sink: it is computed as one extra key, see :mod:`.variant_forward`; its weight is
     the last column, its key the last row of dk and dv)."""
@@ -63,7 +64,7 @@ class DropLast:
 DropLastColumn = DropLast  # the weights' view (axis -1)
 
 
-class PackedEnclosure:
+class PackedEnclosure(MpmathViews):
     """The packed output (total, H, Ev) of variable-length sequences: sequence b owns
     rows ``cu[b]:cu[b+1]`` and its enclosure has shape (H, L_b, Ev)."""
 

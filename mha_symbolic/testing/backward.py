@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AttentionMismatchError, ShapeError, SpecError, ToleranceError
+from .._display import ReportDisplay
+from ..errors import ShapeError, SpecError, ToleranceError
 from .backward_model import BACKWARD_KERNEL, backward_error_bound, natural_scales
 from .bugs import _fits
 from .bugs_backward import (
@@ -48,6 +49,7 @@ from .compare import (
     _tolerance,
     _verdict,
 )
+from .options import asserting, checked
 from .tolerance import ErrorModel, format_of
 
 __all__ = [
@@ -66,8 +68,8 @@ _PARAMS = (("d_sinks", "grad_sinks"), ("d_alibi_slopes", "grad_alibi_slopes"))
 # Findings
 
 
-@dataclass(frozen=True)
-class BackwardComparison:
+@dataclass(frozen=True, repr=False)
+class BackwardComparison(ReportDisplay):
     """Everything :func:`compare_attention_backward` found: one
     :class:`~mha_symbolic.testing.compare.AttentionComparison` per gradient
     (``gradients["dq"]`` …) and the matched backward bug classes."""
@@ -86,15 +88,40 @@ class BackwardComparison:
         return self.passed
 
     def report(self) -> str:
+        """The report: the one-line :meth:`summary`, then each failed gradient's."""
         return _render_backward(self)
 
-    def __str__(self) -> str:
-        return self.report()
+    def summary(self) -> str:
+        """One line: the verdict, each failed gradient's count, the diagnosis."""
+        return _summary_backward(self)
+
+    def table(self) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+        """(header, rows) of the notebook display: one row per gradient."""
+        rows: list[tuple[str, ...]] = []
+        for comp in self.gradients.values():
+            ratio = f"{comp.worst.ratio:.3g}" if comp.worst is not None else "–"
+            rows.append((comp.title, "passed" if comp.passed else "FAILED",
+                         f"{comp.n_mismatched} / {comp.n_elements}", ratio))
+        rows += [("diagnosis", d.bug, d.description, f"{d.ratio:.2g}")
+                 for d in self.diagnoses]
+        return ("gradient", "verdict", "mismatched", "worst error / tolerance"), rows
+
+
+def _summary_backward(c: BackwardComparison) -> str:
+    """``attention gradients are [not] close to the exact gradients: <failed ones>``."""
+    head = ("attention gradients are close to the exact gradients" if c.passed else
+            "attention gradients are not close to the exact gradients")
+    failed = [f"{comp.title} {comp.n_mismatched} / {comp.n_elements} mismatched"
+              for comp in c.gradients.values() if not comp.passed]
+    text = head + (": " + ", ".join(failed) if failed else
+                   f" ({', '.join(c.gradients)} checked)")
+    if c.diagnoses:
+        text += f"; matches backward bug class {', '.join(repr(d.bug) for d in c.diagnoses)}"
+    return text
 
 
 def _render_backward(c: BackwardComparison) -> str:
-    verdict = "are close to" if c.passed else "are not close to"
-    lines = [f"attention gradients {verdict} the exact gradients."]
+    lines = [_summary_backward(c)]
     summary = []
     for comp in c.gradients.values():
         status = "passed" if comp.passed else (
@@ -157,13 +184,14 @@ def _refuse_vacuous(comps: dict[str, AttentionComparison], model: ErrorModel) ->
                 "rule='ulp'/'allclose'")
 
 
+@checked
 def compare_attention_backward(
     dq: Any, dk: Any, dv: Any,
     query: Any, key: Any, value: Any, grad_output: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
     enable_gqa: bool = False, causal_alignment: str = "top_left", masked_rows: str = "zero",
     dropout_p: float = 0.0, dropout_mask: Any = None, d_attn_mask: Any = None,
-    rule: str = "model", accumulation_dtype: Any = None, safety: float | None = None,
+    rule: str | None = None, accumulation_dtype: Any = None, safety: float | None = None,
     rtol: float | None = None, atol: float | None = None, ulps: float | None = None,
     factor: float | None = None, diagnose_bugs: bool = True,
     error_model: str = "probabilistic", window: Any = None, alibi_slopes: Any = None,
@@ -376,7 +404,7 @@ def _compare_backward(
     dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any, grad_output: Any, *,
     attn_mask: Any, is_causal: bool, scale: float | None, enable_gqa: bool,
     causal_alignment: str, masked_rows: str, dropout_p: float, dropout_mask: Any,
-    d_attn_mask: Any, rule: str, accumulation_dtype: Any, safety: float | None,
+    d_attn_mask: Any, rule: str | None, accumulation_dtype: Any, safety: float | None,
     rtol: float | None, atol: float | None, ulps: float | None, factor: float | None,
     diagnose_bugs: bool, error_model: str, sink_keys: int, softcap: float | None,
     extra_bugs: tuple[BackwardBugClass, ...] = (), params: dict[str, _Param] | None = None,
@@ -384,7 +412,7 @@ def _compare_backward(
     """compare_attention_backward of plain attention; ``sink_keys``: the last keys
     are lowered sinks (:func:`_with_sink_keys`); ``softcap``: C·tanh(s/C) on the scaled
     scores before the mask (backward_model.py: the worst-case propagation)."""
-    _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
+    rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
     from ..oracle.backward import reference_attention_backward
 
     acts = {"dq": _as_actual(dq), "dk": _as_actual(dk), "dv": _as_actual(dv)}
@@ -562,10 +590,13 @@ def diagnose_backward(actual: dict[str, np.ndarray], x: BackwardInputs, *, model
     return tuple(sorted(found, key=lambda d: d.ratio))
 
 
+@asserting(compare_attention_backward)
 def assert_attention_backward_close(dq: Any, dk: Any, dv: Any, query: Any, key: Any,
-                                    value: Any, grad_output: Any, **options: Any) -> None:
+                                    value: Any, grad_output: Any, *, msg: Any = None,
+                                    **options: Any) -> None:
     """Raise :class:`~mha_symbolic.errors.AttentionMismatchError` (an AssertionError)
-    with a report unless :func:`compare_attention_backward` passes.
+    with a report unless :func:`compare_attention_backward` passes (its options;
+    ``msg`` as :func:`mha_symbolic.assert_attention_close`'s).
 
     >>> import numpy as np
     >>> q = k = v = do = np.eye(2, dtype=np.float32)[None]
@@ -575,9 +606,3 @@ def assert_attention_backward_close(dq: Any, dk: Any, dv: Any, query: Any, key: 
     ...
     mha_symbolic.errors.AttentionMismatchError: attention gradients are not close to the exact gradients...
     """
-    __tracebackhide__ = True
-    comp = compare_attention_backward(dq, dk, dv, query, key, value, grad_output, **options)
-    if not comp.passed:
-        exc = AttentionMismatchError(comp.report())
-        exc.comparison = comp  # type: ignore[attr-defined]
-        raise exc from None

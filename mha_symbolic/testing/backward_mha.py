@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AttentionMismatchError, PrecisionError, ShapeError, SpecError
+from ..errors import PrecisionError, ShapeError, SpecError
+from ..oracle.backward import reference_mha_backward
 from .backward import BackwardComparison, _judge_gradients, _model_bwd, _refuse_vacuous
 from .backward_model import (
     BACKWARD_KERNEL,
@@ -45,6 +46,7 @@ from .backward_model import (
 from .bugs import MhaInputs
 from .bugs_backward import BackwardInputs, plain_backward
 from .compare import _acc_text, _as_actual, _f64, _mha_inputs, _rule_line, _rule_options
+from .options import asserting, passes_options_to
 from .tolerance import ErrorModel, attention_error_bound, format_of, linear_error_bound
 
 __all__ = ["assert_mha_backward_close", "compare_mha_backward"]
@@ -202,9 +204,10 @@ _PARAM_BOUND = {"in_proj_weight": ("wq", "wk", "wv"), "q_proj_weight": ("wq",),
                 "out_proj.bias": ("bo",)}
 
 
+@passes_options_to(reference_mha_backward)
 def compare_mha_backward(
     grads: dict[str, Any], query: Any, key: Any, value: Any, grad_output: Any, *,
-    rule: str = "model", accumulation_dtype: Any = None, safety: float | None = None,
+    rule: str | None = None, accumulation_dtype: Any = None, safety: float | None = None,
     rtol: float | None = None, atol: float | None = None, ulps: float | None = None,
     error_model: str = "probabilistic", **mha_options: Any,
 ) -> BackwardComparison:
@@ -225,11 +228,9 @@ def compare_mha_backward(
     >>> compare_mha_backward({"input": dq, "in_proj_weight": dw}, q, q, q, g, module=m).passed
     True
     """
-    _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=None, safety=safety)
+    rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=None, safety=safety)
     if rule == "flash":
         raise SpecError("rule='flash' is available for compare_attention_backward only")
-    from ..oracle.backward import reference_mha_backward
-
     acts = {n: _as_actual(a) for n, a in grads.items()}
     if not acts:
         raise SpecError("grads is empty: give at least one gradient to compare")
@@ -317,12 +318,18 @@ class _SumEnclosure:
         raise PrecisionError("a sum of gradients has no certified rounding here")
 
 
+@asserting(compare_mha_backward)
 def assert_mha_backward_close(grads: dict[str, Any], query: Any, key: Any, value: Any,
-                              grad_output: Any, **options: Any) -> None:
-    """:func:`compare_mha_backward`, raising :class:`~mha_symbolic.errors.AttentionMismatchError`."""
-    __tracebackhide__ = True
-    comp = compare_mha_backward(grads, query, key, value, grad_output, **options)
-    if not comp.passed:
-        exc = AttentionMismatchError(comp.report())
-        exc.comparison = comp  # type: ignore[attr-defined]
-        raise exc from None
+                              grad_output: Any, *, msg: Any = None, **options: Any) -> None:
+    """:func:`compare_mha_backward`, raising :class:`~mha_symbolic.errors.AttentionMismatchError`
+    (``msg`` as :func:`mha_symbolic.assert_attention_close`'s).
+
+    >>> import numpy as np
+    >>> x, w = np.eye(2)[None], np.eye(2)
+    >>> do = np.array([[[1.0, 2.0], [3.0, 4.0]]])
+    >>> assert_mha_backward_close({"query": np.zeros((1, 2, 2))}, x, x, x, do, num_heads=1,
+    ...     batch_first=True, in_proj_weight=np.concatenate([w, w, w]), out_proj_weight=w)
+    Traceback (most recent call last):
+    ...
+    mha_symbolic.errors.AttentionMismatchError: attention gradients are not close ...
+    """

@@ -14,9 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AttentionMismatchError, OptionalDependencyError, SpecError
+from .._display import ReportDisplay
+from ..errors import OptionalDependencyError, SpecError
 from .backward import BackwardComparison, compare_attention_backward
 from .compare import AttentionComparison, compare_attention
+from .options import Msg, mismatch_error, passes_options_to
 
 __all__ = ["AttentionCheck", "check_attention"]
 
@@ -30,8 +32,8 @@ _TOLERANCE_OPTIONS = ("rule", "accumulation_dtype", "error_model", "safety", "rt
 _FORWARD_TOLERANCE_OPTIONS = ("kernel", "subnormals")
 
 
-@dataclass(frozen=True)
-class AttentionCheck:
+@dataclass(frozen=True, repr=False)
+class AttentionCheck(ReportDisplay):
     """What :func:`check_attention` found: ``output`` (an AttentionComparison),
     ``backward`` (a BackwardComparison, or None when the kernel has no autograd),
     the ``framework`` ("torch", "jax", "numpy") and the ``grad_output`` used."""
@@ -45,17 +47,27 @@ class AttentionCheck:
     def __bool__(self) -> bool:
         return self.passed
 
-    def report(self) -> str:
+    def summary(self) -> str:
+        """One line: the verdict and the summary of what failed (or of everything)."""
         head = "attention kernel passed" if self.passed else "attention kernel FAILED"
-        lines = [f"{head} ({self.framework}; output"
+        parts = [c.summary() for c in (self.output, self.backward)
+                 if c is not None and (self.passed or not c.passed)]
+        return f"{head} ({self.framework}): " + "; ".join(parts)
+
+    def report(self) -> str:
+        lines = [self.summary(), "(output"
                  + (" and gradients" if self.backward is not None else " only: no autograd")
                  + " checked against the exact answers)", "", self.output.report()]
         if self.backward is not None:
             lines += ["", self.backward.report()]
         return "\n".join(lines)
 
-    def __str__(self) -> str:
-        return self.report()
+    def table(self) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
+        """(header, rows) of the notebook display: the output and the gradients."""
+        rows = [("output", self.output.summary())]
+        if self.backward is not None:
+            rows.append(("gradients", self.backward.summary()))
+        return ("checked", "finding"), rows
 
 
 def _framework(x: Any) -> str:
@@ -72,6 +84,7 @@ def _default_grad_output(shape: tuple[int, ...], seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape)
 
 
+@passes_options_to(compare_attention, _TOLERANCE_OPTIONS + _FORWARD_TOLERANCE_OPTIONS)
 def check_attention(
     fn: Any, query: Any, key: Any, value: Any, *,
     grad_output: Any = None,
@@ -81,7 +94,7 @@ def check_attention(
     pass_options: bool = True, raise_on_failure: bool = True, seed: int = 0,
     window: Any = None, softcap: float | None = None, alibi_slopes: Any = None,
     sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
-    **tolerance: Any,
+    msg: Msg = None, **tolerance: Any,
 ) -> AttentionCheck:
     """Run ``fn(query, key, value, **options)`` forward and (torch, jax) backward and
     check its output and every gradient against the exact answers in one call.
@@ -105,7 +118,9 @@ def check_attention(
 
     Returns an :class:`AttentionCheck`; raises
     :class:`~mha_symbolic.errors.AttentionMismatchError` with both reports when it
-    fails (``raise_on_failure=False`` returns it instead).
+    fails (first line: the one-line summary; ``msg`` as
+    :func:`~mha_symbolic.assert_attention_close`'s; ``raise_on_failure=False`` returns
+    it instead).
 
     >>> import torch, torch.nn.functional as F
     >>> q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
@@ -113,11 +128,6 @@ def check_attention(
     True
     """
     __tracebackhide__ = True
-    known = _TOLERANCE_OPTIONS + _FORWARD_TOLERANCE_OPTIONS
-    bad = sorted(set(tolerance) - set(known))
-    if bad:
-        raise SpecError(f"check_attention got unexpected option(s) {', '.join(bad)}: expected "
-                        f"the reference's options or one of {', '.join(known)}")
     shared = {k_: v_ for k_, v_ in tolerance.items() if k_ in _TOLERANCE_OPTIONS}
     given = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale,
              "enable_gqa": enable_gqa}
@@ -155,9 +165,7 @@ def check_attention(
     passed = bool(output.passed and (backward is None or backward.passed))
     result = AttentionCheck(passed, framework, output, backward, do_np)
     if raise_on_failure and not passed:
-        exc = AttentionMismatchError(result.report())
-        exc.check = result  # type: ignore[attr-defined]
-        raise exc from None
+        raise mismatch_error(result, msg, attribute="check") from None
     return result
 
 

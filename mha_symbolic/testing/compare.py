@@ -12,7 +12,8 @@ verdict is ever given on an internal inf or NaN: an enclosure or a tolerance tha
 not finite for finite inputs, or a tolerance that is vacuous where the output would
 otherwise pass, raises :class:`~mha_symbolic.errors.ToleranceError` naming the cause.
 
-Tolerance rules (``rule=``):
+Tolerance rules (``rule=``; not given: ``"allclose"`` when ``rtol``/``atol`` are,
+else ``"model"``):
 
 ``"model"`` (default)
     the rounding-error model of a correct kernel in the dtype of ``actual``
@@ -25,7 +26,12 @@ Tolerance rules (``rule=``):
 ``"ulp"``
     ``|actual - exact| <= ulps × ulp(exact)`` in the dtype of ``actual``.
 ``"allclose"``
-    ``|actual - exact| <= atol + rtol × |exact|`` (both required).
+    ``|actual - exact| <= atol + rtol × |exact|`` (both required; giving them without
+    ``rule=`` implies this rule, as in torch.testing).
+
+The ``assert_*`` functions take the options of their ``compare_*`` twin (the one
+signature, :mod:`.options`) and ``msg=`` (a string above the report, or a callable
+from the report to the message); the first line of the error is a one-line summary.
 ``"flash"``
     FlashAttention's rule: ``|actual - exact| <= factor × max|plain - exact|``,
     where ``plain`` is a plain implementation in the same dtype, simulated here
@@ -50,9 +56,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AttentionMismatchError, PrecisionError, ShapeError, SpecError, ToleranceError
+from .._display import ReportDisplay
+from ..errors import PrecisionError, ShapeError, SpecError, ToleranceError
 from ..oracle.inputs import as_exact_array
+from ..oracle.mha import reference_mha
 from .bugs import Candidate, MhaInputs, diagnose, diagnose_mha, plain_mha
+from .compare_report import _idx_text, _render, _summary, _table
+from .options import asserting, checked, passes_options_to
 from .plain import AttentionInputs, Plain, plain_in_dtype
 from .tolerance import DEFAULT_SAFETY, ErrorModel, FloatFormat, error_model, ulp
 
@@ -106,9 +116,10 @@ class Diagnosis:
     ratio: float  # max |actual - buggy| / tolerance of the buggy variant
 
 
-@dataclass(frozen=True)
-class AttentionComparison:
-    """Everything :func:`compare_attention` found; ``report()`` renders it."""
+@dataclass(frozen=True, repr=False)
+class AttentionComparison(ReportDisplay):
+    """Everything :func:`compare_attention` found; ``report()`` renders it, ``summary()``
+    in one line (its ``repr``); notebooks show a table (``_repr_html_``)."""
 
     passed: bool
     rule: str
@@ -136,10 +147,17 @@ class AttentionComparison:
         return self.passed
 
     def report(self) -> str:
+        """The report: the one-line :meth:`summary`, then the details."""
         return _render(self)
 
-    def __str__(self) -> str:
-        return self.report()
+    def summary(self) -> str:
+        """One line: the verdict, the mismatched count, the worst element and the
+        diagnosis (the first line of the report and of the assert functions' error)."""
+        return _summary(self)
+
+    def table(self) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
+        """(header, rows) of the notebook display: the findings, one per row."""
+        return _table(self)
 
 
 # ------------------------------------------------------------------------------------
@@ -163,9 +181,17 @@ def _f64(a: np.ndarray) -> np.ndarray:
 
 
 def _rule_options(
-    rule: str, *, rtol: float | None, atol: float | None, ulps: float | None,
+    rule: str | None, *, rtol: float | None, atol: float | None, ulps: float | None,
     factor: float | None, safety: float | None,
-) -> None:
+) -> str:
+    """The rule the options ask for, checked: ``rule=None`` is ``"allclose"`` when
+    ``rtol`` or ``atol`` is given (as in torch.testing, both then), else ``"model"``."""
+    if rule is None:
+        rule = "allclose" if rtol is not None or atol is not None else "model"
+        if rule == "allclose" and (rtol is None or atol is None):
+            raise SpecError(f"rtol={rtol!r}, atol={atol!r}: rtol and atol imply "
+                            "rule='allclose' (|actual - exact| <= atol + rtol × |exact|), "
+                            "which needs both; give both, or rule='ulp'/'model'")
     if rule not in _RULES:
         raise SpecError(f"rule={rule!r} is not a tolerance rule: expected one of {_RULES}")
     given = {"rtol": rtol, "atol": atol, "ulps": ulps, "factor": factor, "safety": safety}
@@ -183,6 +209,7 @@ def _rule_options(
     if rule == "allclose" and (rtol is None or atol is None):
         raise SpecError(f"rule='allclose' needs both rtol and atol (got rtol={rtol!r}, "
                         f"atol={atol!r})")
+    return rule
 
 
 def _as_actual(actual: Any) -> np.ndarray:
@@ -349,6 +376,7 @@ def _check_shape(actual: np.ndarray, shape: tuple[int, ...], what: str) -> None:
 # Public API: scaled-dot-product attention
 
 
+@checked
 def compare_attention(
     actual: Any,
     query: Any,
@@ -363,7 +391,7 @@ def compare_attention(
     masked_rows: str = "zero",
     dropout_p: float = 0.0,
     dropout_mask: Any = None,
-    rule: str = "model",
+    rule: str | None = None,
     accumulation_dtype: Any = None,
     kernel: str = "fused",
     error_model: str = "probabilistic",
@@ -425,7 +453,7 @@ def compare_attention(
             kernel=kernel, error_model=error_model, subnormals=subnormals,
             safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor,
             diagnose_bugs=diagnose_bugs)
-    _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
+    rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
     a = _as_actual(actual)
     model = _model(a, accumulation_dtype, kernel, error_model, subnormals)
     from ..oracle import reference_attention
@@ -490,35 +518,37 @@ def _plain_error(x: AttentionInputs, dtype: Any, lower: np.ndarray,
     return e, note
 
 
-def assert_attention_close(actual: Any, query: Any, key: Any, value: Any,
-                           **options: Any) -> None:
+@asserting(compare_attention)
+def assert_attention_close(actual: Any, query: Any, key: Any, value: Any, *,
+                           msg: Any = None, **options: Any) -> None:
     """Raise :class:`~mha_symbolic.errors.AttentionMismatchError` (an AssertionError)
-    with a readable report unless :func:`compare_attention` passes.
+    with a readable report unless :func:`compare_attention` passes: the options are
+    compare_attention's (``help()`` lists them), and ``msg`` a string put above the
+    report or a callable from the report to the message (as torch.testing's).  The
+    error's first line is the one-line summary; its ``.comparison`` the findings.
 
     >>> import numpy as np
     >>> q = k = v = np.eye(2, dtype=np.float32)[None]
-    >>> assert_attention_close(np.zeros((1, 2, 2), np.float32), q, k, v)
+    >>> assert_attention_close(np.zeros((1, 2, 2), np.float32), q, k, v, msg="layer 3")
     Traceback (most recent call last):
     ...
-    mha_symbolic.errors.AttentionMismatchError: attention output is not close to the exact answer...
+    mha_symbolic.errors.AttentionMismatchError: layer 3
+    attention output is not close to the exact answer: ...
     """
-    __tracebackhide__ = True
-    comp = compare_attention(actual, query, key, value, **options)
-    if not comp.passed:
-        raise _mismatch(comp) from None
 
 
 # ------------------------------------------------------------------------------------
 # Public API: a whole multi-head attention block
 
 
+@passes_options_to(reference_mha)
 def compare_mha(
     actual: Any,
     query: Any,
     key: Any,
     value: Any,
     *,
-    rule: str = "model",
+    rule: str | None = None,
     accumulation_dtype: Any = None,
     kernel: str = "fused",
     error_model: str = "probabilistic",
@@ -543,14 +573,12 @@ def compare_mha(
     >>> r.passed
     False
     """
-    _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
+    rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
     if rule == "flash":
         raise SpecError("rule='flash' is available for compare_attention only; use "
                         "rule='model', 'ulp' or 'allclose' for a multi-head block")
     a = _as_actual(actual)
     model = _model(a, accumulation_dtype, kernel, error_model, subnormals)
-    from ..oracle import reference_mha
-
     ref = reference_mha(query, key, value, **mha_options)
     _check_shape(a, tuple(ref.shape), "multi-head attention output")
     lower, upper = _f64(ref.lower), _f64(ref.upper)
@@ -588,12 +616,20 @@ def compare_mha(
     return comp
 
 
-def assert_mha_close(actual: Any, query: Any, key: Any, value: Any, **options: Any) -> None:
-    """:func:`compare_mha`, raising :class:`~mha_symbolic.errors.AttentionMismatchError`."""
-    __tracebackhide__ = True
-    comp = compare_mha(actual, query, key, value, **options)
-    if not comp.passed:
-        raise _mismatch(comp) from None
+@asserting(compare_mha)
+def assert_mha_close(actual: Any, query: Any, key: Any, value: Any, *, msg: Any = None,
+                     **options: Any) -> None:
+    """:func:`compare_mha`, raising :class:`~mha_symbolic.errors.AttentionMismatchError`
+    (``msg`` as :func:`assert_attention_close`'s).
+
+    >>> import numpy as np
+    >>> x, w = np.eye(2)[None], np.eye(2)
+    >>> assert_mha_close(np.zeros((1, 2, 2)), x, x, x, num_heads=1, batch_first=True,
+    ...                  in_proj_weight=np.concatenate([w, w, w]), out_proj_weight=w)
+    Traceback (most recent call last):
+    ...
+    mha_symbolic.errors.AttentionMismatchError: multi-head attention output is not close ...
+    """
 
 
 def _mha_inputs(query: Any, key: Any, value: Any, o: dict[str, Any]) -> MhaInputs:
@@ -697,14 +733,6 @@ def _refined(ref: Any, lower: np.ndarray, upper: np.ndarray, model: np.ndarray, 
     return lo2, hi2
 
 
-def _mismatch(comp: AttentionComparison) -> AttentionMismatchError:
-    """The error raised by the assert functions: the report as message, the findings
-    as ``.comparison``."""
-    exc = AttentionMismatchError(comp.report())
-    exc.comparison = comp  # type: ignore[attr-defined]
-    return exc
-
-
 def _within(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray) -> bool:
     with np.errstate(invalid="ignore"):
         dist = np.maximum(np.maximum(_f64(a) - upper, lower - _f64(a)), 0.0)
@@ -733,62 +761,6 @@ def _rule_line(rule: str, model: ErrorModel, safety: float | None, rtol: float |
         return f"atol={atol:g} + rtol={rtol:g} × |exact|"
     return (f"{DEFAULT_FLASH_FACTOR if factor is None else factor:g} × the error of a "
             f"plain same-dtype implementation, at least the {model.describe(kernel)}")
-
-
-def _idx_text(idx: tuple[int, ...], names: tuple[str, ...]) -> str:
-    if len(names) != len(idx):
-        return str(idx)
-    return "(" + ", ".join(f"{n}={i}" for n, i in zip(names, idx, strict=True)) + ")"
-
-
-def _render(c: AttentionComparison) -> str:
-    """The failure report: metadata first, then counts, the worst element, diagnosis."""
-    lines: list[str] = []
-    verdict = "is close to" if c.passed else "is not close to"
-    lines.append(f"{c.title} {verdict} the exact answer.")
-    lines.append(f"  shape: {c.shape}, dtype: {c.dtype}, accumulation: {c.accumulation}")
-    lines.append(f"  tolerance: {c.rule}")
-    if c.n_nonfinite:
-        where = _idx_text(c.first_nonfinite or (), c.index_names)
-        lines.append(f"Non-finite: {c.n_nonfinite} element(s) are NaN/Inf where the exact "
-                     f"value is finite, first at {where}")
-    for note in c.notes:
-        lines.append(f"Note: {note}")
-    if c.n_vacuous:
-        lines.append(f"Not judged: {c.n_vacuous} element(s) whose model tolerance is vacuous "
-                     "(a kernel of that kind may be wrong there by the whole answer)")
-    if c.n_missing_nan:
-        lines.append(f"Expected NaN (fully masked rows, masked_rows='nan'): "
-                     f"{c.n_missing_nan} element(s) are finite instead")
-    pct = 100.0 * c.n_mismatched / c.n_elements if c.n_elements else 0.0
-    lines.append(f"Mismatched elements: {c.n_mismatched} / {c.n_elements} ({pct:.1f}%)")
-    w = c.worst
-    if w is not None:
-        label = "Worst element" if not c.passed else "Closest call"
-        lines.append(f"{label} (greatest error / tolerance) at index "
-                     f"{_idx_text(w.index, c.index_names)}:")
-        if w.exact_lower == w.exact_upper:
-            lines.append(f"  exact value:  {w.exact_lower!r} (exact)")
-        else:
-            lines.append(f"  exact value:  in [{w.exact_lower!r}, {w.exact_upper!r}] "
-                         "(certified enclosure)")
-        lines.append(f"  actual value: {w.actual!r}")
-        lines.append(f"  error:        {w.error:.4g} = {w.error_ulps:.4g} ulp({c.dtype}) = "
-                     f"{w.ratio:.4g} × tolerance ({w.tolerance:.4g})")
-        if c.max_error_index is not None and c.max_error_index != w.index:
-            lines.append(f"Greatest absolute error: {c.max_error:.4g} at index "
-                         f"{_idx_text(c.max_error_index, c.index_names)}")
-        lines.append(f"Greatest error in ulps: {c.max_ulps:.4g} ulp({c.dtype})")
-    for d in c.diagnoses:
-        lines.append(f"Diagnosis: matches bug class '{d.bug}' — {d.description} "
-                     f"(within {d.ratio:.2g} × tolerance of that variant; "
-                     "not within tolerance of the exact answer)")
-    if c.diagnosis_run and not c.diagnoses:
-        lines.append("Diagnosis: no known bug class matches.")
-    lines.append("(errors are distances to the midpoint of the certified enclosure, "
-                 "shown to 4 digits; a mismatch is declared only when the distance to "
-                 "the whole enclosure exceeds the tolerance)")
-    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AttentionMismatchError, SpecError
+from ..errors import SpecError
 from ..oracle.inputs import as_exact_array
 from ..oracle.variants import (
     Geometry,
@@ -40,6 +40,7 @@ from ..oracle.variants import (
     variant_options,
 )
 from .bugs_variants import VariantInputs, diagnose_variant, plain_variant
+from .options import asserting, checked
 from .tolerance import DEFAULT_SAFETY, FORMATS, ErrorModel
 from .tolerance_variants import FP8_FORMATS, variant_events
 
@@ -106,7 +107,7 @@ def compare_variant_attention(
     actual: Any, query: Any, key: Any, value: Any, opts: VariantOptions, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
     enable_gqa: bool = False, causal_alignment: str = "top_left", masked_rows: str = "zero",
-    rule: str = "model", accumulation_dtype: Any = None, weights_dtype: Any = None,
+    rule: str | None = None, accumulation_dtype: Any = None, weights_dtype: Any = None,
     kernel: str = "fused", error_model: str = "probabilistic", subnormals: str = "keep",
     safety: float | None = None, rtol: float | None = None, atol: float | None = None,
     ulps: float | None = None, factor: float | None = None, diagnose_bugs: bool = True,
@@ -114,7 +115,7 @@ def compare_variant_attention(
     """compare_attention for a call with variants (options validated in ``opts``)."""
     from . import compare as c
 
-    c._rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
+    rule = c._rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
     a = c._as_actual(actual)
     x = _variant_inputs(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
                         scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
@@ -248,13 +249,14 @@ def _packed_bugs(x_parts: list[VariantInputs], cq: list[int], ck: list[int],
     return tuple(sorted(found, key=lambda cand: cand.ratio))
 
 
+@checked
 def compare_attention_varlen(
     actual: Any, query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, *,
     is_causal: bool = False, scale: float | None = None, causal_alignment: str = "top_left",
     masked_rows: str = "zero", window: Any = None, softcap: Any = None,
     alibi_slopes: Any = None, sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
-    q_descale: Any = None, k_descale: Any = None, v_descale: Any = None, rule: str = "model",
+    q_descale: Any = None, k_descale: Any = None, v_descale: Any = None, rule: str | None = None,
     accumulation_dtype: Any = None, weights_dtype: Any = None, kernel: str = "fused",
     error_model: str = "probabilistic", subnormals: str = "keep",
     safety: float | None = None, rtol: float | None = None, atol: float | None = None,
@@ -272,7 +274,7 @@ def compare_attention_varlen(
     from ..oracle.variant_forward import reference_attention_varlen
     from . import compare as c
 
-    c._rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=None, safety=safety)
+    rule = c._rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=None, safety=safety)
     if rule == "flash":
         raise SpecError("rule='flash' is not available for varlen attention")
     a = c._as_actual(actual)
@@ -343,15 +345,19 @@ def compare_attention_varlen(
                     nan_ok=masked_rows == "nan")
 
 
+@asserting(compare_attention_varlen)
 def assert_attention_varlen_close(actual: Any, query: Any, key: Any, value: Any,
                                   cu_seqlens_q: Any, cu_seqlens_k: Any, *args: Any,
-                                  **options: Any) -> None:
+                                  msg: Any = None, **options: Any) -> None:
     """:func:`compare_attention_varlen`, raising
-    :class:`~mha_symbolic.errors.AttentionMismatchError` with the report."""
-    __tracebackhide__ = True
-    comp = compare_attention_varlen(actual, query, key, value, cu_seqlens_q, cu_seqlens_k,
-                                    *args, **options)
-    if not comp.passed:
-        exc = AttentionMismatchError(comp.report())
-        exc.comparison = comp  # type: ignore[attr-defined]
-        raise exc from None
+    :class:`~mha_symbolic.errors.AttentionMismatchError` with the report (``msg`` as
+    :func:`mha_symbolic.assert_attention_close`'s).
+
+    >>> import numpy as np
+    >>> x = np.arange(12.0, dtype=np.float32).reshape(3, 1, 4) / 8
+    >>> assert_attention_varlen_close(np.repeat(x[:1], 3, axis=0), x, x, x, [0, 1, 3],
+    ...                               [0, 1, 3], scale=0.0)
+    Traceback (most recent call last):
+    ...
+    mha_symbolic.errors.AttentionMismatchError: varlen attention output is not close ...
+    """
