@@ -610,3 +610,23 @@ def test_jax_on_cpu_flushes_subnormals() -> None:
     if r.passed:
         pytest.skip("this JAX build keeps subnormals")
     assert r.worst is not None and r.worst.actual == 0.0
+
+
+def test_a_subnormal_answer_is_judged_not_refused() -> None:
+    # one key: the weight is exactly 1 and the answer is v itself (by hand).  fp16 values
+    # in the subnormal range (k·2^-24) once made the tolerance "vacuous" — its absolute
+    # underflow terms exceed Σ p|v| there — and the check refused a correct kernel (found
+    # by examples/test_property_based.py)
+    import numpy as np
+
+    from mha_symbolic import compare_attention
+
+    q = np.full((1, 1, 2, 4), 0.25, dtype=np.float16)
+    k = np.full((1, 1, 1, 4), 0.5, dtype=np.float16)
+    v = (np.array([[[[1, 2, 3, 1000]]]], dtype=np.float64) * 2.0**-24).astype(np.float16)
+    assert float(v[0, 0, 0, 0]) == 2.0**-24  # subnormal in fp16, exactly
+    exact = np.broadcast_to(v, (1, 1, 2, 4))
+    assert compare_attention(exact.copy(), q, k, v).passed
+    assert not compare_attention(exact + np.float16(1.0), q, k, v).passed
+    big = (v.astype(np.float64) * 2.0**24).astype(np.float16)  # 1, 2, 3, 1000: normal
+    assert not compare_attention(np.zeros((1, 1, 2, 4), np.float16), q, k, big).passed
