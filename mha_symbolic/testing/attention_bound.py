@@ -681,16 +681,17 @@ def _attention_error_bound(
         # dropout product) err by η_u only where they fall below its normal range (the
         # keys `small`; above it the relative terms hold), the final store by η_u; in the
         # accumulation dtype every exp, product, rescaling and division may underflow
-        tol_relative = tol
-        tol = tol + eta_term + eta_u * 2.0 + 4.0 * eta_a * (n_row * (vmax + 1.0) + 1.0)
+        tol_kernel = tol + 4.0 * eta_a * (n_row * (vmax + 1.0) + 1.0)
+        tol = tol_kernel + eta_term + eta_u * 2.0
     vacuous = np.broadcast_to(vac_rows[:, None], tol.shape) | ~np.isfinite(tol)
     row_alive = np.any(allowed, axis=-1, keepdims=True)
-    # vacuous: the relative terms alone reach the natural size Σ p|v| (every digit may be
-    # lost).  The absolute underflow terms are not counted: an answer whose natural size
-    # is itself below them sits in the format's subnormal range, where admitting zero is
-    # correct rounding, not vacuity (a fp16 value of 1e−7 with one key; found by the
-    # property-based example)
-    vacuous = vacuous | ((tol_relative >= pv_u) & (pv_u > 0) & row_alive)
+    # vacuous: the kernel's own errors (relative terms, underflow or flushing in the
+    # accumulation) reach the natural size Σ p|v|: every digit may be lost.  The output
+    # format's underflow (the stores of P and O) is not counted: an answer whose natural
+    # size is below it sits in the format's subnormal range, where even the correctly
+    # rounded answer may be zero (a fp16 value of 2^-24 with one key was refused; found by
+    # the property-based example)
+    vacuous = vacuous | ((tol_kernel >= pv_u) & (pv_u > 0) & row_alive)
     tol = np.where(np.isfinite(tol), np.minimum(tol, _FMAX), _FMAX)
     return Bound(np.asarray(tol, dtype=np.float64), np.asarray(vacuous))
 
