@@ -8,8 +8,7 @@ It runs this checkout's CLI (``python -m mha_symbolic``, with the repository fir
 the path):
 
 * ``derive examples/seed.toml -o seed.tex --pdf --figures`` → the seed derivation PDF;
-* ``prove --latex DIR`` (and ``--pdf`` when ``prove --help`` offers it; otherwise the
-  written ``proofs.tex`` is compiled with pdflatex here) → the proofs PDF;
+* ``prove --pdf proofs.pdf`` → the proofs PDF;
 * ``pdftoppm -f 1 -l 1 -r 100`` → the first page of each as PNG (850 × 1100 px for a
   letter page; under 300 KB);
 * ``plot collapse --gap 20`` and ``plot heatmap`` (Examples D and G) → PNG (150 dpi)
@@ -75,24 +74,14 @@ def seed_pdf(tmp: Path) -> Path:
 
 
 def proofs_pdf(tmp: Path) -> Path:
+    """The proofs typeset by ``prove --pdf`` (pdflatex in the project's sandbox)."""
     folder = tmp / "proofs"
     folder.mkdir()
-    has_pdf = "--pdf" in cli("prove", "--help").stdout
-    if has_pdf:  # the proofs' own PDF option, where this version has it
-        done = cli("prove", "--latex", str(folder), "--pdf", check=False)
-        pdfs = sorted(folder.rglob("*.pdf"))
-        if done.returncode == 0 and pdfs:
-            return pdfs[0]
-        print("prove --pdf did not give a PDF here; compiling proofs.tex instead")
-    else:
-        cli("prove", "--latex", str(folder))
-    tex = folder / "proofs.tex"
-    if not tex.is_file():
-        sys.exit(f"prove --latex wrote no {tex.name}")
-    for _ in range(2):  # twice: references
-        subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", tex.name],
-                       cwd=folder, capture_output=True, timeout=300, check=True)
-    return tex.with_suffix(".pdf")
+    pdf = folder / "proofs.pdf"
+    cli("prove", "--pdf", str(pdf))
+    if not pdf.is_file():
+        sys.exit(f"prove --pdf wrote no {pdf.name}")
+    return pdf
 
 
 def figures() -> list[Path]:
