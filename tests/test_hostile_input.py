@@ -601,6 +601,10 @@ def test_an_integer_of_exactly_4000_digits_is_still_an_entry() -> None:
      "batch=<a negative integer of 4000 digits> must be an integer from 1"),
     ("[[example]]\nd_model = 0\n", "d_model=0 must be an integer from 1"),
     ("[[example]]\nn_k = 1" + "0" * 12 + "\n", "n_k=1000000000000 must be an integer from 1"),
+    # heads in octal, 3613 digits (found by the long fuzz run: echoed in heads·n_q·n_k)
+    ("[[example]]\nheads = 0o" + "7" * 4000 + "\nquery = [[1]]\nkey = [[1]]\n",
+     "heads=<an integer of 3613 digits> must be an integer from 1"),
+    ("[[example]]\nkv_heads = 1" + "0" * 10 + "\n", "kv_heads=10000000000 must be an integer"),
 ])
 def test_messages_about_entries_and_sizes_are_cut(doc: str, shown: str) -> None:
     with pytest.raises(ExampleFileError) as info:

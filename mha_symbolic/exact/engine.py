@@ -152,7 +152,8 @@ def _check_work(kwargs: dict[str, Any], terms: dict[str, int] | None = None) -> 
     entries = work.pop("entries")
     if entries > MAX_SCORE_ENTRIES:
         raise SpecError(
-            f"heads·n_q·n_k = {entries} score entries exceeds {MAX_SCORE_ENTRIES} entries: "
+            f"heads·n_q·n_k = {int_text(entries)} score entries exceeds {MAX_SCORE_ENTRIES} "
+            "entries: "
             "too large to build symbolically; use reference_attention for numeric inputs"
         )
     total = sum(work.values())

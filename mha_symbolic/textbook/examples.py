@@ -570,9 +570,10 @@ def _option(key: str, value: Any, where: str) -> Any:
     if key in ("heads", "kv_heads", "d_k"):
         if isinstance(value, str) and value.isidentifier() and value.isascii() and len(value) <= 32:
             return value  # a symbol, for examples that state sizes only
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ExampleFileError(f"{where}: {key}={_show(value)} must be a positive integer "
-                                   "(or a symbol name, for an example without inputs)")
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DIM:
+            raise ExampleFileError(f"{where}: {key}={_show(value)} must be an integer from 1 to "
+                                   f"{MAX_DIM:,} (or a symbol name, for an example without "
+                                   "inputs)")
         return value
     if key in ("scale", "mask_fill"):
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
