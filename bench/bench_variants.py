@@ -324,14 +324,11 @@ def bench_mutants(n_cases: int) -> None:
 # --------------------------------------------------------------------------------------
 # 4. speed
 
-def bench_speed(repeats: int) -> None:
-    print("\n4. Speed at (2, 8, 256, 64), fp32 inputs, .rounded('float32'); CPU seconds, "
-          "one BLAS thread")
-    print(f"load average: {Path('/proc/loadavg').read_text().strip()}")
-    rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal((2, 8, 256, 64)).astype(np.float32) for _ in range(3))
+def _speed_cases(rng: np.random.Generator) -> dict[str, dict[str, Any]]:
+    """The variants timed at (2, 8, 256, 64), forward and backward alike (the sinks and
+    the bias table drawn from ``rng`` after the inputs)."""
     slopes = (2.0 ** (-np.arange(1, 9))).astype(np.float32)
-    cases: dict[str, dict[str, Any]] = {
+    return {
         "plain (baseline)": {},
         "window (64, 0)": {"window": (64, 0)},
         "window + causal": {"window": (64, 0), "is_causal": True},
@@ -342,6 +339,15 @@ def bench_speed(repeats: int) -> None:
         "relative bias table": {"score_mod": relative_bias_score_mod(rng.standard_normal((8, 33)))},
         "fp8 e4m3 + descale": {"_fp8": True},
     }
+
+
+def bench_speed(repeats: int) -> None:
+    print("\n4. Speed at (2, 8, 256, 64), fp32 inputs, .rounded('float32'); CPU seconds, "
+          "one BLAS thread")
+    print(f"load average: {Path('/proc/loadavg').read_text().strip()}")
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 8, 256, 64)).astype(np.float32) for _ in range(3))
+    cases = _speed_cases(rng)
     q8, k8, v8 = (x.astype(ml_dtypes.float8_e4m3fn) for x in (q, k, v))
     d = np.full((2, 8), 0.5, dtype=np.float32)
     times: dict[str, list[float]] = {}
@@ -514,18 +520,7 @@ def bench_grad_speed(repeats: int) -> None:
     print(f"load average: {Path('/proc/loadavg').read_text().strip()}")
     rng = np.random.default_rng(0)
     q, k, v, do = (rng.standard_normal((2, 8, 256, 64)).astype(np.float32) for _ in range(4))
-    slopes = (2.0 ** (-np.arange(1, 9))).astype(np.float32)
-    cases: dict[str, dict[str, Any]] = {
-        "plain (baseline)": {},
-        "window (64, 0)": {"window": (64, 0)},
-        "window + causal": {"window": (64, 0), "is_causal": True},
-        "softcap 30": {"softcap": 30.0},
-        "alibi (H,)": {"alibi_slopes": slopes},
-        "sinks": {"sinks": rng.standard_normal(8).astype(np.float32)},
-        "mask_mod (document)": {"mask_mod": lambda b, h, i, j: (i // 64) == (j // 64)},
-        "relative bias table": {"score_mod": relative_bias_score_mod(rng.standard_normal((8, 33)))},
-        "fp8 e4m3 + descale": {"_fp8": True},
-    }
+    cases = _speed_cases(rng)
     q8, k8, v8 = (x.astype(ml_dtypes.float8_e4m3fn) for x in (q, k, v))
     d = np.full((2, 8), 0.5, dtype=np.float32)
     times: dict[str, list[float]] = {}
