@@ -18,9 +18,11 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,43 +40,111 @@ CLAIMS = ('[[example.claim]]\nquantity = "weight[1,1]"\nclaimed = "0.5"\n'
           '[[example.claim]]\nquantity = "output[1,1]"\nclaimed = "0.5"\n')
 
 
-def matrix(n: int, m: int, irrational: bool, salt: int) -> str:
-    def entry(i: int, j: int) -> str:
-        k = (i * 7 + j * 3 + salt) % 11
-        return IRRATIONAL[k % len(IRRATIONAL)] if irrational else str(k % 5 - 2)
+def matrix(n: int, m: int, irrational: bool, salt: int, size: int = 3) -> str:
+    """Deterministic entries drawn like the n = 64 example's (bench/bench_check.py): integers
+    from −3 to 3, or the irrational list; varied, so that few exponentials repeat (SymPy
+    and the certified values' caches make repeated entries cheaper than a real example)."""
+    rng = random.Random(f"{n},{m},{salt},{irrational}")
 
-    return "[" + ", ".join("[" + ", ".join(entry(i, j) for j in range(m)) + "]"
-                           for i in range(n)) + "]"
+    def entry() -> str:
+        return rng.choice(IRRATIONAL) if irrational else str(rng.randint(-size, size))
 
-
-def document(kind: str, n: int, d: int, heads: int, irrational: bool) -> str:
-    lines = ["[[example]]", 'name = "big"', f"heads = {heads}"]
-    if kind == "x":
-        lines += [f"x = {matrix(n, d, irrational, 0)}"] + [
-            f"{w} = {matrix(d, d, irrational, k)}" for k, w in enumerate(("w_q", "w_k", "w_v", "w_o"), 1)]
-    elif kind == "qkv":
-        lines += [f"{w} = {matrix(n, d, irrational, k)}"
-                  for k, w in enumerate(("query", "key", "value"))]
-    else:
-        lines += [f"scores = {matrix(n, n, irrational, 0)}", f"value = {matrix(n, d, irrational, 1)}"]
-    return "\n".join(lines) + "\n" + CLAIMS
+    return "[" + ", ".join("[" + ", ".join(entry() for _ in range(m)) + "]" for _ in range(n)) + "]"
 
 
-def work_of(text: str) -> int | None:
-    """The work count the engine computes for the document (None if refused)."""
+@dataclass(frozen=True)
+class Case:
+    """A family of inputs: ``kind`` x (with W^O), qkv or scores; ``n`` tokens searched
+    (``n_q`` fixed when given: then n is the number of keys); options as TOML lines."""
+
+    kind: str
+    d: int
+    heads: int = 1
+    irrational: bool = False
+    kv_heads: int | None = None
+    n_q: int | None = None
+    options: tuple[str, ...] = ()
+    mask: str = ""  # "" | "causal" | "huge": an additive mask of −10^9 below the diagonal
+    queries: bool = False  # time the softmax-over-queries variant instead of check/derive
+    size: int = 3  # rational entries from −size to size
+    hi: int = 64
+
+    def label(self, n: int) -> str:
+        shape = f"n_q={self.n_q} n_k={n}" if self.n_q else f"n={n}"
+        extra = [f"kv_heads={self.kv_heads}"] if self.kv_heads else []
+        extra += [o.split(" =")[0] for o in self.options] + ([f"mask {self.mask}"] if self.mask else [])
+        extra += ["softmax over queries"] if self.queries else []
+        extra += [f"entries ±{self.size}"] if self.size != 3 else []
+        return (f"{self.kind} {shape} d={self.d} h={self.heads} "
+                f"{'irrational' if self.irrational else 'rational'}"
+                + (" " + ", ".join(extra) if extra else ""))
+
+    def document(self, n: int) -> str:
+        n_q = self.n_q or n
+        kv = self.kv_heads or self.heads
+        lines = ["[[example]]", 'name = "big"', f"heads = {self.heads}"]
+        lines += [f"kv_heads = {kv}"] if self.kv_heads else []
+        lines += list(self.options)
+        irr, d = self.irrational, self.d
+        if self.kind == "x":
+            lines += [f"x = {matrix(n_q, d, irr, 0)}"]
+            lines += [f"x_kv = {matrix(n, d, irr, 5)}"] if self.n_q else []
+            lines += [f"w_q = {matrix(d, d, irr, 1)}", f"w_k = {matrix(d, d * kv // self.heads, irr, 2)}",
+                      f"w_v = {matrix(d, d * kv // self.heads, irr, 3)}", f"w_o = {matrix(d, d, irr, 4)}"]
+        elif self.kind == "qkv":
+            lines += [f"query = {matrix(n_q, d, irr, 0, self.size)}",
+                      f"key = {matrix(n, d * kv // self.heads, irr, 1, self.size)}",
+                      f"value = {matrix(n, d * kv // self.heads, irr, 2)}"]
+        else:
+            lines += [f"scores = {matrix(n_q, n, irr, 0)}", f"value = {matrix(n, d, irr, 1)}"]
+        if self.mask == "causal":
+            lines += ['mask = "causal"']
+        elif self.mask == "huge":
+            rows = [[0 if j <= i else "-1e9" for j in range(n)] for i in range(n_q)]
+            lines += ["mask = " + str(rows).replace("'", '"')]
+        return "\n".join(lines) + "\n" + CLAIMS
+
+
+CASES = [
+    Case("x", 4), Case("x", 8, 2), Case("x", 4, irrational=True), Case("x", 8, 4),
+    Case("x", 4, 2, irrational=True), Case("x", 4, n_q=4, hi=1024),
+    Case("qkv", 4), Case("qkv", 2), Case("qkv", 16, 4), Case("qkv", 8, 4, kv_heads=2),
+    Case("qkv", 4, irrational=True), Case("qkv", 8, 2, irrational=True),
+    Case("qkv", 4, mask="causal"), Case("qkv", 4, irrational=True, mask="huge"),
+    Case("qkv", 4, size=10), Case("qkv", 4, size=30), Case("qkv", 4, size=100),
+    Case("qkv", 4, size=200),
+    Case("qkv", 4, queries=True), Case("qkv", 4, irrational=True, queries=True),
+    Case("scores", 2), Case("scores", 2, irrational=True),
+    Case("scores", 2, n_q=1, hi=4096), Case("scores", 2, n_q=4, hi=1024),
+    Case("scores", 2, options=("sinks = [1]",)),
+    Case("scores", 2, irrational=True, options=('sinks = ["sqrt(2)"]',)),
+]
+
+
+class _Accepted(BaseException):
+    """Raised by the spy once the limits have accepted an example (its build is skipped)."""
+
+
+def work_of(text: str, changes: dict[str, Any] | None = None) -> int | None:
+    """The work count of the document's first example (with ``changes``, of that variant),
+    None when a limit refuses it; the build itself is skipped."""
     seen: list[int] = []
     real = engine._check_work
 
-    def spy(kwargs: dict[str, Any], terms: dict[str, int] | None = None) -> None:
-        real(kwargs, terms)
-        if terms is not None:
-            w = engine.attention_work(**kwargs, terms=terms)
-            w.pop("entries")
-            seen.append(sum(w.values()) * (engine.IRRATIONAL_COST if any(terms.values()) else 1))
+    def spy(kwargs: dict[str, Any], terms: dict[str, int] | None = None,
+            magnitude: float = 0.0) -> int:
+        total = real(kwargs, terms, magnitude)
+        if terms is not None and (not changes or kwargs.get("softmax_over") == "queries"):
+            seen.append(total)
+            raise _Accepted
+        return total
 
     engine._check_work = spy
     try:
-        load_examples(text=text.split("[[example.claim]]")[0])
+        ex = load_examples(text=text.split("[[example.claim]]")[0])[0]
+        ex.attention(**(changes or {}))
+    except _Accepted:
+        pass
     except MhaSymbolicError:
         return None
     finally:
@@ -82,16 +152,35 @@ def work_of(text: str) -> int | None:
     return seen[-1] if seen else None
 
 
-def largest(kind: str, d: int, heads: int, irrational: bool) -> tuple[int, str, int] | None:
-    """The largest n whose example the limits accept."""
-    best = None
-    for n in range(1, 65):
-        text = document(kind, n, d, heads, irrational)
-        w = work_of(text)
-        if w is None:
-            break
-        best = (n, text, w)
-    return best
+def largest(case: Case) -> tuple[int, str, int] | None:
+    """The largest n whose example the limits accept (the work grows with n: bisection)."""
+    changes = {"softmax_over": "queries"} if case.queries else None
+
+    def accepted(n: int) -> int | None:
+        return work_of(case.document(n), changes)
+
+    if accepted(1) is None:
+        return None
+    lo, hi = 1, case.hi
+    if accepted(hi) is not None:
+        lo = hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if accepted(mid) is not None else (lo, mid)
+    w = accepted(lo)
+    assert w is not None
+    return lo, case.document(lo), w
+
+
+def queries_variant(text: str) -> None:
+    """Build the softmax-over-queries variant (the checker's diagnosis) and give certified
+    digits of every weight and head output, as a consumer walking each entry does."""
+    from mha_symbolic.exact.certified import certify
+
+    att = load_examples(text=text)[0].attention(softmax_over="queries")
+    for h in att.heads:
+        for e in list(h.weights) + list(h.output):
+            certify(e).digits(12)
 
 
 def cpu(fn: Any, runs: int) -> list[float]:
@@ -101,6 +190,14 @@ def cpu(fn: Any, runs: int) -> list[float]:
         fn()
         out.append(time.process_time() - t0)
     return out
+
+
+def derive_or_refuse(text: str, row: dict[str, Any]) -> None:
+    """``derive`` to LaTeX; a refusal (exit 2 from the command line) is timed too, and noted."""
+    try:
+        _ = derive(load_examples(text=text)).text
+    except MhaSymbolicError as exc:
+        row["derive_refused"] = str(exc)[:60]
 
 
 def check_all(text: str) -> None:
@@ -143,27 +240,10 @@ def _load_or_refuse(text: str) -> None:
         load_examples(text=text)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=3)
-    args = ap.parse_args()
-    rows = []
-    cases = [("x", 4, 1, False), ("x", 8, 2, False), ("x", 4, 1, True), ("x", 8, 4, False),
-             ("qkv", 4, 1, False), ("qkv", 16, 4, False), ("qkv", 4, 1, True), ("qkv", 8, 2, True),
-             ("scores", 2, 1, False), ("scores", 2, 1, True)]
-    for kind, d, heads, irr in cases:
-        found = largest(kind, d, heads, irr)
-        if found is None:
-            continue
-        n, text, w = found
-        check_s = cpu(lambda text=text: check_all(text), args.runs)
-        derive_s = cpu(lambda text=text: derive(load_examples(text=text)).text, args.runs)
-        rows.append({"input": f"{kind} n={n} d={d} h={heads} {'irrational' if irr else 'rational'}",
-                     "work": w, "check_min_s": min(check_s),
-                     "check_median_s": statistics.median(check_s), "derive_min_s": min(derive_s),
-                     "derive_median_s": statistics.median(derive_s)})
-        print(json.dumps(rows[-1]), flush=True)
-    # the claim-work limit: the most wrong claims a small example may carry
+def other_limits(runs: int) -> list[dict[str, Any]]:
+    """The claim-work limit (the most wrong claims a small example may carry) and the
+    TOML reader (a file of the largest size whose structure tomllib reads slowest)."""
+    rows: list[dict[str, Any]] = []
     base = "[[example]]\nquery = [[1, 0], [0, 1]]\nkey = [[1, 0], [0, 1]]\nvalue = [[2, 0], [0, 4]]\n"
     claim = '[[example.claim]]\nquantity = "head_output[{}]"\nclaimed = "0.{:04d}"\n'
     k = 1
@@ -175,16 +255,44 @@ def main() -> None:
             break
         k += 50
     text = base + "".join(claim.format(f"{i % 2 + 1},{i // 2 % 2 + 1}", i) for i in range(k))
-    check_s = cpu(lambda: check_all(text), args.runs)
+    check_s = cpu(lambda: check_all(text), runs)
     rows.append({"input": f"{k} wrong claims on a 2 x 2 example", "check_min_s": min(check_s),
                  "check_median_s": statistics.median(check_s)})
     print(json.dumps(rows[-1]), flush=True)
     # the TOML reader: a file of the largest size whose structure tomllib reads slowest
     for name, text in toml_cases():
-        load_s = cpu(lambda text=text: _load_or_refuse(text), args.runs)
+        load_s = cpu(lambda text=text: _load_or_refuse(text), runs)
         rows.append({"input": f"TOML, {len(text):,} bytes: {name}", "check_min_s": min(load_s),
                      "check_median_s": statistics.median(load_s)})
         print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--work-only", action="store_true",
+                    help="only the work limit's cases (not the claims' limit nor the TOML reader)")
+    args = ap.parse_args()
+    rows = []
+    for case in CASES:
+        found = largest(case)
+        if found is None:
+            continue
+        n, text, w = found
+        row: dict[str, Any] = {"input": case.label(n), "work": w}
+        if case.queries:
+            q_s = cpu(lambda text=text: queries_variant(text), args.runs)
+            row.update(check_min_s=min(q_s), check_median_s=statistics.median(q_s))
+        else:
+            check_s = cpu(lambda text=text: check_all(text), args.runs)
+            derive_s = cpu(lambda text=text, row=row: derive_or_refuse(text, row), args.runs)
+            row.update(check_min_s=min(check_s), check_median_s=statistics.median(check_s),
+                       derive_min_s=min(derive_s), derive_median_s=statistics.median(derive_s))
+        rows.append(row)
+        print(json.dumps(row, ensure_ascii=False), flush=True)
+    if not args.work_only:
+        rows += other_limits(args.runs)
     print(f"MAX_WORK={engine.MAX_WORK} IRRATIONAL_COST={engine.IRRATIONAL_COST} "
           f"loadavg={os.getloadavg()}")
     worst_check = max(r["check_median_s"] for r in rows)

@@ -431,3 +431,20 @@ def test_a_fully_masked_row_follows_the_stated_policy(policy: str, shown: str) -
     assert rf"\mathrm{{head}}_{{1}}[1] &= \left({shown}\right) \quad (\text{{every key masked}})" in text
     assert all(c.ok for c in ex.checks)
     assert f"1 fully masked rows get weights '{policy}' by policy" in text
+
+
+def test_a_symbolic_matrix_too_long_to_print_is_named_not_printed() -> None:
+    # symbolic entries have no certified digits: the exact form is all there is, and
+    # printing it walks every weight's tree (its row's denominator each time): bounded by
+    # EXACT_MATRIX_CHARS.  12 × 12 weights of 12-term denominators pass it, 5 × 5 do not
+    # (25 weights: more than are derived one per line, so the matrix is printed).
+    from mha_symbolic.textbook.derivation.model import EXACT_MATRIX_CHARS
+
+    def symbols(n: int) -> list[list[sp.Symbol]]:
+        return [[sp.Symbol(f"s_{i}_{j}") for j in range(n)] for i in range(n)]
+
+    big = derive(exact_attention(scores=symbols(12))).latex()
+    assert "exact form too long to print" in big and len(big) < 4 * EXACT_MATRIX_CHARS
+    small = derive(exact_attention(scores=symbols(5))).latex()
+    assert "too long to print" not in small
+    assert re.search(r"A_\{1\} &= \\begin\{bmatrix\}\\frac\{e\^\{s_\{\\text\{0\\_0\}\}\}\}", small)

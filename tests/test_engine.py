@@ -318,3 +318,64 @@ def test_latex_is_available() -> None:
     text = att.latex()
     assert "A_{1}" in text and r"\frac{1}{2}" in text
     assert att._repr_latex_().startswith("$$")
+
+
+# -- the work model (issue 11 item 7): what the engine builds and its consumers walk ----------
+# Expected counts by hand from the formulas in attention_work's docstring, for shapes whose
+# entries do not matter (rational: one term each).
+
+def _rows(n: int, m: int) -> list[list[int]]:
+    return [[(3 * i + 5 * j) % 7 - 3 for j in range(m)] for i in range(n)]
+
+
+def test_the_work_model_shares_each_rows_softmax_denominator() -> None:
+    from mha_symbolic.exact.engine import attention_work
+
+    w = attention_work(query=_rows(64, 4), key=_rows(64, 4), value=_rows(64, 2))
+    assert w["scores"] == 64 * 64                 # 4,096 rational scores
+    assert w["softmax"] == 64 * 64 * 64           # each weight walked with its 64-term D
+    assert w["A·V"] == 64 * 2 * (64 + 64)         # (Σ_j e^(t_j) v_j) / D: 128 terms, not 64²
+    assert w["projections"] == w["W^O"] == 0
+    assert sum(v for k, v in w.items() if k != "entries") == 282_624
+
+
+def test_the_work_model_counts_the_softmax_over_queries_without_sharing() -> None:
+    from mha_symbolic.exact.engine import attention_work
+
+    w = attention_work(query=_rows(64, 4), key=_rows(64, 4), value=_rows(64, 2),
+                       softmax_over="queries")
+    # a weight has its column's 64 terms; an entry of A·V sums 64 such weights
+    assert w["softmax"] == 64 * 64 * 64
+    assert w["A·V"] == 64 * 2 * 64 * 64
+
+
+def test_the_work_model_counts_a_sink_in_every_denominator_and_w_o_twice() -> None:
+    from mha_symbolic.exact.engine import W_O_COST, attention_work
+
+    w = attention_work(scores=_rows(2, 3), value=_rows(3, 1), sinks=[1])
+    assert (w["scores"], w["softmax"], w["A·V"]) == (6, 2 * 4 * 4, 2 * 1 * (3 + 4))
+    w = attention_work(query=_rows(2, 2), key=_rows(3, 2), value=_rows(3, 2), w_o=_rows(2, 2))
+    # an A·V entry: 3 numerator terms + 3 in D; W^O: 2 rows · 2 outputs · 2 entries each
+    assert w["A·V"] == 2 * 2 * 6 and w["W^O"] == W_O_COST * 2 * 2 * 2 * 6
+
+
+def test_the_work_model_multiplies_the_terms_of_irrational_entries() -> None:
+    from mha_symbolic.exact.engine import IRRATIONAL_COST, attention_work, work_total
+
+    terms = {"query": 0, "key": 0, "value": 2}
+    w = attention_work(query=_rows(64, 4), key=_rows(64, 4), value=_rows(64, 2), terms=terms)
+    assert w["A·V"] == 64 * 2 * (64 * 2 + 64)
+    assert work_total(w, terms) == IRRATIONAL_COST * (4_096 + 262_144 + 24_576)
+
+
+def test_an_example_of_64_tokens_is_built() -> None:
+    att = exact_attention(query=_rows(64, 4), key=_rows(64, 4), value=_rows(64, 2))
+    assert att.weights().shape == (64, 64) and att.head_output().shape == (64, 2)
+
+
+def test_the_softmax_over_queries_of_64_tokens_is_refused_in_one_line() -> None:
+    with pytest.raises(SpecError, match="790,528 terms") as exc:
+        # 4,096 + 262,144 + 524,288: nothing shared across a column's weights
+        exact_attention(query=_rows(64, 4), key=_rows(64, 4), value=_rows(64, 2),
+                        softmax_over="queries")
+    assert "\n" not in str(exc.value)

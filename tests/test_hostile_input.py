@@ -19,6 +19,7 @@ import pytest
 from conftest import time_limit
 
 from mha_symbolic.errors import ExampleFileError, ParseError
+from mha_symbolic.exact.engine import MAX_WORK
 from mha_symbolic.exact.grammar import parse_number
 from mha_symbolic.textbook import check_examples, load_examples
 
@@ -262,8 +263,22 @@ def _matrix(n: int, m: int) -> str:
 def test_a_large_example_with_weights_is_refused_before_any_work(n: int) -> None:
     doc = (f"[[example]]\nx = {_matrix(n, n)}\nw_q = {_matrix(n, n)}\nw_k = {_matrix(n, n)}\n"
            f"w_v = {_matrix(n, n)}\nw_o = {_matrix(n, n)}\n")
-    with no_hang(), pytest.raises(ExampleFileError, match="the limit is 50,000"):
+    with no_hang(), pytest.raises(ExampleFileError, match=f"the limit is {MAX_WORK:,}"):
         load_examples(text=doc)
+
+
+def test_one_query_over_1024_keys_is_refused_in_one_line(tmp_path: Path, cli: Any) -> None:
+    # by hand: 1·1024 scores, 1·1024 weights of 1024 terms (each walked with its row's
+    # denominator), 1 entry of A·V of 1024 + 1024 terms: 1,051,648, over three times the limit
+    doc = (f"[[example]]\nscale = 1\nscores = [{[(j % 7) - 3 for j in range(1024)]}]\n"
+           f"value = {[[j % 5] for j in range(1024)]}\n"
+           '[[example.claim]]\nquantity = "weight[1,1]"\nclaimed = "0.5"\n')
+    f = tmp_path / "wide.toml"
+    f.write_text(doc, encoding="utf-8")
+    run = cli("check", str(f))
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "1,051,648 terms" in lines[0] and f"{MAX_WORK:,}" in lines[0]
 
 
 def test_a_small_example_with_weights_is_still_checked() -> None:

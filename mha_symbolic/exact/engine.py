@@ -48,10 +48,21 @@ __all__ = ["ExactAttention", "HeadResult", "exact_attention", "exact_matrix", "e
 MAX_SCORE_ENTRIES = 4096
 #: Largest number of exact term operations (see :func:`attention_work`) for one
 #: computation: about a few seconds of SymPy arithmetic.
-MAX_WORK = 50_000
+MAX_WORK = 300_000
 #: The work of an example with irrational entries (sqrt(2), e^x, ln 3) counts this many
 #: times: calibrated in bench/RESULTS.md (issue 15) on the slowest derivations.
 IRRATIONAL_COST = 4
+#: The W^O stage counts this many times its terms: SymPy multiplies every A·V entry (a
+#: quotient over its row's denominator) by an entry of W^O and flattens h·d_v such
+#: products into each output entry, and a derivation prints Concat and Output both
+#: (calibrated in bench/RESULTS.md, issue 11 item 7).
+W_O_COST = 2
+#: Scores of large magnitude cost more per term: SymPy's assumptions evaluate sums of
+#: e^(t) whose terms span e^(±|t|) numerically, and certified digits of a weight as small
+#: as e^(−2|t|) need integers of about 2.9·|t| bits.  The work is multiplied by
+#: 1 + B / MAGNITUDE_UNIT, where B bounds |scale · score| from the inputs' largest
+#: entries (calibrated in bench/RESULTS.md, issue 11 item 7).
+MAGNITUDE_UNIT = 500
 #: Largest |scaled score| the symbolic engine exponentiates. SymPy rewrites
 #: exp(k·log 2) as the integer 2^k, so an unbounded score could make it build an
 #: integer of astronomically many digits; e^(10^5) ≈ 10^43429 is far beyond any
@@ -83,21 +94,36 @@ def _dims(m: Any) -> tuple[int, int] | None:
 def attention_work(*, scores: Any = None, query: Any = None, key: Any = None, value: Any = None,
                    x: Any = None, x_kv: Any = None, w_q: Any = None, w_k: Any = None,
                    w_v: Any = None, w_o: Any = None, heads: int = 1, kv_heads: int | None = None,
+                   softmax_over: str = "keys", sinks: Any = None,
                    terms: dict[str, int] | None = None, **_: Any) -> dict[str, int]:
     """The size of the exact computation, stage by stage, counted from the input
     shapes (and ``terms``) before any arithmetic is done: the number of terms SymPy
-    builds and certified evaluation later walks.
+    builds, or that a consumer walking each entry's tree on its own (printing, the
+    derivation's certified digits of every weight, ``free_symbols``) visits, whichever
+    is larger.  Certified evaluation of one entry is memoized; such walks are not.
 
     ``terms[name]`` is 0 for a matrix of rationals (a product of rationals is one
     rational: 1 term) and otherwise the largest number of terms of its entries.  A
     product of an m × k matrix whose entries have a terms by a k × n one with b-term
-    entries builds m·n entries of k·a·b terms (1 if both are rational).  A weight is
-    e^(t_j)/Σ_k e^(t_k): n_k times a score's terms; an entry of A·V sums n_k of them
-    times a value; W^O sums h·d_v entries of A·V.  Without ``terms`` every input counts
-    as rational: a lower bound, cheap enough to check before parsing anything.
+    entries builds m·n entries of k·a·b terms (1 if both are rational).
+
+    The softmax over keys builds each row's denominator D = Σ_k e^(t_k) once (n_k
+    score-sized terms, one more with a sink) and a weight is e^(t_j)·D^(−1): walked on
+    its own it has n_k times a score's terms.  An entry of A·V is written over that
+    common denominator, (Σ_j e^(t_j) v_j)/D: n_k·t_s·t_v terms above, n_k·t_s below —
+    not n_k weights of n_k terms each.  W^O sums h·d_v entries of A·V (counted
+    W_O_COST times).  The softmax
+    over *queries* (a slip the checker recognises) shares nothing: a weight has its
+    column's n_q terms, and an entry of A·V sums n_k such weights, each with its own
+    denominator.  A fully masked row is zero (or NaN) and costs less than this count.
+    Without ``terms`` every input counts as rational: a lower bound, cheap enough to
+    check before parsing anything.
 
     >>> w = attention_work(query=[[1, 0]] * 8, key=[[1, 0]] * 8, value=[[1]] * 8)
-    >>> w["A·V"]  # 8 entries of 8 weights, each 8 terms long
+    >>> w["softmax"], w["A·V"]  # 64 weights of 8 terms; 8 entries of 8 + 8 terms
+    (512, 128)
+    >>> attention_work(query=[[1, 0]] * 8, key=[[1, 0]] * 8, value=[[1]] * 8,
+    ...                softmax_over="queries")["A·V"]  # 8 entries of 8 weights of 8 terms
     512
     """
     t = terms or {}
@@ -134,20 +160,48 @@ def attention_work(*, scores: Any = None, query: Any = None, key: Any = None, va
         t_v = t.get("value", 0)
     work["entries"] = h * n_q * n_k  # not a stage: the score-entry limit checks it first
     d_k = q_width // h if h else 0
-    t_s = product(d_k, t_q, t_k) if q_width else t.get("scores", 0)
-    work["scores"] = h * n_q * n_k * max(t_s, 1)
-    weight = n_k * max(t_s, 1)  # terms of one weight e^(t_j) / Σ_k e^(t_k)
-    work["softmax"] = h * n_q * n_k * weight
+    t_s = max(product(d_k, t_q, t_k) if q_width else t.get("scores", 0), 1)
+    t_v = max(t_v, 1)
+    work["scores"] = h * n_q * n_k * t_s
     hd_v = v_width * h // kv  # every query head reads its key/value head's d_v columns
-    entry = n_k * weight * max(t_v, 1)  # terms of one entry of A·V
+    if softmax_over == "queries":
+        weight = n_q * t_s  # e^(t_rj) / Σ_r' e^(t_r'j): a column's denominator each
+        entry = n_k * weight * t_v  # Σ_j w[r,j] v[j,c]: n_k weights, nothing shared
+        work["softmax"] = h * n_q * n_k * weight
+    else:
+        denom = (n_k + (sinks is not None)) * t_s  # D = Σ_k e^(t_k) (+ e^σ)
+        weight = denom  # e^(t_j) · D^(−1), walked with its denominator
+        entry = n_k * t_s * t_v + denom  # (Σ_j e^(t_j) v_j) / D
+        # with sinks, each row's sink weight e^σ / D is one more entry of D's size
+        work["softmax"] = h * n_q * (n_k + (sinks is not None)) * weight
     work["A·V"] = n_q * hd_v * entry
     if w_o is not None:
         d_out = (_dims(w_o) or (0, 0))[1]
-        work["W^O"] = n_q * d_out * hd_v * entry * max(t.get("w_o", 0), 1)
+        work["W^O"] = W_O_COST * n_q * d_out * hd_v * entry * max(t.get("w_o", 0), 1)
     return work
 
 
-def _check_work(kwargs: dict[str, Any], terms: dict[str, int] | None = None) -> None:
+def work_total(work: dict[str, int], terms: dict[str, int] | None = None,
+               magnitude: float = 0.0) -> int:
+    """The number compared with MAX_WORK: the stages of :func:`attention_work` added up,
+    times IRRATIONAL_COST when some input entry is irrational, times
+    1 + magnitude / MAGNITUDE_UNIT (``magnitude`` bounds |scale · score|, see
+    :func:`_score_bound`).
+
+    >>> work_total({"scores": 100, "softmax": 1000}, {"query": 1}, magnitude=500.0)
+    8800
+    """
+    total = sum(v for k, v in work.items() if k != "entries")
+    # a term of an irrational entry costs more than a rational product (which collapses
+    # into one number): its exponentials are evaluated, printed and compared in Arb
+    if terms and any(terms.values()):
+        total *= IRRATIONAL_COST
+    return int(total * (1 + magnitude / MAGNITUDE_UNIT))
+
+
+def _check_work(kwargs: dict[str, Any], terms: dict[str, int] | None = None,
+                magnitude: float = 0.0) -> int:
+    """Refuse a computation beyond the limits (one line, SpecError); else its work."""
     work = attention_work(**kwargs, terms=terms)
     entries = work.pop("entries")
     if entries > MAX_SCORE_ENTRIES:
@@ -156,20 +210,86 @@ def _check_work(kwargs: dict[str, Any], terms: dict[str, int] | None = None) -> 
             "entries: "
             "too large to build symbolically; use reference_attention for numeric inputs"
         )
-    total = sum(work.values())
-    irrational = any(terms.values()) if terms else False
-    if irrational:
-        # a term of an irrational entry costs more than a rational product (which collapses
-        # into one number): its exponentials are evaluated, printed and compared in Arb
-        total *= IRRATIONAL_COST
+    total = work_total(work, terms, magnitude)
     if total > MAX_WORK:
         parts = ", ".join(f"{k} {v:,}" for k, v in work.items() if v)
-        factor = f" × {IRRATIONAL_COST} for irrational entries" if irrational else ""
+        factor = f" × {IRRATIONAL_COST} for irrational entries" if terms and any(
+            terms.values()) else ""
+        if magnitude:
+            factor += (f" × {1 + magnitude / MAGNITUDE_UNIT:.3g} for scaled scores up to "
+                       f"±{magnitude:.3g}")
         raise SpecError(
-            f"this example's exact computation would hold about {total:,} terms ({parts}"
-            f"{factor}); the limit is {MAX_WORK:,}: too large to compute symbolically (fewer "
-            "tokens, narrower matrices or rational entries; reference_attention for numbers)"
+            f"this example's exact computation would build or walk about {total:,} terms "
+            f"({parts}{factor}); the limit is {MAX_WORK:,}: too large to compute symbolically "
+            "(fewer tokens, narrower matrices, smaller or rational entries; "
+            "reference_attention for numbers)"
         )
+    return total
+
+
+def _largest(m: Any) -> float:
+    """An upper bound on the largest |entry| of a parsed matrix (inf if beyond floats)."""
+    from .certified import to_arb
+
+    best = 0.0
+    for e in m:
+        if e.is_Rational:
+            try:
+                best = max(best, float(abs(e)) * (1 + 2**-50))
+            except OverflowError:
+                return float("inf")
+        elif not e.free_symbols:
+            ball = to_arb(e, 64)
+            best = max(best, float(ball.abs_upper()) if ball.is_finite() else float("inf"))
+    return best
+
+
+def _score_bound(parsed: dict[str, Any], score_mats: list[Any], scale: Any, heads: int,
+                 extras: bool) -> float:
+    """An upper bound B on |scale · score| from the inputs' largest entries, before any
+    product is formed: |Σ_c q_c k_c| ≤ d_k·max|q|·max|k|, and a projected entry
+    |Σ_c x_c w_c + b| ≤ d_in·max|x|·max|w| + max|b|; raw scores count as scaled by 1
+    unless a scale is given (1/sqrt(d_k) ≤ 1).  A finite additive mask, ``mask_fill``, ALiBi or sinks
+    (``extras``) add SHIFT_THRESHOLD: beyond it a row is shifted and its tiny terms are
+    bounded by magnitude analysis.  At most MAX_ABS_SCORE, the largest scaled score
+    the engine exponentiates (a larger one is refused when the scores are formed).
+
+    >>> import sympy as sp
+    >>> round(_score_bound({"query": sp.Matrix([[1, -3]]), "key": sp.Matrix([[2, 0]])}, [],
+    ...                    None, 1, False), 6)  # d_k = 2: 2 · 3 · 2 / sqrt(2)
+    8.485281
+    """
+    import math
+
+    big = _largest
+
+    def projected(x: str, w: str, b: str) -> float:
+        if x not in parsed or w not in parsed:
+            return 0.0
+        return parsed[x].cols * big(parsed[x]) * big(parsed[w]) + (
+            big(parsed[b]) if b in parsed else 0.0)
+
+    if score_mats:
+        bound = max(big(m) for m in score_mats)
+    else:
+        if "x" in parsed:
+            kv_in = "x_kv" if "x_kv" in parsed else "x"
+            q, k = projected("x", "w_q", "b_q"), projected(kv_in, "w_k", "b_k")
+            width = parsed["w_q"].cols if "w_q" in parsed else 0
+        else:
+            q = big(parsed["query"]) if "query" in parsed else 0.0
+            k = big(parsed["key"]) if "key" in parsed else 0.0
+            width = parsed["query"].cols if "query" in parsed else 0
+        d_k = max(width // max(heads, 1), 1)
+        bound = d_k * q * k
+        if scale is None:  # the default 1/sqrt(d_k)
+            bound /= math.sqrt(d_k)
+    if scale is not None:  # already read once by the radicals' check
+        bound *= _largest([exact_number(scale, "scale")])
+    if extras:
+        bound += SHIFT_THRESHOLD
+    # a scaled score beyond MAX_ABS_SCORE is refused once the scores are formed
+    return min(bound, MAX_ABS_SCORE) if math.isfinite(bound) else MAX_ABS_SCORE
 
 
 def _terms(m: Any) -> int:
@@ -666,7 +786,8 @@ def exact_attention(
     # Count the work and bound the radicals before any arithmetic is done: first from the
     # shapes alone (before reading a single entry), then with the entries' terms.
     sizes = dict(scores=scores, query=query, key=key, value=value, x=x, x_kv=x_kv, w_q=w_q,
-                 w_k=w_k, w_v=w_v, w_o=w_o, heads=heads, kv_heads=kv)
+                 w_k=w_k, w_v=w_v, w_o=w_o, heads=heads, kv_heads=kv, softmax_over=softmax_over,
+                 sinks=sinks)
     _check_work(sizes)
     score_list = (scores if heads > 1 and isinstance(scores, (list, tuple)) else [scores]
                   ) if scores is not None else []
@@ -680,7 +801,9 @@ def exact_attention(
     terms = {name: _terms(m) for name, m in parsed.items()}
     if score_mats_parsed:
         terms["scores"] = max(_terms(m) for m in score_mats_parsed)
-    _check_work(sizes, terms)
+    extras = (mask_fill is not None or alibi_slopes is not None or sinks is not None
+              or _finite_mask(mask))
+    _check_work(sizes, terms, _score_bound(parsed, score_mats_parsed, scale, heads, extras))
     inputs: dict[str, Any] = {}
 
     q_heads: list[Any] | None = None
@@ -830,6 +953,38 @@ def exact_attention(
             raise SpecError("b_o given without w_o")
     return ExactAttention(spec, scale_value, tuple(results), concat, output, inputs,
                           {k: v for k, v in var.items() if v is not None})
+
+
+def _finite_mask(mask: Any) -> bool:
+    """Whether a mask (nested lists or an array) holds a finite non-zero additive entry;
+    booleans, 0 and −inf (a key removed exactly) cost nothing more."""
+    import sympy as sp
+
+    if mask is None or isinstance(mask, str):
+        return False
+    if hasattr(mask, "tolist"):
+        mask = mask.tolist()
+    if isinstance(mask, sp.MatrixBase):
+        mask = list(mask)
+    stack = [mask]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, (list, tuple)):
+            stack.extend(e)
+        elif isinstance(e, bool) or e is None:
+            continue
+        elif isinstance(e, (int, float, Fraction)):
+            if e != 0 and e != float("-inf"):
+                return True
+        elif isinstance(e, str):
+            if e.strip().replace("\u2212", "-") not in ("-inf", "-oo", "-∞", "0"):
+                return True
+        elif isinstance(e, sp.Basic):
+            if e != 0 and e != -sp.oo:
+                return True
+        else:
+            return True  # numpy scalars and anything else: counted
+    return False
 
 
 def _mask_entry(e: Any, name: str = "mask") -> Any:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .model import LINE_CHARS, MATRIX_DIGITS, MATRIX_WIDTH, SHORT, WIDE
+from .model import EXACT_MATRIX_CHARS, LINE_CHARS, MATRIX_DIGITS, MATRIX_WIDTH, SHORT, WIDE
 from .numbers import _digits, _is_rational, _leaves, _tex, _tidy, exp_latex
 
 
@@ -107,9 +107,11 @@ def _matrix_chain(name: str, m: Any, *, symbolic: str | None = None) -> list[str
     cells = _cells(m)
     exact_cells = cells is not None and all(_is_rational(e) or e in (sp.oo, -sp.oo) for e in m)
     if not exact_cells:
-        exact = _matrix_tex(m, None if cells is None else SHORT * max(1, m.rows))
+        exact = _matrix_tex(m, EXACT_MATRIX_CHARS if cells is None else SHORT * max(1, m.rows))
         if exact is not None:
             rhs.append(exact)
+        elif cells is None:
+            rhs.append(r"\text{(exact form too long to print)}")
     if cells is None:
         return _chain(name, rhs)
     chunks = _column_chunks(cells)

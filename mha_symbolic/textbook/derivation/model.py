@@ -19,6 +19,10 @@ DIGITS = 10
 MATRIX_DIGITS = 6
 #: An exact form is shown when its LaTeX is at most this long.
 SHORT = 90
+#: A matrix without certified digits (symbolic entries, or values too small or too close
+#: to a boundary to certify) shows its exact form up to this many LaTeX characters:
+#: printing walks every entry's expression tree, shared denominators included.
+EXACT_MATRIX_CHARS = 20_000
 #: Longest LaTeX (characters) for a matrix product written out in one line.
 WIDE = 160
 #: At most this many weights per head are derived one by one; beyond, the matrix.

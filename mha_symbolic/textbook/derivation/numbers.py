@@ -308,7 +308,21 @@ def _sign(expr: Any) -> int:
 
 
 def _has_symbols(expr: Any) -> bool:
+    """Whether an exact value holds a free symbol (then it has no digits)."""
+    if getattr(expr, "is_Add", False) or getattr(expr, "is_Mul", False) or getattr(
+            expr, "is_Pow", False):
+        return _symbolic(expr)
     return bool(getattr(expr, "free_symbols", None))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _symbolic(e: Any) -> bool:
+    """``bool(e.free_symbols)``, memoized per subexpression: a row's softmax denominator,
+    shared by each of its weights and head-output entries, is walked once, where
+    ``free_symbols`` walks it again for every entry (n_k times per row)."""
+    if e.is_Add or e.is_Mul or e.is_Pow or getattr(e, "is_Function", False):
+        return any(_symbolic(a) for a in e.args)
+    return bool(e.free_symbols)
 
 
 def _digits(expr: Any, significant: int = DIGITS) -> str | None:
