@@ -9,7 +9,11 @@ in CPU seconds (``time.process_time``: the machine may be shared), min and media
 ``--runs``, next to the example's work count, the limit, and the load average.  Also
 the claim-work limit: the most wrong claims a small example may carry.
 
-    OMP_NUM_THREADS=1 python bench/bench_limits.py [--runs 3]
+    OMP_NUM_THREADS=1 python bench/bench_limits.py [--runs 3] [--work-only]
+    OMP_NUM_THREADS=1 python bench/bench_limits.py --scout 40 [--seed 11]
+
+``--scout K`` draws K families at random (kind, widths, heads, GQA, masks, sinks, cross
+shapes, size of the entries) and times each once at the largest size the limits accept.
 """
 
 from __future__ import annotations
@@ -87,8 +91,8 @@ class Case:
         lines += list(self.options)
         irr, d = self.irrational, self.d
         if self.kind == "x":
-            lines += [f"x = {matrix(n_q, d, irr, 0)}"]
-            lines += [f"x_kv = {matrix(n, d, irr, 5)}"] if self.n_q else []
+            lines += [f"x = {matrix(n_q, d, irr, 0, self.size)}"]
+            lines += [f"x_kv = {matrix(n, d, irr, 5, self.size)}"] if self.n_q else []
             lines += [f"w_q = {matrix(d, d, irr, 1)}", f"w_k = {matrix(d, d * kv // self.heads, irr, 2)}",
                       f"w_v = {matrix(d, d * kv // self.heads, irr, 3)}", f"w_o = {matrix(d, d, irr, 4)}"]
         elif self.kind == "qkv":
@@ -96,7 +100,9 @@ class Case:
                       f"key = {matrix(n, d * kv // self.heads, irr, 1, self.size)}",
                       f"value = {matrix(n, d * kv // self.heads, irr, 2)}"]
         else:
-            lines += [f"scores = {matrix(n_q, n, irr, 0)}", f"value = {matrix(n, d, irr, 1)}"]
+            mats = [matrix(n_q, n, irr, h, self.size) for h in range(self.heads)]
+            lines += [f"scores = {mats[0] if self.heads == 1 else '[' + ', '.join(mats) + ']'}",
+                      f"value = {matrix(n, d * self.heads, irr, 1)}"]
         if self.mask == "causal":
             lines += ['mask = "causal"']
         elif self.mask == "huge":
@@ -268,12 +274,65 @@ def other_limits(runs: int) -> list[dict[str, Any]]:
     return rows
 
 
+def random_case(rng: random.Random) -> Case:
+    """A family drawn at random: kind, widths, heads (and GQA), entries, masks, cross shapes."""
+    kind = rng.choice(["x", "qkv", "qkv", "scores"])
+    heads = rng.choice([1, 1, 2, 4])
+    kv = rng.choice([None, heads // 2]) if heads > 1 and kind == "qkv" else None
+    d = heads * rng.choice([1, 2, 4]) if kind != "scores" else rng.choice([1, 2, 4])
+    n_q = rng.choice([None, None, None, 1, 2, 8])
+    options = tuple(rng.sample(['sinks = ["1/3"]', "d_k = 2", 'scale = "1/2"'], rng.randint(0, 1)))
+    if kind != "scores":
+        options = tuple(o for o in options if o != "d_k = 2")
+    if heads > 1:
+        options = tuple(o for o in options if not o.startswith("sinks"))
+    return Case(kind, d, heads, irrational=rng.random() < 0.3, kv_heads=kv or None, n_q=n_q,
+                options=options, mask=rng.choice(["", "", "causal", "huge"]) if not n_q else "",
+                size=rng.choice([1, 3, 10, 30, 100]), hi=64 if not n_q else 1024)
+
+
+def scout(count: int, seed: int) -> list[dict[str, Any]]:
+    """``count`` random families, each at the largest n the limits accept: check + derive
+    once (CPU s), as a boundary fuzz run of the work model."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        case = random_case(rng)
+        try:
+            found = largest(case)
+        except MhaSymbolicError:
+            found = None
+        if found is None:
+            continue
+        n, text, w = found
+        row: dict[str, Any] = {"input": case.label(n), "work": w}
+        try:
+            row["check_s"] = cpu(lambda text=text: check_all(text), 1)[0]
+        except MhaSymbolicError as exc:  # refused at load (a limit the work count does not see)
+            row["refused"] = str(exc)[:80]
+            print(json.dumps(row, ensure_ascii=False), flush=True)
+            continue
+        row["derive_s"] = cpu(lambda text=text, row=row: derive_or_refuse(text, row), 1)[0]
+        rows.append(row)
+        print(json.dumps(row, ensure_ascii=False), flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--work-only", action="store_true",
                     help="only the work limit's cases (not the claims' limit nor the TOML reader)")
+    ap.add_argument("--scout", type=int, default=0, metavar="K",
+                    help="instead: K random families at the largest size accepted, timed once")
+    ap.add_argument("--seed", type=int, default=11)
     args = ap.parse_args()
+    if args.scout:
+        found = scout(args.scout, args.seed)
+        print(f"MAX_WORK={engine.MAX_WORK} loadavg={os.getloadavg()}; {len(found)} timed; slowest "
+              f"check {max(r['check_s'] for r in found):.2f} CPU s, slowest derive "
+              f"{max(r['derive_s'] for r in found):.2f} CPU s")
+        return
     rows = []
     for case in CASES:
         found = largest(case)
