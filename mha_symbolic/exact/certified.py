@@ -31,6 +31,7 @@ Two notions of "digits" are offered, because books use both:
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,6 +48,9 @@ __all__ = ["CertifiedValue", "certify", "to_arb"]
 
 #: Largest expression (SymPy operation count) on which an exact identity is attempted.
 MAX_IDENTITY_OPS = 400
+
+#: A walk of at most this many nodes precedes SymPy's (slow) operation count.
+IDENTITY_NODES = 8 * MAX_IDENTITY_OPS
 
 #: Working precisions (bits) tried in turn before giving up.
 PRECISIONS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -356,6 +360,14 @@ class CertifiedValue:
     def _prove_rational(self) -> Fraction | None:
         import sympy as sp
 
+        # count_ops walks the whole tree, slowly (0.1 s for a row of 21 weights sharing
+        # one denominator): first a walk that stops past IDENTITY_NODES nodes.  SymPy
+        # counts at least one operation per 5 nodes (x/y: 1 operation, 5 nodes; only a
+        # function of thousands of arguments has fewer), so an expression of at most
+        # MAX_IDENTITY_OPS operations is not stopped by it.
+        walk = itertools.islice(sp.preorder_traversal(self.expr), IDENTITY_NODES + 1)
+        if sum(1 for _ in walk) > IDENTITY_NODES:
+            return None
         if sp.count_ops(self.expr) > MAX_IDENTITY_OPS:
             return None
         with _precision(512):

@@ -558,7 +558,8 @@ def _check_radicals(mats: list[Any]) -> None:
 
 
 def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int,
-                  parts: list[Any] | None = None, sink: Any = None) -> Any:
+                  parts: list[Any] | None = None, sink: Any = None,
+                  sink_shares: list[Any] | None = None) -> Any:
     """Row-wise softmax of the scaled scores over the kept keys.
 
     softmax(t)_j = e^(t_j − m) / Σ_k e^(t_k − m) for any m; a row holding a score of
@@ -566,7 +567,9 @@ def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int,
     (found with certified comparisons), so each masked key is e^(−huge) beside e^0.
     With an attention sink σ, e^(σ − m) joins every row's denominator only (gpt-oss),
     and a row whose keys are all masked gives its whole weight to the sink (its
-    weights are 0, no masked-row policy)."""
+    weights are 0, no masked-row policy).  ``sink_shares`` receives each row's
+    e^(σ − m) / D, over the same denominator as the row's weights (so that the row
+    visibly sums to 1, without evaluating anything)."""
     import sympy as sp
 
     n_q, n_k = t.shape
@@ -578,9 +581,12 @@ def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int,
         if sink is not None:
             shift = _row_shift([t[r, j] for j in cols] + [sink])
             exps = {j: sp.exp(t[r, j] - shift) for j in cols}
-            denom = sp.Add(*exps.values(), sp.exp(sink - shift))
+            sink_exp = sp.exp(sink - shift)
+            denom = sp.Add(*exps.values(), sink_exp)
             for j in cols:
                 w[r, j] = exps[j] / denom
+            if sink_shares is not None:
+                sink_shares.append(sink_exp / denom)
             if parts is not None:
                 parts[-1] = (exps, denom)
             continue
@@ -926,10 +932,10 @@ def exact_attention(
             w = _softmax_rows(t.T, [list(c) for c in zip(*keep, strict=True)], masked_rows, i).T
         elif softmax_over == "keys":
             row_parts = []
-            w = _softmax_rows(t, keep, masked_rows, i, row_parts, sink)
+            shares: list[Any] = []
+            w = _softmax_rows(t, keep, masked_rows, i, row_parts, sink, shares)
             if sink is not None:
-                sink_weight = sp.Matrix(n_q, 1, lambda r, _c, t=t, sg=sink: sp.exp(sg) / sp.Add(
-                    sp.exp(sg), *[sp.exp(t[r, j]) for j in range(n_k) if t[r, j] != -sp.oo]))
+                sink_weight = sp.Matrix(n_q, 1, shares)
         else:
             raise SpecError(f"softmax_over={_entry_text(softmax_over)} must be 'keys' or 'queries'")
         out = None
