@@ -62,6 +62,27 @@ def test_sink_weight_and_weights_sum_to_one_exactly() -> None:
         assert certify(total - 1).sign() == 0
 
 
+def test_a_shifted_rows_sink_weight_shares_the_rows_denominator() -> None:
+    # a mask of −10^9 makes the row shift by its largest score; the sink's share is
+    # e^(σ − m) / D over the weights' own D, so the derivation sees the row sum to 1
+    # structurally (no precision ladder).  Its value, by a hand-written Arb sum:
+    # e^(1/3) / (e^1 + e^(2 − 10^9) + e^(1/3)).
+    from mha_symbolic.exact.certified import to_arb
+    from mha_symbolic.textbook.derivation.checks import _over_sum, _sums_to_one
+
+    att = exact_attention(scores=[[1, 2]], mask=[[0, "-1e9"]], sinks=["1/3"], scale=1)
+    head = att.head(0)
+    share = head.sink_weight[0, 0]
+    over = [_over_sum(e) for e in (head.weights[0, 0], head.weights[0, 1], share)]
+    assert all(o is not None for o in over) and len({o[1] for o in over if o}) == 1
+    assert _sums_to_one(head.weights[0, 0] + head.weights[0, 1] + share)
+    with flint.ctx.workprec(256):
+        third = flint.arb(1) / 3
+        expected = third.exp() / (flint.arb(1).exp() + (flint.arb(2) - flint.arb(10) ** 9).exp()
+                                  + third.exp())
+        assert to_arb(share, 256).overlaps(expected)
+
+
 def test_alibi_bias_is_minus_slope_times_distance_bottom_right() -> None:
     att = exact_attention(scores=[[0, 0, 0, 0], [0, 0, 0, 0]], alibi_slopes=["1/2"],
                           causal_alignment="bottom_right")
