@@ -406,6 +406,16 @@ def test_derive_to_dev_full_names_the_file(cli: Any) -> None:
     assert r.stderr.strip() == "mha-symbolic derive: error: /dev/full: No space left on device"
 
 
+def test_a_pdf_plot_to_dev_full_names_the_file(cli: Any) -> None:
+    # found by w11's fuzz scout: matplotlib's PDF writer, stopped by the failing write,
+    # raised an AttributeError from its own cleanup (exit 3, "internal error")
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    r = cli("plot", "collapse", "-o", "/dev/full", "--format", "pdf")
+    assert r.returncode == 2
+    assert r.stderr.strip() == "mha-symbolic plot: error: /dev/full: No space left on device"
+
+
 @pytest.mark.parametrize(("value", "says"), [("inf", "not finite"), ("-inf", "not finite"),
                                             ("nan", "not a number")])
 def test_a_scale_that_is_not_finite_says_so(value: str, says: str) -> None:

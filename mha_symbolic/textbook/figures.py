@@ -256,11 +256,16 @@ _METADATA = {"pdf": {"Creator": "mha-symbolic", "CreationDate": None},
 
 
 def _savefig(fig: Any, path: Path, fmt: str, dpi: int, backend: str | None = None) -> None:
+    """Render into memory, then write the file: matplotlib's PDF writer, stopped by a
+    failing write (``-o /dev/full``), raised an AttributeError from its own cleanup."""
+    import io
+
+    buffer = io.BytesIO()
+    with _quiet_fonttools():
+        fig.savefig(buffer, format=fmt, dpi=dpi, backend=backend,
+                    **({"metadata": _METADATA[fmt]} if fmt in _METADATA and backend is None else {}))
     try:
-        with _quiet_fonttools():
-            fig.savefig(path, format=fmt, dpi=dpi, backend=backend,
-                        **({"metadata": _METADATA[fmt]}
-                           if fmt in _METADATA and backend is None else {}))
+        path.write_bytes(buffer.getvalue())
     except OSError as exc:  # name the file: "/dev/full: No space left on device"
         raise OSError(exc.errno, exc.strerror or type(exc).__name__, str(path)) from None
 
