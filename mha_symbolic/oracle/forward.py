@@ -35,6 +35,7 @@ from .conventions import (
     rational_scale,
 )
 from .dd_attention import KVdd, tier2_block
+from .dd_rows import KVrows, float32_valued, rows_path_pays, tier2_rows
 from .enclosure import Enclosure, Problem
 from .fast import KV, tier1_block
 from .inputs import to_float64
@@ -96,6 +97,7 @@ class _AttentionProblem(Problem):
         self.cs = dd_scale(scale, E)
         self.factor = model.dropout_factor
         self._kv2: OrderedDict[tuple[int, ...], KVdd] = OrderedDict()
+        self._kvr: OrderedDict[tuple[int, ...], KVrows | None] = OrderedDict()
         self._km: OrderedDict[tuple[int, ...], tuple[Any, Array]] = OrderedDict()
         self._kint: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self._group_cache: dict[tuple[int, int], dict[Any, list[int]]] = {}
@@ -114,6 +116,10 @@ class _AttentionProblem(Problem):
     # ---- tier 2
     def refine(self, b: int, rows: Array, kind: str) -> tuple[Array, Array, Array, Array]:
         q, k, v, kidx = self.stack.qkv(b)
+        if rows_path_pays(rows.size):
+            got = self._refine_by_rows(q, k, v, kidx, b, rows, kind)
+            if got is not None:
+                return got
         kv = self._cached(self._kv2, kidx, lambda: KVdd(np.ascontiguousarray(k),
                                                          np.ascontiguousarray(v)))
         S = kv.S
@@ -131,6 +137,32 @@ class _AttentionProblem(Problem):
             hi[s0:s0 + step], lo[s0:s0 + step], err[s0:s0 + step] = res.hi, res.lo, res.err
             ok[s0:s0 + step] = res.ok
         return hi, lo, err, ok
+
+    def _refine_by_rows(self, q: Array, k: Array, v: Array, kidx: tuple[int, ...], b: int,
+                        rows: Array, kind: str) -> tuple[Array, Array, Array, Array] | None:
+        """Tier 2 by compensated row sums (:mod:`.dd_rows`) when the rows, keys and
+        values are float32 values; None otherwise (the sliced tier runs).  Blocks of
+        rows as the sliced tier's: memory O(CHUNK_ELEMS)."""
+        qr = np.ascontiguousarray(q[rows])
+        if not float32_valued(qr):
+            return None
+        kv = self._cached(self._kvr, kidx, lambda: KVrows(np.asarray(k), np.asarray(v))
+                          if float32_valued(np.asarray(k)) and float32_valued(np.asarray(v))
+                          else None)
+        if kv is None:
+            return None
+        ncols = v.shape[-1] if kind == "output" else kv.S
+        out = [np.zeros((rows.size, ncols)) for _ in range(3)]
+        ok = np.zeros(rows.size, dtype=bool)
+        step = max(1, CHUNK_ELEMS // max(1, kv.S))
+        fac = dropout_dd(self.factor)
+        for s0 in range(0, rows.size, step):
+            sel = rows[s0:s0 + step]
+            res = tier2_rows(qr[s0:s0 + step], kv, self.model.block(b, sel), self.cs, fac, kind)
+            out[0][s0:s0 + step], out[1][s0:s0 + step], out[2][s0:s0 + step] = (
+                res.hi, res.lo, res.err)
+            ok[s0:s0 + step] = res.ok
+        return out[0], out[1], out[2], ok
 
     # ---- tier 3
     def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
@@ -343,10 +375,11 @@ def reference_attention(
     ok &= ~(zero_rows | nan_rows)
     problem = _AttentionProblem(stack, model, scale_exact, E)
     out = Enclosure(problem, "output", (*batch, L, Ev), y, err_y, ok, zero_rows, nan_rows,
+                    owned=True,
                     progress=prog if prog.enabled else Progress(progress, expected_seconds(
                         B * L * S, "tier2")))
     if return_weights:
         assert p is not None and err_p is not None
         out.weights = Enclosure(problem, "weights", (*batch, L, S), p, err_p, ok,
-                                zero_rows, nan_rows, progress=out._progress)
+                                zero_rows, nan_rows, progress=out._progress, owned=True)
     return out

@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 
 from . import constants as C
-from .dd import dd_add_d, dd_mul, dd_mul_d, two_sum
+from .dd import dd_add_d, dd_mul, dd_mul_d, split, two_sum
 from .expo import _table1, _table2, exp_dd, exp_double
 
 Array = np.ndarray[Any, Any]
 
 _U, _ETA, _UP, _FLOOR = C.U, C.ETA, C.UP, C.FLOOR  # frozen into compiled code as constants
+_TN = C.TINY_N  # >= η, and normal: no slow subnormal operands in the per-element bounds
 _POW2 = np.ldexp(1.0, np.arange(-1100, 1024))  # 2**k at index k + 1100 (exact; 0 below 2**-1074)
 
 
@@ -147,20 +148,22 @@ def _t1_elem(n: Any, a: Any, d: Any, dl: Any, tau0: Any, twt0: Any, taud: Any, v
              has_drop: bool, sc: Any) -> tuple[Any, Any]:
     """The tier-1 output and its error bound for one element (or, with numpy arrays,
     for all: only +, -, *, /, abs, so numpy and numba evaluate the same operations
-    in the same order).  The derivation is in fast.py and docs/oracle.md §3.3."""
+    in the same order).  The derivation is in fast.py and docs/oracle.md §3.3; its
+    underflow terms η are bounded by the smallest normal ``TINY_N`` and ``se`` by
+    ``S·TINY_N``: subnormal operands would make every element take a slow path.)"""
     y = n / d
     a_up = (a + se) * ascale / dl
     abs_y = abs(y)
-    rnd = _U * abs_y * (1.0 + 2 * _U) + _ETA
-    e_fl = (g * (a_up + 2.01 * (abs_y + _ETA)) + se / dl) * _UP
+    rnd = _U * abs_y * (1.0 + 2 * _U) + _TN
+    e_fl = (g * (a_up + 2.01 * (abs_y + _TN)) + se / dl) * _UP
     yhat = (abs_y + e_fl + rnd) * _UP
     e_w = (tau0 * (a_up + yhat) + twt0 * (vmax + yhat) + (1.0 + taud) * vr) / (1.0 - taud)
     err = (e_w + e_fl + rnd) * _UP + _FLOOR
     if has_drop:
         y2 = y * rf
-        err = (abs(rf) * err * (1 + _U) + rho_r * (yhat + err) + _U * abs(y2) + _ETA) * _UP
+        err = (abs(rf) * err * (1 + _U) + rho_r * (yhat + err) + _U * abs(y2) + _TN) * _UP
         y = y2
-    return y * sc, err * sc + 2 * _ETA
+    return y * sc, err * sc + 2 * _TN
 
 
 def _np_t1_finish(n_f: Array, a_f: Array, d_f: Array, d_low: Array, tau0: Array, twt0: Array,
@@ -185,6 +188,59 @@ def _np_w_slices(wh: Array, wl: Array) -> tuple[list[Array], list[bool], Array]:
     rw = wh - sum(ws.parts) if not ws.zero_rem else None  # exact (the slices are wh's bits)
     p = wl.copy() if rw is None else wl + rw
     return ws.parts, ws.nonzero, p
+
+
+def _np_row_dots(q: Array, kT: Array) -> tuple[Array, Array]:
+    """Sum2 of the products ``q_il·kT_lj`` over l (exact products for float32 values):
+    s, e = TwoSum(s, q_il kT_lj); c = fl(c + e) for l = 0 … E-1 from s = c = 0, then
+    (gh, gl) = TwoSum(s, c).  The row path of tier 2 (:mod:`.dd_rows`)."""
+    r, E = q.shape
+    S = kT.shape[1]
+    s = np.zeros((r, S))
+    c = np.zeros((r, S))
+    for l in range(E):
+        s, e = two_sum(s, q[:, l, None] * kT[l][None, :])
+        c = c + e
+    return two_sum(s, c)
+
+
+def _np_row_sums(wh: Array, wl: Array, keep: Array | None, v: Array, want_n: bool
+                 ) -> tuple[Array, Array, Array | None, Array | None, Array, Array]:
+    """Sum2 over the keys (:meth:`.dd_rows.KVrows.weighted_sums`): D = Σ (wh + wl) and
+    N = Σ keep (w1 + w2 + wl) v with wh = w1 + w2 split by Veltkamp; also Σ|wh|, Σ|wl|.
+    Returns (Dh, Dl, Nh, Nl, aw, al) (N None without ``want_n``)."""
+    r, S = wh.shape
+    Ev = v.shape[1]
+    sd = np.zeros(r)
+    cd = np.zeros(r)
+    aw = np.zeros(r)
+    al = np.zeros(r)
+    sn = np.zeros((r, Ev))
+    cn = np.zeros((r, Ev))
+    for j in range(S):
+        h = wh[:, j]
+        lw = wl[:, j]
+        sd, e = two_sum(sd, h)
+        cd = (cd + e) + lw
+        aw = aw + np.abs(h)
+        al = al + np.abs(lw)
+        if not want_n:
+            continue
+        w1, w2 = split(h)
+        if keep is not None:
+            k = keep[:, j]
+            w1 = np.where(k, w1, 0.0)
+            w2 = np.where(k, w2, 0.0)
+            lw = np.where(k, lw, 0.0)
+        vj = v[j][None, :]
+        sn, e1 = two_sum(sn, w1[:, None] * vj)
+        sn, e2 = two_sum(sn, w2[:, None] * vj)
+        cn = ((cn + e1) + e2) + lw[:, None] * vj
+    Dh, Dl = two_sum(sd, cd)
+    if not want_n:
+        return Dh, Dl, None, None, aw, al
+    Nh, Nl = two_sum(sn, cn)
+    return Dh, Dl, Nh, Nl, aw, al
 
 
 # ---- dispatch ------------------------------------------------------------------------
@@ -290,3 +346,31 @@ def accumulate(terms: list[Array]) -> tuple[Array, Array]:
 
 
 # ---- the compiled twins ----------------------------------------------------------------
+
+
+def row_dots(q: Array, kT: Array) -> tuple[Array, Array]:
+    k = _kernels()
+    if k is None or q.size == 0 or kT.size == 0:
+        return _np_row_dots(q, kT)
+    gh = np.empty((q.shape[0], kT.shape[1]))
+    gl = np.empty_like(gh)
+    k.rdot(np.ascontiguousarray(q), np.ascontiguousarray(kT), gh, gl)
+    return gh, gl
+
+
+def row_sums(wh: Array, wl: Array, keep: Array | None, v: Array, want_n: bool
+             ) -> tuple[Array, Array, Array | None, Array | None, Array, Array]:
+    k = _kernels()
+    if k is None or wh.size == 0:
+        return _np_row_sums(wh, wl, keep, v, want_n)
+    r = wh.shape[0]
+    Ev = v.shape[1] if want_n else 0
+    out_d = np.empty((4, r))
+    nh = np.empty((r, Ev))
+    nl = np.empty((r, Ev))
+    k.rsum(np.ascontiguousarray(wh), np.ascontiguousarray(wl),
+           None if keep is None else np.ascontiguousarray(keep, dtype=np.bool_),
+           np.ascontiguousarray(v), want_n, out_d, nh, nl)
+    if not want_n:
+        return out_d[0], out_d[1], None, None, out_d[2], out_d[3]
+    return out_d[0], out_d[1], nh, nl, out_d[2], out_d[3]
