@@ -128,3 +128,18 @@ def test_row_kernels_equal_their_numpy_twins(monkeypatch: Any) -> None:
             jit._kernels.cache_clear()
     for a, b in zip(*got, strict=True):
         assert np.array_equal(a, b)
+
+
+def test_arrays_returned_before_a_rounding_are_not_modified_by_it() -> None:
+    rng = np.random.default_rng(2)
+    q, k, v = _f32(rng, (1, 40, 8)), _f32(rng, (1, 50, 8)), _f32(rng, (1, 50, 3))
+    res = reference_attention(q, k, v)
+    lower, upper, mid = res.lower, res.upper, res.midpoint
+    saved = [a.copy() for a in (lower, upper, mid)]
+    res.rounded("float64")  # refines every row: tighter bounds
+    assert not np.array_equal(res.upper - res.lower, saved[1] - saved[0])
+    for a, b in zip((lower, upper, mid), saved, strict=True):
+        assert np.array_equal(a, b)
+    # and the tightened bounds still hold the value the rounding chose
+    r = res.rounded("float64")
+    assert np.all((res.lower <= r) & (r <= res.upper))
