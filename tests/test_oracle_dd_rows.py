@@ -122,8 +122,9 @@ def test_row_kernels_equal_their_numpy_twins(monkeypatch: Any) -> None:
         monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", flag)
         jit._kernels.cache_clear()
         try:
-            got.append([*jit.row_dots(q, kT), *jit.row_sums(wh, wl, keep, v, True),
-                        *jit.row_sums(wh, wl, None, v, False)[:2]])
+            got.append([*jit.row_dots(q, [kT], np.zeros(3, int)),
+                        *jit.row_sums(wh, wl, keep, [v], np.zeros(3, int), True),
+                        *jit.row_sums(wh, wl, None, [v], np.zeros(3, int), False)[:2]])
         finally:
             jit._kernels.cache_clear()
     for a, b in zip(*got, strict=True):
@@ -143,3 +144,41 @@ def test_arrays_returned_before_a_rounding_are_not_modified_by_it() -> None:
     # and the tightened bounds still hold the value the rounding chose
     r = res.rounded("float64")
     assert np.all((res.lower <= r) & (r <= res.upper))
+
+
+@pytest.mark.parametrize("chunk", [1 << 16, 30 * 7], ids=["one block", "blocks of 7 rows"])
+@pytest.mark.parametrize("kind", ["output", "weights"])
+def test_rows_of_many_heads_in_one_block_equal_each_head_alone(kind: str, chunk: int,
+                                                               monkeypatch: Any) -> None:
+    """refine_many joins the undecided rows of every head into one block (masks present
+    in some heads only, a dropout keep mask, a head whose keys are not float32 values
+    and takes the sliced tier): each row's result is bit-identical to its head alone."""
+    pytest.importorskip("numba")
+    import mha_symbolic.oracle.forward as fwd
+    from mha_symbolic.oracle.forward import dropout_dd
+
+    monkeypatch.setattr(fwd, "CHUNK_ELEMS", chunk)  # rows per block: chunk // S
+
+    rng = np.random.default_rng(8)
+    q = rng.standard_normal((3, 20, 8)).astype(np.float32).astype(np.float64)
+    k = rng.standard_normal((3, 30, 8)).astype(np.float32).astype(np.float64)
+    v = rng.standard_normal((3, 30, 2)).astype(np.float32).astype(np.float64)
+    k[2, 0, 0] = 0.1  # not a float32 value: head 2 takes the sliced tier
+    mask = np.zeros((3, 20, 30))
+    mask[1] = np.where(rng.random((20, 30)) < 0.3, -np.inf, rng.standard_normal((20, 30)))
+    keep = rng.random((3, 20, 30)) > 0.2
+    res = reference_attention(q, k, v, attn_mask=mask, dropout_p=0.2, dropout_mask=keep,
+                              return_weights=True)
+    prob = res._problem
+    items = [(0, np.array([1, 4, 7])), (1, np.arange(20)), (2, np.array([3]))]
+    got = dict(prob.refine_many(items, kind))
+    assert sorted(got) == [0, 1, 2]
+    for n, (b, rows) in enumerate(items):
+        if b == 2:
+            want = prob.refine(b, rows, kind)  # the sliced tier
+        else:
+            t = tier2_rows(q[b][rows], KVrows(k[b], v[b]), prob.model.block(b, rows), prob.cs,
+                           dropout_dd(prob.factor), kind)
+            want = (t.hi, t.lo, t.err, t.ok)
+        for a, w in zip(got[n], want, strict=True):
+            assert np.array_equal(a, w)

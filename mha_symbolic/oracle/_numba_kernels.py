@@ -483,12 +483,13 @@ def sech2_dd(xh, xl, tab_hi, tab_lo, p2, fh, fl):
 
 
 @njit
-def rdot(q, kT, gh, gl):
+def rdot(q, kTs, hidx, gh, gl):
     r, E = q.shape
-    S = kT.shape[1]
+    S = gh.shape[1]
     s = np.empty(S)
     c = np.empty(S)
     for i in range(r):
+        kT = kTs[hidx[i]]
         for j in range(S):
             s[j] = 0.0
             c[j] = 0.0
@@ -506,12 +507,13 @@ def rdot(q, kT, gh, gl):
             gh[i, j], gl[i, j] = two_sum_s(s[j], c[j])
 
 @njit
-def rsum(wh, wl, keep, v, want_n, out_d, nh, nl):
+def rsum(wh, wl, keep, vs, hidx, want_n, out_d, nh, nl):
     r, S = wh.shape
     Ev = nh.shape[1]
     sn = np.empty(Ev)
     cn = np.empty(Ev)
     for i in range(r):
+        v = vs[hidx[i]]
         sd = 0.0
         cd = 0.0
         aw = 0.0

@@ -377,7 +377,9 @@ def tier2_from_scores(sh: Array, sl: Array, m: Array, e_t: Array, kv: KVdd,
         e_nd = (eN + (np.abs(yh) * (1 + 2.0**-50) + e_div) * eD[:, None]) / dl  # N_c/D_c vs N~/D~
         yhat = (np.abs(yh) * (1 + 2.0**-50) + e_div + e_nd) * UP  # >= |N~/D~|
         tau3 = tau[:, None]
-        a_up = kv.colmax[None, :]  # a = Σ w|v|/D is an average of |v|: <= max |v|
+        # a = Σ w|v|/D is an average of |v|: <= max |v| (per row when the rows read
+        # different heads: dd_rows.RowsBatch)
+        a_up = kv.colmax if kv.colmax.ndim == 2 else kv.colmax[None, :]
         vr = kv.vr2[None, :] if kv.vr2 is not None else 0.0
         e_w = (tau3 * (a_up + yhat) + (1.0 + tau3) * vr + t0[:, None] * (a_up + yhat)) / (
             1.0 - tau_d[:, None])

@@ -49,6 +49,23 @@ def float32_valued(x: Array) -> bool:
                     and np.isfinite(x).all())
 
 
+#: dtypes (numpy, ml_dtypes, torch and JAX spell them alike) whose every value is a
+#: float32 value
+FLOAT32_SUBSET = frozenset({"float32", "float16", "bfloat16", "float8_e4m3fn",
+                            "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"})
+
+
+def float32_dtype(x: Any) -> bool:
+    """Whether the array-like ``x`` has a dtype whose values are all float32 values
+    (no element needs checking).
+
+    >>> float32_dtype(np.zeros(2, np.float16)), float32_dtype(np.zeros(2)), float32_dtype([1.0])
+    (True, False, False)
+    """
+    name = str(getattr(x, "dtype", ""))
+    return name.removeprefix("torch.") in FLOAT32_SUBSET
+
+
 def rows_path_pays(rows: int) -> bool:
     """Whether the compensated row path should take ``rows`` rows of one head: with the
     compiled kernels it is faster than the sliced tier at every size measured (1 to 256
@@ -60,10 +77,8 @@ def rows_path_pays(rows: int) -> bool:
 @dataclass
 class KVrows:
     """Keys ``k`` (S, E) and values ``v`` (S, Ev) of one stack element, float32 values
-    held as float64 (check with :func:`float32_valued`), with what every block reuses.
-    Duck-typed for :func:`.dd_attention.tier2_from_scores`: the values are not scaled
-    (``Fv = 0``: float32 values are far from the underflow range), ``colmax`` >=
-    max_j |v_jl|, no radii."""
+    held as float64 (check with :func:`float32_valued`), with what every block reuses:
+    ``kT`` (E, S) contiguous, ``kmax`` >= max_j ||k_j||, ``colmax`` >= max_j |v_jl|."""
 
     k: Array
     v: Array
@@ -76,6 +91,23 @@ class KVrows:
         self.kmax = float(np.max(norm_up(self.k))) if self.S else 0.0
         self.colmax = (np.max(np.abs(self.v), axis=0) * UP if self.S
                        else np.zeros(self.Ev))
+
+
+class RowsBatch:
+    """The heads a block of rows reads: row ``i`` attends to ``heads[hidx[i]]`` (all
+    with the same S, E, Ev).  Duck-typed for :func:`.dd_attention.tier2_from_scores`:
+    ``colmax`` per row (R, Ev); the values are not scaled (``Fv = 0``: float32 values
+    are far from the underflow range); no radii.  One block may take the undecided
+    rows of every head at once: the per-block work in numpy is then paid once, not
+    once per head."""
+
+    def __init__(self, heads: list[KVrows], hidx: Array) -> None:
+        self.heads = heads
+        self.hidx = np.ascontiguousarray(hidx, dtype=np.int64)
+        self.S, self.E, self.Ev = heads[0].S, heads[0].E, heads[0].Ev
+        self.kmax = np.array([h.kmax for h in heads])[self.hidx]
+        self.colmax = (np.stack([h.colmax for h in heads])[self.hidx] if self.hidx.size
+                       else np.zeros((0, self.Ev)))
         self.Fv = np.zeros(self.Ev, dtype=np.int64)
         self.vr2 = None
 
@@ -107,7 +139,8 @@ class KVrows:
 
         The final (hi, lo) are renormalised by TwoSum (exact)."""
         S = wh.shape[1]
-        Dh, Dl, Nh, Nl, aw, al = row_sums(wh, wl, keep, self.vc, want_n)
+        Dh, Dl, Nh, Nl, aw, al = row_sums(wh, wl, keep, [h.vc for h in self.heads],
+                                                  self.hidx, want_n)
         with np.errstate(over="ignore", invalid="ignore"):
             g1 = gamma(max(S, 1))
             Aw = aw / (1.0 - g1) * UP
@@ -117,18 +150,19 @@ class KVrows:
             eD = g2 * (S * U * (1.0 + g2) * Aw + Al) * UP
             if not want_n:
                 return Dh, Dl, eD, None, None, None
-            col = self.colmax[None, :]
+            col = self.colmax
             eN = ((g3 * (2 * S * U * (1.0 + g2) * 1.01 * Aw + (1.0 + U) * Al)[:, None] * col
                    + U * Al[:, None] * col + (g3 + 2.0) * S * ETA) * UP)
         return Dh, Dl, eD, Nh, Nl, eN
 
 
-def tier2_rows(q: Array, kv: KVrows, blk: Block, cs: DDScale,
+def tier2_rows(q: Array, kv: KVrows | RowsBatch, blk: Block, cs: DDScale,
                dropout: tuple[float, float, float] | None = None,
                kind: str = "output") -> Tier2:
-    """Tier 2 for the rows ``q`` (r, E; float32 values) against ``kv``: the result and
-    bound of :func:`.dd_attention.tier2_block` for the same rows, computed by
-    compensated dot products instead of slices.
+    """Tier 2 for the rows ``q`` (r, E; float32 values) against ``kv`` (one head, or a
+    :class:`RowsBatch` naming each row's head): the result and bound of
+    :func:`.dd_attention.tier2_block` for the same rows, computed by compensated dot
+    products instead of slices.
 
     >>> import numpy as np
     >>> from mha_symbolic.oracle.conventions import Block, dd_scale
@@ -140,10 +174,12 @@ def tier2_rows(q: Array, kv: KVrows, blk: Block, cs: DDScale,
     """
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         r, E = q.shape
+        if isinstance(kv, KVrows):
+            kv = RowsBatch([kv], np.zeros(r, dtype=np.int64))
         S = kv.S
         bad = np.zeros(r, dtype=bool)
         if E and S:
-            gh, gl = row_dots(np.ascontiguousarray(q), kv.kT)
+            gh, gl = row_dots(np.ascontiguousarray(q), [h.kT for h in kv.heads], kv.hidx)
             qn = norm_up(q)
             # Sum2 of E exact products (1.): |gh + gl - g| <= γ_E² Σ|q_l k_jl| (Cauchy–Schwarz)
             gE = gamma(E)

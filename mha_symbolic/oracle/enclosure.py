@@ -14,6 +14,7 @@ The problem (attention or a multi-head block) is reached through :class:`Problem
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
@@ -170,6 +171,14 @@ class Problem:
         hi + lo (len(rows), ncols) within err, ok per row — or None (not available)."""
         return None
 
+    def refine_many(self, items: list[tuple[int, Array]], kind: str
+                    ) -> Iterator[tuple[int, tuple[Array, Array, Array, Array] | None]]:
+        """Tier 2 for several (b, rows) at once: yields (n, result of ``refine`` for
+        items[n]) for every n, as each is done (a problem may batch the items'
+        rows across stack elements; this default refines them one by one)."""
+        for n, (b, rows) in enumerate(items):
+            yield n, self.refine(b, rows, kind)
+
     def rational_row(self, b: int, i: int, kind: str) -> list[Fraction | None] | None:
         """The exact row when (some of) its elements are rational, else None."""
         return None
@@ -253,9 +262,9 @@ class Enclosure(MpmathViews):
         lo, hi, mid = self._writable()
         bs = np.flatnonzero(todo.any(axis=1)).tolist()
         bar = self._progress.bar(len(bs), "refining (double-double)") if self._progress else None
-        for b in bs:
-            rows = np.flatnonzero(todo[b])
-            got = self._problem.refine(b, rows, self._kind)
+        items = [(b, np.flatnonzero(todo[b])) for b in bs]
+        for n, got in self._problem.refine_many(items, self._kind):
+            b, rows = items[n]
             if bar is not None:
                 bar.update(1)
             if got is None:
