@@ -41,6 +41,7 @@ from .jit import numba_active, row_dots, row_sums
 
 Array = np.ndarray[Any, Any]
 
+
 def float32_valued(x: Array) -> bool:
     """Whether every entry of the float64 array ``x`` is a float32 value (so it has at
     most 24 significant bits and exponent >= -149).  Non-finite entries answer False."""
