@@ -182,3 +182,48 @@ def test_rows_of_many_heads_in_one_block_equal_each_head_alone(kind: str, chunk:
             want = (t.hi, t.lo, t.err, t.ok)
         for a, w in zip(got[n], want, strict=True):
             assert np.array_equal(a, w)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_row_and_sliced_tiers_agree_on_random_problems(seed: int, monkeypatch: Any) -> None:
+    """Random shapes, magnitudes (2**-140 to 2**60, values to 2**120), float16/float32
+    inputs, causal alignments, float and bool masks, masked-row policies, dropout and
+    scales: after tier 2 on every row, the two tiers' enclosures intersect and every
+    rounding agrees (the long version: thousands of cases, bench/RESULTS.md issue 11)."""
+    import mha_symbolic.oracle.forward as fwd
+
+    rng = np.random.default_rng(seed)
+    B, H = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    L, S, E, Ev = (int(x) for x in (rng.integers(1, 30), rng.integers(1, 60),
+                                    rng.integers(1, 33), rng.integers(1, 5)))
+    mag, vmag = float(2.0 ** rng.integers(-140, 60)), float(2.0 ** rng.integers(-140, 120))
+    dt = (np.float32, np.float16)[seed % 2]
+    with np.errstate(all="ignore"):
+        q = (rng.standard_normal((B, H, L, E)) * mag).astype(np.float32).astype(dt)
+        k = (rng.standard_normal((B, H, S, E)) * mag).astype(np.float32).astype(dt)
+        v = (rng.standard_normal((B, H, S, Ev)) * vmag).astype(np.float32).astype(dt)
+    q, k, v = (np.where(np.isfinite(x), x, 1).astype(dt) for x in (q, k, v))
+    kw: dict[str, Any] = {}
+    case = seed % 5
+    if case == 1:
+        kw.update(is_causal=True, causal_alignment=("top_left", "bottom_right")[seed % 2])
+    elif case == 2:
+        kw["attn_mask"] = np.where(rng.random((L, S)) < 0.3, -np.inf,
+                                   rng.standard_normal((L, S)) * 4)
+    elif case == 3:
+        kw.update(attn_mask=rng.random((L, S)) < 0.7, masked_rows=("zero", "uniform")[seed % 2])
+    elif case == 4:
+        kw.update(dropout_p=0.25, dropout_mask=rng.random((B, H, L, S)) > 0.25)
+    if seed % 3 == 0:
+        kw["scale"] = 0.3
+    got = []
+    for rows_path in (True, False):
+        monkeypatch.setattr(fwd, "rows_path_pays", lambda n, on=rows_path: on and n > 0)
+        r = reference_attention(q, k, v, **kw)
+        r._refine_rows(np.ones(r._tier.shape, dtype=bool))
+        got.append((r.lower.copy(), r.upper.copy(),
+                    [r.rounded(f).astype(np.float64) for f in ("float64", "float32", "bfloat16")]))
+    (lo1, hi1, r1), (lo2, hi2, r2) = got
+    assert np.all(np.maximum(lo1, lo2) <= np.minimum(hi1, hi2))
+    for a, b in zip(r1, r2, strict=True):
+        assert np.array_equal(a, b, equal_nan=True)
