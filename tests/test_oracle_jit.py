@@ -1,5 +1,6 @@
 """The compiled kernels (mha_symbolic.oracle.jit, numba) and their numpy twins give
-bit-identical enclosures and roundings; without numba the numpy twins run."""
+bit-identical enclosures and roundings, on either tier 2 (sliced, or by rows); without
+numba the numpy twins run."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mha_symbolic.oracle import jit, reference_attention, reference_mha
+from mha_symbolic.oracle import forward, jit, reference_attention, reference_mha
 
 
 def _run(monkeypatch: Any, use_numba: bool, make: Callable[[], Any],
-         weights: bool = False) -> list[np.ndarray[Any, Any]]:
+         weights: bool = False, rows_path: bool = False) -> list[np.ndarray[Any, Any]]:
     monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", "1" if use_numba else "0")
+    # the same tier 2 in both modes (compiled, the row path is the default for float32
+    # inputs; without numba the sliced tier is): each path's kernels have their twins
+    monkeypatch.setattr(forward, "rows_path_pays", lambda n: rows_path and n > 0)
     jit._kernels.cache_clear()
     try:
         res = make()
@@ -60,12 +64,14 @@ CASES: dict[str, tuple[Callable[[], Any], bool]] = {
 }
 
 
+@pytest.mark.parametrize("rows_path", [False, True], ids=["sliced tier 2", "row tier 2"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_numba_and_numpy_paths_are_bit_identical(monkeypatch: Any, name: str) -> None:
+def test_numba_and_numpy_paths_are_bit_identical(monkeypatch: Any, name: str,
+                                                 rows_path: bool) -> None:
     pytest.importorskip("numba")
     make, weights = CASES[name]
-    with_numba = _run(monkeypatch, True, make, weights)
-    without = _run(monkeypatch, False, make, weights)
+    with_numba = _run(monkeypatch, True, make, weights, rows_path)
+    without = _run(monkeypatch, False, make, weights, rows_path)
     for a, b in zip(with_numba, without, strict=True):
         assert np.array_equal(a, b, equal_nan=True)
         assert np.array_equal(np.signbit(a), np.signbit(b))

@@ -480,3 +480,77 @@ def sech2_dd(xh, xl, tab_hi, tab_lo, p2, fh, fl):
         dh, dl = dd_add_d_s(eh, el, 1.0)
         sh, sl = dd_mul_s(dh, dl, dh, dl)
         ffh[idx], ffl[idx] = dd_div_s(4.0 * eh, 4.0 * el, sh, sl)
+
+
+@njit
+def rdot(q, kTs, hidx, gh, gl):
+    r, E = q.shape
+    S = gh.shape[1]
+    s = np.empty(S)
+    c = np.empty(S)
+    for i in range(r):
+        kT = kTs[hidx[i]]
+        for j in range(S):
+            s[j] = 0.0
+            c[j] = 0.0
+        for l in range(E):
+            ql = q[i, l]
+            for j in range(S):
+                p = ql * kT[l, j]
+                a = s[j]
+                t = a + p
+                bb = t - a
+                e = (a - (t - bb)) + (p - bb)
+                s[j] = t
+                c[j] = c[j] + e
+        for j in range(S):
+            gh[i, j], gl[i, j] = two_sum_s(s[j], c[j])
+
+@njit
+def rsum(wh, wl, keep, vs, hidx, want_n, out_d, nh, nl):
+    r, S = wh.shape
+    Ev = nh.shape[1]
+    sn = np.empty(Ev)
+    cn = np.empty(Ev)
+    for i in range(r):
+        v = vs[hidx[i]]
+        sd = 0.0
+        cd = 0.0
+        aw = 0.0
+        al = 0.0
+        for c in range(Ev):
+            sn[c] = 0.0
+            cn[c] = 0.0
+        for j in range(S):
+            h = wh[i, j]
+            lw = wl[i, j]
+            sd, e = two_sum_s(sd, h)
+            cd = (cd + e) + lw
+            aw = aw + abs(h)
+            al = al + abs(lw)
+            if not want_n:
+                continue
+            w1, w2 = split_s(h)
+            if keep is not None and not keep[i, j]:
+                w1 = 0.0
+                w2 = 0.0
+                lw = 0.0
+            for c in range(Ev):
+                vv = v[j, c]
+                p1 = w1 * vv
+                a = sn[c]
+                t = a + p1
+                bb = t - a
+                e1 = (a - (t - bb)) + (p1 - bb)
+                p2 = w2 * vv
+                t2 = t + p2
+                bb = t2 - t
+                e2 = (t - (t2 - bb)) + (p2 - bb)
+                sn[c] = t2
+                cn[c] = ((cn[c] + e1) + e2) + lw * vv
+        out_d[0, i], out_d[1, i] = two_sum_s(sd, cd)
+        out_d[2, i] = aw
+        out_d[3, i] = al
+        if want_n:
+            for c in range(Ev):
+                nh[i, c], nl[i, c] = two_sum_s(sn[c], cn[c])

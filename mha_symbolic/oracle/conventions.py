@@ -258,6 +258,33 @@ class Block:
     sinks: Any = None
 
 
+def concat_blocks(blocks: list[Block], sizes: list[int], S: int) -> Block:
+    """The rows of several blocks (``sizes[n]`` rows of S keys in ``blocks[n]``) as one
+    block: a field that is None in some blocks takes its meaning there explicitly
+    (every key allowed, mask 0, every key kept, no uniform row); None where it is None
+    in all.  The variant hooks (bias, transform, sinks) must be None.
+
+    >>> b = concat_blocks([Block(None, None, None, None),
+    ...                    Block(np.array([[True, False]]), None, None, None)], [1, 1], 2)
+    >>> b.allowed.tolist(), b.madd
+    ([[True, True], [True, False]], None)
+    """
+    if any(b.bias is not None or b.transform is not None or b.sinks is not None
+           for b in blocks):
+        raise ValueError("concat_blocks: blocks with variant hooks cannot be joined")
+
+    def cat(field: str, fill: Any, dtype: Any, per_key: bool) -> Any:
+        parts = [getattr(b, field) for b in blocks]
+        if all(p is None for p in parts):
+            return None
+        return np.concatenate([
+            np.full((n, S) if per_key else (n,), fill, dtype=dtype) if p is None else p
+            for p, n in zip(parts, sizes, strict=True)])
+
+    return Block(cat("allowed", True, bool, True), cat("madd", 0.0, np.float64, True),
+                 cat("keep", True, bool, True), cat("uniform", False, bool, False))
+
+
 class ScoreModel:
     """Masks, causal alignment, masked-row policy and dropout of a stack of
     attention problems with batch shape ``batch`` (flattened to ``c``), handed out

@@ -245,7 +245,15 @@ def _scores(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
         gmax = np.zeros(r)
         qn = np.zeros(r)
         P = np.zeros(r, dtype=np.int64)
-    # radii of the inputs, in true units: ||qr|| (||k|| + ||kr||) + ||q|| ||kr||
+    return scale_and_mask(gh, gl, g_err, gmax, P, _radius(qh, ql, qr, kv), bad, blk, cs,
+                          m_given)
+
+
+def _radius(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd) -> Array:
+    """Per row, the scores' error from the inputs' radii, in true units:
+    ||qr|| (||k|| + ||kr||) + ||q|| ||kr|| (0 without radii)."""
+    r, E = qh.shape
+    S = kv.S
     rad = np.zeros(r)
     if qr is not None or kv.krs is not None:
         kmax_true = float(np.max(kv.kn)) * 2.0**kv.F * UP if S else 0.0
@@ -257,6 +265,17 @@ def _scores(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Block,
             rad += qr * (kmax_true + krmax)
         rad += qn_true * krmax
         rad *= UP
+    return rad
+
+
+def scale_and_mask(gh: Array, gl: Array, g_err: Array, gmax: Array, P: Array, rad: Array,
+                   bad: Array, blk: Block, cs: DDScale, m_given: Array | None) -> Scores:
+    """Step 2 of :func:`tier2_block` from the products: ``(gh + gl)·2**P`` (r, S) is q·kᵀ
+    within ``g_err·2**P`` per row (``gmax·2**P`` >= max_j |q·k_j|), ``rad`` the radii's
+    share in true units, ``bad`` rows already refused; the scale, the mask, the row
+    maxima and the per-key bound ``e_t``.  Shared by the sliced products
+    (:func:`_scores`) and the compensated dot products of :mod:`.dd_rows`."""
+    r = gh.shape[0]
     # ---- 2. s = c·g + M in double-double; scaling by 2**P is exact in the normal range
     ps, okp = _pow2_any(P)
     # rows whose scale would leave the normal range: scores of magnitude < 2**-1000 are
@@ -332,7 +351,10 @@ def tier2_from_scores(sh: Array, sl: Array, m: Array, e_t: Array, kv: KVdd,
     del sh, sl
     tau = (e_t * (1.0 + e_t) + RHO_EXP2) * (1.0 + 2.0 * RHO_EXP2) * UP
     # ---- 4. N = W·V (keep applied) and D = Σ W, exact slice products per key block
-    Dh, Dl, eD, Nh, Nl, eN = _weighted_sums(wh, wl, kv, keep, kind == "output")
+    # the sliced BLAS sums, or the compensated row sums of .dd_rows (its KVrows)
+    sums = getattr(kv, "weighted_sums", None) or (
+        lambda wh, wl, keep, want_n: _weighted_sums(wh, wl, kv, keep, want_n))
+    Dh, Dl, eD, Nh, Nl, eN = sums(wh, wl, keep, kind == "output")
     d_low = (Dh + Dl) * (1 - 2.0**-50) - eD - ETA  # <= D~
     bad |= ~(d_low > 0.25)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -355,7 +377,9 @@ def tier2_from_scores(sh: Array, sl: Array, m: Array, e_t: Array, kv: KVdd,
         e_nd = (eN + (np.abs(yh) * (1 + 2.0**-50) + e_div) * eD[:, None]) / dl  # N_c/D_c vs N~/D~
         yhat = (np.abs(yh) * (1 + 2.0**-50) + e_div + e_nd) * UP  # >= |N~/D~|
         tau3 = tau[:, None]
-        a_up = kv.colmax[None, :]  # a = Σ w|v|/D is an average of |v|: <= max |v|
+        # a = Σ w|v|/D is an average of |v|: <= max |v| (per row when the rows read
+        # different heads: dd_rows.RowsBatch)
+        a_up = kv.colmax if kv.colmax.ndim == 2 else kv.colmax[None, :]
         vr = kv.vr2[None, :] if kv.vr2 is not None else 0.0
         e_w = (tau3 * (a_up + yhat) + (1.0 + tau3) * vr + t0[:, None] * (a_up + yhat)) / (
             1.0 - tau_d[:, None])

@@ -14,6 +14,7 @@ The problem (attention or a multi-head block) is reached through :class:`Problem
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
@@ -24,6 +25,7 @@ from .arb import Prec, ball_bounds
 from .constants import MAX_PREC, RATIONAL_AT_PREC, START_PREC, U
 from .formats import (
     FloatFormat,
+    _hardware_rounding_ok,
     decide_rounding,
     get_format,
     round_dyadic,
@@ -105,17 +107,24 @@ def _decide_balls(balls: list[Any], fmt: FloatFormat) -> tuple[Array, Array]:
     return ok, value
 
 
-def outward(mid: Array, err: Array) -> tuple[Array, Array]:
+def outward(mid: Array, err: Array, scratch: Array | None = None) -> tuple[Array, Array]:
     """Float64 bounds of [mid - err, mid + err] (err >= 0): x = fl(mid - err) is within
     half an ulp of the end; subtracting d = fl(|x|·2**-51 + 2**-1073) >= ulp(x) (exact
     scaling; the sum of nonnegative terms rounds to at least its largest) and rounding
     gives at most pred(x) <= mid - err (rounding is monotone).  Likewise upward.
-    Cheaper than nextafter, at most two ulps outside."""
+    Cheaper than nextafter, at most two ulps outside.  ``scratch``: an array of
+    ``err``'s shape to overwrite (``err`` itself when the caller is done with it)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        x = mid - err
-        lo = x - (np.abs(x) * 2.0**-51 + 2.0**-1073)
-        x = mid + err
-        hi = x + (np.abs(x) * 2.0**-51 + 2.0**-1073)
+        lo = mid - err
+        hi = mid + err
+        d = np.abs(lo, out=scratch)  # in place: large fresh temporaries cost page faults
+        d *= 2.0**-51
+        d += 2.0**-1073
+        lo -= d
+        np.abs(hi, out=d)
+        d *= 2.0**-51
+        d += 2.0**-1073
+        hi += d
     return lo, hi
 
 
@@ -162,6 +171,14 @@ class Problem:
         hi + lo (len(rows), ncols) within err, ok per row — or None (not available)."""
         return None
 
+    def refine_many(self, items: list[tuple[int, Array]], kind: str
+                    ) -> Iterator[tuple[int, tuple[Array, Array, Array, Array] | None]]:
+        """Tier 2 for several (b, rows) at once: yields (n, result of ``refine`` for
+        items[n]) for every n, as each is done (a problem may batch the items'
+        rows across stack elements; this default refines them one by one)."""
+        for n, (b, rows) in enumerate(items):
+            yield n, self.refine(b, rows, kind)
+
     def rational_row(self, b: int, i: int, kind: str) -> list[Fraction | None] | None:
         """The exact row when (some of) its elements are rational, else None."""
         return None
@@ -186,9 +203,12 @@ class Enclosure(MpmathViews):
 
     def __init__(self, problem: Problem, kind: str, shape: tuple[int, ...],
                  mid: Array, err: Array, ok: Array, zero_rows: Array, nan_rows: Array,
-                 perm: tuple[int, ...] | None = None, progress: Progress | None = None) -> None:
+                 perm: tuple[int, ...] | None = None, progress: Progress | None = None,
+                 owned: bool = False) -> None:
         # flat arrays (B, L, ncols); ok/zero_rows/nan_rows (B, L).  The user's array
         # is flat.reshape(pre_shape).transpose(perm) (perm None: no transpose).
+        # ``owned``: mid and err (float64, C order) are the caller's to give away: mid
+        # is kept and err overwritten (no copies: fresh large arrays cost page faults).
         self._problem = problem
         self._kind = kind
         self._perm = perm
@@ -201,10 +221,12 @@ class Enclosure(MpmathViews):
         self._progress = progress
         self._exact_rows: dict[tuple[int, int], list[Fraction | None] | None] = {}
         self._rounded_cache: dict[str, Array] = {}
-        mid = np.array(mid, dtype=np.float64)
-        lo, hi = outward(mid, err)
-        if not np.all(err):  # an exact value (err = 0): the bounds are the value itself
-            exact_zero = ok[..., None] & (err == 0)
+        if not owned:
+            mid = np.array(mid, dtype=np.float64)
+        # an exact value (err = 0): the bounds are the value itself
+        exact_zero = None if np.all(err) else ok[..., None] & (err == 0)
+        lo, hi = outward(mid, err, scratch=err if owned else None)
+        if exact_zero is not None:
             lo = np.where(exact_zero, mid, lo)
             hi = np.where(exact_zero, mid, hi)
         if zero_rows.any():
@@ -214,6 +236,7 @@ class Enclosure(MpmathViews):
             for arr in (lo, hi, mid):
                 arr[nan_rows] = np.nan
         self._lo, self._hi, self._mid = lo, hi, mid
+        self._handed_out = False  # whether lower/upper/midpoint returned views of them
         # tier of each row: 1 (float64 bounds), 2 (double-double), 3 (Arb)
         self._tier = np.ones(ok.shape, dtype=np.int8)
         self._ok2 = np.zeros(ok.shape, dtype=bool)
@@ -226,26 +249,22 @@ class Enclosure(MpmathViews):
                 self._arb_row(b, i)
 
     # ---- tiers -----------------------------------------------------------------
-    _h2: Array
-    _l2: Array
-    _e2: Array
     _ok2: Array
+    #: the double-double values of the rows tier 2 took: (b, rows, hi, lo, err) blocks
+    _dd_blocks: list[tuple[int, Array, Array, Array, Array]]
 
     def _refine_rows(self, rows_mask: Array) -> None:
         """Run tier 2 on the rows in ``rows_mask`` still at tier 1; tighten their bounds
         and keep the double-double values (hi, lo, err) for the rounding decisions."""
         todo = rows_mask & (self._tier == 1)
-        if not hasattr(self, "_h2"):
-            self._h2 = np.full(self._mid.shape, np.nan)
-            self._l2 = np.zeros(self._mid.shape)
-            self._e2 = np.full(self._mid.shape, np.inf)
-            self._ok2 = np.zeros(self._tier.shape, dtype=bool)
-        lo, hi, mid = self._lo.copy(), self._hi.copy(), self._mid.copy()
+        if not hasattr(self, "_dd_blocks"):
+            self._dd_blocks = []
+        lo, hi, mid = self._writable()
         bs = np.flatnonzero(todo.any(axis=1)).tolist()
         bar = self._progress.bar(len(bs), "refining (double-double)") if self._progress else None
-        for b in bs:
-            rows = np.flatnonzero(todo[b])
-            got = self._problem.refine(b, rows, self._kind)
+        items = [(b, np.flatnonzero(todo[b])) for b in bs]
+        for n, got in self._problem.refine_many(items, self._kind):
+            b, rows = items[n]
             if bar is not None:
                 bar.update(1)
             if got is None:
@@ -260,7 +279,7 @@ class Enclosure(MpmathViews):
                 lo[b, good] = np.where(exact, h, l2)
                 hi[b, good] = np.where(exact, h, u2)
                 mid[b, good] = h
-                self._h2[b, good], self._l2[b, good], self._e2[b, good] = h, lw, e
+                self._dd_blocks.append((b, good, h, lw, e))
                 self._ok2[b, good] = True
         if bar is not None:
             bar.close()
@@ -284,7 +303,7 @@ class Enclosure(MpmathViews):
             if not wide or prec >= MAX_PREC:
                 break
             prec *= 2
-        lo, hi, mid = self._lo.copy(), self._hi.copy(), self._mid.copy()
+        lo, hi, mid = self._writable()
         for col, ((l_, h_), m_) in enumerate(zip(bounds, mids, strict=True)):
             lo[b, i, col], hi[b, i, col] = l_, h_
             mid[b, i, col] = m_ if math.isfinite(m_) and l_ <= m_ <= h_ else (
@@ -292,10 +311,23 @@ class Enclosure(MpmathViews):
         self._lo, self._hi, self._mid = lo, hi, mid
         self._tier[b, i] = 3
 
+    def _writable(self) -> tuple[Array, Array, Array]:
+        """(lo, hi, mid) to tighten in place: copies once views of them have been handed
+        out (arrays returned earlier are never modified), the arrays themselves before."""
+        if self._handed_out:
+            self._handed_out = False
+            return self._lo.copy(), self._hi.copy(), self._mid.copy()
+        return self._lo, self._hi, self._mid
+
     # ---- views -----------------------------------------------------------------
-    def _user(self, flat: Array) -> Array:
+    def _user(self, flat: Array, internal: bool = False) -> Array:
+        """The user's view of a flat array (a view when no transpose is needed: then
+        the bounds are copied before they are next tightened, unless ``internal``)."""
         arr = flat.reshape(self._pre_shape)
-        return arr if self._perm is None else np.ascontiguousarray(arr.transpose(self._perm))
+        if self._perm is None:
+            self._handed_out = self._handed_out or not internal
+            return arr
+        return np.ascontiguousarray(arr.transpose(self._perm))
 
     @property
     def lower(self) -> Array:
@@ -366,13 +398,24 @@ class Enclosure(MpmathViews):
         fmt = get_format(dtype)
         if fmt.name not in self._rounded_cache:
             self._rounded_cache[fmt.name] = self._round(fmt)
-        return self._user(self._rounded_cache[fmt.name]).astype(fmt.numpy_dtype())
+        return self._user(self._rounded_cache[fmt.name], internal=True).astype(fmt.numpy_dtype())
 
-    def _first_test(self, fmt: FloatFormat) -> tuple[Array, Array]:
-        lo = round_float64_to(self._lo, fmt)
-        hi = round_float64_to(self._hi, fmt)
+    def _first_test(self, fmt: FloatFormat, rows: Array | None = None) -> tuple[Array, Array]:
+        """Where both ends round to the same value (sign included): (decided, value),
+        for every element or for the rows of the (B, L) mask ``rows`` (then of shape
+        (number of rows, ncols))."""
+        lo_f, hi_f = (self._lo, self._hi) if rows is None else (self._lo[rows], self._hi[rows])
+        if fmt.name == "float32" and _hardware_rounding_ok():
+            # the IEEE conversion rounds correctly (formats.round_float64_to); the values
+            # stay float32 (half the memory: every float32 is exactly assignable)
+            with np.errstate(over="ignore"):
+                lo, hi = lo_f.astype(np.float32), hi_f.astype(np.float32)
+        else:
+            lo = round_float64_to(lo_f, fmt)
+            hi = round_float64_to(hi_f, fmt)
         decided = (lo == hi) & (np.signbit(lo) == np.signbit(hi))
-        return decided, np.where(decided, lo, np.nan)
+        lo[~decided] = np.nan  # lo is a fresh array; few elements are undecided
+        return decided, lo
 
     def _round(self, fmt: FloatFormat) -> Array:
         decided, value = self._first_test(fmt)
@@ -383,15 +426,17 @@ class Enclosure(MpmathViews):
         rows = ~decided.all(axis=-1) & (self._tier == 1)
         if rows.any():
             self._refine_rows(rows)
-            d2, v2 = self._first_test(fmt)
-            value = np.where(decided, value, v2)
-            decided |= d2
-        if hasattr(self, "_h2"):
-            sel = ~decided & self._ok2[..., None]
-            if sel.any():
-                okr, val = decide_rounding(self._h2[sel], self._l2[sel], self._e2[sel], fmt)
-                value[sel] = np.where(okr, val, value[sel])
-                decided[sel] = okr
+            d2, v2 = self._first_test(fmt, rows)  # only the refined rows changed
+            value[rows] = np.where(decided[rows], value[rows], v2)
+            decided[rows] |= d2
+        for b, rws, h, lw, e in getattr(self, "_dd_blocks", ()):
+            und = ~decided[b, rws]
+            if und.any():
+                okr, val = decide_rounding(h[und], lw[und], e[und], fmt)
+                sub, dsub = value[b, rws], decided[b, rws]  # copies (fancy indexing)
+                sub[und] = np.where(okr, val, sub[und])
+                dsub[und] = okr
+                value[b, rws], decided[b, rws] = sub, dsub
         todo = np.argwhere(~decided)
         if todo.size == 0:
             return value

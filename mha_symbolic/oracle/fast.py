@@ -23,6 +23,7 @@ from .constants import (
     MAX_SCORE_ERR,
     RHO_EXP1,
     TINY1,
+    TINY_N,
     UP,
     U,
     gamma,
@@ -204,7 +205,7 @@ def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: fl
     ascale = UP / ((1.0 - gS) * (1.0 - gn))
     vr = kv.vr2 if kv.vr2 is not None else np.zeros(kv.vmax.shape)
     y, err, fin = t1_finish(n_f, a_f, d_f, d_low, tau0, twt0, tau_d, kv.vmax, vr, g, ascale,
-                            S * ETA, r_f, rho_r, bool(r_f != 1.0 or rho_r), kv.vscale)
+                            S * TINY_N, r_f, rho_r, bool(r_f != 1.0 or rho_r), kv.vscale)
     ok = has_key & (e_t <= MAX_SCORE_ERR) & (tau_d < 2.0**-10) & fin & (d_low > 0)
     a_up = None
     if want_abs:

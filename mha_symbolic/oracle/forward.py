@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
@@ -30,11 +31,20 @@ from .conventions import (
     check_dropout,
     check_options,
     check_sdpa_inputs,
+    concat_blocks,
     dd_scale,
     exact_scale,
     rational_scale,
 )
 from .dd_attention import KVdd, tier2_block
+from .dd_rows import (
+    KVrows,
+    RowsBatch,
+    float32_dtype,
+    float32_valued,
+    rows_path_pays,
+    tier2_rows,
+)
 from .enclosure import Enclosure, Problem
 from .fast import KV, tier1_block
 from .inputs import to_float64
@@ -88,7 +98,10 @@ class Stack:
 
 
 class _AttentionProblem(Problem):
-    def __init__(self, stack: Stack, model: ScoreModel, scale: Fraction | None, E: int) -> None:
+    def __init__(self, stack: Stack, model: ScoreModel, scale: Fraction | None, E: int,
+                 narrow: bool = False) -> None:
+        # narrow: the inputs came in a dtype whose values are all float32 values
+        self.narrow = narrow
         self.stack = stack
         self.model = model
         self.scale = scale  # exact rational scale, or None for 1/sqrt(E)
@@ -96,6 +109,8 @@ class _AttentionProblem(Problem):
         self.cs = dd_scale(scale, E)
         self.factor = model.dropout_factor
         self._kv2: OrderedDict[tuple[int, ...], KVdd] = OrderedDict()
+        self._kvr: OrderedDict[tuple[int, ...], KVrows] = OrderedDict()
+        self._f32: dict[tuple[int, ...], bool] = {}  # keys and values all float32 values
         self._km: OrderedDict[tuple[int, ...], tuple[Any, Array]] = OrderedDict()
         self._kint: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self._group_cache: dict[tuple[int, int], dict[Any, list[int]]] = {}
@@ -131,6 +146,103 @@ class _AttentionProblem(Problem):
             hi[s0:s0 + step], lo[s0:s0 + step], err[s0:s0 + step] = res.hi, res.lo, res.err
             ok[s0:s0 + step] = res.ok
         return hi, lo, err, ok
+
+    def _kv_rows(self, b: int) -> KVrows | None:
+        """The keys and values of element b for tier 2 by rows (a few cached per
+        key/value head), or None when they are not all float32 values."""
+        if not self._f32_kv(b):
+            return None
+        _, k, v, kidx = self.stack.qkv(b)
+        return self._cached(self._kvr, kidx, lambda: KVrows(np.asarray(k), np.asarray(v)),
+                            size=8)
+
+    def _f32_kv(self, b: int) -> bool:
+        """Whether the keys and values of element b are all float32 values (cached)."""
+        if self.narrow:
+            return True
+        _, k, v, kidx = self.stack.qkv(b)
+        if kidx not in self._f32:
+            self._f32[kidx] = float32_valued(np.asarray(k)) and float32_valued(np.asarray(v))
+        return self._f32[kidx]
+
+    def refine_many(self, items: list[tuple[int, Array]], kind: str
+                    ) -> Iterator[tuple[int, tuple[Array, Array, Array, Array] | None]]:
+        """Tier 2 for several (b, rows): the items whose query rows, keys and values are
+        all float32 values by rows (:mod:`.dd_rows`), their rows joined across stack
+        elements into blocks of at most CHUNK_ELEMS scores (the numpy work per block
+        is then paid once, not once per head); the others by the sliced tier."""
+        S = self.stack.k.shape[-2]
+        total = sum(int(rows.size) for _, rows in items)
+        eligible: list[int] = []
+        for n, (b, rows) in enumerate(items):
+            if (rows_path_pays(total) and self._f32_kv(b) and (self.narrow or float32_valued(
+                    np.asarray(self.stack.q[self.stack.index(b)[0]][rows])))):
+                eligible.append(n)
+            else:
+                yield n, self.refine(b, rows, kind)
+        if not eligible:
+            return
+        step = max(1, CHUNK_ELEMS // max(1, S))
+        fac = dropout_dd(self.factor)
+        # (item, first row, last row) pieces, packed into blocks of <= step rows
+        pieces: list[tuple[int, int, int]] = []
+        used = 0
+        outs: dict[int, tuple[list[Array], Array]] = {}
+        for n in eligible:
+            size = int(items[n][1].size)
+            r0 = 0
+            while r0 < size:
+                take = min(size - r0, step - used)
+                pieces.append((n, r0, r0 + take))
+                used += take
+                r0 += take
+                if used == step:
+                    yield from self._rows_block(items, pieces, kind, fac, outs)
+                    pieces, used = [], 0
+        if pieces:
+            yield from self._rows_block(items, pieces, kind, fac, outs)
+
+    def _rows_block(self, items: list[tuple[int, Array]], pieces: list[tuple[int, int, int]],
+                    kind: str, fac: tuple[float, float, float] | None,
+                    outs: dict[int, tuple[list[Array], Array]]
+                    ) -> Iterator[tuple[int, tuple[Array, Array, Array, Array]]]:
+        """One block of tier 2 by rows over ``pieces`` (item, row range); yields the
+        items whose last rows it held (``outs`` collects an item's rows meanwhile)."""
+        heads: list[KVrows] = []
+        where: dict[tuple[int, ...], int] = {}
+        qs, hidx, blocks, sizes = [], [], [], []
+        for n, r0, r1 in pieces:
+            b, rows = items[n]
+            sel = rows[r0:r1]
+            idx, kidx = self.stack.index(b)
+            if kidx not in where:
+                kv = self._kv_rows(b)
+                assert kv is not None
+                where[kidx] = len(heads)
+                heads.append(kv)
+            qs.append(self.stack.q[idx][sel])
+            hidx.append(np.full(sel.size, where[kidx], dtype=np.int64))
+            blocks.append(self.model.block(b, sel))
+            sizes.append(int(sel.size))
+        S = heads[0].S
+        res = tier2_rows(np.ascontiguousarray(np.concatenate(qs)),
+                         RowsBatch(heads, np.concatenate(hidx)),
+                         concat_blocks(blocks, sizes, S), self.cs, fac, kind)
+        ncols = res.hi.shape[1]
+        at = 0
+        for n, r0, r1 in pieces:
+            size = int(items[n][1].size)
+            if n not in outs:
+                outs[n] = ([np.zeros((size, ncols)) for _ in range(3)],
+                           np.zeros(size, dtype=bool))
+            (hi, lo, err), ok = outs[n]
+            m = r1 - r0
+            hi[r0:r1], lo[r0:r1], err[r0:r1] = (res.hi[at:at + m], res.lo[at:at + m],
+                                                 res.err[at:at + m])
+            ok[r0:r1] = res.ok[at:at + m]
+            at += m
+            if r1 == size:
+                yield n, (hi, lo, err, outs.pop(n)[1])
 
     # ---- tier 3
     def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
@@ -341,12 +453,14 @@ def reference_attention(
         if bar is not None:
             bar.close()
     ok &= ~(zero_rows | nan_rows)
-    problem = _AttentionProblem(stack, model, scale_exact, E)
+    problem = _AttentionProblem(stack, model, scale_exact, E,
+                                narrow=all(float32_dtype(x) for x in (query, key, value)))
     out = Enclosure(problem, "output", (*batch, L, Ev), y, err_y, ok, zero_rows, nan_rows,
+                    owned=True,
                     progress=prog if prog.enabled else Progress(progress, expected_seconds(
                         B * L * S, "tier2")))
     if return_weights:
         assert p is not None and err_p is not None
         out.weights = Enclosure(problem, "weights", (*batch, L, S), p, err_p, ok,
-                                zero_rows, nan_rows, progress=out._progress)
+                                zero_rows, nan_rows, progress=out._progress, owned=True)
     return out

@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 
 from . import constants as C
-from .dd import dd_add_d, dd_mul, dd_mul_d, two_sum
+from .dd import dd_add_d, dd_mul, dd_mul_d, split, two_sum
 from .expo import _table1, _table2, exp_dd, exp_double
 
 Array = np.ndarray[Any, Any]
 
 _U, _ETA, _UP, _FLOOR = C.U, C.ETA, C.UP, C.FLOOR  # frozen into compiled code as constants
+_TN = C.TINY_N  # >= η, and normal: no slow subnormal operands in the per-element bounds
 _POW2 = np.ldexp(1.0, np.arange(-1100, 1024))  # 2**k at index k + 1100 (exact; 0 below 2**-1074)
 
 
@@ -147,18 +148,21 @@ def _t1_elem(n: Any, a: Any, d: Any, dl: Any, tau0: Any, twt0: Any, taud: Any, v
              has_drop: bool, sc: Any) -> tuple[Any, Any]:
     """The tier-1 output and its error bound for one element (or, with numpy arrays,
     for all: only +, -, *, /, abs, so numpy and numba evaluate the same operations
-    in the same order).  The derivation is in fast.py and docs/oracle.md §3.3."""
+    in the same order).  The derivation is in fast.py and docs/oracle.md §3.3; in the
+    values' scaled units its underflow terms η are bounded by the smallest normal
+    ``TINY_N`` and ``se`` by ``S·TINY_N`` (a subnormal ``se`` made every element three
+    times slower); the last term, in true units, stays 2η."""
     y = n / d
     a_up = (a + se) * ascale / dl
     abs_y = abs(y)
-    rnd = _U * abs_y * (1.0 + 2 * _U) + _ETA
-    e_fl = (g * (a_up + 2.01 * (abs_y + _ETA)) + se / dl) * _UP
+    rnd = _U * abs_y * (1.0 + 2 * _U) + _TN
+    e_fl = (g * (a_up + 2.01 * (abs_y + _TN)) + se / dl) * _UP
     yhat = (abs_y + e_fl + rnd) * _UP
     e_w = (tau0 * (a_up + yhat) + twt0 * (vmax + yhat) + (1.0 + taud) * vr) / (1.0 - taud)
     err = (e_w + e_fl + rnd) * _UP + _FLOOR
     if has_drop:
         y2 = y * rf
-        err = (abs(rf) * err * (1 + _U) + rho_r * (yhat + err) + _U * abs(y2) + _ETA) * _UP
+        err = (abs(rf) * err * (1 + _U) + rho_r * (yhat + err) + _U * abs(y2) + _TN) * _UP
         y = y2
     return y * sc, err * sc + 2 * _ETA
 
@@ -185,6 +189,81 @@ def _np_w_slices(wh: Array, wl: Array) -> tuple[list[Array], list[bool], Array]:
     rw = wh - sum(ws.parts) if not ws.zero_rem else None  # exact (the slices are wh's bits)
     p = wl.copy() if rw is None else wl + rw
     return ws.parts, ws.nonzero, p
+
+
+def _np_row_dots(q: Array, kTs: list[Array], hidx: Array) -> tuple[Array, Array]:
+    """Sum2 of the products ``q_il·kT_lj`` over l, row i against ``kT = kTs[hidx[i]]``
+    (exact products for float32 values): s, e = TwoSum(s, q_il kT_lj); c = fl(c + e) for
+    l = 0 … E-1 from s = c = 0, then (gh, gl) = TwoSum(s, c).  The row path of tier 2
+    (:mod:`.dd_rows`)."""
+    r, E = q.shape
+    S = kTs[0].shape[1]
+    gh = np.zeros((r, S))
+    gl = np.zeros((r, S))
+    for h in np.unique(hidx).tolist():  # the rows of one head at a time
+        sel = hidx == h
+        qh, kT = q[sel], kTs[h]
+        s = np.zeros((qh.shape[0], S))
+        c = np.zeros((qh.shape[0], S))
+        for l in range(E):
+            s, e = two_sum(s, qh[:, l, None] * kT[l][None, :])
+            c = c + e
+        gh[sel], gl[sel] = two_sum(s, c)
+    return gh, gl
+
+
+def _np_row_sums(wh: Array, wl: Array, keep: Array | None, vs: list[Array], hidx: Array,
+                 want_n: bool
+                 ) -> tuple[Array, Array, Array | None, Array | None, Array, Array]:
+    """Sum2 over the keys (:meth:`.dd_rows.RowsBatch.weighted_sums`), row i against the
+    values ``vs[hidx[i]]``: D = Σ (wh + wl) and N = Σ keep (w1 + w2 + wl) v with
+    wh = w1 + w2 split by Veltkamp; also Σ|wh|, Σ|wl|.  Returns (Dh, Dl, Nh, Nl, aw, al)
+    (N None without ``want_n``)."""
+    r, S = wh.shape
+    if len(vs) > 1:  # the rows of one head at a time
+        out: list[Any] = [np.zeros(r), np.zeros(r), np.zeros((r, vs[0].shape[1])),
+                          np.zeros((r, vs[0].shape[1])), np.zeros(r), np.zeros(r)]
+        for h in np.unique(hidx).tolist():
+            sel = hidx == h
+            got = _np_row_sums(wh[sel], wl[sel], None if keep is None else keep[sel], [vs[h]],
+                               np.zeros(int(sel.sum()), dtype=np.int64), want_n)
+            for o, g in zip(out, got, strict=True):
+                if g is not None:
+                    o[sel] = g
+        return (out[0], out[1], out[2] if want_n else None, out[3] if want_n else None,
+                out[4], out[5])
+    v = vs[0]
+    Ev = v.shape[1]
+    sd = np.zeros(r)
+    cd = np.zeros(r)
+    aw = np.zeros(r)
+    al = np.zeros(r)
+    sn = np.zeros((r, Ev))
+    cn = np.zeros((r, Ev))
+    for j in range(S):
+        h = wh[:, j]
+        lw = wl[:, j]
+        sd, e = two_sum(sd, h)
+        cd = (cd + e) + lw
+        aw = aw + np.abs(h)
+        al = al + np.abs(lw)
+        if not want_n:
+            continue
+        w1, w2 = split(h)
+        if keep is not None:
+            k = keep[:, j]
+            w1 = np.where(k, w1, 0.0)
+            w2 = np.where(k, w2, 0.0)
+            lw = np.where(k, lw, 0.0)
+        vj = v[j][None, :]
+        sn, e1 = two_sum(sn, w1[:, None] * vj)
+        sn, e2 = two_sum(sn, w2[:, None] * vj)
+        cn = ((cn + e1) + e2) + lw[:, None] * vj
+    Dh, Dl = two_sum(sd, cd)
+    if not want_n:
+        return Dh, Dl, None, None, aw, al
+    Nh, Nl = two_sum(sn, cn)
+    return Dh, Dl, Nh, Nl, aw, al
 
 
 # ---- dispatch ------------------------------------------------------------------------
@@ -290,3 +369,43 @@ def accumulate(terms: list[Array]) -> tuple[Array, Array]:
 
 
 # ---- the compiled twins ----------------------------------------------------------------
+
+
+def _typed(arrays: list[Array]) -> Any:
+    """A numba typed List of C-contiguous float64 arrays (the kernels index it by head)."""
+    from numba.typed import List
+
+    out = List()
+    for a in arrays:
+        out.append(np.ascontiguousarray(a, dtype=np.float64))
+    return out
+
+
+def row_dots(q: Array, kTs: list[Array], hidx: Array) -> tuple[Array, Array]:
+    k = _kernels()
+    if k is None or q.size == 0 or kTs[0].size == 0:
+        return _np_row_dots(q, kTs, hidx)
+    gh = np.empty((q.shape[0], kTs[0].shape[1]))
+    gl = np.empty_like(gh)
+    k.rdot(np.ascontiguousarray(q), _typed(kTs), np.ascontiguousarray(hidx, dtype=np.int64),
+           gh, gl)
+    return gh, gl
+
+
+def row_sums(wh: Array, wl: Array, keep: Array | None, vs: list[Array], hidx: Array,
+             want_n: bool
+             ) -> tuple[Array, Array, Array | None, Array | None, Array, Array]:
+    k = _kernels()
+    if k is None or wh.size == 0:
+        return _np_row_sums(wh, wl, keep, vs, hidx, want_n)
+    r = wh.shape[0]
+    Ev = vs[0].shape[1] if want_n else 0
+    out_d = np.empty((4, r))
+    nh = np.empty((r, Ev))
+    nl = np.empty((r, Ev))
+    k.rsum(np.ascontiguousarray(wh), np.ascontiguousarray(wl),
+           None if keep is None else np.ascontiguousarray(keep, dtype=np.bool_),
+           _typed(vs), np.ascontiguousarray(hidx, dtype=np.int64), want_n, out_d, nh, nl)
+    if not want_n:
+        return out_d[0], out_d[1], None, None, out_d[2], out_d[3]
+    return out_d[0], out_d[1], nh, nl, out_d[2], out_d[3]
