@@ -48,7 +48,7 @@ __all__ = ["ExactAttention", "HeadResult", "exact_attention", "exact_matrix", "e
 MAX_SCORE_ENTRIES = 4096
 #: Largest number of exact term operations (see :func:`attention_work`) for one
 #: computation: about a few seconds of SymPy arithmetic.
-MAX_WORK = 310_000
+MAX_WORK = 340_000
 #: The work of an example with irrational entries (sqrt(2), e^x, ln 3) counts this many
 #: times: calibrated in bench/RESULTS.md (issue 15) on the slowest derivations.
 IRRATIONAL_COST = 4
@@ -60,9 +60,13 @@ W_O_COST = 2
 #: Scores of large magnitude cost more per term: SymPy's assumptions evaluate sums of
 #: e^(t) whose terms span e^(±|t|) numerically, and certified digits of a weight as small
 #: as e^(−2|t|) need integers of about 2.9·|t| bits.  The work is multiplied by
-#: 1 + B / MAGNITUDE_UNIT, where B bounds |scale · score| from the inputs' largest
-#: entries (calibrated in bench/RESULTS.md, issue 11 item 7).
-MAGNITUDE_UNIT = 200
+#: :func:`magnitude_factor` of B, the example's largest |scale · score| (computed in
+#: float64 from its entries): 1 + B/MAGNITUDE_UNIT.  Calibrated in bench/RESULTS.md
+#: (issue 11 item 7): at the same shape, `derive` costs 1.1–1.5× more with B ≈ 100,
+#: 2.5–3× with B ≈ 900, 7–19× with B ≈ 10^4 and 19–24× with B ≈ 4·10^4 than with B ≈ 10;
+#: the factor is above all of these, and the slowest examples the limit admits (entries
+#: of ±10…±30, B of a few hundred) set the unit.
+MAGNITUDE_UNIT = 150
 #: Largest |scaled score| the symbolic engine exponentiates. SymPy rewrites
 #: exp(k·log 2) as the integer 2^k, so an unbounded score could make it build an
 #: integer of astronomically many digits; e^(10^5) ≈ 10^43429 is far beyond any
@@ -181,22 +185,31 @@ def attention_work(*, scores: Any = None, query: Any = None, key: Any = None, va
     return work
 
 
+def magnitude_factor(magnitude: float) -> float:
+    """How much dearer a term is when the scaled scores reach ±``magnitude``.
+
+    >>> magnitude_factor(0.0), magnitude_factor(900.0)
+    (1.0, 7.0)
+    """
+    return 1.0 + magnitude / MAGNITUDE_UNIT
+
+
 def work_total(work: dict[str, int], terms: dict[str, int] | None = None,
                magnitude: float = 0.0) -> int:
     """The number compared with MAX_WORK: the stages of :func:`attention_work` added up,
     times IRRATIONAL_COST when some input entry is irrational, times
-    1 + magnitude / MAGNITUDE_UNIT (``magnitude`` bounds |scale · score|, see
+    :func:`magnitude_factor` (``magnitude``: the largest |scale · score|, see
     :func:`_score_bound`).
 
-    >>> work_total({"scores": 100, "softmax": 1000}, {"query": 1}, magnitude=200.0)
-    8800
+    >>> work_total({"scores": 100, "softmax": 1000}, {"query": 1}, magnitude=900.0)
+    30800
     """
     total = sum(v for k, v in work.items() if k != "entries")
     # a term of an irrational entry costs more than a rational product (which collapses
     # into one number): its exponentials are evaluated, printed and compared in Arb
     if terms and any(terms.values()):
         total *= IRRATIONAL_COST
-    return int(total * (1 + magnitude / MAGNITUDE_UNIT))
+    return int(total * magnitude_factor(magnitude))
 
 
 def _check_work(kwargs: dict[str, Any], terms: dict[str, int] | None = None,
@@ -216,7 +229,7 @@ def _check_work(kwargs: dict[str, Any], terms: dict[str, int] | None = None,
         factor = f" × {IRRATIONAL_COST} for irrational entries" if terms and any(
             terms.values()) else ""
         if magnitude:
-            factor += (f" × {1 + magnitude / MAGNITUDE_UNIT:.3g} for scaled scores up to "
+            factor += (f" × {magnitude_factor(magnitude):.3g} for scaled scores up to "
                        f"±{magnitude:.3g}")
         raise SpecError(
             f"this example's exact computation would build or walk about {total:,} terms "
@@ -227,65 +240,82 @@ def _check_work(kwargs: dict[str, Any], terms: dict[str, int] | None = None,
     return total
 
 
-def _largest(m: Any) -> float:
-    """An upper bound on the largest |entry| of a parsed matrix (inf if beyond floats)."""
+def _floats(m: Any) -> Any:
+    """A parsed matrix as a float64 array (entries rounded; symbols and entries beyond
+    floats give NaN and inf): for cost estimates only, never for an answer."""
+    import numpy as np
+
     from .certified import to_arb
 
-    best = 0.0
-    for e in m:
-        if e.is_Rational:
-            try:
-                best = max(best, float(abs(e)) * (1 + 2**-50))
-            except OverflowError:
-                return float("inf")
-        elif not e.free_symbols:
-            ball = to_arb(e, 64)
-            best = max(best, float(ball.abs_upper()) if ball.is_finite() else float("inf"))
-    return best
+    out = np.zeros((m.rows, m.cols))
+    for i in range(m.rows):
+        for j in range(m.cols):
+            e = m[i, j]
+            if e.free_symbols:
+                out[i, j] = np.nan
+            elif e.is_Rational:
+                try:
+                    out[i, j] = float(e)
+                except OverflowError:
+                    out[i, j] = np.inf
+            else:
+                ball = to_arb(e, 64)
+                out[i, j] = float(ball.mid()) if ball.is_finite() else np.inf
+    return out
 
 
 def _score_bound(parsed: dict[str, Any], score_mats: list[Any], scale: Any, heads: int,
-                 extras: bool) -> float:
-    """An upper bound B on |scale · score| from the inputs' largest entries, before any
-    product is formed: |Σ_c q_c k_c| ≤ d_k·max|q|·max|k|, and a projected entry
-    |Σ_c x_c w_c + b| ≤ d_in·max|x|·max|w| + max|b|; raw scores count as scaled by 1
-    unless a scale is given (1/sqrt(d_k) ≤ 1).  A finite additive mask, ``mask_fill``, ALiBi or sinks
-    (``extras``) add SHIFT_THRESHOLD: beyond it a row is shifted and its tiny terms are
-    bounded by magnitude analysis.  At most MAX_ABS_SCORE, the largest scaled score
-    the engine exponentiates (a larger one is refused when the scores are formed).
+                 extras: bool, kv_heads: int | None = None) -> float:
+    """B, the largest |scale · score| of the example, computed in float64 from its
+    entries (projections included) — a cost estimate for :func:`work_total`, not a
+    certified bound.  A finite additive mask, ``mask_fill``, ALiBi or sinks (``extras``)
+    add SHIFT_THRESHOLD: beyond it a row is shifted and its tiny terms are bounded by
+    magnitude analysis.  At most MAX_ABS_SCORE, the largest scaled score the engine
+    exponentiates (a larger one is refused when the scores are formed); symbols count 0.
 
     >>> import sympy as sp
-    >>> round(_score_bound({"query": sp.Matrix([[1, -3]]), "key": sp.Matrix([[2, 0]])}, [],
-    ...                    None, 1, False), 6)  # d_k = 2: 2 · 3 · 2 / sqrt(2)
-    8.485281
+    >>> q, k = sp.Matrix([[1, -3], [2, 2]]), sp.Matrix([[2, 0], [1, 1]])
+    >>> round(_score_bound({"query": q, "key": k}, [], None, 1, False), 6)  # |-2|·... /√2
+    2.828427
     """
     import math
 
-    big = _largest
+    import numpy as np
 
-    def projected(x: str, w: str, b: str) -> float:
-        if x not in parsed or w not in parsed:
-            return 0.0
-        return parsed[x].cols * big(parsed[x]) * big(parsed[w]) + (
-            big(parsed[b]) if b in parsed else 0.0)
+    def scale_float() -> float:
+        import sympy as sp
 
-    if score_mats:
-        bound = max(big(m) for m in score_mats)
-    else:
-        if "x" in parsed:
-            kv_in = "x_kv" if "x_kv" in parsed else "x"
-            q, k = projected("x", "w_q", "b_q"), projected(kv_in, "w_k", "b_k")
-            width = parsed["w_q"].cols if "w_q" in parsed else 0
+        c = abs(float(_floats(sp.Matrix([[exact_number(scale, "scale")]]))[0, 0]))
+        return c if not math.isnan(c) else 1.0  # a symbolic scale: no numeric cost
+
+    def project(x: str, w: str, b: str) -> Any:
+        y = _floats(parsed[x]) @ _floats(parsed[w])
+        return y + _floats(parsed[b]) if b in parsed else y
+
+    with np.errstate(all="ignore"):
+        if score_mats:
+            bound = max(float(np.nanmax(np.abs(_floats(m)), initial=0.0)) for m in score_mats)
+            if scale is not None:
+                bound *= scale_float()
         else:
-            q = big(parsed["query"]) if "query" in parsed else 0.0
-            k = big(parsed["key"]) if "key" in parsed else 0.0
-            width = parsed["query"].cols if "query" in parsed else 0
-        d_k = max(width // max(heads, 1), 1)
-        bound = d_k * q * k
-        if scale is None:  # the default 1/sqrt(d_k)
-            bound /= math.sqrt(d_k)
-    if scale is not None:  # already read once by the radicals' check
-        bound *= _largest([exact_number(scale, "scale")])
+            if "x" in parsed:
+                if "w_q" not in parsed or "w_k" not in parsed:
+                    return 0.0
+                kv_in = "x_kv" if "x_kv" in parsed else "x"
+                q, k = project("x", "w_q", "b_q"), project(kv_in, "w_k", "b_k")
+            elif "query" in parsed and "key" in parsed:
+                q, k = _floats(parsed["query"]), _floats(parsed["key"])
+            else:
+                return 0.0
+            h = max(heads, 1)
+            d_k = max(q.shape[1] // h, 1)
+            kv = kv_heads if kv_heads and k.shape[1] == kv_heads * d_k else h
+            c = scale_float() if scale is not None else 1 / math.sqrt(d_k)
+            bound = 0.0
+            for i in range(h):
+                g = i // max(h // kv, 1)
+                s = q[:, i * d_k:(i + 1) * d_k] @ k[:, g * d_k:(g + 1) * d_k].T
+                bound = max(bound, float(np.nanmax(np.abs(s), initial=0.0)) * c)
     if extras:
         bound += SHIFT_THRESHOLD
     # a scaled score beyond MAX_ABS_SCORE is refused once the scores are formed
@@ -809,7 +839,7 @@ def exact_attention(
         terms["scores"] = max(_terms(m) for m in score_mats_parsed)
     extras = (mask_fill is not None or alibi_slopes is not None or sinks is not None
               or _finite_mask(mask))
-    _check_work(sizes, terms, _score_bound(parsed, score_mats_parsed, scale, heads, extras))
+    _check_work(sizes, terms, _score_bound(parsed, score_mats_parsed, scale, heads, extras, kv))
     inputs: dict[str, Any] = {}
 
     q_heads: list[Any] | None = None
