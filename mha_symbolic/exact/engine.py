@@ -289,8 +289,16 @@ def _score_bound(parsed: dict[str, Any], score_mats: list[Any], scale: Any, head
         return c if not math.isnan(c) else 1.0  # a symbolic scale: no numeric cost
 
     def project(x: str, w: str, b: str) -> Any:
-        y = _floats(parsed[x]) @ _floats(parsed[w])
-        return y + _floats(parsed[b]) if b in parsed else y
+        xm, wm = parsed[x], parsed[w]
+        if xm.cols != wm.rows:
+            return None  # a shape error, reported by the engine itself
+        y = _floats(xm) @ _floats(wm)
+        if b in parsed:
+            bm = _floats(parsed[b]).reshape(-1)
+            if bm.size != y.shape[1]:
+                return None
+            y = y + bm
+        return y
 
     with np.errstate(all="ignore"):
         if score_mats:
@@ -308,6 +316,9 @@ def _score_bound(parsed: dict[str, Any], score_mats: list[Any], scale: Any, head
             else:
                 return 0.0
             h = max(heads, 1)
+            if q is None or k is None or q.shape[1] % h or k.shape[1] != q.shape[1] * (
+                    (kv_heads or h) / h):
+                return 0.0  # shapes the engine refuses with its own message
             d_k = max(q.shape[1] // h, 1)
             kv = kv_heads if kv_heads and k.shape[1] == kv_heads * d_k else h
             c = scale_float() if scale is not None else 1 / math.sqrt(d_k)
