@@ -10,7 +10,7 @@ file can reach, both refused here *before* or right after ``tomllib`` runs:
   refused after one linear scan of the text (:func:`longest_dotted_key`); no worked
   example needs more than two (``example.claim``, ``example.init``).  Within the
   limit, a megabyte of 8-part table names still costs tomllib a few CPU seconds
-  (bench/bench_limits.py), which is why the limit is not larger.
+  (bench/bench_limits.py: 3.7–5.2 s at 8 parts), which is why the limit is 4.
 * **Huge integers in hexadecimal, octal or binary.**  Python refuses ``int()`` of a
   decimal string beyond 4300 digits (``tomllib`` then raises ``ValueError``), but not
   in base 16, 8 or 2: ``0xfff…`` of a megabyte is an integer of a million digits,
@@ -41,7 +41,7 @@ from ..errors import ExampleFileError
 __all__ = ["MAX_KEY_PARTS", "longest_dotted_key", "parse_toml"]
 
 #: Most parts of a dotted key or table name (``example.claim`` has 2).
-MAX_KEY_PARTS = 8
+MAX_KEY_PARTS = 4
 
 # One TOML token: a comment, a string of each of the four kinds (a multi-line string may
 # end in up to two extra quotes, which belong to its content), a bare word, or one
