@@ -25,7 +25,6 @@ from .arb import Prec, ball_bounds
 from .constants import MAX_PREC, RATIONAL_AT_PREC, START_PREC, U
 from .formats import (
     FloatFormat,
-    _hardware_rounding_ok,
     decide_rounding,
     get_format,
     round_dyadic,
@@ -405,14 +404,8 @@ class Enclosure(MpmathViews):
         for every element or for the rows of the (B, L) mask ``rows`` (then of shape
         (number of rows, ncols))."""
         lo_f, hi_f = (self._lo, self._hi) if rows is None else (self._lo[rows], self._hi[rows])
-        if fmt.name == "float32" and _hardware_rounding_ok():
-            # the IEEE conversion rounds correctly (formats.round_float64_to); the values
-            # stay float32 (half the memory: every float32 is exactly assignable)
-            with np.errstate(over="ignore"):
-                lo, hi = lo_f.astype(np.float32), hi_f.astype(np.float32)
-        else:
-            lo = round_float64_to(lo_f, fmt)
-            hi = round_float64_to(hi_f, fmt)
+        lo = round_float64_to(lo_f, fmt, native=True)
+        hi = round_float64_to(hi_f, fmt, native=True)
         decided = (lo == hi) & (np.signbit(lo) == np.signbit(hi))
         lo[~decided] = np.nan  # lo is a fresh array; few elements are undecided
         return decided, lo

@@ -213,9 +213,12 @@ def _hardware_rounding_ok() -> bool:
     return got == [2.0**-140 * 1.5, 1.0, 1.0 + 2.0**-22, -1.0]
 
 
-def round_float64_to(x: np.ndarray[Any, Any], fmt: FloatFormat) -> np.ndarray[Any, Any]:
+def round_float64_to(x: np.ndarray[Any, Any], fmt: FloatFormat,
+                     native: bool = False) -> np.ndarray[Any, Any]:
     """Round every element of the float64 array ``x`` to ``fmt`` (nearest, ties
-    to even); the result is a float64 array whose values all belong to ``fmt``.
+    to even); the result is a fresh float64 array whose values all belong to ``fmt``
+    (``native``: a float32 array for float32, where the hardware conversion is used,
+    half the memory; every float32 value is exactly assignable back).
 
     Exactness: ``ldexp`` by the element's quantum exponent is exact (the result
     stays within double range for the formats here), ``np.rint`` rounds a double
@@ -229,7 +232,8 @@ def round_float64_to(x: np.ndarray[Any, Any], fmt: FloatFormat) -> np.ndarray[An
         # IEEE 754 conversion binary64 -> binary32 is correctly rounded (nearest,
         # ties to even; overflow to ±inf, gradual underflow): one pass
         with np.errstate(over="ignore"):
-            return x.astype(np.float32).astype(np.float64)
+            x32 = x.astype(np.float32)
+        return x32 if native else x32.astype(np.float64)
     out = np.array(x, dtype=np.float64, copy=True)
     ax = np.abs(x)
     finite = np.isfinite(x) & (ax != 0)

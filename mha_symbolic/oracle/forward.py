@@ -172,11 +172,11 @@ class _AttentionProblem(Problem):
         elements into blocks of at most CHUNK_ELEMS scores (the numpy work per block
         is then paid once, not once per head); the others by the sliced tier."""
         S = self.stack.k.shape[-2]
-        total = sum(int(rows.size) for _, rows in items)
+        by_rows = rows_path_pays(sum(int(rows.size) for _, rows in items))
         eligible: list[int] = []
         for n, (b, rows) in enumerate(items):
-            if (rows_path_pays(total) and self._f32_kv(b) and (self.narrow or float32_valued(
-                    np.asarray(self.stack.q[self.stack.index(b)[0]][rows])))):
+            if by_rows and self._f32_kv(b) and (self.narrow or float32_valued(
+                    np.asarray(self.stack.q[self.stack.index(b)[0]][rows]))):
                 eligible.append(n)
             else:
                 yield n, self.refine(b, rows, kind)
@@ -242,7 +242,8 @@ class _AttentionProblem(Problem):
             ok[r0:r1] = res.ok[at:at + m]
             at += m
             if r1 == size:
-                yield n, (hi, lo, err, outs.pop(n)[1])
+                del outs[n]
+                yield n, (hi, lo, err, ok)
 
     # ---- tier 3
     def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
