@@ -63,7 +63,9 @@ from ..oracle.mha import reference_mha
 from .bugs import Candidate, MhaInputs, diagnose, diagnose_mha, plain_mha
 from .compare_report import _idx_text, _render, _summary, _table
 from .options import asserting, checked, passes_options_to
+from .emulated import DTYPE_FACTOR, DtypeLevel, dtype_level, hull_violations
 from .plain import AttentionInputs, Plain, plain_in_dtype
+from .precision_bugs import precision_bugs
 from .tolerance import DEFAULT_SAFETY, ErrorModel, FloatFormat, error_model, ulp
 
 __all__ = [
@@ -76,7 +78,7 @@ __all__ = [
     "compare_mha",
 ]
 
-_RULES = ("model", "ulp", "allclose", "flash")
+_RULES = ("model", "certified", "ulp", "allclose", "flash")
 DEFAULT_ULPS = 4.0
 DEFAULT_FLASH_FACTOR = 2.0
 
@@ -142,6 +144,8 @@ class AttentionComparison(ReportDisplay):
     title: str = "attention output"
     n_vacuous: int = 0          # elements whose model tolerance is vacuous (not judged)
     notes: tuple[str, ...] = ()
+    #: the output's dtype is not the one the inputs (or ``out_dtype=``) promise
+    dtype_problem: str = ""
 
     def __bool__(self) -> bool:
         return self.passed
@@ -195,8 +199,8 @@ def _rule_options(
     if rule not in _RULES:
         raise SpecError(f"rule={rule!r} is not a tolerance rule: expected one of {_RULES}")
     given = {"rtol": rtol, "atol": atol, "ulps": ulps, "factor": factor, "safety": safety}
-    allowed = {"model": {"safety"}, "ulp": {"ulps"}, "allclose": {"rtol", "atol"},
-               "flash": {"factor"}}[rule]
+    allowed = {"model": {"safety", "factor"}, "certified": {"safety"}, "ulp": {"ulps"},
+               "allclose": {"rtol", "atol"}, "flash": {"factor"}}[rule]
     for key, val in given.items():
         if val is None:
             continue
@@ -266,6 +270,7 @@ def _verdict(
     title: str,
     notes: tuple[str, ...] = (),
     raise_vacuous: bool = True,
+    hull: np.ndarray | None = None,
 ) -> AttentionComparison:
     """The findings for ``actual`` against ``[lower, upper]`` with tolerance ``tol``;
     elements flagged ``vacuous`` are not judged, and a passing comparison with any of
@@ -289,6 +294,8 @@ def _verdict(
         finite = np.isfinite(a) & ~exact_nan
         judged = finite & ~vac
         bad = np.where(judged, dist > tol, False) | nonfinite | missing_nan
+        if hull is not None:   # outside every convex combination of the values
+            bad |= hull & finite
         ulps = np.where(finite, err / ulp(mid, fmt), 0.0)
         ratio = np.where(judged & (err > 0), err / np.where(tol > 0, tol, 0.0), 0.0)
         ratio = np.where(np.isnan(ratio), np.inf, ratio)
@@ -309,7 +316,12 @@ def _verdict(
     if np.any(nonfinite):
         first_nf = tuple(int(i) for i in np.argwhere(nonfinite)[0])
     n_bad = int(np.sum(bad))
-    n_vac = int(np.sum(finite & vac))
+    n_vac = int(np.sum(finite & vac & ~bad))
+    if hull is not None and np.any(hull & finite):
+        n_hull = int(np.sum(hull & finite))
+        notes = (*notes, f"{n_hull} element(s) lie outside the hull of their row's values "
+                 "(an attention output is a convex combination of them): wrong whatever the "
+                 "kernel's rounding")
     comp = AttentionComparison(
         passed=n_bad == 0, rule=rule, shape=tuple(a.shape), dtype=fmt.name,
         accumulation=_acc_text(model), index_names=index_names, n_elements=int(a.size),
@@ -319,7 +331,7 @@ def _verdict(
         n_vacuous=n_vac, notes=notes,
     )
     if comp.passed and n_vac and raise_vacuous:
-        idx = tuple(int(i) for i in np.argwhere(finite & vac)[0])
+        idx = tuple(int(i) for i in np.argwhere(finite & vac & ~bad)[0])
         raise ToleranceError(
             f"no verdict: the {title} would pass, but for {n_vac} of {a.size} element(s) "
             f"(first at {_idx_text(idx, index_names)}) the tolerance of the "
@@ -339,7 +351,7 @@ def _rule_tolerance(
     rtol: float | None, atol: float | None, ulps: float | None, factor: float | None,
     safety: float | None, plain_err: float | None,
 ) -> np.ndarray:
-    if rule == "model":
+    if rule in ("model", "certified"):
         return (DEFAULT_SAFETY if safety is None else safety) * model_tol
     if rule == "ulp":
         return (DEFAULT_ULPS if ulps is None else ulps) * ulp(mid, fmt)
@@ -412,6 +424,7 @@ def compare_attention(
     k_descale: Any = None,
     v_descale: Any = None,
     weights_dtype: Any = None,
+    out_dtype: Any = None,
 ) -> AttentionComparison:
     """Compare ``actual`` with the exact ``scaled_dot_product_attention(query, key,
     value, ...)``; the attention options are those of
@@ -438,6 +451,7 @@ def compare_attention(
         sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
         k_descale=k_descale, v_descale=v_descale)
     fp8 = any("float8" in str(getattr(x, "dtype", "")) for x in (actual, query, key, value))
+    promise = _dtype_promise(actual, (query, key, value), out_dtype, fp8)
     if variant is not None or weights_dtype is not None or fp8:
         from ..oracle.variants import VariantOptions
         from .compare_variants import compare_variant_attention
@@ -445,14 +459,14 @@ def compare_attention(
         if dropout_mask is not None or dropout_p:
             raise SpecError("dropout with fp8 inputs or weights_dtype is not supported: "
                             "pass dropout_p=0 without a dropout_mask")
-        return compare_variant_attention(
+        return _kept_promise(promise, compare_variant_attention(
             actual, query, key, value, variant or VariantOptions(), attn_mask=attn_mask,
             is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
             causal_alignment=causal_alignment, masked_rows=masked_rows, rule=rule,
             accumulation_dtype=accumulation_dtype, weights_dtype=weights_dtype,
             kernel=kernel, error_model=error_model, subnormals=subnormals,
             safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor,
-            diagnose_bugs=diagnose_bugs)
+            diagnose_bugs=diagnose_bugs))
     rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
     a = _as_actual(actual)
     model = _model(a, accumulation_dtype, kernel, error_model, subnormals)
@@ -483,22 +497,42 @@ def compare_attention(
         plain_err, note = _plain_error(x, a.dtype, lower, upper)
         if note:
             notes.append(note)
-    lower, upper = _refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
-                            atol, ulps)
+    level = dtype_level(x, model) if rule in ("model", "flash") else None
+    mid = 0.5 * (lower + upper)
+    if level is not None:   # refine for the tighter of the two levels
+        dtol, _, _ = level.tolerance(mid, _dtype_factor(rule, factor))
+        lower, upper = _refined(ref, lower, upper, np.minimum(model_tol, dtol), "model",
+                                model.fmt, None, None, None, None)
+    else:
+        lower, upper = _refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
+                                atol, ulps)
     mid = 0.5 * (lower + upper)
     tol = _rule_tolerance(rule, model_tol=model_tol, mid=mid, fmt=model.fmt, rtol=rtol,
                      atol=atol, ulps=ulps, factor=factor, safety=safety, plain_err=plain_err)
-    comp = _verdict(a, lower, upper, tol, vacuous if rule in ("model", "flash") else None,
-                  model=model, rule=_rule_line(rule, model, safety, rtol, atol, ulps, factor),
-                  index_names=_index_names(a.ndim), title="attention output",
-                  notes=tuple(notes))
+    vac = vacuous if rule in ("model", "certified", "flash") else None
+    rule_text = _rule_line(rule, model, safety, rtol, atol, ulps, factor)
+    two = None
+    if level is not None:
+        two = _two_levels(level, mid, tol, vacuous, rule, factor, plain_err)
+        tol, vac = two.tol, two.vacuous
+        rule_text = two.rule_line(rule_text)
+    hull = hull_violations(a, x, model)
+    comp = _verdict(a, lower, upper, tol, vac, model=model, rule=rule_text,
+                    index_names=_index_names(a.ndim), title="attention output",
+                    notes=tuple(notes), hull=hull)
+    if two is not None and not comp.passed:
+        comp = replace(comp, notes=(*comp.notes, two.levels_note(a, lower, upper)))
+    comp = _kept_promise(promise, comp)
     if comp.passed or not diagnose_bugs:
         return comp
     saf = DEFAULT_SAFETY if safety is None or rule != "model" else safety
+    found: tuple[Candidate, ...] = ()
     if not _within(a, lower, upper, saf * model_tol):
         found = diagnose(a, x, model=model, safety=saf)
-        comp = _with_diagnoses(comp, found)
-    return comp
+    if two is not None:
+        found = found + _precision_candidates(a, x, mid, model, query, key, value, two.dtype_tol)
+    return _with_diagnoses(comp, comp.diagnoses + tuple(
+        Diagnosis(c.name, c.description, c.ratio) for c in found))
 
 
 def _plain_error(x: AttentionInputs, dtype: Any, lower: np.ndarray,
@@ -742,8 +776,9 @@ def _within(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray
 
 
 def _with_diagnoses(comp: AttentionComparison,
-                    found: tuple[Candidate, ...]) -> AttentionComparison:
-    diags = tuple(Diagnosis(c.name, c.description, c.ratio) for c in found)
+                    found: tuple[Candidate, ...] | tuple[Diagnosis, ...]) -> AttentionComparison:
+    diags = tuple(c if isinstance(c, Diagnosis) else Diagnosis(c.name, c.description, c.ratio)
+                  for c in found)
     return replace(comp, diagnosis_run=True, diagnoses=diags)
 
 
@@ -752,7 +787,7 @@ def _rule_line(rule: str, model: ErrorModel, safety: float | None, rtol: float |
                kernel: str | None = None) -> str:
     """The tolerance line of a report (``kernel``: how to name a kernel that is not one
     of the forward's KERNELS, as the gradients' model)."""
-    if rule == "model":
+    if rule in ("model", "certified"):
         return (f"{model.describe(kernel)} × "
                 f"{DEFAULT_SAFETY if safety is None else safety:g}")
     if rule == "ulp":
@@ -781,3 +816,118 @@ def _tolerance(rule: str, *, model: np.ndarray, mid: np.ndarray, fmt: FloatForma
             plain_err = float(np.max(np.abs(plain - mid)[ok])) if np.any(ok) else 0.0
     return _rule_tolerance(rule, model_tol=model, mid=mid, fmt=fmt, rtol=rtol, atol=atol,
                            ulps=ulps, factor=factor, safety=safety, plain_err=plain_err)
+
+
+# ------------------------------------------------------------------------------------
+# Two levels (issue 22): certainly wrong, and wrong for the kernel's dtype
+
+
+def _dtype_factor(rule: str, factor: float | None) -> float:
+    """The dtype level's factor: ``factor=`` with rule='model', the default otherwise
+    (rule='flash' takes ``factor`` for its own plain-kernel multiple)."""
+    return float(factor) if rule == "model" and factor is not None else DTYPE_FACTOR
+
+
+@dataclass
+class _TwoLevels:
+    """The tolerance of rule='model' (and the floor of rule='flash') from both levels:
+    the certified model (``model_tol``: beyond it an output is certainly wrong) and
+    the dtype level (``dtype_tol``: beyond it the error exceeds DTYPE_FACTOR × what
+    correct kernels of that precision make on these inputs)."""
+
+    tol: np.ndarray
+    vacuous: np.ndarray
+    model_tol: np.ndarray
+    dtype_tol: np.ndarray
+    undecided: np.ndarray
+    level: DtypeLevel
+    factor: float
+    worst: float
+
+    def rule_line(self, model_line: str) -> str:
+        fmt = self.level.model.fmt.name
+        return (f"two levels: certainly wrong beyond the {model_line}; wrong for "
+                f"{fmt} beyond {self.factor:g} × the error of correct {fmt} kernels "
+                f"emulated on these inputs ({', '.join(self.level.names)}; the worst "
+                f"{self.worst:.3g}) + an ulp floor")
+
+    def levels_note(self, a: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> str:
+        with np.errstate(invalid="ignore"):
+            dist = np.maximum(np.maximum(_f64(a) - upper, lower - _f64(a)), 0.0)
+            fin = np.isfinite(dist)
+            certain = int(np.sum(fin & (dist > self.model_tol) & ~self.vacuous))
+            dtype_only = int(np.sum(fin & (dist > self.dtype_tol) & ~self.undecided)) - certain
+        fmt = self.level.model.fmt.name
+        return (f"levels: {certain} element(s) certainly wrong (beyond the bound of every "
+                f"correct kernel), {max(dtype_only, 0)} more wrong for {fmt} (errors over "
+                f"{self.factor:g} × those of correct {fmt} kernels on these inputs)")
+
+
+def _two_levels(level: DtypeLevel, mid: np.ndarray, tol: np.ndarray, vacuous: np.ndarray,
+                rule: str, factor: float | None, plain_err: float | None) -> _TwoLevels:
+    f = _dtype_factor(rule, factor)
+    dtol, und, worst = level.tolerance(mid, f)
+    both = np.where(und, tol, np.minimum(tol, dtol))
+    if rule == "flash":   # FlashAttention's multiple, never below the two levels
+        assert plain_err is not None
+        fl = DEFAULT_FLASH_FACTOR if factor is None else factor
+        both = np.where(und, tol, np.maximum(fl * plain_err, np.minimum(tol, dtol)))
+    return _TwoLevels(both, vacuous & und, tol, dtol, und, level, f, worst)
+
+
+def _fmt_name(x: Any) -> str | None:
+    """The float format of an array-like's dtype, None for lists and scalars."""
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        return None
+    try:
+        from .tolerance import format_of
+        return format_of(dt).name
+    except SpecError:
+        return None
+
+
+def _dtype_promise(actual: Any, inputs: tuple[Any, ...], out_dtype: Any,
+                   fp8: bool) -> str:
+    """'' when the output's dtype is the one promised, else the problem in words: the
+    inputs' common format (when every input is an array of one float format) or
+    ``out_dtype=``, when given.  fp8 inputs promise no output format (FlashAttention-3
+    returns bf16 or fp16)."""
+    got = _fmt_name(actual)
+    if out_dtype is not None:
+        from .tolerance import format_of
+        want = format_of(out_dtype).name
+        if got is not None and got != want:
+            return f"output dtype {got}, but out_dtype={want} was stated"
+        return ""
+    if fp8 or got is None:
+        return ""
+    names = {_fmt_name(x) for x in inputs}
+    if None in names or len(names) != 1:
+        return ""
+    (want,) = names
+    if got == want:
+        return ""
+    return (f"output dtype {got} for {want} inputs: a kernel returns its inputs' dtype "
+            f"(state out_dtype={got!r} if that is the kernel's contract)")
+
+
+def _kept_promise(problem: str, comp: AttentionComparison) -> AttentionComparison:
+    if not problem:
+        return comp
+    d = Diagnosis("output_dtype", problem, 0.0)
+    return replace(comp, passed=False, dtype_problem=problem, diagnosis_run=True,
+                   diagnoses=(d, *comp.diagnoses))
+
+
+def _precision_candidates(a: np.ndarray, x: AttentionInputs, mid: np.ndarray,
+                          model: ErrorModel, query: Any, key: Any, value: Any,
+                          dtype_tol: np.ndarray) -> tuple[Candidate, ...]:
+    ins = {n for n in (_fmt_name(query), _fmt_name(key), _fmt_name(value)) if n}
+    found = precision_bugs(a, x, mid, model.fmt.name, ins, dtype_tol)
+    out = []
+    for f in found:
+        how = ("explains the output" if f.explains else
+               f"an error of the same size ({f.ratio:.2g} × that variant's)")
+        out.append(Candidate(f.name, f"{f.description}: {how}", f.ratio))
+    return tuple(out)

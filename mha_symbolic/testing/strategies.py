@@ -50,6 +50,10 @@ FAMILIES: dict[str, str] = {
     "subnormal": "values and products near the dtype's underflow threshold",
     "causal_rect": "causal masks with L != S, in both alignments",
     "gqa": "grouped-query attention: H_q a multiple of H_kv (repeat_interleave)",
+    "llm_outliers": "LLM-like activations: a few query/key channels ×6 (scores up to ~70), "
+                    "long rows",
+    "shifted_values": "values with a common offset (mean 3): the output does not cancel, "
+                      "long rows",
 }
 
 
@@ -181,11 +185,19 @@ def _build(d: _Draw, dtype: str, masked_rows: str, alignments: tuple[str, ...]) 
     elif fam == "causal_rect":
         is_causal = True
         align = alignments[d.option % len(alignments)]
+    elif fam == "llm_outliers":
+        ch = rng.choice(d.E, size=min(3, d.E), replace=False)
+        g = min(6.0, math.sqrt(top) / 8)
+        q[..., ch] *= g
+        k[..., ch] *= g
+    elif fam == "shifted_values":
+        v = v + 3.0
     elif fam == "fully_masked":
         mask = rng.random((d.L, d.S)) < 0.6
         mask[:, 0] = True
         mask[rng.integers(0, d.L)] = False                # at least one dead row
-    if fam in ("random", "gqa", "long_rows", "cancelling", "near_ties", "large_range"):
+    if fam in ("random", "gqa", "long_rows", "cancelling", "near_ties", "large_range",
+               "llm_outliers", "shifted_values"):
         opt = d.option
         if opt == 1:
             is_causal = True
@@ -263,7 +275,7 @@ def attention_inputs(
         B = draw_(st.integers(1, max_batch))
         H = draw_(st.integers(1, max_heads))
         rep = draw_(st.integers(2, 3)) if fam == "gqa" else 1
-        if fam == "long_rows":
+        if fam in ("long_rows", "llm_outliers", "shifted_values"):
             L = draw_(st.integers(1, 4))
             S = draw_(st.integers(min(max_keys, max(2 * max_len, 256)), max_keys))
         else:
