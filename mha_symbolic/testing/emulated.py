@@ -60,6 +60,12 @@ DTYPE_FACTOR = 4.0
 FLOOR_UA = 2.0
 #: and of this many roundings of each weight, independent: FLOOR_P u_P sqrt(Σ p²v²)
 FLOOR_P = 4.0
+#: Accumulators of the vector-dot-product order (a GEMV, a SIMD loop over the keys:
+#: each sums every LANES-th key one term at a time); kernel="sequential" uses 1.
+LANES = 4
+#: The orders that cost L·S·E_v elementwise operations run on this many rows of
+#: each row group (evenly spaced; their relative error stands for the group's).
+SAMPLE_ROWS = 8
 #: FlashAttention-2's key block (64 for head dims up to 128 on most GPUs).
 BLOCK = 64
 _LOG2E = math.log2(math.e)
@@ -99,20 +105,22 @@ class DtypeLevel:
         ua = unit_roundoff(self.model.acc)
         worst = 0.0
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            # r: the worst relative error of every emulation over the whole check
+            # (pooled: one row's features share its weights' errors, so a group of few
+            # rows is few samples)
+            r = 0.0
+            ok_any = np.zeros((B, L), bool)
+            for o in outs:
+                fin = np.isfinite(o) & np.isfinite(m)
+                ok_any |= np.all(fin | np.isnan(m), axis=-1) & ~np.all(np.isnan(o), axis=-1)
+                err = np.where(fin, np.abs(o - m), 0.0)
+                if err.size:
+                    worst = max(worst, float(np.max(err)))
+                rel = np.where(fin & (a > 0), err / np.where(a > 0, a, 1.0), 0.0)
+                if rel.size:
+                    r = max(r, float(np.max(rel)))
             for b, rows in self.groups:
-                mg, ag = m[b, rows], a[b, rows]
-                r, ok_any = 0.0, np.zeros(mg.shape[0], bool)
-                for o in outs:
-                    og = o[b, rows]
-                    fin = np.isfinite(og) & np.isfinite(mg)
-                    row_ok = np.all(fin | np.isnan(mg), axis=-1)
-                    ok_any |= row_ok
-                    err = np.where(fin, np.abs(og - mg), 0.0)
-                    if np.any(fin):
-                        worst = max(worst, float(np.max(err)))
-                    rel = np.where(fin & (ag > 0), err / np.where(ag > 0, ag, 1.0), 0.0)
-                    if rel.size:
-                        r = max(r, float(np.max(rel)))
+                ag = a[b, rows]
                 t = (factor * r + FLOOR_UA * ua) * ag
                 if self.a2 is not None:
                     t = t + FLOOR_P * self.u_p * self.a2.reshape(B, L, Ev)[b, rows]
@@ -120,7 +128,7 @@ class DtypeLevel:
                     t = t + (self.n_keys + 2) * self.vmax[b] * math.ldexp(
                         1.0, self.model.acc.emin) + math.ldexp(1.0, self.model.fmt.emin)
                 # a level that allows half the natural scale is no test: undecided
-                und[b, rows] = ~ok_any[:, None] | (t >= 0.5 * ag) & (ag > 0)
+                und[b, rows] = ~ok_any[b, rows, None] | (t >= 0.5 * ag) & (ag > 0)
                 tol[b, rows] = t
             tol += ulp(m, self.model.fmt)
         return tol.reshape(self.shape), und.reshape(self.shape), worst
@@ -143,10 +151,15 @@ def dtype_level(x: AttentionInputs, model: ErrorModel) -> DtypeLevel | None:
     lay = pl.layout
     kname = model.kernel.name
     runs: list[tuple[str, callable]] = []  # type: ignore[valid-type]
-    if kname == "fused":
+    if kname in ("fused", "sequential"):
+        lanes = 1 if kname == "sequential" else LANES
         runs = [("gemm", lambda ch: _gemm(ch, dt, wk, stores=0, scaled_query=False,
                                           store_p=False)),
-                ("online", lambda ch: _online(ch, dt, wk))]
+                ("online", lambda ch: _online(ch, dt, wk)),
+                (f"{lanes} accumulator{'s' if lanes > 1 else ''}",
+                 lambda ch: _lanes(ch, dt, wk, lanes)),
+                ("gemm, q and k scaled by √c", lambda ch: _gemm(
+                    ch, dt, wk, stores=0, scaled_query=False, store_p=False, split_scale=True))]
         if dt != wk:
             runs.append(("gemm with P stored", lambda ch: _gemm(
                 ch, dt, wk, stores=0, scaled_query=False, store_p=True)))
@@ -184,13 +197,17 @@ def _store(a: np.ndarray, dt: np.dtype, wk: np.dtype) -> np.ndarray:
 
 
 def _scores(ch: Chunk, dt: np.dtype, wk: np.dtype, stores: int,
-            scaled_query: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(scores in wk with -inf where masked, allowed)."""
+            scaled_query: bool, split_scale: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(scores in wk with -inf where masked, allowed); ``split_scale``: q and k each
+    multiplied by √c first (torch's MATH backend)."""
     q, k = ch.q.astype(wk), ch.k.astype(wk)
     c = wk.type(ch.scale)
     allowed = ch.allowed
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        if scaled_query:
+        if split_scale:
+            r = wk.type(math.sqrt(abs(ch.scale)))
+            s = ((q * (r if ch.scale >= 0 else -r)).astype(wk) @ (k * r).astype(wk).T)
+        elif scaled_query:
             s = _store(_store(q * c, dt, wk) @ k.T, dt, wk)
         else:
             s = q @ k.T
@@ -211,8 +228,8 @@ def _scores(ch: Chunk, dt: np.dtype, wk: np.dtype, stores: int,
 
 
 def _gemm(ch: Chunk, dt: np.dtype, wk: np.dtype, *, stores: int, scaled_query: bool,
-          store_p: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    s, allowed = _scores(ch, dt, wk, stores, scaled_query)
+          store_p: bool, split_scale: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    s, allowed = _scores(ch, dt, wk, stores, scaled_query, split_scale)
     R, S = s.shape
     v = ch.v.astype(wk)
     if S == 0:
@@ -300,3 +317,50 @@ def hull_violations(actual: np.ndarray, x: AttentionInputs, model: ErrorModel) -
             u1 = ulp(ar, model.fmt)
             bad[ch.b, ch.rows] = np.isfinite(ar) & ((ar < lo - u1) | (ar > hi + u1))
     return bad.reshape(pl.shape)
+
+
+def _lanes(ch: Chunk, dt: np.dtype, wk: np.dtype, lanes: int) -> tuple[np.ndarray, None]:
+    """Sums over the keys in ``lanes`` interleaved accumulators, each one term at a
+    time (products rounded, then added: no FMA), then added together; the softmax sum
+    likewise.  On :data:`SAMPLE_ROWS` evenly spaced rows of the group (NaN elsewhere):
+    the work is rows × S × E_v elementwise."""
+    R = ch.q.shape[0]
+    S = ch.k.shape[0]
+    Ev = ch.v.shape[1]
+    out = np.full((R, Ev), np.nan)
+    if S == 0 or R == 0:
+        return np.zeros((R, Ev)), None
+    idx = np.unique(np.linspace(0, R - 1, min(R, SAMPLE_ROWS)).round().astype(int))
+    sub = Chunk(ch.b, ch.rows, ch.q[idx], ch.k, ch.v, ch.allowed[idx],
+                None if ch.mask_add is None else ch.mask_add[idx],
+                None if ch.kappa is None else ch.kappa[idx], ch.dead[idx],
+                None if ch.uniform is None else ch.uniform[idx], ch.scale)
+    s, allowed = _scores(sub, dt, wk, 0, False)
+    v = ch.v.astype(wk)
+    pad = (-S) % lanes
+    with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
+        m = np.max(s, axis=-1, keepdims=True)
+        e = np.where(allowed, np.exp(s - np.where(np.isfinite(m), m, wk.type(0))),
+                     wk.type(0)).astype(wk)
+        ep = np.concatenate([e, np.zeros((len(idx), pad), wk)], axis=1)
+        # (S/lanes, lanes, r): np.add.reduce over axis 0 of a C-ordered array adds its
+        # rows one after another: a sequential sum in every lane
+        tot = np.add.reduce(np.ascontiguousarray(ep.T.reshape(-1, lanes, len(idx))), axis=0)
+        tot = np.add.reduce(tot, axis=0)[:, None].astype(wk)
+        p = np.where(tot == 0, wk.type(0), e / np.where(tot == 0, wk.type(1), tot)).astype(wk)
+        if ch.kappa is not None:
+            p = (p * sub.kappa.astype(wk)).astype(wk)
+        if dt != wk:
+            p = _store(p, dt, wk)
+        pp = np.concatenate([p, np.zeros((len(idx), pad), wk)], axis=1)
+        vp = np.concatenate([v, np.zeros((pad, Ev), wk)], axis=0)
+        acc = np.zeros((lanes, len(idx), Ev), wk)
+        step = max(lanes, (1 << 20) // max(1, len(idx) * Ev) // lanes * lanes)
+        for j0 in range(0, S + pad, step):
+            j1 = min(S + pad, j0 + step)
+            prod = (pp[:, j0:j1].T[:, :, None] * vp[j0:j1, None, :]).astype(wk)
+            prod = prod.reshape(-1, lanes, len(idx), Ev)
+            acc = np.add.reduce(np.concatenate([acc[None], prod], axis=0), axis=0)
+        res = np.add.reduce(acc, axis=0).astype(np.float64)
+    out[idx] = res
+    return out, None

@@ -123,6 +123,9 @@ KERNELS: dict[str, KernelModel] = {
     "fused": KernelModel(
         "fused", "scores and softmax in the accumulation dtype, P rounded to the output "
         "dtype before P·V (FlashAttention, cuDNN, torch SDPA, JAX)", 0, False),
+    "sequential": KernelModel(
+        "sequential", "as 'fused', the sums over the keys accumulated one term at a time "
+        "(a loop over the keys with one accumulator: a naive kernel)", 0, False),
     "eager": KernelModel(
         "eager", "op by op in the output dtype: q·kᵀ, the scaled scores and the masked "
         "scores each rounded to it (softmax(q @ k.T * c) @ v)", 2, False),
