@@ -335,10 +335,13 @@ def _verdict(
         raise ToleranceError(
             f"no verdict: the {title} would pass, but for {n_vac} of {a.size} element(s) "
             f"(first at {_idx_text(idx, index_names)}) the tolerance of the "
-            f"{model.describe()} with accumulation in {model.acc.name} is vacuous: a kernel "
-            "of that kind can be wrong there by the whole size of the answer (its scores "
-            "or sums overflow or lose every digit). Use a wider accumulation_dtype, the "
-            "default kernel='fused', error_model='probabilistic', or rule='ulp'/'allclose'")
+            f"{model.describe()} with accumulation in {model.acc.name} is vacuous, and so "
+            "is the error of correct kernels of that precision emulated on these inputs: a "
+            "kernel of that kind can be wrong there by the whole size of the answer (its "
+            "scores or sums overflow or lose every digit). The output is within its values' "
+            "hull and has the expected NaN pattern; nothing else can be said without "
+            "risking a false alarm. If the kernel accumulates in a wider format, say so "
+            "with accumulation_dtype=")
     return comp
 
 

@@ -127,8 +127,8 @@ class DtypeLevel:
                 if self.model.flush:   # every product and sum may lose a smallest normal
                     t = t + (self.n_keys + 2) * self.vmax[b] * math.ldexp(
                         1.0, self.model.acc.emin) + math.ldexp(1.0, self.model.fmt.emin)
-                # a level that allows half the natural scale is no test: undecided
-                und[b, rows] = ~ok_any[b, rows, None] | (t >= 0.5 * ag) & (ag > 0)
+                # a level that allows the whole natural scale is no test: undecided
+                und[b, rows] = ~ok_any[b, rows, None] | (t >= ag) & (ag > 0)
                 tol[b, rows] = t
             tol += ulp(m, self.model.fmt)
         return tol.reshape(self.shape), und.reshape(self.shape), worst

@@ -16,7 +16,7 @@ factor :data:`SAME_SIZE`) while correct kernels of the promised format err far l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -73,6 +73,10 @@ PRECISION_BUGS: tuple[PrecisionBug, ...] = (
                  "left on): operands rounded to 10 significand bits", tf32=True),
     PrecisionBug("computed_in_float32", "computed in float32 and returned in float64",
                  work="float32"),
+    PrecisionBug("scores_in_output_dtype", "the scores rounded to the output dtype after "
+                 "q·kᵀ and after the scale, P stored in it (an op-by-op kernel, "
+                 "softmax(q @ k.T * c) @ v): if that is the kernel, state kernel='eager'",
+                 scores="output", weights="output"),
 )
 
 
@@ -91,14 +95,21 @@ def _rnd(a: np.ndarray, fmt: str | None, wk: np.dtype) -> np.ndarray:
         return np.asarray(a).astype(get_format(fmt).numpy_dtype()).astype(wk)
 
 
-def _run_chunk(ch: Chunk, bug: PrecisionBug, wk: np.dtype) -> np.ndarray:
-    q, k, v = (_rnd(a.astype(wk), bug.inputs, wk) for a in (ch.q, ch.k, ch.v))
+def _run_chunk(ch: Chunk, bug: PrecisionBug, wk: np.dtype, out_fmt: str) -> np.ndarray:
+    if "output" in (bug.scores, bug.weights):
+        bug = replace(bug, scores=out_fmt if bug.scores == "output" else bug.scores,
+                      weights=out_fmt if bug.weights == "output" else bug.weights)
+    with np.errstate(over="ignore", invalid="ignore"):
+        q, k, v = (_rnd(a.astype(wk), bug.inputs, wk) for a in (ch.q, ch.k, ch.v))
     k, v = _rnd(k, bug.kv, wk), _rnd(v, bug.kv, wk)
     c = _rnd(np.asarray(ch.scale, wk), bug.scale, wk)
     mm = (lambda a, b: round_tf32(a) @ round_tf32(b)) if bug.tf32 else (lambda a, b: a @ b)
     allowed = ch.allowed
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
-        s = (mm(q, k.T) * c).astype(wk)
+        s = mm(q, k.T).astype(wk)
+        if bug.scores is not None and bug.weights is not None:   # op by op: stored twice
+            s = _rnd(s, bug.scores, wk)
+        s = (s * c).astype(wk)
         if ch.mask_add is not None:
             s = s + ch.mask_add.astype(wk)
         s = _rnd(s, bug.scores, wk)
@@ -124,6 +135,8 @@ def _applies(bug: PrecisionBug, out_fmt: str, in_fmts: set[str]) -> bool:
     make its rounding a no-op."""
     if bug.work is not None:
         return out_fmt == "float64"
+    if "output" in (bug.scores, bug.weights):
+        return out_fmt in _LOW
     if out_fmt != "float32":
         return False
     narrow = bug.inputs or bug.kv
@@ -154,7 +167,7 @@ def precision_bugs(actual: np.ndarray, x: AttentionInputs, mid: np.ndarray,
         wk = np.dtype(bug.work) if bug.work else _F32
         flat = np.zeros((lay.B, lay.L, lay.Ev))
         for ch in pl.chunks():
-            flat[ch.b, ch.rows] = _run_chunk(ch, bug, wk)
+            flat[ch.b, ch.rows] = _run_chunk(ch, bug, wk, out_fmt)
         out = flat.reshape(pl.shape)
         with np.errstate(invalid="ignore"):
             ok = fin & np.isfinite(out)
