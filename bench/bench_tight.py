@@ -120,6 +120,9 @@ def run(dtypes: list[str], sizes: list[int], Ls: list[int], kinds: list[str], se
                             g["n"] += 1
                             g["fa"] += verdict == "fail"
                             g["ref"] += verdict == "refused"
+                            if verdict == "refused":
+                                print(f"  REFUSED {name} {dname} S={S} L={L} {kind} "
+                                      f"seed={seed} causal={causal} H_kv={H_kv}")
                             if verdict == "fail":
                                 print(f"  FALSE ALARM {name} {dname} S={S} L={L} {kind} "
                                       f"seed={seed} causal={causal} H_kv={H_kv} ratio={ratio:.3g}")
