@@ -101,7 +101,7 @@ def run(dtypes: list[str], sizes: list[int], Ls: list[int], kinds: list[str], se
                         if seed % 3 == 2 and H % 2 == 0:
                             H_kv = H // 2
                         q, k, v = vk.draw(rng, 1, H, H_kv, L, S, E, dt, kind)
-                        kw = {"enable_gqa": H != H_kv}
+                        kw = {"enable_gqa": H_kv != H}
                         if causal:
                             kw.update(is_causal=True, causal_alignment="top_left"
                                       if causal is True else causal)

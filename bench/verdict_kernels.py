@@ -100,7 +100,7 @@ def _check(q: np.ndarray, k: np.ndarray, v: np.ndarray, dtype: Any) -> np.dtype:
             raise TypeError(f"{name} is stored in {a.dtype}, the kernel was told {dt}")
     B, H, _, E = q.shape
     Bk, Hkv, S, Ek = k.shape
-    if (Bk, Hkv, S) != v.shape[:3] or B != Bk or E != Ek:
+    if (Bk, Hkv, S) != v.shape[:3] or Bk != B or Ek != E:
         raise ValueError(f"shapes do not agree: q {q.shape}, k {k.shape}, v {v.shape}")
     if Hkv == 0 or H % Hkv:
         raise ValueError(f"H = {H} is not a multiple of H_kv = {Hkv}")
@@ -364,11 +364,11 @@ def sequential_fp32(q, k, v, *, scale=None, causal=False, dtype):
     right (a loop over S with accumulators vectorised over the rows; no FMA)."""
     dt = _check(q, k, v, dtype)
     p, vf = _softmax_parts(q, k, v, scale, causal, dt)
-    l = np.zeros(p.shape[:-1] + (1,), dtype=p.dtype)
+    l = np.zeros((*p.shape[:-1], 1), dtype=p.dtype)
     for j in range(p.shape[-1]):
         l += p[..., j:j + 1]
     attn = _safe_div(p, l)
-    out = np.zeros(p.shape[:-1] + (vf.shape[-1],), dtype=p.dtype)
+    out = np.zeros((*p.shape[:-1], vf.shape[-1]), dtype=p.dtype)
     for j in range(p.shape[-1]):
         out += attn[..., j:j + 1] * vf[:, :, None, j, :]
     return out.astype(dt)
@@ -513,7 +513,7 @@ def no_max_subtraction(q, k, v, *, scale=None, causal=False, dtype):
 
 
 def _l_fp16_sequential(p: np.ndarray) -> np.ndarray:
-    l = np.zeros(p.shape[:-1] + (1,), dtype=F16)
+    l = np.zeros((*p.shape[:-1], 1), dtype=F16)
     p16 = p.astype(F16)
     for j in range(p.shape[-1]):
         l = (l + p16[..., j:j + 1]).astype(F16)

@@ -54,8 +54,8 @@ _EXPORTS: dict[str, str] = {
     "MhaGradients": "oracle",
     "compare_attention": "testing.compare",
     "assert_attention_close": "testing.compare",
-    "compare_mha": "testing.compare",
-    "assert_mha_close": "testing.compare",
+    "compare_mha": "testing.compare_mha",
+    "assert_mha_close": "testing.compare_mha",
     "attention_inputs": "testing.strategies",
     "compare_attention_backward": "testing.backward",
     "assert_attention_backward_close": "testing.backward",
@@ -125,7 +125,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .testing.backward import assert_attention_backward_close, compare_attention_backward
     from .testing.backward_mha import assert_mha_backward_close, compare_mha_backward
     from .testing.check import check_attention
-    from .testing.compare import assert_attention_close, assert_mha_close, compare_attention, compare_mha
+    from .testing.compare import assert_attention_close, compare_attention
+    from .testing.compare_mha import assert_mha_close, compare_mha
     from .testing.compare_variants import assert_attention_varlen_close, compare_attention_varlen
     from .testing.strategies import attention_inputs
     from .textbook.check import check_examples

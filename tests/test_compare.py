@@ -18,7 +18,7 @@ import pytest
 
 from mha_symbolic import AttentionMismatchError, assert_attention_close, compare_attention
 from mha_symbolic.errors import ShapeError, SpecError, ToleranceError
-from mha_symbolic.testing.compare import assert_mha_close, compare_mha
+from mha_symbolic.testing.compare_mha import assert_mha_close, compare_mha
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bugs_catalog as bc

@@ -19,10 +19,10 @@ from hypothesis import given, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-import verdict_kernels as vk  # noqa: E402
+import verdict_kernels as vk
 
-from mha_symbolic import ToleranceError, compare_attention  # noqa: E402
-from mha_symbolic.strategies import attention_inputs  # noqa: E402
+from mha_symbolic import ToleranceError, compare_attention
+from mha_symbolic.strategies import attention_inputs
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 

@@ -22,8 +22,8 @@ from .._lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "compare_attention": "compare",
     "assert_attention_close": "compare",
-    "compare_mha": "compare",
-    "assert_mha_close": "compare",
+    "compare_mha": "compare_mha",
+    "assert_mha_close": "compare_mha",
     "AttentionComparison": "compare",
     "attention_inputs": "strategies",
     "AttentionCase": "strategies",
@@ -46,12 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .backward_mha import assert_mha_backward_close, compare_mha_backward
     from .check import AttentionCheck, check_attention
-    from .compare import (
-        AttentionComparison,
-        assert_attention_close,
-        assert_mha_close,
-        compare_attention,
-        compare_mha,
-    )
+    from .compare import AttentionComparison, assert_attention_close, compare_attention
+    from .compare_mha import assert_mha_close, compare_mha
     from .compare_variants import assert_attention_varlen_close, compare_attention_varlen
     from .strategies import AttentionCase, attention_inputs

@@ -45,7 +45,8 @@ from .backward_model import (
 )
 from .bugs import MhaInputs
 from .bugs_backward import BackwardInputs, plain_backward
-from .compare import _acc_text, _as_actual, _f64, _mha_inputs, _rule_line, _rule_options
+from .compare import _acc_text, _as_actual, _f64, _rule_line, _rule_options
+from .compare_mha import _mha_inputs
 from .options import asserting, passes_options_to
 from .tolerance import ErrorModel, attention_error_bound, format_of, linear_error_bound
 

@@ -59,13 +59,18 @@ import numpy as np
 from .._display import ReportDisplay
 from ..errors import PrecisionError, ShapeError, SpecError, ToleranceError
 from ..oracle.inputs import as_exact_array
-from ..oracle.mha import reference_mha
-from .bugs import Candidate, MhaInputs, diagnose, diagnose_mha, plain_mha
+from .bugs import Candidate, diagnose
 from .compare_report import _idx_text, _render, _summary, _table
-from .options import asserting, checked, passes_options_to
-from .emulated import DTYPE_FACTOR, DtypeLevel, dtype_level, hull_violations
+from .emulated import dtype_level, hull_violations
+from .levels import (
+    DEFAULT_FLASH_FACTOR,
+    dtype_factor,
+    dtype_promise,
+    precision_candidates,
+    two_levels,
+)
+from .options import asserting, checked
 from .plain import AttentionInputs, Plain, plain_in_dtype
-from .precision_bugs import precision_bugs
 from .tolerance import DEFAULT_SAFETY, ErrorModel, FloatFormat, error_model, ulp
 
 __all__ = [
@@ -73,14 +78,21 @@ __all__ = [
     "Diagnosis",
     "ElementFinding",
     "assert_attention_close",
-    "assert_mha_close",
     "compare_attention",
-    "compare_mha",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``compare_mha`` and ``assert_mha_close`` live in :mod:`.compare_mha` (which
+    builds on this module); their old address keeps working."""
+    if name in ("compare_mha", "assert_mha_close"):
+        from . import compare_mha as _m
+
+        return getattr(_m, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _RULES = ("model", "certified", "ulp", "allclose", "flash")
 DEFAULT_ULPS = 4.0
-DEFAULT_FLASH_FACTOR = 2.0
 
 
 # ------------------------------------------------------------------------------------
@@ -454,7 +466,7 @@ def compare_attention(
         sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
         k_descale=k_descale, v_descale=v_descale)
     fp8 = any("float8" in str(getattr(x, "dtype", "")) for x in (actual, query, key, value))
-    promise = _dtype_promise(actual, (query, key, value), out_dtype, fp8)
+    promise = dtype_promise(actual, (query, key, value), out_dtype, fp8)
     if variant is not None or weights_dtype is not None or fp8:
         from ..oracle.variants import VariantOptions
         from .compare_variants import compare_variant_attention
@@ -503,7 +515,7 @@ def compare_attention(
     level = dtype_level(x, model) if rule in ("model", "flash") else None
     mid = 0.5 * (lower + upper)
     if level is not None:   # refine for the tighter of the two levels
-        dtol, _, _ = level.tolerance(mid, _dtype_factor(rule, factor))
+        dtol, _, _ = level.tolerance(mid, dtype_factor(rule, factor))
         lower, upper = _refined(ref, lower, upper, np.minimum(model_tol, dtol), "model",
                                 model.fmt, None, None, None, None)
     else:
@@ -516,7 +528,7 @@ def compare_attention(
     rule_text = _rule_line(rule, model, safety, rtol, atol, ulps, factor)
     two = None
     if level is not None:
-        two = _two_levels(level, mid, tol, vacuous, rule, factor, plain_err)
+        two = two_levels(level, mid, tol, vacuous, rule, factor, plain_err)
         tol, vac = two.tol, two.vacuous
         rule_text = two.rule_line(rule_text)
     hull = hull_violations(a, x, model)
@@ -533,7 +545,7 @@ def compare_attention(
     if not _within(a, lower, upper, saf * model_tol):
         found = diagnose(a, x, model=model, safety=saf)
     if two is not None:
-        found = found + _precision_candidates(a, x, mid, model, query, key, value, two.dtype_tol)
+        found = found + precision_candidates(a, x, mid, model, query, key, value, two.dtype_tol)
     return _with_diagnoses(comp, comp.diagnoses + tuple(
         Diagnosis(c.name, c.description, c.ratio) for c in found))
 
@@ -572,170 +584,6 @@ def assert_attention_close(actual: Any, query: Any, key: Any, value: Any, *,
     mha_symbolic.errors.AttentionMismatchError: layer 3
     attention output is not close to the exact answer: ...
     """
-
-
-# ------------------------------------------------------------------------------------
-# Public API: a whole multi-head attention block
-
-
-@passes_options_to(reference_mha)
-def compare_mha(
-    actual: Any,
-    query: Any,
-    key: Any,
-    value: Any,
-    *,
-    rule: str | None = None,
-    accumulation_dtype: Any = None,
-    kernel: str = "fused",
-    error_model: str = "probabilistic",
-    subnormals: str = "keep",
-    safety: float | None = None,
-    rtol: float | None = None,
-    atol: float | None = None,
-    ulps: float | None = None,
-    factor: float | None = None,
-    diagnose_bugs: bool = True,
-    **mha_options: Any,
-) -> AttentionComparison:
-    """Compare the output of a multi-head attention block with the exact
-    :func:`mha_symbolic.reference_mha` of the same inputs and weights
-    (``mha_options`` are passed to it unchanged).
-
-    >>> import numpy as np
-    >>> x = np.eye(2)[None]
-    >>> w = np.eye(2)
-    >>> r = compare_mha(np.zeros((1, 2, 2)), x, x, x, num_heads=1, batch_first=True,
-    ...                 in_proj_weight=np.concatenate([w, w, w]), out_proj_weight=w)
-    >>> r.passed
-    False
-    """
-    rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
-    if rule == "flash":
-        raise SpecError("rule='flash' is available for compare_attention only; use "
-                        "rule='model', 'ulp' or 'allclose' for a multi-head block")
-    a = _as_actual(actual)
-    model = _model(a, accumulation_dtype, kernel, error_model, subnormals)
-    ref = reference_mha(query, key, value, **mha_options)
-    _check_shape(a, tuple(ref.shape), "multi-head attention output")
-    lower, upper = _f64(ref.lower), _f64(ref.upper)
-    _check_enclosure(lower, upper, mha_options.get("masked_rows") == "nan")
-    x = _mha_inputs(query, key, value, mha_options)
-    plain = plain_mha(x)
-    model = model.with_events(*plain.events)
-    model_tol, vacuous = plain.bound(model)
-    # the float64 block works batch-first (N, L, E): back to the caller's layout
-    mod = mha_options.get("module")
-    bf = bool(getattr(mod, "batch_first", False) if mod is not None
-              else mha_options.get("batch_first", False))
-    seq_first = a.ndim == 3 and not bf
-    if seq_first:
-        model_tol, vacuous = np.swapaxes(model_tol, 0, 1), np.swapaxes(vacuous, 0, 1)
-    elif a.ndim == 2:
-        model_tol, vacuous = model_tol[0], vacuous[0]
-    lower, upper = _refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
-                            atol, ulps)
-    mid = 0.5 * (lower + upper)
-    tol = _rule_tolerance(rule, model_tol=model_tol, mid=mid, fmt=model.fmt, rtol=rtol, atol=atol,
-                     ulps=ulps, factor=factor, safety=safety, plain_err=None)
-    comp = _verdict(a, lower, upper, tol, vacuous if rule == "model" else None, model=model,
-                  rule=_rule_line(rule, model, safety, rtol, atol, ulps, factor),
-                  index_names=("query", "batch", "feature") if seq_first
-                  else _index_names(a.ndim, mha=True),
-                  title="multi-head attention output")
-    if comp.passed or not diagnose_bugs:
-        return comp
-    saf = DEFAULT_SAFETY if safety is None or rule != "model" else safety
-    if not _within(a, lower, upper, saf * model_tol):
-        comp = _with_diagnoses(comp, diagnose_mha(
-            np.swapaxes(a, 0, 1) if seq_first else (a[None] if a.ndim == 2 else a), x,
-            model=model, safety=saf))
-    return comp
-
-
-@asserting(compare_mha)
-def assert_mha_close(actual: Any, query: Any, key: Any, value: Any, *, msg: Any = None,
-                     **options: Any) -> None:
-    """:func:`compare_mha`, raising :class:`~mha_symbolic.errors.AttentionMismatchError`
-    (``msg`` as :func:`assert_attention_close`'s).
-
-    >>> import numpy as np
-    >>> x, w = np.eye(2)[None], np.eye(2)
-    >>> assert_mha_close(np.zeros((1, 2, 2)), x, x, x, num_heads=1, batch_first=True,
-    ...                  in_proj_weight=np.concatenate([w, w, w]), out_proj_weight=w)
-    Traceback (most recent call last):
-    ...
-    mha_symbolic.errors.AttentionMismatchError: multi-head attention output is not close ...
-    """
-
-
-def _mha_inputs(query: Any, key: Any, value: Any, o: dict[str, Any]) -> MhaInputs:
-    """The block in float64, batch-first, torch weight layout, masks as (N, H, L, S)
-    ``keep`` (True = takes part) and additive float; the conventions of reference_mha
-    (which has already validated every shape when this runs)."""
-    mod = o.get("module")
-
-    def opt(name: str, attr: str | None = None) -> np.ndarray | None:
-        val = o.get(name)
-        if mod is not None:
-            obj = mod.out_proj if attr and attr.startswith("out_proj.") else mod
-            val = getattr(obj, (attr or name).split(".")[-1], None)
-        return None if val is None else _f64(_as_array(val, name))
-
-    q, k, v = (_f64(_as_array(t, n)) for t, n in ((query, "query"), (key, "key"),
-                                                    (value, "value")))
-    batch_first = bool(getattr(mod, "batch_first", False)) if mod is not None else bool(
-        o.get("batch_first", False))
-    if q.ndim == 2:
-        q, k, v = q[None], k[None], v[None]
-    elif not batch_first:
-        q, k, v = (np.swapaxes(t, 0, 1) for t in (q, k, v))
-    H = int(mod.num_heads) if mod is not None else int(o["num_heads"])
-    g = H if o.get("num_kv_heads") is None else int(o["num_kv_heads"])
-    w_in = opt("in_proj_weight")
-    wq: np.ndarray | None
-    wk: np.ndarray | None
-    wv: np.ndarray | None
-    if w_in is not None:
-        E = w_in.shape[0] // 3
-        wq, wk, wv = w_in[:E], w_in[E:2 * E], w_in[2 * E:]
-    else:
-        wq, wk, wv = (opt(n) for n in ("q_proj_weight", "k_proj_weight", "v_proj_weight"))
-    wo = opt("out_proj_weight", "out_proj.weight")
-    if wq is None or wk is None or wv is None or wo is None:
-        raise SpecError("compare_mha needs the projection weights: in_proj_weight (or "
-                        "q/k/v_proj_weight) and out_proj_weight, or module=")
-    E, Ekv = wq.shape[0], wk.shape[0]
-    b_in = opt("in_proj_bias")
-    bq = bk = bv = None
-    if b_in is not None:
-        bq, bk, bv = b_in[:E], b_in[E:E + Ekv], b_in[E + Ekv:]
-    bo = opt("out_proj_bias", "out_proj.bias")
-    N, L, S = q.shape[0], q.shape[1], k.shape[1]
-    keep = np.ones((N, H, L, S), dtype=bool)
-    mask_add = None
-    for name in ("key_padding_mask", "attn_mask"):
-        m = o.get(name)
-        if m is None:
-            continue
-        a = _as_array(m, name)
-        if name == "key_padding_mask":
-            a4 = np.broadcast_to(a.reshape(N, 1, 1, S), (N, H, L, S))
-        elif a.shape == (L, S):
-            a4 = np.broadcast_to(a, (N, H, L, S))
-        else:
-            a4 = a.reshape(N, H, L, S)                 # torch: index n * num_heads + h
-        if a4.dtype == np.bool_:
-            keep = keep & ~a4                          # torch MHA: True = masked out
-        else:
-            f = _f64(a4)
-            keep = keep & (f != -np.inf)
-            fin = np.where(f == -np.inf, 0.0, f)
-            mask_add = fin if mask_add is None else mask_add + fin
-    if o.get("is_causal"):
-        keep = keep & (np.arange(S)[None, :] <= np.arange(L)[:, None])
-    return MhaInputs(q, k, v, H, wq, wk, wv, wo, bq, bk, bv, bo, keep, mask_add,
-                     num_kv_heads=g, masked_rows=str(o.get("masked_rows", "zero")))
 
 
 # ------------------------------------------------------------------------------------
@@ -821,116 +669,9 @@ def _tolerance(rule: str, *, model: np.ndarray, mid: np.ndarray, fmt: FloatForma
                            ulps=ulps, factor=factor, safety=safety, plain_err=plain_err)
 
 
-# ------------------------------------------------------------------------------------
-# Two levels (issue 22): certainly wrong, and wrong for the kernel's dtype
-
-
-def _dtype_factor(rule: str, factor: float | None) -> float:
-    """The dtype level's factor: ``factor=`` with rule='model', the default otherwise
-    (rule='flash' takes ``factor`` for its own plain-kernel multiple)."""
-    return float(factor) if rule == "model" and factor is not None else DTYPE_FACTOR
-
-
-@dataclass
-class _TwoLevels:
-    """The tolerance of rule='model' (and the floor of rule='flash') from both levels:
-    the certified model (``model_tol``: beyond it an output is certainly wrong) and
-    the dtype level (``dtype_tol``: beyond it the error exceeds DTYPE_FACTOR × what
-    correct kernels of that precision make on these inputs)."""
-
-    tol: np.ndarray
-    vacuous: np.ndarray
-    model_tol: np.ndarray
-    dtype_tol: np.ndarray
-    undecided: np.ndarray
-    level: DtypeLevel
-    factor: float
-    worst: float
-
-    def rule_line(self, model_line: str) -> str:
-        fmt = self.level.model.fmt.name
-        return (f"two levels: certainly wrong beyond the {model_line}; wrong for "
-                f"{fmt} beyond {self.factor:g} × the error of correct {fmt} kernels "
-                f"emulated on these inputs ({', '.join(self.level.names)}; the worst "
-                f"{self.worst:.3g}) + an ulp floor")
-
-    def levels_note(self, a: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> str:
-        with np.errstate(invalid="ignore"):
-            dist = np.maximum(np.maximum(_f64(a) - upper, lower - _f64(a)), 0.0)
-            fin = np.isfinite(dist)
-            certain = int(np.sum(fin & (dist > self.model_tol) & ~self.vacuous))
-            dtype_only = int(np.sum(fin & (dist > self.dtype_tol) & ~self.undecided)) - certain
-        fmt = self.level.model.fmt.name
-        return (f"levels: {certain} element(s) certainly wrong (beyond the bound of every "
-                f"correct kernel), {max(dtype_only, 0)} more wrong for {fmt} (errors over "
-                f"{self.factor:g} × those of correct {fmt} kernels on these inputs)")
-
-
-def _two_levels(level: DtypeLevel, mid: np.ndarray, tol: np.ndarray, vacuous: np.ndarray,
-                rule: str, factor: float | None, plain_err: float | None) -> _TwoLevels:
-    f = _dtype_factor(rule, factor)
-    dtol, und, worst = level.tolerance(mid, f)
-    both = np.where(und, tol, np.minimum(tol, dtol))
-    if rule == "flash":   # FlashAttention's multiple, never below the two levels
-        assert plain_err is not None
-        fl = DEFAULT_FLASH_FACTOR if factor is None else factor
-        both = np.where(und, tol, np.maximum(fl * plain_err, np.minimum(tol, dtol)))
-    return _TwoLevels(both, vacuous & und, tol, dtol, und, level, f, worst)
-
-
-def _fmt_name(x: Any) -> str | None:
-    """The float format of an array-like's dtype, None for lists and scalars."""
-    dt = getattr(x, "dtype", None)
-    if dt is None:
-        return None
-    try:
-        from .tolerance import format_of
-        return format_of(dt).name
-    except SpecError:
-        return None
-
-
-def _dtype_promise(actual: Any, inputs: tuple[Any, ...], out_dtype: Any,
-                   fp8: bool) -> str:
-    """'' when the output's dtype is the one promised, else the problem in words: the
-    inputs' common format (when every input is an array of one float format) or
-    ``out_dtype=``, when given.  fp8 inputs promise no output format (FlashAttention-3
-    returns bf16 or fp16)."""
-    got = _fmt_name(actual)
-    if out_dtype is not None:
-        from .tolerance import format_of
-        want = format_of(out_dtype).name
-        if got is not None and got != want:
-            return f"output dtype {got}, but out_dtype={want} was stated"
-        return ""
-    if fp8 or got is None:
-        return ""
-    names = {_fmt_name(x) for x in inputs}
-    if None in names or len(names) != 1:
-        return ""
-    (want,) = names
-    if got == want:
-        return ""
-    return (f"output dtype {got} for {want} inputs: a kernel returns its inputs' dtype "
-            f"(state out_dtype={got!r} if that is the kernel's contract)")
-
-
 def _kept_promise(problem: str, comp: AttentionComparison) -> AttentionComparison:
     if not problem:
         return comp
     d = Diagnosis("output_dtype", problem, 0.0)
     return replace(comp, passed=False, dtype_problem=problem, diagnosis_run=True,
                    diagnoses=(d, *comp.diagnoses))
-
-
-def _precision_candidates(a: np.ndarray, x: AttentionInputs, mid: np.ndarray,
-                          model: ErrorModel, query: Any, key: Any, value: Any,
-                          dtype_tol: np.ndarray) -> tuple[Candidate, ...]:
-    ins = {n for n in (_fmt_name(query), _fmt_name(key), _fmt_name(value)) if n}
-    found = precision_bugs(a, x, mid, model.fmt.name, ins, dtype_tol)
-    out = []
-    for f in found:
-        how = ("explains the output" if f.explains else
-               f"an error of the same size ({f.ratio:.2g} × that variant's)")
-        out.append(Candidate(f.name, f"{f.description}: {how}", f.ratio))
-    return tuple(out)

@@ -32,8 +32,9 @@ element is ::
 
 the middle two a floor for small rows whose emulations happen to be exact (u_P the
 unit roundoff of the stored weights: the output's when narrower than the
-accumulation), the last the kernel's own final store.  A kernel beyond it is "wrong for its dtype": its error is
-more than DTYPE_FACTOR times what correct kernels of that precision make here.  The
+accumulation), the last the kernel's own final store.  A kernel beyond it is "wrong
+for its dtype": its error is more than DTYPE_FACTOR times what correct kernels of that
+precision make here.  The
 factor and the false-alarm rate are measured on correct kernels that this module was
 not written around (bench/bench_verdicts.py, bench/verdict_kernels.py; docs/testing.md
 § "The dtype level").  Rows where every emulation overflows (float16 scores beyond
@@ -43,6 +44,7 @@ not written around (bench/bench_verdicts.py, bench/verdict_kernels.py; docs/test
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,9 +126,11 @@ class DtypeLevel:
                 t = (factor * r + FLOOR_UA * ua) * ag
                 if self.a2 is not None:
                     t = t + FLOOR_P * self.u_p * self.a2.reshape(B, L, Ev)[b, rows]
-                if self.model.flush:   # every product and sum may lose a smallest normal
-                    t = t + (self.n_keys + 2) * self.vmax[b] * math.ldexp(
-                        1.0, self.model.acc.emin) + math.ldexp(1.0, self.model.fmt.emin)
+                if self.model.flush and self.vmax is not None:   # each term may lose a normal
+                    # (the model's term: 4 η_a (n (max|v| + 1) + 1), η_a the smallest normal)
+                    t = t + 4 * math.ldexp(1.0, self.model.acc.emin) * (
+                        self.n_keys * (self.vmax[b] + 1) + 1) + math.ldexp(
+                        1.0, self.model.fmt.emin)
                 # a level that allows the whole natural scale is no test: undecided
                 und[b, rows] = ~ok_any[b, rows, None] | (t >= ag) & (ag > 0)
                 tol[b, rows] = t
@@ -150,7 +154,7 @@ def dtype_level(x: AttentionInputs, model: ErrorModel) -> DtypeLevel | None:
     pl = Plain(x)
     lay = pl.layout
     kname = model.kernel.name
-    runs: list[tuple[str, callable]] = []  # type: ignore[valid-type]
+    runs: list[tuple[str, Callable[[Chunk], tuple[np.ndarray, np.ndarray | None]]]]
     if kname in ("fused", "sequential"):
         lanes = 1 if kname == "sequential" else LANES
         runs = [("gemm", lambda ch: _gemm(ch, dt, wk, stores=0, scaled_query=False,
@@ -176,7 +180,7 @@ def dtype_level(x: AttentionInputs, model: ErrorModel) -> DtypeLevel | None:
     for ch in pl.chunks():
         groups.append((ch.b, ch.rows))
         vmax[ch.b] = kap * float(np.max(np.abs(ch.v), initial=0.0))
-        for flat, (_, run) in zip(flats, runs):
+        for flat, (_, run) in zip(flats, runs, strict=True):
             out, p64 = run(ch)
             if x.masked_rows == "nan":
                 out = np.where(ch.dead[:, None], np.nan, out)
@@ -348,7 +352,7 @@ def _lanes(ch: Chunk, dt: np.dtype, wk: np.dtype, lanes: int) -> tuple[np.ndarra
         tot = np.add.reduce(np.ascontiguousarray(ep.T.reshape(-1, lanes, len(idx))), axis=0)
         tot = np.add.reduce(tot, axis=0)[:, None].astype(wk)
         p = np.where(tot == 0, wk.type(0), e / np.where(tot == 0, wk.type(1), tot)).astype(wk)
-        if ch.kappa is not None:
+        if sub.kappa is not None:
             p = (p * sub.kappa.astype(wk)).astype(wk)
         if dt != wk:
             p = _store(p, dt, wk)

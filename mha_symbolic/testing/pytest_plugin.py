@@ -57,9 +57,9 @@ class AttentionOracle:
 
     def assert_mha_close(self, actual: Any, query: Any, key: Any, value: Any,
                          **options: Any) -> None:
-        """:func:`mha_symbolic.testing.compare.assert_mha_close` with this oracle's defaults."""
+        """:func:`mha_symbolic.testing.compare_mha.assert_mha_close` with this oracle's defaults."""
         __tracebackhide__ = True
-        from .compare import assert_mha_close
+        from .compare_mha import assert_mha_close
 
         _names("assert_mha_close", {**self.defaults, **options}, assert_mha_close)
         assert_mha_close(actual, query, key, value, **{**self.defaults, **options})
@@ -114,7 +114,8 @@ def _sign_methods() -> None:
 
     from ..oracle import reference_attention, reference_mha
     from .check import check_attention
-    from .compare import assert_attention_close, assert_mha_close, compare_attention
+    from .compare import assert_attention_close, compare_attention
+    from .compare_mha import assert_mha_close
     from .compare_variants import assert_attention_varlen_close
 
     me = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)

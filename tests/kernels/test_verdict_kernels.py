@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-import verdict_kernels as vk  # noqa: E402
+import verdict_kernels as vk
 
 F64, F32, F16, BF16 = vk.F64, vk.F32, vk.F16, vk.BF16
 
