@@ -411,6 +411,7 @@ def test_a_pdf_plot_to_dev_full_names_the_file(cli: Any) -> None:
     # raised an AttributeError from its own cleanup (exit 3, "internal error")
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full")
+    pytest.importorskip("matplotlib", reason="matplotlib is an optional extra (mha-symbolic[plot])")
     r = cli("plot", "collapse", "-o", "/dev/full", "--format", "pdf")
     assert r.returncode == 2
     assert r.stderr.strip() == "mha-symbolic plot: error: /dev/full: No space left on device"
