@@ -290,25 +290,19 @@ def check_examples(examples: Iterable[WorkedExample] | WorkedExample,
 
 
 def cli_check(args: Any) -> int:
-    """``mha-symbolic check FILE|- [--example NAME …] [--format …] [-q]``; without FILE,
-    ``--example NAME`` names a bundled set (``seed``, ``books``, ``books/NAME``)."""
+    """``mha-symbolic check FILE|-|--example SET[:EXAMPLE] … [--only NAME …] [--format …]
+    [-q]`` (the selection: :mod:`mha_symbolic.textbook.selection`)."""
     import sys
 
-    only = args.example
-    if args.file is None:
-        if not args.example:
-            raise ExampleFileError("give a worked-example FILE, '-' for standard input, or "
-                                   "--example NAME for a bundled set (`mha-symbolic examples` "
-                                   "lists them)")
-        from .bundled import files
+    from .selection import resolve
 
-        examples = [ex for name in args.example for path in files(name)
-                    for ex in load_examples(path)]
-        only = None
-    elif args.file == "-":
-        examples = load_examples(text=_read_stdin(), source="<stdin>")
+    selections = resolve(args.file, args.example, getattr(args, "only", None))
+    if args.file == "-":
+        examples = select_examples(load_examples(text=_read_stdin(), source="<stdin>"),
+                                   list(selections[0].only or ()))
     else:
-        examples = load_examples(args.file)
+        examples = [ex for sel in selections for ex in sel.examples()]
+    only = None
     report = check_examples(examples, only=only)
     quiet = bool(getattr(args, "quiet", False))
     if args.format == "json":
