@@ -38,8 +38,8 @@ _HANDLERS: dict[str, tuple[str, str]] = {
     "params": ("exact.params", "cli_params"),
     "check": ("textbook.check", "cli_check"),
     "examples": ("textbook.bundled", "cli_examples"),
-    "derive": ("textbook.derivation", "cli_derive"),
-    "plot": ("textbook.figures", "cli_plot"),
+    "derive": ("textbook.selection", "cli_derive"),
+    "plot": ("textbook.selection", "cli_plot"),
     "prove": ("exact.prove", "cli_prove"),
 }
 
@@ -57,6 +57,19 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {_one_line(message)}\n")
+
+
+def _selection(p: argparse.ArgumentParser, *, repeat: bool) -> None:
+    """``--example SET[:EXAMPLE]`` and ``--only NAME``: one meaning in every command
+    (see :mod:`mha_symbolic.textbook.selection`)."""
+    action = "append" if repeat else "store"
+    again = " (repeatable)" if repeat else ""
+    p.add_argument("--example", action=action, metavar="SET[:EXAMPLE]",
+                   help=f"a bundled set instead of a file: seed, books, books/NAME, optionally "
+                   f"one example of it, as in seed:D{again} (see `mha-symbolic examples`)")
+    p.add_argument("--only", action=action, metavar="NAME",
+                   help=f"only the example of this name{again}" + (
+                       "" if repeat else " (needed when the file has several)"))
 
 
 def _dims(p: argparse.ArgumentParser, *, symbolic_default: bool) -> None:
@@ -119,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=_examples(
                            "mha-symbolic check --example seed",
                            "mha-symbolic check book.toml -q             # only what fails",
-                           "mha-symbolic check book.toml --example D --format json",
+                           "mha-symbolic check --example seed:A          # one example of a set",
+                           "mha-symbolic check book.toml --only D --format json",
                            "cat book.toml | mha-symbolic check - --format markdown",
                        ), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", nargs="?", help="worked-example TOML file ('-': standard input; "
@@ -128,9 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="report format: text for a terminal, json (schema "
                    "mha-symbolic-check/2) for programs, markdown for a document "
                    "(default: %(default)s)")
-    p.add_argument("--example", action="append", metavar="NAME",
-                   help="check only this example of FILE (repeatable); without FILE, a bundled "
-                   "set: seed, books, books/NAME (see `mha-symbolic examples`)")
+    _selection(p, repeat=True)
     p.add_argument("-q", "--quiet", action="store_true",
                    help="show only the claims that fail (and the summary)")
 
@@ -147,17 +159,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("derive", help="write a step-by-step derivation (LaTeX or Markdown)",
                        description="Derive every example of a worked-example file step by step.",
                        epilog=_examples(
-                           "mha-symbolic derive examples/seed.toml -o seed.tex --pdf --figures",
-                           "mha-symbolic derive examples/seed.toml --format markdown -o seed.md",
-                           "mha-symbolic derive book.toml --example D --format fragment",
+                           "mha-symbolic derive --example seed -o seed.tex --pdf --figures",
+                           "mha-symbolic derive --example seed:D --format markdown -o d.md",
+                           "mha-symbolic derive book.toml --only D --format fragment",
                        ), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("file", help="worked-example TOML file")
+    p.add_argument("file", nargs="?", help="worked-example TOML file (none: --example names a "
+                   "bundled set)")
     p.add_argument("--format", choices=["tex", "fragment", "markdown"], default="tex",
                    help="tex: a standalone LaTeX document; fragment: LaTeX to paste into a "
                    "book; markdown (default: %(default)s)")
     p.add_argument("-o", "--output", metavar="OUT", help="output file (default: standard output)")
-    p.add_argument("--example", action="append", metavar="NAME",
-                   help="derive only this example (repeatable)")
+    _selection(p, repeat=True)
     p.add_argument("--pdf", action="store_true",
                    help="also run pdflatex on the .tex output (needs -o and a TeX system)")
     p.add_argument("--figures", action="store_true",
@@ -168,11 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "with 10 pt Computer Modern text, to print at its natural size.",
                        epilog=_examples(
                            "mha-symbolic plot collapse --gap 20 -o collapse.png",
-                           "mha-symbolic plot collapse --file examples/seed.toml --example D "
-                           "-o collapse-d.pdf",
-                           "mha-symbolic plot heatmap --file examples/seed.toml --example G "
-                           "-o weights.svg",
-                           "mha-symbolic plot heatmap --file examples/seed.toml --example G "
+                           "mha-symbolic plot collapse --example seed:D -o collapse-d.pdf",
+                           "mha-symbolic plot heatmap --example seed:G -o weights.svg",
+                           "mha-symbolic plot heatmap --file book.toml --only G "
                            "-o weights.png --dpi 600",
                        ), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("kind", metavar="KIND", help="'collapse': the weight on the top score "
@@ -187,8 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "figures are 4.8 in wide, the text width they are printed at")
     p.add_argument("--file", help="worked-example TOML file (heatmap: its weights; collapse: "
                    "the number of tokens and the gap of a collapsed row)")
-    p.add_argument("--example", metavar="NAME",
-                   help="the example of FILE to draw (needed when FILE has several)")
+    _selection(p, repeat=False)
     p.add_argument("--gap", type=str, default="20",
                    help="score gap to mark on the collapse curve (default 20, Example D)")
 

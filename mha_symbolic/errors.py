@@ -86,8 +86,13 @@ class ToleranceError(MhaSymbolicError, ArithmeticError):
 class OptionalDependencyError(MhaSymbolicError, ImportError):
     """An optional integration (torch, jax, matplotlib) is needed but not installed."""
 
-    def __init__(self, package: str, feature: str, extra: str | None = None) -> None:
-        hint = f"pip install 'mha-symbolic[{extra}]'" if extra else f"pip install {package}"
-        super().__init__(f"{feature} needs {package}, which is not installed: {hint}")
+    def __init__(self, package: str, feature: str, extra: str | None = None, *,
+                 hint: str | None = None) -> None:
+        # "figures need matplotlib: pip install 'mha-symbolic[plot]'": one line, the fix last
+        if hint is None:
+            hint = f"pip install 'mha-symbolic[{extra}]'" if extra else f"pip install {package}"
+        first = feature.split()[0] if feature.split() else ""
+        verb = "need" if first.isalpha() and first.endswith("s") and not first.endswith("ss") else "needs"
+        super().__init__(f"{feature} {verb} {package}: {hint}")
         self.package = package
         self.feature = feature

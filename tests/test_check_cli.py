@@ -149,7 +149,10 @@ def test_bundled_examples_list_check_and_copy(tmp_path: Path) -> None:
     proc = run("check", "--example", "sed")
     assert proc.returncode == 2 and "did you mean 'seed'" in proc.stderr
     proc = run("examples", "--copy", "seed", "-o", str(tmp_path))
-    assert proc.returncode == 0 and (tmp_path / "seed.toml").read_bytes() == SEED.read_bytes()
+    copy = (tmp_path / "seed.toml").read_text(encoding="utf-8")
+    assert proc.returncode == 0 and f"# Check it:   mha-symbolic check {tmp_path.as_posix()}/seed.toml" in copy
+    assert copy.replace(f"check {tmp_path.as_posix()}/seed.toml", "check --example seed") == \
+        SEED.read_text(encoding="utf-8")  # nothing else changed
     proc = run("examples", "--copy", "seed", "-o", str(tmp_path))
     assert proc.returncode == 2 and "not overwritten" in proc.stderr
     proc = run("examples", "--copy", "books/uva-dl-tutorial6", "-o", str(tmp_path))
@@ -160,7 +163,7 @@ def test_bundled_examples_list_check_and_copy(tmp_path: Path) -> None:
 
 def test_check_without_file_or_example_is_a_usage_error() -> None:
     proc = run("check")
-    assert proc.returncode == 2 and "--example NAME" in proc.stderr
+    assert proc.returncode == 2 and "--example SET" in proc.stderr
 
 
 def _seed_records() -> list[Any]:

@@ -170,7 +170,10 @@ def test_report_shows_metadata_counts_worst_element_and_diagnosis() -> None:
     result = compare_attention(bad, q, k, v)
     text = result.report()
     lines = text.splitlines()
-    # the first line is the one-line summary (pytest's short summary shows it)
+    # the first line leads with the verdict and the bug class (pytest's short summary
+    # shows it, cut at the terminal's width); the second is the one-line summary
+    assert lines[0] == "FAIL [no known bug class] attention output: 1 / 80 off"
+    lines = lines[1:]
     assert lines[0].startswith("attention output is not close to the exact answer: 1 / 80 "
                                "elements mismatched, worst ")
     assert lines[0].endswith(" × tolerance at (batch=0, head=1, query=3, feature=2): "

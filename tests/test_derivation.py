@@ -391,7 +391,7 @@ def test_bad_arguments_are_one_line_spec_errors() -> None:
 
 
 def test_cli_writes_markdown_for_one_example(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["derive", str(SEED), "--format", "markdown", "--example", "D"])
+    rc = main(["derive", str(SEED), "--format", "markdown", "--only", "D"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "## Example D" in out and "## Example C" not in out
@@ -399,7 +399,7 @@ def test_cli_writes_markdown_for_one_example(capsys: pytest.CaptureFixture[str])
 
 
 def test_cli_rejects_an_unknown_example_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["derive", str(SEED), "--example", "Z"])
+    rc = main(["derive", str(SEED), "--only", "Z"])
     err = capsys.readouterr().err
     assert rc == 2
     assert err.count("\n") == 1 and "no example named 'Z'" in err

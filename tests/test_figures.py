@@ -25,7 +25,7 @@ FIGURES = ROOT / "docs" / "figures"
 README_COMMANDS = {
     "softmax-collapse.png": ["plot", "collapse", "--gap", "20"],
     "heatmap-example-g.png": ["plot", "heatmap", "--file", "examples/seed.toml",
-                              "--example", "G"],
+                              "--only", "G"],
 }
 # Sizes in pixels at the default 300 dpi: the collapse plot is 4.8 x 2.3 inches; a 1 x 6
 # heatmap is 4.8 by max(1.6, 1.0 + 0.3*1) = 1.6 inches.
@@ -176,10 +176,10 @@ def test_cli_errors_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureF
     assert "KIND='pie' must be 'collapse' or 'heatmap'" in capsys.readouterr().err
     assert main(["plot", "heatmap", "-o", str(tmp_path / "p.png")]) == 2
     assert "needs --file" in capsys.readouterr().err
-    assert main(["plot", "heatmap", "--file", str(SEED), "--example", "H",
+    assert main(["plot", "heatmap", "--file", str(SEED), "--only", "H",
                  "-o", str(tmp_path / "p.png")]) == 2
     assert "has no inputs" in capsys.readouterr().err
-    assert main(["plot", "collapse", "--file", str(SEED), "--example", "G",
+    assert main(["plot", "collapse", "--file", str(SEED), "--only", "G",
                  "-o", str(tmp_path / "p.png")]) == 2
     assert "collapse curve does not apply" in capsys.readouterr().err
 
@@ -187,7 +187,7 @@ def test_cli_errors_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureF
 @needs_mpl
 def test_cli_collapse_reads_the_gap_from_an_example(tmp_path: Path) -> None:
     out = tmp_path / "d.png"
-    assert main(["plot", "collapse", "--file", str(SEED), "--example", "D", "-o", str(out),
+    assert main(["plot", "collapse", "--file", str(SEED), "--only", "D", "-o", str(out),
                  "--dpi", "100"]) == 0
     assert png_size(out) == (480, 230)  # 4.8 x 2.3 inches at 100 dpi
 
@@ -195,7 +195,7 @@ def test_cli_collapse_reads_the_gap_from_an_example(tmp_path: Path) -> None:
 @needs_mpl
 def test_derive_includes_figures_next_to_the_output(tmp_path: Path) -> None:
     out = tmp_path / "seed.tex"
-    assert main(["derive", str(SEED), "--example", "D", "--example", "H", "-o", str(out),
+    assert main(["derive", str(SEED), "--only", "D", "--only", "H", "-o", str(out),
                  "--figures"]) == 0
     tex = out.read_text()
     assert "\\usepackage{graphicx}" in tex
@@ -316,11 +316,11 @@ def test_plot_writes_svg_and_png_at_the_requested_dpi(tmp_path: Path) -> None:
     assert png_size(png) == (720, 345)  # 4.8 x 2.3 in at 150 dpi
     # --format picks the format whatever the name
     named = tmp_path / "figure"
-    assert main(["plot", "heatmap", "--file", str(SEED), "--example", "D", "-o", str(named),
+    assert main(["plot", "heatmap", "--file", str(SEED), "--only", "D", "-o", str(named),
                  "--format", "svg"]) == 0
     assert ET.parse(named).getroot().tag == "{http://www.w3.org/2000/svg}svg"
     pdf = tmp_path / "h"
-    assert main(["plot", "heatmap", "--file", str(SEED), "--example", "D", "-o", str(pdf),
+    assert main(["plot", "heatmap", "--file", str(SEED), "--only", "D", "-o", str(pdf),
                  "--format", "pdf"]) == 0
     assert pdf.read_bytes()[:5] == b"%PDF-"
 

@@ -107,7 +107,7 @@ def test_every_report_shows_control_characters_visibly() -> None:
 def test_error_messages_of_the_command_line_are_safe(cli: Any, tmp_path: Path) -> None:
     f = tmp_path / "a.toml"
     f.write_text("[[example]]\nscores = [[1, 0]]\n", encoding="utf-8")
-    r = cli("check", str(f), "--example", "x\x1b]0;owned\x07y")
+    r = cli("check", str(f), "--only", "x\x1b]0;owned\x07y")
     assert r.returncode == 2
     assert not RAW_CONTROL.search(r.stderr) and "\\x1b" in r.stderr
 
@@ -401,7 +401,7 @@ def test_a_negative_base_keeps_its_parentheses() -> None:
 def test_derive_to_dev_full_names_the_file(cli: Any) -> None:
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full")
-    r = cli("derive", "examples/seed.toml", "--example", "C", "-o", "/dev/full")
+    r = cli("derive", "examples/seed.toml", "--only", "C", "-o", "/dev/full")
     assert r.returncode == 2
     assert r.stderr.strip() == "mha-symbolic derive: error: /dev/full: No space left on device"
 
@@ -411,6 +411,7 @@ def test_a_pdf_plot_to_dev_full_names_the_file(cli: Any) -> None:
     # raised an AttributeError from its own cleanup (exit 3, "internal error")
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full")
+    pytest.importorskip("matplotlib", reason="matplotlib is an optional extra (mha-symbolic[plot])")
     r = cli("plot", "collapse", "-o", "/dev/full", "--format", "pdf")
     assert r.returncode == 2
     assert r.stderr.strip() == "mha-symbolic plot: error: /dev/full: No space left on device"
@@ -450,9 +451,9 @@ def test_e_after_a_number_is_still_eulers_number() -> None:
 
 
 def test_empty_output_name_is_refused_and_dash_is_stdout(cli: Any) -> None:
-    r = cli("derive", "examples/seed.toml", "--example", "C", "-o", "")
+    r = cli("derive", "examples/seed.toml", "--only", "C", "-o", "")
     assert r.returncode == 2 and "empty file name" in r.stderr
-    r = cli("derive", "examples/seed.toml", "--example", "C", "-o", "-", "--format", "markdown")
+    r = cli("derive", "examples/seed.toml", "--only", "C", "-o", "-", "--format", "markdown")
     assert r.returncode == 0 and r.stdout.startswith("# ")
 
 
@@ -495,7 +496,7 @@ def test_output_is_safe_on_any_encoding(encoding: str) -> None:
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONIOENCODING": encoding, "PYTHONPATH": str(root)}
     r = subprocess.run([sys.executable, "-m", "mha_symbolic", "check", "examples/seed.toml",
-                        "--example", "A"], capture_output=True, cwd=root, env=env, timeout=300)
+                        "--only", "A"], capture_output=True, cwd=root, env=env, timeout=300)
     out, err = r.stdout.decode(encoding), r.stderr.decode(encoding)
     assert r.returncode == 1 and "Traceback" not in err, err
     assert "  ok score[1]" in out and "  XX head_output[1]" in out  # ✓ and ✗ as ASCII

@@ -130,7 +130,8 @@ def test_msg_string_goes_above_the_report() -> None:
         assert_attention_close(ZEROS, Q, K, V, msg="layer 3, head 0")
     lines = str(info.value).splitlines()
     assert lines[0] == "layer 3, head 0"
-    assert lines[1] == info.value.comparison.summary()  # type: ignore[attr-defined]
+    assert lines[1].startswith("FAIL [")  # the headline: verdict and bug class
+    assert lines[2] == info.value.comparison.summary()  # type: ignore[attr-defined]
     assert "\n".join(lines[1:]) == info.value.comparison.report()  # type: ignore[attr-defined]
 
 
@@ -145,7 +146,8 @@ def test_msg_callable_replaces_the_message_as_torch_testing_does() -> None:
         assert_attention_close(ZEROS, Q, K, V, msg=shout)
     comp = info.value.comparison  # type: ignore[attr-defined]
     assert seen == [comp.report()]
-    assert str(info.value) == "WRONG: " + comp.summary()
+    assert str(info.value) == "WRONG: " + comp.report().splitlines()[0]
+    assert str(info.value).startswith("WRONG: FAIL [")
 
 
 def test_msg_of_another_type_is_refused() -> None:
@@ -165,7 +167,8 @@ def test_check_attention_takes_msg() -> None:
         check_attention(lambda q, k, v: 0 * q, Q, K, V, msg="my kernel")
     text = str(info.value)
     assert text.splitlines()[0] == "my kernel"
-    assert text.splitlines()[1].startswith("attention kernel FAILED (numpy): attention "
+    assert text.splitlines()[1] == "FAIL [no known bug class] numpy kernel: output 4 / 4 off"
+    assert text.splitlines()[2].startswith("attention kernel FAILED (numpy): attention "
                                            "output is not close to the exact answer: 4 / 4 "
                                            "elements mismatched")
 
@@ -183,7 +186,8 @@ def test_the_summary_is_one_line_and_names_count_worst_and_bug() -> None:
     assert line.startswith("attention output is not close to the exact answer: ")
     assert " / 6 elements mismatched, worst " in line
     assert line.endswith("; matches bug class 'no_scale'")
-    assert comp.report().splitlines()[0] == line
+    assert comp.report().splitlines()[1] == line
+    assert comp.report().splitlines()[0] == "FAIL [no_scale] attention output: 4 / 6 off"
 
 
 def test_a_passing_comparison_summarises_in_one_line_too() -> None:

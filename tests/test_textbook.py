@@ -357,7 +357,7 @@ def test_cli_seed_text_exit_1(cli: Any) -> None:
 
 
 def test_cli_all_hold_exit_0(cli: Any) -> None:
-    proc = cli("check", str(SEED), "--example", "C", "--example", "I")
+    proc = cli("check", str(SEED), "--only", "C", "--only", "I")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Example C" in proc.stdout and "Example I" in proc.stdout
     assert "Example A" not in proc.stdout
@@ -411,7 +411,7 @@ def test_cli_directory_and_binary(cli: Any, tmp_path: Path) -> None:
 
 
 def test_cli_unknown_example(cli: Any) -> None:
-    assert_one_line_error(cli("check", str(SEED), "--example", "Z"), "no example named 'Z'")
+    assert_one_line_error(cli("check", str(SEED), "--only", "Z"), "no example named 'Z'")
 
 
 def test_cli_bad_format_is_usage_error(cli: Any) -> None:

@@ -120,8 +120,17 @@ def _summary_backward(c: BackwardComparison) -> str:
     return text
 
 
+def _headline_backward(c: BackwardComparison) -> str:
+    from .compare_report import headline
+
+    failed = [f"{comp.title} {comp.n_mismatched} / {comp.n_elements}"
+              for comp in c.gradients.values() if not comp.passed]
+    bugs = [d.bug for d in c.diagnoses] if c.diagnosis_run or c.diagnoses else None
+    return headline(bugs, "gradients", ", ".join(failed) + " off" if failed else "off")
+
+
 def _render_backward(c: BackwardComparison) -> str:
-    lines = [_summary_backward(c)]
+    lines = ([] if c.passed else [_headline_backward(c)]) + [_summary_backward(c)]
     summary = []
     for comp in c.gradients.values():
         status = "passed" if comp.passed else (
@@ -134,7 +143,7 @@ def _render_backward(c: BackwardComparison) -> str:
         if comp.passed:
             continue
         lines.append(f"--- {comp.title}")
-        body = comp.report().splitlines()[1:]   # the first line repeats the verdict
+        body = comp.report().splitlines()[2:]   # headline and summary repeat the verdict
         lines.extend("  " + ln for ln in body if not ln.startswith("Diagnosis"))
     for d in c.diagnoses:
         lines.append(f"Diagnosis: matches backward bug class '{d.bug}' — {d.description} "

@@ -54,8 +54,22 @@ class AttentionCheck(ReportDisplay):
                  if c is not None and (self.passed or not c.passed)]
         return f"{head} ({self.framework}): " + "; ".join(parts)
 
+    def headline(self) -> str:
+        """The first line of a failure: ``FAIL [bug class] <framework> kernel: …``."""
+        from .compare_report import headline
+
+        parts = [c for c in (self.output, self.backward) if c is not None and not c.passed]
+        run = any(c.diagnosis_run or c.diagnoses for c in parts)
+        bugs = [d.bug for c in parts for d in c.diagnoses] if run else None
+        detail = ", ".join(
+            f"output {c.n_mismatched} / {c.n_elements}" if c is self.output else
+            ", ".join(f"{g.title} {g.n_mismatched} / {g.n_elements}"
+                      for g in c.gradients.values() if not g.passed)  # type: ignore[union-attr]
+            for c in parts) + " off"
+        return headline(bugs, f"{self.framework} kernel", detail)
+
     def report(self) -> str:
-        lines = [self.summary(), "(output"
+        lines = ([] if self.passed else [self.headline()]) + [self.summary(), "(output"
                  + (" and gradients" if self.backward is not None else " only: no autograd")
                  + " checked against the exact answers)", "", self.output.report()]
         if self.backward is not None:

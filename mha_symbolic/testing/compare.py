@@ -308,7 +308,10 @@ def _verdict(
         bad = np.where(judged, dist > tol, False) | nonfinite | missing_nan
         if hull is not None:   # outside every convex combination of the values
             bad |= hull & finite
-        ulps = np.where(finite, err / ulp(mid, fmt), 0.0)
+        # ulps are counted only where the exact value is at least the smallest normal:
+        # below it the ulp is 2^(emin-p+1) and an error at an exact 0 reads 1e37 ulp (NaN)
+        counted = finite & (np.abs(mid) >= math.ldexp(1.0, fmt.emin))
+        ulps = np.where(counted, err / ulp(mid, fmt), np.where(finite, np.nan, 0.0))
         ratio = np.where(judged & (err > 0), err / np.where(tol > 0, tol, 0.0), 0.0)
         ratio = np.where(np.isnan(ratio), np.inf, ratio)
     worst = None
@@ -323,7 +326,7 @@ def _verdict(
         flat_e = int(np.argmax(e_f))
         max_idx = tuple(int(i) for i in np.unravel_index(flat_e, a.shape))
         max_err = float(e_f[max_idx])
-        max_ulps = float(np.max(np.where(finite, ulps, 0.0)))
+        max_ulps = float(np.max(ulps[counted])) if np.any(counted) else math.nan
     first_nf = None
     if np.any(nonfinite):
         first_nf = tuple(int(i) for i in np.argwhere(nonfinite)[0])

@@ -6,7 +6,8 @@ the notebook table of an :class:`~mha_symbolic.testing.compare.AttentionComparis
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .compare import AttentionComparison
@@ -18,6 +19,46 @@ def _idx_text(idx: tuple[int, ...], names: tuple[str, ...]) -> str:
     if len(names) != len(idx):
         return str(idx)
     return "(" + ", ".join(f"{n}={i}" for n, i in zip(names, idx, strict=True)) + ")"
+
+
+#: The longest headline: pytest's short summary line is cut at the terminal's width,
+#: and ``FAILED path::test - `` takes its first 25-40 columns.
+HEADLINE_WIDTH = 60
+
+
+def headline(bugs: list[str] | None, what: str, detail: str) -> str:
+    """The first line of a failure: the verdict and the bug class lead, then what failed.
+
+    ``bugs``: the matching bug classes; ``[]`` when the diagnosis ran and none matched;
+    None when it did not run.
+
+    >>> headline(["no_scale"], "attention output", "40 / 64 off")
+    'FAIL [no_scale] attention output: 40 / 64 off'
+    >>> headline([], "dq", "3 / 12 off")
+    'FAIL [no known bug class] dq: 3 / 12 off'
+    """
+    tag = ", ".join(bugs) if bugs else ("no known bug class" if bugs is not None
+                                        else "not diagnosed")
+    text = f"FAIL [{tag}] {what}: {detail}"
+    return text if len(text) <= HEADLINE_WIDTH else text[:HEADLINE_WIDTH - 1] + "…"
+
+
+def _bugs(c: Any) -> list[str] | None:
+    return [d.bug for d in c.diagnoses] if c.diagnosis_run or c.diagnoses else None
+
+
+def _headline(c: AttentionComparison) -> str:
+    detail = f"{c.n_mismatched} / {c.n_elements} off"
+    if c.n_nonfinite:
+        detail += f", {c.n_nonfinite} NaN/Inf"
+    return headline(_bugs(c), c.title, detail)
+
+
+def _ulps_text(value: float, dtype: str) -> str:
+    """An ulp count, or why there is none (exact values below the smallest normal)."""
+    if math.isnan(value):
+        return "not counted (the exact value is below the smallest normal)"
+    return f"{value:.4g} ulp({dtype})"
 
 
 def _summary(c: AttentionComparison) -> str:
@@ -63,7 +104,8 @@ def _table(c: AttentionComparison) -> tuple[tuple[str, ...], list[tuple[str, str
         rows.append(("exact value", f"{w.exact_lower!r} (exact)" if w.exact_lower ==
                      w.exact_upper else f"in [{w.exact_lower!r}, {w.exact_upper!r}]"))
         rows.append(("actual value", repr(w.actual)))
-        rows.append(("error", f"{w.error:.4g} = {w.error_ulps:.4g} ulp = {w.ratio:.4g} × "
+        ulps = "" if math.isnan(w.error_ulps) else f" = {w.error_ulps:.4g} ulp"
+        rows.append(("error", f"{w.error:.4g}{ulps} = {w.ratio:.4g} × "
                               f"tolerance ({w.tolerance:.4g})"))
     rows += [("diagnosis", f"{d.bug}: {d.description}") for d in c.diagnoses]
     if c.diagnosis_run and not c.diagnoses:
@@ -74,7 +116,7 @@ def _table(c: AttentionComparison) -> tuple[tuple[str, ...], list[tuple[str, str
 
 def _render(c: AttentionComparison) -> str:
     """The failure report: metadata first, then counts, the worst element, diagnosis."""
-    lines: list[str] = [_summary(c)]
+    lines: list[str] = ([] if c.passed else [_headline(c)]) + [_summary(c)]
     lines.append(f"  shape: {c.shape}, dtype: {c.dtype}, accumulation: {c.accumulation}")
     lines.append(f"  tolerance: {c.rule}")
     if c.n_nonfinite:
@@ -102,12 +144,13 @@ def _render(c: AttentionComparison) -> str:
             lines.append(f"  exact value:  in [{w.exact_lower!r}, {w.exact_upper!r}] "
                          "(certified enclosure)")
         lines.append(f"  actual value: {w.actual!r}")
-        lines.append(f"  error:        {w.error:.4g} = {w.error_ulps:.4g} ulp({c.dtype}) = "
+        ulps = ("" if math.isnan(w.error_ulps) else f" = {w.error_ulps:.4g} ulp({c.dtype})")
+        lines.append(f"  error:        {w.error:.4g}{ulps} = "
                      f"{w.ratio:.4g} × tolerance ({w.tolerance:.4g})")
         if c.max_error_index is not None and c.max_error_index != w.index:
             lines.append(f"Greatest absolute error: {c.max_error:.4g} at index "
                          f"{_idx_text(c.max_error_index, c.index_names)}")
-        lines.append(f"Greatest error in ulps: {c.max_ulps:.4g} ulp({c.dtype})")
+        lines.append(f"Greatest error in ulps: {_ulps_text(c.max_ulps, c.dtype)}")
     for d in c.diagnoses:
         lines.append(f"Diagnosis: matches bug class '{d.bug}' — {d.description} "
                      f"(within {d.ratio:.2g} × tolerance of that variant; "

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._text import echo, plural
+from .._text import echo, plural, sanitize
 from ..errors import ExampleFileError
 
 __all__ = ["cli_examples", "data_dir", "files", "names"]
@@ -78,20 +78,40 @@ def _title(path: Path) -> tuple[str, int, int]:
             sum(len(e.get("claim", [])) for e in exs if isinstance(e, dict)))
 
 
+def speak_of_itself(text: str, target: Path) -> str:
+    """A copied file's ``# Check it:`` comment names the copy, not the bundled set.
+
+    >>> speak_of_itself("# Check it:  mha-symbolic check --example seed\\nx = 1\\n", Path("b/seed.toml"))
+    '# Check it:  mha-symbolic check b/seed.toml\\nx = 1\\n'
+    """
+    import re
+    import shlex
+
+    return re.sub(r"(?m)^# Check it:(\s+)mha-symbolic check .*$",
+                  lambda m: f"# Check it:{m.group(1)}mha-symbolic check {shlex.quote(target.as_posix())}",
+                  text)
+
+
 def cli_examples(args: Any) -> int:
     """``mha-symbolic examples [--copy NAME] [-o DIR]``."""
     if args.copy:
         paths = files(args.copy)
         out = Path(args.output or ".")
-        if not out.is_dir():
-            raise ExampleFileError(f"{out}: not a folder to copy into")
-        for path in paths:
-            for src in [path, *sorted(path.parent.glob(path.stem + "*.npz"))]:
-                target = out / src.name
-                if target.exists():
-                    raise ExampleFileError(f"{target}: exists; not overwritten")
+        if out.exists() and not out.is_dir():
+            raise ExampleFileError(f"{out}: exists and is not a folder to copy into")
+        targets = [(src, out / src.name) for path in paths
+                   for src in [path, *sorted(path.parent.glob(path.stem + "*.npz"))]]
+        for _, target in targets:  # all or nothing: checked before the first write
+            if target.exists():
+                raise ExampleFileError(f"{target}: exists; not overwritten")
+        out.mkdir(parents=True, exist_ok=True)
+        for src, target in targets:
+            if src.suffix == ".toml":
+                target.write_text(speak_of_itself(src.read_text(encoding="utf-8"), target),
+                                  encoding="utf-8")
+            else:
                 target.write_bytes(src.read_bytes())
-                print(f"wrote {target}")
+            print(f"wrote {sanitize(str(target))}")
         return 0
     for name, paths in _sets().items():
         if name == "books":
@@ -102,6 +122,7 @@ def cli_examples(args: Any) -> int:
         title, n_ex, n_claims = _title(paths[0])
         print(f"{name:40s} {n_ex:3d} {'example ' if n_ex == 1 else 'examples'} "
               f"{n_claims:4d} {'claim ' if n_claims == 1 else 'claims'}  {title}")
-    print("\ncheck one:  mha-symbolic check --example NAME\n"
-          "copy one:   mha-symbolic examples --copy NAME")
+    print("\ncheck one:  mha-symbolic check --example NAME   (one example of it: NAME:EXAMPLE)\n"
+          "derive one: mha-symbolic derive --example NAME -o NAME.tex\n"
+          "copy one:   mha-symbolic examples --copy NAME -o DIR")
     return 0

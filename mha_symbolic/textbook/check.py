@@ -35,6 +35,7 @@ query axis, a transposed shape, biases counted or W^O left out.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -260,14 +261,26 @@ def _layout(texts: list[str], shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(rows) + "]"
 
 
-def check_examples(examples: Iterable[WorkedExample] | WorkedExample,
+def check_examples(examples: Iterable[WorkedExample] | WorkedExample | str | os.PathLike[str],
                    only: Sequence[str] | None = None, *, strict: bool = False) -> CheckReport:
     """Check every claim of the examples; ``only`` restricts to examples by name.
+
+    ``examples`` is what :func:`load_examples` returns, one example, or what users
+    have: a path (``str`` or :class:`~pathlib.Path`) of a worked-example file, or its
+    TOML text (a string of several lines).  ``print(report)`` prints the readable report.
 
     A claim that cannot be judged (unreadable answer, unknown quantity, an index out of
     range) becomes a record with the verdict ``unreadable`` and its error, and the
     other claims are still checked; ``strict=True`` raises the error instead."""
+    if isinstance(examples, os.PathLike) or (isinstance(examples, str) and "\n" not in examples):
+        examples = load_examples(examples)
+    elif isinstance(examples, str):
+        examples = load_examples(text=examples)
     exs = [examples] if isinstance(examples, WorkedExample) else list(examples)
+    bad = next((e for e in exs if not isinstance(e, WorkedExample)), None)
+    if bad is not None:
+        raise ExampleFileError(f"check_examples: expected worked examples, a path or TOML "
+                               f"text, got {type(bad).__name__}")
     exs = select_examples(exs, only)
     records: list[ClaimRecord] = []
     for ex in exs:
@@ -290,25 +303,19 @@ def check_examples(examples: Iterable[WorkedExample] | WorkedExample,
 
 
 def cli_check(args: Any) -> int:
-    """``mha-symbolic check FILE|- [--example NAME …] [--format …] [-q]``; without FILE,
-    ``--example NAME`` names a bundled set (``seed``, ``books``, ``books/NAME``)."""
+    """``mha-symbolic check FILE|-|--example SET[:EXAMPLE] … [--only NAME …] [--format …]
+    [-q]`` (the selection: :mod:`mha_symbolic.textbook.selection`)."""
     import sys
 
-    only = args.example
-    if args.file is None:
-        if not args.example:
-            raise ExampleFileError("give a worked-example FILE, '-' for standard input, or "
-                                   "--example NAME for a bundled set (`mha-symbolic examples` "
-                                   "lists them)")
-        from .bundled import files
+    from .selection import resolve
 
-        examples = [ex for name in args.example for path in files(name)
-                    for ex in load_examples(path)]
-        only = None
-    elif args.file == "-":
-        examples = load_examples(text=_read_stdin(), source="<stdin>")
+    selections = resolve(args.file, args.example, getattr(args, "only", None))
+    if args.file == "-":
+        examples = select_examples(load_examples(text=_read_stdin(), source="<stdin>"),
+                                   list(selections[0].only or ()))
     else:
-        examples = load_examples(args.file)
+        examples = [ex for sel in selections for ex in sel.examples()]
+    only = None
     report = check_examples(examples, only=only)
     quiet = bool(getattr(args, "quiet", False))
     if args.format == "json":

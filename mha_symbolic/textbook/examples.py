@@ -408,8 +408,18 @@ def _example(item: Any, index: int, source: str, loc: Any, base: Path | None) ->
                                    f"{ex.batch_size}")
         ex.gradients()
     except MhaSymbolicError as exc:
-        raise ExampleFileError(f"{where}: {exc}") from None
+        # an inconsistency is reported at the key it names first ("value has n_k=3 rows
+        # but key has n_k=2": the line of value), not at the example's header
+        raise ExampleFileError(f"{_blamed(str(exc), item, at) or where}: {exc}") from None
     return ex
+
+
+def _blamed(message: str, item: dict[str, Any], at: Any) -> str | None:
+    """``at(key)`` for the example's key that ``message`` starts with, if any."""
+    m = re.match(r"[A-Za-z_][A-Za-z0-9_]*", message)
+    if m is None or m.group(0) not in item or m.group(0) in ("claim", "name"):
+        return None
+    return str(at(m.group(0)))
 
 
 def _file_inputs(item: dict[str, Any], raw_inputs: dict[str, Any], at: Any,

@@ -122,7 +122,7 @@ def _matplotlib() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise OptionalDependencyError("matplotlib", "drawing figures", "plot") from None
+        raise OptionalDependencyError("matplotlib", "figures", "plot") from None
     return matplotlib
 
 

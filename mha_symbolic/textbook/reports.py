@@ -121,6 +121,31 @@ class CheckReport:
         return [(ex, [r for r in self.records if r.example == ex.name]) for ex in self.examples]
 
     # -- renderings ------------------------------------------------------------------
+    def __str__(self) -> str:
+        """``print(report)`` prints the readable report (:meth:`text`)."""
+        return self.text()
+
+    def __repr__(self) -> str:
+        s = self.summary()
+        return (f"<CheckReport: {plural(len(self.examples), 'example')}, {self.summary_line().rstrip('.')}; "
+                f"exit status {self.exit_status}; print() it for the report>"
+                if s["claims"] else f"<CheckReport: {plural(len(self.examples), 'example')}, "
+                "no claims>")
+
+    def summary_line(self) -> str:
+        """The closing line of the text report ("71 claims: 68 hold (…), 3 wrong (3 diagnosed).")."""
+        s = self.summary()
+        line = (f"{plural(s['claims'], 'claim')}: {_hold(s['hold'])} ({s['exact']} exact, "
+                f"{s['correctly rounded']} correctly rounded, "
+                f"{plural(s['approximation'], 'approximation')}"
+                + (f", {s[CONSISTENT]} consistent with printed inputs" if s[CONSISTENT] else "")
+                + f"), {s['wrong']} wrong ({s['diagnosed']} diagnosed)")
+        if s["unreadable"]:
+            line += f", {s['unreadable']} unreadable"
+        if s[UNDECIDED]:
+            line += f", {s[UNDECIDED]} undecided (not counted as holding)"
+        return line + "."
+
     def text(self, *, quiet: bool = False) -> str:
         """The report as text; ``quiet``: only the claims that fail, and the summary."""
         self = self.sanitized()  # render the terminal-safe copy
@@ -160,17 +185,7 @@ class CheckReport:
                     if r.diagnosis:
                         out.append(f"      diagnosis: {r.diagnosis}")
             out.append("")
-        s = self.summary()
-        line = (f"{plural(s['claims'], 'claim')}: {_hold(s['hold'])} ({s['exact']} exact, "
-                f"{s['correctly rounded']} correctly rounded, "
-                f"{plural(s['approximation'], 'approximation')}"
-                + (f", {s[CONSISTENT]} consistent with printed inputs" if s[CONSISTENT] else "")
-                + f"), {s['wrong']} wrong ({s['diagnosed']} diagnosed)")
-        if s["unreadable"]:
-            line += f", {s['unreadable']} unreadable"
-        if s[UNDECIDED]:
-            line += f", {s[UNDECIDED]} undecided (not counted as holding)"
-        out.append(line + ".")
+        out.append(self.summary_line())
         out.append("Digits shown as exact are certified (exact rational arithmetic or Arb "
                    "enclosures); '…' means the expansion continues.")
         return "\n".join(out)
@@ -231,12 +246,16 @@ class CheckReport:
         self = self.sanitized()  # render the terminal-safe copy
         rows = []
         for r in self.records:
+            verdict = r.verdict + (f" ({r.precision})" if r.verdict != "exact" and r.precision
+                                   else "")
             rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
-                _mark(r), r.example, _label(r), r.claimed, r.exact, r.verdict,
-                r.diagnosis or "")) + "</tr>")
+                _mark(r), r.example, _label(r), r.claimed, r.exact, verdict,
+                r.rounded if not r.ok and r.rounded is not None else "",
+                r.diagnosis or r.error or "")) + "</tr>")
         head = "".join(f"<th>{h}</th>" for h in ("", "example", "quantity", "claimed", "exact",
-                                                  "verdict", "diagnosis"))
-        return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+                                                  "verdict", "correct answer", "diagnosis"))
+        return (f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+                f"<p><b>{html.escape(self.summary_line())}</b></p>")
 
 
 #: The verdict of a claim that holds for inputs inside their printed intervals.

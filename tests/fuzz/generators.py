@@ -672,7 +672,7 @@ def cli_call(src: Source) -> CliCall:
         if src.chance(0.5):
             argv += ["--format", src.choice(["text", "json", "markdown", "html", "x"])]
         if src.chance(0.2):
-            argv += ["--example", src.choice(["E0", "E1", "A", "\x1b[31m", "$x$", ""])]
+            argv += ["--only", src.choice(["E0", "E1", "A", "\x1b[31m", "$x$", ""])]
     elif k <= 11:
         argv = ["derive", infile]
         fmt = src.choice(["tex", "fragment", "markdown", "pdf"])
@@ -686,7 +686,7 @@ def cli_call(src: Source) -> CliCall:
         if src.chance(0.02):
             argv.append("--figures")
         if src.chance(0.2):
-            argv += ["--example", src.choice(["E0", "E1", "\x1b]0;x\x07"])]
+            argv += ["--only", src.choice(["E0", "E1", "\x1b]0;x\x07"])]
     elif k <= 13:
         argv = ["plot", src.choice(["collapse", "collapse", "heatmap", "bogus"]),
                 "-o", src.choice(["out/f.png", "out/f.pdf", "out/f.svg", "", "in/in.toml",
@@ -697,7 +697,7 @@ def cli_call(src: Source) -> CliCall:
             argv += ["--gap", src.choice(["20", "0", "-1", "1000", "1001", "1e400", "7" * 360 + "^(4/5)",
                                           number_text(src)])]
         if src.chance(0.3):
-            argv += ["--example", src.choice(["E0", "E1", "x"])]
+            argv += ["--only", src.choice(["E0", "E1", "x"])]
         if src.chance(0.2):
             argv += ["--format", src.choice(["png", "svg", "pdf", "jpg", "", "SVG"])]
         if src.chance(0.2):
