@@ -128,6 +128,11 @@ class Diagnosis:
     bug: str
     description: str
     ratio: float  # max |actual - buggy| / tolerance of the buggy variant
+    #: "fits": within tolerance of the bug's variant; "explains": a precision bug whose
+    #: emulation is within half the actual's error of it; "size": one whose error has
+    #: the actual's size (``ratio`` for both: actual error / the variant's);
+    #: "dtype": the output's dtype is not the one promised
+    kind: str = "fits"
 
 
 @dataclass(frozen=True, repr=False)
@@ -547,10 +552,11 @@ def compare_attention(
     found: tuple[Candidate, ...] = ()
     if not _within(a, lower, upper, saf * model_tol):
         found = diagnose(a, x, model=model, safety=saf)
+    diags = [Diagnosis(c.name, c.description, c.ratio) for c in found]
     if two is not None:
-        found = found + precision_candidates(a, x, mid, model, query, key, value, two.dtype_tol)
-    return _with_diagnoses(comp, comp.diagnoses + tuple(
-        Diagnosis(c.name, c.description, c.ratio) for c in found))
+        diags += [Diagnosis(n, d, r, "explains" if ex else "size") for n, d, r, ex
+                  in precision_candidates(a, x, mid, model, query, key, value, two.dtype_tol)]
+    return _with_diagnoses(comp, comp.diagnoses + tuple(diags))
 
 
 def _plain_error(x: AttentionInputs, dtype: Any, lower: np.ndarray,
@@ -675,6 +681,6 @@ def _tolerance(rule: str, *, model: np.ndarray, mid: np.ndarray, fmt: FloatForma
 def _kept_promise(problem: str, comp: AttentionComparison) -> AttentionComparison:
     if not problem:
         return comp
-    d = Diagnosis("output_dtype", problem, 0.0)
+    d = Diagnosis("output_dtype", problem, 0.0, "dtype")
     return replace(comp, passed=False, dtype_problem=problem, diagnosis_run=True,
                    diagnoses=(d, *comp.diagnoses))

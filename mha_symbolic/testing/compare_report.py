@@ -152,12 +152,26 @@ def _render(c: AttentionComparison) -> str:
                          f"{_idx_text(c.max_error_index, c.index_names)}")
         lines.append(f"Greatest error in ulps: {_ulps_text(c.max_ulps, c.dtype)}")
     for d in c.diagnoses:
-        lines.append(f"Diagnosis: matches bug class '{d.bug}' — {d.description} "
-                     f"(within {d.ratio:.2g} × tolerance of that variant; "
-                     "not within tolerance of the exact answer)")
+        lines.append(_diagnosis_line(d))
     if c.diagnosis_run and not c.diagnoses:
         lines.append("Diagnosis: no known bug class matches.")
     lines.append("(errors are distances to the midpoint of the certified enclosure, "
                  "shown to 4 digits; a mismatch is declared only when the distance to "
                  "the whole enclosure exceeds the tolerance)")
     return "\n".join(lines)
+
+
+def _diagnosis_line(d: Any) -> str:
+    """One diagnosis, saying what was checked for it."""
+    kind = getattr(d, "kind", "fits")
+    if kind == "dtype":
+        return f"Diagnosis: '{d.bug}' — {d.description}"
+    if kind == "explains":
+        return (f"Diagnosis: explained by bug class '{d.bug}' — {d.description} (its "
+                "emulation on these inputs is within half the output's error of it)")
+    if kind == "size":
+        return (f"Diagnosis: consistent with bug class '{d.bug}' — {d.description} (the "
+                "emulated bug is not this kernel's rounding, so only its size is compared)")
+    return (f"Diagnosis: matches bug class '{d.bug}' — {d.description} "
+            f"(within {d.ratio:.2g} × tolerance of that variant; "
+            "not within tolerance of the exact answer)")

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
-from .bugs import Candidate
 from .emulated import DTYPE_FACTOR, DtypeLevel
 from .plain import AttentionInputs
 from .precision_bugs import precision_bugs
@@ -115,13 +114,10 @@ def dtype_promise(actual: Any, inputs: tuple[Any, ...], out_dtype: Any,
 
 
 def precision_candidates(a: np.ndarray, x: AttentionInputs, mid: np.ndarray,
-                          model: ErrorModel, query: Any, key: Any, value: Any,
-                          dtype_tol: np.ndarray) -> tuple[Candidate, ...]:
+                         model: ErrorModel, query: Any, key: Any, value: Any,
+                         dtype_tol: np.ndarray) -> list[tuple[str, str, float, bool]]:
+    """(name, description, ratio, explains) of the precision bugs that explain ``a``
+    or whose error has its size, at most three, best first."""
     ins = {n for n in (fmt_name(query), fmt_name(key), fmt_name(value)) if n}
     found = precision_bugs(a, x, mid, model.fmt.name, ins, dtype_tol)
-    out = []
-    for f in found:
-        how = ("explains the output" if f.explains else
-               f"an error of the same size ({f.ratio:.2g} × that variant's)")
-        out.append(Candidate(f.name, f"{f.description}: {how}", f.ratio))
-    return tuple(out)
+    return [(f.name, f.description, f.ratio, f.explains) for f in found[:3]]
