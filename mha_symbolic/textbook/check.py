@@ -295,6 +295,12 @@ def cli_check(args: Any) -> int:
     import sys
 
     only = args.example
+    fmt = getattr(args, "input_format", None)
+    if args.file is not None:
+        from .sources.check import cli_check_source, is_author_source
+
+        if is_author_source(args.file, fmt):
+            return cli_check_source(args)
     if args.file is None:
         if not args.example:
             raise ExampleFileError("give a worked-example FILE, '-' for standard input, or "
