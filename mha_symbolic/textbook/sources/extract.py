@@ -60,11 +60,12 @@ class Document:
     blocks: list[Block] = field(default_factory=list)
     section_titles: list[str] = field(default_factory=lambda: [""])
     line_map: list[int] | None = None  # virtual line → the file's line (notebooks)
-    _newlines: list[int] = field(default_factory=list)
+    _newlines: list[int] | None = None
 
     def line_of(self, offset: int) -> int:
-        if not self._newlines:
-            self._newlines = [m.start() for m in re.finditer("\n", self.text)] or [-1]
+        """The line (1-based) of an offset: of the file, or through line_map (notebooks)."""
+        if self._newlines is None:
+            self._newlines = [m.start() for m in re.finditer("\n", self.text)]
         line = bisect.bisect_left(self._newlines, offset) + 1
         if self.line_map is not None:
             return self.line_map[min(line - 1, len(self.line_map) - 1)] if self.line_map else 1

@@ -277,7 +277,8 @@ class _Parser:
         if t.kind == "num":
             self.take()
             if len(t.text) > 1:  # ^23 is ^{2} followed by 3
-                self.toks.insert(self.i, Tok("num", t.text[1:], t.pos + 1))
+                self.toks[self.i - 1] = Tok("expnum", t.text[0], t.pos, t.pos + 1)
+                self.toks.insert(self.i, Tok("num", t.text[1:], t.pos + 1, t.end))
                 if t.text[1] == ".":
                     raise NotJudged("a one-character exponent followed by a decimal point")
             return ("num", t.text[0])
