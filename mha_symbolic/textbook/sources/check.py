@@ -30,6 +30,8 @@ MAX_SOURCE_BYTES = 4_000_000
 #: Most statements judged in one file (the rest are reported as not judged).
 MAX_STATEMENTS = 5000
 SCHEMA = "mha-symbolic-source-check/1"
+# an align environment's "&" before a relation (w_1 &= …), dropped from the text shown
+_ALIGN_MARK = re.compile(r"&(?=\s*(?:=|\\approx|<|>|\\le|\\ge))")
 
 
 @dataclass(frozen=True)
@@ -259,7 +261,7 @@ def _statements(doc: Document, shown: str) -> list[SourceRecord]:
         for st in statements:
             count += 1
             line = doc.line_of(st.start)
-            written = " ".join(doc.text[st.start:st.end].split())
+            written = _ALIGN_MARK.sub("", " ".join(doc.text[st.start:st.end].split()))
             title = doc.section_titles[span.section] if span.section < len(
                 doc.section_titles) else ""
             if count > MAX_STATEMENTS:
