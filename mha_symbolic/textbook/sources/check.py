@@ -12,7 +12,6 @@ where it is written, and its ``mha-check`` blocks checked as worked examples.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -125,9 +124,11 @@ class SourceReport:
 
     def json(self, *, quiet: bool = False) -> str:
         records = [r for r in self.records if not (quiet and r.ok)]
-        return json.dumps({"schema": SCHEMA, "file": self.file, "format": self.format,
-                           "summary": self.summary(), "records": [r.as_dict() for r in records],
-                           "exit_status": self.exit_status}, ensure_ascii=False, indent=1)
+        from ..reports import json_text
+
+        return json_text({"schema": SCHEMA, "file": self.file, "format": self.format,
+                          "summary": self.summary(), "records": [r.as_dict() for r in records],
+                          "exit_status": self.exit_status})
 
     def markdown(self, *, quiet: bool = False, not_judged: bool = False) -> str:
         from ..._text import markdown_code
