@@ -259,6 +259,9 @@ def _statements(doc: Document, shown: str) -> list[SourceRecord]:
             records.append(SourceRecord(shown, doc.line_of(span.start), span.text[:200],
                                         "not judged", True, reason=str(exc)))
             continue
+        scale = _scale_after(doc.text, span.start + len(span.text))
+        for st in statements[-1:]:
+            st.scale = scale
         for st in statements:
             count += 1
             line = doc.line_of(st.start)
@@ -285,6 +288,18 @@ def _statements(doc: Document, shown: str) -> list[SourceRecord]:
                                         section=title, names=names, label=st.label,
                                         printed=last))
     return records
+
+
+_SCALE_AFTER = re.compile(r"\$*[ \t]*([A-Za-z]+)")
+
+
+def _scale_after(text: str, end: int) -> str:
+    """A scale word right after a math span ("$\\approx 85$ million"), else ""."""
+    from ..claims import SCALES
+
+    m = _SCALE_AFTER.match(text, end, min(end + 40, len(text)))
+    word = m.group(1) if m else ""
+    return word if word in SCALES and len(word) > 1 else ""
 
 
 def _names_and_printed(st: Any) -> tuple[tuple[str, ...], str | None]:

@@ -63,6 +63,7 @@ class Statement:
     end: int
     label: str | None = None
     leading: bool = False  # it starts with a relation: the left side is in the prose
+    scale: str = ""  # a scale word just after the math ("≈ 85$ million"): part of the number
 
 
 @dataclass(frozen=True)
@@ -421,7 +422,9 @@ def judge_statement(st: Statement, source: str, section: Section) -> tuple[list[
             reasons.append(f"the relation {rel} is not judged")
             continue
         try:
-            results.append(judge_pair(left, rel, right, texts[i], texts[i + 1], section))
+            scale = st.scale if i + 1 == len(nodes) - 1 else ""
+            results.append(judge_pair(left, rel, right, texts[i], texts[i + 1], section,
+                                      scale=scale))
         except NotJudged as exc:
             reasons.append(str(exc))
     if not results:
@@ -437,9 +440,13 @@ _FLIP = {"<": ">", ">": "<", "≤": "≥", "≥": "≤"}
 
 
 def judge_pair(left: Any, rel: str, right: Any, ltext: str, rtext: str,
-               section: Section) -> Relation:
-    """One relation of a chain, judged (see the module's docstring)."""
+               section: Section, *, scale: str = "") -> Relation:
+    """One relation of a chain, judged (see the module's docstring); ``scale``: a scale
+    word the prose puts after the right side ("million")."""
     pr, pl = printed(right), printed(left)
+    if scale and pr is not None and "×" not in pr[0] and not pr[0].startswith("("):
+        pr = (f"{pr[0]} {scale}", False)
+        rtext = f"{rtext} {scale}"
     if pr is None and pl is not None:
         left, right, ltext, rtext, pr = right, left, rtext, ltext, pl
         rel = _FLIP.get(rel, rel)
@@ -616,7 +623,7 @@ def interval(text: str) -> tuple[Fraction, Fraction]:
 def _diagnose(node: Any, p: Any, section: Section) -> str | None:
     """A slip that explains a wrong statement, proved by judging the corrected statement:
     d_k where √d_k belongs (or the reverse), or a truncation instead of a rounding."""
-    for variant, what in _sqrt_variants(node):
+    for variant, what in _sqrt_variants(node, section):
         try:
             shape, texts = value_texts(variant, section)
             verdict = _judge_printed(_exact(shape, texts), p)
@@ -642,12 +649,19 @@ def _diagnose(node: Any, p: Any, section: Section) -> str | None:
     return None
 
 
-def _sqrt_variants(node: Any, limit: int = 8) -> list[tuple[Any, tuple[str, str, str]]]:
-    """The tree with one integer k ≥ 2 replaced by √k, or one √x by x."""
+def _sqrt_variants(node: Any, section: Section,
+                   limit: int = 8) -> list[tuple[Any, tuple[str, str, str]]]:
+    """The tree with one integer k ≥ 2 (written, or a name bound to it) replaced by √k,
+    or one √x by x."""
     found: list[tuple[Any, tuple[str, str, str]]] = []
 
     def walk(n: Any, rebuild: Any) -> None:
         if len(found) >= limit or not isinstance(n, tuple):
+            return
+        if n[0] == "sym" and section.bindings.get(n[1], ((1,), []))[0] == ():
+            bound = section.bindings[n[1]][1][0]
+            if bound.isdigit() and 2 <= int(bound) <= 10**6:
+                found.append((rebuild(("func", "sqrt", n)), (bound, f"√{n[1]}", n[1])))
             return
         if n[0] == "num" and n[1].isdigit() and 2 <= int(n[1]) <= 10**6:
             found.append((rebuild(("func", "sqrt", n)), (n[1], f"√{n[1]}", n[1])))
