@@ -16,6 +16,7 @@ from pathlib import Path
 import mpmath
 import pytest
 
+from mha_symbolic.errors import ExampleFileError
 from mha_symbolic.textbook.sources import check_source
 from mha_symbolic.textbook.sources.latex_math import NotJudged, parse_member, tokenize
 
@@ -282,3 +283,20 @@ def test_terminal_injection_is_escaped(tmp_path: Path) -> None:
     p.write_text("$\\text{\x1b[31mred} = 1 + 1 = 3$\n")
     r = run("check", str(p), "--not-judged")
     assert "\x1b" not in r.stdout and r.returncode == 1
+
+
+@pytest.mark.parametrize("text", ["\\[" * 200_000, "<!--" * 200_000, "\\begin{verbatim}" * 50_000,
+                                  "\\begin{align}" * 50_000, "``" * 200_000 + "`", "$a" * 300_000,
+                                  ":math:`" * 100_000])
+def test_openers_without_closers_cost_linear_time(text: str) -> None:
+    # each opener once scanned to the end of the text was quadratic (found by hand: a
+    # million "\[" took minutes); the scans now remember the next closer
+    import time
+
+    for ext in ("md", "tex", "rst"):
+        t = time.perf_counter()
+        try:
+            check_source(text=text, name=f"p.{ext}")
+        except ExampleFileError:
+            pass
+        assert time.perf_counter() - t < 5, ext

@@ -19,7 +19,9 @@ from __future__ import annotations
 import bisect
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..._text import echo
 from ...errors import ExampleFileError
@@ -124,17 +126,70 @@ class _Sections:
 _FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*(\{?[\w.-]*\}?)[^\n]*$")
 _ATX = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*)$")
 _SETEXT = re.compile(r"^[ \t]{0,3}(=+|-+)[ \t]*$")
-_INLINE_CODE = re.compile(r"(`+)(?:(?!\1)[^\n]|\n(?![ \t]*\n)){1,2000}?\1")
-_COMMENT = re.compile(r"<!--.{0,100000}?-->", re.DOTALL)
-_MATH = re.compile(
-    r"\$\$(?P<dd>.{1,20000}?)\$\$"
-    r"|\\\[(?P<br>.{1,20000}?)\\\]"
-    r"|\\\((?P<pa>.{1,20000}?)\\\)"
-    r"|\\begin\{(?P<env>equation|align|alignat|gather|multline|eqnarray|math|displaymath|flalign)"
-    r"(?P<star>\*?)\}(?P<body>.{0,20000}?)\\end\{(?P=env)(?P=star)\}"
-    r"|(?<![\\$])\$(?P<d>(?:[^$\n\\]|\\.|\n(?![ \t]*\n)){1,4000}?)\$(?!\d)",
-    re.DOTALL,
-)
+_INLINE_CODE = re.compile(r"`+")
+_COMMENT_OPEN = re.compile(r"<!--")
+_BLANK = re.compile(r"\n[ \t]*\n")
+_MATH_OPEN = re.compile(
+    r"\$\$|\\\[|\\\(|\\begin\{(?P<env>equation|align|alignat|gather|multline|eqnarray|math"
+    r"|displaymath|flalign)(?P<star>\*?)\}|\$")
+#: Longest display math, and longest inline math (characters).
+MAX_DISPLAY = 20_000
+MAX_INLINE = 4000
+
+
+class _Finder:
+    """``str.find`` (and a blank-line search) remembered per needle: every scan here asks
+    from positions that only increase, so each needle's text is scanned once — linear in
+    the text however many openers lack a closer (``\\[`` a million times)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.cache: dict[str, int] = {}
+
+    def find(self, needle: str, start: int) -> int:
+        hit = self.cache.get(needle)
+        if hit is None or (hit != -1 and hit < start):
+            if needle == "<blank>":
+                m = _BLANK.search(self.text, start)
+                hit = m.start() if m else -1
+            else:
+                hit = self.text.find(needle, start)
+            self.cache[needle] = hit
+        return hit
+
+
+def _regions(text: str, opener: re.Pattern[str], closer: Any, *, limit: int | None = None,
+             paragraph: bool = False) -> Iterator[tuple[re.Match[str], int, int]]:
+    """(opener match, body end, region end) of every region ``opener … closer(match)``,
+    left to right, without overlaps; an opener without its closer (within ``limit``
+    characters, or before a blank line when ``paragraph``) is left as text."""
+    finder = _Finder(text)
+    pos = 0
+    while True:
+        m = opener.search(text, pos)
+        if m is None:
+            return
+        close = closer(m)
+        end = finder.find(close, m.end()) if close else -1
+        ok = end != -1 and (limit is None or end - m.end() <= limit)
+        if ok and paragraph:
+            blank = finder.find("<blank>", m.end())
+            ok = blank == -1 or blank > end
+        if ok:
+            yield m, end, end + len(close)
+            pos = end + len(close)
+        else:
+            pos = m.end()
+
+
+def _blanked(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with the characters of ``spans`` (but not its newlines) made spaces."""
+    if not spans:
+        return text
+    chars = list(text)
+    for a, b in spans:
+        _mask(chars, a, b)
+    return "".join(chars)
 
 
 def _markdown(doc: Document, text: str, offset: int) -> None:
@@ -187,17 +242,27 @@ def _markdown(doc: Document, text: str, offset: int) -> None:
         pos += len(line) + 1
         i += 1
     masked = "".join(chars)
-    masked = _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), masked)
+    masked = _blanked(masked, [(m.start(), end) for m, _, end in _regions(
+        masked, _COMMENT_OPEN, lambda m: "-->")])
     masked = masked.replace("\\$", "  ")
-    masked = _INLINE_CODE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), masked)
+    masked = _blanked(masked, [(m.start(), end) for m, _, end in _regions(
+        masked, _INLINE_CODE, lambda m: m.group(), limit=MAX_INLINE, paragraph=True)])
     _find_math(doc, masked, text, offset, sections)
 
 
 def _find_math(doc: Document, masked: str, text: str, offset: int, sections: _Sections) -> None:
-    for m in _MATH.finditer(masked):
-        name = next(g for g in ("dd", "br", "pa", "body", "d") if m.group(g) is not None)
-        start = m.start(name)
-        doc.spans.append(Span(text[start:m.end(name)], offset + start, sections.of(m.start())))
+    def closer(m: re.Match[str]) -> str:
+        o = m.group()
+        if o.startswith("\\begin"):
+            return "\\end{" + m.group("env") + m.group("star") + "}"
+        return {"$$": "$$", "\\[": "\\]", "\\(": "\\)", "$": "$"}[o]
+
+    for m, end, stop in _regions(masked, _MATH_OPEN, closer, limit=MAX_DISPLAY):
+        start = m.end()
+        if m.group() == "$" and (end - start > MAX_INLINE or end == start or _BLANK.search(
+                masked, start, end) or masked[stop:stop + 1].isdigit()):
+            continue  # "$5 and $10": not math
+        doc.spans.append(Span(text[start:end], offset + start, sections.of(m.start())))
         if len(doc.spans) > MAX_SPANS:
             raise ExampleFileError(f"more than {MAX_SPANS} math spans in one file")
     doc.spans.sort(key=lambda s: s.start)
@@ -279,10 +344,7 @@ def _dedent(body: str) -> str:
 # -- LaTeX ----------------------------------------------------------------------------------------
 
 _TEX_COMMENT = re.compile(r"(?<!\\)%[^\n]*")
-_TEX_VERBATIM = re.compile(r"\\begin\{(verbatim|lstlisting|minted|comment|Verbatim)\*?\}"
-                           r".{0,200000}?\\end\{\1\*?\}", re.DOTALL)
-_TEX_BLOCK = re.compile(r"\\begin\{mhacheck\}[^\n]*\n(?P<body>.{0,200000}?)\\end\{mhacheck\}",
-                        re.DOTALL)
+_TEX_VERBATIM = re.compile(r"\\begin\{(verbatim|lstlisting|minted|comment|Verbatim|mhacheck)(\*?)\}")
 _TEX_SECTION = re.compile(r"\\(?:part|chapter|section|subsection|subsubsection)\*?\s*\{([^{}\n]{0,200})")
 _TEX_VERB = re.compile(r"\\verb\*?([^\w\s])[^\n]{0,500}?\1")
 
@@ -291,15 +353,21 @@ def _latex(doc: Document, text: str) -> None:
     sections = _Sections(doc)
     blank = lambda m: re.sub(r"[^\n]", " ", m.group())  # noqa: E731 - offsets kept
     masked = _TEX_COMMENT.sub(blank, text)
-    for m in _TEX_BLOCK.finditer(masked):
-        doc.blocks.append(Block(text[m.start("body"):m.end("body")], m.start("body"), 0))
-    masked = _TEX_BLOCK.sub(blank, masked)
-    masked = _TEX_VERBATIM.sub(blank, masked)
+    hidden: list[tuple[int, int]] = []
+    blocks: list[tuple[int, int]] = []
+    for m, end, stop in _regions(masked, _TEX_VERBATIM,
+                                 lambda m: "\\end{" + m.group(1) + m.group(2) + "}"):
+        hidden.append((m.start(), stop))
+        if m.group(1) == "mhacheck":
+            body = text.find("\n", m.end(), end)  # the TOML starts on the next line
+            if body != -1:
+                blocks.append((body + 1, end))
+    masked = _blanked(masked, hidden)
     masked = _TEX_VERB.sub(blank, masked)
     masked = masked.replace("\\$", "  ")
     for m in _TEX_SECTION.finditer(masked):
         sections.add(m.start(), m.group(1))
-    doc.blocks[:] = [Block(b.text, b.start, sections.of(b.start)) for b in doc.blocks]
+    doc.blocks.extend(Block(text[a:b], a, sections.of(a)) for a, b in blocks)
     _find_math(doc, masked, text, 0, sections)
 
 
