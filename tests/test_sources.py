@@ -300,3 +300,20 @@ def test_openers_without_closers_cost_linear_time(text: str) -> None:
         except ExampleFileError:
             pass
         assert time.perf_counter() - t < 5, ext
+
+
+def test_equals_a_power_of_ten_is_exact_approx_is_printed_precision() -> None:
+    # 2^20 = 1048576 (by hand): "= 10^6" is false, "≈ 10^6" rounds to one significant digit
+    assert [v for _, v in md(r"$2^{20} = 10^{6}$ and $2^{20} \approx 10^{6}$")] == [
+        "wrong", "correctly rounded"]
+
+
+def test_block_claims_map_to_their_own_statements() -> None:
+    report = check_source(SEED_PAGE)
+    lines = SEED_PAGE.read_text().split("\n")
+    by_quantity = {r.claim.quantity: r.line for r in report.records if r.kind == "claim"}
+    # a claim with its own claimed = … stays at its line in the block
+    assert 'claimed = "(0.3302, 0.6698)"' in lines[by_quantity["weight[2]"] - 1] or \
+        "weight[2]" in lines[by_quantity["weight[2]"] - 1]
+    assert "w_{11} =" in lines[by_quantity["weight[1,1]"] - 1]
+    assert "head_{1} [1] =" in lines[by_quantity["head_output[1]"] - 1]

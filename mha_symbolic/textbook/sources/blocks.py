@@ -104,8 +104,8 @@ def check_blocks(doc: Document, shown: str, records: list[SourceRecord], *,
             raise ExampleFileError(f"{exc} (in the notebook's mha-check cell at line "
                                    f"{_real(doc, first)})") from None
         report = check_examples(examples)
-        for r in report.records:
-            target = _claim_target(r.line, pointed)
+        targets = _claim_targets(lines, first, pointed, len(report.records))
+        for r, target in zip(report.records, targets, strict=True):
             line = target.line if target is not None else _real(doc, r.line or first)
             text = f"{r.example}: {r.quantity} {r.claimed}"
             if target is not None:
@@ -118,15 +118,29 @@ def check_blocks(doc: Document, shown: str, records: list[SourceRecord], *,
     return out
 
 
-def _claim_target(line: int, pointed: dict[int, SourceRecord]) -> SourceRecord | None:
-    """The statement a claim points at: the claim's ``claimed`` line is the rewritten
-    ``statement`` line, or the claim's table header a few lines above it."""
-    if not line:
-        return None
-    if line in pointed:
-        return pointed[line]
-    after = [k for k in pointed if k >= line]
-    return pointed[min(after)] if after and min(after) - line <= 6 else None
+_CLAIM_HEADER = re.compile(r"^[ \t]*\[\[[ \t]*example[ \t]*\.[ \t]*claim[ \t]*\]\][ \t]*(#.*)?$")
+_TABLE_HEADER = re.compile(r"^[ \t]*\[\[?[ \t]*[A-Za-z_][\w.\t \"'-]*\]\]?[ \t]*(#.*)?$")
+
+
+def _claim_targets(lines: list[str], first: int, pointed: dict[int, SourceRecord],
+                   count: int) -> list[SourceRecord | None]:
+    """The statement each claim points at, in the verifier's order (examples, then their
+    claims, as written): a claim's table runs from its ``[[example.claim]]`` header to the
+    next table header.  Claims not written as such tables (inline arrays) are matched by
+    nothing but the exact line of their rewritten ``statement`` key."""
+    tables: list[list[int]] = []
+    current: list[int] | None = None
+    for i, line in enumerate(lines):
+        if _CLAIM_HEADER.match(line):
+            current = []
+            tables.append(current)
+        elif _TABLE_HEADER.match(line):
+            current = None  # another table: its lines belong to no claim
+        elif current is not None:
+            current.append(first + i)
+    if len(tables) != count:
+        return [None] * count
+    return [next((pointed[k] for k in rows if k in pointed), None) for rows in tables]
 
 
 def _real(doc: Document, virtual_line: int) -> int:

@@ -312,9 +312,9 @@ def printed(node: Any) -> tuple[str, bool] | None:
         if k is not None:
             return f"{node[1][0][1]} × 10^{k}", False
         return None
-    if kind == "pow":
+    if kind == "pow":  # 10^{6}: an integer (exact under "="), a power of ten under "≈"
         k = _int_exponent(node)
-        return (f"10^{k}", False) if k is not None else None
+        return (f"10^{k}", k >= 0) if k is not None else None
     if kind == "pct" and node[1][0] == "num":
         return node[1][1] + "%", False
     if kind == "tuple":
@@ -529,7 +529,7 @@ def _printed_answer(text: str, rel: str, integers: bool) -> Any:
         import sympy as sp
 
         def exact(q: Any) -> Any:
-            if q.kind == "decimal" and q.value is not None:
+            if q.kind in ("decimal", "expression") and q.value is not None:
                 return PrintedAnswer(q.text, "expression",
                                      expr=sp.Rational(q.value.numerator, q.value.denominator))
             return q
