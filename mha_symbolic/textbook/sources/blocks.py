@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from ..._text import echo
 from ...errors import ExampleFileError
@@ -32,11 +31,14 @@ _STATEMENT_KEY = re.compile(r"^(?P<indent>[ \t]*)statement[ \t]*=[ \t]*(?P<value
 
 
 def _toml_string(raw: str, where: str) -> str:
-    import tomllib
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
 
     try:
-        value = tomllib.loads(f"v = {raw}").get("v")
-    except tomllib.TOMLDecodeError:
+        value = tomllib.loads(f"v = {raw[:2000]}").get("v")
+    except (tomllib.TOMLDecodeError, ValueError, RecursionError):
         value = None
     if not isinstance(value, str) or not value.strip():
         raise ExampleFileError(f"{where}: statement = must be a string naming a printed "

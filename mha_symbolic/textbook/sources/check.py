@@ -13,11 +13,11 @@ where it is written, and its ``mha-check`` blocks checked as worked examples.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..._text import echo, sanitize
+from ..._text import sanitize
 from ...errors import ExampleFileError, MhaSymbolicError
 from .extract import Document, extract, format_of
 from .statements import HOLDS, Relation, Section, judge_statement, printed, split_statements
