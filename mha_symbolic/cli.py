@@ -123,8 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "mha-symbolic check book.toml -q             # only what fails",
                            "mha-symbolic check book.toml --example D --format json",
                            "cat book.toml | mha-symbolic check - --format markdown",
-                           "mha-symbolic check chapter.md              # the math as written",
-                           "mha-symbolic check paper.tex --not-judged",
+                           "mha-symbolic check examples/seed-page.md   # an author's page, math as written",
+                           "mha-symbolic check examples/seed-page.md --not-judged -q",
                        ), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", nargs="?", help="worked-example TOML file, or an author's source "
                    "(.md, .qmd, .rst, .tex, .ipynb: every closed statement of its math judged) "
