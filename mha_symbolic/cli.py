@@ -126,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("check", help="check a worked-example file claim by claim",
-                       description="Check every claim of a worked-example TOML file. Exit 0 when "
+                       description="Check every claim of a worked-example TOML file, or every closed "
+                       "statement of an author's Markdown/MyST/Quarto, reST, LaTeX or notebook "
+                       "source (and its mha-check blocks). Exit 0 when "
                        "all claims hold, 1 when any is wrong, 2 for unusable input, 4 when "
                        "none is wrong but some could not be decided, 3 for an internal error.",
                        epilog=_examples(
@@ -135,9 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "mha-symbolic check --example seed:A          # one example of a set",
                            "mha-symbolic check book.toml --only D --format json",
                            "cat book.toml | mha-symbolic check - --format markdown",
+                           "mha-symbolic check examples/seed-page.md   # an author's page, math as written",
+                           "mha-symbolic check examples/seed-page.md --not-judged -q",
                        ), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("file", nargs="?", help="worked-example TOML file ('-': standard input; "
-                   "none: --example names a bundled set)")
+    p.add_argument("file", nargs="?", help="worked-example TOML file, or an author's source "
+                   "(.md, .qmd, .rst, .tex, .ipynb: every closed statement of its math judged) "
+                   "('-': standard input; none: --example names a bundled set)")
     p.add_argument("--format", choices=["text", "json", "markdown"], default="text",
                    help="report format: text for a terminal, json (schema "
                    "mha-symbolic-check/2) for programs, markdown for a document "
@@ -145,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     _selection(p, repeat=True)
     p.add_argument("-q", "--quiet", action="store_true",
                    help="show only the claims that fail (and the summary)")
+    p.add_argument("--input-format", choices=["toml", "markdown", "myst", "quarto", "rst",
+                                              "latex", "notebook"],
+                   help="how FILE is read (default: from its suffix: .toml worked examples; "
+                   ".md/.qmd/.txt Markdown, MyST, Quarto; .rst; .tex; .ipynb)")
+    p.add_argument("--not-judged", action="store_true",
+                   help="author's sources: also list the statements not judged, with why")
 
     p = sub.add_parser("examples", help="list the bundled worked examples (seed page, book corpus)",
                        description="List the worked-example sets that ship with the package; "

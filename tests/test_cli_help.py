@@ -80,6 +80,8 @@ def test_the_help_examples_run(line: str, tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.chdir(tmp_path)
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "seed.toml").write_bytes(SEED.read_bytes())
+    (tmp_path / "examples" / "seed-page.md").write_bytes(
+        (SEED.parent / "seed-page.md").read_bytes())  # the seed page as written: 1 slip
     argv = shlex.split(line)[1:]
     status = main(argv)
     capsys.readouterr()

@@ -161,3 +161,30 @@ def attention_oracle() -> AttentionOracle:
     ``.compare(...)``, ``.assert_mha_close(...)``, ``.check(fn, q, k, v, ...)`` (forward
     and backward), ``.assert_varlen_close(...)``, ``.reference(...)``."""
     return AttentionOracle()
+
+
+#: The suffixes collected with --mha-check-sources (authors' sources: their math checked).
+SOURCE_SUFFIXES = (".md", ".qmd", ".rst", ".tex", ".ipynb")
+
+
+def pytest_addoption(parser: Any) -> None:
+    """Opt-in collection of authors' sources: nothing changes for a suite that does not ask."""
+    group = parser.getgroup("mha-symbolic")
+    group.addoption("--mha-check-sources", action="store_true", default=False,
+                    help="collect .md/.qmd/.rst/.tex/.ipynb files and check the numbers in "
+                    "their math: one test per judged statement or mha-check claim")
+    group.addoption("--mha-check-not-judged", action="store_true", default=False,
+                    help="with --mha-check-sources: list statements not judged (as skipped)")
+    parser.addini("mha_check_sources", type="bool", default=False,
+                  help="collect authors' sources as with --mha-check-sources")
+
+
+def pytest_collect_file(file_path: Any, parent: Any) -> Any:
+    config = parent.config
+    if not (config.getoption("mha_check_sources") or config.getini("mha_check_sources")):
+        return None
+    if file_path.suffix.lower() not in SOURCE_SUFFIXES:
+        return None
+    from .source_items import SourceFile
+
+    return SourceFile.from_parent(parent, path=file_path)

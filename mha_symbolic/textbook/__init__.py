@@ -1,7 +1,8 @@
 """The textbook side: answers as printed (:mod:`.claims`), worked-example files
 (:mod:`.examples`), the quantities a claim names (:mod:`.quantities`), verdicts
 (:mod:`.verdicts`), diagnoses of slips (:mod:`.slips`), reports (:mod:`.reports`),
-the check itself and its command (:mod:`.check`), step-by-step derivations
+the check itself and its command (:mod:`.check`), the author's own sources checked as
+written (:mod:`.sources`), step-by-step derivations
 (:mod:`.derivation`) and figures (:mod:`.figures`).
 
 It builds on the exact core and never imports the oracle.
@@ -19,6 +20,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "WorkedExample": "examples",
     "Claim": "examples",
     "check_examples": "check",
+    "check_source": "sources.check",
     "CheckReport": "reports",
     "ClaimRecord": "reports",
     "derive": "derivation",
@@ -27,6 +29,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
 
 if TYPE_CHECKING:  # pragma: no cover
     from .check import check_examples
+    from .sources.check import check_source
     from .claims import parse_printed
     from .derivation import derive
     from .examples import Claim, WorkedExample, load_examples, select_examples

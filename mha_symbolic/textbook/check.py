@@ -309,6 +309,12 @@ def cli_check(args: Any) -> int:
 
     from .selection import resolve
 
+    if args.file is not None and args.file != "-":
+        from .sources.check import cli_check_source, is_author_source
+
+        if is_author_source(args.file, getattr(args, "input_format", None)):
+            return cli_check_source(args)
+
     selections = resolve(args.file, args.example, getattr(args, "only", None))
     if args.file == "-":
         examples = select_examples(load_examples(text=_read_stdin(), source="<stdin>"),

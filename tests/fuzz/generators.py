@@ -639,6 +639,109 @@ def document_text(src: Source) -> str:
     return text
 
 
+# -- authors' sources (issue 26) ----------------------------------------------------------
+
+LATEX_ATOMS = ["0.707", "1", "2", "512", "0.6698", "e", r"\pi", "d_k", "d_{model}", "w_{11}",
+               "x", r"e^{5}", r"e^{-3}", r"10^{8}", r"1{,}048{,}576", "51 2", "1,048,576",
+               r"\infty", r"\sum_i", "O(n)", r"\text{cat}", r"\mathrm{softmax}", r"\log 2",
+               r"e^{10^{6}}", r"2^{10^{9}}", r"10^{-4000}", r"\sqrt[3]{8}", r"\unknown",
+               r"\left(", r"\right)", r"\begin{bmatrix} 1 & 2 \\ 3 & 4 \end{bmatrix}",
+               r"\begin{pmatrix} 1 & ", r"\frac{1}{0}", r"\sqrt{-1}", r"\ln(0)", "(2, 0)",
+               "70\\%", r"\,", "{", "}", "^", "_", "&", r"\\", "'", r"\label{eq:x}"]
+LATEX_OPS = [" + ", " - ", r" \times ", r" \cdot ", " / ", " ", "^", r" = ", r" \approx ",
+             r" \le ", " < ", r" \to ", r" \in ", ", ", r" \quad ", "; "]
+
+
+def latex_math(src: Source, depth: int = 3) -> str:
+    """A math span: atoms, operators, fractions, roots, deep nesting, hostile payloads."""
+    k = src.integer(0, 9)
+    if depth <= 0 or k == 0:
+        return src.choice(LATEX_ATOMS)
+    if k == 1:
+        return rf"\frac{{{latex_math(src, depth - 1)}}}{{{latex_math(src, depth - 1)}}}"
+    if k == 2:
+        return rf"\sqrt{{{latex_math(src, depth - 1)}}}"
+    if k == 3:
+        return f"{src.choice(LATEX_ATOMS)}^{{{latex_math(src, depth - 1)}}}"
+    if k == 4 and hostile(src):
+        return "{" * src.choice([50, 500, 5000]) + "1" + "}" * src.choice([0, 50, 5000])
+    if k == 5 and hostile(src):
+        return src.choice(NASTY)
+    parts = [latex_math(src, depth - 1) for _ in range(src.integer(1, 4))]
+    return "".join(p + src.choice(LATEX_OPS) for p in parts[:-1]) + parts[-1]
+
+
+def _statement(src: Source) -> str:
+    k = src.integer(0, 5)
+    if k == 0:
+        return rf"\frac{{e^{{5}}}}{{e^{{5}}+e^{{1}}}} \approx {src.choice(['0.9820', '0.982', '0.9821', '1'])}"
+    if k == 1:
+        return f"{src.choice(['d_k', 'n', 'w_1'])} = {src.choice(['64', '2', '0.707', 'x'])}"
+    if k == 2:
+        return rf"\sqrt{{d_k}} = {src.choice(['8', '1.41', '0.707'])}"
+    return latex_math(src)
+
+
+def _block(src: Source) -> str:
+    if src.chance(0.5):
+        return document_text(src)
+    ref = src.choice(['"w_{11}"', '"w_1"', "3", '""', "'x"])
+    return ('[[example]]\nname = "A"\nd_k = 2\nscores = [[1, 0]]\n\n[[example.claim]]\n'
+            'quantity = "weight[1,1]"\nstatement = ' + ref + "\n")
+
+
+def source_text(src: Source) -> tuple[str, str]:
+    """An author's file (text, format: markdown, rst, latex, notebook), sometimes damaged."""
+    src.hostile = src.chance(0.35)  # type: ignore[attr-defined]
+    fmt = src.choice(["markdown", "markdown", "rst", "latex", "notebook"])
+    pieces: list[str] = []
+    for _ in range(src.integer(1, 8)):
+        math = _statement(src)
+        k = src.integer(0, 9)
+        if k == 0:
+            pieces.append({"markdown": "## ", "rst": "", "latex": "\\section{", "notebook": "# "}[fmt]
+                          + free_text(src, short=True) + ("}" if fmt == "latex" else "")
+                          + ("\n=====" if fmt == "rst" else ""))
+        elif k == 1:
+            fence = {"markdown": "```{mha-check}\n%s\n```", "notebook": "```mha-check\n%s\n```",
+                     "rst": ".. mha-check::\n\n%s", "latex": "\\begin{mhacheck}\n%s\\end{mhacheck}"}[fmt]
+            body = _block(src)
+            if fmt == "rst":
+                body = "\n".join("   " + ln for ln in body.split("\n"))
+            pieces.append(fence % body)
+        elif k == 2:
+            pieces.append(f"$${math}$$")
+        elif k == 3 and fmt == "rst":
+            pieces.append(f".. math::\n\n   {math}")
+        elif k == 3:
+            pieces.append("\\begin{align}\n" + math + " \\\\\n &= " + _statement(src)
+                          + "\n\\end{align}")
+        elif k == 4:
+            pieces.append(free_text(src))
+        else:
+            role = ":math:`%s`" if fmt == "rst" else "$%s$"
+            pieces.append(f"Text {role % math} more.")
+    text = "\n\n".join(pieces) + "\n"
+    if hostile(src) and src.chance(0.05):
+        text = mutate(src, text, 0.9)
+    if fmt == "notebook":
+        import json
+
+        cells = [{"cell_type": "markdown", "metadata": {}, "source": text.split("\n")},
+                 {"cell_type": "code", "metadata": {}, "source": [], "execution_count": 1,
+                  "outputs": [{"output_type": "stream", "name": "stdout",
+                               "text": [src.choice(["2**20 = 1048576\n", "x = 0.5\n",
+                                                    "sqrt(2)/2 = 0.7071\n", free_text(src)])]}]}]
+        if src.chance(0.2):
+            cells.append({"cell_type": "raw", "metadata": {"tags": ["mha-check"]},
+                          "source": _block(src)})
+        text = json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells})
+        if hostile(src) and src.chance(0.2):
+            text = src.choice([text[:src.integer(0, len(text))], "[" * 5000, '{"cells": 1}',
+                               text.replace('"source"', '"source": 3, "x"', 1)])
+    return text, fmt
+
+
 # -- command lines ------------------------------------------------------------------------
 
 

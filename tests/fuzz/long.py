@@ -48,7 +48,7 @@ from . import generators as g
 from . import properties as prop
 
 KINDS: tuple[tuple[str, int], ...] = (  # shares in tenths of a percent (sum 1000)
-    ("number", 520), ("claim", 330), ("document", 100), ("derivation", 20), ("cli", 28),
+    ("number", 470), ("source", 50), ("claim", 330), ("document", 100), ("derivation", 20), ("cli", 28),
     ("cli-subprocess", 2),
 )
 PROBLEMS = ("foreign-exception", "over-time", "file-outside", "control-in-report",
@@ -87,6 +87,8 @@ def make_input(seed: int, i: int) -> tuple[str, Any]:
         return kind, g.document_text(src)
     if kind == "derivation":
         return kind, (g.document_text(src), src.choice(["tex", "fragment", "markdown"]))
+    if kind == "source":
+        return kind, g.source_text(src)
     return kind, g.cli_call(src)
 
 
@@ -100,6 +102,8 @@ def run_input(kind: str, payload: Any) -> tuple[list[tuple[str, str]], float]:
         return prop.run_document(payload), 0.0
     if kind == "derivation":
         return prop.run_derivation(*payload), 0.0
+    if kind == "source":
+        return prop.run_source(*payload), 0.0
     if kind == "cli":
         return prop.run_cli_inprocess(payload), 0.0
     return prop.run_cli_subprocess(payload)

@@ -185,6 +185,28 @@ def run_document(text: str) -> Problems:
     return problems
 
 
+def run_source(text: str, fmt: str) -> Problems:
+    """Check an author's file (issue 26) and render every report format."""
+    from mha_symbolic.textbook.sources import check_source
+
+    problems: Problems = []
+    with _guard(problems):
+        report = check_source(text=text, fmt=fmt, name="fuzzed")
+        problems += _control_lines(report.text(not_judged=True), "source text report")
+        md = report.markdown(not_judged=True)
+        problems += _control_lines(md, "source markdown report") + _markup(md, "source markdown report")
+        raw = report.json()
+        problems += _control_lines(raw, "source json report")
+        try:
+            json.loads(raw)
+        except ValueError as exc:
+            problems.append(("foreign-exception", f"report.json() is not JSON: {exc}"))
+        for r in report.records:
+            if r.kind == "statement" and r.verdict in ("wrong", "undecided") and not r.relations:
+                problems.append(("foreign-exception", f"a verdict without relations: {r!r:.200}"))
+    return problems
+
+
 def run_derivation(text: str, fmt: str) -> Problems:
     """Load a worked-example file and derive it (LaTeX document, fragment or Markdown)."""
     from mha_symbolic.textbook import load_examples

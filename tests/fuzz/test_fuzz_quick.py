@@ -76,6 +76,14 @@ def test_fuzz_documents_and_reports(data: Any) -> None:
         _no_problems(prop.run_document(text))
 
 
+@settings(max_examples=150, **FUZZ)
+@given(st.data())
+def test_fuzz_authors_sources(data: Any) -> None:
+    text, fmt = g.source_text(g.DataSource(data))
+    with deadline():
+        _no_problems(prop.run_source(text, fmt))
+
+
 @settings(max_examples=15, **FUZZ)
 @given(st.data())
 def test_fuzz_derivations_hold_no_tex_from_the_file(data: Any) -> None:
