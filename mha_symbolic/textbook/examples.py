@@ -85,6 +85,7 @@ class WorkedExample:
     source: str = ""
     line: int = 0
     printed_inputs: bool = False
+    file_title: str = ""  # the file's top-level ``title`` (a derivation's title)
     _attention: Any = field(default=None, repr=False)
     _gradients: Any = field(default=None, repr=False)
     _variants: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -249,6 +250,11 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None,
            and isinstance(item.get("claim", []), list)) > MAX_CLAIMS:
         raise ExampleFileError(f"{src}: more than {MAX_CLAIMS} claims")
     examples = [_example(item, i, src, loc, base) for i, item in enumerate(raw)]
+    title = doc.get("title", "")
+    if not isinstance(title, str):
+        raise ExampleFileError(f"{_at(src, loc.top_keys.get('title', 0))}title must be a string")
+    for ex in examples:
+        ex.file_title = title.strip()
     names = [e.name for e in examples]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

@@ -183,6 +183,12 @@ def _select(examples: list[Any], names: Sequence[str] | None) -> list[Any]:
     return select_examples(examples, names)
 
 
+def _document_title(examples: Sequence[Any], file: str) -> str:
+    """The file's own ``title`` when it has one, else "Derivations: FILE"."""
+    titles = [str(getattr(e, "file_title", "") or "") for e in examples]
+    return titles[0] if titles and titles[0] else f"Derivations: {Path(file).name}"
+
+
 def cli_derive(args: Any) -> int:
     """``mha-symbolic derive FILE [--format F] [-o OUT] [--example NAME] [--pdf] [--figures]``."""
     from ..._io import output_path, write_output
@@ -201,7 +207,7 @@ def cli_derive(args: Any) -> int:
                                  + "-figures") if (args.figures and out) else None)
     derivation = derive(examples, format=fmt, report=report, figures=figures_dir,
                         relative_to=out.parent if out else None,
-                        title=f"Derivations: {Path(args.file).name}")
+                        title=_document_title(examples, args.file))
     text = derivation.text
     if out is None:
         print(text, end="")
