@@ -197,3 +197,40 @@ def test_irrational_exponents_share_one_notation_in_a_derivation() -> None:
     text = derive(att, format="fragment").text
     assert r"e^{\sqrt{2}/2}" in text and r"e^{\sqrt{2}}" in text
     assert r"\exp" not in text
+
+
+def test_a_named_denominator_is_not_rewritten_when_nothing_collects() -> None:
+    # six different exponents (Example G): the sum is written once, then its digits
+    text = derive(exact_attention(scores=[["3.0", "0.5", "0.2", "1.0", "0.3", "0.6"]], scale=1),
+                  format="fragment").text
+    lines = text.splitlines()
+    k = next(k for k, line in enumerate(lines) if line.startswith("D_{1} &="))
+    assert lines[k + 1].startswith("&\\quad +") or lines[k + 1].startswith("&= 28.845")
+    assert not any(line.startswith("&= e^{") for line in lines[k:k + 3])
+
+
+# -- token names -------------------------------------------------------------------------------
+
+
+def _one(tokens: str) -> str:
+    return f'[[example]]\nname = "A"\nscores = [[1, 2, 3]]\nscale = 1\ntokens = {tokens}\n'
+
+
+def test_token_names_load_as_a_list_or_a_table() -> None:
+    (ex,) = load_examples(text=_one('["a", "b", "c"]'))
+    assert ex.tokens == {"key": ["a", "b", "c"]}  # one query: the list names the keys
+    (ex,) = load_examples(text=_one('{ query = ["it"], key = ["cat", "", "mat"] }'))
+    assert ex.tokens == {"query": ["it"], "key": ["cat", "", "mat"]}
+
+
+@pytest.mark.parametrize(("tokens", "message"), [
+    ('["a", "b"]', "2 names for the keys; the example has 3 keys"),
+    ('{ query = ["x", "y"] }', "2 names for the queries; the example has 1 query"),
+    ("[1, 2, 3]", "tokens must be an array of strings"),
+    ('{ keys = ["a"] }', "tokens takes query and key"),
+])
+def test_token_names_that_do_not_fit_are_one_line_errors(tokens: str, message: str) -> None:
+    from mha_symbolic.errors import ExampleFileError
+
+    with pytest.raises(ExampleFileError, match=message):
+        load_examples(text=_one(tokens))

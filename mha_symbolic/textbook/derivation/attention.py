@@ -319,6 +319,8 @@ def _collected(terms: Sequence[Any], written: str) -> str | None:
     import sympy as sp
 
     total = sp.Add(*terms)
+    if len(sp.Add.make_args(total)) == len(terms) and all(t != 1 for t in terms):
+        return None  # nothing collected: the same terms in SymPy's order say nothing new
     text = _tex_if_short(total, SHORT)
     return text if text is not None and text.replace(" ", "") != written.replace(" ", "") else None
 

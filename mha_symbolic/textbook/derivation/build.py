@@ -151,8 +151,10 @@ def _with_figures(ex: ExampleDerivation, obj: Any, folder: Path,
     made: list[Figure] = []
     if att.heads[0].weights.cols > 1:
         path = folder / f"{stem}-weights{suffix}"
-        fig.heatmap_figure(att, path, title=f"{ex.name}: attention weights"
-                           if not _is_example(obj) else f"Example {ex.name}: attention weights")
+        # no title: the caption says what it would (a title over a caption repeats it);
+        # the keys and queries named as the example names its tokens
+        fig.heatmap_figure(att, path, titled=False,
+                           **fig._token_labels(att, getattr(obj, "tokens", None)))
         made.append(Figure(str(path), _relative(path, base),
                            "Attention weights (rows: queries, columns: keys), certified values "
                            "rounded to 3 places."))
