@@ -21,8 +21,8 @@ from pathlib import Path
 
 from .errors import LatexError
 
-__all__ = ["compile_tex", "latex_escape", "latex_text", "pdflatex_path", "standalone_document",
-           "textbook_document"]
+__all__ = ["compile_tex", "latex_escape", "latex_text", "pdflatex_path", "smart_quotes",
+           "standalone_document", "textbook_document"]
 
 # Characters that are special in LaTeX text mode, with their escaped forms.
 _TEXT_ESCAPES: dict[str, str] = {
@@ -51,6 +51,8 @@ _TEXT_ESCAPES: dict[str, str] = {
     "²": r"\ensuremath{^2}",
     "√": r"\ensuremath{\surd}",
     "→": r"\ensuremath{\to}",
+    # typographic quotes (smart_quotes makes them of ASCII ones): TeX's own ligatures
+    "‘": "`", "’": "'", "“": "``", "”": "''",
 }
 # control characters (and TeX's end-of-line and invalid characters) never reach TeX raw
 _CONTROL_CLASS = ("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
@@ -76,6 +78,35 @@ def latex_escape(text: str) -> str:
     'd\\_k \\& 50\\%'
     """
     return _TEXT_ESCAPE_RE.sub(_escape_one, text)
+
+
+#: A quote mark here opens a quotation: at the start, after a space, an opening bracket,
+#: a dash or another opening quote.
+_OPENS_AFTER = " \t\n([{<\u2014\u2013-/\u2018\u201c"
+
+
+def smart_quotes(text: str, before: str = "") -> str:
+    r"""ASCII quotes as typographic ones, which :func:`latex_escape` sets as TeX's
+    ```` ` ```` / ``'`` and ```` `` ```` / ``''``: TeX prints a straight ``'`` as a
+    closing quote, so ``'it'`` would read ’it’.  A ``'`` or ``"`` opens a quotation
+    when it follows ``before`` + the text's start, a space, an opening bracket, a dash
+    or another opening quote (and is followed by something other than a space); every
+    other ``'`` is an apostrophe or a closing quote.  ``before``: the character that
+    precedes ``text`` where it is part of a longer text (``""``: none).
+
+    >>> smart_quotes("the 'it' row, \"cat\" and don't")
+    'the ‘it’ row, “cat” and don’t'
+    """
+    out: list[str] = []
+    prev = before[-1:] if before else ""
+    for k, ch in enumerate(text):
+        if ch in "'\"":
+            nxt = text[k + 1:k + 2]
+            opens = (prev == "" or prev in _OPENS_AFTER) and nxt not in ("", " ", "\t", "\n")
+            ch = ("‘" if opens else "’") if ch == "'" else ("“" if opens else "”")
+        out.append(ch)
+        prev = ch
+    return "".join(out)
 
 
 def latex_text(text: str) -> str:
@@ -137,7 +168,7 @@ TEXTBOOK_PACKAGES = ("amsmath", "amssymb", "booktabs")
 
 
 def textbook_document(body: str, *, title: str, packages: Sequence[str] = (),
-                      intro: str = "") -> str:
+                      intro: str = "", title_tex: str | None = None) -> str:
     r"""Wrap ``body`` in an ``article`` set as a mathematics textbook sets its pages.
 
     amsmath, amssymb and booktabs (and ``packages``, e.g. ``graphicx``); displays are
@@ -145,10 +176,12 @@ def textbook_document(body: str, *, title: str, packages: Sequence[str] = (),
     that is too long for a page into several); a ragged bottom, so that keeping a
     display whole never stretches a page's glue; floats allowed to fill most of a page
     (a figure stays beside its caption, in one ``figure``).  ``title`` is plain text
-    and is escaped; ``intro`` is LaTeX, set before ``body``.
+    and is escaped (its quotes made typographic); ``title_tex``, when given, is the
+    title as LaTeX already (the caller built it from escaped text); ``intro`` is LaTeX,
+    set before ``body``.
 
     >>> doc = textbook_document("x", title="T", packages=["graphicx"])
-    >>> "\\usepackage{booktabs}" in doc and "allowdisplaybreaks" not in doc
+    >>> "\\usepackage{booktabs}" in doc and "\\allowdisplaybreaks[1]" in doc
     True
     """
     for name in packages:
@@ -173,14 +206,24 @@ def textbook_document(body: str, *, title: str, packages: Sequence[str] = (),
         "\\@minus -.2ex}{2.3ex \\@plus.2ex}{\\normalfont\\Large\\bfseries\\raggedright}}\n"
         "\\renewcommand\\subsection{\\@startsection{subsection}{2}{\\z@}{-3.25ex\\@plus -1ex "
         "\\@minus -.2ex}{1.5ex \\@plus .2ex}{\\normalfont\\large\\bfseries\\raggedright}}\n"
-        "\\makeatother\n"
         "\\setlength{\\emergencystretch}{2em}\n"
+        # \needspace{h} (the needspace package's \Needspace, which is not in the minimal
+        # TeX Live): a page break here unless h of the page is left, so that a heading
+        # is never stranded above the display or table it introduces
+        "\\providecommand{\\needspace}[1]{\\par\\penalty-100\\begingroup"
+        "\\setlength{\\dimen@}{#1}\\dimen@ii\\pagegoal\\advance\\dimen@ii-\\pagetotal"
+        "\\ifdim\\dimen@>\\dimen@ii\\ifdim\\dimen@ii>\\z@\\vfil\\fi\\penalty-\\@M\\fi"
+        "\\endgroup}\n"
+        "\\makeatother\n"
+        # a long display may break between its equations, never inside one: a row that
+        # continues an equation (``&= ...``) is joined to it by ``\\*``
+        "\\allowdisplaybreaks[1]\n"
         # a figure may fill a page and sit near the top with little text: never split
         # from its caption (one float), never pushed to the document's end
         "\\renewcommand{\\topfraction}{0.85}\n"
         "\\renewcommand{\\textfraction}{0.1}\n"
         "\\renewcommand{\\floatpagefraction}{0.75}\n"
-        f"\\title{{{latex_escape(title)}}}\n"
+        f"\\title{{{latex_escape(smart_quotes(title)) if title_tex is None else title_tex}}}\n"
         "\\author{}\n"
         "\\date{}\n"
         "\\begin{document}\n"

@@ -152,14 +152,18 @@ def test_a_softmax_of_irrational_scores_shifts_exactly() -> None:
     assert sp.simplify(form - 1 / (1 + sp.exp(s))) == 0
 
 
-def test_tall_exponents_are_written_with_exp_and_a_slashed_fraction() -> None:
+def test_exponents_share_one_notation_a_fraction_slashed_in_the_superscript() -> None:
+    # e^{sqrt(2)/2} beside e^{sqrt(2)}: one notation (issue 27 item 6: exp(√2/2) and
+    # e^{√2} were mixed); \exp only for an exponent still tall when slashed
     assert exp_latex(sp.Integer(20)) == "e^{20}"
     assert exp_latex(sp.Rational(1, 2)) == "e^{0.5}"
-    assert exp_latex(sp.sqrt(2) / 2) == r"\exp\left(\sqrt{2}/2\right)"
-    assert exp_latex(sp.sqrt(2)) == r"e^{\sqrt{2}}"  # a lone root is not tall
-    assert exp_latex(-5 * sp.sqrt(2) / 2) == r"\exp\left(-5 \sqrt{2}/2\right)"
-    assert r"e^{\frac" not in derive(exact_attention(query=[[1, 0]], key=[[1, 0], [0, 1]]),
-                                     format="fragment").text
+    assert exp_latex(sp.Rational(1, 3)) == "e^{1/3}"
+    assert exp_latex(sp.sqrt(2) / 2) == r"e^{\sqrt{2}/2}"
+    assert exp_latex(sp.sqrt(2)) == r"e^{\sqrt{2}}"
+    assert exp_latex(-5 * sp.sqrt(2) / 2) == r"e^{-5 \sqrt{2}/2}"
+    assert exp_latex(sp.tanh(sp.sqrt(2) / 2)).startswith(r"\exp\left(\tanh")
+    text = derive(exact_attention(query=[[1, 0]], key=[[1, 0], [0, 1]]), format="fragment").text
+    assert r"e^{\frac" not in text and r"\exp" not in text
 
 
 def test_sympys_e_is_never_printed_for_e() -> None:

@@ -270,9 +270,9 @@ def test_small_cell_values_are_written_in_scientific_notation() -> None:
 
 @needs_mpl
 @pytest.mark.parametrize(("n_tokens", "gap", "label"), [
-    (2, 32, r"$1 - w_{\mathrm{top}} \approx 1.27\times10^{-14}$"),  # 1/(1+e^32), by hand
-    (3, 20, r"$1 - w_{\mathrm{top}} \approx 4.12\times10^{-9}$"),  # 2/(2+e^20) = 4.1223e-9
-    (8, 0, r"$1 - w_{\mathrm{top}} \approx 0.875$"),  # 7/8: no exponent for 0.875
+    (2, 32, "$1 - w_{\\mathrm{top}}$\n$\\approx 1.27\\times10^{-14}$"),  # 1/(1+e^32), by hand
+    (3, 20, "$1 - w_{\\mathrm{top}}$\n$\\approx 4.12\\times10^{-9}$"),  # 2/(2+e^20) = 4.1223e-9
+    (8, 0, "$1 - w_{\\mathrm{top}}$\n$\\approx 0.875$"),  # 7/8: no exponent for 0.875
     (2, 1000, None),
 ])
 def test_collapse_labels_lie_where_no_curve_runs(n_tokens: int, gap: int, label: str | None) -> None:
@@ -290,7 +290,9 @@ def test_collapse_labels_lie_where_no_curve_runs(n_tokens: int, gap: int, label:
             assert len(curves) == 1
             (curve,) = curves
             path = curve.get_transform().transform_path(curve.get_path())  # display coords
-            inside = ax.get_window_extent(renderer)
+            # clear of the spines by 4 points at least: a label touching the y axis ran
+            # into its tick labels (issue 27 item 6, "1 - w_top ≈ 1.27e-14", gap 32)
+            inside = ax.get_window_extent(renderer).padded(-4 * fig.dpi / 72)
             assert ax.texts
             for t in ax.texts:
                 t.update_positions(renderer)
@@ -395,3 +397,30 @@ def test_vector_figures_are_reproducible_byte_for_byte(tmp_path: Path) -> None:
         a = collapse_figure(tmp_path / f"a{suffix}", tex=False)
         b = collapse_figure(tmp_path / f"b{suffix}", tex=False)
         assert a.read_bytes() == b.read_bytes(), suffix  # no date, no random ids
+
+
+@needs_mpl
+def test_a_derivations_heatmap_has_no_title_over_its_caption_and_names_the_tokens(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mha_symbolic.textbook import figures
+    from mha_symbolic.textbook.derivation import derive
+    from mha_symbolic.textbook.examples import load_examples
+
+    made: list[object] = []
+    real = figures._heatmap_plot
+
+    def spy(*args: object, **kwargs: object) -> object:
+        fig = real(*args, **kwargs)  # type: ignore[arg-type]
+        made.append(fig)
+        return fig
+
+    monkeypatch.setattr(figures, "_heatmap_plot", spy)
+    (g,) = [e for e in load_examples(ROOT / "examples" / "seed.toml") if e.name == "G"]
+    derive(g, figures=tmp_path, relative_to=tmp_path)
+    (fig,) = made
+    ax = fig.axes[0]  # type: ignore[attr-defined]
+    assert ax.get_title() == ""  # the caption says "Attention weights (rows: ...)"
+    # the page names the 'it' row's query and its first key, "cat"; the rest stay k_j
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "cat", "$k_{2}$", "$k_{3}$", "$k_{4}$", "$k_{5}$", "$k_{6}$"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["it"]

@@ -22,7 +22,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from .._text import decimal_digits, echo, int_text, sanitize
+from .._text import decimal_digits, echo, int_text, plural, sanitize
 from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
 from ..exact.grammar import MAX_VALUE_DIGITS
 from ..exact.spec import MAX_DIM
@@ -46,7 +46,9 @@ _OPTION_KEYS = ("heads", "kv_heads", "d_k", "scale", "mask", "causal_alignment",
                 "window", "softcap", "alibi_slopes", "sinks")
 _DIM_KEYS = ("n_q", "n_k", "d_model", "d_v", "kdim", "vdim", "bias", "add_bias_kv", "batch")
 _META_KEYS = ("name", "title", "notes", "claim", "inputs", "arrays", "init",
-               "grad_output")
+               "grad_output", "tokens")
+#: Longest token name read (a figure's tick label).
+MAX_TOKEN_CHARS = 40
 _EXAMPLE_KEYS = {*_META_KEYS, *_INPUT_KEYS, *_OPTION_KEYS, *_DIM_KEYS}
 _CLAIM_KEYS = {"quantity", "claimed", "head", "batch", "expr", "rtol", "note"}
 _BIAS_PARTS = ("q", "k", "v", "o")
@@ -85,6 +87,9 @@ class WorkedExample:
     source: str = ""
     line: int = 0
     printed_inputs: bool = False
+    file_title: str = ""  # the file's top-level ``title`` (a derivation's title)
+    #: the tokens' names, for figures: {"query": [...], "key": [...]} ("" keeps q_i / k_j)
+    tokens: dict[str, list[str]] | None = None
     _attention: Any = field(default=None, repr=False)
     _gradients: Any = field(default=None, repr=False)
     _variants: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -249,6 +254,11 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None,
            and isinstance(item.get("claim", []), list)) > MAX_CLAIMS:
         raise ExampleFileError(f"{src}: more than {MAX_CLAIMS} claims")
     examples = [_example(item, i, src, loc, base) for i, item in enumerate(raw)]
+    title = doc.get("title", "")
+    if not isinstance(title, str):
+        raise ExampleFileError(f"{_at(src, loc.top_keys.get('title', 0))}title must be a string")
+    for ex in examples:
+        ex.file_title = title.strip()
     names = [e.name for e in examples]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -389,10 +399,11 @@ def _example(item: Any, index: int, source: str, loc: Any, base: Path | None) ->
               for j, c in enumerate(claims_raw)]
     grad_output = (_matrix_input(item["grad_output"], f"{at('grad_output')}: grad_output")
                    if "grad_output" in item else None)
+    tokens = _tokens(item["tokens"], at("tokens")) if "tokens" in item else None
     ex = WorkedExample(name=name, title=item.get("title", ""), notes=item.get("notes", ""),
                        inputs=inputs, options=options, dims=dims, claims=claims, source=source,
                        line=loc.example(index), printed_inputs=mode == "printed",
-                       grad_output=grad_output)
+                       grad_output=grad_output, tokens=tokens)
     # Build now, so that inconsistent inputs are reported at load time.
     try:
         if ex.has_attention:
@@ -411,7 +422,44 @@ def _example(item: Any, index: int, source: str, loc: Any, base: Path | None) ->
         # an inconsistency is reported at the key it names first ("value has n_k=3 rows
         # but key has n_k=2": the line of value), not at the example's header
         raise ExampleFileError(f"{_blamed(str(exc), item, at) or where}: {exc}") from None
+    if tokens is not None:
+        _check_token_counts(tokens, ex, at("tokens"))
     return ex
+
+
+def _tokens(raw: Any, where: str) -> dict[str, list[str]]:
+    """``tokens``: one list of names (the keys', and the queries' when as many), or a
+    table ``{query = [...], key = [...]}``; an empty name keeps the figure's q_i / k_j."""
+    def names(value: Any, what: str) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ExampleFileError(f"{where}: {what} must be an array of strings")
+        if any(len(v) > MAX_TOKEN_CHARS for v in value):
+            raise ExampleFileError(f"{where}: a token name is longer than {MAX_TOKEN_CHARS} "
+                                   "characters")
+        return [v.strip() for v in value]
+
+    if isinstance(raw, dict):
+        unknown = set(raw) - {"query", "key"}
+        if unknown:
+            raise ExampleFileError(f"{where}: tokens takes query and key, not {_keys(unknown)}")
+        return {k: names(v, f"tokens.{k}") for k, v in raw.items()}
+    both = names(raw, "tokens")
+    return {"key": both, "query": both}
+
+
+def _check_token_counts(tokens: dict[str, list[str]], ex: WorkedExample, where: str) -> None:
+    """One name per query and per key (a single list names the keys, and the queries
+    only when there are as many)."""
+    att = ex.attention() if ex.has_attention else None
+    if att is None:
+        raise ExampleFileError(f"{where}: tokens name the tokens of an example with inputs")
+    n_q, n_k = att.heads[0].weights.shape
+    if tokens.get("key") is tokens.get("query") and len(tokens["key"]) != n_q:
+        tokens.pop("query")
+    for side, n, many in (("query", n_q, "queries"), ("key", n_k, "keys")):
+        if side in tokens and len(tokens[side]) != n:
+            raise ExampleFileError(f"{where}: {plural(len(tokens[side]), 'name')} for the "
+                                   f"{many}; the example has {int_text(n)} {many if n != 1 else side}")
 
 
 def _blamed(message: str, item: dict[str, Any], at: Any) -> str | None:

@@ -282,6 +282,8 @@ def _crosses(box: Any, avoid: Sequence[Any]) -> bool:
     return False
 
 
+#: Clear space (points) a label keeps from the axes' edges.
+LABEL_MARGIN = 6
 #: Near places of a label, tried first: offsets (points) from its point and alignments.
 _NEAR = [(-8, -10, "right", "top"), (8, -10, "left", "top"), (-8, 10, "right", "bottom"),
          (8, 10, "left", "bottom")]
@@ -297,7 +299,9 @@ def _place_label(ax: Any, text: str, xy: tuple[float, float] | None, avoid: Sequ
     inside the axes and crosses none of ``avoid``: next to the point if it can, else at
     the nearest free place of a grid over the axes."""
     renderer = ax.figure.canvas.get_renderer()
-    inside = ax.get_window_extent(renderer)
+    # a clear margin inside the spines: a label touching an axis reads as running into
+    # its tick labels
+    inside = ax.get_window_extent(renderer).padded(-LABEL_MARGIN * ax.figure.dpi / 72)
     line = {"arrowstyle": "-", "color": style.get("color", "k"), "lw": 0.6, "shrinkA": 2,
             "shrinkB": 4}
 
@@ -443,7 +447,9 @@ def _collapse_plot(n_tokens: int, gap: Any, *, tex: bool = False) -> Any:
     # beyond float64's range (1 - w < 1e-300, a gap above ~690) the point cannot be drawn
     # on the log scale: the certified value is written as a note instead
     shown = rest.compare(Fraction(1, 10**300)) > 0
-    _place_label(ax2, f"$1 - w_{{\\mathrm{{top}}}} \\approx "
+    # on two lines, as the left panel's label: one line (about 125 pt) fits nowhere
+    # between the falling curve and the axes' margins, and ran into the y axis
+    _place_label(ax2, f"$1 - w_{{\\mathrm{{top}}}}$\n$\\approx "
                  f"{_readable(rest.round_significant(3))}$",
                  (g_float, rest.to_float()) if shown else None, [curve2], color=MAGENTA,
                  fontsize=SMALL_FONT)
@@ -503,6 +509,7 @@ def heatmap_figure(
     title: str | None = None,
     query_labels: Sequence[str] | None = None,
     key_labels: Sequence[str] | None = None,
+    titled: bool = True,
     format: str | None = None,
     dpi: int | None = None,
     tex: bool | None = None,
@@ -513,7 +520,8 @@ def heatmap_figure(
     shows its weight correctly rounded to 3 places, or below 0.0005 to 3 significant
     digits as ``m×10^k`` (certified); an exact 0 (masked) is written ``0``.  The
     colours use the correctly rounded float64 values.  ``format``/``dpi``/``tex`` as
-    for :func:`collapse_figure`.
+    for :func:`collapse_figure`.  ``titled=False``: no title (a figure with a caption,
+    which would only repeat it).
 
     >>> from mha_symbolic import exact_attention                  # doctest: +SKIP
     >>> heatmap_figure(exact_attention(scores=[[0, 1]]), "w.svg")  # doctest: +SKIP
@@ -521,12 +529,12 @@ def heatmap_figure(
     """
     output_format(path, format)
     return _render(lambda t: _heatmap_plot(attention, head, title, query_labels, key_labels,
-                                           tex=t), path, format, dpi, tex)
+                                           tex=t, titled=titled), path, format, dpi, tex)
 
 
 def _heatmap_plot(attention: Any, head: int, title: str | None,
                   query_labels: Sequence[str] | None, key_labels: Sequence[str] | None,
-                  *, tex: bool = False) -> Any:
+                  *, tex: bool = False, titled: bool = True) -> Any:
     """The heatmap as a matplotlib Figure (not saved); call inside :func:`_styled`.
     ``tex``: for the pgf backend, whose text LaTeX reads."""
     from ..exact.certified import certify
@@ -562,15 +570,16 @@ def _heatmap_plot(attention: Any, head: int, title: str | None,
     heads = len(attention.heads)
     if title and len(title) > MAX_TITLE:  # one line across the figure, at most
         title = title[: MAX_TITLE - 3] + "..."
-    ax.set_title(_label_text(title, tex) if title else (
-        f"Attention weights, head {head + 1}" if heads > 1 else "Attention weights"))
+    if titled:
+        ax.set_title(_label_text(title, tex) if title else (
+            f"Attention weights, head {head + 1}" if heads > 1 else "Attention weights"))
     height = heatmap_size(n_q, n_k)[1]
     # key labels turned 40 degrees when, written level, they would not fit their columns
     # (a label's width estimated at 0.55 em a character; the axes are ~3.7 in wide)
     k_labels, q_labels = k_labels[::x_step], q_labels[::y_step]
     longest = max((len(s) for s in k_labels), default=1)
     rotate = longest * 0.55 * SMALL_FONT * len(k_labels) > 3.7 * 72
-    bottom, top = (0.8 if rotate else 0.5) / height, 1 - 0.3 / height
+    bottom, top = (0.8 if rotate else 0.5) / height, 1 - (0.3 if titled else 0.1) / height
     fig.subplots_adjust(left=0.14, right=0.86, bottom=bottom, top=top)
     # the colour bar a fixed 0.1 in wide beside the cells, its labels inside the figure
     bar = fig.colorbar(mesh, cax=fig.add_axes((0.88, bottom, 0.1 / TEXT_WIDTH, top - bottom)))
@@ -647,7 +656,9 @@ def _labels(labels: Sequence[str] | None, n: int, prefix: str, name: str, *,
             tex: bool = False) -> list[str]:
     if labels is None:
         return [f"${prefix}_{{{i + 1}}}$" for i in range(n)]
-    labels = [_label_text(str(x), tex) for x in labels]
+    # an empty name (a token the text leaves unnamed) keeps its q_i / k_j
+    labels = [_label_text(str(x), tex) if str(x) else f"${prefix}_{{{i + 1}}}$"
+              for i, x in enumerate(labels)]
     if len(labels) != n:
         raise SpecError(f"{name} has {plural(len(labels), 'entry', 'entries')}; expected {n}")
     return labels

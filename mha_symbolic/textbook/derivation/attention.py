@@ -255,8 +255,11 @@ def _head_steps(att: Any) -> list[Step]:
         i = _sub(head.index)
         tag = f"^{{({i})}}" if h > 1 else ""
         if n_q * n_k <= MAX_ENTRY_LINES:
+            # every row of a head names its denominator D_r, or none does
+            named = any(_names_denominator(head.scaled, r, head.sink) for r in range(n_q))
             for r in range(n_q):
-                rows += _softmax_row_lines(head.scaled, head.weights, r, tag, n_q, head.sink)
+                rows += _softmax_row_lines(head.scaled, head.weights, r, tag, n_q, head.sink,
+                                           named=named)
         else:
             blocks.append(Paragraph(
                 f"The {n_q} × {n_k} weights of head {i}, each $w_{{rj}} = e^{{t_{{rj}}}} / "
@@ -291,8 +294,39 @@ def _head_steps(att: Any) -> list[Step]:
     return steps
 
 
+def _row_exponentials(t: Any, r: int, sink: Any) -> tuple[list[int], list[str]]:
+    """The keys a row keeps (not masked) and the terms e^{t_rj} of its denominator."""
+    import sympy as sp
+
+    kept = [j for j in range(t.cols) if t[r, j] != -sp.oo]
+    exps = [_exp_tex(t[r, j]) for j in kept]
+    if sink is not None:  # the sink's e^σ joins the denominator only
+        exps.append(_exp_tex(sink))
+    return kept, exps
+
+
+def _names_denominator(t: Any, r: int, sink: Any = None) -> bool:
+    """Whether row ``r``'s denominator is too long to write under each weight (more
+    than three terms, or more than 70 characters): then it is named D_r."""
+    kept, exps = _row_exponentials(t, r, sink)
+    return bool(kept) and (len(kept) > 3 or len(" + ".join(exps)) > 70)
+
+
+def _collected(terms: Sequence[Any], written: str) -> str | None:
+    """The sum of ``terms`` as SymPy builds it -- equal terms collected (2e^{a}), e^{0}
+    written 1, nothing else asked of SymPy -- when that differs from the sum as
+    ``written`` and is short (its size counted before it is printed)."""
+    import sympy as sp
+
+    total = sp.Add(*terms)
+    if len(sp.Add.make_args(total)) == len(terms) and all(t != 1 for t in terms):
+        return None  # nothing collected: the same terms in SymPy's order say nothing new
+    text = _tex_if_short(total, SHORT)
+    return text if text is not None and text.replace(" ", "") != written.replace(" ", "") else None
+
+
 def _softmax_row_lines(t: Any, w: Any, r: int, tag: str, n_q: int,
-                       sink: Any = None) -> list[str]:
+                       sink: Any = None, *, named: bool | None = None) -> list[str]:
     import sympy as sp
 
     n_k = w.cols
@@ -303,15 +337,16 @@ def _softmax_row_lines(t: Any, w: Any, r: int, tag: str, n_q: int,
                 + (r" \quad (\text{every key masked: the sink keeps all the weight})"
                    if sink is not None else r" \quad (\text{every key masked})")]
     lines: list[str] = []
-    exps = [_exp_tex(t[r, j]) for j in kept]
-    if sink is not None:  # the sink's e^σ joins the denominator only
-        exps.append(_exp_tex(sink))
+    kept, exps = _row_exponentials(t, r, sink)
     denom_inline = " + ".join(exps)
-    use_d = len(kept) > 3 or len(denom_inline) > 70
+    use_d = _names_denominator(t, r, sink) if named is None else named
     if use_d:
         lines += _sum_rows(f"D{tag}_{{{row}}}", exps)
-        d_sum = sp.Add(*[sp.exp(t[r, j]) for j in kept],
-                       *([sp.exp(sink)] if sink is not None else []))
+        terms = [sp.exp(t[r, j]) for j in kept] + ([sp.exp(sink)] if sink is not None else [])
+        collected = _collected(terms, denom_inline)
+        if collected is not None:
+            lines.append(f"&= {collected}")
+        d_sum = sp.Add(*terms)
         dd = _digits(d_sum)
         if dd is not None:
             lines.append(f"&= {dd}")

@@ -151,8 +151,10 @@ def _with_figures(ex: ExampleDerivation, obj: Any, folder: Path,
     made: list[Figure] = []
     if att.heads[0].weights.cols > 1:
         path = folder / f"{stem}-weights{suffix}"
-        fig.heatmap_figure(att, path, title=f"{ex.name}: attention weights"
-                           if not _is_example(obj) else f"Example {ex.name}: attention weights")
+        # no title: the caption says what it would (a title over a caption repeats it);
+        # the keys and queries named as the example names its tokens
+        fig.heatmap_figure(att, path, titled=False,
+                           **fig._token_labels(att, getattr(obj, "tokens", None)))
         made.append(Figure(str(path), _relative(path, base),
                            "Attention weights (rows: queries, columns: keys), certified values "
                            "rounded to 3 places."))
@@ -183,6 +185,12 @@ def _select(examples: list[Any], names: Sequence[str] | None) -> list[Any]:
     return select_examples(examples, names)
 
 
+def _document_title(examples: Sequence[Any], file: str) -> str:
+    """The file's own ``title`` when it has one, else "Derivations: FILE"."""
+    titles = [str(getattr(e, "file_title", "") or "") for e in examples]
+    return titles[0] if titles and titles[0] else f"Derivations: {Path(file).name}"
+
+
 def cli_derive(args: Any) -> int:
     """``mha-symbolic derive FILE [--format F] [-o OUT] [--example NAME] [--pdf] [--figures]``."""
     from ..._io import output_path, write_output
@@ -201,7 +209,7 @@ def cli_derive(args: Any) -> int:
                                  + "-figures") if (args.figures and out) else None)
     derivation = derive(examples, format=fmt, report=report, figures=figures_dir,
                         relative_to=out.parent if out else None,
-                        title=f"Derivations: {Path(args.file).name}")
+                        title=_document_title(examples, args.file))
     text = derivation.text
     if out is None:
         print(text, end="")

@@ -7,6 +7,7 @@ from typing import Any
 
 from ...errors import MhaSymbolicError
 from .matrices import _vec_tex
+from .labels import quantity_label, verdict_text
 from .model import SHORT, ClaimLine
 from .numbers import _tex_if_short, _tidy, shape_latex
 
@@ -33,17 +34,21 @@ def _claim_lines(example: Any, records: Sequence[Any]) -> tuple[ClaimLine, ...]:
             if text is not None and len(text) <= SHORT * 2:
                 exact_latex = text
         head = int(getattr(rec, "head", 1) or 1)
-        quantity = str(getattr(rec, "quantity", "")) + (f" (head {head})" if head != 1 else "")
-        verdict = str(getattr(rec, "verdict", ""))
-        precision = getattr(rec, "precision", None)
-        if precision and verdict not in ("exact",) and precision != "shape":
-            verdict += f" ({precision})"
-        if not getattr(rec, "ok", False) and getattr(rec, "rounded", None):
+        batch = int(getattr(rec, "batch", 1) or 1)
+        raw = str(getattr(rec, "quantity", ""))
+        quantity = raw + (f" (head {head})" if head != 1 else "")
+        precision = str(getattr(rec, "precision", "") or "")
+        error_units = getattr(rec, "error_units", None)
+        wrong_digits = not getattr(rec, "ok", False) and getattr(rec, "rounded", None)
+        verdict = verdict_text(str(getattr(rec, "verdict", "")), precision,
+                               None if wrong_digits else error_units)
+        if wrong_digits:
             verdict += f"; correct answer {rec.rounded}"
-            if getattr(rec, "error_units", None):
-                verdict += f", off by {rec.error_units} in the last printed digit"
+            if error_units:
+                verdict += f", off by {error_units} in the last printed digit"
         out.append(ClaimLine(
             quantity=quantity,
+            label=quantity_label(raw, head=head, batch=batch) or "",
             claimed=str(getattr(rec, "claimed", "")),
             exact_latex=exact_latex,
             exact_digits=str(getattr(rec, "exact", "") or ""),

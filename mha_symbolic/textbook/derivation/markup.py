@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..._latex import latex_escape
+from ..._latex import latex_escape, smart_quotes
 from ..._text import markdown_text
 
 # ---------------------------------------------------------------------------
@@ -57,13 +57,15 @@ def _tex_math(math: str) -> str:
 
 
 def _markup_tex(text: str) -> str:
+    """Markup for LaTeX: the text between math runs escaped, its quotes typographic (a
+    quote right after a math run closes); the math runs (the library's own) as they are."""
     parts = []
     pos = 0
     for m in _MARKUP.finditer(text):
-        parts.append(_tex_text(text[pos:m.start()]))
+        parts.append(_tex_text(smart_quotes(text[pos:m.start()], "x" if pos else "")))
         parts.append(f"${_tex_math(m.group(1))}$")
         pos = m.end()
-    parts.append(_tex_text(text[pos:]))
+    parts.append(_tex_text(smart_quotes(text[pos:], "x" if pos else "")))
     return "".join(parts)
 
 
@@ -126,11 +128,12 @@ def _text_md(text: str) -> str:
 def _note_tex(text: str) -> str:
     """The author's text (a title, notes, a quotation) for LaTeX: its math runs typeset
     from the notes grammar (:mod:`.notes`, which builds every command itself), the rest
-    escaped as plain text; numbers grouped in threes on both sides."""
+    escaped as plain text, its quotes typographic (:func:`smart_quotes`: ``'it'`` is
+    set ‘it’, not ’it’); numbers grouped in threes on both sides."""
     from .notes import pieces
 
     return "".join(f"${piece}$" if is_math else _text_tex(piece)
-                   for is_math, piece in pieces(text))
+                   for is_math, piece in pieces(smart_quotes(text)))
 
 
 def _note_md(text: str) -> str:

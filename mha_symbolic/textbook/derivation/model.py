@@ -117,6 +117,8 @@ class ClaimLine:
     ok: bool
     diagnosis: str
     note: str = ""
+    #: the quantity in words and math (markup, from .labels); "" when it has none
+    label: str = ""
 
 
 @dataclass(frozen=True)

@@ -238,19 +238,32 @@ def symbol_latex(name: str) -> str:
 _TALL = (r"\frac", r"\tanh", "^", r"\log", r"\exp")
 
 
+#: A superscript holding a slashed fraction prints at most this many symbols.
+SUPERSCRIPT_SYMBOLS = 12
+
+
 def exp_latex(arg: Any) -> str:
-    r"""e to the power ``arg``: ``e^{2}``, but ``\exp`` with a slashed fraction when the
-    exponent is tall (a fraction, a nested power or function: tiny in a superscript;
-    a lone root, ``e^{\\sqrt{2}}``, stays a superscript).
+    r"""e to the power ``arg``, one notation for every exponent a softmax meets:
+    ``e^{2}``, ``e^{\\sqrt{2}}``, and a fraction slashed in the superscript,
+    ``e^{\\sqrt{2}/2}`` (so that e^{√2/2} and e^{√2} stand side by side in one
+    notation); ``\\exp`` only when the exponent stays tall even slashed (a nested power
+    or function) or is long (more than SUPERSCRIPT_SYMBOLS symbols).
 
     >>> import sympy as sp
-    >>> exp_latex(sp.Integer(20)), exp_latex(sp.sqrt(2) / 2)
-    ('e^{20}', '\\exp\\left(\\sqrt{2}/2\\right)')
+    >>> exp_latex(sp.Integer(20)), exp_latex(sp.sqrt(2) / 2), exp_latex(sp.sqrt(2))
+    ('e^{20}', 'e^{\\sqrt{2}/2}', 'e^{\\sqrt{2}}')
+    >>> exp_latex(sp.tanh(sp.sqrt(2)))
+    '\\exp\\left(\\tanh{\\left(\\sqrt{2} \\right)}\\right)'
     """
     text = _tex(arg)
     if not any(mark in text for mark in _TALL):
         return f"e^{{{text}}}"
-    return rf"\exp\left({_slashed(arg)}\right)"
+    slashed = _slashed(arg)
+    plain = slashed.replace(r"\left(", "(").replace(r"\right)", ")")
+    if (not any(mark in plain for mark in _TALL)
+            and len(re.sub(r"\\[A-Za-z]+|[{} ]", "", plain)) <= SUPERSCRIPT_SYMBOLS):
+        return f"e^{{{plain}}}"
+    return rf"\exp\left({slashed}\right)"
 
 
 def _slashed(expr: Any) -> str:

@@ -11,6 +11,7 @@ r"""A derivation as LaTeX (fragment and document), set as a textbook sets it.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ..._latex import textbook_document
 from .markup import _capital, _mark, _markup_tex, _note_tex, _paragraphs, _quantity_text
@@ -22,6 +23,8 @@ from .numbers import digits_latex
 DISPLAY_ROWS = 12
 #: ... and at most about this many lines of text (see _height).
 DISPLAY_LINES = 30
+#: At most this many lines are kept with a heading (a longer table starts a page).
+KEEP_LINES = 40
 
 INTRO = ("Every number below comes from the exact engine; decimals show certified "
          "digits only (\\ldots: more digits follow), grouped in threes and in scientific "
@@ -29,8 +32,17 @@ INTRO = ("Every number below comes from the exact engine; decimals show certifie
          "each claim of the text carries the checker's verdict.")
 
 
-def _render_latex(d: Derivation) -> str:
+def _render_latex(d: Derivation, *, keep: bool = False) -> str:
+    """The fragment; ``keep``: with ``\\needspace`` before each heading (the document's
+    preamble defines it), so that no heading is left at a page's foot without the
+    first lines of what it introduces."""
     out: list[str] = []
+
+    def heading(tex: str, lines: int) -> None:
+        if keep:
+            out.append(f"\\needspace{{{min(lines, KEEP_LINES)}\\baselineskip}}")
+        out.append(tex)
+
     for ex in d.examples:
         # the title and notes come from the file: their math is typeset by the notes
         # grammar, everything else escaped (never markup: see _note_tex)
@@ -40,20 +52,20 @@ def _render_latex(d: Derivation) -> str:
         for para in _paragraphs(ex.notes):
             out.append(_note_tex(para) + "\n")
         for k, step in enumerate(ex.steps, 1):
-            out.append(f"\\subsection*{{{k}.\\ {_markup_tex(step.title)}}}")
+            heading(f"\\subsection*{{{k}.\\ {_markup_tex(step.title)}}}", _step_lines(step))
             out.append(f"\\emph{{Why this step?}} {_markup_tex(_capital(step.why))}\n")
             for block in step.blocks:
                 out.append(_block_tex(block))
         for figure in ex.figures:
             out.append(_block_tex(figure))
-        out.append("\\subsection*{Checks}")
+        heading("\\subsection*{Checks}", 6)
         out.append("\\begin{itemize}\\raggedright")
         for c in ex.checks:
             mark = _mark(c.ok)[0]
             out.append(f"  \\item[{mark}] \\textbf{{{_note_tex(c.name)}}}: {_markup_tex(c.detail)}")
         out.append("\\end{itemize}\n")
         if ex.claims:
-            out.append("\\subsection*{The text's claims}")
+            heading("\\subsection*{The text's claims}", 6)
             out.append("\\begin{itemize}\\raggedright")
             for cl in ex.claims:
                 out.append("  \\item[" + _mark(cl.ok)[0] + "] " + _claim_tex(cl))
@@ -64,7 +76,8 @@ def _render_latex(d: Derivation) -> str:
 def _claim_tex(cl: ClaimLine) -> str:
     """A claim as a list item: what the text says and the verdict on the first line,
     the exact value and its certified digits below (math may break after ``=``)."""
-    head = (f"\\textbf{{{_note_tex(_quantity_text(cl.quantity))}}}: the text says "
+    name = _markup_tex(cl.label) if cl.label else _note_tex(_quantity_text(cl.quantity))
+    head = (f"\\textbf{{{_capital(name)}}}: the text says "
             f"{_note_tex(cl.claimed)}. "
             f"Verdict: \\emph{{{_note_tex(cl.verdict)}}}.")
     lines = [head]
@@ -123,6 +136,38 @@ def _display_chunks(lines: tuple[str, ...]) -> list[list[str]]:
     return [c for c in chunks if c]
 
 
+def _joined_rows(rows: list[str]) -> str:
+    """Display rows joined by ``\\\\``, or by ``\\\\*`` (no page break) before a row that
+    continues the equation above (``&= ...``, ``&\\quad + ...``): a page may break
+    between two equations of a display, never inside one."""
+    out = rows[:1]
+    for row in rows[1:]:
+        out.append((" \\\\*\n" if row.lstrip().startswith("&") else " \\\\\n") + row)
+    return "".join(out)
+
+
+def _block_lines(block: Block) -> int:
+    """About how many lines of text a block must have below its heading: all of a table
+    (a tabular never breaks), the first equation of a display, two of a paragraph."""
+    if isinstance(block, Table):
+        return len(block.rows) + (3 if block.total is None else 4) + 2
+    if isinstance(block, Display):
+        first: list[str] = []
+        for row in block.lines:
+            if first and not row.lstrip().startswith("&"):
+                break
+            first.append(row)
+        return sum(_height(row) for row in first) + 2
+    return 2
+
+
+def _step_lines(step: Any) -> int:
+    """Lines to keep below a step's heading: the heading, its reason (about 90
+    characters a line) and the start of its first block."""
+    why = len(re.sub(r"\$[^$]*\$", "xxxx", step.why)) // 90 + 1
+    return 3 + why + (_block_lines(step.blocks[0]) if step.blocks else 0)
+
+
 def _block_tex(block: Block) -> str:
     if isinstance(block, Paragraph):
         return _markup_tex(block.text) + "\n"
@@ -130,7 +175,7 @@ def _block_tex(block: Block) -> str:
         env = "align*" if any("&" in line for line in block.lines) else "gather*"
         parts = []
         for chunk in _display_chunks(block.lines):
-            body = " \\\\\n".join(chunk)
+            body = _joined_rows(chunk)
             parts.append(f"\\begin{{{env}}}\n{body}\n\\end{{{env}}}\n")
         return "".join(parts)
     if isinstance(block, Table):
@@ -158,4 +203,8 @@ def _table_tex(table: Table) -> str:
 
 def _render_document(d: Derivation) -> str:
     packages = ["graphicx"] if any(e.figures for e in d.examples) else []
-    return textbook_document(_render_latex(d), title=d.title, packages=packages, intro=INTRO)
+    # the title is the file's (its math by the notes grammar, like an example's title); a
+    # document of several examples opens with their contents (\addcontentsline above)
+    contents = "\\tableofcontents\n\n" if len(d.examples) > 1 else ""
+    return textbook_document(contents + _render_latex(d, keep=True), title=d.title, packages=packages,
+                             intro=INTRO, title_tex=_note_tex(d.title))

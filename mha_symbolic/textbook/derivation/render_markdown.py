@@ -53,7 +53,8 @@ def _render_markdown(d: Derivation, math: str = "github") -> str:
 
 
 def _claim_md(cl: ClaimLine) -> str:
-    parts = [f"**{_note_md(_quantity_text(cl.quantity))}**: the text says "
+    name = _markup_md(cl.label) if cl.label else _note_md(_quantity_text(cl.quantity))
+    parts = [f"**{_capital(name)}**: the text says "
              f"{_note_md(cl.claimed)}"]
     if cl.exact_digits and "…" not in cl.exact_digits:
         parts.append(f"; exact value ${digits_latex(cl.exact_digits)}$")
