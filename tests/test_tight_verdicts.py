@@ -184,3 +184,12 @@ def test_strategy_families_for_long_llm_rows(case) -> None:
     else:
         assert np.max(np.abs(q)) > 4 or np.max(np.abs(k)) > 4 or q.shape[-1] < 3
     assert case.key.shape[-2] >= 32
+
+
+def test_the_hull_is_judged_with_variants_too() -> None:
+    rng = np.random.default_rng(6)
+    q = (rng.standard_normal((1, 1, 2, 4)) * 1e19).astype(np.float32)
+    k = (rng.standard_normal((1, 1, 3, 4)) * 1e19).astype(np.float32)
+    v = rng.random((1, 1, 3, 2)).astype(np.float32)
+    c = compare_attention(np.full((1, 1, 2, 2), 1e30, np.float32), q, k, v, softcap=30.0)
+    assert not c.passed and any("hull" in n for n in c.notes), c.report()

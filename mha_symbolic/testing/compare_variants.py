@@ -40,7 +40,9 @@ from ..oracle.variants import (
     variant_options,
 )
 from .bugs_variants import VariantInputs, diagnose_variant, plain_variant
+from .emulated import hull_violations
 from .options import asserting, checked
+from .plain import AttentionInputs
 from .tolerance import DEFAULT_SAFETY, FORMATS, ErrorModel
 from .tolerance_variants import FP8_FORMATS, variant_events
 
@@ -168,10 +170,11 @@ def _verdict(a: np.ndarray, ref: Any, model_tol: np.ndarray, vacuous: np.ndarray
     # tolerance (issue 10's floor: the simulated kernel may be the more accurate one)
     tol = c._tolerance(rule, model=model_tol, mid=mid, fmt=model.fmt, rtol=rtol, atol=atol,
                        ulps=ulps, factor=factor, safety=safety, plain=plain)
-    comp = c._verdict(a, lower, upper, tol, vacuous if rule in ("model", "flash") else None,
+    comp = c._verdict(a, lower, upper, tol,
+                      vacuous if rule in ("model", "certified", "flash") else None,
                       model=model, rule=c._rule_line(rule, model, safety, rtol, atol, ulps,
                                                      factor),
-                      index_names=names, title=title)
+                      index_names=names, title=title, hull=_hull(a, x, model))
     if comp.passed or not diagnose_bugs:
         return comp
     saf = DEFAULT_SAFETY if safety is None or rule != "model" else safety
@@ -361,3 +364,20 @@ def assert_attention_varlen_close(actual: Any, query: Any, key: Any, value: Any,
     ...
     mha_symbolic.errors.AttentionMismatchError: varlen attention output is not close ...
     """
+
+
+def _hull(a: np.ndarray, x: Any, model: ErrorModel) -> np.ndarray | None:
+    """The value-hull verdict (emulated.hull_violations) of a call with variants: over
+    every key of the row (a superset of the hull the masks, windows and block masks
+    leave; a sink adds the value 0, which the hull holds); None with FP8 descale
+    factors (they scale the values) or for packed varlen calls."""
+    o = getattr(x, "opts", None)
+    if o is None or any(getattr(o, n, None) is not None
+                        for n in ("q_descale", "k_descale", "v_descale")):
+        return None
+    try:
+        xi = AttentionInputs(x.q, x.k, x.v, enable_gqa=x.enable_gqa)
+        bad = hull_violations(a, xi, model)
+    except (ValueError, IndexError):
+        return None
+    return bad if bad.shape == a.shape else None
