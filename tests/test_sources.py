@@ -317,3 +317,10 @@ def test_block_claims_map_to_their_own_statements() -> None:
         "weight[2]" in lines[by_quantity["weight[2]"] - 1]
     assert "w_{11} =" in lines[by_quantity["weight[1,1]"] - 1]
     assert "head_{1} [1] =" in lines[by_quantity["head_output[1]"] - 1]
+
+
+def test_the_file_can_say_its_inputs_are_exact() -> None:
+    # with 0.707 exact, sigmoid(0.707) = 0.66973… (mpmath above) prints 0.6697: wrong
+    text = r"$\frac{e^{0.707}}{e^{0.707} + e^{0}} \approx 0.6698$"
+    assert md(text) == [(1, "holds for the printed inputs")]
+    assert md("<!-- mha-check: inputs = exact -->\n" + text) == [(2, "wrong")]

@@ -198,3 +198,18 @@ def test_harness_counts_an_internal_error_of_the_command_line(
     monkeypatch.setattr(check, "cli_check", crash)
     call = g.CliCall(["check", "in/in.toml"], {"in.toml": "x"})
     assert [c for c, _ in prop.run_cli_inprocess(call)] == ["foreign-exception"]
+
+
+def test_harness_counts_faults_in_authors_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mha_symbolic.textbook.sources as sources
+    import mha_symbolic.textbook.sources.check as check
+
+    def broken(**kwargs: Any) -> Any:
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(sources, "check_source", broken)
+    assert [c for c, _ in prop.run_source("$1 = 1$", "markdown")] == ["foreign-exception"]
+    monkeypatch.undo()
+    monkeypatch.setattr(check, "sanitize", lambda text, **kw: text)  # escaping removed
+    problems = prop.run_source("$\\text{\x1b[31m} = 1 + 1 = 3$", "markdown")
+    assert "control-in-report" in [c for c, _ in problems]

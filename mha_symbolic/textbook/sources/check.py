@@ -248,11 +248,13 @@ def check_source(path: str | Path | None = None, *, text: str | None = None,
 def _statements(doc: Document, shown: str) -> list[SourceRecord]:
     records: list[SourceRecord] = []
     section_index = -1
-    section = Section()
+    m = _INPUTS_DIRECTIVE.search(doc.text)
+    inputs = m.group(1) if m else "printed"
+    section = Section(inputs=inputs)
     count = 0
     for span in doc.spans:
         if span.section != section_index:
-            section_index, section = span.section, Section()
+            section_index, section = span.section, Section(inputs=inputs)
         try:
             statements = split_statements(span.text, span.start)
         except MhaSymbolicError as exc:
@@ -290,6 +292,9 @@ def _statements(doc: Document, shown: str) -> list[SourceRecord]:
     return records
 
 
+#: ``mha-check: inputs = exact`` anywhere in the file (a comment: ``<!-- … -->``, ``% …``,
+#: ``.. …``): decimal inputs of formulas are exact, never read as printed intervals.
+_INPUTS_DIRECTIVE = re.compile(r"mha-check:[ \t]*inputs[ \t]*=[ \t]*\"?(exact|printed)\b")
 _SCALE_AFTER = re.compile(r"\$*[ \t]*([A-Za-z]+)")
 
 

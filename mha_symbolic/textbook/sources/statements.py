@@ -87,6 +87,9 @@ class Section:
     """The names bound so far in one section: name → (shape, grammar texts)."""
 
     bindings: dict[str, tuple[tuple[int, ...], list[str]]] = field(default_factory=dict)
+    #: "printed": a decimal input of a formula stands for its printed interval when the
+    #: exact reading is wrong; "exact": it is exactly what it prints (the file says so)
+    inputs: str = "printed"
 
 
 def split_statements(text: str, base: int = 0) -> list[Statement]:
@@ -574,7 +577,7 @@ def _box_check(node: Any, section: Section, p: Any) -> tuple[str, bool, str] | N
     printed answer ``p`` (None: the formula is 0 somewhere, for an exact "=").  Returns
     (verdict, ok, detail) or None when the formula has no rounded input."""
     inputs = rounded_inputs(node)
-    if not inputs:
+    if not inputs or section.inputs == "exact":
         return None
     if len(inputs) > MAX_INTERVAL_INPUTS:
         return ("undecided", False, f"more than {MAX_INTERVAL_INPUTS} rounded inputs to read "
