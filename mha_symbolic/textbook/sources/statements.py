@@ -35,7 +35,7 @@ from ..._text import echo
 from ...errors import MhaSymbolicError, PrecisionError
 from .latex_math import JUDGED_RELATIONS, MAX_STATEMENT, NotJudged, Tok, parse_member, tokenize
 
-__all__ = ["Relation", "Statement", "Section", "split_statements", "judge_statement"]
+__all__ = ["Relation", "Section", "Statement", "judge_statement", "split_statements"]
 
 #: Relative tolerance of "≈" between two formulas.
 FORMULA_RTOL = Fraction(1, 10**6)
