@@ -140,7 +140,8 @@ def test_a_file_without_a_title_is_titled_by_its_name(tmp_path: Path) -> None:
     assert main(["derive", str(src), "-o", str(out)]) == 0
     tex = out.read_text()
     assert r"\title{Derivations: book.toml}" in tex
-    assert r"\tableofcontents" not in tex  # one example: no contents
+    # one example: no contents, so no entry for one either
+    assert r"\tableofcontents" not in tex and r"\addcontentsline" not in tex
 
 
 # -- page breaks ---------------------------------------------------------------------------------

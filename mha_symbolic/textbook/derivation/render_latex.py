@@ -31,10 +31,12 @@ INTRO = ("Every number below comes from the exact engine; decimals show certifie
          "each claim of the text carries the checker's verdict.")
 
 
-def _render_latex(d: Derivation, *, keep: bool = False) -> str:
+def _render_latex(d: Derivation, *, keep: bool = False, contents: bool = True) -> str:
     """The fragment; ``keep``: with ``\\needspace`` before each heading (the document's
     preamble defines it), so that no heading is left at a page's foot without the
-    first lines of what it introduces."""
+    first lines of what it introduces; ``contents``: each example's ``\\section*``
+    entered in the table of contents (a fragment's, for the book that includes it; a
+    document's only when it prints one)."""
     out: list[str] = []
 
     def heading(tex: str, lines: int) -> None:
@@ -47,7 +49,8 @@ def _render_latex(d: Derivation, *, keep: bool = False) -> str:
         # grammar, everything else escaped (never markup: see _note_tex)
         title = _note_tex(ex.title)
         out.append(f"\\section*{{{title}}}")
-        out.append(f"\\addcontentsline{{toc}}{{section}}{{{title}}}")
+        if contents:
+            out.append(f"\\addcontentsline{{toc}}{{section}}{{{title}}}")
         for para in _paragraphs(ex.notes):
             out.append(_note_tex(para) + "\n")
         for k, step in enumerate(ex.steps, 1):
@@ -185,6 +188,8 @@ def _render_document(d: Derivation) -> str:
     packages = ["graphicx"] if any(e.figures for e in d.examples) else []
     # the title is the file's (its math by the notes grammar, like an example's title); a
     # document of several examples opens with their contents (\addcontentsline above)
-    contents = "\\tableofcontents\n\n" if len(d.examples) > 1 else ""
-    return textbook_document(contents + _render_latex(d, keep=True), title=d.title, packages=packages,
+    several = len(d.examples) > 1
+    contents = "\\tableofcontents\n\n" if several else ""
+    return textbook_document(contents + _render_latex(d, keep=True, contents=several),
+                             title=d.title, packages=packages,
                              intro=INTRO, title_tex=_note_tex(d.title))
