@@ -18,6 +18,7 @@ import random
 import sympy as sp
 from flint import fmpq
 
+from mha_symbolic.exact.proof_render import book_latex
 from mha_symbolic.exact.prove import CrossCheck, Derivation, Theorem
 
 from ._common import i, j
@@ -49,8 +50,11 @@ def prove() -> Derivation:
     second = sp.Sum(sp.Sum((sq**2 * sp.KroneckerDelta(i, j) + mq**2)
                            * (sk**2 * sp.KroneckerDelta(i, j) + mk**2), (j, 1, d)), (i, 1, d))
     ex2 = d**2 * mq**2 * mk**2 + d * (sq**2 * sk**2 + sq**2 * mk**2 + mq**2 * sk**2)
+    # shown with its left side, E[X^2] = (the double sum) = (closed form): the double sum
+    # alone read as a bare expression, not as the second moment it is
     dv.identity(second, ex2, "$\\mathbb{E}[X^2] = \\sum_{i,j} \\mathbb{E}[q_i q_j]\\,\\mathbb{E}[k_i k_j]$; "
-                "the $\\delta$ sums give $d_k$ ($1 \\le i \\le d_k$)", assume=sp.Q.le(i, d))
+                "the $\\delta$ sums give $d_k$ ($1 \\le i \\le d_k$)", assume=sp.Q.le(i, d),
+                show=(_E("X^2"), f"{book_latex(second)} = {book_latex(ex2)}"))
     var = ex2 - (d * mq * mk) ** 2
     var_closed = d * (sq**2 * sk**2 + sq**2 * mk**2 + mq**2 * sk**2)
     dv.identity(var, var_closed, "$\\operatorname{Var} X = \\mathbb{E}[X^2] - \\mathbb{E}[X]^2$",

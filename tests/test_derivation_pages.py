@@ -140,7 +140,8 @@ def test_a_file_without_a_title_is_titled_by_its_name(tmp_path: Path) -> None:
     assert main(["derive", str(src), "-o", str(out)]) == 0
     tex = out.read_text()
     assert r"\title{Derivations: book.toml}" in tex
-    assert r"\tableofcontents" not in tex  # one example: no contents
+    # one example: no contents, so no entry for one either
+    assert r"\tableofcontents" not in tex and r"\addcontentsline" not in tex
 
 
 # -- page breaks ---------------------------------------------------------------------------------
@@ -234,3 +235,23 @@ def test_token_names_that_do_not_fit_are_one_line_errors(tokens: str, message: s
 
     with pytest.raises(ExampleFileError, match=message):
         load_examples(text=_one(tokens))
+
+
+def test_an_equation_taller_than_a_page_may_still_break() -> None:
+    rows = ["a &= 1", *[r"&\quad + 1"] * 60]
+    joined = _joined_rows(rows)
+    assert joined.count("\\\\\n") == 2  # a break allowed after 24 and 48 held rows
+    assert joined.count("\\\\*\n") == 58
+
+
+def test_a_long_display_is_one_environment_that_breaks_only_between_equations() -> None:
+    # 6 keys x 6 queries: a long softmax display (each weight its own equation)
+    att = exact_attention(scores=[[r * c % 5 for c in range(6)] for r in range(4)], scale=1)
+    text = derive(att, format="fragment").text
+    softmax = text[text.index("Softmax, row by row"):text.index("subsection*{Checks}")]
+    assert softmax.count(r"\begin{align*}") == 1
+    lines = softmax.splitlines()
+    held = [k for k, line in enumerate(lines) if line.startswith("&")]
+    assert held  # the named denominators D_r run over a second line and their digits
+    for k in held:
+        assert lines[k - 1].endswith("\\\\*"), lines[k - 1]

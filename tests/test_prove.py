@@ -590,3 +590,14 @@ def test_proofs_pdf_has_no_overfull_or_underfull_box(results: list[ProofResult],
     text = log.read_text(errors="replace")
     bad = [line for line in text.splitlines() if "Overfull" in line or "Underfull" in line]
     assert bad == []
+
+
+def test_theorem_6_names_the_second_moment_it_sums() -> None:
+    # issue 27 item 6: the proofs page showed the double sum bare, without E[X^2] = ...
+    (scale,) = [t for t in load_theorems() if t.name == "scale"]
+    steps = scale.prove().steps
+    (step,) = [s for s in steps if r"\delta" in s.reason]
+    assert step.lhs == r"\mathbb{E}\left[X^2\right]"
+    total, _, closed = step.rhs.partition(" = ")
+    assert total.startswith(r"\sum") and r"\delta" in total and closed.startswith("d_{k}^{2}")
+    assert not any(s.lhs.startswith(r"\sum_{\substack") for s in steps)

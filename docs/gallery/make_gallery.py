@@ -10,12 +10,13 @@ the path):
 * ``derive examples/seed.toml -o seed.tex --pdf --figures`` → the seed derivation PDF;
 * ``prove --pdf proofs.pdf`` → the proofs PDF;
 * ``pdftoppm -f 1 -l 1 -r 100`` → the first page of each as PNG (850 × 1100 px for a
-  letter page; under 300 KB);
+  letter page; under 300 KB), and three more pages found by their text (``pdftotext``):
+  Example A's softmax, Example G's heatmap page and Theorem 6;
 * ``plot collapse --gap 20`` and ``plot heatmap`` (Examples D and G) → PNG (150 dpi)
   and SVG.
 
 The PDFs themselves are built in a temporary folder and not kept (the derivation is
-about 24 pages).  Prints each file written with its size; exits 1 if a step fails.
+about 27 pages).  Prints each file written with its size; exits 1 if a step fails.
 """
 
 from __future__ import annotations
@@ -59,11 +60,32 @@ def cli(*args: str, cwd: Path = ROOT, check: bool = True) -> subprocess.Complete
     return done
 
 
-def first_page(pdf: Path, png: Path) -> None:
-    """Render page 1 of ``pdf`` to ``png`` with pdftoppm."""
+def first_page(pdf: Path, png: Path, page: int = 1) -> None:
+    """Render page ``page`` (default 1) of ``pdf`` to ``png`` with pdftoppm."""
     stem = png.with_suffix("")
-    subprocess.run(["pdftoppm", "-f", "1", "-l", "1", "-r", str(PAGE_DPI), "-png",
-                    "-singlefile", str(pdf), str(stem)], check=True, timeout=120)
+    subprocess.run(["pdftoppm", "-f", str(page), "-l", str(page), "-r", str(PAGE_DPI),
+                    "-png", "-singlefile", str(pdf), str(stem)], check=True, timeout=120)
+
+
+def page_with(pdf: Path, line: str) -> int:
+    """The first page of ``pdf`` with a line (as pdftotext reads it) starting ``line``."""
+    k = 1
+    while True:
+        done = subprocess.run(["pdftotext", "-f", str(k), "-l", str(k), str(pdf), "-"],
+                              capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            sys.exit(f"no page of {pdf.name} has a line starting {line!r}")
+        if any(x.startswith(line) for x in done.stdout.splitlines()):
+            return k
+        k += 1
+
+
+#: Pages shown besides the first ones: (PDF, PNG name, a line that starts the page's
+#: telling content): Example A's softmax (one notation for e^t), Example G's named
+#: denominator and heatmap (keys named as the example names them), Theorem 6.
+PAGES = (("seed", "seed-derivation-softmax.png", "3. Softmax, row by row"),
+         ("seed", "seed-derivation-example-g.png", "cat"),
+         ("proofs", "proofs-theorem-6.png", "Theorem 6."))
 
 
 def seed_pdf(tmp: Path) -> Path:
@@ -95,15 +117,19 @@ def figures() -> list[Path]:
 
 
 def main() -> None:
-    for tool in ("pdflatex", "pdftoppm"):
+    for tool in ("pdflatex", "pdftoppm", "pdftotext"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is not on PATH: the gallery needs a TeX system and poppler-utils")
     made = figures()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        for pdf, name in ((seed_pdf(tmp), "seed-derivation-page1.png"),
-                          (proofs_pdf(tmp), "proofs-page1.png")):
+        pdfs = {"seed": seed_pdf(tmp), "proofs": proofs_pdf(tmp)}
+        for pdf, name in ((pdfs["seed"], "seed-derivation-page1.png"),
+                          (pdfs["proofs"], "proofs-page1.png")):
             first_page(pdf, HERE / name)
+            made.append(HERE / name)
+        for key, name, line in PAGES:
+            first_page(pdfs[key], HERE / name, page_with(pdfs[key], line))
             made.append(HERE / name)
     for path in made:
         print(f"wrote {path.relative_to(ROOT)} ({path.stat().st_size // 1024} KB)")

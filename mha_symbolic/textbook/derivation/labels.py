@@ -121,8 +121,9 @@ def quantity_label(quantity: str, *, head: int = 1, batch: int = 1) -> str | Non
     return ", ".join([text, *extra])
 
 
-#: The checker's precision words, as the phrase after "correctly rounded" / "wrong".
 def _to(precision: str) -> str:
+    """The checker's precision words as the phrase after "correctly rounded" / "wrong"
+    (``to 4 decimal places``, ``to a whole number``; "" for an exact claim or a shape)."""
     if precision == "units":
         return "to a whole number"
     if precision.startswith("multiples of"):

@@ -3,8 +3,10 @@ r"""A derivation as LaTeX (fragment and document), set as a textbook sets it.
 * The author's text (titles, notes, the claims' quotations and the checker's notes)
   goes through :func:`.markup._note_tex`: its math typeset from the notes grammar,
   the rest escaped.
-* A display is never broken across a page: a long one is cut, between its rows, into
-  several ``align*`` environments of at most :data:`DISPLAY_ROWS` rows.
+* A display may break across pages between its equations, never inside one: the rows
+  of one equation (``&= ...`` continuations) are joined by ``\\*`` (the document sets
+  ``\allowdisplaybreaks[1]``); each heading keeps room for what it introduces
+  (``\needspace``).
 * A figure is a ``figure`` float with its ``\caption``: image and caption on one page.
 """
 
@@ -18,11 +20,8 @@ from .markup import _capital, _mark, _markup_tex, _note_tex, _paragraphs, _quant
 from .model import Block, ClaimLine, Derivation, Display, Figure, Paragraph, Table
 from .numbers import digits_latex
 
-#: At most this many rows in one unbreakable display (a row can be two lines tall, a
-#: page has about 45): a longer display is cut into several between its rows.
-DISPLAY_ROWS = 12
-#: ... and at most about this many lines of text (see _height).
-DISPLAY_LINES = 30
+#: At most this many continuation rows are held unbroken to the row above.
+HELD_ROWS = 24
 #: At most this many lines are kept with a heading (a longer table starts a page).
 KEEP_LINES = 40
 
@@ -32,10 +31,12 @@ INTRO = ("Every number below comes from the exact engine; decimals show certifie
          "each claim of the text carries the checker's verdict.")
 
 
-def _render_latex(d: Derivation, *, keep: bool = False) -> str:
+def _render_latex(d: Derivation, *, keep: bool = False, contents: bool = True) -> str:
     """The fragment; ``keep``: with ``\\needspace`` before each heading (the document's
     preamble defines it), so that no heading is left at a page's foot without the
-    first lines of what it introduces."""
+    first lines of what it introduces; ``contents``: each example's ``\\section*``
+    entered in the table of contents (a fragment's, for the book that includes it; a
+    document's only when it prints one)."""
     out: list[str] = []
 
     def heading(tex: str, lines: int) -> None:
@@ -48,7 +49,8 @@ def _render_latex(d: Derivation, *, keep: bool = False) -> str:
         # grammar, everything else escaped (never markup: see _note_tex)
         title = _note_tex(ex.title)
         out.append(f"\\section*{{{title}}}")
-        out.append(f"\\addcontentsline{{toc}}{{section}}{{{title}}}")
+        if contents:
+            out.append(f"\\addcontentsline{{toc}}{{section}}{{{title}}}")
         for para in _paragraphs(ex.notes):
             out.append(_note_tex(para) + "\n")
         for k, step in enumerate(ex.steps, 1):
@@ -116,33 +118,17 @@ def _height(line: str) -> int:
     return rows * (2 if r"\frac" in line else 1) + 1
 
 
-def _display_chunks(lines: tuple[str, ...]) -> list[list[str]]:
-    """The rows of a display cut into runs of at most DISPLAY_ROWS rows and about
-    DISPLAY_LINES lines of text (a page has about 45), each starting at a row that
-    names its left side (not at a continuation ``&= ...``) when it can."""
-    chunks: list[list[str]] = [[]]
-    used = 0
-    for line in lines:
-        current = chunks[-1]
-        starts = not line.lstrip().startswith("&")
-        h = _height(line)
-        if current and (len(current) >= DISPLAY_ROWS or used + h > DISPLAY_LINES
-                        or (starts and (len(current) >= DISPLAY_ROWS - 2
-                                        or used + h > DISPLAY_LINES - 6))):
-            chunks.append([])
-            used = 0
-        chunks[-1].append(line)
-        used += h
-    return [c for c in chunks if c]
-
-
 def _joined_rows(rows: list[str]) -> str:
     """Display rows joined by ``\\\\``, or by ``\\\\*`` (no page break) before a row that
     continues the equation above (``&= ...``, ``&\\quad + ...``): a page may break
     between two equations of a display, never inside one."""
     out = rows[:1]
+    held = 0  # rows held to the one above without a break
     for row in rows[1:]:
-        out.append((" \\\\*\n" if row.lstrip().startswith("&") else " \\\\\n") + row)
+        # an equation taller than a page (a sum of hundreds of terms) may still break,
+        # every HELD_ROWS rows: never a page overflowing its bottom margin
+        held = held + 1 if row.lstrip().startswith("&") and held < HELD_ROWS else 0
+        out.append((" \\\\*\n" if held else " \\\\\n") + row)
     return "".join(out)
 
 
@@ -173,11 +159,8 @@ def _block_tex(block: Block) -> str:
         return _markup_tex(block.text) + "\n"
     if isinstance(block, Display):
         env = "align*" if any("&" in line for line in block.lines) else "gather*"
-        parts = []
-        for chunk in _display_chunks(block.lines):
-            body = _joined_rows(chunk)
-            parts.append(f"\\begin{{{env}}}\n{body}\n\\end{{{env}}}\n")
-        return "".join(parts)
+        # one environment: a page may break between its equations, never inside one
+        return f"\\begin{{{env}}}\n{_joined_rows(list(block.lines))}\n\\end{{{env}}}\n"
     if isinstance(block, Table):
         return _table_tex(block)
     assert isinstance(block, Figure)
@@ -205,6 +188,8 @@ def _render_document(d: Derivation) -> str:
     packages = ["graphicx"] if any(e.figures for e in d.examples) else []
     # the title is the file's (its math by the notes grammar, like an example's title); a
     # document of several examples opens with their contents (\addcontentsline above)
-    contents = "\\tableofcontents\n\n" if len(d.examples) > 1 else ""
-    return textbook_document(contents + _render_latex(d, keep=True), title=d.title, packages=packages,
+    several = len(d.examples) > 1
+    contents = "\\tableofcontents\n\n" if several else ""
+    return textbook_document(contents + _render_latex(d, keep=True, contents=several),
+                             title=d.title, packages=packages,
                              intro=INTRO, title_tex=_note_tex(d.title))
