@@ -131,6 +131,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .testing.compare_variants import assert_attention_varlen_close, compare_attention_varlen
     from .testing.strategies import attention_inputs
     from .textbook.check import check_examples
-    from .textbook.sources.check import check_source
     from .textbook.derivation import derive
     from .textbook.examples import WorkedExample, load_examples
+    from .textbook.sources.check import check_source

@@ -29,8 +29,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
 
 if TYPE_CHECKING:  # pragma: no cover
     from .check import check_examples
-    from .sources.check import check_source
     from .claims import parse_printed
     from .derivation import derive
     from .examples import Claim, WorkedExample, load_examples, select_examples
     from .reports import CheckReport, ClaimRecord
+    from .sources.check import check_source

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import MhaSymbolicError
-from .matrices import _vec_tex
 from .labels import quantity_label, verdict_text
+from .matrices import _vec_tex
 from .model import SHORT, ClaimLine
 from .numbers import _tex_if_short, _tidy, shape_latex
 

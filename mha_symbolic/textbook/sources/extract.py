@@ -26,7 +26,7 @@ from typing import Any
 from ..._text import echo
 from ...errors import ExampleFileError
 
-__all__ = ["Document", "Span", "Block", "FORMATS", "extract", "format_of"]
+__all__ = ["FORMATS", "Block", "Document", "Span", "extract", "format_of"]
 
 #: Formats by file suffix.
 FORMATS = {".md": "markdown", ".markdown": "markdown", ".myst": "markdown", ".qmd": "markdown",

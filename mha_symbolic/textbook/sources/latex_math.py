@@ -34,7 +34,7 @@ from typing import Any
 from ..._text import echo
 from ...errors import MhaSymbolicError
 
-__all__ = ["NotJudged", "Tok", "parse_member", "tokenize", "RELATIONS"]
+__all__ = ["RELATIONS", "NotJudged", "Tok", "parse_member", "tokenize"]
 
 #: Longest statement read (characters); a longer one is not judged.
 MAX_STATEMENT = 2000
@@ -70,18 +70,21 @@ RELATIONS: dict[str, str] = {
 }
 JUDGED_RELATIONS = frozenset("=≈<>≤≥≠")
 
-_IGNORED = frozenset("""\\left \\right \\big \\Big \\bigg \\Bigg \\bigl \\bigr \\Bigl \\Bigr
-\\biggl \\biggr \\displaystyle \\textstyle \\scriptstyle \\limits \\nolimits \\, \\; \\: \\!
-\\quad \\qquad \\  \\nonumber \\notag \\middle \\phantom""".split()) | {"\\ "}
+_IGNORED = frozenset(["\\left", "\\right", "\\big", "\\Big", "\\bigg", "\\Bigg", "\\bigl", "\\bigr",
+                      "\\Bigl", "\\Bigr", "\\biggl", "\\biggr", "\\displaystyle", "\\textstyle",
+                      "\\scriptstyle", "\\limits", "\\nolimits", "\\,", "\\;", "\\:", "\\!", "\\quad",
+                      "\\qquad", "\\", "\\nonumber", "\\notag", "\\middle", "\\phantom"]) | {"\\ "}
 _SEPARATORS = frozenset({"\\quad", "\\qquad", "\\text{and}", ";", "\\\\"})
 _FUNCS = {"\\exp": "exp", "\\sqrt": "sqrt", "\\ln": "ln", "\\tanh": "tanh",
           "exp": "exp", "sqrt": "sqrt", "ln": "ln", "tanh": "tanh"}
 _MUL = frozenset({"\\times", "\\cdot", "*", "×", "·", "⋅", "\\ast", "\\cdotp"})
-_NAME_CMDS = frozenset("""\\text \\textrm \\mathrm \\operatorname \\mathit \\mathbf \\mathbb
-\\boldsymbol \\mathcal \\textbf \\textit \\mathsf \\bm \\vec \\hat \\tilde \\bar""".split())
-_GREEK = frozenset("""alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota
-kappa lambda mu nu xi rho sigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda
-Xi Sigma Upsilon Phi Psi Omega""".split())
+_NAME_CMDS = frozenset(["\\text", "\\textrm", "\\mathrm", "\\operatorname", "\\mathit", "\\mathbf",
+                        "\\mathbb", "\\boldsymbol", "\\mathcal", "\\textbf", "\\textit", "\\mathsf",
+                        "\\bm", "\\vec", "\\hat", "\\tilde", "\\bar"])
+_GREEK = frozenset(["alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta",
+                    "vartheta", "iota", "kappa", "lambda", "mu", "nu", "xi", "rho", "sigma", "tau",
+                    "upsilon", "phi", "varphi", "chi", "psi", "omega", "Gamma", "Delta", "Theta",
+                    "Lambda", "Xi", "Sigma", "Upsilon", "Phi", "Psi", "Omega"])
 _UNSUPPORTED = {
     "\\sum": "a sum (Σ)", "\\prod": "a product (Π)", "\\int": "an integral", "\\lim": "a limit",
     "\\infty": "infinity", "∞": "infinity", "\\max": "max", "\\min": "min", "\\arg": "arg",
