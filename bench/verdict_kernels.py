@@ -144,7 +144,8 @@ def _operands(q, k, v, acc):
     return q.astype(acc), _expand(k, H).astype(acc), _expand(v, H).astype(acc)
 
 
-def _masked_scores(s: np.ndarray, L: int, S: int, causal: Any, lo: int = 0, hi: int | None = None) -> np.ndarray:
+def _masked_scores(s: np.ndarray, L: int, S: int, causal: Any, lo: int = 0,
+                   hi: int | None = None) -> np.ndarray:
     mask = visible(L, S, causal, lo, hi)
     if mask is not None:
         s = np.where(mask, s, np.array(-np.inf, dtype=s.dtype))
@@ -483,7 +484,8 @@ def fp16_in_bf16_out(q, k, v, *, scale=None, causal=False, dtype):
     """fp16 inputs cast to bfloat16 (an autocast to the wrong half type), computed as SDPA
     math does in bf16 (fp32 inside), returned in bfloat16."""
     _check(q, k, v, dtype)
-    return naive_fp32acc(q.astype(BF16), k.astype(BF16), v.astype(BF16), scale=scale, causal=causal, dtype=BF16)
+    return naive_fp32acc(q.astype(BF16), k.astype(BF16), v.astype(BF16), scale=scale, causal=causal,
+                         dtype=BF16)
 
 
 def fp16_in_fp32_out(q, k, v, *, scale=None, causal=False, dtype):
@@ -580,7 +582,9 @@ MUTANT_CONDITIONS: dict[str, str] = {
         "only where the scale is not exact in bf16: 1/sqrt(E) is exact for E = 4^n (16, 64, 256), "
         "not for E = 80, 96, 128"
     ),
-    "no_max_subtraction": "only where exp(s) overflows the storage dtype: max s > 11.09 (fp16), > 88.7 (fp32/bf16)",
+    "no_max_subtraction": (
+        "only where exp(s) overflows the storage dtype: max s > 11.09 (fp16), > 88.7 (fp32/bf16)"
+    ),
     "last_block_dropped": "only where S % block_n != 0 (block_n = 128)",
     "rescale_missing": "only where a later key block raises a row's max (almost always for random data)",
     "fp16_in_fp32_out": "values are more accurate than the correct kernel's; only the dtype is wrong",

@@ -14,8 +14,9 @@ In a Jupyter Book's ``_config.yml``::
 
 Each wrong statement is logged as an error at ``page.md:LINE`` (undecided ones as
 warnings), and at the end of the build a wrong number anywhere sets the exit status to 1,
-so ``sphinx-build`` (and ``jupyter-book build``) fail.  The ``mha-check`` directive (```` ```{mha-check} ```` in MyST,
-``.. mha-check::`` in reST) renders nothing: its TOML is for the checker only.  The
+so ``sphinx-build`` (and ``jupyter-book build``) fail.  The ``mha-check`` directive
+(```` ```{mha-check} ```` in MyST, ``.. mha-check::`` in reST) renders nothing:
+its TOML is for the checker only.  The
 verdicts are kept in the build environment, so an incremental build that does not
 re-read a wrong page still fails.  Sphinx is imported only by Sphinx itself.
 """
@@ -85,7 +86,7 @@ def _source_read(app: Any, docname: str, source: list[str]) -> None:
 def _store(env: Any) -> dict[str, list[tuple[int, str]]]:
     if not hasattr(env, "mha_check_wrong"):
         env.mha_check_wrong = {}
-    return env.mha_check_wrong  # type: ignore[no-any-return]
+    return env.mha_check_wrong
 
 
 def _purge(app: Any, env: Any, docname: str) -> None:

@@ -674,7 +674,8 @@ def latex_math(src: Source, depth: int = 3) -> str:
 def _statement(src: Source) -> str:
     k = src.integer(0, 5)
     if k == 0:
-        return rf"\frac{{e^{{5}}}}{{e^{{5}}+e^{{1}}}} \approx {src.choice(['0.9820', '0.982', '0.9821', '1'])}"
+        return (rf"\frac{{e^{{5}}}}{{e^{{5}}+e^{{1}}}} \approx "
+                f"{src.choice(['0.9820', '0.982', '0.9821', '1'])}")
     if k == 1:
         return f"{src.choice(['d_k', 'n', 'w_1'])} = {src.choice(['64', '2', '0.707', 'x'])}"
     if k == 2:

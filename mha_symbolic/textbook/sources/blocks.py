@@ -108,14 +108,14 @@ def check_blocks(doc: Document, shown: str, records: list[SourceRecord], *,
         report = check_examples(examples)
         targets = _claim_targets(lines, first, pointed, len(report.records))
         for r, target in zip(report.records, targets, strict=True):
-            line = target.line if target is not None else _real(doc, r.line or first)
+            claim_line = target.line if target is not None else _real(doc, r.line or first)
             text = f"{r.example}: {r.quantity} {r.claimed}"
             if target is not None:
                 text = f"{r.example}: {r.quantity} = {target.text}"
             verdict = r.verdict if r.verdict in ("wrong", "undecided", "unreadable") else (
                 r.verdict if r.ok else "wrong")
-            out.append(SourceRecord(shown, line, text, verdict, r.ok, kind="claim",
-                                    claim=replace(r, file=shown, line=line), section=section))
+            out.append(SourceRecord(shown, claim_line, text, verdict, r.ok, kind="claim",
+                                    claim=replace(r, file=shown, line=claim_line), section=section))
     out.sort(key=lambda r: (r.line, r.kind == "claim"))
     return out
 

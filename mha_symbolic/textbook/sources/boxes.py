@@ -71,10 +71,7 @@ def _eval(node: Any, inputs: dict[int, Any], section: Any) -> list[Any]:
         acc = [flint.arb(1)]
         for factor in node[1]:
             vals = _eval(factor, inputs, section)
-            if len(vals) == 1:
-                acc = [a * vals[0] for a in acc]
-            else:
-                acc = [acc[0] * v for v in vals]
+            acc = [a * vals[0] for a in acc] if len(vals) == 1 else [acc[0] * v for v in vals]
         return acc
     if kind == "div":
         den = _eval(node[2], inputs, section)[0]

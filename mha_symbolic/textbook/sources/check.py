@@ -2,7 +2,8 @@
 where it is written, and its ``mha-check`` blocks checked as worked examples.
 
 >>> from mha_symbolic.textbook.sources import check_source
->>> report = check_source(text="Let $d_k = 64$. Then $\\\\sqrt{d_k} = 8$ and $\\\\frac{1}{2} \\\\approx 0.707$.",
+>>> report = check_source(text="Let $d_k = 64$. Then $\\\\sqrt{d_k} = 8$ and "
+...                            "$\\\\frac{1}{2} \\\\approx 0.707$.",
 ...                       fmt="markdown", name="page.md")
 >>> [(r.line, r.verdict) for r in report.records]
 [(1, 'not judged'), (1, 'exact'), (1, 'wrong')]

@@ -70,13 +70,21 @@ RELATIONS: dict[str, str] = {
 }
 JUDGED_RELATIONS = frozenset("=≈<>≤≥≠")
 
-_IGNORED = frozenset(["\\left", "\\right", "\\big", "\\Big", "\\bigg", "\\Bigg", "\\bigl", "\\bigr", "\\Bigl", "\\Bigr", "\\biggl", "\\biggr", "\\displaystyle", "\\textstyle", "\\scriptstyle", "\\limits", "\\nolimits", "\\,", "\\;", "\\:", "\\!", "\\quad", "\\qquad", "\\", "\\nonumber", "\\notag", "\\middle", "\\phantom"]) | {"\\ "}
+_IGNORED = frozenset(["\\left", "\\right", "\\big", "\\Big", "\\bigg", "\\Bigg", "\\bigl", "\\bigr",
+                      "\\Bigl", "\\Bigr", "\\biggl", "\\biggr", "\\displaystyle", "\\textstyle",
+                      "\\scriptstyle", "\\limits", "\\nolimits", "\\,", "\\;", "\\:", "\\!", "\\quad",
+                      "\\qquad", "\\", "\\nonumber", "\\notag", "\\middle", "\\phantom"]) | {"\\ "}
 _SEPARATORS = frozenset({"\\quad", "\\qquad", "\\text{and}", ";", "\\\\"})
 _FUNCS = {"\\exp": "exp", "\\sqrt": "sqrt", "\\ln": "ln", "\\tanh": "tanh",
           "exp": "exp", "sqrt": "sqrt", "ln": "ln", "tanh": "tanh"}
 _MUL = frozenset({"\\times", "\\cdot", "*", "×", "·", "⋅", "\\ast", "\\cdotp"})
-_NAME_CMDS = frozenset(["\\text", "\\textrm", "\\mathrm", "\\operatorname", "\\mathit", "\\mathbf", "\\mathbb", "\\boldsymbol", "\\mathcal", "\\textbf", "\\textit", "\\mathsf", "\\bm", "\\vec", "\\hat", "\\tilde", "\\bar"])
-_GREEK = frozenset(["alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta", "vartheta", "iota", "kappa", "lambda", "mu", "nu", "xi", "rho", "sigma", "tau", "upsilon", "phi", "varphi", "chi", "psi", "omega", "Gamma", "Delta", "Theta", "Lambda", "Xi", "Sigma", "Upsilon", "Phi", "Psi", "Omega"])
+_NAME_CMDS = frozenset(["\\text", "\\textrm", "\\mathrm", "\\operatorname", "\\mathit", "\\mathbf",
+                        "\\mathbb", "\\boldsymbol", "\\mathcal", "\\textbf", "\\textit", "\\mathsf",
+                        "\\bm", "\\vec", "\\hat", "\\tilde", "\\bar"])
+_GREEK = frozenset(["alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta",
+                    "vartheta", "iota", "kappa", "lambda", "mu", "nu", "xi", "rho", "sigma", "tau",
+                    "upsilon", "phi", "varphi", "chi", "psi", "omega", "Gamma", "Delta", "Theta",
+                    "Lambda", "Xi", "Sigma", "Upsilon", "Phi", "Psi", "Omega"])
 _UNSUPPORTED = {
     "\\sum": "a sum (Σ)", "\\prod": "a product (Π)", "\\int": "an integral", "\\lim": "a limit",
     "\\infty": "infinity", "∞": "infinity", "\\max": "max", "\\min": "min", "\\arg": "arg",

@@ -106,7 +106,7 @@ def split_statements(text: str, base: int = 0) -> list[Statement]:
         if t.kind == "cmd" and t.text in ("\\label", "\\tag") and i + 1 < len(toks) \
                 and toks[i + 1].text == "{":
             j = i + 2
-            name = []
+            name: list[str] = []
             while j < len(toks) and toks[j].text != "}" and len(name) < 40:
                 name.append(toks[j].text)
                 j += 1
@@ -213,19 +213,20 @@ def value_texts(node: Any, section: Section) -> tuple[tuple[int, ...], list[str]
         shape, texts = _scalar(node[1], section, "a percentage")
         return shape, [f"({texts[0]})/100"]
     if kind == "add":
-        shape, texts = None, None
+        sum_shape: tuple[int, ...] | None = None
+        sum_texts: list[str] | None = None
         for sign, term in node[1]:
             s, ts = value_texts(term, section)
             ts = [f"({t})" if sign > 0 else f"-({t})" for t in ts]
-            if shape is None:
-                shape, texts = s, ts
-            elif s != shape:
+            if sum_shape is None:
+                sum_shape, sum_texts = s, ts
+            elif s != sum_shape:
                 raise NotJudged("a sum of a number and a vector, or of different shapes")
             else:
-                assert texts is not None
-                texts = [f"{a} + {b}" for a, b in zip(texts, ts, strict=True)]
-        assert shape is not None and texts is not None
-        return _bounded(shape, texts)
+                assert sum_texts is not None
+                sum_texts = [f"{a} + {b}" for a, b in zip(sum_texts, ts, strict=True)]
+        assert sum_shape is not None and sum_texts is not None
+        return _bounded(sum_shape, sum_texts)
     if kind == "mul":
         shape, texts = (), ["1"]
         for factor in node[1]:
@@ -676,15 +677,15 @@ def _sqrt_variants(node: Any, section: Section,
             if idx == 0:
                 continue
             if isinstance(child, tuple):
-                walk(child, lambda c, idx=idx: rebuild(n[:idx] + (c,) + n[idx + 1:]))
+                walk(child, lambda c, idx=idx: rebuild((*n[:idx], c, *n[idx + 1:])))
             elif isinstance(child, list):
                 for j, c in enumerate(child):
                     if isinstance(c, tuple) and len(c) == 2 and isinstance(c[0], int):
-                        walk(c[1], lambda x, idx=idx, j=j, c=c: rebuild(
-                            n[:idx] + (child[:j] + [(c[0], x)] + child[j + 1:],) + n[idx + 1:]))
+                        walk(c[1], lambda x, idx=idx, j=j, c=c, child=child: rebuild(
+                            (*n[:idx], [*child[:j], (c[0], x), *child[j + 1:]], *n[idx + 1:])))
                     elif isinstance(c, tuple):
-                        walk(c, lambda x, idx=idx, j=j: rebuild(
-                            n[:idx] + (child[:j] + [x] + child[j + 1:],) + n[idx + 1:]))
+                        walk(c, lambda x, idx=idx, j=j, child=child: rebuild(
+                            (*n[:idx], [*child[:j], x, *child[j + 1:]], *n[idx + 1:])))
 
     walk(node, lambda x: x)
     return found
