@@ -102,6 +102,10 @@ def test_without_numba_the_oracle_runs_its_numpy_twins(monkeypatch: pytest.Monke
 
     monkeypatch.setitem(sys.modules, "numba", None)
     monkeypatch.setitem(sys.modules, "mha_symbolic.oracle._numba_kernels", None)
+    # `from . import _numba_kernels` finds the package attribute of an earlier import
+    # before sys.modules: without it the test depends on the order tests run in
+    import mha_symbolic.oracle as oracle_pkg
+    monkeypatch.delattr(oracle_pkg, "_numba_kernels", raising=False)
     cache = getattr(jit._kernels, "cache_clear", None)
     if cache is None:
         pytest.skip("the kernels are not cached through functools")

@@ -310,7 +310,7 @@ def cli_check(args: Any) -> int:
 
     from .selection import resolve
 
-    if args.file is not None and args.file != "-":
+    if args.file is not None:   # an author's source (by suffix, or --input-format for -)
         from .sources.check import cli_check_source, is_author_source
 
         if is_author_source(args.file, getattr(args, "input_format", None)):
