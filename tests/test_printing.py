@@ -38,3 +38,12 @@ def test_a_long_exact_form_goes_on_its_own_line_and_a_longer_one_is_left_out() -
     i = lines.index("      exact: (1.33952309865331…, 1.32095380269337…)")
     assert lines[i + 1] == "             = (2*exp(sqrt(2)/2)/(1 + exp(sqrt(2)/2)), 4/(1 + exp(sqrt(2)/2)))"
     assert max(len(ln) for ln in lines if ln.lstrip().startswith(("exact:", "= "))) <= 100
+
+
+def test_symbolic_counts_are_printed_as_a_book_writes_them(capsys: object) -> None:
+    from mha_symbolic.cli import main
+
+    assert main(["params"]) == 0
+    out = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert "total                           4·d_model² + 4·d_model\n" in out
+    assert "d_model**2" not in out and "4*d_model*(d_model + 1)" not in out
