@@ -47,3 +47,14 @@ def test_symbolic_counts_are_printed_as_a_book_writes_them(capsys: object) -> No
     out = capsys.readouterr().out  # type: ignore[attr-defined]
     assert "total                           4·d_model² + 4·d_model\n" in out
     assert "d_model**2" not in out and "4*d_model*(d_model + 1)" not in out
+
+
+def test_prove_says_what_is_proved_and_what_is_stated(capsys: object) -> None:
+    from mha_symbolic.cli import main
+
+    assert main(["prove", "--only", "uniform", "--only", "onehot"]) == 0
+    out = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert out.splitlines()[0].split()[:6] == ["#", "theorem", "status", "time", "stated", "method"]
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("2 of 2 theorems hold: 1 fully machine-checked, 1 also resting on 3 "
+                           "elementary facts stated, not machine-checked (the steps marked [stated])")
