@@ -130,7 +130,6 @@ def _text_count(c: Any) -> str:
 def _plain_count(c: Any) -> str:
     """A count as text: an integer grouped in threes (thin spaces), a symbolic count
     with · for products and superscript powers (4·d_model·(d_model + 1))."""
-    import re
 
     from .._display import thin_grouped
 

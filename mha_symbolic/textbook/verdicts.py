@@ -365,7 +365,6 @@ def holds(value: Any, p: PrintedAnswer, rtol: Fraction, *, exactly: bool = False
 
 def describe(value: Any, sig: int) -> tuple[str, str]:
     """(certified digits, short exact form) of a value."""
-    import sympy as sp
 
     from ..exact.certified import certify
 
