@@ -31,11 +31,11 @@ def commands(out: Path) -> dict[str, list[str]]:
     return {
         "collapse --gap 20 -o c.png": ["plot", "collapse", "--gap", "20", "-o", str(out / "c.png")],
         "collapse --gap 32 (2 tokens from F-unscaled) -o c.pdf":
-            ["plot", "collapse", "--file", seed, "--example", "F-unscaled", "-o",
+            ["plot", "collapse", "--file", seed, "--only", "F-unscaled", "-o",
              str(out / "c.pdf")],
-        "heatmap --example G -o h.png": ["plot", "heatmap", "--file", seed, "--example", "G",
+        "heatmap --example G -o h.png": ["plot", "heatmap", "--file", seed, "--only", "G",
                                          "-o", str(out / "h.png")],
-        "heatmap --example D -o h.pdf": ["plot", "heatmap", "--file", seed, "--example", "D",
+        "heatmap --example D -o h.pdf": ["plot", "heatmap", "--file", seed, "--only", "D",
                                          "-o", str(out / "h.pdf")],
     }
 

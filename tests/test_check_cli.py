@@ -150,8 +150,8 @@ def test_bundled_examples_list_check_and_copy(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "did you mean 'seed'" in proc.stderr
     proc = run("examples", "--copy", "seed", "-o", str(tmp_path))
     copy = (tmp_path / "seed.toml").read_text(encoding="utf-8")
-    assert proc.returncode == 0 and \
-        f"# Check it:   mha-symbolic check {tmp_path.as_posix()}/seed.toml" in copy
+    assert proc.returncode == 0
+    assert f"# Check it:   mha-symbolic check {tmp_path.as_posix()}/seed.toml" in copy
     assert copy.replace(f"check {tmp_path.as_posix()}/seed.toml", "check --example seed") == \
         SEED.read_text(encoding="utf-8")  # nothing else changed
     proc = run("examples", "--copy", "seed", "-o", str(tmp_path))

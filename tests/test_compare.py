@@ -172,7 +172,7 @@ def test_report_shows_metadata_counts_worst_element_and_diagnosis() -> None:
     lines = text.splitlines()
     # the first line leads with the verdict and the bug class (pytest's short summary
     # shows it, cut at the terminal's width); the second is the one-line summary
-    assert lines[0] == "FAIL [no known bug class] attention output: 1 / 80 off"
+    assert lines[0] == "FAIL [no known bug] attention output: 1 / 80 off"
     lines = lines[1:]
     assert lines[0].startswith("attention output is not close to the exact answer: 1 / 80 "
                                "elements mismatched, worst ")

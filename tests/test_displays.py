@@ -118,11 +118,11 @@ def test_parameter_count_html_groups_digits_and_sets_superscripts() -> None:
 def test_parameter_count_symbolic_counts_read_as_mathematics() -> None:
     p = parameter_count(d_model="d_model", heads="h")
     h = p._repr_html_()
-    assert "4·d<sub>model</sub>·(d<sub>model</sub> + 1)" in h and "**" not in h
+    assert "4·d<sub>model</sub>² + 4·d<sub>model</sub>" in h and "**" not in h
     md = p._repr_markdown_()
     assert md.splitlines()[:3] == ["| part | shape | count |", "| --- | --- | --- |",
                                    r"| W^Q | d\_model × d\_model | d\_model² |"]
-    assert md.splitlines()[-1] == r"| total |  | 4·d\_model·(d\_model + 1) |"
+    assert md.splitlines()[-1] == r"| total |  | 4·d\_model² + 4·d\_model |"
 
 
 def test_parameter_count_names_are_validated_before_any_display() -> None:

@@ -34,3 +34,11 @@ def test_the_examples_of_a_page_run(page: Path, monkeypatch: pytest.MonkeyPatch)
     runner.run(test)
     result = runner.summarize(verbose=False)
     assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.parametrize("module", ["textbook.selection", "textbook.bundled", "textbook.verdicts",
+                                    "testing.compare_report", "exact.proof_render"])
+def test_the_doctests_of_the_modules_this_page_set_describes(module: str) -> None:
+    mod = importlib.import_module(f"mha_symbolic.{module}")
+    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0

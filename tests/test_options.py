@@ -167,7 +167,7 @@ def test_check_attention_takes_msg() -> None:
         check_attention(lambda q, k, v: 0 * q, Q, K, V, msg="my kernel")
     text = str(info.value)
     assert text.splitlines()[0] == "my kernel"
-    assert text.splitlines()[1] == "FAIL [no known bug class] numpy kernel: output 4 / 4 off"
+    assert text.splitlines()[1] == "FAIL [no known bug] numpy kernel: output 4 / 4 off"
     assert text.splitlines()[2].startswith("attention kernel FAILED (numpy): attention "
                                            "output is not close to the exact answer: 4 / 4 "
                                            "elements mismatched")

@@ -85,3 +85,9 @@ def test_examples_copy_onto_a_file_is_one_line(tmp_path: Path,
     f.write_text("x")
     assert main(["examples", "--copy", "seed", "-o", str(f)]) == 2
     assert "not a folder" in capsys.readouterr().err
+
+
+def test_an_example_name_given_as_a_set_says_how_to_name_one_example(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--example", "seed", "--example", "A"]) == 2
+    assert "one example of a set is SET:EXAMPLE, e.g. seed:A" in capsys.readouterr().err

@@ -69,8 +69,8 @@ class ParameterCount:
         }
 
     def text(self) -> str:
-        lines = [f"{n:8s} {s:22s} {c}" for n, s, c in self.parts]
-        lines.append(f"{'total':8s} {'':22s} {self.total}")
+        lines = [f"{n:8s} {s:22s} {_text_count(c)}" for n, s, c in self.parts]
+        lines.append(f"{'total':8s} {'':22s} {_text_count(self.total)}")
         total = self.total
         d = self.spec.d_model
         if isinstance(total, int) and isinstance(d, int) and total == 4 * d * d:
@@ -122,17 +122,61 @@ class ParameterCount:
                               [(n, sh, _plain_count(c)) for n, sh, c in self._rows()])
 
 
+def _text_count(c: Any) -> str:
+    """A count in the text table: an integer as it is, a symbolic one as a book writes it."""
+    return str(c) if isinstance(c, int) or getattr(c, "is_Integer", False) else book_count(c)
+
+
 def _plain_count(c: Any) -> str:
     """A count as text: an integer grouped in threes (thin spaces), a symbolic count
     with · for products and superscript powers (4·d_model·(d_model + 1))."""
-    import re
 
     from .._display import thin_grouped
 
     if isinstance(c, int) or getattr(c, "is_Integer", False):
         return thin_grouped(int(c))
-    sup = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
-    text = re.sub(r"\*\*(\d+)", lambda m: m.group(1).translate(sup), str(c))
+    return book_count(c)
+
+
+_SUPERSCRIPTS = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+#: The most terms a count is expanded to for printing (beyond: printed factored).
+_BOOK_MAX_TERMS = 12
+
+
+def book_count(c: Any) -> str:
+    """A count as a book writes it: a polynomial expanded, highest degree first,
+    coefficients before the letters, powers as superscripts, products with ``·``.
+
+    >>> import sympy as sp
+    >>> d = sp.Symbol("d_model")
+    >>> book_count(4 * d * (d + 1)), book_count(d**2), book_count(4096 * (2 * d**2 + 1025 * d + 8190))
+    ('4·d_model² + 4·d_model', 'd_model²', '8192·d_model² + 4198400·d_model + 33546240')
+    >>> book_count(d / 4 + d**2 / 2)
+    'd_model²/2 + d_model/4'
+    """
+    import re
+
+    import sympy as sp
+
+    if isinstance(c, int) or getattr(c, "is_Integer", False):
+        return str(int(c))
+    expr = sp.sympify(c) if not isinstance(c, sp.Basic) else c  # a count of ours, not user text
+    gens = sorted(expr.free_symbols, key=lambda x: x.name)
+    if gens and expr.is_polynomial(*gens):
+        poly = sp.Poly(expr, *gens)
+        if len(poly.terms()) <= _BOOK_MAX_TERMS:
+            terms = sorted(poly.terms(), key=lambda t: (-sum(t[0]), [-k for k in t[0]]))
+            out = ""
+            for monomial, coeff in terms:
+                letters = "·".join(g.name + (str(k).translate(_SUPERSCRIPTS) if k > 1 else "")
+                                   for g, k in zip(gens, monomial, strict=True) if k)
+                a = sp.Rational(abs(coeff))
+                num, den = int(a.p), int(a.q)
+                body = ((f"{num}·{letters}" if num != 1 else letters) if letters else str(num))
+                body += f"/{den}" if den != 1 else ""
+                out += (" − " if coeff < 0 else " + ") + body if out else ("−" if coeff < 0 else "") + body
+            return out
+    text = re.sub(r"\*\*(\d+)", lambda m: m.group(1).translate(_SUPERSCRIPTS), str(expr))
     return text.replace("*", "·")
 
 
@@ -233,8 +277,8 @@ class FlopCount:
         return {**{n: _json_count(c) for n, c in self.parts}, "total": _json_count(self.total)}
 
     def text(self) -> str:
-        lines = [f"{n:22s} {c}" for n, c in self.parts]
-        lines.append(f"{'total':22s} {self.total}")
+        lines = [f"{n:22s} {_text_count(c)}" for n, c in self.parts]
+        lines.append(f"{'total':22s} {_text_count(self.total)}")
         return "\n".join(lines)
 
 

@@ -366,7 +366,7 @@ def checks_latex(records: Sequence[CheckRecord], caption: str = "") -> str:
 # summaries of several results: text, Markdown, HTML
 # ---------------------------------------------------------------------------
 
-SUMMARY_HEADER = ("#", "theorem", "status", "time", "facts", "method")
+SUMMARY_HEADER = ("#", "theorem", "status", "time", "stated", "method")
 
 
 def summary_row(r: ProofResult) -> tuple[str, ...]:
@@ -387,7 +387,7 @@ def column_widths(names: Sequence[str]) -> list[int]:
     printed as they finish)."""
     # numbers come from the file names tNN_<name>.py: two digits at most
     return [2, max([len("theorem"), *(len(n) for n in names)]), len("FAILED"),
-            len("000.00 s"), len("facts"), 0]
+            len("000.00 s"), len("stated"), 0]
 
 
 def results_text(results: Sequence[ProofResult]) -> str:
@@ -399,7 +399,8 @@ def results_text(results: Sequence[ProofResult]) -> str:
              format_row(["-" * max(w, len(h)) for w, h in zip(widths, SUMMARY_HEADER,
                                                                 strict=True)], widths)]
     lines += [format_row([sanitize(c) for c in summary_row(r)], widths) for r in results]
-    lines.append(held_phrase(sum(r.ok for r in results), len(results)).capitalize())
+    lines.append(held_phrase(sum(r.ok for r in results), len(results)).capitalize()
+                 + proved_and_stated(results))
     return "\n".join(lines)
 
 
@@ -434,6 +435,33 @@ def checks_text(records: Sequence[CheckRecord]) -> list[tuple[str, str, str, str
         ranges = "; ".join(_range_text(k, v) for k, v in g.ranges())
         out.append((plain_text(g.what), str(len(g.records)), ranges or "-", g.result_text()))
     return out
+
+
+def proved_and_stated(results: Sequence[Any]) -> str:
+    """What is proved and what is stated, after "14 of 14 theorems hold": how many
+    proofs have every step machine-checked, and how many also rest on elementary facts
+    that are stated (the steps marked [stated]), not machine-checked.
+
+    >>> from types import SimpleNamespace as R
+    >>> print(proved_and_stated([R(ok=True, facts=0), R(ok=True, facts=3), R(ok=True, facts=1)]))
+    : 1 fully machine-checked, 2 also resting on 4 elementary facts stated, not
+    machine-checked (the steps marked [stated])
+    >>> proved_and_stated([R(ok=True, facts=0)])
+    ': every step machine-checked'
+    """
+    held = [r for r in results if r.ok]
+    resting = [r for r in held if r.facts]
+    if not held:
+        return ""
+    if not resting:
+        return ": every step machine-checked"
+    full = len(held) - len(resting)
+    facts = sum(r.facts for r in resting)
+    stated = (f"{facts} elementary fact{'s' if facts != 1 else ''} stated, not machine-checked "
+              "(the steps marked [stated])")
+    if not full:
+        return f", resting on {stated}"
+    return f": {full} fully machine-checked, {len(resting)} also resting on {stated}"
 
 
 def held_phrase(held: int, total: int) -> str:

@@ -753,6 +753,7 @@ def cli_prove(args: argparse.Namespace) -> int:
         format_row,
         held_phrase,
         plain_text,
+        proved_and_stated,
         summary_row,
     )
 
@@ -791,10 +792,9 @@ def cli_prove(args: argparse.Namespace) -> int:
             if c.status == "skipped":
                 print(f"skipped: theorem {r.number} ({r.name}): {plain_text(c.what)}: "
                       f"{sanitize(c.detail)}")
-    facts = sum(r.facts for r in results)
     held = len(results) - len(failed)
-    print(f"\n{held_phrase(held, len(results)).capitalize()} ({facts} elementary "
-          f"fact{'s' if facts != 1 else ''} stated, not machine-checked; {total:.1f} s)")
+    print(f"\n{held_phrase(held, len(results)).capitalize()}{proved_and_stated(results)} "
+          f"({total:.1f} s)")
     if args.latex:
         print(f"LaTeX written to {sanitize(str(Path(args.latex) / 'proofs.tex'))}")
     if pdf is not None:

@@ -168,12 +168,15 @@ class AttentionComparison(ReportDisplay):
         return self.passed
 
     def report(self) -> str:
-        """The report: the one-line :meth:`summary`, then the details."""
+        """The report: for a failure the headline (``FAIL [bug class] …``, at most 60
+        characters, what pytest's short summary shows), then the one-line :meth:`summary`
+        and the details."""
         return _render(self)
 
     def summary(self) -> str:
         """One line: the verdict, the mismatched count, the worst element and the
-        diagnosis (the first line of the report and of the assert functions' error)."""
+        diagnosis (the report's first line when it passes, its second after the
+        headline when it fails)."""
         return _summary(self)
 
     def table(self) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
@@ -591,6 +594,7 @@ def assert_attention_close(actual: Any, query: Any, key: Any, value: Any, *,
     Traceback (most recent call last):
     ...
     mha_symbolic.errors.AttentionMismatchError: layer 3
+    FAIL [no known bug] attention output: 4 / 4 off
     attention output is not close to the exact answer: ...
     """
 

@@ -35,10 +35,10 @@ def headline(bugs: list[str] | None, what: str, detail: str) -> str:
     >>> headline(["no_scale"], "attention output", "40 / 64 off")
     'FAIL [no_scale] attention output: 40 / 64 off'
     >>> headline([], "dq", "3 / 12 off")
-    'FAIL [no known bug class] dq: 3 / 12 off'
+    'FAIL [no known bug] dq: 3 / 12 off'
     """
-    tag = ", ".join(bugs) if bugs else ("no known bug class" if bugs is not None
-                                        else "not diagnosed")
+    tag = ", ".join(bugs) if bugs else ("no known bug" if bugs is not None
+                                        else "undiagnosed")
     text = f"FAIL [{tag}] {what}: {detail}"
     return text if len(text) <= HEADLINE_WIDTH else text[:HEADLINE_WIDTH - 1] + "…"
 

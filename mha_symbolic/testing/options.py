@@ -8,7 +8,8 @@ multi-head block's options of :func:`mha_symbolic.reference_mha`) in its signatu
 :func:`asserting` turns a ``compare_*`` function into its ``assert_*`` twin: the same
 signature plus ``msg=`` (``help()``, ``inspect.signature`` and notebook tooltips show
 every parameter), and an :class:`~mha_symbolic.errors.AttentionMismatchError` whose
-first line is the one-line summary (pytest prints that line in its short summary,
+first line is the headline, ``FAIL [bug class] …`` in at most 60 characters, then the
+one-line summary (pytest prints the first line in its short summary,
 "FAILED test_x.py::test_y - …").
 
 ``msg`` follows ``torch.testing.assert_close``: a callable receives the default
@@ -115,8 +116,9 @@ def passes_options_to(target: Callable[..., Any], only: Iterable[str] | None = N
 
 def mismatch_error(comparison: Any, msg: Msg = None, *,
                    attribute: str = "comparison") -> AttentionMismatchError:
-    """The error of a failed check: ``comparison.report()`` (first line: the one-line
-    summary) shaped by ``msg``; the findings as ``.comparison`` (or ``attribute``)."""
+    """The error of a failed check: ``comparison.report()`` (first line: the headline,
+    then the one-line summary) shaped by ``msg``; the findings as ``.comparison`` (or
+    ``attribute``)."""
     text = comparison.report()
     if callable(msg):
         text = str(msg(text))

@@ -15,7 +15,7 @@ A failed check raises :class:`mha_symbolic.errors.AttentionMismatchError` (an
 the error in ulps and as a multiple of the tolerance, the diagnosis), not a
 traceback through the library: the assert functions set ``__tracebackhide__``.
 pytest's short summary ("FAILED test_x.py::test_y - …", cut to the terminal's width)
-shows the error's first line, the one-line summary, without the 44 characters of
+shows the error's first line, ``FAIL [bug class] …``, without the 44 characters of
 ``mha_symbolic.errors.AttentionMismatchError: `` before it.
 """
 

@@ -60,7 +60,9 @@ def files(name: str) -> list[Path]:
         import difflib
 
         close = difflib.get_close_matches(name, list(sets), n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = (f" (did you mean {close[0]!r}?)" if close else
+                f" (one example of a set is SET:EXAMPLE, e.g. seed:{name})" if ":" not in name
+                and "/" not in name and len(name) <= 40 else "")
         raise ExampleFileError(f"no bundled worked-example set {echo(name)}{hint}; "
                                f"`mha-symbolic examples` lists them: {', '.join(sets)}")
     return sets[name]

@@ -274,7 +274,7 @@ def check_examples(examples: Iterable[WorkedExample] | WorkedExample | str | os.
     range) becomes a record with the verdict ``unreadable`` and its error, and the
     other claims are still checked; ``strict=True`` raises the error instead."""
     if isinstance(examples, os.PathLike) or (isinstance(examples, str) and "\n" not in examples):
-        examples = load_examples(examples if isinstance(examples, str) else Path(examples))
+        examples = load_examples(os.fspath(examples))
     elif isinstance(examples, str):
         examples = load_examples(text=examples)
     exs = [examples] if isinstance(examples, WorkedExample) else list(examples)

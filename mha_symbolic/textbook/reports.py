@@ -168,8 +168,13 @@ class CheckReport:
                 if r.verdict == "unreadable":
                     out.append(f"      error: {r.error}")
                     continue
-                out.extend(_block("exact: ", r.exact + (f" = {r.exact_form}" if r.exact_form
-                                                        and r.exact_form != r.exact else "")))
+                # the exact form is shown when it is shorter than a line: beside the digits
+                # when both fit, else on a line of its own (the JSON keeps it always)
+                form = r.exact_form if r.exact_form != r.exact else ""
+                beside = form and len(f"      exact: {r.exact} = {form}") <= LINE_WIDTH
+                out.extend(_block("exact: ", r.exact + (f" = {form}" if beside else "")))
+                if form and not beside and len(form) <= FORM_WIDTH:
+                    out.append(f"             = {form}")
                 if r.detail:
                     out.append(f"      note: {r.detail}")
                 if not r.ok:
@@ -257,6 +262,11 @@ class CheckReport:
         return (f"<table><tr>{head}</tr>{''.join(rows)}</table>"
                 f"<p><b>{html.escape(self.summary_line())}</b></p>")
 
+
+#: The longest line of the text report that an exact form may make.
+LINE_WIDTH = 100
+#: The longest exact form shown on a line of its own.
+FORM_WIDTH = 72
 
 #: The verdict of a claim that holds for inputs inside their printed intervals.
 CONSISTENT = "consistent with the inputs as printed"

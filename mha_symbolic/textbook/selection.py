@@ -122,9 +122,11 @@ def cli_derive(args: Any) -> int:
     selection resolved to one file, the optional parts checked before anything is
     written, then :func:`mha_symbolic.textbook.derivation.cli_derive`."""
     sel = one_file(resolve(args.file, args.example, args.only), "derive")
-    if args.figures:
+    # a usage error (--pdf without -o, …) is said first, by the derivation's own checks
+    usable = bool(args.output) and args.output != "-"
+    if args.figures and usable:
         require_matplotlib()
-    if args.pdf:
+    if args.pdf and usable and args.format == "tex":
         require_pdflatex()
     args.file = sel.files[0]
     args.example = list(sel.only) if sel.only else None

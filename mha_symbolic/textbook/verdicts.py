@@ -365,7 +365,6 @@ def holds(value: Any, p: PrintedAnswer, rtol: Fraction, *, exactly: bool = False
 
 def describe(value: Any, sig: int) -> tuple[str, str]:
     """(certified digits, short exact form) of a value."""
-    import sympy as sp
 
     from ..exact.certified import certify
 
@@ -386,10 +385,54 @@ def describe(value: Any, sig: int) -> tuple[str, str]:
         digits = "(digits undecided)"
     if not _small(value):  # its printed form would exceed 60 characters: not worth printing
         return digits, ""
-    form = expr_text(sp.together(value) if value.is_Add and len(value.args) <= 12 else value, 61)
+    form = expr_text(simplified(value), 61)
     if len(form) > 60 or form == digits or form.startswith("<"):
         form = ""
     return digits, form
+
+
+#: The most operations (``sympy.count_ops``) of an expression that is simplified before
+#: it is printed; a larger one is printed as it is (simplification has no bounded cost).
+SIMPLIFY_MAX_OPS = 40
+
+
+def simplified(value: Any) -> Any:
+    """``value`` in its shortest form that cheap, bounded rewriting finds: a rational
+    function of its exponentials and radicals cancelled (``(4 + 8x)/(1 + 2x)`` is 4), a
+    sum over a common denominator; the value itself when it has more than
+    :data:`SIMPLIFY_MAX_OPS` operations or nothing shorter is found.
+
+    >>> import sympy as sp
+    >>> x = sp.exp(sp.sqrt(2) / 2)
+    >>> simplified((4 + 8 * x) / (1 + 2 * x))
+    4
+    >>> simplified(sp.exp(-3) / (sp.exp(-3) + sp.E))
+    1/(1 + exp(4))
+    """
+    import sympy as sp
+
+    if not isinstance(value, sp.Basic) or value.is_Atom:
+        return value
+    if not _small(value, nodes=2 * SIMPLIFY_MAX_OPS):  # a bounded walk, before anything
+        return value
+    # cancelling expands powers of sums: (a + b)^40 would be 41 terms, (a + b + c)^40 12,341
+    if any(p.base.is_Add and not (p.exp.is_Integer and abs(int(p.exp)) <= 4)
+           for p in value.atoms(sp.Pow)):
+        return value
+    ops = sp.count_ops(value)
+    if ops > SIMPLIFY_MAX_OPS:
+        return value
+    best, best_ops = value, ops
+    try:
+        candidates = [sp.cancel(sp.together(value))]
+        candidates.append(sp.cancel(sp.powsimp(sp.expand(candidates[0]))))
+    except (sp.PolynomialError, ValueError, TypeError, RecursionError):  # pragma: no cover
+        return value
+    for cand in candidates:
+        n = sp.count_ops(cand)
+        if n < best_ops or (n == best_ops and len(str(cand)) < len(str(best))):
+            best, best_ops = cand, n
+    return best
 
 
 def _small(value: Any, nodes: int = 30) -> bool:
