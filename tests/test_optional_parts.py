@@ -105,10 +105,6 @@ def test_without_numba_the_oracle_runs_its_numpy_twins(monkeypatch: pytest.Monke
     monkeypatch.delattr(oracle_pkg, "_numba_kernels", raising=False)
     monkeypatch.setitem(sys.modules, "numba", None)
     monkeypatch.setitem(sys.modules, "mha_symbolic.oracle._numba_kernels", None)
-    # `from . import _numba_kernels` finds the package attribute of an earlier import
-    # before sys.modules: without it the test depends on the order tests run in
-    import mha_symbolic.oracle as oracle_pkg
-    monkeypatch.delattr(oracle_pkg, "_numba_kernels", raising=False)
     cache = getattr(jit._kernels, "cache_clear", None)
     if cache is None:
         pytest.skip("the kernels are not cached through functools")
@@ -117,3 +113,14 @@ def test_without_numba_the_oracle_runs_its_numpy_twins(monkeypatch: pytest.Monke
         assert jit.numba_active() is False
     finally:
         cache()
+
+
+def test_the_derive_library_call_without_matplotlib_leaves_no_folder(
+        no_matplotlib: None, tmp_path: Path) -> None:
+    from mha_symbolic.textbook.derivation.build import derive
+    from mha_symbolic.textbook.examples import load_examples
+
+    folder = tmp_path / "figs"
+    with pytest.raises(OptionalDependencyError, match="matplotlib"):
+        derive(load_examples(SEED)[0], figures=folder)
+    assert not folder.exists()

@@ -38,9 +38,9 @@ FIGURE_DPI = 150
 FIGURES = {
     "softmax-collapse": ["plot", "collapse", "--gap", "20"],
     "softmax-collapse-gap32": ["plot", "collapse", "--file", "examples/seed.toml",
-                               "--example", "F-unscaled"],
-    "heatmap-example-d": ["plot", "heatmap", "--file", "examples/seed.toml", "--example", "D"],
-    "heatmap-example-g": ["plot", "heatmap", "--file", "examples/seed.toml", "--example", "G"],
+                               "--only", "F-unscaled"],
+    "heatmap-example-d": ["plot", "heatmap", "--file", "examples/seed.toml", "--only", "D"],
+    "heatmap-example-g": ["plot", "heatmap", "--file", "examples/seed.toml", "--only", "G"],
 }
 
 

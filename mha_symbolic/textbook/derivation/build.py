@@ -140,10 +140,12 @@ def derive(
 def _with_figures(ex: ExampleDerivation, obj: Any, folder: Path,
                   relative_to: str | Path | None, fmt: str) -> ExampleDerivation:
     from .. import figures as fig
+    from ..selection import require_matplotlib
 
     att = obj if not _is_example(obj) else obj.attention()
     if att is None or not hasattr(att, "heads"):
         return ex
+    require_matplotlib()          # one line, exit 2, before the folder exists
     folder.mkdir(parents=True, exist_ok=True)
     suffix = ".png" if fmt == "markdown" else ".pdf"
     stem = re.sub(r"[^A-Za-z0-9-]+", "-", ex.name).strip("-") or "example"
