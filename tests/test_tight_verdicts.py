@@ -193,3 +193,51 @@ def test_the_hull_is_judged_with_variants_too() -> None:
     v = rng.random((1, 1, 3, 2)).astype(np.float32)
     c = compare_attention(np.full((1, 1, 2, 2), 1e30, np.float32), q, k, v, softcap=30.0)
     assert not c.passed and any("hull" in n for n in c.notes), c.report()
+
+
+# ---- found by review: correct outputs the two levels must not fail, shapes they must take
+
+
+@pytest.mark.parametrize("wd", ["float8_e4m3fn", "bfloat16"])
+def test_stored_weights_may_push_a_correct_output_past_max_v(wd: str) -> None:
+    # weights rounded before P·V and divided by the unrounded sum (FlashAttention-3)
+    S = 100
+    q = np.ones((1, 1, 1, 1), np.float32)
+    k = np.full((1, 1, S, 1), np.log(0.3282), np.float32)
+    k[0, 0, 0] = 0
+    v = np.ones((1, 1, S, 1), np.float32)
+    e = np.exp(q[0, 0] @ k[0, 0].T - 0.0)
+    out = (e.astype(getattr(ml_dtypes, wd)).astype(np.float32) @ v[0, 0]) / e.sum()
+    if wd == "float8_e4m3fn":
+        assert out.max() > 1.0                               # beyond the values' hull
+    for rule in (None, "certified"):
+        assert compare_attention(out.reshape(1, 1, 1, 1), q, k, v, scale=1.0,
+                                 weights_dtype=wd, rule=rule).passed
+
+
+def test_weights_that_underflow_in_the_emulation_leave_the_row_to_the_model() -> None:
+    q = np.ones((1, 1, 1, 1), np.float32)
+    k = np.array([0.0, -110.0], np.float32).reshape(1, 1, 2, 1)
+    v = np.array([0.0, 1e30], np.float32).reshape(1, 1, 2, 1)
+    out = np.zeros((1, 1, 1, 1), np.float32)    # what fp32 kernels return (exact 1.7e-18)
+    try:
+        assert compare_attention(out, q, k, v, scale=1.0).passed
+    except ToleranceError:
+        pass                                    # refused, as the model alone does
+
+
+def test_an_empty_value_width_is_judged() -> None:
+    rng = np.random.default_rng(0)
+    q, k = (rng.standard_normal(s).astype(np.float32) for s in ((1, 2, 5, 4), (1, 2, 6, 4)))
+    assert compare_attention(np.zeros((1, 2, 5, 0), np.float32), q, k,
+                             np.zeros((1, 2, 6, 0), np.float32)).passed
+
+
+def test_an_emulation_that_overflows_gives_no_nan_tolerance() -> None:
+    q = np.full((1, 1, 2, 4), 1e19, BF16)
+    k = np.full((1, 1, 3, 4), 1e19, BF16)
+    k[0, 0, 1] = -1e19
+    v = np.arange(1.0, 7.0).reshape(1, 1, 3, 2).astype(BF16)
+    out = np.array([[[[3.0, 4.0], [3.0, 4.0]]]]).astype(BF16)
+    with pytest.raises(ToleranceError, match="vacuous"):   # not "the tolerance is nan"
+        compare_attention(out, q, k, v)

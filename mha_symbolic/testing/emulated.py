@@ -131,9 +131,14 @@ class DtypeLevel:
                     t = t + 4 * math.ldexp(1.0, self.model.acc.emin) * (
                         self.n_keys * (self.vmax[b] + 1) + 1) + math.ldexp(
                         1.0, self.model.fmt.emin)
-                # a level that allows the whole natural scale is no test: undecided
-                und[b, rows] = ~ok_any[b, rows, None] | (t >= ag) & (ag > 0)
-                tol[b, rows] = t
+                # undecided: no emulation ran the row; a level that allows the whole
+                # natural scale is no test; a scale the emulation could not give (NaN
+                # from an overflow, 0 from weights that underflowed where the exact
+                # value is not 0)
+                mg = m[b, rows]
+                bad_scale = ~np.isfinite(t) | (ag == 0) & (mg != 0) & ~np.isnan(mg)
+                und[b, rows] = (~ok_any[b, rows, None] | (t >= ag) & (ag > 0) | bad_scale)
+                tol[b, rows] = np.where(bad_scale, 0.0, t)
             tol += ulp(m, self.model.fmt)
         return tol.reshape(self.shape), und.reshape(self.shape), worst
 
@@ -148,6 +153,8 @@ def dtype_level(x: AttentionInputs, model: ErrorModel) -> DtypeLevel | None:
     16-bit format): the model alone judges those."""
     if model.fmt.p < 8 or model.weights is not None or model.acc.p < 24:
         return None   # fp8, and sums in 16 bits (numpy's own 16-bit products are not those)
+    if x.q.shape[-2] == 0 or x.v.shape[-1] == 0 or x.v.shape[-2] == 0:
+        return None   # nothing to emulate: an empty output, or rows with no key
     dt, wk = _np_dtype(model.fmt), _np_dtype(model.acc)
     if wk.itemsize < dt.itemsize:   # accumulation narrower than the output: as stated
         wk = dt
@@ -301,7 +308,8 @@ def hull_violations(actual: np.ndarray, x: AttentionInputs, model: ErrorModel) -
     (times the dropout multiplier 1/(1 − p); a dropped key, a sink or a fully masked
     row contributes 0), so it lies in [min(0, min v), max(0, max v)] over the row's
     keys, widened by the rounding of a sum of S terms in the accumulation dtype (the
-    worst case, capped at the hull's own size) and one ulp of the output.  NaN
+    worst case, capped at the hull's own size), four roundings of the stored weights
+    and one ulp of the output.  NaN
     elements are not counted here (the NaN pattern is judged on its own)."""
     pl = Plain(x)
     lay = pl.layout
@@ -313,8 +321,10 @@ def hull_violations(actual: np.ndarray, x: AttentionInputs, model: ErrorModel) -
         v = ch.v
         lo = np.min(v, axis=0, initial=0.0) * kap
         hi = np.max(v, axis=0, initial=0.0) * kap
+        # the sums' rounding, and the stored weights' (a kernel that rounds the
+        # unnormalised weights and divides by a sum it did not round: FlashAttention)
         slack = ((hi - lo) * min(1.0, 4.0 * (v.shape[0] + 2) * ua)
-                 + np.maximum(np.abs(lo), np.abs(hi)) * 4 * ua)
+                 + np.maximum(np.abs(lo), np.abs(hi)) * 4 * (ua + model.uw))
         lo, hi = lo - slack, hi + slack
         ar = a[ch.b, ch.rows]
         with np.errstate(invalid="ignore"):
