@@ -202,9 +202,23 @@ def dtype_level(x: AttentionInputs, model: ErrorModel) -> DtypeLevel | None:
                       vmax, lay.S)
 
 
-def _store(a: np.ndarray, dt: np.dtype, wk: np.dtype) -> np.ndarray:
+def store(a: np.ndarray, dt: np.dtype, wk: np.dtype) -> np.ndarray:
+    """``a`` rounded to ``dt`` (a store), back in the work dtype ``wk``."""
     with np.errstate(over="ignore", invalid="ignore"):
         return np.asarray(a).astype(dt).astype(wk)
+
+
+def exp_shifted(s: np.ndarray, allowed: np.ndarray, wk: np.dtype) -> np.ndarray:
+    """exp(s − rowmax s) in ``wk`` where allowed, 0 elsewhere (a row with no finite
+    score is shifted by 0)."""
+    m = np.max(s, axis=-1, keepdims=True)
+    return np.where(allowed, np.exp(s - np.where(np.isfinite(m), m, wk.type(0))),
+                    wk.type(0)).astype(wk)
+
+
+def normalised(e: np.ndarray, tot: np.ndarray, wk: np.dtype) -> np.ndarray:
+    """e / tot in ``wk``, 0 for a row whose sum is 0."""
+    return np.where(tot == 0, wk.type(0), e / np.where(tot == 0, wk.type(1), tot)).astype(wk)
 
 
 def _scores(ch: Chunk, dt: np.dtype, wk: np.dtype, stores: int,
@@ -219,18 +233,18 @@ def _scores(ch: Chunk, dt: np.dtype, wk: np.dtype, stores: int,
             r = wk.type(math.sqrt(abs(ch.scale)))
             s = ((q * (r if ch.scale >= 0 else -r)).astype(wk) @ (k * r).astype(wk).T)
         elif scaled_query:
-            s = _store(_store(q * c, dt, wk) @ k.T, dt, wk)
+            s = store(store(q * c, dt, wk) @ k.T, dt, wk)
         else:
             s = q @ k.T
             if stores:
-                s = _store(s, dt, wk)
+                s = store(s, dt, wk)
             s = s * c
             if stores:
-                s = _store(s, dt, wk)
+                s = store(s, dt, wk)
         if ch.mask_add is not None:
             s = s + ch.mask_add.astype(wk)
             if stores:
-                s = _store(s, dt, wk)
+                s = store(s, dt, wk)
         if ch.uniform is not None and np.any(ch.uniform):
             allowed = allowed | ch.uniform[:, None]
             s = np.where(ch.uniform[:, None], wk.type(0), s)
@@ -246,15 +260,12 @@ def _gemm(ch: Chunk, dt: np.dtype, wk: np.dtype, *, stores: int, scaled_query: b
     if S == 0:
         return np.zeros((R, ch.v.shape[1])), np.zeros((R, 0))
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
-        m = np.max(s, axis=-1, keepdims=True)
-        e = np.where(allowed, np.exp(s - np.where(np.isfinite(m), m, wk.type(0))),
-                     wk.type(0)).astype(wk)
-        tot = np.sum(e, axis=-1, keepdims=True)
-        p = np.where(tot == 0, wk.type(0), e / np.where(tot == 0, wk.type(1), tot)).astype(wk)
+        e = exp_shifted(s, allowed, wk)
+        p = normalised(e, np.sum(e, axis=-1, keepdims=True), wk)
         if ch.kappa is not None:
             p = (p * ch.kappa.astype(wk)).astype(wk)
         if store_p and dt != wk:
-            p = _store(p, dt, wk)
+            p = store(p, dt, wk)
         out = (p @ v).astype(np.float64)
     return out, p.astype(np.float64)
 
@@ -291,7 +302,7 @@ def _online(ch: Chunk, dt: np.dtype, wk: np.dtype) -> tuple[np.ndarray, None]:
             if ch.kappa is not None:
                 p = (p * ch.kappa[:, j0:j1].astype(wk)).astype(wk)
             if store_p:
-                p = _store(p, dt, wk)
+                p = store(p, dt, wk)
             acc = (acc * alpha + p @ v[j0:j1]).astype(wk)
             m = m_new
         out = np.where(lsum == 0, wk.type(0), acc / np.where(lsum == 0, wk.type(1), lsum))
@@ -353,19 +364,17 @@ def _lanes(ch: Chunk, dt: np.dtype, wk: np.dtype, lanes: int) -> tuple[np.ndarra
     v = ch.v.astype(wk)
     pad = (-S) % lanes
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
-        m = np.max(s, axis=-1, keepdims=True)
-        e = np.where(allowed, np.exp(s - np.where(np.isfinite(m), m, wk.type(0))),
-                     wk.type(0)).astype(wk)
+        e = exp_shifted(s, allowed, wk)
         ep = np.concatenate([e, np.zeros((len(idx), pad), wk)], axis=1)
         # (S/lanes, lanes, r): np.add.reduce over axis 0 of a C-ordered array adds its
         # rows one after another: a sequential sum in every lane
         tot = np.add.reduce(np.ascontiguousarray(ep.T.reshape(-1, lanes, len(idx))), axis=0)
         tot = np.add.reduce(tot, axis=0)[:, None].astype(wk)
-        p = np.where(tot == 0, wk.type(0), e / np.where(tot == 0, wk.type(1), tot)).astype(wk)
+        p = normalised(e, tot, wk)
         if sub.kappa is not None:
             p = (p * sub.kappa.astype(wk)).astype(wk)
         if dt != wk:
-            p = _store(p, dt, wk)
+            p = store(p, dt, wk)
         pp = np.concatenate([p, np.zeros((len(idx), pad), wk)], axis=1)
         vp = np.concatenate([v, np.zeros((pad, Ev), wk)], axis=0)
         acc = np.zeros((lanes, len(idx), Ev), wk)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..oracle.formats import get_format
+from .emulated import exp_shifted, normalised, store
 from .plain import AttentionInputs, Chunk, Plain
 
 __all__ = ["SAME_SIZE", "PrecisionBug", "PrecisionFinding", "precision_bugs", "round_tf32"]
@@ -89,10 +90,7 @@ class PrecisionFinding:
 
 
 def _rnd(a: np.ndarray, fmt: str | None, wk: np.dtype) -> np.ndarray:
-    if fmt is None:
-        return a
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.asarray(a).astype(get_format(fmt).numpy_dtype()).astype(wk)
+    return a if fmt is None else store(a, get_format(fmt).numpy_dtype(), wk)
 
 
 def _run_chunk(ch: Chunk, bug: PrecisionBug, wk: np.dtype, out_fmt: str) -> np.ndarray:
@@ -119,10 +117,8 @@ def _run_chunk(ch: Chunk, bug: PrecisionBug, wk: np.dtype, out_fmt: str) -> np.n
         s = np.where(allowed, s, wk.type(-np.inf)).astype(wk)
         if s.shape[-1] == 0:
             return np.zeros((s.shape[0], v.shape[1]))
-        m = np.max(s, axis=-1, keepdims=True)
-        e = np.where(allowed, np.exp(s - np.where(np.isfinite(m), m, wk.type(0))), 0).astype(wk)
-        tot = np.sum(e, axis=-1, keepdims=True)
-        p = np.where(tot == 0, 0, e / np.where(tot == 0, 1, tot)).astype(wk)
+        e = exp_shifted(s, allowed, wk)
+        p = normalised(e, np.sum(e, axis=-1, keepdims=True), wk)
         if ch.kappa is not None:
             p = (p * ch.kappa.astype(wk)).astype(wk)
         p = _rnd(p, bug.weights, wk)
