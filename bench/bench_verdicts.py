@@ -398,7 +398,7 @@ def _torch_mha(case: bc.MhaCase) -> np.ndarray:
 
 
 def mha_runs(n: int, rng: np.random.Generator) -> dict[str, Any]:
-    from mha_symbolic.testing.compare_mha import compare_mha
+    from mha_symbolic.testing.forward.mha import compare_mha
 
     good: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
     bad: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])

@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import mha_symbolic.oracle.forward as fwd
+import mha_symbolic.oracle.forward.attention as fwd
 from mha_symbolic.oracle import reference_attention
 
 

@@ -1,4 +1,4 @@
-"""The bound of attention (mha_symbolic/testing/attention_bound.py).
+"""The bound of attention (mha_symbolic/testing/forward/model.py).
 
 Expected values come from independent methods: an exact attention computed here
 (Fraction scores, mpmath exp at 50 digits) against which simulated kernels with
@@ -16,7 +16,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from mha_symbolic.testing.attention_bound import _tie_counts, attention_error_bound
+from mha_symbolic.testing.forward.model import _tie_counts, attention_error_bound
 from mha_symbolic.testing.tolerance import error_model
 
 mpmath.mp.dps = 50

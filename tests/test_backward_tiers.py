@@ -29,8 +29,8 @@ from oracle_reference import ball_fractions
 from test_backward import _check_enclosure_and_rounding
 
 from mha_symbolic import reference_attention_backward
-from mha_symbolic.oracle import dd as ddops
-from mha_symbolic.oracle import jit
+from mha_symbolic.oracle.arith import dd as ddops
+from mha_symbolic.oracle.arith import jit
 from mha_symbolic.oracle.backward import dd as bdd
 from mha_symbolic.oracle.backward import fast as bfast
 from mha_symbolic.oracle.conventions import Block, DDScale, dd_scale

@@ -1,4 +1,4 @@
-"""The testing tool (mha_symbolic/testing/compare.py): verdicts, reports, diagnoses.
+"""The testing tool (mha_symbolic/testing/forward/compare.py): verdicts, reports, diagnoses.
 
 Correct and buggy implementations come from tests/bugs_catalog.py, written in
 plain numpy independently of the library; the exact answer comes from the oracle.
@@ -18,7 +18,7 @@ import pytest
 
 from mha_symbolic import AttentionMismatchError, assert_attention_close, compare_attention
 from mha_symbolic.errors import ShapeError, SpecError, ToleranceError
-from mha_symbolic.testing.compare_mha import assert_mha_close, compare_mha
+from mha_symbolic.testing.forward.mha import assert_mha_close, compare_mha
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bugs_catalog as bc
@@ -317,7 +317,7 @@ def test_empty_lengths_are_judged_not_crashed(shape_q: tuple[int, ...],
 def test_float64_error_just_above_the_tolerance_is_caught() -> None:
     # the oracle's fast enclosure is far wider than a float64 tolerance; the verdict
     # must still see an error of a few tolerances (the enclosure gets refined)
-    from mha_symbolic.testing.plain import AttentionInputs, Plain
+    from mha_symbolic.testing.forward.plain import AttentionInputs, Plain
     from mha_symbolic.testing.tolerance import error_model
 
     q, k, v = _qkv(15, np.float64)
@@ -384,7 +384,7 @@ def test_an_infinite_enclosure_raises_tolerance_error(monkeypatch: pytest.Monkey
 
 
 def test_a_nan_tolerance_raises_tolerance_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mha_symbolic.testing.plain import Plain
+    from mha_symbolic.testing.forward.plain import Plain
 
     real = Plain.bound
     monkeypatch.setattr(Plain, "bound", lambda self, m: (np.full(self.shape, np.nan),

@@ -19,11 +19,11 @@ from fa2_backward_kernel import fa2_backward
 
 from mha_symbolic import AttentionMismatchError
 from mha_symbolic.errors import ShapeError, SpecError, ToleranceError
-from mha_symbolic.testing.backward import (
+from mha_symbolic.testing.backward.bugs import BACKWARD_BUG_CLASSES
+from mha_symbolic.testing.backward.compare import (
     assert_attention_backward_close,
     compare_attention_backward,
 )
-from mha_symbolic.testing.bugs_backward import BACKWARD_BUG_CLASSES
 from mha_symbolic.testing.tolerance import error_model
 
 DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16,

@@ -1,4 +1,4 @@
-"""Tests of compare/assert with the attention variants (mha_symbolic.testing.compare
+"""Tests of compare/assert with the attention variants (mha_symbolic.testing.forward.compare
 with variant options, compare_variants, bugs_variants, tolerance_variants).
 
 Correct kernels are real implementations (torch SDPA with an explicit window or ALiBi
@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 from mha_symbolic.errors import AttentionMismatchError, SpecError
-from mha_symbolic.oracle.score_mods import (
+from mha_symbolic.oracle.variants.score_mods import (
     alibi_score_mod,
     relative_bias_score_mod,
     softcap_score_mod,
 )
-from mha_symbolic.testing.compare import assert_attention_close, compare_attention
-from mha_symbolic.testing.compare_variants import (
+from mha_symbolic.testing.forward.compare import assert_attention_close, compare_attention
+from mha_symbolic.testing.forward.variants import (
     assert_attention_varlen_close,
     compare_attention_varlen,
 )

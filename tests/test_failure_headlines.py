@@ -8,7 +8,7 @@ import pytest
 
 from mha_symbolic import compare_attention
 from mha_symbolic.errors import AttentionMismatchError
-from mha_symbolic.testing.compare_report import HEADLINE_WIDTH, headline
+from mha_symbolic.testing.report import HEADLINE_WIDTH, headline
 
 Q = np.array([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]], np.float32)
 V = np.array([[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]], np.float32)

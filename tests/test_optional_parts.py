@@ -99,12 +99,12 @@ def test_jax_arrays_without_jax_name_the_extra(monkeypatch: pytest.MonkeyPatch) 
 
 def test_without_numba_the_oracle_runs_its_numpy_twins(monkeypatch: pytest.MonkeyPatch) -> None:
     import mha_symbolic.oracle as oracle_pkg
-    from mha_symbolic.oracle import jit
+    from mha_symbolic.oracle.arith import jit
 
     # `from . import _numba_kernels` finds an imported submodule on its package first
     monkeypatch.delattr(oracle_pkg, "_numba_kernels", raising=False)
     monkeypatch.setitem(sys.modules, "numba", None)
-    monkeypatch.setitem(sys.modules, "mha_symbolic.oracle._numba_kernels", None)
+    monkeypatch.setitem(sys.modules, "mha_symbolic.oracle.arith._numba_kernels", None)
     cache = getattr(jit._kernels, "cache_clear", None)
     if cache is None:
         pytest.skip("the kernels are not cached through functools")

@@ -1,4 +1,4 @@
-"""Tests of the certified attention oracle (mha_symbolic.oracle, mha_symbolic.oracle.formats).
+"""Tests of the certified attention oracle (mha_symbolic.oracle, mha_symbolic.oracle.arith.formats).
 
 Every expected value comes from an independent method written here:
 exact rationals (fractions.Fraction) for the scores, per-element Arb balls at
@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mha_symbolic.errors import InputValueError, ShapeError, SpecError
-from mha_symbolic.oracle import formats as fpf
 from mha_symbolic.oracle import reference_attention, reference_mha
+from mha_symbolic.oracle.arith import formats as fpf
 
 flint = pytest.importorskip("flint")
 arb = flint.arb

@@ -1,4 +1,4 @@
-"""Tier 2 by rows (mha_symbolic.oracle.dd_rows): compensated dot products and sums for a
+"""Tier 2 by rows (mha_symbolic.oracle.forward.rows): compensated dot products and sums for a
 few rows of float32-valued inputs.  Its enclosures contain the exact values (hand-written
 Arb rows with exact Fraction scores, tests/oracle_reference.py), are as tight as the
 sliced tier's, and its compiled kernels equal their numpy twins bit for bit."""
@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mha_symbolic.oracle import jit, reference_attention
+from mha_symbolic.oracle import reference_attention
+from mha_symbolic.oracle.arith import jit
 from mha_symbolic.oracle.conventions import Block, dd_scale, exact_scale
-from mha_symbolic.oracle.dd_attention import KVdd, tier2_block
-from mha_symbolic.oracle.dd_rows import KVrows, float32_valued, rows_path_pays, tier2_rows
+from mha_symbolic.oracle.forward.dd import KVdd, tier2_block
+from mha_symbolic.oracle.forward.rows import KVrows, float32_valued, rows_path_pays, tier2_rows
 
 flint = pytest.importorskip("flint")
 arb = flint.arb
@@ -88,7 +89,7 @@ def test_row_tier_refuses_nothing_it_cannot_prove_and_float32_values_are_detecte
 
 
 def test_the_row_path_decides_the_same_roundings_as_the_sliced_tier(monkeypatch: Any) -> None:
-    import mha_symbolic.oracle.forward as fwd
+    import mha_symbolic.oracle.forward.attention as fwd
 
     rng = np.random.default_rng(11)
     q = rng.standard_normal((2, 3, 40, 16)).astype(np.float32)
@@ -154,8 +155,8 @@ def test_rows_of_many_heads_in_one_block_equal_each_head_alone(kind: str, chunk:
     in some heads only, a dropout keep mask, a head whose keys are not float32 values
     and takes the sliced tier): each row's result is bit-identical to its head alone."""
     pytest.importorskip("numba")
-    import mha_symbolic.oracle.forward as fwd
-    from mha_symbolic.oracle.forward import dropout_dd
+    import mha_symbolic.oracle.forward.attention as fwd
+    from mha_symbolic.oracle.forward.attention import dropout_dd
 
     monkeypatch.setattr(fwd, "CHUNK_ELEMS", chunk)  # rows per block: chunk // S
 
@@ -190,7 +191,7 @@ def test_row_and_sliced_tiers_agree_on_random_problems(seed: int, monkeypatch: A
     inputs, causal alignments, float and bool masks, masked-row policies, dropout and
     scales: after tier 2 on every row, the two tiers' enclosures intersect and every
     rounding agrees (the long version: thousands of cases, bench/RESULTS.md issue 11)."""
-    import mha_symbolic.oracle.forward as fwd
+    import mha_symbolic.oracle.forward.attention as fwd
 
     rng = np.random.default_rng(seed)
     B, H = int(rng.integers(1, 3)), int(rng.integers(1, 4))

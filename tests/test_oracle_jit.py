@@ -1,4 +1,4 @@
-"""The compiled kernels (mha_symbolic.oracle.jit, numba) and their numpy twins give
+"""The compiled kernels (mha_symbolic.oracle.arith.jit, numba) and their numpy twins give
 bit-identical enclosures and roundings, on either tier 2 (sliced, or by rows); without
 numba the numpy twins run."""
 
@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mha_symbolic.oracle import forward, jit, reference_attention, reference_mha
+from mha_symbolic.oracle import reference_attention, reference_mha
+from mha_symbolic.oracle.arith import jit
+from mha_symbolic.oracle.forward import attention as forward
 
 
 def _run(monkeypatch: Any, use_numba: bool, make: Callable[[], Any],

@@ -1,5 +1,5 @@
 """The oracle's building blocks against exact arithmetic: error-free transformations
-and double-double operations (mha_symbolic.oracle.dd) against Fractions, the two
+and double-double operations (mha_symbolic.oracle.arith.dd) against Fractions, the two
 exponentials (oracle.expo) against Arb, their constants against Arb, the exact
 slice products (oracle.exact_scores) against Fractions, the double-double scale
 (oracle.conventions.dd_scale) against Arb and the vectorised rounding decision
@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mha_symbolic.oracle import constants as C
-from mha_symbolic.oracle import dd, expo
+from mha_symbolic.oracle.arith import constants as C
+from mha_symbolic.oracle.arith import dd, expo
+from mha_symbolic.oracle.arith.formats import decide_rounding, get_format
+from mha_symbolic.oracle.arith.products import beta_for, exact_product, slice_rows
 from mha_symbolic.oracle.conventions import dd_scale
-from mha_symbolic.oracle.exact_scores import beta_for, exact_product, slice_rows
-from mha_symbolic.oracle.formats import decide_rounding, get_format
 
 flint = pytest.importorskip("flint")
 arb = flint.arb

@@ -1,4 +1,4 @@
-"""The chunked float64 evaluation (mha_symbolic/testing/plain.py).
+"""The chunked float64 evaluation (mha_symbolic/testing/forward/plain.py).
 
 Expected outputs come from a direct numpy evaluation written here (broadcasting by
 numpy's matmul, GQA by np.repeat), and from closed forms by hand.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mha_symbolic.testing.plain import AttentionInputs, Plain, fit_ratio, plain_in_dtype
+from mha_symbolic.testing.forward.plain import AttentionInputs, Plain, fit_ratio, plain_in_dtype
 from mha_symbolic.testing.tolerance import error_model
 
 

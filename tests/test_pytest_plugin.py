@@ -102,7 +102,7 @@ def test_failure_report_hides_library_frames(pytester: pytest.Pytester) -> None:
     text = result.stdout.str()
     assert "test_unscaled" in text
     # the traceback stops in the user's test: no frame from inside the library
-    assert "mha_symbolic/testing/compare.py" not in text
+    assert "mha_symbolic/testing/forward/compare.py" not in text
     assert "mha_symbolic/testing/pytest_plugin.py" not in text
 
 

@@ -49,7 +49,7 @@ def test_underflow_eta_is_half_the_smallest_subnormal(name: str, eta: float) -> 
 
 
 def test_formats_are_the_oracles_formats() -> None:
-    from mha_symbolic.oracle import formats
+    from mha_symbolic.oracle.arith import formats
 
     for name in ("float64", "float32", "float16", "bfloat16"):
         f, o = format_of(name), formats.FORMATS[name]

@@ -1,4 +1,4 @@
-"""Tests of the gradients with variants (mha_symbolic.oracle.variant_backward and the
+"""Tests of the gradients with variants (mha_symbolic.oracle.variants.backward and the
 variant options of reference_attention_backward / compare_attention_backward).
 
 Expected values: the backward formulas written out here in Arb at 800 bits, one
@@ -18,7 +18,7 @@ import pytest
 
 from mha_symbolic.errors import ShapeError, SpecError
 from mha_symbolic.oracle.backward import reference_attention_backward
-from mha_symbolic.testing.backward import compare_attention_backward
+from mha_symbolic.testing.backward.compare import compare_attention_backward
 
 flint = pytest.importorskip("flint")
 from test_variants import PREC, A, F, ref_rounded  # noqa: E402  (tests/ is on sys.path)
@@ -317,7 +317,7 @@ def test_sink_and_alibi_slope_gradients_round_like_forward_mode(cap: float | Non
 
 
 def test_score_mod_table_and_slopes_gradients_round_like_forward_mode() -> None:
-    from mha_symbolic.oracle.score_mods import (
+    from mha_symbolic.oracle.variants.score_mods import (
         alibi_score_mod,
         relative_bias_score_mod,
         softcap_score_mod,
@@ -519,7 +519,7 @@ def _flex(torch: Any) -> Any:
 def test_flex_attention_float64_backward_with_softcap_table_and_alibi_score_mods_agrees() -> None:
     torch = pytest.importorskip("torch")
     fa = _flex(torch)
-    from mha_symbolic.oracle.score_mods import (
+    from mha_symbolic.oracle.variants.score_mods import (
         alibi_score_mod,
         relative_bias_score_mod,
         softcap_score_mod,
@@ -603,7 +603,7 @@ def test_softcap_gradients_of_a_simulated_low_precision_kernel_pass(dtype: str) 
     the softcap model's tolerance, and the same kernel without the derivative does not."""
     import ml_dtypes
 
-    from mha_symbolic.testing.bugs_backward import BackwardInputs, plain_backward
+    from mha_symbolic.testing.backward.bugs import BackwardInputs, plain_backward
 
     dt = np.dtype(getattr(ml_dtypes, dtype) if dtype == "bfloat16" else dtype)
     rng = np.random.default_rng(47)

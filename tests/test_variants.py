@@ -1,4 +1,4 @@
-"""Tests of the attention variants of the oracle (mha_symbolic.oracle.variants,
+"""Tests of the attention variants of the oracle (mha_symbolic.oracle.variants.semantics,
 variant_forward, transformed, score_mods, views; the fp8 formats).
 
 Every expected value comes from an independent method written here: exact scores
@@ -22,15 +22,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mha_symbolic.errors import InputValueError, ShapeError, SpecError
-from mha_symbolic.oracle import formats as fpf
 from mha_symbolic.oracle import reference_attention
-from mha_symbolic.oracle.score_mods import (
+from mha_symbolic.oracle.arith import formats as fpf
+from mha_symbolic.oracle.variants.forward import reference_attention_varlen
+from mha_symbolic.oracle.variants.score_mods import (
     alibi_score_mod,
     relative_bias_score_mod,
     softcap_score_mod,
 )
-from mha_symbolic.oracle.transformed import E_TANH, tanh_proved
-from mha_symbolic.oracle.variant_forward import reference_attention_varlen
+from mha_symbolic.oracle.variants.transformed import E_TANH, tanh_proved
 
 flint = pytest.importorskip("flint")
 arb, fmpq, ctx = flint.arb, flint.fmpq, flint.ctx
@@ -326,7 +326,7 @@ def test_softcap_derivative_bounds_hold_for_every_argument_within_e_x() -> None:
     within e_x of the computed argument: checked against Arb's sech at the computed
     argument and at both ends of the interval (sech² is monotone on each side of 0,
     so the ends and 0 bound it); e_x > 1/4 gives an infinite bound."""
-    from mha_symbolic.oracle.transformed import _sech2_dd, _sech2_dd_err, _tanh_dd, sech2_proved
+    from mha_symbolic.oracle.variants.transformed import _sech2_dd, _sech2_dd_err, _tanh_dd, sech2_proved
 
     rng = np.random.default_rng(1)
     xs = np.concatenate([rng.standard_normal(200) * 3, rng.uniform(-0.2, 0.2, 100),
@@ -701,7 +701,7 @@ def test_random_variant_combinations_round_like_the_independent_reference(
 def test_tanh_series_coefficients_are_the_taylor_coefficients() -> None:
     import sympy as sp
 
-    from mha_symbolic.oracle.transformed import TANH_SERIES
+    from mha_symbolic.oracle.variants.transformed import TANH_SERIES
 
     x = sp.Symbol("x")
     series = sp.series(sp.tanh(x), x, 0, 2 * len(TANH_SERIES) + 1).removeO()
@@ -794,8 +794,8 @@ def test_softcap_tier2_values_lie_within_their_bound_against_arb() -> None:
 
 
 def test_softcap_compiled_and_numpy_twins_are_bit_identical() -> None:
-    from mha_symbolic.oracle import transformed
-    from mha_symbolic.oracle.jit import _kernels
+    from mha_symbolic.oracle.arith.jit import _kernels
+    from mha_symbolic.oracle.variants import transformed
 
     if _kernels() is None:
         pytest.skip("numba is not installed")
@@ -811,8 +811,8 @@ def test_fused_softcap_rows_and_dd_tanh_twins_are_bit_identical() -> None:
     """The compiled scale-softcap-maxima pass, the double-double tanh and sech² give the
     numpy twins' arrays bit for bit (series, exp branch, far branch, signed zeros,
     masks)."""
-    from mha_symbolic.oracle import transformed
-    from mha_symbolic.oracle.jit import _kernels
+    from mha_symbolic.oracle.arith.jit import _kernels
+    from mha_symbolic.oracle.variants import transformed
 
     if _kernels() is None:
         pytest.skip("numba is not installed")
@@ -847,7 +847,7 @@ def test_tier1_weighted_magnitude_bound_holds_against_arb(seed: int) -> None:
     magnitude): the exact value in Arb from the scores (exact doubles) lies below it,
     and the bound is tight (within 1e-9 relative)."""
     from mha_symbolic.oracle.conventions import Block
-    from mha_symbolic.oracle.fast import KV, tier1_block
+    from mha_symbolic.oracle.forward.fast import KV, tier1_block
 
     rng = np.random.default_rng(seed)
     L, S, Ev = 4, 7, 3

@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "reference_attention": "forward",
-    "reference_attention_varlen": "variant_forward",
-    "reference_attention_varlen_backward": "variant_backward",
-    "reference_mha": "mha",
+    "reference_attention": "forward.attention",
+    "reference_attention_varlen": "variants.forward",
+    "reference_attention_varlen_backward": "variants.backward",
+    "reference_mha": "forward.mha",
     "Enclosure": "enclosure",
     "reference_attention_backward": "backward",
     "AttentionGradients": "backward",
     "reference_mha_backward": "backward",
     "MhaGradients": "backward",
-    "softcap_score_mod": "score_mods",
-    "alibi_score_mod": "score_mods",
-    "relative_bias_score_mod": "score_mods",
+    "softcap_score_mod": "variants.score_mods",
+    "alibi_score_mod": "variants.score_mods",
+    "relative_bias_score_mod": "variants.score_mods",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,8 +44,12 @@ if TYPE_CHECKING:  # pragma: no cover
         reference_mha_backward,
     )
     from .enclosure import Enclosure
-    from .forward import reference_attention
-    from .mha import reference_mha
-    from .score_mods import alibi_score_mod, relative_bias_score_mod, softcap_score_mod
-    from .variant_backward import reference_attention_varlen_backward
-    from .variant_forward import reference_attention_varlen
+    from .forward.attention import reference_attention
+    from .forward.mha import reference_mha
+    from .variants.backward import reference_attention_varlen_backward
+    from .variants.forward import reference_attention_varlen
+    from .variants.score_mods import (
+        alibi_score_mod,
+        relative_bias_score_mod,
+        softcap_score_mod,
+    )

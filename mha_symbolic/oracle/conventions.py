@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputValueError, ShapeError, SpecError
-from .constants import ETA, UP, U
+from .arith.constants import ETA, UP, U
 from .inputs import as_exact_array, to_float64, validate_finite
 
 POLICIES = ("zero", "nan", "error", "uniform")

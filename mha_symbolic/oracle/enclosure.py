@@ -21,9 +21,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import PrecisionError, SpecError
-from .arb import Prec, ball_bounds
-from .constants import MAX_PREC, RATIONAL_AT_PREC, START_PREC, U
-from .formats import (
+from .arith.constants import MAX_PREC, RATIONAL_AT_PREC, START_PREC, U
+from .arith.formats import (
     FloatFormat,
     decide_rounding,
     get_format,
@@ -31,6 +30,7 @@ from .formats import (
     round_float64_to,
     round_fraction,
 )
+from .forward.arb import Prec, ball_bounds
 from .mp import MpmathViews
 from .progress import Progress
 
@@ -135,7 +135,7 @@ def dd_enclosure(hi: Array, lo: Array, err: Array) -> tuple[Array, Array]:
     (lower = s); otherwise, when u|a| is below a quarter of the gap under s, it is
     >= s - gap (lower = nextafter(s, -inf): |e| <= half the gap on its side).  Else
     (huge err) a generous form: s - 2u(|a| + |s|) stepped outward."""
-    from .dd import two_sum
+    from .arith.dd import two_sum
 
     with np.errstate(invalid="ignore", over="ignore"):
         out = []

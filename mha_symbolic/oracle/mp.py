@@ -52,7 +52,7 @@ def _check_dps(dps: Any) -> int:
 def _ends(ball: Any, bits: int) -> tuple[Fraction, Fraction] | None:
     """Exact endpoints of an Arb ball (taken at ``bits``: Arb rounds ``lower()`` down
     and ``upper()`` up to the context precision), or None when it is not finite."""
-    from .arb import Prec
+    from .forward.arb import Prec
 
     if not ball.is_finite():
         return None

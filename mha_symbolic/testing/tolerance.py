@@ -28,7 +28,7 @@ check (:meth:`ErrorModel.gamma_sum`), the λ of a false-alarm probability
 (:func:`lambda_for`), Hoeffding's bound (:func:`hoeffding_bound`), the format
 constants (:func:`unit_roundoff`, :func:`underflow_eta`, :func:`ulp`) and the bound
 of a linear map (:func:`linear_error_bound`).  The bound of attention itself, with
-its derivation, is :mod:`mha_symbolic.testing.attention_bound`; docs/testing.md
+its derivation, is :mod:`mha_symbolic.testing.forward.model`; docs/testing.md
 repeats both.  Every model of the package is built on them: the forward bound
 (:mod:`.attention_bound`), the variants and FP8 kernels (:mod:`.tolerance_variants`)
 and the gradients (:mod:`.backward_model`, :mod:`.backward_mha`); the analysis
@@ -44,9 +44,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
-from ..oracle.formats import FORMATS as _ORACLE_FORMATS
-from ..oracle.formats import FloatFormat as _Format
-from ..oracle.formats import get_format
+from ..oracle.arith.formats import FORMATS as _ORACLE_FORMATS
+from ..oracle.arith.formats import FloatFormat as _Format
+from ..oracle.arith.formats import get_format
 
 __all__ = [
     "DEFAULT_SAFETY",
@@ -141,7 +141,7 @@ KERNELS: dict[str, KernelModel] = {
 
 @dataclass(frozen=True)
 class FloatFormat(_Format):
-    """The oracle's :class:`~mha_symbolic.oracle.formats.FloatFormat` (precision ``p``,
+    """The oracle's :class:`~mha_symbolic.oracle.arith.formats.FloatFormat` (precision ``p``,
     exponent range ``emin``..``emax``) with the constants of the error analysis."""
 
     @property
@@ -434,7 +434,7 @@ def attention_error_bound(
     model: ErrorModel | None = None, dq: np.ndarray | None = None,
     dk: np.ndarray | None = None, dv: np.ndarray | None = None, softmax_axis: int = -1,
 ) -> np.ndarray:
-    """The bound of :func:`mha_symbolic.testing.attention_bound.attention_error_bound`
+    """The bound of :func:`mha_symbolic.testing.forward.model.attention_error_bound`
     on whole arrays ``q (..., L, E)``, ``k (..., S, E)``, ``v (..., S, Ev)`` (heads
     matched; ``allowed``, ``mask_add`` broadcastable to (..., L, S)), as the backward
     model uses it: the worst-case model of ``fmt``/``acc`` unless ``model`` is given.
@@ -446,7 +446,7 @@ def attention_error_bound(
     >>> b.shape, bool(np.all(b < 1e-5))
     ((1, 2, 2), True)
     """
-    from .attention_bound import attention_error_bound as chunk_bound
+    from .forward.model import attention_error_bound as chunk_bound
 
     del p, out
     if model is None:

@@ -299,7 +299,7 @@ def decide_sign(dec: Decomposition, boundary: Fraction, c_arb: Callable[[], Any]
     (:func:`..ties.sign_of_sum`), with keys and coefficients in Q(c)."""
     from flint import arb, fmpq
 
-    from ..ties import sign_of_sum
+    from ..arith.ties import sign_of_sum
 
     fld = dec.fld
     f_poly = _expand(dec, boundary, what)

@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from ..constants import ETA, FLOOR, KEY_BLOCK, UP, U, gamma
+from ..arith.constants import ETA, FLOOR, KEY_BLOCK, UP, U, gamma
+from ..arith.dd import two_sum
+from ..arith.products import norm_up
 from ..conventions import Block
-from ..dd import two_sum
-from ..exact_scores import norm_up
-from ..fast import KV, tier1_block
+from ..forward.fast import KV, tier1_block
 
 __all__ = ["BlockSum", "HeadGrads", "Radii", "blocked_matmul", "blocked_rowdot", "mm_up",
            "tier1_backward"]
@@ -188,7 +188,7 @@ def _elem_w(p: Any, ep: Any, f_f: float, rho_f: float, g_r: float) -> tuple[Any,
 @lru_cache(maxsize=1)
 def _compiled() -> Any:
     """The compiled twins (backward/_kernels.py) when the forward's kernels are active."""
-    from ..jit import numba_active
+    from ..arith.jit import numba_active
 
     if not numba_active():
         return None
