@@ -37,7 +37,7 @@ def test_the_examples_of_a_page_run(page: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.parametrize("module", ["textbook.selection", "textbook.bundled", "textbook.verdicts",
-                                    "testing.compare_report", "exact.proof_render"])
+                                    "testing.report", "exact.proof_render"])
 def test_the_doctests_of_the_modules_this_page_set_describes(module: str) -> None:
     mod = importlib.import_module(f"mha_symbolic.{module}")
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from mha_symbolic.errors import ShapeError, SpecError
-from mha_symbolic.oracle.backward import reference_attention_backward
+from mha_symbolic.oracle import reference_attention_backward
 from mha_symbolic.testing.backward.compare import compare_attention_backward
 
 flint = pytest.importorskip("flint")

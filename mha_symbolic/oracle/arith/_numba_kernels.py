@@ -14,7 +14,7 @@ import numpy as np
 
 from . import constants as C
 from .dd import SPLIT
-from .jit import _t1_elem
+from .elements import _t1_elem
 
 Array = np.ndarray[Any, Any]
 

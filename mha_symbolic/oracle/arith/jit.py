@@ -23,6 +23,7 @@ import numpy as np
 
 from . import constants as C
 from .dd import dd_add_d, dd_mul, dd_mul_d, split, two_sum
+from .elements import _t1_elem
 from .expo import _table1, _table2, exp_dd, exp_double
 
 Array = np.ndarray[Any, Any]
@@ -143,30 +144,6 @@ def _np_accumulate(terms: list[Array]) -> tuple[Array, Array]:
     return two_sum(hi, lo)
 
 
-def _t1_elem(n: Any, a: Any, d: Any, dl: Any, tau0: Any, twt0: Any, taud: Any, vmax: Any,
-             vr: Any, g: float, ascale: float, se: float, rf: float, rho_r: float,
-             has_drop: bool, sc: Any) -> tuple[Any, Any]:
-    """The tier-1 output and its error bound for one element (or, with numpy arrays,
-    for all: only +, -, *, /, abs, so numpy and numba evaluate the same operations
-    in the same order).  The derivation is in fast.py and docs/oracle.md §3.3; in the
-    values' scaled units its underflow terms η are bounded by the smallest normal
-    ``TINY_N`` and ``se`` by ``S·TINY_N`` (a subnormal ``se`` made every element three
-    times slower); the last term, in true units, stays 2η."""
-    y = n / d
-    a_up = (a + se) * ascale / dl
-    abs_y = abs(y)
-    rnd = _U * abs_y * (1.0 + 2 * _U) + _TN
-    e_fl = (g * (a_up + 2.01 * (abs_y + _TN)) + se / dl) * _UP
-    yhat = (abs_y + e_fl + rnd) * _UP
-    e_w = (tau0 * (a_up + yhat) + twt0 * (vmax + yhat) + (1.0 + taud) * vr) / (1.0 - taud)
-    err = (e_w + e_fl + rnd) * _UP + _FLOOR
-    if has_drop:
-        y2 = y * rf
-        err = (abs(rf) * err * (1 + _U) + rho_r * (yhat + err) + _U * abs(y2) + _TN) * _UP
-        y = y2
-    return y * sc, err * sc + 2 * _ETA
-
-
 def _np_t1_finish(n_f: Array, a_f: Array, d_f: Array, d_low: Array, tau0: Array, twt0: Array,
                   tau_d: Array, vmax: Array, vr: Array, g: float, ascale: float, se: float,
                   rf: float, rho_r: float, has_drop: bool, sc: Array
@@ -177,18 +154,6 @@ def _np_t1_finish(n_f: Array, a_f: Array, d_f: Array, d_low: Array, tau0: Array,
                           se, rf, rho_r, has_drop, sc[None, :])
     fin = np.all(np.isfinite(y) & np.isfinite(err), axis=-1)
     return y, err, fin
-
-
-def _np_w_slices(wh: Array, wl: Array) -> tuple[list[Array], list[bool], Array]:
-    """Fixed-point slices of the weights' high words, aligned at 2**1 (22 bits each:
-    W_s = 2**(1 - 22s)·rint(r·2**(22s - 1)), r -= W_s, exact), and the plain low part
-    P = fl(wl + remainder) (P = wl when the remainder is 0)."""
-    from .products import slice_rows
-
-    ws = slice_rows(wh, 22, 3, np.ones(wh.shape[0], dtype=np.int64))
-    rw = wh - sum(ws.parts) if not ws.zero_rem else None  # exact (the slices are wh's bits)
-    p = wl.copy() if rw is None else wl + rw
-    return ws.parts, ws.nonzero, p
 
 
 def _np_row_dots(q: Array, kTs: list[Array], hidx: Array) -> tuple[Array, Array]:
@@ -280,29 +245,6 @@ def slice_kernel(x: Array, up1: Array, step: float, n: int) -> tuple[Array, Arra
     rem = np.empty_like(x, dtype=np.float64)
     k.slc(np.ascontiguousarray(x, dtype=np.float64), up1, step, parts, rem)
     return parts, rem
-
-
-def w_slices(wh: Array, wl: Array) -> tuple[list[Array], list[bool], Array]:
-    k = _kernels()
-    if k is None or wh.size == 0:
-        return _np_w_slices(wh, wl)
-    w1 = np.empty_like(wh)
-    w2 = np.empty_like(wh)
-    w3 = np.empty_like(wh)
-    rem = np.empty_like(wh)
-    k.wsl(np.ascontiguousarray(wh), w1, w2, w3, rem)
-    parts = [w1]
-    nonzero = [bool(w1.any())]
-    zero_rem = not rem.any()
-    # the numpy twin stops slicing once the remainder is 0: drop the (zero) parts after
-    if not zero_rem or w2.any() or w3.any():
-        parts.append(w2)
-        nonzero.append(bool(w2.any()))
-        if not zero_rem or w3.any():
-            parts.append(w3)
-            nonzero.append(bool(w3.any()))
-    p = wl.copy() if zero_rem else wl + rem
-    return parts, nonzero, p
 
 
 def t1_finish(n_f: Array, a_f: Array, d_f: Array, d_low: Array, tau0: Array, twt0: Array,

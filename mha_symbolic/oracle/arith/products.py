@@ -29,6 +29,8 @@ import numpy as np
 
 from .constants import ETA, UP, U
 from .dd import pow2
+from .jit import _kernels, slice_kernel
+from .jit import accumulate as _accumulate
 
 Array = np.ndarray[Any, Any]
 
@@ -89,8 +91,6 @@ def slice_rows(x: Array, beta: int, max_slices: int, align: Array | None = None)
     nonzero: list[bool] = []
     sq = math.sqrt(d) if d else 0.0
     extra = np.zeros(n)
-    from .jit import slice_kernel
-
     got = slice_kernel(x, pow2(beta - a), 2.0**beta, max_slices)
     if got is not None:  # compiled: all slices at once, then cut where the numpy loop stops
         allp, r = got
@@ -147,9 +147,7 @@ class Product:
 
 
 def accumulate(terms: list[Array]) -> tuple[Array, Array]:
-    from .jit import accumulate as acc
-
-    return acc(terms)
+    return _accumulate(terms)
 
 
 def exact_product(A: Slices, B: Slices, prune_bits: int = 112,
@@ -216,3 +214,36 @@ def exact_product(A: Slices, B: Slices, prune_bits: int = 112,
         cols.append(c_)
     hi, lo = accumulate(terms)  # TwoSum chain, renormalised (jit, numpy twin)
     return Product(hi, lo, rows, cols)
+
+
+def _np_w_slices(wh: Array, wl: Array) -> tuple[list[Array], list[bool], Array]:
+    """Fixed-point slices of the weights' high words, aligned at 2**1 (22 bits each:
+    W_s = 2**(1 - 22s)·rint(r·2**(22s - 1)), r -= W_s, exact), and the plain low part
+    P = fl(wl + remainder) (P = wl when the remainder is 0)."""
+    ws = slice_rows(wh, 22, 3, np.ones(wh.shape[0], dtype=np.int64))
+    rw = wh - sum(ws.parts) if not ws.zero_rem else None  # exact (the slices are wh's bits)
+    p = wl.copy() if rw is None else wl + rw
+    return ws.parts, ws.nonzero, p
+
+
+def w_slices(wh: Array, wl: Array) -> tuple[list[Array], list[bool], Array]:
+    k = _kernels()
+    if k is None or wh.size == 0:
+        return _np_w_slices(wh, wl)
+    w1 = np.empty_like(wh)
+    w2 = np.empty_like(wh)
+    w3 = np.empty_like(wh)
+    rem = np.empty_like(wh)
+    k.wsl(np.ascontiguousarray(wh), w1, w2, w3, rem)
+    parts = [w1]
+    nonzero = [bool(w1.any())]
+    zero_rem = not rem.any()
+    # the numpy twin stops slicing once the remainder is 0: drop the (zero) parts after
+    if not zero_rem or w2.any() or w3.any():
+        parts.append(w2)
+        nonzero.append(bool(w2.any()))
+        if not zero_rem or w3.any():
+            parts.append(w3)
+            nonzero.append(bool(w3.any()))
+    p = wl.copy() if zero_rem else wl + rem
+    return parts, nonzero, p

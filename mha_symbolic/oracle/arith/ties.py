@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from .balls import EXP_FLOOR, Prec
+
 Array = np.ndarray[Any, Any]
 MAX_TERMS = 200_000  # expansion size beyond which the MHA decision gives up
 
@@ -118,7 +120,6 @@ def sign_of_sum(terms: list[tuple[Any, Any]], scale_ball: Any,
     filtered here."""
     from flint import arb
 
-    from ..forward.arb import EXP_FLOOR, Prec
 
     live = [(a, cf) for a, cf in terms if not (isinstance(cf, Fraction) and cf == 0)]
     if not live:

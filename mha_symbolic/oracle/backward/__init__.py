@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "reference_attention_backward": "attention",
     "AttentionGradients": "attention",
     "reference_mha_backward": "mha",
     "MhaGradients": "mha",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .attention import AttentionGradients, reference_attention_backward
+    from .attention import AttentionGradients
     from .mha import MhaGradients, reference_mha_backward

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InputValueError, ShapeError, SpecError
+from ..arith.balls import scale_arb, to_arb_mat
 from ..arith.constants import UP, U, gamma
 from ..arith.formats import FloatFormat
 from ..conventions import (
@@ -56,7 +57,7 @@ from .exact import Accumulator, Decomposition, ExactDecisions, ExactProblem, Int
 from .fast import tier1_backward
 from .functionals import ScoreFunctional, arb_part, dd_part, exact_part, tier1_part
 
-__all__ = ["POLICIES", "AttentionGradients", "reference_attention_backward"]
+__all__ = ["POLICIES", "AttentionGradients", "plain_attention_backward"]
 
 KINDS = ("dq", "dk", "dv", "dmask")
 KV_BUDGET = 1 << 26  # bytes of tier-2 key/value slices kept across the gradients' roundings
@@ -338,13 +339,9 @@ class _BackwardProblem(ExactDecisions, Problem):
 
     # -- tier 3
     def scale_arb(self) -> Any:
-        from ..forward.arb import scale_arb
-
         return scale_arb(self.st.scale, self.st.E)
 
     def _arb(self, e: int, rows: list[int], keys: list[int] | None, prec: int) -> Any:
-        from ..forward.arb import to_arb_mat
-
         st = self.st
         q, k, v, do = st.inputs(e)
         tr = None
@@ -543,65 +540,16 @@ def _mask_part(ds: Arr, e_ds: Arr, bl: bool, bs: bool) -> tuple[Arr, Arr]:
     return ds, e_ds
 
 
-def reference_attention_backward(
+def plain_attention_backward(
     query: Any, key: Any, value: Any, grad_output: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
     enable_gqa: bool = False, causal_alignment: str = "top_left",
     masked_rows: str = "zero", dropout_p: float = 0.0, dropout_mask: Any = None,
     progress: bool | None = None,
-    window: Any = None, softcap: Any = None, alibi_slopes: Any = None, sinks: Any = None,
-    mask_mod: Any = None, score_mod: Any = None, q_descale: Any = None,
-    k_descale: Any = None, v_descale: Any = None,
 ) -> AttentionGradients:
-    """Certified gradients of scaled dot-product attention of the exact inputs.
-
-    The gradients of Σ grad_output ∘ attention(query, key, value) — what
-    ``torch.autograd.grad(out, (q, k, v), grad_output)`` computes — with the
-    options of :func:`mha_symbolic.reference_attention` (``attn_mask``,
-    ``is_causal``, ``scale``, ``enable_gqa``, ``causal_alignment``, ``progress``),
-    and:
-
-    * ``grad_output``: shaped like the output (..., H_q, L, E_v);
-    * ``masked_rows``: rows with every key masked — "zero" (their output is 0 and
-      its gradient 0), "nan" (NaN in dq for the row, and in dk, dv and the mask
-      gradient of everything the row touches, as autograd propagates a NaN
-      softmax), "error" (InputValueError), "uniform" (JAX: weights 1/S, output the
-      mean of the values; dq 0, dv gets grad_output/S);
-    * ``dropout_p``, ``dropout_mask``: output ((softmax ∘ keep)/(1 − p))·V with the
-      bool keep-mask the kernel used (True = kept); the factor 1/(1 − p) is exact.
-
-    Returns :class:`AttentionGradients` with ``dq``, ``dk``, ``dv`` shaped like
-    query, key, value (summed over broadcast dimensions and, with GQA, over the
-    query heads of each key/value head), and ``d_attn_mask`` for a float mask.
-
-    >>> import numpy as np
-    >>> q = np.array([[1.0, 0.0], [0.0, 1.0]]); k = q.copy()
-    >>> v = np.array([[1.0, 2.0], [3.0, 4.0]]); do = np.ones((2, 2))
-    >>> g = reference_attention_backward(q, k, v, do, scale=0.0)
-    >>> g.dv.rounded("float32").tolist()   # each key gets 1/2 of every row's dO
-    [[1.0, 1.0], [1.0, 1.0]]
-    >>> g.dq.rounded("float32").tolist()   # scale 0: scores do not depend on q
-    [[0.0, 0.0], [0.0, 0.0]]
-
-    Variants (docs/variants.md, "Gradients"; :mod:`..variant_backward`): ``window``,
-    ``softcap``, ``alibi_slopes``, ``sinks``, ``mask_mod`` (or a BlockMask), ``score_mod``
-    items, FP8 ``q_descale``/``k_descale``/``v_descale`` (the gradients with respect to
-    the fp8 inputs); the result then also has ``d_sinks``, ``d_alibi_slopes`` and
-    ``d_score_mod``.
-    """
-    from ..variants.semantics import sdpa_variant_options
-
-    variant = sdpa_variant_options(
-        dropout_p, dropout_mask, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
-        sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
-        k_descale=k_descale, v_descale=v_descale)
-    if variant is not None:
-        from ..variants.backward import variant_attention_backward
-
-        return variant_attention_backward(
-            query, key, value, grad_output, variant, attn_mask=attn_mask,
-            is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
-            causal_alignment=causal_alignment, masked_rows=masked_rows, progress=progress)
+    """Certified gradients of plain scaled dot-product attention (no variant): the
+    tiers' driver behind :func:`mha_symbolic.reference_attention_backward`
+    (:mod:`..api`), which routes calls with variants to :mod:`..variants.backward`."""
     st = _setup(query, key, value, grad_output, attn_mask, is_causal, scale, enable_gqa,
                 causal_alignment, masked_rows, dropout_p, dropout_mask)
     res = _gradients(st, progress)

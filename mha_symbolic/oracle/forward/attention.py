@@ -23,6 +23,7 @@ import numpy as np
 
 from ...errors import InputValueError
 from ..arith import ties
+from ..arith.balls import exact_prec, exact_score_rows, scale_arb, to_arb_mat
 from ..arith.constants import CHUNK_ELEMS
 from ..arith.jit import Workspace
 from ..conventions import (
@@ -39,12 +40,12 @@ from ..conventions import (
 from ..enclosure import Enclosure, Problem
 from ..inputs import to_float64
 from ..progress import Progress, expected_seconds
-from .arb import attention_rows, exact_prec, exact_score_rows, scale_arb, to_arb_mat
+from .arb import attention_rows
 from .dd import KVdd, tier2_block
 from .fast import KV, tier1_block
 from .rows import KVrows, RowsBatch, float32_dtype, float32_valued, rows_path_pays, tier2_rows
 
-__all__ = ["reference_attention"]
+__all__ = ["plain_attention"]
 
 
 def dropout_dd(factor: Fraction | None) -> tuple[float, float, float] | None:
@@ -332,66 +333,16 @@ class _AttentionProblem(Problem):
 Array = np.ndarray[Any, Any]
 
 
-def reference_attention(
+def plain_attention(
     query: Any, key: Any, value: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
     enable_gqa: bool = False, causal_alignment: str = "top_left",
     masked_rows: str = "zero", return_weights: bool = False,
     dropout_p: float = 0.0, dropout_mask: Any = None, progress: bool | None = None,
-    window: Any = None, softcap: float | None = None, alibi_slopes: Any = None,
-    sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
-    q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
 ) -> Enclosure:
-    """Certified scaled dot-product attention of the exact input values.
-
-    Named and shaped like ``torch.nn.functional.scaled_dot_product_attention``:
-    query (..., H_q, L, E), key (..., H_kv, S, E), value (..., H_kv, S, E_v);
-    leading dimensions broadcast.  ``attn_mask``: bool (True = takes part) or float
-    (added to the scores; -inf = weight exactly 0), broadcastable to
-    (..., H_q, L, S); integer masks are refused.  Combined with ``is_causal``
-    (top_left: key j <= i, bottom_right: j <= i + S - L).  ``scale=None`` is exactly
-    1/sqrt(E); a float scale is its exact value (0 means zero).  ``enable_gqa``:
-    query head g uses key/value head g // (H_q/H_kv).  ``masked_rows``: "zero" |
-    "nan" | "error" | "uniform" (JAX: uniform weights over all keys) for rows where
-    every key is masked.  Dropout: ``dropout_p`` with an explicit ``dropout_mask``
-    (bool, True = kept, broadcastable to the scores): the output is
-    ((softmax ∘ keep)/(1 - p))·V exactly; ``dropout_p=0`` without a mask is plain
-    attention.  ``progress``: None shows a bar on a terminal for long calls, False
-    never, True whenever stderr is a terminal.
-
-    >>> import numpy as np
-    >>> r = reference_attention(np.ones((1, 2, 4)), np.ones((1, 3, 4)),
-    ...                         np.arange(6.0).reshape(1, 3, 2), scale=0.0)
-    >>> r.rounded("float32").tolist()
-    [[[2.0, 3.0], [2.0, 3.0]]]
-
-    Variants (docs/variants.md; exact semantics in :mod:`.variants`): ``window=(left,
-    right)`` (FlashAttention's window_size, -1 = unbounded, aligned by
-    ``causal_alignment``), ``softcap=C`` (s -> C·tanh(s/C) after the scale, before the
-    masks), ``alibi_slopes`` (H,) or (B, H) (-slope·|j - (i + off)| added),
-    ``sinks`` (H,) (a logit in the denominator only), ``mask_mod(b, h, q_idx,
-    kv_idx) -> bool`` or a torch BlockMask, ``score_mod`` from the certified menu
-    (``softcap_score_mod``, ``alibi_score_mod``, ``relative_bias_score_mod``), FP8
-    ``q_descale``/``k_descale``/``v_descale`` (batch, H_kv) as FlashAttention-3.
-
-    >>> r = reference_attention(np.ones((1, 3, 2)), np.ones((1, 3, 2)),
-    ...                         np.arange(6.0).reshape(1, 3, 2), window=(0, 0))
-    >>> r.rounded("float32").tolist()   # each query sees its own key only
-    [[[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]]
-    """
-    from ..variants.semantics import sdpa_variant_options
-
-    variant = sdpa_variant_options(
-        dropout_p, dropout_mask, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
-        sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
-        k_descale=k_descale, v_descale=v_descale)
-    if variant is not None:
-        from ..variants.forward import variant_attention
-
-        return variant_attention(
-            query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
-            scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
-            masked_rows=masked_rows, return_weights=return_weights)
+    """Certified plain scaled dot-product attention (no variant): the tiers' driver
+    behind :func:`mha_symbolic.reference_attention` (:mod:`..api`), which routes calls
+    with variants to :mod:`..variants.forward`.  Same arguments and result."""
     check_options(masked_rows, causal_alignment)
     p_drop = check_dropout(dropout_p, dropout_mask)
     q, k, v, batch, rep = check_sdpa_inputs(query, key, value, enable_gqa)

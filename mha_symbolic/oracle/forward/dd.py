@@ -40,7 +40,7 @@ from ..arith.constants import (
     gamma,
 )
 from ..arith.dd import dd_div, dd_mul, pow2, two_sum
-from ..arith.jit import t2_scores, t2_weights, w_slices
+from ..arith.jit import t2_scores, t2_weights
 from ..arith.products import (
     Slices,
     beta_for,
@@ -48,6 +48,7 @@ from ..arith.products import (
     norm_up,
     row_exponents,
     slice_rows,
+    w_slices,
 )
 from ..conventions import Block, DDScale
 

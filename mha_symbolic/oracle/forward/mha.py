@@ -23,6 +23,7 @@ import numpy as np
 
 from ...errors import InputValueError, ShapeError, SpecError
 from ..arith import ties
+from ..arith.balls import Prec, _exp_range, scale_arb, to_arb_mat
 from ..arith.constants import CHUNK_ELEMS, ETA, FLOOR, UP, U, gamma
 from ..arith.dd import dd_add_d, pow2
 from ..arith.products import beta_for, exact_product, norm_up, row_exponents, slice_rows
@@ -30,7 +31,7 @@ from ..conventions import POLICIES, ScoreModel, dd_scale, read_mask
 from ..enclosure import Enclosure, Problem
 from ..inputs import as_exact_array, to_float64, validate_finite
 from ..progress import Progress, expected_seconds
-from .arb import Prec, attention_rows, to_arb_mat
+from .arb import attention_rows
 from .dd import KVdd, tier2_block
 from .fast import KV, proj_fast, tier1_block
 
@@ -93,7 +94,6 @@ def proj_dd(x: Array, w: Array, b: Array | None, x_lo: Array | None = None,
 def affine_prec(x: Array, w: Array, b: Array | None) -> tuple[int, int, int]:
     """(prec, top, bottom): every entry of x wᵀ + b is a multiple of 2**bottom below
     2**top in magnitude, so ``prec = top - bottom + 8`` bits hold it exactly."""
-    from .arb import _exp_range
 
     tx, bx = _exp_range(x)
     tw, bw = _exp_range(w)
@@ -415,8 +415,6 @@ class _MhaProblem(Problem):
 
 
 def _scale_ball(hd: int) -> Any:
-    from .arb import scale_arb
-
     return scale_arb(None, hd)
 
 

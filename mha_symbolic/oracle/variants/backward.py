@@ -44,9 +44,15 @@ from typing import Any
 import numpy as np
 
 from ...errors import ShapeError, SpecError
-from .forward import Prepared, lowered, prepare
+from ..backward.attention import AttentionGradients, backward_enclosures, plain_attention_backward
+from ..backward.functionals import ScoreFunctional
+from ..conventions import exact_scale, read_mask
+from ..inputs import as_exact_array
+from .forward import Prepared, lowered, prepare, varlen_inputs
+from .protocol import VariantOptions
 from .score_mods import AlibiScoreMod, RelativeBiasScoreMod, SoftcapScoreMod
-from .semantics import VariantOptions
+from .transformed import TransformedProblem
+from .transformed_backward import TransformHooks
 from .views import DropLast, PackedEnclosure, scaled, summed
 
 __all__ = ["reference_attention_varlen_backward", "variant_attention_backward"]
@@ -70,7 +76,6 @@ class _Functionals:
     result goes."""
 
     def __init__(self, prep: Prepared, opts: VariantOptions, attn_mask: Any) -> None:
-        from ..backward.functionals import ScoreFunctional
 
         geo, lead = prep.geo, prep.lead
         L, S, H = geo.L, geo.S, geo.heads
@@ -140,7 +145,6 @@ class _Functionals:
                 assert isinstance(m, SoftcapScoreMod)
                 self.mods.append(None)
         if prep.user_madd is not None:
-            from ..conventions import read_mask
 
             shape = tuple(read_mask(attn_mask, "attn_mask").shape)
             m2 = (1,) * max(0, 2 - len(shape)) + shape
@@ -178,7 +182,6 @@ def _check_descale_shapes(prep: Prepared, query: Any, key: Any, value: Any,
                           opts: VariantOptions) -> None:
     """The gradient of an fp8 input broadcast over batches with different descale
     factors would be a sum of differently scaled copies: refused."""
-    from ..inputs import as_exact_array
 
     for name, x, x64, d in (("query", query, prep.q64, opts.q_descale),
                             ("key", key, prep.k64, opts.k_descale),
@@ -195,8 +198,6 @@ def variant_attention_backward(
     masked_rows: str, progress: bool | None = None,
 ) -> Any:
     """reference_attention_backward with variants (options validated by the caller)."""
-    from ..backward import AttentionGradients
-    from ..backward.attention import backward_enclosures
 
     prep = prepare(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
                    scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
@@ -245,9 +246,6 @@ def _transformed_inputs(prep: Prepared, scale: Any, masked_rows: str
     """The backward's inputs for transformed scores: q, k and v with one zero key (the
     sink) appended, the allowed keys as a bool mask (the sink always allowed), and
     the hooks on a :class:`.transformed.TransformedProblem` of the flat problems."""
-    from ..conventions import exact_scale
-    from .transformed import TransformedProblem
-    from .transformed_backward import TransformHooks
 
     geo, lead = prep.geo, prep.lead
     L, S, B = geo.L, geo.S, geo.B
@@ -309,9 +307,6 @@ def reference_attention_varlen_backward(
     >>> g.dv.rounded("float32")[:, 0, 0].tolist()   # key 0 serves only query 0
     [1.0, 1.0, 1.0]
     """
-    from ..backward import AttentionGradients, reference_attention_backward
-    from ..inputs import as_exact_array
-    from .forward import varlen_inputs
 
     vl = varlen_inputs(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                        max_seqlen_k, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
@@ -330,7 +325,7 @@ def reference_attention_varlen_backward(
         common: dict[str, Any] = {"is_causal": is_causal, "scale": scale, "enable_gqa": hk != H,
                   "causal_alignment": causal_alignment, "masked_rows": masked_rows}
         if opts.empty:
-            grads.append(reference_attention_backward(qb, kb, vb, dob, **common))
+            grads.append(plain_attention_backward(qb, kb, vb, dob, **common))
         else:
             grads.append(variant_attention_backward(qb, kb, vb, dob, opts, attn_mask=None,
                                                     **common))

@@ -30,21 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InputValueError, ShapeError, SpecError
-from ..conventions import ALIGNMENTS, POLICIES
+from ...errors import ShapeError, SpecError
+from ..conventions import ALIGNMENTS, POLICIES, exact_scale, read_mask
+from ..forward.attention import plain_attention
 from ..inputs import as_exact_array, to_float64, validate_finite
-from .semantics import (
-    Bias,
-    Geometry,
-    VariantOptions,
-    block_mask_allowed,
-    eval_mask_mod,
-    products_exact,
-    score_pipeline,
-    sink_logits,
-    variant_options,
-    window_allowed,
-)
+from .protocol import VariantOptions
+from .registry import exact_inputs, kept, score_pipeline, sink_logits, variant_options
+from .semantics import Bias, Cap, Geometry
+from .transformed import transformed_attention
 from .views import DropLastColumn, PackedEnclosure
 
 __all__ = ["Varlen", "reference_attention_varlen", "variant_attention", "varlen_inputs"]
@@ -58,49 +51,6 @@ def _read(x: Any, name: str) -> np.ndarray[Any, Any]:
         raise ShapeError(f"{name}.shape={arr.shape}: expected at least 2 dimensions (..., L, E)")
     validate_finite(arr, name)
     return arr
-
-
-#: significant bits of the input formats whose values are exact in float32
-_SIGNIFICAND_BITS = {"float8_e4m3fn": 4, "float8_e5m2": 3, "bfloat16": 8, "float16": 11,
-                     "float32": 24}
-
-
-def _descaled(x: np.ndarray[Any, Any], d: np.ndarray[Any, Any] | None, name: str,
-              dname: str, outer: tuple[int, ...], heads: int,
-              group: int = 1) -> np.ndarray[Any, Any]:
-    """x · d with d of shape (outer..., H_kv) (FlashAttention-3: (batch, nheads_k)); the
-    query heads of a GQA group share their kv head's factor.  Exact or refused."""
-    x64 = to_float64(x)
-    if d is None:
-        return x64
-    if x.ndim < 3:
-        raise ShapeError(f"{dname} needs {name} with a head axis (..., heads, L, E); got "
-                         f"{name}.shape={x.shape}")
-    hk = heads // group
-    try:
-        dd = np.broadcast_to(d, (*outer, hk))
-    except ValueError:
-        raise ShapeError(f"{dname}.shape={d.shape} does not broadcast to (batch..., "
-                         f"nheads_k) = {(*outer, hk)}") from None
-    dd = np.repeat(dd, group, axis=-1) if group > 1 else dd
-    factor = dd.reshape(*dd.shape, 1, 1)
-    with np.errstate(over="ignore", under="ignore"):
-        out = x64 * factor
-    # significands of at most p_x and 24 bits multiply exactly in a double when
-    # p_x + 24 <= 53 (fp8, fp16, bf16, fp32 inputs; float32 factors), and the product of
-    # two float32-range numbers is a normal double: no TwoProduct needed
-    narrow = (_SIGNIFICAND_BITS.get(str(x.dtype), 53) <= 29
-              and bool(np.all(d.astype(np.float32) == d)))
-    if narrow:
-        return out
-    xb, fb = np.broadcast_arrays(x64, factor)
-    if not np.all(np.isfinite(out)) or not products_exact(xb, fb, out):
-        raise InputValueError(
-            f"{name} · {dname} is not exactly representable in float64: descale factors "
-            "are meant for fp8 (or fp16/bf16/fp32) inputs, whose products with an fp32 "
-            "factor are exact; pass the descaled values instead"
-        )
-    return out
 
 
 def _exact_sum(parts: list[np.ndarray[Any, Any]]) -> tuple[np.ndarray[Any, Any], bool]:
@@ -140,8 +90,6 @@ def prepare(query: Any, key: Any, value: Any, opts: VariantOptions, *, attn_mask
             is_causal: bool, scale: Any, enable_gqa: bool, causal_alignment: str,
             masked_rows: str) -> Prepared:
     """Validate a call with variants and build its exact pieces (module docstring)."""
-    from ..conventions import exact_scale
-    from ..forward.attention import reference_attention
 
     if masked_rows not in POLICIES:
         raise SpecError(f"masked_rows={masked_rows!r}: expected one of {POLICIES}")
@@ -164,16 +112,13 @@ def prepare(query: Any, key: Any, value: Any, opts: VariantOptions, *, attn_mask
                 q.shape[:-2], (*k.shape[:-3], hq), (*v.shape[:-3], hq)))
     except ValueError:
         # the plain oracle words the message (GQA hint included)
-        reference_attention(query, key, value, enable_gqa=enable_gqa)
+        plain_attention(query, key, value, enable_gqa=enable_gqa)
         raise  # pragma: no cover - the line above raises
     L, E = q.shape[-2:]
     S = k.shape[-2]
     geo = Geometry(lead, lead[-1] if lead else 1, L, S,
                    0 if causal_alignment == "top_left" else S - L)
-    outer = geo.outer
-    q64 = _descaled(q, opts.q_descale, "query", "q_descale", outer, geo.heads, group)
-    k64 = _descaled(k, opts.k_descale, "key", "k_descale", outer, geo.heads // group)
-    v64 = _descaled(v, opts.v_descale, "value", "v_descale", outer, geo.heads // group)
+    q64, k64, v64 = exact_inputs(opts, q, k, v, geo, group)
     exact_scale(scale, E)  # validates the scale
 
     # Keys kept and additive parts, each in the smallest shape that broadcasts to
@@ -183,8 +128,6 @@ def prepare(query: Any, key: Any, value: Any, opts: VariantOptions, *, attn_mask
     adds: list[np.ndarray[Any, Any]] = []
     user_madd = None
     if attn_mask is not None:
-        from ..conventions import read_mask
-
         m = read_mask(attn_mask, "attn_mask")
         try:
             if np.broadcast_shapes(m.shape, (*lead, L, S)) != (*lead, L, S):
@@ -200,13 +143,7 @@ def prepare(query: Any, key: Any, value: Any, opts: VariantOptions, *, attn_mask
             keeps.append(m64 != -np.inf)
             user_madd = np.where(m64 == -np.inf, 0.0, m64)
             adds.append(user_madd)
-    win = window_allowed(opts.window, is_causal, geo)
-    if win is not None:
-        keeps.append(win)
-    if opts.mask_mod is not None:
-        keeps.append(eval_mask_mod(opts.mask_mod, geo).reshape(*lead, L, S))
-    if opts.block_mask is not None:
-        keeps.append(block_mask_allowed(opts.block_mask, geo).reshape(*lead, L, S))
+    keeps.extend(kept(opts, geo, is_causal))
     keep = None
     for part in keeps:
         keep = part if keep is None else np.logical_and(keep, part)
@@ -261,7 +198,6 @@ def lowered_after_cap(prep: Prepared) -> tuple[float, np.ndarray[Any, Any],
     problem :func:`lowered` builds from the rest (FlashAttention's order: the cap
     before masks, ALiBi and sinks).  Refused otherwise (a cap after a bias, two caps,
     a bias that is not a double) with the reason."""
-    from .semantics import Cap
 
     caps = [i for i, op in enumerate(prep.ops) if isinstance(op, Cap)]
     if caps != [0]:
@@ -284,7 +220,6 @@ def lowered_after_cap(prep: Prepared) -> tuple[float, np.ndarray[Any, Any],
 
 
 def _pipeline_text(ops: tuple[Any, ...]) -> str:
-    from .semantics import Cap
 
     return " then ".join("softcap" if isinstance(op, Cap) else op.kind for op in ops)
 
@@ -302,13 +237,10 @@ def variant_attention(
     return_weights: bool,
 ) -> Any:
     """reference_attention with variants (the options are validated by the caller)."""
-    from ..forward.attention import reference_attention
-
     prep = prepare(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
                    scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
                    masked_rows=masked_rows)
     if not prep.lowerable:
-        from .transformed import transformed_attention
 
         lead, geo = prep.lead, prep.geo
         L, S, B = geo.L, geo.S, geo.B
@@ -327,7 +259,7 @@ def variant_attention(
             sinks=prep.sinks, scale=scale, masked_rows=masked_rows,
             return_weights=return_weights)
     k64, v64, mask = lowered(prep)
-    out = reference_attention(prep.q64, k64, v64, attn_mask=mask, scale=scale,
+    out = plain_attention(prep.q64, k64, v64, attn_mask=mask, scale=scale,
                               enable_gqa=prep.group > 1, masked_rows=masked_rows,
                               return_weights=return_weights)
     if return_weights and prep.sinks is not None:
@@ -482,12 +414,10 @@ def reference_attention_varlen(
         rq, rk, opts = vl.sequence(b)
         qb, kb, vb = (np.swapaxes(x[r], 0, 1) for x, r in ((vl.q, rq), (vl.k, rk), (vl.v, rk)))
         if opts.empty:
-            from ..forward.attention import reference_attention
-
-            parts.append(reference_attention(qb, kb, vb, is_causal=is_causal, scale=scale,
-                                             enable_gqa=vl.hk != vl.H,
-                                             causal_alignment=causal_alignment,
-                                             masked_rows=masked_rows))
+            parts.append(plain_attention(qb, kb, vb, is_causal=is_causal, scale=scale,
+                                         enable_gqa=vl.hk != vl.H,
+                                         causal_alignment=causal_alignment,
+                                         masked_rows=masked_rows))
         else:
             parts.append(variant_attention(qb, kb, vb, opts, attn_mask=None,
                                            is_causal=is_causal, scale=scale,

@@ -59,157 +59,16 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InputValueError, ShapeError, SpecError
+from ...errors import ShapeError, SpecError
 from ..inputs import as_exact_array, to_float64, validate_finite
-from .score_mods import AlibiScoreMod, RelativeBiasScoreMod, ScoreMod, SoftcapScoreMod
 
-__all__ = ["Geometry", "VariantOptions", "variant_options"]
+__all__ = ["Bias", "Cap", "Geometry", "float_array"]
 
 #: Most calls a mask_mod gets one element at a time (when it cannot take arrays).
 MASK_MOD_LOOP_LIMIT = 1 << 20
 #: Positions at which a vectorised mask_mod is re-evaluated one at a time, as a
 #: check that it is elementwise (a mask_mod using max() or .sum() is not).
 MASK_MOD_SPOT_CHECKS = 64
-
-
-@dataclass(frozen=True, eq=False)
-class VariantOptions:
-    """Validated variant options (arrays are exact float64 copies of the inputs)."""
-
-    window: tuple[int | None, int | None] | None = None   # None inside = unbounded
-    softcap: float | None = None
-    alibi_slopes: np.ndarray[Any, Any] | None = None
-    sinks: np.ndarray[Any, Any] | None = None
-    mask_mod: Callable[..., Any] | None = None
-    block_mask: Any = None
-    score_mods: tuple[ScoreMod, ...] = ()
-    q_descale: np.ndarray[Any, Any] | None = None
-    k_descale: np.ndarray[Any, Any] | None = None
-    v_descale: np.ndarray[Any, Any] | None = None
-
-    @property
-    def empty(self) -> bool:
-        """No variant at all (plain scaled dot-product attention)."""
-        return (self.window is None and self.softcap is None and self.mask_mod is None
-                and self.block_mask is None and not self.score_mods
-                and all(a is None for a in (self.alibi_slopes, self.sinks, self.q_descale,
-                                            self.k_descale, self.v_descale)))
-
-    @property
-    def has_cap(self) -> bool:
-        """A softcap anywhere in the score pipeline (then scores are transcendental)."""
-        return self.softcap is not None or any(isinstance(m, SoftcapScoreMod)
-                                               for m in self.score_mods)
-
-
-def _window(window: Any) -> tuple[int | None, int | None] | None:
-    if window is None:
-        return None
-    if isinstance(window, (str, bytes)) or not hasattr(window, "__len__") or len(window) != 2:
-        raise SpecError(f"window={window!r}: expected (left, right) with integers >= 0 or -1 "
-                        "(unbounded), FlashAttention's window_size")
-    out: list[int | None] = []
-    for side, w in zip(("left", "right"), window, strict=True):
-        if w is None:
-            out.append(None)
-            continue
-        if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
-            raise SpecError(f"window={tuple(window)!r}: {side}={w!r} is not an integer")
-        if w < -1:
-            raise SpecError(f"window={tuple(window)!r}: {side}={w} must be >= 0, or -1 for "
-                            "unbounded")
-        # a window wider than any sequence is unbounded in effect; 2**62 keeps the
-        # integer comparisons inside int64
-        out.append(None if w == -1 else min(int(w), 2**62))
-    if out == [None, None]:
-        return None
-    return out[0], out[1]
-
-
-def _float_array(x: Any, name: str) -> np.ndarray[Any, Any]:
-    arr = as_exact_array(x, name)
-    if arr.dtype == bool:
-        raise SpecError(f"{name}.dtype=bool: expected a float array")
-    validate_finite(arr, name)
-    return to_float64(arr)
-
-
-def _score_mods(score_mod: Any) -> tuple[ScoreMod, ...]:
-    if score_mod is None:
-        return ()
-    items = tuple(score_mod) if isinstance(score_mod, (tuple, list)) else (score_mod,)
-    for m in items:
-        if not isinstance(m, ScoreMod):
-            raise SpecError(
-                f"score_mod={m!r}: an arbitrary float callable cannot be certified (the "
-                "oracle needs the exact mathematics of the modification, a callable only "
-                "gives float approximations). Use the certified menu: "
-                "mha_symbolic.softcap_score_mod(c), alibi_score_mod(slopes), "
-                "relative_bias_score_mod(table) (or a tuple of them), or the softcap=, "
-                "alibi_slopes= arguments; a boolean mask belongs in mask_mod="
-            )
-    return items
-
-
-def _is_block_mask(x: Any) -> bool:
-    return type(x).__name__ == "BlockMask" and (type(x).__module__ or "").startswith("torch")
-
-
-def variant_options(
-    *, window: Any = None, softcap: Any = None, alibi_slopes: Any = None, sinks: Any = None,
-    mask_mod: Any = None, score_mod: Any = None, q_descale: Any = None, k_descale: Any = None,
-    v_descale: Any = None,
-) -> VariantOptions | None:
-    """The validated options, or None when no variant is asked for.
-
-    >>> variant_options() is None
-    True
-    >>> variant_options(window=(2, 0)).window
-    (2, 0)
-    """
-    cap: float | None = None
-    if softcap is not None:
-        if isinstance(softcap, bool) or not isinstance(softcap, (int, float, np.floating,
-                                                                  np.integer)):
-            raise SpecError(f"softcap={softcap!r}: expected a real number (0 = off)")
-        cf = float(softcap)
-        if not math.isfinite(cf) or cf < 0:
-            raise InputValueError(f"softcap={softcap!r}: expected a finite number >= 0 "
-                                  "(0 = off, as FlashAttention)")
-        cap = cf if cf > 0 else None
-    block_mask = None
-    if mask_mod is not None:
-        if _is_block_mask(mask_mod):
-            block_mask, mask_mod = mask_mod, None
-        elif not callable(mask_mod):
-            raise SpecError(f"mask_mod={mask_mod!r}: expected a callable mask_mod(b, h, "
-                            "q_idx, kv_idx) -> bool or a torch BlockMask")
-    opts = VariantOptions(
-        window=_window(window), softcap=cap,
-        alibi_slopes=None if alibi_slopes is None else _float_array(alibi_slopes,
-                                                                     "alibi_slopes"),
-        sinks=None if sinks is None else _float_array(sinks, "sinks"),
-        mask_mod=mask_mod, block_mask=block_mask, score_mods=_score_mods(score_mod),
-        q_descale=None if q_descale is None else _float_array(q_descale, "q_descale"),
-        k_descale=None if k_descale is None else _float_array(k_descale, "k_descale"),
-        v_descale=None if v_descale is None else _float_array(v_descale, "v_descale"),
-    )
-    return None if opts.empty else opts
-
-
-def sdpa_variant_options(dropout_p: Any, dropout_mask: Any, **options: Any
-                         ) -> VariantOptions | None:
-    """:func:`variant_options` for ``reference_attention`` and its backward, which
-    refuse dropout together with a variant.
-
-    >>> sdpa_variant_options(0.0, None, window=None) is None
-    True
-    """
-    opts = variant_options(**options)
-    if opts is not None and (dropout_mask is not None or dropout_p):
-        raise SpecError("dropout with attention variants is not supported: pass "
-                        "dropout_p=0 without a dropout_mask")
-    return opts
 
 
 # --------------------------------------------------------------------------------------
@@ -502,30 +361,6 @@ def products_exact(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any],
     return bool(np.all(err == 0) and np.all(prod == np.broadcast_to(p, aa.shape)))
 
 
-def score_pipeline(opts: VariantOptions, geo: Geometry) -> tuple[Cap | Bias, ...]:
-    """The operations applied to the scaled score, in order (module docstring)."""
-    ops: list[Cap | Bias] = []
-    if opts.softcap is not None:
-        ops.append(Cap(opts.softcap))
-    for m in opts.score_mods:
-        if isinstance(m, SoftcapScoreMod):
-            ops.append(Cap(m.cap))
-        elif isinstance(m, AlibiScoreMod):
-            ops.append(Bias("alibi", per_problem(m.slopes, geo, "score_mod slopes")
-                            if m.slopes.ndim == 1 else _outer_heads(m.slopes, geo),
-                            m.offset))
-        elif isinstance(m, RelativeBiasScoreMod):
-            tab = m.table if m.table.ndim == 2 else m.table[None]
-            if tab.shape[0] not in (1, geo.heads):
-                raise ShapeError(f"score_mod table.shape={m.table.shape}: expected "
-                                 f"(2W + 1,) or (H={geo.heads}, 2W + 1)")
-            ops.append(Bias("table", tab, m.offset))
-    if opts.alibi_slopes is not None:
-        ops.append(Bias("alibi", per_problem(opts.alibi_slopes, geo, "alibi_slopes"),
-                        geo.offset))
-    return tuple(ops)
-
-
 def _outer_heads(slopes: np.ndarray[Any, Any], geo: Geometry) -> np.ndarray[Any, Any]:
     """(B, H) slopes of a score_mod: B must be the outer batch (flattened)."""
     if slopes.shape != (geo.n_outer, geo.heads):
@@ -534,12 +369,10 @@ def _outer_heads(slopes: np.ndarray[Any, Any], geo: Geometry) -> np.ndarray[Any,
     return slopes
 
 
-def sink_logits(opts: VariantOptions, geo: Geometry) -> np.ndarray[Any, Any] | None:
-    """σ per flat problem (B,), or None."""
-    if opts.sinks is None:
-        return None
-    s = opts.sinks
-    if s.ndim != 1 or s.shape[0] != geo.heads:
-        raise ShapeError(f"sinks.shape={s.shape}: expected (H,) = ({geo.heads},), one logit "
-                         "per query head")
-    return np.tile(s, geo.n_outer)
+def float_array(x: Any, name: str) -> np.ndarray[Any, Any]:
+    """A variant's float array option: exact, finite, not bool (float64 copy)."""
+    arr = as_exact_array(x, name)
+    if arr.dtype == bool:
+        raise SpecError(f"{name}.dtype=bool: expected a float array")
+    validate_finite(arr, name)
+    return to_float64(arr)

@@ -34,13 +34,16 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import InputValueError
+from ..arith.balls import EXP_FLOOR, Prec, exact_prec, exact_score_rows, to_arb_mat
 from ..arith.constants import CHUNK_ELEMS, ETA, RHO_EXP1, RHO_EXP2, TINY1, TINY2, UP, U, gamma
 from ..arith.dd import dd_add_d, dd_div, dd_mul, dd_mul_d, two_prod
-from ..arith.expo import exp_dd, exp_double
+from ..arith.expo import _table1, _table2, exp_dd, exp_double
+from ..arith.jit import _POW2, _kernels
 from ..arith.products import norm_up
-from ..conventions import Block, exact_scale
+from ..conventions import Block, dd_scale, exact_scale
 from ..enclosure import Enclosure, Problem
-from ..forward.arb import EXP_FLOOR, Prec, exact_prec, exact_score_rows, to_arb_mat
+from ..forward.dd import KVdd, Scores, dd_scores, tier2_from_scores
 from ..forward.fast import KV, tier1_block
 from .semantics import Bias, Cap, Geometry
 
@@ -115,12 +118,10 @@ def _tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any], want_sech2: boo
     ``want_sech2`` also (fh, fl) = sech²(xh + xl) within REL_SECH2_DD (proof below the
     sech² constants): one compiled pass when numba is available, bit-identical to
     :func:`_np_tanh_dd` (the same operations per element; tests/test_variants.py)."""
-    from ..arith.jit import _POW2, _kernels
 
     k = _kernels()
     if k is None or not hasattr(k, "tanh_dd") or xh.size == 0:
         return _np_tanh_dd(xh, xl, want_sech2)
-    from ..arith.expo import _table2
 
     xh = np.ascontiguousarray(xh, dtype=np.float64)
     xl = np.ascontiguousarray(xl, dtype=np.float64)
@@ -245,13 +246,11 @@ def _sech2_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any], e_x: np.ndarra
     """(fh, fl, err): sech²(x~) in double-double, |sech²(x) - fh - fl| <= err for every x
     with |x - x~| <= e_x (e_x <= 1/4; proof above); one compiled pass when numba is
     available (bit-identical to :func:`_np_sech2_dd`, tested)."""
-    from ..arith.jit import _POW2, _kernels
 
     k = _kernels()
     if k is None or not hasattr(k, "sech2_dd") or xh.size == 0:
         fh, fl = _np_sech2_dd(xh, xl)
     else:
-        from ..arith.expo import _table2
 
         xh = np.ascontiguousarray(xh, dtype=np.float64)
         xl = np.ascontiguousarray(xl, dtype=np.float64)
@@ -332,13 +331,11 @@ def softcap_array(s: np.ndarray[Any, Any], cap: float) -> np.ndarray[Any, Any]:
     """cap·tanh(s/cap) by :func:`tanh_proved` (its bound applies), in one compiled pass
     when numba is available (bit-identical: the same operations in the same order,
     tests/test_variants.py checks it)."""
-    from ..arith.jit import _POW2, _kernels
 
     k = _kernels()
     if k is None or not hasattr(k, "softcap") or s.size == 0:
         t, _ = tanh_proved(s / cap, need_err=False)
         return cap * t
-    from ..arith.expo import _table1
 
     out = np.empty_like(s)
     k.softcap(np.ascontiguousarray(s), cap, np.asarray(_TANH_COEFFS), _table1(), _POW2, out)
@@ -360,12 +357,10 @@ def softcap_rows(g: np.ndarray[Any, Any], c_f: float, cap: float,
                  ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """:func:`_np_softcap_rows` in one compiled pass when numba is available
     (bit-identical: the same operations per element; maxima are exact)."""
-    from ..arith.jit import _POW2, _kernels
 
     k = _kernels()
     if k is None or not hasattr(k, "softcap_rows") or g.size == 0 or len(_TANH_COEFFS) != 10:
         return _np_softcap_rows(g, c_f, cap, allowed)
-    from ..arith.expo import _table1
 
     g2 = np.ascontiguousarray(g).reshape(-1, g.shape[-1])
     al = (np.zeros((0, 0), dtype=bool) if allowed is None
@@ -662,7 +657,6 @@ class TransformedProblem(Problem):
     def _kv(self, b: int) -> Any:
         """Keys and values of problem b sliced for exact products (cached for the last
         b); with sinks one more key and value, both 0 (its score is replaced by σ)."""
-        from ..forward.dd import KVdd
 
         if self._kvdd is None or self._kvdd[0] != b:
             k, v = self.k[b], self.v[b]
@@ -687,15 +681,12 @@ class TransformedProblem(Problem):
            4.02u²), each bias exactly (TwoProduct), the float mask by TwoSum.
         3. The factor: Π over the softcaps of sech²(x_k), x_k the cap's argument, by
            :func:`_sech2_dd` (proof there)."""
-        from ..conventions import dd_scale
-        from ..forward.dd import dd_scores
 
         r = rows.size
         if keys is None:
             kvq = self._kv(b)
             n = self.k.shape[1]
         else:
-            from ..forward.dd import KVdd
 
             kk = np.ascontiguousarray(self.k[b][keys])
             kvq = KVdd(kk, np.zeros((kk.shape[0], 0)))
@@ -753,7 +744,6 @@ class TransformedProblem(Problem):
         per-row bound e_t = max_j err_j + u²(3|m| + 3000 + 2 max|s|) of |t~ - t| for t =
         s - m (the shift inside the weights' pass, as the plain tier 2) — and with
         ``want_factor`` the factor (hi, lo, err) of :meth:`pipeline_dd` (1 on the sink)."""
-        from ..forward.dd import Scores
 
         S = self.k.shape[1]
         r = rows.size
@@ -796,7 +786,6 @@ class TransformedProblem(Problem):
     def _refine(self, b: int, rows: np.ndarray[Any, Any], kind: str
                 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any],
                            np.ndarray[Any, Any]] | None:
-        from ..forward.dd import tier2_from_scores
 
         S = self.k.shape[1]
         sc, _ = self.scores_dd(b, rows)
@@ -956,7 +945,6 @@ def transformed_attention(
     sinks: np.ndarray[Any, Any] | None, scale: Any, masked_rows: str, return_weights: bool,
 ) -> Enclosure:
     """The enclosure of attention with a score pipeline (module docstring)."""
-    from ...errors import InputValueError
 
     if group > 1:
         k64 = np.repeat(k64, group, axis=-3)

@@ -12,7 +12,11 @@ from typing import Any
 import numpy as np
 
 from ...errors import SpecError
-from ..enclosure import Problem
+from ..arith.constants import ETA, UP, U, gamma
+from ..arith.dd import dd_mul_d
+from ..arith.formats import get_format
+from ..backward.dd import DDSum
+from ..enclosure import Enclosure, Problem
 from ..mp import MpmathViews
 
 __all__ = ["DropLast", "DropLastColumn", "PackedEnclosure", "scaled", "summed"]
@@ -93,7 +97,6 @@ class PackedEnclosure(MpmathViews):
         return self._cat(lambda p: p.midpoint)
 
     def rounded(self, dtype: Any = "float64") -> np.ndarray[Any, Any]:
-        from ..arith.formats import get_format
 
         out = self._cat(lambda p: p.rounded(dtype))
         return out.astype(get_format(dtype).numpy_dtype())
@@ -126,8 +129,6 @@ class _ScaledProblem(Problem):
         self.base, self.kind, self.f = base._problem, base._kind, factor
 
     def refine(self, b: int, rows: Any, kind: str) -> Any:
-        from ..arith.constants import ETA, UP, U
-        from ..arith.dd import dd_mul_d
 
         got = self.base.refine(b, rows, self.kind)
         if got is None:
@@ -173,7 +174,6 @@ class _SumProblem(Problem):
         self.parts = [(b._problem, b._kind) for b in bases]
 
     def refine(self, b: int, rows: Any, kind: str) -> Any:
-        from ..backward.dd import DDSum
 
         acc = DDSum()
         ok = np.ones(len(rows), dtype=bool)
@@ -237,7 +237,6 @@ class _MappedRow(list[Any]):
 
 def _half_width(enc: Any) -> np.ndarray[Any, Any]:
     """>= max(hi - mid, mid - lo) of an Enclosure's flat bounds (rounded up)."""
-    from ..arith.constants import UP
 
     with np.errstate(invalid="ignore", over="ignore"):
         return np.maximum(enc._hi - enc._mid, enc._mid - enc._lo) * UP
@@ -247,8 +246,6 @@ def scaled(base: Any, factor: np.ndarray[Any, Any]) -> Any:
     """The Enclosure of f_b·y for y enclosed by ``base`` (an Enclosure), f_b =
     ``factor[b]`` (doubles, one per stack element of its flat layout):
     |f y − fl(f m)| <= |f| w + u|fl(f m)|(1 + 2u) + η, w the base's half-width."""
-    from ..arith.constants import ETA, UP, U
-    from ..enclosure import Enclosure
 
     f = np.asarray(factor, dtype=np.float64).reshape(-1)[:, None, None]
     with np.errstate(invalid="ignore", over="ignore"):
@@ -264,8 +261,6 @@ def scaled(base: Any, factor: np.ndarray[Any, Any]) -> Any:
 def summed(bases: list[Any]) -> Any:
     """The Enclosure of Σ_k y_k for Enclosures of the same shape and layout:
     |Σ y − fl(Σ m)| <= Σ w_k + γ_n Σ|m_k| (H1), the bounds summed upward (H2)."""
-    from ..arith.constants import UP, gamma
-    from ..enclosure import Enclosure
 
     first = bases[0]
     if len(bases) == 1:

@@ -245,7 +245,7 @@ def compare_attention_backward(
     >>> compare_attention_backward(exact[0], 2 * exact[1], exact[2], q, k, v, do).passed
     False
     """
-    from ...oracle.variants.semantics import variant_options
+    from ...oracle.variants.registry import variant_options
 
     variant = variant_options(window=window, alibi_slopes=alibi_slopes, mask_mod=mask_mod,
                               score_mod=score_mod, sinks=sinks, softcap=softcap)
@@ -359,7 +359,7 @@ def _parameter_gradients(d_sinks: Any, d_slopes: Any, prep: Any, query: Any, key
     the call itself."""
     if d_sinks is None and d_slopes is None:
         return {}
-    from ...oracle.backward import reference_attention_backward
+    from ...oracle.api import reference_attention_backward
 
     if d_sinks is not None and prep.sinks is None:
         raise SpecError("d_sinks was given but the call has no sinks")
@@ -422,7 +422,7 @@ def _compare_backward(
     are lowered sinks (:func:`_with_sink_keys`); ``softcap``: C·tanh(s/C) on the scaled
     scores before the mask (backward_model.py: the worst-case propagation)."""
     rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
-    from ...oracle.backward import reference_attention_backward
+    from ...oracle.api import reference_attention_backward
 
     acts = {"dq": _as_actual(dq), "dk": _as_actual(dk), "dv": _as_actual(dv)}
     if d_attn_mask is not None:

@@ -20,14 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ...oracle.variants.semantics import (
-    Bias,
-    Cap,
-    Geometry,
-    VariantOptions,
-    score_pipeline,
-    window_allowed,
-)
+from ...oracle.variants.protocol import VariantOptions
+from ...oracle.variants.registry import score_pipeline
+from ...oracle.variants.semantics import Bias, Cap, Geometry, window_allowed
 from ..tolerance import ErrorModel
 from .model_variants import variant_error_bound
 from .plain import fit_ratio

@@ -470,7 +470,7 @@ def compare_attention(
     >>> compare_attention(np.zeros((1, 2, 2), np.float32), q, k, v).passed
     False
     """
-    from ...oracle.variants.semantics import sdpa_variant_options
+    from ...oracle.variants.registry import sdpa_variant_options
 
     variant = sdpa_variant_options(
         dropout_p, dropout_mask, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
@@ -479,7 +479,7 @@ def compare_attention(
     fp8 = any("float8" in str(getattr(x, "dtype", "")) for x in (actual, query, key, value))
     promise = dtype_promise(actual, (query, key, value), out_dtype, fp8)
     if variant is not None or weights_dtype is not None or fp8:
-        from ...oracle.variants.semantics import VariantOptions
+        from ...oracle.variants.protocol import VariantOptions
         from .variants import compare_variant_attention
 
         if dropout_mask is not None or dropout_p:

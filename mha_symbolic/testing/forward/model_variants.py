@@ -111,7 +111,7 @@ def variant_error_bound(vp: Any, model: ErrorModel, events: tuple[float, float] 
     events are ``events`` (default: those of ``vp`` alone, :func:`variant_events`).
 
     >>> import numpy as np
-    >>> from mha_symbolic.oracle.variants.semantics import variant_options
+    >>> from mha_symbolic.oracle.variants.registry import variant_options
     >>> from mha_symbolic.testing.forward.bugs_variants import VariantInputs, plain_variant
     >>> from mha_symbolic.testing.tolerance import error_model
     >>> x = VariantInputs(np.eye(2)[None], np.eye(2)[None], np.eye(2)[None],

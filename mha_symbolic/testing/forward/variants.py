@@ -32,13 +32,9 @@ import numpy as np
 
 from ...errors import SpecError
 from ...oracle.inputs import as_exact_array
-from ...oracle.variants.semantics import (
-    Geometry,
-    VariantOptions,
-    block_mask_allowed,
-    eval_mask_mod,
-    variant_options,
-)
+from ...oracle.variants.protocol import VariantOptions
+from ...oracle.variants.registry import variant_options
+from ...oracle.variants.semantics import Geometry, block_mask_allowed, eval_mask_mod
 from ..options import asserting, checked
 from ..tolerance import DEFAULT_SAFETY, FORMATS, ErrorModel
 from .bugs_variants import VariantInputs, diagnose_variant, plain_variant
