@@ -98,7 +98,7 @@ def test_jax_arrays_without_jax_name_the_extra(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_without_numba_the_oracle_runs_its_numpy_twins(monkeypatch: pytest.MonkeyPatch) -> None:
-    import mha_symbolic.oracle as oracle_pkg
+    import mha_symbolic.oracle.arith as oracle_pkg
     from mha_symbolic.oracle.arith import jit
 
     # `from . import _numba_kernels` finds an imported submodule on its package first

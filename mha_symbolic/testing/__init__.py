@@ -24,7 +24,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "assert_attention_close": "forward.compare",
     "compare_mha": "forward.mha",
     "assert_mha_close": "forward.mha",
-    "AttentionComparison": "forward.compare",
+    "AttentionComparison": "verdict",
     "attention_inputs": "strategies",
     "AttentionCase": "strategies",
     "compare_attention_backward": "backward.compare",
@@ -46,7 +46,8 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .backward.mha import assert_mha_backward_close, compare_mha_backward
     from .check import AttentionCheck, check_attention
-    from .forward.compare import AttentionComparison, assert_attention_close, compare_attention
+    from .forward.compare import assert_attention_close, compare_attention
     from .forward.mha import assert_mha_close, compare_mha
     from .forward.variants import assert_attention_varlen_close, compare_attention_varlen
     from .strategies import AttentionCase, attention_inputs
+    from .verdict import AttentionComparison

@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .forward.compare import AttentionComparison
+    from .verdict import AttentionComparison
 
 __all__: list[str] = []
 

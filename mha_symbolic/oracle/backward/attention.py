@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InputValueError, ShapeError, SpecError
+from ...errors import ShapeError, SpecError
 from ..arith.balls import scale_arb, to_arb_mat
 from ..arith.constants import UP, U, gamma
 from ..arith.formats import FloatFormat
@@ -44,6 +44,7 @@ from ..conventions import (
     check_sdpa_inputs,
     dd_scale,
     exact_scale,
+    masked_rows_of,
     rational_scale,
     read_mask,
 )
@@ -183,13 +184,7 @@ def _setup(query: Any, key: Any, value: Any, grad_output: Any, attn_mask: Any,
                        dropout_mask=dropout_mask, dropout_p=p_drop)
     B = math.prod(batch)
     empty = model.empty_rows()
-    if masked_rows == "error" and empty.any():
-        b, i = np.argwhere(empty)[0].tolist()
-        where = (*tuple(int(x) for x in np.unravel_index(b, batch)), i) if batch else (i,)
-        raise InputValueError(f"query row {where} has every key masked out (attn_mask/is_causal) "
-                              "and masked_rows='error'")
-    uniform: Arr = (np.asarray(empty & (S > 0)) if masked_rows == "uniform"
-                    else np.zeros_like(empty))
+    uniform: Arr = masked_rows_of(masked_rows, empty, S, batch).uniform
     stack = Stack(to_float64(q), to_float64(k), to_float64(v), batch, rep)
     f = model.dropout_factor if model.dropout_factor is not None else Fraction(1)
     maps = {"dq": _index_map(q.shape[:-2], batch), "dk": _index_map(k.shape[:-2], batch, rep),

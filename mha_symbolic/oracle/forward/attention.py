@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InputValueError
 from ..arith import ties
 from ..arith.balls import exact_prec, exact_score_rows, scale_arb, to_arb_mat
 from ..arith.constants import CHUNK_ELEMS
@@ -35,6 +34,7 @@ from ..conventions import (
     concat_blocks,
     dd_scale,
     exact_scale,
+    masked_rows_of,
     rational_scale,
 )
 from ..enclosure import Enclosure, Problem
@@ -355,18 +355,8 @@ def plain_attention(
     B = math.prod(batch)
     stack = Stack(to_float64(q), to_float64(k), to_float64(v), batch, rep)
 
-    empty_rows = model.empty_rows()
-    if masked_rows == "error" and empty_rows.any():
-        b, i = np.argwhere(empty_rows)[0].tolist()
-        where = (*tuple(int(x) for x in np.unravel_index(b, batch)), i) if batch else (i,)
-        raise InputValueError(
-            f"query row {where} has every key masked out (attn_mask/is_causal) and "
-            "masked_rows='error'"
-        )
-    if masked_rows == "uniform":
-        empty_rows = empty_rows & (S == 0)  # uniform rows are computed; S = 0: empty mean 0
-    zero_rows = empty_rows if masked_rows in ("zero", "uniform") else np.zeros_like(empty_rows)
-    nan_rows = empty_rows if masked_rows == "nan" else np.zeros_like(empty_rows)
+    rows = masked_rows_of(masked_rows, model.empty_rows(), S, batch)
+    zero_rows, nan_rows = rows.zero, rows.nan  # uniform rows are computed (ScoreModel)
 
     prog = Progress(progress, expected_seconds(B * L * S * max(1, (E + Ev) // 64), "tier1"))
     y = np.zeros((B, L, Ev))

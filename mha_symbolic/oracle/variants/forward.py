@@ -36,7 +36,7 @@ from ..forward.attention import plain_attention
 from ..inputs import as_exact_array, to_float64, validate_finite
 from .protocol import VariantOptions
 from .registry import exact_inputs, kept, score_pipeline, sink_logits, variant_options
-from .semantics import Bias, Cap, Geometry
+from .semantics import Bias, Cap, Geometry, window_allowed
 from .transformed import transformed_attention
 from .views import DropLastColumn, PackedEnclosure
 
@@ -143,6 +143,9 @@ def prepare(query: Any, key: Any, value: Any, opts: VariantOptions, *, attn_mask
             keeps.append(m64 != -np.inf)
             user_madd = np.where(m64 == -np.inf, 0.0, m64)
             adds.append(user_madd)
+    causal = window_allowed(None, is_causal, geo)  # SDPA's own causal limit
+    if causal is not None:
+        keeps.append(causal)
     keeps.extend(kept(opts, geo, is_causal))
     keep = None
     for part in keeps:

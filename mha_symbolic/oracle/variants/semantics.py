@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ShapeError, SpecError
+from ..arith.dd import two_prod
 from ..inputs import as_exact_array, to_float64, validate_finite
 
 __all__ = ["Bias", "Cap", "Geometry", "float_array"]
@@ -350,7 +351,6 @@ def products_exact(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any],
     """Is every float64 product p = fl(a·b) exact?  TwoProduct (Dekker, Veltkamp split)
     gives the exact error when no partial product under- or overflows, which holds
     for |a|, |b| in [2**-450, 2**450] (or 0)."""
-    from ..arith.dd import two_prod
 
     for x in (a, b):
         ax = np.abs(x[x != 0])

@@ -24,8 +24,14 @@ import numpy as np
 
 from ..._display import ReportDisplay
 from ...errors import ShapeError, SpecError, ToleranceError
+from ...oracle.api import reference_attention_backward
+from ...oracle.variants.forward import lowered, lowered_after_cap, prepare, require_lowerable
+from ...oracle.variants.registry import variant_options
 from ..forward.bugs import _fits
-from ..forward.compare import (
+from ..options import asserting, checked
+from ..report import headline
+from ..tolerance import ErrorModel, format_of
+from ..verdict import (
     AttentionComparison,
     Diagnosis,
     _acc_text,
@@ -41,8 +47,6 @@ from ..forward.compare import (
     _tolerance,
     _verdict,
 )
-from ..options import asserting, checked
-from ..tolerance import ErrorModel, format_of
 from .bugs import (
     BACKWARD_BUG_CLASSES,
     BackwardBugClass,
@@ -50,7 +54,7 @@ from .bugs import (
     PlainBackward,
     plain_backward,
 )
-from .model import BACKWARD_KERNEL, backward_error_bound, natural_scales
+from .model import BACKWARD_KERNEL, backward_error_bound, backward_events, natural_scales
 
 __all__ = [
     "BackwardComparison",
@@ -121,7 +125,6 @@ def _summary_backward(c: BackwardComparison) -> str:
 
 
 def _headline_backward(c: BackwardComparison) -> str:
-    from ..report import headline
 
     failed = [f"{comp.title} {comp.n_mismatched} / {comp.n_elements}"
               for comp in c.gradients.values() if not comp.passed]
@@ -245,19 +248,12 @@ def compare_attention_backward(
     >>> compare_attention_backward(exact[0], 2 * exact[1], exact[2], q, k, v, do).passed
     False
     """
-    from ...oracle.variants.registry import variant_options
 
     variant = variant_options(window=window, alibi_slopes=alibi_slopes, mask_mod=mask_mod,
                               score_mod=score_mod, sinks=sinks, softcap=softcap)
     if variant is not None:
         # the variants as plain attention of exact inputs (oracle/variant_forward.py):
         # the gradients, the model and the bug catalogue are the plain ones
-        from ...oracle.variants.forward import (
-            lowered,
-            lowered_after_cap,
-            prepare,
-            require_lowerable,
-        )
 
         if d_attn_mask is not None:
             raise SpecError("d_attn_mask with attention variants is not available "
@@ -311,12 +307,10 @@ def _variant_backward_bugs(query: Any, key: Any, value: Any, variant: Any, **cal
     without the window, without ALiBi, or with the slopes in reversed head order
     (plain_backward's ``backward_attn_mask``).  Built lazily, only when a diagnosis
     runs."""
-    from dataclasses import replace as dc_replace
 
-    from ...oracle.variants.forward import lowered, lowered_after_cap, prepare
 
     def bwd_mask(**changes: Any) -> Any:
-        other = prepare(query, key, value, dc_replace(variant, **changes), **call)
+        other = prepare(query, key, value, variant.replace(**changes), **call)
         return (lowered_after_cap(other)[3] if variant.has_cap else lowered(other)[2])
 
     def entry(name: str, description: str, **changes: Any) -> BackwardBugClass:
@@ -359,7 +353,6 @@ def _parameter_gradients(d_sinks: Any, d_slopes: Any, prep: Any, query: Any, key
     the call itself."""
     if d_sinks is None and d_slopes is None:
         return {}
-    from ...oracle.api import reference_attention_backward
 
     if d_sinks is not None and prep.sinks is None:
         raise SpecError("d_sinks was given but the call has no sinks")
@@ -422,7 +415,6 @@ def _compare_backward(
     are lowered sinks (:func:`_with_sink_keys`); ``softcap``: C·tanh(s/C) on the scaled
     scores before the mask (backward_model.py: the worst-case propagation)."""
     rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
-    from ...oracle.api import reference_attention_backward
 
     acts = {"dq": _as_actual(dq), "dk": _as_actual(dk), "dv": _as_actual(dv)}
     if d_attn_mask is not None:
@@ -481,7 +473,6 @@ def _compare_backward(
     if rule == "flash":
         pd = plain_backward(x, dtype=kernel_dtype)
         plain = {"dq": pd.dq, "dk": pd.dk, "dv": pd.dv, "d_attn_mask": pd.d_mask}
-    from .model import backward_events
 
     n_el = float(sum(np.prod(sh) for sh in shapes.values()))
     shown = emodel.with_events(*backward_events(pb, max(n_el, 1.0)))   # the report's λ

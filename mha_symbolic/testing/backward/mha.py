@@ -15,7 +15,7 @@ with float32 accumulation)::
                                δdQ <= c(δdS|K| + |dS| δK), δdK <= c(δdSᵀ|Q| + |dS|ᵀ δQ),
                                δdV <= δPᵀ|dA| + Pᵀ δdA
     dX = dQ W, dW = Σ dQᵀ X, db = Σ dQ      (H1) with the dQ bound carried: δdQ|W| + γ̃|dQ||W| + u|dX|
-    dW_o = Σ Gᵀ A, db_o = Σ G   with A's forward bound (tolerance.attention_error_bound)
+    dW_o = Σ Gᵀ A, db_o = Σ G   with A's forward bound (forward.model.batched_attention_error_bound)
     weight and bias gradients also allow the per-sequence partial sums to be stored in
     the dtype before they are added: + u Σ_n |partial_n|
 
@@ -37,10 +37,11 @@ import numpy as np
 from ...errors import PrecisionError, ShapeError, SpecError
 from ...oracle.backward import reference_mha_backward
 from ..forward.bugs import MhaInputs
-from ..forward.compare import _acc_text, _as_actual, _f64, _rule_line, _rule_options
 from ..forward.mha import _mha_inputs
+from ..forward.model import batched_attention_error_bound
 from ..options import asserting, passes_options_to
-from ..tolerance import ErrorModel, attention_error_bound, format_of, linear_error_bound
+from ..tolerance import ErrorModel, format_of, linear_error_bound
+from ..verdict import _acc_text, _as_actual, _f64, _rule_line, _rule_options
 from .bugs import BackwardInputs, plain_backward
 from .compare import BackwardComparison, _judge_gradients, _model_bwd, _refuse_vacuous
 from .model import BACKWARD_KERNEL, backward_error_bound, backward_events, natural_scales
@@ -151,7 +152,7 @@ def mha_backward_bounds(x: MhaInputs, dout: Arr, model: ErrorModel
                           + u * np.abs(dYf.sum(axis=0)) + u * np.abs(dY.sum(axis=1)).sum(axis=0))
     # the output projection: A is the kernel's own attention output, with its forward error
     att_out = _merge(np.asarray(pb.out))
-    fwd = attention_error_bound(pb.q, pb.k, pb.v, np.where(pb.allowed, pb.p, 0.0),
+    fwd = batched_attention_error_bound(pb.q, pb.k, pb.v, np.where(pb.allowed, pb.p, 0.0),
                                 scale=pb.scale, allowed=pb.allowed, mask_add=pb.mask_add,
                                 out=pb.out, model=model, dq=eq_h, dk=ek_h, dv=ev_h)
     e_A = _merge(np.where(np.isfinite(fwd), fwd, 0.0))

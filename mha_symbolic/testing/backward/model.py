@@ -81,6 +81,7 @@ from typing import Any
 
 import numpy as np
 
+from ..forward.model import batched_attention_error_bound
 from ..tolerance import (
     ERROR_MODELS,
     K_EXP,
@@ -89,7 +90,6 @@ from ..tolerance import (
     K_SOFTMAX,
     K_TANH,
     ErrorModel,
-    attention_error_bound,
 )
 from .bugs import PlainBackward, reduce_to
 
@@ -183,7 +183,7 @@ class _Parts:
             # difference s' − c q·k as an additive part, and the cap's own errors (sig_s:
             # each weight moves by at most a factor e^{±2 max_j sig_s_ij}) on Σ_j P|v|
             madd = pb.capped - qk + (0.0 if pb.mask_add is None else pb.mask_add)
-        fwd = attention_error_bound(q, k, v, np.where(allowed, pb.p, 0.0), scale=pb.scale,
+        fwd = batched_attention_error_bound(q, k, v, np.where(allowed, pb.p, 0.0), scale=pb.scale,
                                     allowed=allowed, mask_add=madd, out=pb.out,
                                     model=model)
         if pb.cap is not None:

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import score_pipeline
-from ...oracle.variants.semantics import Bias, Cap, Geometry, window_allowed
+from ...oracle.variants.semantics import Bias, Cap, Geometry, per_problem, window_allowed
 from ..tolerance import ErrorModel
+from .bugs import _matching
 from .model_variants import variant_error_bound
 from .plain import fit_ratio
 
@@ -157,7 +158,7 @@ def plain_variant(
         allowed = allowed & x.mod_keep
     # scores: the keyword softcap (where the mode puts it), the menu, ALiBi, the mask
     geo = Geometry(lead, H, L, S, off)
-    ops = list(score_pipeline(replace(o, softcap=None, alibi_slopes=None), geo))
+    ops = list(score_pipeline(o.replace(softcap=None, alibi_slopes=None), geo))
     cap = o.softcap
     caps: list[tuple[np.ndarray, np.ndarray]] = []
     if cap is not None and softcap_mode == "before_scale":
@@ -169,7 +170,6 @@ def plain_variant(
         if cap is not None and softcap_mode == "right":
             ops.insert(0, Cap(cap))
     if o.alibi_slopes is not None:
-        from ...oracle.variants.semantics import per_problem
 
         slopes = per_problem(o.alibi_slopes, geo, "alibi_slopes") * alibi_sign
         if alibi_reverse:
@@ -373,7 +373,6 @@ def diagnose_variant(actual: np.ndarray, x: VariantInputs, *, model: ErrorModel,
     """The variant bug classes whose float64 output ``actual`` matches within
     ``safety`` times the buggy variant's own bound under ``model``, best first
     (callers have found that ``actual`` does not match the truth)."""
-    from .bugs import _matching
 
     class _Entry:
         def __init__(self, bug: VariantBugClass) -> None:

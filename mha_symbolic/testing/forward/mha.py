@@ -13,8 +13,7 @@ from ...errors import SpecError
 from ...oracle.forward.mha import reference_mha
 from ..options import asserting, passes_options_to
 from ..tolerance import DEFAULT_SAFETY
-from .bugs import MhaInputs, diagnose_mha, plain_mha
-from .compare import (
+from ..verdict import (
     AttentionComparison,
     _as_actual,
     _as_array,
@@ -31,6 +30,7 @@ from .compare import (
     _with_diagnoses,
     _within,
 )
+from .bugs import MhaInputs, diagnose_mha, plain_mha
 
 __all__ = ["assert_mha_close", "compare_mha"]
 

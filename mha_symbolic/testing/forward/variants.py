@@ -32,12 +32,28 @@ import numpy as np
 
 from ...errors import SpecError
 from ...oracle.inputs import as_exact_array
+from ...oracle.variants.forward import reference_attention_varlen, variant_attention
 from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import variant_options
 from ...oracle.variants.semantics import Geometry, block_mask_allowed, eval_mask_mod
 from ..options import asserting, checked
 from ..tolerance import DEFAULT_SAFETY, FORMATS, ErrorModel
-from .bugs_variants import VariantInputs, diagnose_variant, plain_variant
+from ..verdict import (
+    _as_actual,
+    _check_enclosure,
+    _check_shape,
+    _index_names,
+    _model,
+    _refined,
+    _rule_line,
+    _rule_options,
+    _tolerance,
+    _with_diagnoses,
+    _within,
+)
+from ..verdict import _verdict as _judge
+from .bugs import Candidate, _fits
+from .bugs_variants import VARIANT_BUG_CLASSES, VariantInputs, diagnose_variant, plain_variant
 from .emulated import hull_violations
 from .model_variants import FP8_FORMATS, variant_events
 from .plain import AttentionInputs
@@ -53,7 +69,6 @@ def _variant_model(actual: np.ndarray, in_dtype: str, accumulation_dtype: Any,
     plain defaults (float32 accumulation for outputs narrower than float32), and FP8
     inputs mean an FP8 kernel (FlashAttention-3): float32 accumulation whatever the
     output, the weights in the input's fp8 format unless ``weights_dtype`` says."""
-    from .compare import _model
 
     fp8_in = in_dtype in FP8_FORMATS
     weights = weights_dtype if weights_dtype is not None else (in_dtype if fp8_in else None)
@@ -111,22 +126,20 @@ def compare_variant_attention(
     ulps: float | None = None, factor: float | None = None, diagnose_bugs: bool = True,
 ) -> Any:
     """compare_attention for a call with variants (options validated in ``opts``)."""
-    from . import compare as c
 
-    rule = c._rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
-    a = c._as_actual(actual)
+    rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
+    a = _as_actual(actual)
     x = _variant_inputs(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
                         scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
                         masked_rows=masked_rows)
     model = _variant_model(a, x.in_format, accumulation_dtype, weights_dtype, kernel,
                            error_model, subnormals)
-    from ...oracle.variants.forward import variant_attention
 
     ref = variant_attention(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
                             scale=scale, enable_gqa=enable_gqa,
                             causal_alignment=causal_alignment, masked_rows=masked_rows,
                             return_weights=False)
-    c._check_shape(a, tuple(ref.shape), "attention output")
+    _check_shape(a, tuple(ref.shape), "attention output")
     vp = plain_variant(x)
     tol, vac = (np.broadcast_to(t_, a.shape) for t_ in vp.bound(model))
     model = model.with_events(*variant_events(vp))  # for the report's λ
@@ -142,7 +155,7 @@ def compare_variant_attention(
             plain = np.broadcast_to(plain_variant(x, store=store).out, a.shape)
     return _verdict(a, ref, tol, vac, model=model, x=x, rule=rule, safety=safety, rtol=rtol,
                     atol=atol, ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs,
-                    names=c._index_names(a.ndim), title="attention output", plain=plain,
+                    names=_index_names(a.ndim), title="attention output", plain=plain,
                     nan_ok=masked_rows == "nan")
 
 
@@ -155,32 +168,31 @@ def _verdict(a: np.ndarray, ref: Any, model_tol: np.ndarray, vacuous: np.ndarray
     """The verdict of :mod:`.compare` (its guards included: a non-finite enclosure or
     tolerance, or a vacuous tolerance where the output would pass, raise
     ToleranceError), then the variant diagnosis."""
-    from . import compare as c
 
     lower, upper = np.asarray(ref.lower, np.float64), np.asarray(ref.upper, np.float64)
-    c._check_enclosure(lower, upper, nan_ok)
-    lower, upper = c._refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
-                              atol, ulps)
+    _check_enclosure(lower, upper, nan_ok)
+    lower, upper = _refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
+                            atol, ulps)
     mid = 0.5 * (lower + upper)
     # flash: factor × the simulated plain kernel's error, never below the model's
     # tolerance (issue 10's floor: the simulated kernel may be the more accurate one)
-    tol = c._tolerance(rule, model=model_tol, mid=mid, fmt=model.fmt, rtol=rtol, atol=atol,
-                       ulps=ulps, factor=factor, safety=safety, plain=plain)
-    comp = c._verdict(a, lower, upper, tol,
-                      vacuous if rule in ("model", "certified", "flash") else None,
-                      model=model, rule=c._rule_line(rule, model, safety, rtol, atol, ulps,
-                                                     factor),
-                      index_names=names, title=title, hull=_hull(a, x, model))
+    tol = _tolerance(rule, model=model_tol, mid=mid, fmt=model.fmt, rtol=rtol, atol=atol,
+                     ulps=ulps, factor=factor, safety=safety, plain=plain)
+    comp = _judge(a, lower, upper, tol,
+                  vacuous if rule in ("model", "certified", "flash") else None,
+                  model=model, rule=_rule_line(rule, model, safety, rtol, atol, ulps,
+                                               factor),
+                  index_names=names, title=title, hull=_hull(a, x, model))
     if comp.passed or not diagnose_bugs:
         return comp
     saf = DEFAULT_SAFETY if safety is None or rule != "model" else safety
-    if not c._within(a, lower, upper, saf * model_tol):
+    if not _within(a, lower, upper, saf * model_tol):
         if diagnose is None:
             found = diagnose_variant(np.asarray(a, dtype=np.float64), x, model=model,
                                      safety=saf)
         else:
             found = diagnose(saf)
-        comp = c._with_diagnoses(comp, found)
+        comp = _with_diagnoses(comp, found)
     return comp
 
 
@@ -193,8 +205,6 @@ def _packed_bugs(x_parts: list[VariantInputs], cq: list[int], ck: list[int],
                  actual: np.ndarray, model: ErrorModel, safety: float) -> tuple[Any, ...]:
     """Diagnosis of a packed output: the per-sequence variant bugs (applied to every
     sequence) and the two varlen bugs (attention across the boundaries)."""
-    from .bugs import Candidate, _fits
-    from .bugs_variants import VARIANT_BUG_CLASSES
 
     found: list[Any] = []
 
@@ -222,7 +232,7 @@ def _packed_bugs(x_parts: list[VariantInputs], cq: list[int], ck: list[int],
         # one sequence: the packed tokens attend to each other (cu_seqlens ignored)
         whole = replace(base, q=np.swapaxes(qp, 0, 1)[None], k=np.swapaxes(kp, 0, 1)[None],
                         v=np.swapaxes(vp_, 0, 1)[None],
-                        opts=replace(base.opts, alibi_slopes=None if base.opts.alibi_slopes
+                        opts=base.opts.replace(alibi_slopes=None if base.opts.alibi_slopes
                                      is None else base.opts.alibi_slopes[0],
                                      q_descale=None, k_descale=None, v_descale=None))
         try:
@@ -270,20 +280,18 @@ def compare_attention_varlen(
     >>> compare_attention_varlen(wrong, x, x, x, [0, 1, 3], [0, 1, 3], scale=0.0).passed
     False
     """
-    from ...oracle.variants.forward import reference_attention_varlen
-    from . import compare as c
 
-    rule = c._rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=None, safety=safety)
+    rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=None, safety=safety)
     if rule == "flash":
         raise SpecError("rule='flash' is not available for varlen attention")
-    a = c._as_actual(actual)
+    a = _as_actual(actual)
     ref = reference_attention_varlen(
         query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         is_causal=is_causal, scale=scale, causal_alignment=causal_alignment,
         masked_rows=masked_rows, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
         sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
         k_descale=k_descale, v_descale=v_descale)
-    c._check_shape(a, tuple(ref.shape), "varlen attention output")
+    _check_shape(a, tuple(ref.shape), "varlen attention output")
     qa = as_exact_array(query, "query")
     qp, kp, vp_ = _f64(query, "query"), _f64(key, "key"), _f64(value, "value")
     cq = [int(t) for t in np.asarray(cu_seqlens_q).tolist()]
@@ -304,7 +312,7 @@ def compare_attention_varlen(
         qb = np.swapaxes(qp[cq[b]:cq[b + 1]], 0, 1)[None]
         kb = np.swapaxes(kp[ck[b]:ck[b + 1]], 0, 1)[None]
         vb = np.swapaxes(vp_[ck[b]:ck[b + 1]], 0, 1)[None]
-        ob = replace(opts, alibi_slopes=row(opts.alibi_slopes, H, b),
+        ob = opts.replace(alibi_slopes=row(opts.alibi_slopes, H, b),
                      q_descale=row(opts.q_descale, hk, b), k_descale=row(opts.k_descale, hk, b),
                      v_descale=row(opts.v_descale, hk, b))
         keep = None
