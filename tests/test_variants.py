@@ -24,13 +24,13 @@ from hypothesis import strategies as st
 from mha_symbolic.errors import InputValueError, ShapeError, SpecError
 from mha_symbolic.oracle import reference_attention
 from mha_symbolic.oracle.arith import formats as fpf
+from mha_symbolic.oracle.arith.tanh import E_TANH, tanh_proved
 from mha_symbolic.oracle.variants.forward import reference_attention_varlen
 from mha_symbolic.oracle.variants.score_mods import (
     alibi_score_mod,
     relative_bias_score_mod,
     softcap_score_mod,
 )
-from mha_symbolic.oracle.arith.tanh import E_TANH, tanh_proved
 
 flint = pytest.importorskip("flint")
 arb, fmpq, ctx = flint.arb, flint.fmpq, flint.ctx
@@ -794,8 +794,8 @@ def test_softcap_tier2_values_lie_within_their_bound_against_arb() -> None:
 
 
 def test_softcap_compiled_and_numpy_twins_are_bit_identical() -> None:
-    from mha_symbolic.oracle.arith.jit import _kernels
     from mha_symbolic.oracle.arith import tanh as transformed
+    from mha_symbolic.oracle.arith.jit import _kernels
 
     if _kernels() is None:
         pytest.skip("numba is not installed")
@@ -811,8 +811,8 @@ def test_fused_softcap_rows_and_dd_tanh_twins_are_bit_identical() -> None:
     """The compiled scale-softcap-maxima pass, the double-double tanh and sech² give the
     numpy twins' arrays bit for bit (series, exp branch, far branch, signed zeros,
     masks)."""
-    from mha_symbolic.oracle.arith.jit import _kernels
     from mha_symbolic.oracle.arith import tanh as transformed
+    from mha_symbolic.oracle.arith.jit import _kernels
 
     if _kernels() is None:
         pytest.skip("numba is not installed")
