@@ -10,7 +10,7 @@ Sections (bench/RESULTS.md, "Issue 12"):
 
 false-alarms  correct kernels must pass compare_attention_backward's default rule:
               torch SDPA backward (default and MATH backends, CPU) and an independent
-              FlashAttention-2-style numpy kernel (tests/fa2_backward_kernel.py) in 4
+              FlashAttention-2-style numpy kernel (tests/kernels/fa2_backward_kernel.py) in 4
               dtypes, jax.vjp of jax.nn.dot_product_attention, nn.MultiheadAttention
               (compare_mha_backward).  FlashAttention's own rules judge the same outputs:
               flash2  max|g − ref| <= 2·max|g_pt − ref| (ref: torch MATH on inputs upcast,
@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "kernels"))
 
 from fa2_backward_kernel import fa2_backward  # noqa: E402
 

@@ -2,7 +2,7 @@
 underflow), kept in one module that the fast paths, the Arb fallback and the
 enclosure import.  Each constant states the fact it encodes; the ones that are
 bit patterns of irrational numbers are checked against Arb in
-tests/test_oracle_kernels.py."""
+tests/oracle/arith/test_oracle_kernels.py."""
 
 from __future__ import annotations
 

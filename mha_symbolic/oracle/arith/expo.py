@@ -10,7 +10,7 @@
 The tables are computed once, on first use, in Arb (python-flint) and checked:
 every entry is the correctly rounded double (``exp_double``) or a double-double
 within ``2**-104`` relative (``exp_dd``) of ``2**(j/N)``.  The proofs are in the
-docstrings and in docs/oracle.md §3; ``tests/test_oracle_kernels.py`` checks both
+docstrings and in docs/oracle.md §3; ``tests/oracle/arith/test_oracle_kernels.py`` checks both
 functions against Arb on adversarial points (largest reduced arguments, the cut,
 0, double-double inputs).
 """

@@ -6,7 +6,7 @@ same order on every element — numba compiles without fast-math, so nothing is
 reassociated or contracted into FMAs; ``np.rint`` and ``math.ldexp`` are the same
 correctly rounded operations; the only reductions are row maxima, which do not
 depend on the order — so the two give **bit-identical** arrays (checked in
-tests/test_oracle_jit.py).  numba is an optional extra (``pip install
+tests/oracle/arith/test_oracle_jit.py).  numba is an optional extra (``pip install
 mha-symbolic[fast]``): without it, or with the environment variable
 ``MHA_SYMBOLIC_NUMBA=0``, the numpy twins run.  Why it pays: the numpy twins make
 one pass over the (rows × keys) block per operation (~30 for tier 1, ~150 for

@@ -83,7 +83,7 @@ def _tanh_dd(xh: np.ndarray[Any, Any], xl: np.ndarray[Any, Any], want_sech2: boo
     """(th, tl, rel_err_bound) for tanh(xh + xl) in double-double (proof above), and with
     ``want_sech2`` also (fh, fl) = sech²(xh + xl) within REL_SECH2_DD (proof below the
     sech² constants): one compiled pass when numba is available, bit-identical to
-    :func:`_np_tanh_dd` (the same operations per element; tests/test_variants.py)."""
+    :func:`_np_tanh_dd` (the same operations per element; tests/oracle/variants/test_variants.py)."""
 
     k = _kernels()
     if k is None or not hasattr(k, "tanh_dd") or xh.size == 0:
@@ -296,7 +296,7 @@ def tanh_proved(x: np.ndarray[Any, Any], need_err: bool = True
 def softcap_array(s: np.ndarray[Any, Any], cap: float) -> np.ndarray[Any, Any]:
     """cap·tanh(s/cap) by :func:`tanh_proved` (its bound applies), in one compiled pass
     when numba is available (bit-identical: the same operations in the same order,
-    tests/test_variants.py checks it)."""
+    tests/oracle/variants/test_variants.py checks it)."""
 
     k = _kernels()
     if k is None or not hasattr(k, "softcap") or s.size == 0:

@@ -2,7 +2,7 @@
 
 Only +, -, *, / and abs, in one order: numpy (on arrays, :mod:`.fast`) and numba (on
 scalars, :mod:`._kernels`, compiled without fast-math) evaluate the same IEEE
-operations, so the two paths give bit-identical results (tests/test_backward_tiers.py);
+operations, so the two paths give bit-identical results (tests/oracle/backward/test_backward_tiers.py);
 the reductions between the two steps (D's row sums) are numpy's in both paths."""
 
 from __future__ import annotations
