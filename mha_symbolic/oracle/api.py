@@ -11,9 +11,7 @@ here, as are the multi-head blocks.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from .backward.attention import AttentionGradients, plain_attention_backward
 from .backward.mha import MhaGradients, reference_mha_backward
@@ -22,27 +20,17 @@ from .forward.attention import plain_attention
 from .forward.mha import reference_mha
 from .variants.backward import reference_attention_varlen_backward, variant_attention_backward
 from .variants.forward import reference_attention_varlen, variant_attention
-from .variants.registry import sdpa_variant_options, split_variant_keywords, variant_keywords
+from .variants.registry import (
+    sdpa_variant_options,
+    split_variant_keywords,
+    with_variant_keywords,
+)
 
 __all__ = ["AttentionGradients", "Enclosure", "MhaGradients", "reference_attention",
            "reference_attention_backward", "reference_attention_varlen",
            "reference_attention_varlen_backward", "reference_mha", "reference_mha_backward"]
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _with_variant_keywords(fn: F) -> F:
-    """Show the registered variants' keywords in ``fn``'s signature (help(), IDEs) in
-    place of ``**variants``."""
-    sig = inspect.signature(fn)
-    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    params += [inspect.Parameter(kw, inspect.Parameter.KEYWORD_ONLY, default=None)
-               for kw in variant_keywords()]
-    fn.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-    return fn
-
-
-@_with_variant_keywords
+@with_variant_keywords
 def reference_attention(
     query: Any, key: Any, value: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
@@ -102,7 +90,7 @@ def reference_attention(
         progress=progress)
 
 
-@_with_variant_keywords
+@with_variant_keywords
 def reference_attention_backward(
     query: Any, key: Any, value: Any, grad_output: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,

@@ -7,7 +7,9 @@ is a module of this package calling :func:`.protocol.register`, imported below."
 from __future__ import annotations
 
 import difflib
-from typing import Any
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -17,13 +19,35 @@ from . import alibi, flex, fp8, score_mod, sinks, softcap, window  # noqa: F401 
 from .protocol import Variant, VariantOptions, keyword_owner, registered
 from .semantics import Bias, Cap, Geometry
 
-__all__ = ["VariantOptions", "kept", "score_pipeline", "sdpa_variant_options",
-           "sink_logits", "variant_keywords", "variant_options"]
+__all__ = [
+    "VariantOptions",
+    "kept",
+    "score_pipeline",
+    "sdpa_variant_options",
+    "sink_logits",
+    "variant_keywords",
+    "variant_options",
+    "with_variant_keywords",
+]
 
 
 def variant_keywords() -> tuple[str, ...]:
     """Every door keyword a registered variant takes, in registration order."""
     return tuple(kw for v in registered() for kw in v.keywords)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def with_variant_keywords(fn: F) -> F:
+    """Show the registered variants' keywords in ``fn``'s signature (help(), IDEs) in
+    place of ``**variants``."""
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    params += [inspect.Parameter(kw, inspect.Parameter.KEYWORD_ONLY, default=None)
+               for kw in variant_keywords()]
+    fn.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    return fn
 
 
 def split_variant_keywords(options: dict[str, Any], *, door: str) -> None:
