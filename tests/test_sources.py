@@ -102,9 +102,34 @@ def test_scientific_and_power_of_ten() -> None:
 
 
 def test_equals_an_integer_is_exact_equals_a_decimal_is_printed_precision() -> None:
-    # 0.01799·100 + 0.98201·200 = 198.201 (by hand): "= 198.20" is a rounded result
-    text = r"$0.01799 (100) + 0.98201 (200) = 198.20$ and $\frac{1}{3} (10) = 3$"
-    assert [v for _, v in md(text)] == ["correctly rounded", "wrong"]
+    # 0.01799·100 + 0.98201·200 = 198.201 (by hand): "= 198.20" is a rounded result;
+    # 786432 + 262144 = 1048576 (by hand): an integer value must equal the printed integer
+    text = (r"$0.01799 (100) + 0.98201 (200) = 198.20$ and $786432 + 262144 = 1048577$ "
+            r"and $2^{10} = 1024$")
+    assert [v for _, v in md(text)] == ["correctly rounded", "wrong", "exact"]
+
+
+def test_equals_an_integer_for_a_value_that_is_none_reads_it_rounded() -> None:
+    # real sources write "= 22" for 2·28672/2550 = 22.49 (scaling-book) and "e^{10} = 22,026"
+    # (e^10 = 22026.47 by mpmath): the integer is the value rounded, not called wrong;
+    # 1.97e14/4.5e10 = 4377.78 (by hand) printed 4377 is cut off, wrong under either reading;
+    # 10/3 = 3.33 printed 3: one digit says too little, not judged
+    assert mpmath.nint(mpmath.e ** 10) == 22026
+    text = (r"$2 \cdot 28672 / 2550 = 22$ and $e^{10} = 22,026$ and "
+            r"$\frac{1.97e14}{4.5e10} = 4377$ and $\frac{1}{3} (10) = 3$ and "
+            r"$2 \cdot 28672 / 2550 = 23$")
+    records = check_source(text=text, name="page.md").records
+    assert [r.verdict for r in records] == ["correctly rounded", "correctly rounded", "wrong",
+                                            "not judged", "wrong"]
+    assert "rounded to an integer" in (records[0].relations[0].detail or "")
+    assert records[2].diagnosis is not None and "truncation" in records[2].diagnosis
+
+
+def test_a_lone_name_equation_is_not_judged_against_an_old_binding() -> None:
+    # scaling-book: "during generation, T = 1" … later "we get 2D = T, so for D = 4096 this
+    # is 8192": 2D = T is an equation to solve, not a claim that 8192 = 1
+    text = r"During generation $T=1$. Let $D=4096$. Simplifying we get $2D = T$, i.e. $2D = 8192$."
+    assert [v for _, v in md(text)] == ["not judged", "not judged", "not judged", "exact"]
 
 
 def test_free_symbols_ranges_and_limits_are_not_judged_never_wrong() -> None:

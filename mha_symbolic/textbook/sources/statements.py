@@ -44,7 +44,8 @@ MAX_INTERVAL_INPUTS = 6
 #: Longest grammar text built for one value once its symbols are substituted.
 MAX_VALUE_TEXT = 2000
 
-HOLDS = ("exact", "correctly rounded", "approximation", "holds for the printed inputs")
+CORRECTLY_ROUNDED = "correctly rounded"
+HOLDS = ("exact", CORRECTLY_ROUNDED, "approximation", "holds for the printed inputs")
 _SEPARATOR_WORDS = frozenset({"and", "or", "so", "thus", "hence", "where", "with", "i.e.",
                               "e.g.", "while", "then", "since", "because", ","})
 
@@ -425,6 +426,10 @@ def judge_statement(st: Statement, source: str, section: Section) -> tuple[list[
         if rel not in JUDGED_RELATIONS:
             reasons.append(f"the relation {rel} is not judged")
             continue
+        if _lone_name_equation(left, right):
+            reasons.append("an equation with a lone name on one side (\"2D = T\"): a "
+                           "definition or an equation to solve, not a computation")
+            continue
         try:
             scale = st.scale if i + 1 == len(nodes) - 1 else ""
             results.append(judge_pair(left, rel, right, texts[i], texts[i + 1], section,
@@ -441,6 +446,14 @@ def judge_statement(st: Statement, source: str, section: Section) -> tuple[list[
 
 
 _FLIP = {"<": ">", ">": "<", "≤": "≥", "≥": "≤"}
+
+
+def _lone_name_equation(left: Any, right: Any) -> bool:
+    """A lone name on one side and no printed number on the other (past the leading names
+    a chain binds): an earlier binding of that name may belong to another case of the
+    text ("during generation, T = 1"), so the pair is not judged."""
+    return (left[0] == "sym" and printed(right) is None) or \
+        (right[0] == "sym" and printed(left) is None)
 
 
 def judge_pair(left: Any, rel: str, right: Any, ltext: str, rtext: str,
@@ -463,6 +476,9 @@ def judge_pair(left: Any, rel: str, right: Any, ltext: str, rtext: str,
         p = _printed_answer(pr[0], rel, pr[1])
         rel_result = _judge_printed(value, p)
         verdict, ok, rounded, detail = rel_result
+        if verdict == "wrong" and rel == "=" and pr[1] and not _is_integer(value):
+            # "= 22" for 22.49: books write "=" for a result rounded to an integer
+            p, (verdict, ok, rounded, detail) = _integer_rounded(value, pr[0], rel_result)
         if verdict == "wrong":
             box = _box_check(left, section, p)
             if box is not None:
@@ -505,6 +521,36 @@ def judge_pair(left: Any, rel: str, right: Any, ltext: str, rtext: str,
         raise NotJudged(f"an exact {rel} between formulas with rounded inputs")
     return Relation(ltext, rel, rtext, "wrong", False, exact_digits,
                     detail=f"the right side is {_describe(other, describe)}")
+
+
+#: Smallest integer that an "=" may state as a value rounded to an integer ("= 22" for
+#: 22.49); "= 1" for 0.98 is not judged: one digit says too little to call it rounded.
+MIN_ROUNDED_INTEGER = 10
+
+
+def _is_integer(value: Any) -> bool:
+    """Whether every entry is exactly an integer (a SymPy Integer, not merely near one)."""
+    return all(getattr(v, "is_Integer", False) for v in _flat(value))
+
+
+def _integer_rounded(value: Any, text: str, exact_result: Any) -> tuple[Any, Any]:
+    """An "=" to an integer that the exact value (not an integer) is not: read as the value
+    rounded to an integer.  It holds (correctly rounded) only where the integer is the
+    correct rounding and has at least two digits; a one-digit integer that the value rounds
+    to is not judged; otherwise it stays wrong, diagnosed as a "≈" is."""
+    from ..claims import parse_printed
+
+    p = parse_printed("≈ " + text)
+    result = _judge_printed(value, p)
+    parts = p.parts if p.kind in ("tuple", "array") else (p,)
+    if result[1]:
+        if any(q.value is None or abs(q.value) < MIN_ROUNDED_INTEGER for q in parts):
+            raise NotJudged("an \"=\" to a one-digit integer that the exact value only rounds "
+                            "to (write \\approx to have it judged)")
+        return p, (CORRECTLY_ROUNDED, True, None,
+                   "\"=\" to an integer read as the value rounded to an integer (its exact "
+                   "value is not an integer)")
+    return p, result
 
 
 def _flat(value: Any) -> list[Any]:
