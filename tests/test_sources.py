@@ -125,6 +125,13 @@ def test_equals_an_integer_for_a_value_that_is_none_reads_it_rounded() -> None:
     assert records[2].diagnosis is not None and "truncation" in records[2].diagnosis
 
 
+def test_an_environment_inside_display_dollars_is_read() -> None:
+    # scaling-book writes $$\begin{align*} … \end{align*}$$: 128·(3/4)² = 72 (by hand), not 81
+    text = ("intro\n\n$$\\begin{align*}\nN > 128 \\cdot \\left(\\frac{3}{4}\\right)^2 = 81\n"
+            "\\end{align*}$$\n\n$$\\begin{equation} 2^{10} = 1024 \\end{equation}$$\n")
+    assert md(text) == [(4, "wrong"), (7, "exact")]
+
+
 def test_a_lone_name_equation_is_not_judged_against_an_old_binding() -> None:
     # scaling-book: "during generation, T = 1" … later "we get 2D = T, so for D = 4096 this
     # is 8192": 2D = T is an equation to solve, not a claim that 8192 = 1

@@ -427,8 +427,14 @@ def judge_statement(st: Statement, source: str, section: Section) -> tuple[list[
             reasons.append(f"the relation {rel} is not judged")
             continue
         if _lone_name_equation(left, right):
-            reasons.append("an equation with a lone name on one side (\"2D = T\"): a "
-                           "definition or an equation to solve, not a computation")
+            try:  # a free symbol is the better reason
+                value_texts(left, section)
+                value_texts(right, section)
+            except NotJudged as exc:
+                reasons.append(str(exc))
+            else:
+                reasons.append("a lone name on one side (\"2D = T\"): a definition or an "
+                               "equation to solve, not a computation")
             continue
         try:
             scale = st.scale if i + 1 == len(nodes) - 1 else ""
