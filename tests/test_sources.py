@@ -355,3 +355,75 @@ def test_the_file_can_say_its_inputs_are_exact() -> None:
     text = r"$\frac{e^{0.707}}{e^{0.707} + e^{0}} \approx 0.6698$"
     assert md(text) == [(1, "holds for the printed inputs")]
     assert md("<!-- mha-check: inputs = exact -->\n" + text) == [(2, "wrong")]
+
+
+QUANTITY_PAGE = """# Worked example
+
+## Example A
+
+Scale by $\\sqrt{d_k}$: $\\frac{1}{\\sqrt{2}} \\approx 0.707$. Softmax of row 1:
+$w_{11} = \\frac{e^{0.707}}{e^{0.707} + e^{0}} \\approx 0.6698$, $w_{12} \\approx 0.3302$.
+Blend the values: $head_{1}[1] = 0.6698 (2, 0) + 0.3302 (0, 4) = (1.3396, 1.3208)$.
+
+```mha-check
+[[example]]
+name = "A"
+d_k = 2
+scores = [[1, 0], [0, 1]]
+value = [[2, 0], [0, 4]]
+
+[[example.claim]]
+quantity = "weight[1,1]"
+
+[[example.claim]]
+quantity = "weight[1,2]"
+note = "the second weight"
+
+[[example.claim]]
+quantity = "head_output[1]"
+```
+"""
+
+
+def test_block_claim_points_at_its_statement_by_the_quantity_it_names() -> None:
+    # no `claimed`, no `statement`: weight[1,1] is the statement w_{11} = … ≈ 0.6698 of the
+    # block's section, head_output[1] the statement head_{1}[1] = … = (1.3396, 1.3208).
+    # By mpmath: w11 = e^{1/√2}/(e^{1/√2} + 1) = 0.66976… (prints 0.6698), w12 = 0.33024…;
+    # the head row is (2·w11, 4·w12) = (1.33952…, 1.32096…), printed (1.3396, 1.3208): the
+    # rounded weights carried on (0.6698·2 = 1.3396, 0.3302·4 = 1.3208), premature rounding
+    w11 = mpmath.e ** (1 / mpmath.sqrt(2)) / (mpmath.e ** (1 / mpmath.sqrt(2)) + 1)
+    assert mpmath.nstr(w11, 4) == "0.6698" and mpmath.nstr(1 - w11, 4) == "0.3302"
+    assert mpmath.nstr(2 * w11, 5) == "1.3395" and mpmath.nstr(4 * (1 - w11), 5) == "1.321"
+    report = check_source(text=QUANTITY_PAGE, name="page.md")
+    lines = QUANTITY_PAGE.split("\n")
+    claims = {r.claim.quantity: r for r in report.records if r.kind == "claim"}
+    assert set(claims) == {"weight[1,1]", "weight[1,2]", "head_output[1]"}
+    assert claims["weight[1,1]"].ok and claims["weight[1,2]"].ok
+    assert claims["weight[1,1]"].claim.claimed == "≈ 0.6698"
+    assert claims["weight[1,2]"].claim.claimed == "≈ 0.3302"
+    head = claims["head_output[1]"]
+    assert head.verdict == "wrong" and "premature rounding" in (head.diagnosis or "")
+    assert "w_{11} =" in lines[claims["weight[1,1]"].line - 1]
+    assert "w_{12} \\approx" in lines[claims["weight[1,2]"].line - 1]
+    assert "head_{1}[1] =" in lines[head.line - 1]
+
+
+def test_block_claim_by_quantity_naming_nothing_is_exit_2(tmp_path: Path) -> None:
+    # weight[2,2] is spelled w_{22}, … nowhere in the section: one line at the quantity's line
+    p = tmp_path / "p.md"
+    p.write_text(QUANTITY_PAGE.replace('quantity = "weight[1,2]"', 'quantity = "weight[2,2]"'))
+    r = run("check", str(p))
+    line = QUANTITY_PAGE.split("\n").index('quantity = "weight[1,2]"') + 1
+    assert r.returncode == 2 and f"{p}:{line}:" in r.stderr and "w_{22}" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_block_claim_by_quantity_line_numbers_do_not_move(tmp_path: Path) -> None:
+    # the claimed line is written into the blank line closing the claim's table: an error
+    # in a later key is still reported at its own line of the file
+    p = tmp_path / "p.md"
+    p.write_text(QUANTITY_PAGE.replace('note = "the second weight"', "note = 5"))
+    r = run("check", str(p))
+    line = QUANTITY_PAGE.split("\n").index('note = "the second weight"') + 1
+    assert f"p.md:{line}:" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert r.returncode == 2  # an unreadable claim, as for a TOML file

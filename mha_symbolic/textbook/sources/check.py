@@ -82,8 +82,11 @@ class SourceReport:
 
     @property
     def exit_status(self) -> int:
-        """0 nothing wrong; 1 a statement or claim is wrong; 4 none wrong, some undecided."""
+        """0 nothing wrong; 1 a statement or claim is wrong; 4 none wrong, some undecided;
+        2 an mha-check claim could not be read (as for a TOML file)."""
         verdicts = {r.verdict for r in self.records}
+        if "unreadable" in verdicts:
+            return 2
         if "wrong" in verdicts:
             return 1
         return 4 if "undecided" in verdicts else 0
@@ -183,6 +186,8 @@ def _text_record(r: SourceRecord) -> list[str]:
             lines.append(f"    diagnosis: {_one(c.diagnosis, 300)}")
         if c.detail:
             lines.append(f"    note: {_one(c.detail, 200)}")
+        if c.error:
+            lines.append(f"    error: {_one(c.error, 300)}")
         return lines
     for x in r.relations:
         if not x.relation:
