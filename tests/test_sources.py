@@ -427,3 +427,19 @@ def test_block_claim_by_quantity_line_numbers_do_not_move(tmp_path: Path) -> Non
     line = QUANTITY_PAGE.split("\n").index('note = "the second weight"') + 1
     assert f"p.md:{line}:" in r.stdout + r.stderr, r.stdout + r.stderr
     assert r.returncode == 2  # an unreadable claim, as for a TOML file
+
+
+def test_what_real_lecture_notes_write_is_not_called_wrong() -> None:
+    # each from a real source (docs/books.md, "Real sources"): a condition on a bound name
+    # ("n < 0" after "n = 0"), Euler's e used as a variable ("e = d - y = 0.3", then
+    # "e = 50"), a function's value "x(0) = 3.0", a unit after the number (1/8000 s is
+    # 0.125 ms); each is not judged, and the closed statements around them still are
+    text = ("# S\n\n$n = 0$ and for $n < 0$ the signal is 0; $b_k = 0$ unless $b_k \\neq 0$.\n\n"
+            "## T\n\nThe error $e=d-y=0.3$ and later $e=50$; also $e^{2} \\approx 7.389$.\n\n"
+            "## U\n\n$x = 2$ and $\\hat\\mu_1=x(0)=3.0$; samples are $1/8000=0.125$ ms apart, "
+            "and $1/8000 = 0.000125$ s; $2^{10} = 1024$.\n")
+    records = check_source(text=text, name="notes.md").records
+    assert not [r for r in records if r.verdict == "wrong"], [r.text for r in records]
+    judged = [(r.text, r.verdict) for r in records if r.verdict != "not judged"]
+    # 1/8000 = 0.000125 exactly (by hand); 2^10 = 1024
+    assert judged == [("1/8000 = 0.000125", "exact"), ("2^{10} = 1024", "exact")], judged

@@ -65,6 +65,7 @@ class Statement:
     label: str | None = None
     leading: bool = False  # it starts with a relation: the left side is in the prose
     scale: str = ""  # a scale word just after the math ("≈ 85$ million"): part of the number
+    unit: str = ""  # a prefixed unit just after the math ("= 0.125$ ms"): it may rescale it
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,8 @@ class Section:
     #: "printed": a decimal input of a formula stands for its printed interval when the
     #: exact reading is wrong; "exact": it is exactly what it prints (the file says so)
     inputs: str = "printed"
+    #: "e = d - y" above: e is a variable of this section, not Euler's number
+    e_is_a_name: bool = False
 
 
 def split_statements(text: str, base: int = 0) -> list[Statement]:
@@ -403,6 +406,11 @@ def judge_statement(st: Statement, source: str, section: Section) -> tuple[list[
             reasons.append(str(exc))
     if st.leading and len(members) < 2:
         return [], "its left side is in the prose"
+    if nodes and nodes[0] == ("const", "e") and relations and relations[0] == "=":
+        section.e_is_a_name = True  # Euler's number is never assigned: "e = d - y = 0.3"
+        return [], "e = …: a variable named e (an error, an edge), not Euler's number"
+    if section.e_is_a_name and any(_has_euler(n) for n in nodes):
+        return [], "e is a variable of this section (e = … above), not Euler's number"
     # the leading run of lone names bound by "="
     k = 0
     while k < len(nodes) - 1 and nodes[k] is not None and nodes[k][0] == "sym" \
@@ -426,15 +434,21 @@ def judge_statement(st: Statement, source: str, section: Section) -> tuple[list[
         if rel not in JUDGED_RELATIONS:
             reasons.append(f"the relation {rel} is not judged")
             continue
-        if _lone_name_equation(left, right):
+        if _lone_name_equation(left, right) or (rel not in ("=", "≈") and (
+                left[0] == "sym" or right[0] == "sym")):
             try:  # a free symbol is the better reason
                 value_texts(left, section)
                 value_texts(right, section)
             except NotJudged as exc:
                 reasons.append(str(exc))
             else:
-                reasons.append("a lone name on one side (\"2D = T\"): a definition or an "
-                               "equation to solve, not a computation")
+                reasons.append("a lone name on one side (\"2D = T\", \"n < 0\"): a "
+                               "definition, a condition or an equation to solve, not a "
+                               "computation")
+            continue
+        if i + 1 == len(nodes) - 1 and st.unit and printed(right) is not None:
+            reasons.append(f"a unit after the number ({echo(st.unit, 12)}) may rescale it: "
+                           "the left side is in other units")
             continue
         try:
             scale = st.scale if i + 1 == len(nodes) - 1 else ""
@@ -452,6 +466,14 @@ def judge_statement(st: Statement, source: str, section: Section) -> tuple[list[
 
 
 _FLIP = {"<": ">", ">": "<", "≤": "≥", "≥": "≤"}
+
+
+def _has_euler(node: Any, depth: int = 0) -> bool:
+    if node == ("const", "e"):
+        return True
+    if depth > 60 or not isinstance(node, (tuple, list)):
+        return False
+    return any(_has_euler(x, depth + 1) for x in node if isinstance(x, (tuple, list)))
 
 
 def _lone_name_equation(left: Any, right: Any) -> bool:
