@@ -443,3 +443,14 @@ def test_what_real_lecture_notes_write_is_not_called_wrong() -> None:
     judged = [(r.text, r.verdict) for r in records if r.verdict != "not judged"]
     # 1/8000 = 0.000125 exactly (by hand); 2^10 = 1024
     assert judged == [("1/8000 = 0.000125", "exact"), ("2^{10} = 1024", "exact")], judged
+
+
+def test_block_with_a_huge_dotted_key_is_one_error_line(tmp_path: Path) -> None:
+    # found by the fuzz harness: tomllib is quadratic in the parts of a dotted key (30,000
+    # parts took 100 s); the block is read by the bounded reader first (a hang would end
+    # in run()'s timeout, not a pass)
+    p = tmp_path / "p.md"
+    p.write_text("```{mha-check}\n[[example]]\n" + "a." * 60_000 + "a = 1\n\n[[example.claim]]\n"
+                 'quantity = "weight[1,1]"\n```\n')
+    r = run("check", str(p))
+    assert r.returncode == 2 and f"{p}:3:" in r.stderr and "dotted key" in r.stderr, r.stderr

@@ -32,14 +32,11 @@ _STATEMENT_KEY = re.compile(r"^(?P<indent>[ \t]*)statement[ \t]*=[ \t]*(?P<value
 
 
 def _toml_string(raw: str, where: str) -> str:
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
+    from ..toml_reader import parse_toml
 
     try:
-        value = tomllib.loads(f"v = {raw[:2000]}").get("v")
-    except (tomllib.TOMLDecodeError, ValueError, RecursionError):
+        value = parse_toml(f"v = {raw[:2000]}", where).get("v")
+    except (MhaSymbolicError, ValueError, RecursionError):
         value = None
     if not isinstance(value, str) or not value.strip():
         raise ExampleFileError(f"{where}: statement = must be a string naming a printed "
@@ -184,14 +181,11 @@ def _by_quantity(lines: list[str], first: int, records: list[SourceRecord], sect
     ``claimed`` line is written into a blank line at the end of the claim's table (or after
     the block's last line), so no line of the block moves.  Returns {virtual line: statement}.
     A block that is not TOML is left to the verifier, which reports it."""
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
+    from ..toml_reader import parse_toml  # bounded cost (tomllib is quadratic on a.a.a…)
 
     try:
-        data = tomllib.loads("\n".join(lines))
-    except (tomllib.TOMLDecodeError, ValueError, RecursionError):
+        data = parse_toml("\n".join(lines), "block")
+    except (MhaSymbolicError, ValueError, RecursionError):
         return {}
     claims = [c for ex in _tables(data.get("example")) for c in _tables(ex.get("claim"))]
     tables = _claim_tables(lines)
