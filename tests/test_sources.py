@@ -454,3 +454,12 @@ def test_block_with_a_huge_dotted_key_is_one_error_line(tmp_path: Path) -> None:
                  'quantity = "weight[1,1]"\n```\n')
     r = run("check", str(p))
     assert r.returncode == 2 and f"{p}:3:" in r.stderr and "dotted key" in r.stderr, r.stderr
+
+
+def test_block_claim_by_quantity_without_room_for_its_claimed_line_is_exit_2(
+        tmp_path: Path) -> None:
+    # no blank line closes the table: the claimed line would move the lines below it
+    p = tmp_path / "p.md"
+    p.write_text(QUANTITY_PAGE.replace('quantity = "weight[1,1]"\n\n', 'quantity = "weight[1,1]"\n'))
+    r = run("check", str(p))
+    assert r.returncode == 2 and "needs a blank line after it" in r.stderr, r.stderr

@@ -207,7 +207,8 @@ def _by_quantity(lines: list[str], first: int, records: list[SourceRecord], sect
                                    "no claimed and names no printed statement of this section "
                                    f"(spelled {shown})")
         assert target.printed is not None
-        slot = next((i for i in reversed(rows) if not lines[i].strip()), None)
+        # the table's last line if blank (never a blank line inside a multi-line string)
+        slot = rows[-1] if rows and not lines[rows[-1]].strip() else None
         if slot is None and n == len(tables) - 1:
             lines.append("")
             slot = len(lines) - 1
