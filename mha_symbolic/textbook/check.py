@@ -45,6 +45,7 @@ from .claims import parse_printed
 from .examples import Claim, WorkedExample, load_examples, select_examples
 from .quantities import MATRIX_QUANTITIES, parse_quantity, quantity_value
 from .reports import CONSISTENT, CheckReport, ClaimRecord
+from .shape_claims import shape_record
 from .slips import count_diagnosis, digit_diagnosis, index_diagnosis, premature, variant_diagnosis
 from .verdicts import UNDECIDED, describe, judge, nested_shape, pairs
 
@@ -64,55 +65,6 @@ def _unreadable(ex: WorkedExample, claim: Claim, message: str) -> ClaimRecord:
     return ClaimRecord(ex.name, claim.quantity, claim.head, claim.claimed, "", "", None, "",
                        "unreadable", False, None, None, claim.note, None, file=ex.source,
                        line=claim.line, batch=claim.batch, error=message)
-
-
-def _shape_record(ex: WorkedExample, claim: Claim, value: Any) -> ClaimRecord:
-    """A shape claim: 2 sizes (rows × columns), 3 (batch × …) or 4 (batch × heads × …)."""
-    from ..exact.shapes import same_size
-    from .quantities import PER_HEAD_SHAPES
-
-    p = parse_printed(claim.claimed, shape=True)
-    import sympy as sp
-
-    def size(x: Any) -> Any:
-        if isinstance(x, int):
-            return x
-        factors = [int(f) if f.isdigit() else sp.Symbol(f, integer=True, positive=True)
-                   for f in x.split("·")]
-        return sp.Mul(*factors)
-
-    _, sub, _ = parse_quantity(claim.quantity)
-    leading: list[Any] = []
-    if len(p.sizes) >= 3:
-        leading.append(ex.batch_size if ex.has_attention or "batch" in ex.dims else sp.Symbol(
-            "batch", integer=True, positive=True))
-    if len(p.sizes) == 4:
-        if sub not in PER_HEAD_SHAPES:
-            raise ClaimError(f"{claim.quantity} is not per head: claim 2 sizes (rows × columns) "
-                             "or 3 (batch × rows × columns)")
-        leading.append(ex.spec.heads)
-    expected = (*leading, value.rows, value.cols)
-    text = " × ".join(_size_text(x) for x in expected)
-    claimed = [size(x) for x in p.sizes]
-    ok = all(same_size(a, b) for a, b in zip(claimed, expected, strict=True))
-    diagnosis = None
-    if not ok and all(same_size(a, b) for a, b in zip(claimed[:-2], expected[:-2], strict=True)) \
-            and same_size(claimed[-2], value.cols) and same_size(claimed[-1], value.rows):
-        diagnosis = "transposed: rows and columns swapped"
-        if sub in ("w_q", "w_k", "w_v", "w_o", "w_qkv") or (sub or "").endswith("_stacked"):
-            diagnosis += (" (torch's nn.Linear stores its weight as (out, in); this example uses "
-                          + ("torch's" if ex.options.get("layout") == "torch" else "the book's (in, out)")
-                          + " layout)")
-    return ClaimRecord(ex.name, claim.quantity, claim.head, claim.claimed, text, "",
-                       None if ok else text, "shape", "exact" if ok else "wrong", ok,
-                       None, diagnosis, claim.note, value, file=ex.source, line=claim.line,
-                       batch=claim.batch)
-
-
-def _size_text(x: Any) -> str:
-    from ..exact.shapes import _text
-
-    return _text(x)
 
 
 #: Quantities that exist once per head (their printed tensors carry a heads axis).
@@ -162,7 +114,7 @@ def _claim_value(ex: WorkedExample, claim: Claim, p: Any) -> Any:
 def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
     name, _, _ = parse_quantity(claim.quantity)
     if name == "shape":
-        return _shape_record(ex, claim, quantity_value(ex, claim))
+        return shape_record(ex, claim, quantity_value(ex, claim))
     p = parse_printed(claim.claimed)
     value = _claim_value(ex, claim, p)
     import sympy as sp

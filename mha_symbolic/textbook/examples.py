@@ -27,7 +27,7 @@ from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
 from ..exact.grammar import MAX_VALUE_DIGITS
 from ..exact.spec import MAX_DIM
 from .inputs import shape_of
-from .quantities import parse_quantity
+from .quantities import parse_axes, parse_quantity
 
 __all__ = ["Claim", "WorkedExample", "load_examples", "select_examples"]
 
@@ -50,7 +50,7 @@ _META_KEYS = ("name", "title", "notes", "claim", "inputs", "arrays", "init",
 #: Longest token name read (a figure's tick label).
 MAX_TOKEN_CHARS = 40
 _EXAMPLE_KEYS = {*_META_KEYS, *_INPUT_KEYS, *_OPTION_KEYS, *_DIM_KEYS}
-_CLAIM_KEYS = {"quantity", "claimed", "head", "batch", "expr", "rtol", "note"}
+_CLAIM_KEYS = {"quantity", "claimed", "head", "batch", "expr", "rtol", "note", "axes"}
 _BIAS_PARTS = ("q", "k", "v", "o")
 
 
@@ -70,6 +70,7 @@ class Claim:
     batch: int = 1
     line: int = 0
     error: str | None = None
+    axes: tuple[str, ...] = ()  # a shape claim's layout, as printed (batch/heads/rows/columns)
 
 
 @dataclass
@@ -740,8 +741,14 @@ def _claim(item: Any, index: int, where: str, key_line: Any, source: str) -> Cla
     note = item.get("note", "")
     if not isinstance(note, str):
         return bad("note", "note must be a string")
+    axes: tuple[str, ...] = ()
+    if "axes" in item:
+        try:
+            axes = parse_axes(item["axes"])
+        except ClaimError as exc:
+            return bad("axes", str(exc))
     claim = Claim(quantity.strip(), claimed, numbers["head"], expr, rtol_f, note,
-                  numbers["batch"], line)
+                  numbers["batch"], line, axes=axes)
     try:
         name = parse_quantity(claim.quantity)[0]
         if name == "expr" and expr is None:
