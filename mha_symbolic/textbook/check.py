@@ -40,11 +40,19 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .._text import echo
-from ..errors import ClaimError, ExampleFileError, MhaSymbolicError, PrecisionError
+from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
 from .claims import parse_printed
 from .examples import Claim, WorkedExample, load_examples, select_examples
 from .quantities import MATRIX_QUANTITIES, parse_quantity, quantity_value
 from .reports import CONSISTENT, CheckReport, ClaimRecord
+from .roots import (
+    bias_once_diagnosis,
+    float32_diagnosis,
+    heads_order_diagnosis,
+    mask_after_softmax_diagnosis,
+    scale_constant_diagnosis,
+    together,
+)
 from .shape_claims import shape_record
 from .slips import count_diagnosis, digit_diagnosis, index_diagnosis, premature, variant_diagnosis
 from .verdicts import UNDECIDED, describe, judge, nested_shape, pairs
@@ -175,13 +183,7 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
         elif note:
             detail = note
     if verdict == "wrong":
-        try:  # a diagnosis is stated only when proved; undecided means none is stated
-            diagnosis = (premature(ex, index, claim, p) or variant_diagnosis(ex, claim, p)
-                         or count_diagnosis(ex, claim, p) or index_diagnosis(ex, claim, p))
-            if diagnosis is None and len(values) == 1:
-                diagnosis = digit_diagnosis(values[0], parts[0])
-        except PrecisionError:
-            diagnosis = None
+        diagnosis = diagnose(ex, index, claim, p, values)
     precision = p.describe_precision() if p.kind in ("tuple", "array") else "; ".join(
         d for d in dict.fromkeys(part.describe_precision() for part in parts) if d)
     if verdict == CONSISTENT:
@@ -190,6 +192,39 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
                        precision, verdict, ok, error_units, diagnosis, claim.note, value,
                        file=ex.source, line=claim.line, batch=claim.batch, detail=detail,
                        error_value=error_value, entries=tuple(entries))
+
+
+def diagnose(ex: WorkedExample, index: int, claim: Claim, p: Any, values: list[Any],
+             depth: int = 0) -> str | None:
+    """The root of a wrong claim, walking the chain: a claim computed from earlier printed
+    weights that are themselves wrong is diagnosed upstream (their own root named).  A
+    diagnosis is stated only when proved; undecided means none is stated."""
+    import sympy as sp
+
+    def upstream(k: int) -> str | None:
+        if depth >= 3:
+            return None
+        c = ex.claims[k]
+        try:
+            pk = parse_printed(c.claimed)
+            vk = [sp.sympify(v) for v, _ in pairs(_claim_value(ex, c, pk), pk, c.quantity)]
+            return diagnose(ex, k, c, pk, vk, depth + 1)
+        except MhaSymbolicError:
+            return None
+
+    try:
+        simple = together([d for d in (variant_diagnosis(ex, claim, p),
+                                        scale_constant_diagnosis(ex, claim, p),
+                                        mask_after_softmax_diagnosis(ex, claim, p)) if d])
+        diagnosis = (premature(ex, index, claim, p, upstream) or simple
+                     or heads_order_diagnosis(ex, claim, p) or bias_once_diagnosis(ex, claim, p)
+                     or count_diagnosis(ex, claim, p) or index_diagnosis(ex, claim, p))
+        if diagnosis is None and len(values) == 1:
+            diagnosis = (float32_diagnosis(ex, claim, p, values[0])
+                         or digit_diagnosis(values[0], p.entries[0]))
+    except MhaSymbolicError:  # PrecisionError included: a slip not proved is not stated
+        diagnosis = None
+    return diagnosis
 
 
 def _labels(shape: tuple[int, ...]) -> list[str]:
