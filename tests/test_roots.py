@@ -16,7 +16,12 @@ import pytest
 from mha_symbolic.textbook import check_examples, load_examples
 
 PLANTED = Path(__file__).parent / "data" / "planted-roots.toml"
-mp.mp.dps = 50
+
+
+@pytest.fixture(autouse=True)
+def _digits():
+    with mp.workdps(50):  # never change the precision other test files run at
+        yield
 
 
 def softmax(xs):
