@@ -41,8 +41,9 @@ from typing import Any
 
 from .._text import echo
 from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
-from .claims import parse_printed
+from .claims import numpy_printed, parse_printed
 from .examples import Claim, WorkedExample, load_examples, select_examples
+from .intermediates import PER_HEAD_INTERMEDIATES
 from .quantities import MATRIX_QUANTITIES, parse_quantity, quantity_value
 from .reports import CONSISTENT, CheckReport, ClaimRecord
 from .roots import (
@@ -76,7 +77,8 @@ def _unreadable(ex: WorkedExample, claim: Claim, message: str) -> ClaimRecord:
 
 
 #: Quantities that exist once per head (their printed tensors carry a heads axis).
-_PER_HEAD = ("score", "scaled_score", "weight", "head_output", "q", "k", "v")
+_PER_HEAD = ("score", "scaled_score", "weight", "head_output", "q", "k", "v",
+             *PER_HEAD_INTERMEDIATES)
 
 
 def _claim_value(ex: WorkedExample, claim: Claim, p: Any) -> Any:
@@ -124,6 +126,8 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
     if name == "shape":
         return shape_record(ex, claim, quantity_value(ex, claim))
     p = parse_printed(claim.claimed)
+    if claim.numpy_precision is not None:
+        p = numpy_printed(p, claim.numpy_precision)
     value = _claim_value(ex, claim, p)
     import sympy as sp
 

@@ -387,3 +387,19 @@ def _split_top(s: str) -> list[str]:
             start = i + 1
     parts.append(s[start:])
     return [p.strip() for p in parts]
+
+
+def numpy_printed(p: PrintedAnswer, precision: int) -> PrintedAnswer:
+    """The answer as numpy printed it: numpy's default ``floatmode = "maxprec"`` strips
+    trailing zeros (``0.5`` for 0.50000000 at ``precision`` 8), so a positional decimal
+    with fewer digits than ``precision`` states the value to ``precision`` decimals.
+    Scientific entries (``1.5e-05``) keep their own unit."""
+    import dataclasses
+
+    unit = Fraction(1, 10**precision)
+    if p.kind in ("tuple", "array"):
+        return dataclasses.replace(p, parts=tuple(numpy_printed(q, precision) for q in p.parts))
+    if p.kind != "decimal" or p.unit is None or p.unit <= unit or re.search(r"[eE×^]", p.text):
+        return p
+    return dataclasses.replace(p, unit=unit)
+

@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from .._text import echo, int_text
 from ..errors import ClaimError
+from .intermediates import INTERMEDIATES, intermediate, weighted_value
 
 if TYPE_CHECKING:
     from .examples import Claim, WorkedExample
 
 
 MATRIX_QUANTITIES = {
+    **INTERMEDIATES,
     "score": "scores Q_i K_i^T",
     "scaled_score": "scaled scores",
     "weight": "softmax weights",
@@ -119,7 +121,11 @@ def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
         if sub or len(indices) not in (0, 1, 2):
             raise ClaimError(f"quantity={echo(q)}: {name} takes [row], [row,column] or no index "
                              "(the whole matrix)")
-    elif name in ("weight_sum", "gap", "sink_weight"):
+    elif name == "weight_sum":
+        if sub or len(indices) > 1:
+            raise ClaimError(f"quantity={echo(q)}: {name} takes [row], or no index (every row's "
+                             "sum: the row-sum vector)")
+    elif name in ("gap", "sink_weight"):
         if sub or len(indices) != 1:
             raise ClaimError(f"quantity={echo(q)}: {name} needs [row]")
     elif name in ("expr", "scale"):
@@ -203,6 +209,8 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
         import sympy as sp
 
         w = head.weights if name == "weight_sum" else head.scaled
+        if not idx:  # the row-sum vector, weights.sum(dim=-1)
+            return tuple(sp.Add(*[w[r, j] for j in range(w.cols)]) for r in range(w.rows))
         r = idx[0] - 1
         _check_index(claim.quantity, r, w.rows, "row")
         row = [w[r, j] for j in range(w.cols)]
@@ -221,8 +229,14 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
 
         ordered = sorted(finite, key=cmp_to_key(descending))
         return ordered[0] - ordered[1]
+    if name == "weighted_value":
+        if len(idx) != 2:
+            raise ClaimError(f"{claim.quantity}: weighted_value needs [i,j] (the vector w_ij·v_j)")
+        return weighted_value(att, h, idx[0] - 1, idx[1] - 1)
     if name.startswith("grad_"):
         matrix = _gradient(ex, claim.quantity, name, h)
+    elif name in INTERMEDIATES:
+        matrix = intermediate(ex, att, name, claim.batch - 1, h)
     else:
         matrix = matrix_of(att, name, head)
     if matrix is None:

@@ -113,17 +113,16 @@ def mask_after_softmax_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnsw
         return None
     import sympy as sp
 
+    from .intermediates import keep_matrix, masked_after_softmax
+
     head = att.heads[claim.head - 1]
-    keep = [[head.scaled[r, c] != -sp.oo for c in range(head.scaled.cols)]
-            for r in range(head.scaled.rows)]
+    keep = keep_matrix(head)
     if all(all(row) for row in keep):
         return None
     try:
-        free = ex.attention(claim.batch - 1, mask=None)
+        w = masked_after_softmax(ex, claim.batch - 1, claim.head - 1, keep)
     except MhaSymbolicError:
         return None
-    w0 = free.heads[claim.head - 1].weights
-    w = sp.Matrix(w0.rows, w0.cols, lambda r, c: w0[r, c] if keep[r][c] else 0)
     if name == "weight_sum":
         value: Any = sp.Add(*[w[idx[0] - 1, c] for c in range(w.cols)])
     elif name == "weight":
