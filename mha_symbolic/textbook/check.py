@@ -51,6 +51,7 @@ from .roots import (
     float32_diagnosis,
     heads_order_diagnosis,
     mask_after_softmax_diagnosis,
+    row_sum_diagnosis,
     scale_constant_diagnosis,
     together,
 )
@@ -220,6 +221,7 @@ def diagnose(ex: WorkedExample, index: int, claim: Claim, p: Any, values: list[A
         simple = together([d for d in (variant_diagnosis(ex, claim, p),
                                         scale_constant_diagnosis(ex, claim, p),
                                         mask_after_softmax_diagnosis(ex, claim, p)) if d])
+        simple = simple or row_sum_diagnosis(ex, claim, p)
         diagnosis = (premature(ex, index, claim, p, upstream) or simple
                      or heads_order_diagnosis(ex, claim, p) or bias_once_diagnosis(ex, claim, p)
                      or count_diagnosis(ex, claim, p) or index_diagnosis(ex, claim, p))

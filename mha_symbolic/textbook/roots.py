@@ -312,3 +312,46 @@ def _float32_entry(ex: WorkedExample, claim: Claim, name: str, idx: tuple[int, .
         return None
     got = float(mat[r, c])
     return got if np.isfinite(got) else None
+
+
+def row_sum_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer) -> str | None:
+    """Weights printed so that each row sums to 1: every wrong entry is within one unit
+    of its last digit from the exact weight, every printed row sums to exactly 1, and the
+    correct roundings of some row do not (the text nudged an entry to make the row add
+    up)."""
+    name, _, idx = parse_quantity(claim.quantity)
+    if name != "weight" or len(idx) == 2 or p.kind not in ("tuple", "array"):
+        return None
+    if not 0 < claim.batch <= ex.batch_size:
+        return None
+    att = ex.attention(claim.batch - 1)
+    if att is None:
+        return None
+    w = att.heads[claim.head - 1].weights
+    rows = [idx[0] - 1] if idx else list(range(w.rows))
+    parts = p.entries
+    if len(parts) != len(rows) * w.cols or any(
+            q.kind != "decimal" or q.value is None or q.unit is None for q in parts):
+        return None
+    from ..exact.certified import certify
+    from .claims import _places
+
+    nudged = False
+    for k, r in enumerate(rows):
+        row = parts[k * w.cols:(k + 1) * w.cols]
+        if sum((q.value for q in row if q.value is not None), Fraction(0)) != 1:
+            return None
+        rounded = Fraction(0)
+        for c, q in enumerate(row):
+            assert q.unit is not None and q.value is not None
+            cv = certify(w[r, c])
+            rounded += cv.round_places(_places(q.unit))
+            lo, hi = q.value - q.unit, q.value + q.unit
+            if not (cv.compare(lo) > 0 and cv.compare(hi) < 0):
+                return None  # an entry further than one unit: not a nudge
+        nudged = nudged or rounded != 1
+    if not nudged:
+        return None
+    return ("rounded so that each row sums to 1: every printed weight is within one unit of "
+            "its last digit, and the correct roundings of the row do not sum to 1")
+

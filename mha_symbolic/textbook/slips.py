@@ -97,9 +97,11 @@ def premature(ex: WorkedExample, index: int, claim: Claim, p: PrintedAnswer,
     follows from those printed weights and names their root (``upstream(k)``: the
     diagnosis of claim k, or None)."""
     name, _, idx = parse_quantity(claim.quantity)
-    if name not in ("head_output", "weight", "weight_sum", "output", "concat"):
+    if name not in ("head_output", "weight", "weight_sum", "output", "concat", "weighted_value"):
         return None
     if not 0 < claim.batch <= ex.batch_size or (not idx and name in ("weight", "weight_sum")):
+        return None
+    if name == "weighted_value" and len(idx) != 2:
         return None
     att = ex.attention(claim.batch - 1)
     if att is None:
@@ -144,6 +146,15 @@ def premature(ex: WorkedExample, index: int, claim: Claim, p: PrintedAnswer,
         how = "1 − (the other printed weights of the row)"
     elif name == "weight":
         return None  # a row of weights is not computed from other printed weights
+    elif name == "weighted_value":  # w_ij · v_j from the printed w_ij
+        i, j = idx[0] - 1, idx[1] - 1
+        found = weights.where((h, i, j))
+        v = att.heads[h].v
+        if found is None or v is None or not all(v[j, c].is_Rational for c in range(v.cols)):
+            return None
+        used[(h, i, j)] = found
+        candidates = [found[1] * Fraction(int(v[j, c].p), int(v[j, c].q)) for c in range(v.cols)]
+        how = _printed_list(used)
     elif name == "weight_sum":
         row = printed_row(h, rows[0])
         if row is None:
