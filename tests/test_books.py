@@ -132,6 +132,10 @@ class Model:
                 nums = [val for val, _ in printed_numbers(v)]
                 inputs[k] = [nums[i:i + width] for i in range(0, len(nums), width)]
         inputs.update(load_init(ex))
+        if ex.get("layout") == "torch":  # weights given (out, in), as nn.Linear stores them
+            for k in ("w_q", "w_k", "w_v", "w_o"):
+                if k in inputs and not isinstance(inputs[k][0][0], list):
+                    inputs[k] = [list(c) for c in zip(*inputs[k], strict=True)]
         self.heads = int(ex.get("heads", 1))
 
         def batch(v: Any, depth: int) -> Any:

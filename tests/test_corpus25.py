@@ -61,5 +61,28 @@ def test_karim_roots(reports) -> None:
 def test_raschka_heads_first_shapes(reports) -> None:
     recs = reports["raschka-self-attention-blog"].records
     assert [r.verdict for r in recs].count("ambiguous") == 1   # the one written without axes
-    assert all(r.verdict == "exact" for r in recs if r.verdict != "ambiguous")
+    assert all(r.ok for r in recs if r.verdict != "ambiguous")
     assert reports["raschka-self-attention-blog"].exit_status == 4
+
+
+def test_embedding_rows_are_what_torch_looks_up() -> None:
+    torch = pytest.importorskip("torch")
+    from mha_symbolic.textbook.seeded import draw
+
+    torch.manual_seed(123)
+    embedded = torch.nn.Embedding(6, 16)(torch.tensor([0, 4, 5, 2, 1, 3])).detach().numpy()
+    torch.manual_seed(123)
+    w = torch.rand(24, 16).numpy()
+    got = draw({"torch_seed": 123, "draws": ["x = Embedding(6, 16)[0, 4, 5, 2, 1, 3]",
+                                             "seed(123)", "w_q = rand(24, 16)"]})
+    assert got["x"].tobytes() == embedded.tobytes() and got["w_q"].tobytes() == w.tobytes()
+
+
+@pytest.mark.parametrize("bad", ["x = Embedding(6, 16)[6]", "w_q = Embedding(6, 16)[0]",
+                                 "x = Embedding(6, 16)[]"])
+def test_bad_embedding_draws_are_refused(bad: str) -> None:
+    from mha_symbolic.errors import ExampleFileError
+    from mha_symbolic.textbook.seeded import parse_draw
+
+    with pytest.raises(ExampleFileError):
+        parse_draw(bad)
