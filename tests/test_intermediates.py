@@ -103,3 +103,11 @@ def test_numpy_trailing_zero_stripping() -> None:
     assert four.ok   # 0.50002… is 0.5000 at 4 decimals
     bad = check_examples(base + claim("weight[2,1]", "0.5", printer="torch")).records[0]
     assert bad.verdict == "unreadable"
+
+
+def test_weight_masked_refuses_an_additive_mask() -> None:
+    # an additive mask of finite numbers is not "the softmax minus the mask"
+    text = ('[[example]]\nscale = 1\nscores = [[1, 2]]\nmask = [[0, -1]]\n'
+            + claim("weight_masked[1]", "(0.2689, 0.7311)"))
+    rec = check_examples(text).records[0]
+    assert rec.verdict == "unreadable" and "causal and boolean" in (rec.error or "")

@@ -67,10 +67,23 @@ def _keep(ex: WorkedExample, batch: int, head: Any) -> list[list[bool]]:
     return keep
 
 
+#: Options under which "the softmax without the mask" is the same attention minus the
+#: mask (an additive mask of finite numbers, ALiBi, sinks, a softcap or a window are not).
+_PLAIN_MASKS = {"layout", "qkv_layout", "inputs", "heads", "kv_heads", "d_k", "scale", "mask",
+                "masked", "valid_lens", "causal_alignment", "masked_rows"}
+
+
 def masked_after_softmax(ex: WorkedExample, batch: int, h: int, keep: list[list[bool]]) -> Any:
     """The unmasked softmax's weights with the masked ones set to 0 (rows not
     renormalised)."""
     import sympy as sp
+
+    mask = ex.options.get("mask")
+    additive = isinstance(mask, list) and any(
+        not isinstance(e, bool) for e in _flat(mask))
+    if set(ex.options) - _PLAIN_MASKS or additive:
+        raise ClaimError("weight_masked is defined for causal and boolean masks (masked, "
+                         "valid_lens) only")
 
     free = ex.attention(batch, mask=None, mask_fill=None)
     w0 = free.heads[h].weights
@@ -118,3 +131,7 @@ def weighted_value(att: Any, h: int, i: int, j: int) -> tuple[Any, ...]:
     if not (0 <= i < w.rows and 0 <= j < w.cols):
         raise ClaimError(f"weighted_value[{i + 1},{j + 1}] is out of range 1..{w.rows}, 1..{w.cols}")
     return tuple(w[i, j] * head.v[j, c] for c in range(head.v.cols))
+
+
+def _flat(v: Any) -> list[Any]:
+    return [e for x in v for e in _flat(x)] if isinstance(v, list) else [v]
