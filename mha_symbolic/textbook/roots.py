@@ -76,7 +76,9 @@ def scale_constant_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer) 
                    (d_k * d_k, "d_k²")):
         if isinstance(m, int) and m > 0 and m not in (d_k, 1) and m not in named:
             named[m] = why
-    if named.get(d_k * d_k) == "d_k²":  # 1/√(d_k²) = 1/d_k: "scaled by 1/d_k" says it
+    if named.get(d_k * d_k) not in (None, "d_model"):
+        # 1/√(d_k²) = 1/d_k: "scaled by 1/d_k" says it; only d_model (the other common
+        # slip) is named beside it, as indistinguishable
         del named[d_k * d_k]
     found = []
     for m, why in named.items():
