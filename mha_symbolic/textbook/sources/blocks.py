@@ -112,7 +112,8 @@ def check_blocks(doc: Document, shown: str, records: list[SourceRecord], *,
             text = f"{r.example}: {r.quantity} {r.claimed}"
             if target is not None:
                 text = f"{r.example}: {r.quantity} = {target.text}"
-            verdict = r.verdict if r.verdict in ("wrong", "undecided", "unreadable") else (
+            verdict = r.verdict if r.verdict in ("wrong", "undecided", "unreadable",
+                                                 "ambiguous") else (
                 r.verdict if r.ok else "wrong")
             out.append(SourceRecord(shown, claim_line, text, verdict, r.ok, kind="claim",
                                     claim=replace(r, file=shown, line=claim_line), section=section))

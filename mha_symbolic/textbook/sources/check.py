@@ -41,7 +41,7 @@ class SourceRecord:
     file: str
     line: int
     text: str  # the statement as written (or "quantity: claimed" for a block's claim)
-    verdict: str  # one of statements.HOLDS, "wrong", "undecided", "not judged", "unreadable"
+    verdict: str  # statements.HOLDS, "wrong", "undecided", "ambiguous", "not judged", "unreadable"
     ok: bool
     relations: tuple[Relation, ...] = ()
     reason: str | None = None  # why not judged
@@ -82,14 +82,15 @@ class SourceReport:
 
     @property
     def exit_status(self) -> int:
-        """0 nothing wrong; 1 a statement or claim is wrong; 4 none wrong, some undecided;
-        2 an mha-check claim could not be read (as for a TOML file)."""
+        """0 nothing wrong; 1 a statement or claim is wrong; 4 none wrong, some undecided
+        or ambiguous (readings disagree: never counted as wrong); 2 an mha-check claim
+        could not be read (as for a TOML file)."""
         verdicts = {r.verdict for r in self.records}
         if "unreadable" in verdicts:
             return 2
         if "wrong" in verdicts:
             return 1
-        return 4 if "undecided" in verdicts else 0
+        return 4 if verdicts & {"undecided", "ambiguous"} else 0
 
     def summary(self) -> dict[str, int]:
         st = [r for r in self.records if r.kind == "statement"]
@@ -165,7 +166,8 @@ def _one(text: str, width: int) -> str:
     return t if len(t) <= width else t[:width - 1] + "…"
 
 
-_MARKS = {"wrong": "✗", "undecided": "?", "not judged": "·", "unreadable": "!"}
+_MARKS = {"wrong": "✗", "undecided": "?", "ambiguous": "?", "not judged": "·",
+          "unreadable": "!"}
 
 
 def _text_record(r: SourceRecord) -> list[str]:

@@ -463,3 +463,18 @@ def test_block_claim_by_quantity_without_room_for_its_claimed_line_is_exit_2(
     p.write_text(QUANTITY_PAGE.replace('quantity = "weight[1,1]"\n\n', 'quantity = "weight[1,1]"\n'))
     r = run("check", str(p))
     assert r.returncode == 2 and "needs a blank line after it" in r.stderr, r.stderr
+
+
+def test_an_ambiguous_claim_in_a_block_is_never_wrong(tmp_path: Path) -> None:
+    # heads × tokens × d_k = 3 × 6 × 24 printed without a batch axis (issue 25): the
+    # readings disagree, so the block's claim is ambiguous on the page too — exit 4
+    p = tmp_path / "p.md"
+    p.write_text("# Shapes\n\n```mha-check\n[[example]]\nname = \"e\"\nn_q = 6\n"
+                 "d_model = 72\nheads = 3\nbatch = 1\n\n[[example.claim]]\n"
+                 "quantity = \"shape.k\"\nclaimed = \"torch.Size([3, 6, 24])\"\n```\n")
+    report = check_source(p)
+    claims = [r for r in report.records if r.kind == "claim"]
+    assert [r.verdict for r in claims] == ["ambiguous"]
+    assert report.exit_status == 4 and report.summary()["claims_wrong"] == 0
+    r = run("check", str(p))
+    assert r.returncode == 4, r.stdout + r.stderr

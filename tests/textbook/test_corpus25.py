@@ -13,7 +13,7 @@ import tomllib
 
 from mha_symbolic.textbook import check_examples, load_examples
 
-BOOKS = Path(__file__).resolve().parent.parent / "examples" / "books"
+BOOKS = Path(__file__).resolve().parents[2] / "examples" / "books"
 NEW = ["karim-illustrated-self-attention", "cristina-mlm-attention-from-scratch",
        "karpathy-lets-build-gpt", "raschka-self-attention-blog", "asad-grad-chronicles-mha"]
 

@@ -15,7 +15,7 @@ import pytest
 
 from mha_symbolic.textbook import check_examples, load_examples
 
-PLANTED = Path(__file__).parent / "data" / "planted-roots.toml"
+PLANTED = Path(__file__).resolve().parents[1] / "data" / "planted-roots.toml"
 
 
 @pytest.fixture(autouse=True)
