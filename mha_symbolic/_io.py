@@ -62,8 +62,14 @@ def read_bounded(path: str | os.PathLike[str], limit: int, *,
     """
     name = _shown(path)
     if str(path) == STDIN:
-        stream = stdin if stdin is not None else sys.stdin.buffer
-        data = stream.read(limit + 1)
+        stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
+        if stream is None:  # started with standard input closed (`check - <&-`)
+            raise ExampleFileError("<stdin>: standard input is closed")
+        try:
+            data = stream.read(limit + 1)
+        except (OSError, ValueError) as exc:  # a closed or unreadable descriptor
+            raise ExampleFileError(f"<stdin>: cannot read standard input "
+                                   f"({getattr(exc, 'strerror', None) or exc})") from None
         if len(data) > limit:
             raise ExampleFileError(f"<stdin>: larger than {limit} bytes")
         return data

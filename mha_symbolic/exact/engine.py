@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._text import echo, expr_text, int_text
 from ..errors import InputValueError, ShapeError, SpecError
+from .budget import charge
 from .spec import AttentionSpec
 
 if TYPE_CHECKING:
@@ -850,7 +851,8 @@ def exact_attention(
         terms["scores"] = max(_terms(m) for m in score_mats_parsed)
     extras = (mask_fill is not None or alibi_slopes is not None or sinks is not None
               or _finite_mask(mask))
-    _check_work(sizes, terms, _score_bound(parsed, score_mats_parsed, scale, heads, extras, kv))
+    charge(_check_work(sizes, terms, _score_bound(parsed, score_mats_parsed, scale, heads, extras,
+                                                  kv)))  # the file's budget, when one is held
     inputs: dict[str, Any] = {}
 
     q_heads: list[Any] | None = None

@@ -1,0 +1,188 @@
+"""Regression tests for issue 30 (hostile input, the next ring), one section per class.
+
+Each test holds the issue's example and a second member of its class.  Expected values
+come from independent computations (numpy's own header writer, mpmath, hand algebra),
+never from the code under test; tests assert behaviour (one line, exit status 2, the
+limit named), never time.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import zipfile
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run_cli, time_limit
+
+from mha_symbolic.errors import ClaimError, ExampleFileError
+from mha_symbolic.textbook import load_examples
+from mha_symbolic.textbook.examples import MAX_FILE_DRAW_ENTRIES, MAX_FILE_WORK
+from mha_symbolic.textbook.quantities import parse_quantity
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _npy_claiming(shape: tuple[int, ...], descr: str = "<f8") -> bytes:
+    """A .npy file whose header (numpy's own writer) claims ``shape`` but holds 8 bytes."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False,
+                                               "shape": shape})
+    return buf.getvalue() + b"\0" * 8
+
+
+def _example_file(folder: Path, ref: str) -> Path:
+    f = folder / "e.toml"
+    f.write_text(f"[[example]]\nname = 'E'\nscale = 1\nscores = {json.dumps(ref)}\n"
+                 "[[example.claim]]\nquantity = 'weight[1,1]'\nclaimed = '0.5'\n",
+                 encoding="utf-8")
+    return f
+
+
+# -- 2. Array files read by their header first --------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(2**40,), (2**20, 2**20), (65_537,), (2, 2, 2, 2, 2)])
+def test_an_npy_header_claiming_too_many_entries_is_refused_before_allocation(
+        tmp_path: Path, shape: tuple[int, ...]) -> None:
+    (tmp_path / "big.npy").write_bytes(_npy_claiming(shape))
+    with time_limit(60), pytest.raises(ExampleFileError, match=r"entries; at most|dimensions"):
+        load_examples(_example_file(tmp_path, "big.npy"))
+
+
+def test_an_npz_member_is_read_by_its_own_header_not_the_declared_size(tmp_path: Path) -> None:
+    with zipfile.ZipFile(tmp_path / "a.npz", "w") as z:
+        z.writestr("scores.npy", _npy_claiming((2**40,)))
+        z.writestr("other.npy", _npy_claiming((3, 2**30), "<i4"))
+    for ref in ("a.npz:scores", "a.npz:other"):
+        with time_limit(60), pytest.raises(ExampleFileError, match="entries; at most"):
+            load_examples(_example_file(tmp_path, ref))
+
+
+def test_an_npy_whose_data_is_shorter_than_its_header_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "short.npy").write_bytes(_npy_claiming((4,)))  # 32 bytes promised, 8 held
+    with pytest.raises(ExampleFileError, match="bytes of data where its header"):
+        load_examples(_example_file(tmp_path, "short.npy"))
+
+
+def test_an_array_read_by_header_equals_numpys_own_reading(tmp_path: Path) -> None:
+    arr = np.array([[0.25, -1.5], [3.0, 0.1]])
+    np.save(tmp_path / "s.npy", np.asfortranarray(arr))
+    (ex,) = load_examples(_example_file(tmp_path, "s.npy"))
+    assert ex.inputs["scores"] == [[Fraction(*float(x).as_integer_ratio()) for x in row]
+                                   for row in arr.tolist()]
+
+
+@pytest.mark.parametrize("kind", ["zip", "loop", "fifo", "dir", "text", "truncated-zip"])
+def test_wrong_formats_and_non_regular_files_are_one_line(tmp_path: Path, kind: str) -> None:
+    name = "x.npy"
+    target = tmp_path / name
+    if kind == "zip":
+        with zipfile.ZipFile(target, "w") as z:
+            z.writestr("a.npy", b"x")
+    elif kind == "loop":
+        target.symlink_to(name)
+    elif kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "dir":
+        target.mkdir()
+    elif kind == "text":
+        target.write_text("1 2 3", encoding="utf-8")
+    else:
+        name = "x.npz"
+        (tmp_path / name).write_bytes(b"PK\x03\x04" + b"\0" * 30)
+    with time_limit(30), pytest.raises(ExampleFileError) as info:
+        load_examples(_example_file(tmp_path, name))
+    assert "\n" not in str(info.value) and name in str(info.value)
+
+
+def test_cli_exit_2_for_bad_array_files_and_closed_stdin(tmp_path: Path) -> None:
+    (tmp_path / "big.npy").write_bytes(_npy_claiming((2**40,)))
+    r = run_cli("check", str(_example_file(tmp_path, "big.npy")))
+    assert r.returncode == 2 and "at most 65536" in r.stderr and "internal" not in r.stderr
+    closed = subprocess.run([sys.executable, "-m", "mha_symbolic", "check", "-"],
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert closed.returncode in (0, 2)  # empty stdin: "no [[example]] tables"
+    gone = subprocess.run([sys.executable, "-c",
+                           "import os, sys; os.close(0); sys.stdin = None; "
+                           "from mha_symbolic.cli import main; sys.exit(main(['check', '-']))"],
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert gone.returncode == 2 and "standard input is closed" in gone.stderr
+
+
+# -- quantities: whitespace is never read as part of a number -----------------------------------
+
+@pytest.mark.parametrize("q", ["weight[1\t1]", "weight[1 1]", "weight[1\n2]", "score[1\u00a02,3]"])
+def test_whitespace_inside_an_index_is_a_claim_error(q: str) -> None:
+    with pytest.raises(ClaimError, match="is not of the form"):
+        parse_quantity(q)
+
+
+@pytest.mark.parametrize(("q", "parsed"), [("weight[ 1 ,\t2 ]", ("weight", None, (1, 2))),
+                                           ("shape . q", ("shape", "q", ()))])
+def test_whitespace_around_punctuation_is_allowed(q: str, parsed: tuple) -> None:
+    assert parse_quantity(q) == parsed
+
+
+# -- 1. Work per file bounded before it is done -------------------------------------------------
+
+def _n64(name: str, seed: int) -> str:
+    import random
+
+    rng = random.Random(seed)
+    q = [[rng.randint(-3, 3) for _ in range(4)] for _ in range(64)]
+    k = [[rng.randint(-3, 3) for _ in range(4)] for _ in range(64)]
+    v = [[rng.randint(0, 9) for _ in range(2)] for _ in range(64)]
+    return f"[[example]]\nname = '{name}'\nquery = {q}\nkey = {k}\nvalue = {v}\n"
+
+
+def test_a_file_of_many_admitted_examples_is_refused_by_the_file_work_limit() -> None:
+    # each 64-token example is about 310,000 terms (inside MAX_WORK): the file's sum is not
+    text = "".join(_n64(f"n{i}", i) for i in range(MAX_FILE_WORK // 300_000 + 2))
+    with time_limit(120), pytest.raises(ExampleFileError, match="limit for one file is 1,000,000"):
+        load_examples(text=text)
+
+
+def test_seeded_draws_are_counted_per_file_before_anything_is_drawn(tmp_path: Path) -> None:
+    per = 256 * 256
+    n = MAX_FILE_DRAW_ENTRIES // per + 1
+    draws = ", ".join(f'"w_q[{h}] = rand(256, 256)"' for h in range(1, n + 1))
+    text = f"[[example]]\nname='A'\nx=[[1,2]]\n[example.init]\ntorch_seed=1\ndraws=[{draws}]\n"
+    # two examples of half the draws each: the file's total counts, not one example's
+    half = ", ".join(f'"w_q[{h}] = rand(256, 256)"' for h in range(1, n // 2 + 2))
+    two = "".join(f"[[example]]\nname='{c}'\nx=[[1,2]]\n[example.init]\ntorch_seed=1\n"
+                  f"draws=[{half}]\n" for c in "AB")
+    for t in (text, two):
+        with time_limit(30), pytest.raises(ExampleFileError, match="262,144 entries in all"):
+            load_examples(text=t)
+
+
+def test_draw_targets_are_validated_before_drawing() -> None:
+    for draws, message in (('"w_q[1] = rand(2, 2)", "w_q[2] = rand(2, 2)"', "x needs w_q"),
+                           ('"w_q = rand(2, 2)", "w_q = rand(2, 2)"', "twice")):
+        text = f"[[example]]\nname='A'\nx=[[1,2]]\n[example.init]\ntorch_seed=1\ndraws=[{draws}]\n"
+        with pytest.raises(ExampleFileError, match=message):
+            load_examples(text=text)
+
+
+def test_the_budget_is_per_file_not_per_process() -> None:
+    text = _n64("a", 1) + _n64("b", 2)
+    for _ in range(3):  # loading the same admitted file again is admitted again
+        assert len(load_examples(text=text)) == 2
+
+
+def test_a_version_2_header_is_checked_the_same_way(tmp_path: Path) -> None:
+    # a hand-written header (not numpy's writer): version 2.0, huge shape
+    hdr = b"{'descr': '<f8', 'fortran_order': False, 'shape': (1099511627776,), }"
+    hdr += b" " * (64 - (12 + len(hdr) + 1) % 64) + b"\n"
+    (tmp_path / "v2.npy").write_bytes(b"\x93NUMPY\x02\x00" + struct.pack("<I", len(hdr)) + hdr)
+    with pytest.raises(ExampleFileError, match="entries; at most"):
+        load_examples(_example_file(tmp_path, "v2.npy"))
