@@ -186,3 +186,131 @@ def test_a_version_2_header_is_checked_the_same_way(tmp_path: Path) -> None:
     (tmp_path / "v2.npy").write_bytes(b"\x93NUMPY\x02\x00" + struct.pack("<I", len(hdr)) + hdr)
     with pytest.raises(ExampleFileError, match="entries; at most"):
         load_examples(_example_file(tmp_path, "v2.npy"))
+
+
+# -- 4. Every public function validates its arguments at the door ------------------------------
+
+BIG = 10**5000
+
+
+@pytest.mark.parametrize("option", ["scale", "window", "masked_rows", "dropout_p", "softcap"])
+@pytest.mark.parametrize("value", [BIG, -BIG, (BIG, 0)], ids=["big", "-big", "(big, 0)"])
+def test_huge_integers_are_refused_by_their_size_without_str(option: str, value: object) -> None:
+    import mha_symbolic as ms
+    from mha_symbolic.errors import SpecError
+
+    q = np.ones((1, 2, 4))
+    with pytest.raises(SpecError, match=rf"{option}=<a(n| negative) integer of 16610 bits>"):
+        ms.reference_attention(q, q, q, **{option: value})
+
+
+@pytest.mark.parametrize("flag", ["is_causal", "enable_gqa", "return_weights"])
+@pytest.mark.parametrize("value", ["no", "yes", 0, 1, None, [True]])
+def test_boolean_options_are_strict(flag: str, value: object) -> None:
+    import mha_symbolic as ms
+    from mha_symbolic.errors import SpecError
+
+    q = np.ones((1, 2, 4))
+    with pytest.raises(SpecError, match=f"{flag}=.*expected True or False"):
+        ms.reference_attention(q, q, q, **{flag: value})
+    ms.reference_attention(q, q, q, **{flag: np.bool_(False)})  # numpy's bool is a bool
+
+
+def test_batch_first_and_module_are_checked() -> None:
+    import mha_symbolic as ms
+    from mha_symbolic.errors import SpecError
+
+    x = np.zeros((2, 4))
+    w = {"num_heads": 1, "in_proj_weight": np.zeros((12, 4)), "out_proj_weight": np.eye(4)}
+    with pytest.raises(SpecError, match="batch_first='yes'"):
+        ms.reference_mha(x, x, x, batch_first="yes", **w)
+    for module in ("x", 3, object()):
+        with pytest.raises(SpecError, match=r"expected a torch nn\.MultiheadAttention"):
+            ms.reference_mha(x, x, x, module=module)
+
+
+def test_a_misspelt_keyword_of_the_exact_engine_is_named() -> None:
+    import mha_symbolic as ms
+    from mha_symbolic.errors import UnknownOptionError
+
+    for wrong, right in (("scael", "scale"), ("maks", "mask")):
+        with pytest.raises(UnknownOptionError, match=f"'{wrong}'; did you mean '{right}'"):
+            ms.exact_attention(query=[[1]], key=[[1]], value=[[1]], **{wrong: 1})
+
+
+def test_precisions_and_digit_counts_are_capped() -> None:
+    import mha_symbolic as ms
+    from mha_symbolic._validate import MAX_DIGITS, MAX_PREC_BITS
+    from mha_symbolic.errors import SpecError
+
+    c = ms.certify("1/3")
+    q = np.ones((1, 2, 4))
+    e = ms.reference_attention(q, q, q)
+    calls = [lambda: c.digits(10**7), lambda: c.digits(MAX_DIGITS + 1),
+             lambda: c.truncate_places(10**8), lambda: c.round_places(-10**6),
+             lambda: c.digits(BIG), lambda: c.digits("5"),
+             lambda: e.exact((0, 0, 0), prec=10**9), lambda: e.exact((0, 0, 0), prec=-1),
+             lambda: e.exact((0, 0, 0), prec=MAX_PREC_BITS + 1), lambda: e.mpi(bits=10**6),
+             lambda: e.exact((0, 0, 0), prec=2.5)]
+    for call in calls:
+        with time_limit(30), pytest.raises(SpecError, match="expected an integer from"):
+            call()
+    assert c.digits(30) == "0." + "3" * 30 + "…"  # 1/3 by hand
+    assert c.truncate_places(np.int64(3)) == Fraction(333, 1000)
+
+
+@pytest.mark.parametrize("other", [1.4, "1.4", None, True, np.float64(0.5)])
+def test_compare_takes_exact_numbers_only(other: object) -> None:
+    import mha_symbolic as ms
+    from mha_symbolic.errors import SpecError
+
+    with pytest.raises(SpecError, match="expected an int or a Fraction"):
+        ms.certify("1/3").compare(other)  # type: ignore[arg-type]
+    assert ms.certify("1/3").compare(Fraction(1, 3)) == 0 and ms.certify("1/3").compare(1) == -1
+
+
+def _torch_kinds() -> list[tuple[str, object]]:
+    torch = pytest.importorskip("torch")
+    t = torch.randn(2, 3, 4)
+    kinds: list[tuple[str, object]] = [("meta tensor", t.to("meta")), ("sparse", t.to_sparse()),
+                                       ("nested tensor", torch.nested.nested_tensor([t[0], t[1]])),
+                                       ("quantized", torch.quantize_per_tensor(t, 0.1, 0,
+                                                                               torch.qint8))]
+    for name in ("float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"):
+        if hasattr(torch, name):
+            kinds.append((name, t.to(getattr(torch, name))))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        fake = torch.empty(2, 3, 4)
+    kinds.append(("FakeTensor", fake))
+    return kinds
+
+
+def test_unsupported_tensor_kinds_are_named() -> None:
+    import mha_symbolic as ms
+    from mha_symbolic.errors import SpecError
+
+    torch = pytest.importorskip("torch")
+    t = torch.randn(2, 3, 4)
+    for kind, bad in _torch_kinds():
+        with pytest.raises(SpecError, match=kind):
+            ms.reference_attention(bad, t, t)
+
+    def inner(x: object) -> object:
+        ms.reference_attention(x, x, x)
+        return x.sum()  # type: ignore[attr-defined]
+
+    for transform in (torch.vmap(inner), torch.func.grad(inner)):
+        with pytest.raises(SpecError, match=r"inside torch\.vmap or torch\.func\.grad"):
+            transform(torch.randn(2, 2, 3, 4))
+
+
+def test_jax_tracers_are_named() -> None:
+    import mha_symbolic as ms
+    from mha_symbolic.errors import SpecError
+
+    jax = pytest.importorskip("jax")
+    x = jax.numpy.ones((2, 3, 4))
+    for transform in (jax.jit, jax.grad):
+        with pytest.raises(SpecError, match="a jax tracer"):
+            transform(lambda a: (ms.reference_attention(a, a, a), a.sum())[1])(x)

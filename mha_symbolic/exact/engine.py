@@ -735,12 +735,15 @@ def _guarded(build: Any) -> Any:
     perfect-power test, a RecursionError) become one-line InputValueErrors."""
     import functools
 
+    from .._validate import door
     from ..errors import MhaSymbolicError
+
+    checked = door(build, max_bits=None)  # misspelt keywords, strict booleans
 
     @functools.wraps(build)
     def run(**kwargs: Any) -> ExactAttention:
         try:
-            result: ExactAttention = build(**kwargs)
+            result: ExactAttention = checked(**kwargs)
         except MhaSymbolicError:
             raise
         except (ArithmeticError, RecursionError, ValueError, TypeError) as exc:

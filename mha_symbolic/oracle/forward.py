@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import door
 from ..errors import InputValueError
 from . import ties
 from .arb import attention_rows, exact_prec, exact_score_rows, scale_arb, to_arb_mat
@@ -339,6 +340,7 @@ class _AttentionProblem(Problem):
 Array = np.ndarray[Any, Any]
 
 
+@door
 def reference_attention(
     query: Any, key: Any, value: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import door, shown
 from ..errors import InputValueError, ShapeError, SpecError
 from . import ties
 from .arb import Prec, attention_rows, to_arb_mat
@@ -480,6 +481,8 @@ def mha_inputs(
     if masked_rows not in POLICIES:
         raise SpecError(f"masked_rows={masked_rows!r}: expected one of {POLICIES}")
     if module is not None:
+        if not all(hasattr(module, a) for a in ("num_heads", "out_proj", "in_proj_weight")):
+            raise SpecError(f"module={shown(module)}: expected a torch nn.MultiheadAttention")
         if getattr(module, "bias_k", None) is not None or getattr(module, "add_zero_attn", False):
             raise SpecError("module uses add_bias_kv or add_zero_attn, which reference_mha "
                             "does not model")
@@ -604,6 +607,7 @@ def mha_inputs(
                      in_proj_weight is not None)
 
 
+@door
 def reference_mha(
     query: Any, key: Any, value: Any, *,
     num_heads: int | None = None,

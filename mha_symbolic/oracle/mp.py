@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import check_bits
 from ..errors import InputValueError, PrecisionError, SpecError
 
 __all__ = ["MpmathViews", "enclosure_mpf", "enclosure_mpi", "is_mpmath", "mpmath_to_array"]
@@ -113,7 +114,7 @@ def enclosure_mpi(enc: Any, *, bits: int = 128) -> np.ndarray[Any, Any]:
     from mpmath.libmp import from_rational
 
     prec = int(mpmath.iv.prec)
-    bits = max(int(bits), prec + 10)
+    bits = max(check_bits(bits, "bits"), prec + 10)
     out = np.empty(enc.shape, dtype=object)
     for idx in _indices(tuple(enc.shape)):
         x = enc.exact(idx, prec=bits)

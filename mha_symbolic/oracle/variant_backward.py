@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import check_bits, door
 from ..errors import ShapeError, SpecError
 from .score_mods import AlibiScoreMod, RelativeBiasScoreMod, SoftcapScoreMod
 from .variant_forward import Prepared, lowered, prepare
@@ -286,6 +287,7 @@ def _transformed_inputs(prep: Prepared, scale: Any, masked_rows: str
 # varlen
 
 
+@door
 def reference_attention_varlen_backward(
     query: Any, key: Any, value: Any, grad_output: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, *,
@@ -380,6 +382,7 @@ class _Stacked:
         return self._stack(lambda p: p.rounded(dtype))
 
     def exact(self, index: Any, *, prec: int = 256) -> Any:
+        prec = check_bits(prec)
         idx = tuple(int(i) for i in index)
         if len(idx) != len(self.shape) or not all(-n <= i < n for i, n in
                                                   zip(idx, self.shape, strict=True)):

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import door
 from ..errors import InputValueError, ShapeError, SpecError
 from .conventions import ALIGNMENTS, POLICIES
 from .inputs import as_exact_array, to_float64, validate_finite
@@ -447,6 +448,7 @@ def varlen_inputs(query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlen
                   mask_mod)
 
 
+@door
 def reference_attention_varlen(
     query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, *,

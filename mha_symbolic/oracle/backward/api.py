@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validate import door
 from ...errors import InputValueError, ShapeError, SpecError
 from ..constants import UP, U, gamma
 from ..conventions import (
@@ -550,6 +551,7 @@ def _mask_part(ds: Arr, e_ds: Arr, bl: bool, bs: bool) -> tuple[Arr, Arr]:
     return ds, e_ds
 
 
+@door
 def reference_attention_backward(
     query: Any, key: Any, value: Any, grad_output: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,

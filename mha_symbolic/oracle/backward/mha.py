@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validate import door
 from ...errors import ShapeError, SpecError
 from ..arb import to_arb_mat
 from ..constants import ETA, FLOOR, UP, U, gamma
@@ -383,6 +384,7 @@ _PUBLIC = {"dxq": "query", "dxk": "key", "dxv": "value", "dwq": "q_proj_weight",
            "dbv": "in_proj_bias (v)", "dbin": "in_proj_bias", "dbo": "out_proj.bias"}
 
 
+@door
 def reference_mha_backward(
     query: Any, key: Any, value: Any, grad_output: Any, *,
     num_heads: int | None = None,
