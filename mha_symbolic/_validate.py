@@ -112,9 +112,10 @@ def _check_size(value: Any, name: str, func: str) -> None:
                             "bits)")
 
 
-def door(fn: F, *, max_bits: int | None = MAX_INT_BITS) -> F:
+def door(fn: F, *, max_bits: int | None = MAX_INT_BITS, quiet: bool = False) -> F:
     """``fn`` with its arguments checked first (see the module's docstring);
-    ``max_bits=None`` leaves integers to ``fn`` (the exact engine takes any rational)."""
+    ``max_bits=None`` leaves integers to ``fn`` (the exact engine takes any rational);
+    ``quiet``: numpy's floating-point warnings silenced while ``fn`` runs."""
     sig = inspect.signature(fn)
     name = fn.__name__
     params = sig.parameters
@@ -145,7 +146,15 @@ def door(fn: F, *, max_bits: int | None = MAX_INT_BITS) -> F:
                     _check_size(v, k, name)
             elif kind is not inspect.Parameter.VAR_POSITIONAL:
                 _check_size(value, key, name)
-        return fn(*args, **kwargs)
+        if not quiet:
+            return fn(*args, **kwargs)
+        import numpy as np
+
+        # float overflow inside the oracle is detected by its own finiteness checks (an
+        # element not enclosed in float64 is recomputed or reported); numpy's warnings
+        # about it are internal and never reach the caller
+        with np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
 
     return run  # type: ignore[return-value]
 

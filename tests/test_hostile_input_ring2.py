@@ -314,3 +314,27 @@ def test_jax_tracers_are_named() -> None:
     for transform in (jax.jit, jax.grad):
         with pytest.raises(SpecError, match="a jax tracer"):
             transform(lambda a: (ms.reference_attention(a, a, a), a.sum())[1])(x)
+
+
+# -- 3. The float limits: no warning leaks, no "please report" for merely extreme input ---------
+
+@pytest.mark.parametrize("scale_v", [np.finfo(np.float64).max, -np.finfo(np.float64).max, 1e300])
+def test_no_runtime_warning_reaches_the_caller_at_the_float_limits(scale_v: float) -> None:
+    import warnings
+
+    import mha_symbolic as ms
+    from mha_symbolic.errors import ToleranceError
+
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((1, 3, 4)), rng.standard_normal((1, 3, 4))
+    v = np.full((1, 3, 4), scale_v)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        enc = ms.reference_attention(q, k, v)
+        # the exact output is v's common value (a convex combination of equal rows)
+        inside = (enc.lower <= scale_v) & (scale_v <= enc.upper)
+        assert inside.all()
+        try:
+            ms.compare_attention(np.full((1, 3, 4), scale_v), q, k, v)
+        except ToleranceError as exc:
+            assert "please report" not in str(exc) and "float64 range" in str(exc)

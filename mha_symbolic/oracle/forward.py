@@ -13,6 +13,7 @@ Method (proofs in docs/oracle.md and in the comments of each module):
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -340,7 +341,7 @@ class _AttentionProblem(Problem):
 Array = np.ndarray[Any, Any]
 
 
-@door
+@functools.partial(door, quiet=True)
 def reference_attention(
     query: Any, key: Any, value: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,

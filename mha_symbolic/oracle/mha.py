@@ -13,6 +13,7 @@ projections exactly in Arb.  Exact ties are decided through the projections by
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -607,7 +608,7 @@ def mha_inputs(
                      in_proj_weight is not None)
 
 
-@door
+@functools.partial(door, quiet=True)
 def reference_mha(
     query: Any, key: Any, value: Any, *,
     num_heads: int | None = None,

@@ -67,7 +67,7 @@ def checked(fn: F) -> F:
     from ``fn`` with the closest names (Python's own TypeError suggests none)."""
     sig = inspect.signature(fn)
     name = fn.__name__
-    at_door = door(fn)  # strict booleans, integers by their size (mha_symbolic._validate)
+    at_door = door(fn, quiet=True)  # strict booleans, integers by their size (mha_symbolic._validate)
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:

@@ -23,6 +23,7 @@ whole block in ball arithmetic (every weight gradient sums over every row).
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from functools import partial
@@ -384,7 +385,7 @@ _PUBLIC = {"dxq": "query", "dxk": "key", "dxv": "value", "dwq": "q_proj_weight",
            "dbv": "in_proj_bias (v)", "dbin": "in_proj_bias", "dbo": "out_proj.bias"}
 
 
-@door
+@functools.partial(door, quiet=True)
 def reference_mha_backward(
     query: Any, key: Any, value: Any, grad_output: Any, *,
     num_heads: int | None = None,
