@@ -338,3 +338,104 @@ def test_no_runtime_warning_reaches_the_caller_at_the_float_limits(scale_v: floa
             ms.compare_attention(np.full((1, 3, 4), scale_v), q, k, v)
         except ToleranceError as exc:
             assert "please report" not in str(exc) and "float64 range" in str(exc)
+
+
+# -- 5. Signals and writes ----------------------------------------------------------------------
+
+SEED = REPO / "examples" / "seed.toml"
+
+
+def _cli(*argv: str, cwd: Path, env: dict[str, str] | None = None, **kw: object
+         ) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "mha_symbolic", *argv], cwd=cwd, env=full,
+                          capture_output=True, text=True, timeout=300, **kw)  # type: ignore[call-overload]
+
+
+def test_o_folder_writes_into_it_and_a_missing_folder_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "seed.toml").write_bytes(SEED.read_bytes())
+    r = _cli("derive", "seed.toml", "-o", "out/", cwd=tmp_path)
+    assert r.returncode == 0 and (tmp_path / "out" / "seed.tex").is_file()
+    r = _cli("derive", "seed.toml", "-o", "out", cwd=tmp_path)  # an existing folder, no slash
+    assert r.returncode == 0
+    r = _cli("derive", "seed.toml", "-o", "new/", cwd=tmp_path)
+    assert r.returncode == 2 and "folder does not exist" in r.stderr
+    assert not (tmp_path / "new").exists()
+
+
+def test_no_output_overwrites_an_input(tmp_path: Path) -> None:
+    (tmp_path / "book.pdf").write_bytes(SEED.read_bytes())  # a worked example named .pdf
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "pdflatex").write_text("#!/bin/sh\nexit 1\n", encoding="utf-8")
+    (fake / "pdflatex").chmod(0o755)
+    env = {"PATH": f"{fake}{os.pathsep}{os.environ.get('PATH', '')}"}
+    r = _cli("derive", "book.pdf", "-o", "book.tex", "--pdf", cwd=tmp_path, env=env)
+    assert r.returncode == 2 and "input file" in r.stderr
+    assert (tmp_path / "book.pdf").read_bytes() == SEED.read_bytes()
+
+
+def test_a_write_that_fails_part_way_leaves_the_old_file_whole(tmp_path: Path) -> None:
+    import resource
+
+    (tmp_path / "seed.toml").write_bytes(SEED.read_bytes())
+    old = "the previous derivation\n" * 10
+    (tmp_path / "out.tex").write_text(old, encoding="utf-8")
+
+    def limit() -> None:  # a file-size limit smaller than the derivation
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+        import signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    r = _cli("derive", "seed.toml", "-o", "out.tex", cwd=tmp_path, preexec_fn=limit)
+    assert r.returncode == 2 and "out.tex" in r.stderr and "Traceback" not in r.stderr
+    assert (tmp_path / "out.tex").read_text(encoding="utf-8") == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.tex", "seed.toml"]
+
+
+def test_closed_stdout_is_an_error() -> None:
+    r = subprocess.run(
+        [sys.executable, "-c", "import os, sys; os.close(1); sys.stdout = None; "
+         "from mha_symbolic.cli import main; sys.exit(main(['check', sys.argv[1]]))", str(SEED)],
+        capture_output=False, stderr=subprocess.PIPE, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 2 and "standard output is closed" in r.stderr
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_a_signal_during_pdflatex_ends_it_and_removes_the_temporary_folder(
+        tmp_path: Path, signame: str) -> None:
+    import signal
+    import time
+
+    (tmp_path / "seed.toml").write_bytes(SEED.read_bytes())
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    marker = tmp_path / "started"
+    (fake / "pdflatex").write_text(f"#!/bin/sh\ntouch {marker}\nexec sleep 60\n",
+                                   encoding="utf-8")
+    (fake / "pdflatex").chmod(0o755)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp),
+           "PATH": f"{fake}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.Popen([sys.executable, "-m", "mha_symbolic", "derive", "seed.toml", "-o",
+                             "out.tex", "--pdf"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert marker.exists(), proc.communicate()
+    sig = getattr(signal, signame)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig and f"terminated by {signame}" in err
+    assert "Traceback" not in err
+    assert not [p for p in tmp.iterdir() if p.name.startswith("mha-symbolic-tex-")]
+
+
+def test_echoed_file_names_are_cut(tmp_path: Path) -> None:
+    name = "x" * 1000 + ".toml"
+    r = _cli("check", name, cwd=tmp_path)
+    assert r.returncode == 2 and "…" in r.stderr and len(r.stderr.strip()) < 300
