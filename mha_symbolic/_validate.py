@@ -55,6 +55,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: Largest integer argument, in bits: beyond the float64 range (2^1024) no size, index,
 #: scale or count of attention means anything.
 MAX_INT_BITS = 1100
+#: Longest string option (a rule's or a policy's name is a few words).
+MAX_OPTION_CHARS = 1000
 #: Longest tuple or list whose entries are checked as scalars (``window=(l, r)``).
 _SHORT = 8
 
@@ -107,6 +109,9 @@ def check_flag(value: Any, name: str, func: str = "") -> bool:
 def _check_size(value: Any, name: str, func: str) -> None:
     items = value if isinstance(value, (tuple, list)) and len(value) <= _SHORT else (value,)
     for v in items:
+        if isinstance(v, (str, bytes)) and len(v) > MAX_OPTION_CHARS:
+            raise SpecError(f"{func}(): {name}=<a {type(v).__name__} of {len(v)} characters>: "
+                            f"too long (at most {MAX_OPTION_CHARS})")
         if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > MAX_INT_BITS:
             raise SpecError(f"{func}(): {name}={shown(v)}: too large (at most {MAX_INT_BITS} "
                             "bits)")

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import check_bits
+from .._validate import check_bits, check_int
 from ..errors import InputValueError, PrecisionError, SpecError
 
 __all__ = ["MpmathViews", "enclosure_mpf", "enclosure_mpi", "is_mpmath", "mpmath_to_array"]
@@ -45,9 +45,7 @@ def _check_dps(dps: Any) -> int:
 
     if dps is None:
         return int(mpmath.mp.dps)
-    if isinstance(dps, bool) or not isinstance(dps, int) or not 1 <= dps <= 10**5:
-        raise SpecError(f"dps={dps!r} must be an integer from 1 to 100000")
-    return dps
+    return check_int(dps, "dps", 1, 10**5)
 
 
 def _ends(ball: Any, bits: int) -> tuple[Fraction, Fraction] | None:

@@ -150,13 +150,15 @@ def _read_npy(f: Any, ref: str, where: str) -> Any:
     if f.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
         raise ExampleFileError(f"{where}: {shown} is not a .npy array (no .npy signature)")
     version = tuple(f.read(2))  # the two bytes after the signature: major, minor
-    if version == (1, 0):
-        shape, fortran, dtype = npformat.read_array_header_1_0(f, max_header_size=10_000)
-    elif version in ((2, 0), (3, 0)):
-        shape, fortran, dtype = npformat.read_array_header_2_0(f, max_header_size=10_000)
-    else:
+    if version not in ((1, 0), (2, 0), (3, 0)):
         raise ExampleFileError(f"{where}: {shown} has .npy format version {version}; expected 1, 2 "
                                "or 3")
+    read = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+    try:
+        shape, fortran, dtype = read(f, max_header_size=10_000)
+    except Exception as exc:  # numpy parses the header as a Python literal: any error of it
+        raise ExampleFileError(f"{where}: {shown} has an unreadable .npy header "
+                               f"({type(exc).__name__}: {echo(str(exc), 60)})") from None
     if dtype.hasobject:
         raise ExampleFileError(f"{where}: {shown} holds Python objects, which are never unpickled "
                                "(allow_pickle=False); expected numbers")
