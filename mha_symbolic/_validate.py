@@ -117,9 +117,12 @@ def _check_size(value: Any, name: str, func: str) -> None:
                             "bits)")
 
 
-def door(fn: F, *, max_bits: int | None = MAX_INT_BITS, quiet: bool = False) -> F:
+def door(fn: F, *, max_bits: int | None = MAX_INT_BITS, quiet: bool = False,
+         sized: Iterable[str] | None = None) -> F:
     """``fn`` with its arguments checked first (see the module's docstring);
-    ``max_bits=None`` leaves integers to ``fn`` (the exact engine takes any rational);
+    ``max_bits=None`` leaves integers to ``fn``; ``sized``: only these arguments are
+    checked for size (the exact engine takes rationals of any size as entries and scale,
+    but a count or an option is never huge);
     ``quiet``: numpy's floating-point warnings silenced while ``fn`` runs."""
     sig = inspect.signature(fn)
     name = fn.__name__
@@ -128,6 +131,7 @@ def door(fn: F, *, max_bits: int | None = MAX_INT_BITS, quiet: bool = False) -> 
                                                                p.KEYWORD_ONLY)}
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     flags = {p.name for p in params.values() if isinstance(p.default, bool)}
+    only = None if sized is None else frozenset(sized)
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -143,7 +147,7 @@ def door(fn: F, *, max_bits: int | None = MAX_INT_BITS, quiet: bool = False) -> 
         for key, value in bound.arguments.items():
             if key in flags and value is not params[key].default:
                 check_flag(value, key, name)
-            if max_bits is None:
+            if max_bits is None or (only is not None and key not in only):
                 continue
             kind = params[key].kind
             if kind is inspect.Parameter.VAR_KEYWORD:

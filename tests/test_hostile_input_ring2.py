@@ -439,3 +439,16 @@ def test_echoed_file_names_are_cut(tmp_path: Path) -> None:
     name = "x" * 1000 + ".toml"
     r = _cli("check", name, cwd=tmp_path)
     assert r.returncode == 2 and "…" in r.stderr and len(r.stderr.strip()) < 300
+
+
+@pytest.mark.parametrize("option", ["heads", "window", "masked_rows", "d_k", "kv_heads"])
+def test_the_exact_engine_refuses_huge_counts_and_options_by_their_size(option: str) -> None:
+    import mha_symbolic as ms
+    from mha_symbolic.errors import SpecError
+
+    with pytest.raises(SpecError, match=f"{option}=<an integer of 16610 bits>"):
+        ms.exact_attention(query=[[1, 0]], key=[[1, 0], [0, 1]], value=[[1], [2]],
+                           **{option: BIG})
+    # an exact rational entry of 5001 digits is still an input the engine reads
+    att = ms.exact_attention(scores=[[0, 0]], value=[[BIG], [BIG]])
+    assert att.heads[0].output[0, 0] == BIG  # equal weights 1/2 each: (B + B) / 2

@@ -738,7 +738,9 @@ def _guarded(build: Any) -> Any:
     from .._validate import door
     from ..errors import MhaSymbolicError
 
-    checked = door(build, max_bits=None)  # misspelt keywords, strict booleans
+    # misspelt keywords, strict booleans, counts and options by their size
+    checked = door(build, sized=("heads", "kv_heads", "d_k", "window", "masked_rows",
+                                 "causal_alignment", "softmax_over", "mask_fill_stage"))
 
     @functools.wraps(build)
     def run(**kwargs: Any) -> ExactAttention:
