@@ -312,31 +312,38 @@ def _on_signal(signum: int, frame: Any) -> None:
     raise _Terminated(signum)
 
 
-def _catch_signals() -> None:
+def _catch_signals() -> dict[int, Any]:
+    """Install the SIGTERM/SIGHUP handlers; the previous ones, to be restored."""
     import signal
 
+    previous: dict[int, Any] = {}
     for name in ("SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
         if sig is not None:
             with contextlib.suppress(ValueError, OSError):  # not the main thread
-                signal.signal(sig, _on_signal)
+                previous[sig] = signal.signal(sig, _on_signal)
+    return previous
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import signal
+
+    previous = _catch_signals()
     try:
         return _main(argv)
     except KeyboardInterrupt:  # Ctrl-C before the command started (parsing, imports)
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except _Terminated as exc:
-        import signal
-
         print(f"{PROG}: terminated by {signal.Signals(exc.signum).name}", file=sys.stderr)
         return 128 + exc.signum
+    finally:  # main() called in-process (tests, a fuzz worker) leaves the handlers as found
+        for sig, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, handler)
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    _catch_signals()
     if sys.stdout is None or sys.stdout.closed:  # started with stdout closed (`>&-`)
         if sys.stderr is not None:
             print(f"{PROG}: error: standard output is closed (use >/dev/null to discard "

@@ -452,3 +452,13 @@ def test_the_exact_engine_refuses_huge_counts_and_options_by_their_size(option: 
     # an exact rational entry of 5001 digits is still an input the engine reads
     att = ms.exact_attention(scores=[[0, 0]], value=[[BIG], [BIG]])
     assert att.heads[0].output[0, 0] == BIG  # equal weights 1/2 each: (B + B) / 2
+
+
+def test_main_in_process_leaves_the_signal_handlers_as_it_found_them() -> None:
+    import signal
+
+    from mha_symbolic.cli import main
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["params", "--d-model", "8", "--heads", "2"]) == 0
+    assert signal.getsignal(signal.SIGTERM) is before
