@@ -106,19 +106,19 @@ def check_flag(value: Any, name: str, func: str = "") -> bool:
     raise SpecError(f"{where}{name}={shown(value)}: expected True or False")
 
 
-def _check_size(value: Any, name: str, func: str) -> None:
+def _check_size(value: Any, name: str, func: str, max_chars: int | None) -> None:
     items = value if isinstance(value, (tuple, list)) and len(value) <= _SHORT else (value,)
     for v in items:
-        if isinstance(v, (str, bytes)) and len(v) > MAX_OPTION_CHARS:
+        if max_chars is not None and isinstance(v, (str, bytes)) and len(v) > max_chars:
             raise SpecError(f"{func}(): {name}=<a {type(v).__name__} of {len(v)} characters>: "
-                            f"too long (at most {MAX_OPTION_CHARS})")
+                            f"too long (at most {max_chars})")
         if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > MAX_INT_BITS:
             raise SpecError(f"{func}(): {name}={shown(v)}: too large (at most {MAX_INT_BITS} "
                             "bits)")
 
 
 def door(fn: F, *, max_bits: int | None = MAX_INT_BITS, quiet: bool = False,
-         sized: Iterable[str] | None = None) -> F:
+         sized: Iterable[str] | None = None, max_chars: int | None = MAX_OPTION_CHARS) -> F:
     """``fn`` with its arguments checked first (see the module's docstring);
     ``max_bits=None`` leaves integers to ``fn``; ``sized``: only these arguments are
     checked for size (the exact engine takes rationals of any size as entries and scale,
@@ -152,9 +152,9 @@ def door(fn: F, *, max_bits: int | None = MAX_INT_BITS, quiet: bool = False,
             kind = params[key].kind
             if kind is inspect.Parameter.VAR_KEYWORD:
                 for k, v in value.items():
-                    _check_size(v, k, name)
+                    _check_size(v, k, name, max_chars)
             elif kind is not inspect.Parameter.VAR_POSITIONAL:
-                _check_size(value, key, name)
+                _check_size(value, key, name, max_chars)
         if not quiet:
             return fn(*args, **kwargs)
         import numpy as np

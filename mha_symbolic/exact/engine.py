@@ -740,7 +740,8 @@ def _guarded(build: Any) -> Any:
 
     # misspelt keywords, strict booleans, counts and options by their size
     checked = door(build, sized=("heads", "kv_heads", "d_k", "window", "masked_rows",
-                                 "causal_alignment", "softmax_over", "mask_fill_stage"))
+                                 "causal_alignment", "softmax_over", "mask_fill_stage"),
+                   max_chars=None)  # its own messages cut long strings (window: left='ww…')
 
     @functools.wraps(build)
     def run(**kwargs: Any) -> ExactAttention:
