@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from ._io import write_atomic
 from .errors import LatexError
 
 __all__ = ["compile_tex", "latex_escape", "latex_text", "pdflatex_path", "smart_quotes",
@@ -324,7 +325,7 @@ def compile_tex(tex_file: Path, *, runs: int = 2, timeout: float = 120,
         if not built.is_file():
             raise LatexError(f"pdflatex ran on {tex_file.name} but wrote no PDF")
         pdf = tex_file.with_suffix(".pdf")
-        shutil.copyfile(built, pdf)
+        write_atomic(pdf, built.read_bytes())  # an existing PDF is replaced whole or kept
         if log_to is not None:
             shutil.copyfile(work / "document.log", log_to)
     return pdf

@@ -299,7 +299,56 @@ def _safe_streams() -> None:
                 reconfigure(errors=handler)
 
 
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where the program is, so that every ``with`` block
+    (temporary folders, a running pdflatex, which subprocess.run kills) is left cleanly."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    raise _Terminated(signum)
+
+
+def _catch_signals() -> dict[int, Any]:
+    """Install the SIGTERM/SIGHUP handlers; the previous ones, to be restored."""
+    import signal
+
+    previous: dict[int, Any] = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            with contextlib.suppress(ValueError, OSError):  # not the main thread
+                previous[sig] = signal.signal(sig, _on_signal)
+    return previous
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import signal
+
+    previous = _catch_signals()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C before the command started (parsing, imports)
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except _Terminated as exc:
+        print(f"{PROG}: terminated by {signal.Signals(exc.signum).name}", file=sys.stderr)
+        return 128 + exc.signum
+    finally:  # main() called in-process (tests, a fuzz worker) leaves the handlers as found
+        for sig, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, handler)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    if sys.stdout is None or sys.stdout.closed:  # started with stdout closed (`>&-`)
+        if sys.stderr is not None:
+            print(f"{PROG}: error: standard output is closed (use >/dev/null to discard "
+                  "the output)", file=sys.stderr)
+        return 2
     _safe_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -321,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.close()
         return 0
     except OSError as exc:
-        name = f"{_one_line(exc.filename)}: " if getattr(exc, "filename", None) else ""
+        name = f"{_one_line(exc.filename, 80)}: " if getattr(exc, "filename", None) else ""
         print(f"{PROG} {args.command}: error: {name}{_one_line(exc.strerror or exc)}",
               file=sys.stderr)
         return 2
@@ -346,16 +395,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 MAX_MESSAGE = 1000
 
 
-def _one_line(exc: object) -> str:
+def _one_line(exc: object, limit: int = MAX_MESSAGE) -> str:
     """A message on one line: control characters visible, whitespace runs collapsed,
-    at most :data:`MAX_MESSAGE` characters."""
+    at most ``limit`` characters (:data:`MAX_MESSAGE`)."""
     try:
         text = str(exc).strip()
     except Exception:  # str() itself may fail (a huge integer in the arguments)
         text = ""
     text = text or type(exc).__name__
     text = " ".join(sanitize(" ".join(text.split())).split())
-    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from .._validate import MAX_DIGITS, check_int, shown
 from ..errors import PrecisionError, SpecError
 
 if TYPE_CHECKING:
@@ -415,7 +416,11 @@ class CertifiedValue:
         return int(self._decide(lambda x: (x > 0) - (x < 0), "the sign", max_bits))
 
     def compare(self, other: Fraction) -> int:
-        """Sign of (value - other), certified."""
+        """Sign of (value - other), certified (``other`` an int or a Fraction)."""
+        if isinstance(other, bool) or not isinstance(other, (int, Fraction)):
+            raise SpecError(f"compare(other={shown(other)}): expected an int or a Fraction "
+                            "(a float is not an exact statement; Fraction(x) takes its value)")
+        other = Fraction(other)
         if self.exact is not None:
             d = self.exact - other
             return (d > 0) - (d < 0)
@@ -451,6 +456,7 @@ class CertifiedValue:
 
     def round_places(self, places: int) -> Fraction:
         """Correctly rounded to ``places`` digits after the decimal point (ties to even)."""
+        places = _check_places(places)
         scale = _pow10(places)
         n = self._decide(lambda x: _round_half_even(x * scale)[0], f"rounding to {places} places")
         return Fraction(n) / scale
@@ -461,6 +467,7 @@ class CertifiedValue:
 
     def is_tie(self, places: int) -> bool:
         """Whether the value lies exactly half-way between two ``places``-digit decimals."""
+        places = _check_places(places)
         scale = _pow10(places)
         if self.exact is not None:
             return _round_half_even(self.exact * scale)[1]
@@ -489,6 +496,7 @@ class CertifiedValue:
 
     def truncate_places(self, places: int) -> Fraction:
         """The value cut (toward zero) after ``places`` decimals, certified."""
+        places = _check_places(places)
         scale = _pow10(places)
         n = self._decide(lambda x: math.trunc(x * scale), f"truncation to {places} places")
         return Fraction(n) / scale
@@ -694,8 +702,11 @@ def _brief(x: Fraction) -> str:
 
 
 def _check_digits(n: int) -> None:
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise SpecError(f"significant digits={n!r} must be a positive integer")
+    check_int(n, "significant digits", 1, MAX_DIGITS)
+
+
+def _check_places(places: int) -> int:
+    return check_int(places, "places", -MAX_DIGITS, MAX_DIGITS)
 
 
 def _terminates(x: Fraction) -> bool:

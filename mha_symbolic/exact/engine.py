@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._text import echo, expr_text, int_text
 from ..errors import InputValueError, ShapeError, SpecError
+from .budget import charge
 from .spec import AttentionSpec
 
 if TYPE_CHECKING:
@@ -734,12 +735,18 @@ def _guarded(build: Any) -> Any:
     perfect-power test, a RecursionError) become one-line InputValueErrors."""
     import functools
 
+    from .._validate import door
     from ..errors import MhaSymbolicError
+
+    # misspelt keywords, strict booleans, counts and options by their size
+    checked = door(build, sized=("heads", "kv_heads", "d_k", "window", "masked_rows",
+                                 "causal_alignment", "softmax_over", "mask_fill_stage"),
+                   max_chars=None)  # its own messages cut long strings (window: left='ww…')
 
     @functools.wraps(build)
     def run(**kwargs: Any) -> ExactAttention:
         try:
-            result: ExactAttention = build(**kwargs)
+            result: ExactAttention = checked(**kwargs)
         except MhaSymbolicError:
             raise
         except (ArithmeticError, RecursionError, ValueError, TypeError) as exc:
@@ -850,7 +857,8 @@ def exact_attention(
         terms["scores"] = max(_terms(m) for m in score_mats_parsed)
     extras = (mask_fill is not None or alibi_slopes is not None or sinks is not None
               or _finite_mask(mask))
-    _check_work(sizes, terms, _score_bound(parsed, score_mats_parsed, scale, heads, extras, kv))
+    charge(_check_work(sizes, terms, _score_bound(parsed, score_mats_parsed, scale, heads, extras,
+                                                  kv)))  # the file's budget, when one is held
     inputs: dict[str, Any] = {}
 
     q_heads: list[Any] | None = None

@@ -11,8 +11,10 @@ here, as are the multi-head blocks.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+from .._validate import door
 from .backward.attention import AttentionGradients, plain_attention_backward
 from .backward.mha import MhaGradients, reference_mha_backward
 from .enclosure import Enclosure
@@ -31,6 +33,7 @@ __all__ = ["AttentionGradients", "Enclosure", "MhaGradients", "reference_attenti
            "reference_attention_varlen_backward", "reference_mha", "reference_mha_backward"]
 
 @with_variant_keywords
+@functools.partial(door, quiet=True)
 def reference_attention(
     query: Any, key: Any, value: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
@@ -91,6 +94,7 @@ def reference_attention(
 
 
 @with_variant_keywords
+@functools.partial(door, quiet=True)
 def reference_attention_backward(
     query: Any, key: Any, value: Any, grad_output: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,

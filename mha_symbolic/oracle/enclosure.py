@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import check_bits
 from ..errors import PrecisionError, SpecError
 from .arith.balls import Prec, ball_bounds
 from .arith.constants import MAX_PREC, RATIONAL_AT_PREC, START_PREC, U
@@ -371,6 +372,7 @@ class Enclosure(MpmathViews):
         """One element at high precision: a Fraction when the value is rational
         and known exactly (masked rows, uniform weights, one-hot rows), else a
         python-flint arb ball computed at ``prec`` bits (NaN rows: float nan)."""
+        prec = check_bits(prec)
         b, i, col = self._flat_index(index)
         if self._nan_rows[b, i]:
             return math.nan

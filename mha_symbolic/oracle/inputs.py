@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import tensor_kind
 from ..errors import InputValueError, SpecError
 from .mp import mpmath_to_array
 
@@ -78,6 +79,9 @@ def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
     >>> as_exact_array([[1, 2.5]], "query").dtype
     dtype('float64')
     """
+    kind = tensor_kind(x)
+    if kind is not None:
+        raise SpecError(f"{name} is {kind}: the oracle reads the numbers a tensor holds")
     module = type(x).__module__ or ""
     if module.startswith("mpmath") or (isinstance(x, np.ndarray) and x.dtype == object
                                        and _holds_mpmath(x)):

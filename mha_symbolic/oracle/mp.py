@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .._text import sanitize
+from .._validate import check_bits, check_int
 from ..errors import InputValueError, PrecisionError, SpecError
 from .arith.balls import Prec
 
@@ -46,9 +47,7 @@ def _check_dps(dps: Any) -> int:
 
     if dps is None:
         return int(mpmath.mp.dps)
-    if isinstance(dps, bool) or not isinstance(dps, int) or not 1 <= dps <= 10**5:
-        raise SpecError(f"dps={dps!r} must be an integer from 1 to 100000")
-    return dps
+    return check_int(dps, "dps", 1, 10**5)
 
 
 def _ends(ball: Any, bits: int) -> tuple[Fraction, Fraction] | None:
@@ -114,7 +113,7 @@ def enclosure_mpi(enc: Any, *, bits: int = 128) -> np.ndarray[Any, Any]:
     from mpmath.libmp import from_rational
 
     prec = int(mpmath.iv.prec)
-    bits = max(int(bits), prec + 10)
+    bits = max(check_bits(bits, "bits"), prec + 10)
     out = np.empty(enc.shape, dtype=object)
     for idx in _indices(tuple(enc.shape)):
         x = enc.exact(idx, prec=bits)

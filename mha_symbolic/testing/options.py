@@ -24,13 +24,14 @@ does not drop the report: it becomes the first line, above the default message
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from ..errors import AttentionMismatchError, SpecError, UnknownOptionError
+from .._validate import close_matches, door, unknown_option
+from ..errors import AttentionMismatchError, SpecError
+from ..oracle.variants.protocol import keyword_owner
 
 __all__ = ["Msg", "asserting", "check_names", "check_names_for", "checked", "close_matches", "mismatch_error",
            "passes_options_to", "unknown_option"]
@@ -40,22 +41,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: The type of ``msg=``: None (the default message), a string placed above it, or a
 #: callable from the default message to the message raised.
 Msg = str | Callable[[str], str] | None
-
-
-def close_matches(name: str, known: Iterable[str]) -> list[str]:
-    """The known names closest to ``name`` (difflib's ratio at least 0.6), best first."""
-    return difflib.get_close_matches(name, sorted(set(known)), n=3, cutoff=0.6)
-
-
-def unknown_option(func: str, name: str, known: Iterable[str]) -> UnknownOptionError:
-    """The error for option ``name`` given to ``func``, which takes ``known``: one line,
-    Python's wording, with the closest known names."""
-    from .._text import echo
-
-    near = close_matches(name, known)
-    hint = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
-    return UnknownOptionError(f"{func}() got an unexpected keyword argument {echo(name, 60)}"
-                              f"{hint}")
 
 
 def _keywords(sig: inspect.Signature) -> set[str]:
@@ -83,12 +68,18 @@ def checked(fn: F) -> F:
     from ``fn`` with the closest names (Python's own TypeError suggests none)."""
     sig = inspect.signature(fn)
     name = fn.__name__
+    at_door = door(fn, quiet=True)  # strict booleans, integers by their size (mha_symbolic._validate)
+    # a door taking ``**variants`` takes every registered variant's keywords (its
+    # signature lists those registered when it was defined; the registry has them all)
+    takes_variants = any(p.kind is p.VAR_KEYWORD and p.name == "variants"
+                         for p in sig.parameters.values())
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
-        check_names(name, kwargs, getattr(run, "__signature__", sig))
-        return fn(*args, **kwargs)
+        names = [k for k in kwargs if not (takes_variants and keyword_owner(k) is not None)]
+        check_names(name, names, getattr(run, "__signature__", sig))
+        return at_door(*args, **kwargs)
 
     return run  # type: ignore[return-value]
 

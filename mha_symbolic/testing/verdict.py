@@ -200,6 +200,15 @@ def _model(actual: np.ndarray, accumulation_dtype: Any, kernel: str,
 # The core: one actual array against one enclosure, with one tolerance array
 
 
+#: Why an enclosure or a tolerance is not finite for finite inputs (issue 30): the
+#: oracle's double-double tier and the error model work in float64, and inputs within a
+#: few powers of two of its maximum (V or dO of 1e308, q·k products beyond 1e308)
+#: overflow there.  Not a wrong verdict: no verdict.
+_BEYOND_RANGE = ("the bounds left the float64 range, which happens for inputs near the float64 "
+                 "maximum (entries of V or dO above about 1e300, or scores above it); scale the "
+                 "inputs by a power of two (exact) to check them")
+
+
 def _check_enclosure(lower: np.ndarray, upper: np.ndarray, nan_ok: bool) -> None:
     """An enclosure must be finite wherever the exact answer is not a NaN by policy."""
     with np.errstate(invalid="ignore"):
@@ -210,7 +219,7 @@ def _check_enclosure(lower: np.ndarray, upper: np.ndarray, nan_ok: bool) -> None
         raise ToleranceError(
             f"no verdict: the oracle's enclosure of the exact value is [{float(lower[idx])!r}, "
             f"{float(upper[idx])!r}] at index {idx} ({int(np.sum(bad))} element(s)) for finite "
-            "inputs; an enclosure must be finite (please report this)")
+            f"inputs: {_BEYOND_RANGE}")
 
 
 def _verdict(
@@ -235,8 +244,8 @@ def _verdict(
     fmt = model.fmt
     if not np.all(np.isfinite(tol)) or np.any(tol < 0):
         idx = tuple(int(i) for i in np.argwhere(~(np.isfinite(tol) & (tol >= 0)))[0])
-        raise ToleranceError(f"no verdict: the tolerance is {float(tol[idx])!r} at index {idx}; a "
-                             "tolerance must be finite and >= 0 (please report this)")
+        raise ToleranceError(f"no verdict: the tolerance is {float(tol[idx])!r} at index {idx}: "
+                             f"{_BEYOND_RANGE}")
     a = _f64(actual)
     mid = 0.5 * (lower + upper)
     exact_nan = np.isnan(lower) | np.isnan(upper)

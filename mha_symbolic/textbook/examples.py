@@ -39,6 +39,13 @@ MAX_CLAIMS = 2000
 #: (calibrated in bench/RESULTS.md, issue 15: a few seconds at the limit).
 CLAIM_COST = 200
 MAX_CHECK_WORK = 200_000
+#: Exact work of all the examples of one file together, in the engine's terms (each
+#: example on its own is bounded by ``exact.engine.MAX_WORK``; calibrated in
+#: bench/RESULTS.md, issue 30: the slowest file it admits loads in seconds).
+MAX_FILE_WORK = 1_000_000
+#: Entries drawn by seeded initialisers (``[example.init]``) in one file, counted from
+#: the draws' sizes before anything is drawn.
+MAX_FILE_DRAW_ENTRIES = 262_144
 _INPUT_KEYS = ("scores", "query", "key", "value", "x", "x_kv", "w_q", "w_k", "w_v", "w_o",
                "w_qkv", "b_q", "b_k", "b_v", "b_o", "b_qkv")
 _OPTION_KEYS = ("heads", "kv_heads", "d_k", "scale", "mask", "causal_alignment", "masked_rows",
@@ -256,7 +263,13 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None,
     if sum(len(item.get("claim", [])) for item in raw if isinstance(item, dict)
            and isinstance(item.get("claim", []), list)) > MAX_CLAIMS:
         raise ExampleFileError(f"{src}: more than {MAX_CLAIMS} claims")
-    examples = [_example(item, i, src, loc, base) for i, item in enumerate(raw)]
+    _check_draw_work(raw, src)
+    from ..exact.budget import file_budget
+
+    # every exact computation of the file is charged against one budget before its
+    # arithmetic is done (each example is built now, so that its errors are reported here)
+    with file_budget(MAX_FILE_WORK, src):
+        examples = [_example(item, i, src, loc, base) for i, item in enumerate(raw)]
     title = doc.get("title", "")
     if not isinstance(title, str):
         raise ExampleFileError(f"{_at(src, loc.top_keys.get('title', 0))}title must be a string")
@@ -268,6 +281,27 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None,
         raise ExampleFileError(f"{src}: duplicate example name(s) {_keys(dupes)}")
     _check_claim_work(examples, src)
     return examples
+
+
+def _check_draw_work(raw: Sequence[Any], src: str) -> None:
+    """Refuse a file whose seeded draws hold more than MAX_FILE_DRAW_ENTRIES entries in
+    all, counted from the draws' sizes (each unreadable draw is reported by its example)."""
+    from .seeded import parse_draw
+
+    total = 0
+    for item in raw:
+        init = item.get("init") if isinstance(item, dict) else None
+        draws = init.get("draws") if isinstance(init, dict) else None
+        if not isinstance(draws, list):
+            continue
+        for text in draws[:64]:
+            try:
+                total += math.prod(parse_draw(text)[3])
+            except ExampleFileError:
+                continue
+        if total > MAX_FILE_DRAW_ENTRIES:
+            raise ExampleFileError(f"{src}: the seeded draws of this file hold more than "
+                                   f"{MAX_FILE_DRAW_ENTRIES:,} entries in all (split the file)")
 
 
 def _at(src: str, line: int) -> str:
@@ -509,7 +543,8 @@ def _file_inputs(item: dict[str, Any], raw_inputs: dict[str, Any], at: Any,
     if "init" in item:
         from .seeded import resolve_init
 
-        for name, value in resolve_init(item["init"], base, at("init")).items():
+        given = frozenset(k for k in (*raw_inputs, *out) if k in _INPUT_KEYS)
+        for name, value in resolve_init(item["init"], base, at("init"), given).items():
             if name in out or name in raw_inputs:
                 raise ExampleFileError(f"{at('init')}: init draws {name}, which is given too")
             out[name] = value

@@ -264,10 +264,9 @@ def _savefig(fig: Any, path: Path, fmt: str, dpi: int, backend: str | None = Non
     with _quiet_fonttools():
         fig.savefig(buffer, format=fmt, dpi=dpi, backend=backend,
                     **({"metadata": _METADATA[fmt]} if fmt in _METADATA and backend is None else {}))
-    try:
-        path.write_bytes(buffer.getvalue())
-    except OSError as exc:  # name the file: "/dev/full: No space left on device"
-        raise OSError(exc.errno, exc.strerror or type(exc).__name__, str(path)) from None
+    from .._io import write_atomic
+
+    write_atomic(path, buffer.getvalue())  # whole or not at all; the OSError names the file
 
 
 # -- label placement ------------------------------------------------------------------

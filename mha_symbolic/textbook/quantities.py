@@ -52,7 +52,10 @@ _PARAM_NAMES = ("total", "weights", "biases", "w_q", "w_k", "w_v", "w_o", "w_q_h
                 "w_v_head", "qkv")
 #: Longest quantity name read (``scaled_score[12,34]`` is 19 characters).
 MAX_QUANTITY_LENGTH = 100
-_QUANTITY = re.compile(r"^(?P<name>[a-z_]+)(?:\.(?P<sub>[a-z_]+))?(?:\[(?P<idx>[0-9,\s]*)\])?$")
+_QUANTITY = re.compile(r"^(?P<name>[a-z_]+)(?:\.(?P<sub>[a-z_]+))?(?:\[(?P<idx>[0-9,]*)\])?$")
+#: Whitespace of any kind (spaces, tabs, newlines) is allowed around the punctuation of a
+#: quantity, never inside a number (``weight[1 1]`` is not ``weight[11]``).
+_AROUND_PUNCTUATION = re.compile(r"\s*([\[\],.])\s*")
 
 
 #: Axis names a claim's ``axes`` may use, with the spellings read for each.
@@ -99,6 +102,8 @@ def did_you_mean(word: str) -> str:
     if not close:
         return ""
     suffix = word[len(word.split("[", 1)[0]):] if "[" in word else ""
+    if close[0] == base:  # the name is right; the fault is elsewhere (the index)
+        return ""
     return f" (did you mean {close[0] + suffix!r}?)"
 
 
@@ -106,12 +111,12 @@ def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
     if len(q) > MAX_QUANTITY_LENGTH:
         raise ClaimError(f"quantity={echo(q, 40)} is longer than {MAX_QUANTITY_LENGTH} "
                          "characters")
-    m = _QUANTITY.match(q.replace(" ", ""))
+    m = _QUANTITY.match(_AROUND_PUNCTUATION.sub(r"\1", q.strip()))
     if not m:
         raise ClaimError(f"quantity={echo(q)} is not of the form name, name[i], name[i,j] or "
                          f"shape.name / dim.name / params.name{did_you_mean(q)}")
     name, sub, idx = m.group("name"), m.group("sub"), m.group("idx")
-    if idx and any(len(i.strip()) > 9 for i in idx.split(",")):
+    if idx and any(len(i) > 9 for i in idx.split(",")):
         raise ClaimError(f"quantity={echo(q)}: an index beyond 999999999 is out of range")
     indices = tuple(int(i) for i in idx.split(",") if i) if idx else ()
     if any(i < 1 for i in indices):

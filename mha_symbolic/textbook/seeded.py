@@ -253,12 +253,28 @@ def _expected(init: dict[str, Any]) -> list[str]:
     return names
 
 
-def resolve_init(init: Any, base: Path | None, where: str) -> dict[str, Any]:
+def _check_targets(init: dict[str, Any], given: frozenset[str], where: str) -> None:
+    """What the draws will hold, checked before anything is drawn (a draw of 65,536
+    entries costs about a second): no target drawn twice, and the projections' inputs
+    complete (x needs w_q, w_k and w_v, drawn or given)."""
+    names = _expected(init)
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ExampleFileError(f"{where}: init draws {echo(twice[0])} twice")
+    have = given | {n.split("[", 1)[0] for n in names}
+    if "x" in have and "w_qkv" not in have and not {"w_q", "w_k", "w_v"} <= have:
+        raise ExampleFileError(f"{where}: init: x needs w_q, w_k and w_v (drawn or given)")
+
+
+def resolve_init(init: Any, base: Path | None, where: str,
+                 given: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The inputs a recipe draws, as exact nested lists; per-head targets gathered into
-    lists (``w_q[1]``, ``w_q[2]`` → ``w_q = [W₁, W₂]``)."""
+    lists (``w_q[1]``, ``w_q[2]`` → ``w_q = [W₁, W₂]``).  ``given``: the example's other
+    input keys (checked with the draws before anything is drawn)."""
     from .arrays import exact_entries
 
     init = _check(init, where)
+    _check_targets(init, given, where)
     values = (_read_cache(init, base, where) if init.get("cache") and base is not None
               and (base / init["cache"]).exists() else draw(init))
     plain: dict[str, Any] = {}

@@ -8,7 +8,9 @@ failure can be replayed: ``python -m tests.fuzz.long --replay 123456``.  The mix
 =================  =====  ==================================================================
 kind               share  what runs
 =================  =====  ==================================================================
-number             52 %   ``parse_number``
+number             42 %   ``parse_number``
+api                 3 %   a public function with arguments of every type and size (issue 30)
+arrays              2 %   ``.npy``/``.npz`` files with hostile headers as inputs (issue 30)
 claim              33 %   ``parse_printed`` (also as a shape), ``judge``/``holds``/``describe``
 document           10 %   ``load_examples`` + ``check_examples`` + text/JSON/Markdown/HTML
 derivation          2 %   ``derive`` as LaTeX document, fragment and Markdown
@@ -46,10 +48,11 @@ from typing import Any
 
 from . import generators as g
 from . import properties as prop
+from . import ring2
 
 KINDS: tuple[tuple[str, int], ...] = (  # shares in tenths of a percent (sum 1000)
-    ("number", 470), ("source", 50), ("claim", 330), ("document", 100), ("derivation", 20), ("cli", 28),
-    ("cli-subprocess", 2),
+    ("number", 420), ("api", 30), ("arrays", 20), ("source", 50), ("claim", 330),
+    ("document", 100), ("derivation", 20), ("cli", 28), ("cli-subprocess", 2),
 )
 PROBLEMS = ("foreign-exception", "over-time", "file-outside", "control-in-report",
             "tex-injection", "markup-injection", "bad-message", "bad-exit", "harness-error")
@@ -89,6 +92,10 @@ def make_input(seed: int, i: int) -> tuple[str, Any]:
         return kind, (g.document_text(src), src.choice(["tex", "fragment", "markdown"]))
     if kind == "source":
         return kind, g.source_text(src)
+    if kind == "api":
+        return kind, ring2.api_call(src)
+    if kind == "arrays":
+        return kind, ring2.array_file(src)
     return kind, g.cli_call(src)
 
 
@@ -104,6 +111,10 @@ def run_input(kind: str, payload: Any) -> tuple[list[tuple[str, str]], float]:
         return prop.run_derivation(*payload), 0.0
     if kind == "source":
         return prop.run_source(*payload), 0.0
+    if kind == "api":
+        return ring2.run_api(payload), 0.0
+    if kind == "arrays":
+        return ring2.run_array(payload), 0.0
     if kind == "cli":
         return prop.run_cli_inprocess(payload), 0.0
     return prop.run_cli_subprocess(payload)
@@ -153,7 +164,8 @@ def _record(crashes: str, seed: int, i: int, kind: str, payload: Any,
     if len(list(folder.iterdir())) > 500:
         return
     entry = {"seed": seed, "index": i, "kind": kind, "problems": problems,
-             "input": json.loads(g.describe(payload)) if kind.startswith("cli") else payload}
+             "input": json.loads(g.describe(payload)) if kind.startswith("cli") else (
+                 repr(payload)[:4000] if kind in ("api", "arrays") else payload)}
     (folder / f"{kind}-{i}.json").write_text(json.dumps(entry, ensure_ascii=True, indent=1))
 
 

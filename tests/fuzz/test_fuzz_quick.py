@@ -213,3 +213,32 @@ def test_harness_counts_faults_in_authors_sources(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(check, "sanitize", lambda text, **kw: text)  # escaping removed
     problems = prop.run_source("$\\text{\x1b[31m} = 1 + 1 = 3$", "markdown")
     assert "control-in-report" in [c for c, _ in problems]
+
+
+@pytest.mark.parametrize("i", range(60))
+def test_public_functions_take_hostile_arguments(i: int) -> None:
+    from . import ring2
+
+    assert ring2.run_api(ring2.api_call(g.RandomSource((30, i, "api")))) == []
+
+
+@pytest.mark.parametrize("i", range(60))
+def test_hostile_array_files_are_one_line(i: int) -> None:
+    from . import ring2
+
+    assert ring2.run_array(ring2.array_file(g.RandomSource((30, i, "arrays")))) == []
+
+
+def test_harness_counts_a_leaked_runtime_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    import warnings
+
+    import mha_symbolic as ms
+
+    from . import ring2
+
+    def leaky(*args: Any, **kwargs: Any) -> Any:
+        warnings.warn("overflow encountered in multiply", RuntimeWarning, stacklevel=1)
+
+    monkeypatch.setattr(ms, "reference_attention", leaky)
+    problems = ring2.run_api(("reference_attention", "scale", 0, 0))
+    assert [c for c, _ in problems] == ["foreign-exception"]

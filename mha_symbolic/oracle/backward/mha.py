@@ -23,6 +23,7 @@ whole block in ball arithmetic (every weight gradient sums over every row).
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from functools import partial
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validate import door
 from ...errors import ShapeError, SpecError
 from ..arith.balls import to_arb_mat
 from ..arith.constants import ETA, FLOOR, UP, U, gamma
@@ -383,6 +385,7 @@ _PUBLIC = {"dxq": "query", "dxk": "key", "dxv": "value", "dwq": "q_proj_weight",
            "dbv": "in_proj_bias (v)", "dbin": "in_proj_bias", "dbo": "out_proj.bias"}
 
 
+@functools.partial(door, quiet=True)
 def reference_mha_backward(
     query: Any, key: Any, value: Any, grad_output: Any, *,
     num_heads: int | None = None,

@@ -13,6 +13,7 @@ projections exactly in Arb.  Exact ties are decided through the projections by
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validate import door, shown
 from ...errors import InputValueError, ShapeError, SpecError
 from ..arith import ties
 from ..arith.balls import Prec, _exp_range, scale_arb, to_arb_mat
@@ -478,6 +480,8 @@ def mha_inputs(
     if masked_rows not in POLICIES:
         raise SpecError(f"masked_rows={masked_rows!r}: expected one of {POLICIES}")
     if module is not None:
+        if not all(hasattr(module, a) for a in ("num_heads", "out_proj", "in_proj_weight")):
+            raise SpecError(f"module={shown(module)}: expected a torch nn.MultiheadAttention")
         if getattr(module, "bias_k", None) is not None or getattr(module, "add_zero_attn", False):
             raise SpecError("module uses add_bias_kv or add_zero_attn, which reference_mha "
                             "does not model")
@@ -602,6 +606,7 @@ def mha_inputs(
                      in_proj_weight is not None)
 
 
+@functools.partial(door, quiet=True)
 def reference_mha(
     query: Any, key: Any, value: Any, *,
     num_heads: int | None = None,

@@ -38,11 +38,13 @@ gradient of the descale factors is given.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import numpy as np
 
+from ..._validate import check_bits, door
 from ...errors import ShapeError, SpecError
 from ..backward.attention import AttentionGradients, backward_enclosures, plain_attention_backward
 from ..backward.functionals import ScoreFunctional
@@ -284,6 +286,7 @@ def _transformed_inputs(prep: Prepared, scale: Any, masked_rows: str
 # varlen
 
 
+@functools.partial(door, quiet=True)
 def reference_attention_varlen_backward(
     query: Any, key: Any, value: Any, grad_output: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, *,
@@ -375,6 +378,7 @@ class _Stacked:
         return self._stack(lambda p: p.rounded(dtype))
 
     def exact(self, index: Any, *, prec: int = 256) -> Any:
+        prec = check_bits(prec)
         idx = tuple(int(i) for i in index)
         if len(idx) != len(self.shape) or not all(-n <= i < n for i, n in
                                                   zip(idx, self.shape, strict=True)):

@@ -24,12 +24,14 @@ Two routes, both exact by construction:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from ..._validate import door
 from ...errors import ShapeError, SpecError
 from ..conventions import ALIGNMENTS, POLICIES, exact_scale, read_mask
 from ..forward.attention import plain_attention
@@ -382,6 +384,7 @@ def varlen_inputs(query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlen
                   mask_mod)
 
 
+@functools.partial(door, quiet=True)
 def reference_attention_varlen(
     query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, *,

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validate import check_bits
 from ...errors import SpecError
 from ..arith.constants import ETA, UP, U, gamma
 from ..arith.dd import dd_mul_d
@@ -54,6 +55,7 @@ class DropLast(MpmathViews):
         return self._cut(self._base.rounded(dtype))
 
     def exact(self, index: Any, *, prec: int = 256) -> Any:
+        prec = check_bits(prec)
         idx = (int(index),) if isinstance(index, (int, np.integer)) else tuple(index)
         if len(idx) != len(self.shape) or not all(-n <= i < n for i, n in
                                                   zip(idx, self.shape, strict=True)):
@@ -102,6 +104,7 @@ class PackedEnclosure(MpmathViews):
         return out.astype(get_format(dtype).numpy_dtype())
 
     def exact(self, index: Any, *, prec: int = 256) -> Any:
+        prec = check_bits(prec)
         idx = tuple(int(i) for i in index)
         if len(idx) != 3 or not all(-n <= i < n for i, n in zip(idx, self.shape, strict=True)):
             raise SpecError(f"index={idx} is out of range for shape={self.shape}")

@@ -200,8 +200,8 @@ def _refuse_vacuous(comps: dict[str, AttentionComparison], model: ErrorModel) ->
                 "rule='ulp'/'allclose'")
 
 
-@checked
 @with_variant_keywords
+@checked
 def compare_attention_backward(
     dq: Any, dk: Any, dv: Any,
     query: Any, key: Any, value: Any, grad_output: Any, *,

@@ -63,7 +63,7 @@ from ...oracle.variants.registry import (
     split_variant_keywords,
     with_variant_keywords,
 )
-from ..options import asserting
+from ..options import asserting, checked
 from ..tolerance import DEFAULT_SAFETY
 from ..verdict import (
     AttentionComparison,
@@ -99,6 +99,7 @@ __all__ = ["assert_attention_close", "compare_attention"]
 
 
 @with_variant_keywords
+@checked
 def compare_attention(
     actual: Any,
     query: Any,

@@ -195,11 +195,15 @@ def _document_title(examples: Sequence[Any], file: str) -> str:
 
 def cli_derive(args: Any) -> int:
     """``mha-symbolic derive FILE [--format F] [-o OUT] [--example NAME] [--pdf] [--figures]``."""
-    from ..._io import output_path, write_output
+    from ..._io import check_not_input, output_path, write_output
     from ..check import check_examples, load_examples
 
     fmt = args.format
-    out = output_path(args.output, inputs=[args.file])
+    out = output_path(args.output, inputs=[args.file],
+                      default_name=Path(str(args.file)).stem + (".md" if fmt == "markdown" else ".tex")
+                      if args.file not in (None, "-") else None)
+    if out is not None and args.pdf:  # every output, not only -o, is checked against the input
+        check_not_input(out.with_suffix(".pdf"), [args.file], "--pdf")
     if args.pdf and (out is None or fmt != "tex"):
         raise SpecError("--pdf needs -o OUT and --format tex (the default)")
     if args.figures and out is None:
