@@ -49,6 +49,7 @@ from .enclosure import Enclosure, Problem
 from .fast import KV, tier1_block
 from .inputs import to_float64
 from .jit import Workspace
+from .layout import Transposed, check_layout, swap_layout
 from .progress import Progress, expected_seconds
 
 __all__ = ["reference_attention"]
@@ -348,6 +349,7 @@ def reference_attention(
     window: Any = None, softcap: float | None = None, alibi_slopes: Any = None,
     sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
     q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
+    layout: str = "bhsd",
 ) -> Enclosure:
     """Certified scaled dot-product attention of the exact input values.
 
@@ -385,7 +387,17 @@ def reference_attention(
     ...                         np.arange(6.0).reshape(1, 3, 2), window=(0, 0))
     >>> r.rounded("float32").tolist()   # each query sees its own key only
     [[[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]]
+
+    ``layout="bshd"``: query (…, L, H_q, E), key and value (…, S, H_kv, ·) and the
+    output (…, L, H_q, E_v), FlashAttention's layout (:mod:`.layout`; masks keep
+    (…, H_q, L, S)).
     """
+    if check_layout(layout) == "bshd":
+        opts = {n: x for n, x in locals().items()
+                if n not in ("query", "key", "value", "layout")}
+        return Transposed(reference_attention(  # type: ignore[return-value]
+            swap_layout(query, layout, "query"), swap_layout(key, layout, "key"),
+            swap_layout(value, layout, "value"), **opts))
     from .variants import sdpa_variant_options
 
     variant = sdpa_variant_options(

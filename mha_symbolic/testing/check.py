@@ -16,6 +16,7 @@ import numpy as np
 
 from .._display import ReportDisplay
 from ..errors import OptionalDependencyError, SpecError
+from ..oracle.layout import check_layout, swap_layout
 from .backward import BackwardComparison, compare_attention_backward
 from .compare import AttentionComparison, compare_attention
 from .options import Msg, mismatch_error, passes_options_to
@@ -108,7 +109,7 @@ def check_attention(
     pass_options: bool = True, raise_on_failure: bool = True, seed: int = 0,
     window: Any = None, softcap: float | None = None, alibi_slopes: Any = None,
     sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
-    msg: Msg = None, **tolerance: Any,
+    layout: str = "bhsd", msg: Msg = None, **tolerance: Any,
 ) -> AttentionCheck:
     """Run ``fn(query, key, value, **options)`` forward and (torch, jax) backward and
     check its output and every gradient against the exact answers in one call.
@@ -128,7 +129,9 @@ def check_attention(
     ``tolerance``: ``rule``, ``accumulation_dtype``, ``error_model``, ``safety``,
     ``rtol``, ``atol``, ``ulps``, ``factor``, ``diagnose_bugs`` (as compare_attention,
     for the output and the gradients), ``kernel`` and ``subnormals`` (the output's
-    model only).
+    model only).  ``layout="bshd"``: ``fn`` takes and returns FlashAttention's
+    (B, S, H, D) layout (its gradients too); the output's report keeps that layout,
+    the gradients' report names (batch, head, query, feature).
 
     Returns an :class:`AttentionCheck`; raises
     :class:`~mha_symbolic.errors.AttentionMismatchError` with both reports when it
@@ -142,6 +145,7 @@ def check_attention(
     True
     """
     __tracebackhide__ = True
+    check_layout(layout)
     shared = {k_: v_ for k_, v_ in tolerance.items() if k_ in _TOLERANCE_OPTIONS}
     given = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale,
              "enable_gqa": enable_gqa}
@@ -170,11 +174,13 @@ def check_attention(
     fwd_kw = dict(ref_opts)
     if dropout_mask is not None or dropout_p:
         fwd_kw.update(dropout_p=dropout_p, dropout_mask=dropout_mask)
-    output = compare_attention(out, query, key, value, **fwd_kw, **tolerance)
+    output = compare_attention(out, query, key, value, **fwd_kw, layout=layout, **tolerance)
     backward = None
     if dq is not None:
+        dq, dk, dv, do_b, q_b, k_b, v_b = (swap_layout(x, layout, "gradient") for x in (
+            dq, dk, dv, do_np, query, key, value))
         backward = compare_attention_backward(
-            dq, dk, dv, query, key, value, do_np, **ref_opts, dropout_p=dropout_p,
+            dq, dk, dv, q_b, k_b, v_b, do_b, **ref_opts, dropout_p=dropout_p,
             dropout_mask=dropout_mask, d_attn_mask=dmask, **shared)
     passed = bool(output.passed and (backward is None or backward.passed))
     result = AttentionCheck(passed, framework, output, backward, do_np)

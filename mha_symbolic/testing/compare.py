@@ -62,6 +62,7 @@ from ..oracle.inputs import as_exact_array
 from .bugs import Candidate, diagnose
 from .compare_report import _idx_text, _render, _summary, _table
 from .emulated import dtype_level, hull_violations
+from .layout import with_layout
 from .levels import (
     DEFAULT_FLASH_FACTOR,
     dtype_factor,
@@ -415,6 +416,7 @@ def _check_shape(actual: np.ndarray, shape: tuple[int, ...], what: str) -> None:
 
 
 @checked
+@with_layout(Diagnosis)
 def compare_attention(
     actual: Any,
     query: Any,
@@ -451,6 +453,7 @@ def compare_attention(
     v_descale: Any = None,
     weights_dtype: Any = None,
     out_dtype: Any = None,
+    layout: str = "bhsd",
 ) -> AttentionComparison:
     """Compare ``actual`` with the exact ``scaled_dot_product_attention(query, key,
     value, ...)``; the attention options are those of
@@ -469,7 +472,12 @@ def compare_attention(
     >>> q = k = v = np.eye(2, dtype=np.float32)[None]
     >>> compare_attention(np.zeros((1, 2, 2), np.float32), q, k, v).passed
     False
+
+    ``layout="bshd"``: the arrays in FlashAttention's (B, S, H, D) layout, the report's
+    indices too (:mod:`.layout`); a failure that passes read in the other layout is
+    diagnosed ``layout``.
     """
+    del layout  # handled by with_layout: the body sees the "bhsd" view
     from ..oracle.variants import sdpa_variant_options
 
     variant = sdpa_variant_options(

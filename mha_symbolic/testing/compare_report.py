@@ -164,7 +164,7 @@ def _render(c: AttentionComparison) -> str:
 def _diagnosis_line(d: Any) -> str:
     """One diagnosis, saying what was checked for it."""
     kind = getattr(d, "kind", "fits")
-    if kind == "dtype":
+    if kind in ("dtype", "layout"):
         return f"Diagnosis: '{d.bug}' — {d.description}"
     if kind == "explains":
         return (f"Diagnosis: explained by bug class '{d.bug}' — {d.description} (its "
