@@ -71,6 +71,7 @@ from .levels import (
     two_levels,
 )
 from .options import asserting, checked
+from .pattern import describe_pattern, locate_keys, patterned
 from .plain import AttentionInputs, Plain, plain_in_dtype
 from .tolerance import DEFAULT_SAFETY, ErrorModel, FloatFormat, error_model, ulp
 
@@ -164,6 +165,8 @@ class AttentionComparison(ReportDisplay):
     notes: tuple[str, ...] = ()
     #: the output's dtype is not the one the inputs (or ``out_dtype=``) promise
     dtype_problem: str = ""
+    #: where the failing elements lie (:mod:`.pattern`); '' when it passed
+    pattern: str = ""
 
     def __bool__(self) -> bool:
         return self.passed
@@ -352,7 +355,7 @@ def _verdict(
         n_mismatched=n_bad, n_nonfinite=int(np.sum(nonfinite)), first_nonfinite=first_nf,
         n_missing_nan=int(np.sum(missing_nan)), worst=worst, max_error=max_err,
         max_error_index=max_idx, max_ulps=max_ulps, mismatched=bad, title=title,
-        n_vacuous=n_vac, notes=notes,
+        n_vacuous=n_vac, notes=notes, pattern=describe_pattern(bad, index_names) if n_bad else "",
     )
     if comp.passed and n_vac and raise_vacuous:
         idx = tuple(int(i) for i in np.argwhere(finite & vac & ~bad)[0])
@@ -417,6 +420,7 @@ def _check_shape(actual: np.ndarray, shape: tuple[int, ...], what: str) -> None:
 
 @checked
 @with_layout(Diagnosis)
+@patterned
 def compare_attention(
     actual: Any,
     query: Any,
@@ -562,7 +566,8 @@ def compare_attention(
     saf = DEFAULT_SAFETY if safety is None or rule != "model" else safety
     found: tuple[Candidate, ...] = ()
     if not _within(a, lower, upper, saf * model_tol):
-        found = diagnose(a, x, model=model, safety=saf)
+        found = diagnose(a, x, model=model, safety=saf) or locate_keys(a, x, model=model,
+                                                                       safety=saf)
     diags = [Diagnosis(c.name, c.description, c.ratio) for c in found]
     if two is not None:
         diags += [Diagnosis(n, d, r, "explains" if ex else "size") for n, d, r, ex

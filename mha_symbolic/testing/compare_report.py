@@ -91,6 +91,8 @@ def _table(c: AttentionComparison) -> tuple[tuple[str, ...], list[tuple[str, str
             ("shape, dtype", f"{c.shape}, {c.dtype}"),
             ("accumulation", c.accumulation), ("tolerance", c.rule),
             ("mismatched elements", f"{c.n_mismatched} / {c.n_elements} ({pct:.1f}%)")]
+    if getattr(c, "pattern", ""):
+        rows.append(("pattern", c.pattern))
     if c.n_nonfinite:
         rows.append(("NaN/Inf where the exact value is finite", str(c.n_nonfinite)))
     if c.n_missing_nan:
@@ -133,6 +135,8 @@ def _render(c: AttentionComparison) -> str:
                      f"{c.n_missing_nan} element(s) are finite instead")
     pct = 100.0 * c.n_mismatched / c.n_elements if c.n_elements else 0.0
     lines.append(f"Mismatched elements: {c.n_mismatched} / {c.n_elements} ({pct:.1f}%)")
+    if getattr(c, "pattern", ""):
+        lines.append(f"Pattern: {c.pattern}")
     w = c.worst
     if w is not None:
         label = "Worst element" if not c.passed else "Closest call"

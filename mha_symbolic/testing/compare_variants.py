@@ -42,6 +42,7 @@ from ..oracle.variants import (
 from .bugs_variants import VariantInputs, diagnose_variant, plain_variant
 from .emulated import hull_violations
 from .options import asserting, checked
+from .pattern import key_clause, sequence_pattern
 from .plain import AttentionInputs
 from .tolerance import DEFAULT_SAFETY, FORMATS, ErrorModel
 from .tolerance_variants import FP8_FORMATS, variant_events
@@ -341,11 +342,15 @@ def compare_attention_varlen(
         return _packed_bugs(parts, cq, ck, qp, kp, vp_, base, np.asarray(a, np.float64),
                             model, saf)
 
-    return _verdict(a, ref, tol, vac, model=model, x=None, rule=rule, safety=safety,
+    comp = _verdict(a, ref, tol, vac, model=model, x=None, rule=rule, safety=safety,
                     rtol=rtol, atol=atol, ulps=ulps, factor=None,
                     diagnose_bugs=diagnose_bugs, names=("token", "head", "feature"),
                     title="varlen attention output", diagnose=diagnose,
                     nan_ok=masked_rows == "nan")
+    if comp.passed:
+        return comp
+    text = sequence_pattern(comp.mismatched, cq, comp.index_names)
+    return replace(comp, pattern="; ".join(t for t in (text, key_clause(comp.diagnoses)) if t))
 
 
 @asserting(compare_attention_varlen)
