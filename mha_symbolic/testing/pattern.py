@@ -140,7 +140,7 @@ def _clauses(bad: np.ndarray, names: tuple[str, ...], rep: int) -> list[tuple[st
     """(axis name, clause) for every axis whose failing indices are a strict subset."""
     out = []
     for ax, name in enumerate(names):
-        fail = bad.any(axis=tuple(i for i in range(bad.ndim) if i != ax))
+        fail = np.asarray(bad.any(axis=tuple(i for i in range(bad.ndim) if i != ax)))
         clause = _head_clause(fail, rep) if name == "head" else axis_clause(name, fail)
         if clause:
             out.append((name, clause))
@@ -169,7 +169,7 @@ def sequence_pattern(bad: np.ndarray, cu_seqlens: Any, names: tuple[str, ...]) -
     cu = [int(c) for c in np.asarray(cu_seqlens).tolist()]
     if not bad.any() or len(cu) < 3 or bad.ndim != len(names) or cu[-1] != bad.shape[0]:
         return describe_pattern(bad, names)
-    rows = bad.reshape(bad.shape[0], -1).any(axis=1)
+    rows = np.asarray(bad.reshape(bad.shape[0], -1).any(axis=1))
     nseq = len(cu) - 1
     seqs = [b for b in range(nseq) if rows[cu[b]:cu[b + 1]].any()]
     rest = [c for n, c in _clauses(bad, names, 1) if n != names[0]]
@@ -248,18 +248,18 @@ def _hypotheses(L: int, S: int, causal: bool, align_off: int) -> list[tuple[str,
                         f"the last tile of {T} padded with {pad} zero keys and values that "
                         "are attended (score 0, value 0)", None, pad))
     if causal:
-        i = np.arange(L)[:, None] + align_off
-        j = np.arange(S)[None, :]
+        qi = np.arange(L)[:, None] + align_off
+        kj = np.arange(S)[None, :]
         for T in TILES:
             if S <= T and L <= T:
                 continue
             out.append(("causal_tile_granular",
                         f"causal mask applied per key tile of {T} (query i sees keys up to "
                         "the end of its tile: the diagonal tile unmasked)",
-                        j < ((i // T) + 1) * T, 0))
+                        kj < ((qi // T) + 1) * T, 0))
             out.append(("causal_diagonal_tile_skipped",
                         f"the diagonal key tile of {T} skipped (query i sees keys before "
-                        "its tile only)", j < (i // T) * T, 0))
+                        "its tile only)", kj < (qi // T) * T, 0))
     return out
 
 
