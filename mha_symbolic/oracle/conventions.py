@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputValueError, ShapeError, SpecError
-from .constants import ETA, UP, U
+from .arith.constants import ETA, UP, U
 from .inputs import as_exact_array, to_float64, validate_finite
 
 POLICIES = ("zero", "nan", "error", "uniform")
@@ -417,3 +417,38 @@ class ScoreModel:
         if allowed is not None and allowed.all():
             allowed = None
         return Block(allowed, madd, keep, uniform)
+
+
+@dataclass(frozen=True)
+class MaskedRows:
+    """What the fully-masked-row policy makes of the rows with no key (``empty``):
+    rows whose output is exactly 0 (``zero``), NaN (``nan``), or computed with uniform
+    weights over all keys (``uniform``, JAX: scores taken as 0, the output the mean of
+    the values; only when S > 0).  "error" raises for the first empty row."""
+
+    zero: np.ndarray[Any, Any]
+    nan: np.ndarray[Any, Any]
+    uniform: np.ndarray[Any, Any]
+
+
+def masked_rows_of(policy: str, empty: np.ndarray[Any, Any], S: int,
+                   batch: tuple[int, ...], what: str = "attn_mask/is_causal") -> MaskedRows:
+    """The one reading of ``masked_rows`` (:data:`POLICIES`) for rows ``empty``
+    (flat problems × L, ``batch`` the leading shape for the error message).
+
+    >>> import numpy as np
+    >>> r = masked_rows_of("uniform", np.array([[True, False]]), 3, (1,))
+    >>> r.uniform.tolist(), r.zero.tolist()
+    ([[True, False]], [[False, False]])
+    """
+    none = np.zeros_like(empty)
+    if policy == "error" and empty.any():
+        b, i = np.argwhere(empty)[0].tolist()  # empty is (flat problems, L)
+        where = (*tuple(int(x) for x in np.unravel_index(b, batch)), i) if batch else (i,)
+        by = f" ({what})" if what else ""
+        raise InputValueError(f"query row {where} has every key masked out{by} and "
+                              "masked_rows='error'")
+    uniform = empty & (S > 0) if policy == "uniform" else none
+    zero = (empty if policy == "zero" else empty & (S == 0) if policy == "uniform"
+            else none)
+    return MaskedRows(zero=zero, nan=empty if policy == "nan" else none, uniform=uniform)

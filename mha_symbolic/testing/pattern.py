@@ -17,7 +17,7 @@ Two kinds of statement, each decided, never guessed:
    attention of the same inputs over a different key set — the last tile of T left
    out, one split of a split-KV kernel left out, the last tile's zero padding
    attended, the causal mask applied per tile — evaluated in float64 as the bug
-   catalogue's variants are (:mod:`.bugs`: checked, not inferred).  Such a match is
+   catalogue's variants are (:mod:`.forward.bugs`: checked, not inferred).  Such a match is
    a diagnosis (a bug class with its keys in its description) and the pattern line
    names the keys.  For the gradients dk and dv the key axis *is* an axis of the
    output, and case 1 names it directly.
@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from .bugs import Candidate
-from .plain import AttentionInputs, plain_attention
+from .forward.bugs import Candidate
+from .forward.plain import AttentionInputs, plain_attention
 from .tolerance import ErrorModel
 
 __all__ = ["KEY_HYPOTHESES", "TILES", "axis_clause", "describe_pattern", "key_clause",
