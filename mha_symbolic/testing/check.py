@@ -19,6 +19,7 @@ from ..errors import OptionalDependencyError, SpecError
 from ..oracle.layout import check_layout, swap_layout
 from .backward.compare import BackwardComparison, compare_attention_backward
 from .forward.compare import compare_attention
+from .integrity import Guard
 from .options import Msg, mismatch_error, passes_options_to
 from .report import headline
 from .verdict import AttentionComparison
@@ -46,6 +47,9 @@ class AttentionCheck(ReportDisplay):
     output: AttentionComparison
     backward: BackwardComparison | None
     grad_output: Any  # the gradient of the output used (a tensor/array), None for numpy
+    #: what the kernel did besides its output (:mod:`.integrity`): inputs mutated in
+    #: place, an output sharing memory with an input; any of them fails the check
+    integrity: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return self.passed
@@ -53,12 +57,16 @@ class AttentionCheck(ReportDisplay):
     def summary(self) -> str:
         """One line: the verdict and the summary of what failed (or of everything)."""
         head = "attention kernel passed" if self.passed else "attention kernel FAILED"
-        parts = [c.summary() for c in (self.output, self.backward)
-                 if c is not None and (self.passed or not c.passed)]
+        parts = [*self.integrity] + [c.summary() for c in (self.output, self.backward)
+                                     if c is not None and (self.passed or not c.passed)]
         return f"{head} ({self.framework}): " + "; ".join(parts)
 
     def headline(self) -> str:
         """The first line of a failure: ``FAIL [bug class] <framework> kernel: …``."""
+        if self.integrity:
+            return headline(["integrity"], f"{self.framework} kernel",
+                            "mutated its inputs" if "mutated" in self.integrity[0]
+                            else "output aliases an input")
 
         parts = [c for c in (self.output, self.backward) if c is not None and not c.passed]
         run = any(c.diagnosis_run or c.diagnoses for c in parts)
@@ -80,7 +88,7 @@ class AttentionCheck(ReportDisplay):
 
     def table(self) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
         """(header, rows) of the notebook display: the output and the gradients."""
-        rows = [("output", self.output.summary())]
+        rows = [("integrity", p) for p in self.integrity] + [("output", self.output.summary())]
         if self.backward is not None:
             rows.append(("gradients", self.backward.summary()))
         return ("checked", "finding"), rows
@@ -138,7 +146,9 @@ def check_attention(
     :class:`~mha_symbolic.errors.AttentionMismatchError` with both reports when it
     fails (first line: the one-line summary; ``msg`` as
     :func:`~mha_symbolic.assert_attention_close`'s; ``raise_on_failure=False`` returns
-    it instead).
+    it instead).  The kernel's inputs are snapshotted and checked unchanged after the
+    call, and an output sharing memory with an input is refused (:mod:`.integrity`):
+    either fails the check.
 
     >>> import torch, torch.nn.functional as F
     >>> q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
@@ -161,6 +171,8 @@ def check_attention(
                 if v_ is not None}
     ref_opts.update(variants)
     framework = _framework(query)
+    guard = Guard()
+    fn = guard.wrap(fn)
     dq = dk = dv = dmask = None
     do_np: Any = None
     if framework == "torch":
@@ -172,6 +184,8 @@ def check_attention(
         do_np = do_used
     else:
         out = fn(query, key, value, **fwd_opts)
+    if guard.problems and framework == "numpy" and guard.before is not None:
+        query, key, value = guard.before   # judged against the inputs as they were
     fwd_kw = dict(ref_opts)
     if dropout_mask is not None or dropout_p:
         fwd_kw.update(dropout_p=dropout_p, dropout_mask=dropout_mask)
@@ -183,8 +197,10 @@ def check_attention(
         backward = compare_attention_backward(
             dq, dk, dv, q_b, k_b, v_b, do_b, **ref_opts, dropout_p=dropout_p,
             dropout_mask=dropout_mask, d_attn_mask=dmask, **shared)
-    passed = bool(output.passed and (backward is None or backward.passed))
-    result = AttentionCheck(passed, framework, output, backward, do_np)
+    passed = bool(output.passed and (backward is None or backward.passed)
+                  and not guard.problems)
+    result = AttentionCheck(passed, framework, output, backward, do_np,
+                            tuple(dict.fromkeys(guard.problems)))
     if raise_on_failure and not passed:
         raise mismatch_error(result, msg, attribute="check") from None
     return result
