@@ -33,7 +33,7 @@ _FORWARD_OPTIONS = ("attn_mask", "is_causal", "scale", "enable_gqa")
 _TOLERANCE_OPTIONS = ("rule", "accumulation_dtype", "error_model", "safety", "rtol", "atol",
                       "ulps", "factor", "diagnose_bugs")
 # options of the forward model only (what the kernel rounds in the forward pass)
-_FORWARD_TOLERANCE_OPTIONS = ("kernel", "subnormals")
+_FORWARD_TOLERANCE_OPTIONS = ("kernel", "subnormals", "lse_base", "lse_masked")
 
 
 @dataclass(frozen=True, repr=False)
@@ -118,7 +118,7 @@ def check_attention(
     pass_options: bool = True, raise_on_failure: bool = True, seed: int = 0,
     window: Any = None, softcap: float | None = None, alibi_slopes: Any = None,
     sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
-    layout: str = "bhsd", msg: Msg = None, **tolerance: Any,
+    layout: str = "bhsd", returns_lse: bool = False, msg: Msg = None, **tolerance: Any,
 ) -> AttentionCheck:
     """Run ``fn(query, key, value, **options)`` forward and (torch, jax) backward and
     check its output and every gradient against the exact answers in one call.
@@ -140,7 +140,9 @@ def check_attention(
     for the output and the gradients), ``kernel`` and ``subnormals`` (the output's
     model only).  ``layout="bshd"``: ``fn`` takes and returns FlashAttention's
     (B, S, H, D) layout (its gradients too); the output's report keeps that layout,
-    the gradients' report names (batch, head, query, feature).
+    the gradients' report names (batch, head, query, feature).  ``returns_lse=True``:
+    ``fn`` returns ``(output, softmax_lse)`` (FlexAttention's ``return_lse``); the LSE is
+    judged too (``lse_base``, ``lse_masked`` as compare_attention's).
 
     Returns an :class:`AttentionCheck`; raises
     :class:`~mha_symbolic.errors.AttentionMismatchError` with both reports when it
@@ -171,6 +173,18 @@ def check_attention(
                 if v_ is not None}
     ref_opts.update(variants)
     framework = _framework(query)
+    box: dict[str, Any] = {}
+    if returns_lse:
+        kernel = fn
+
+        def fn(*args: Any, **kwargs: Any) -> Any:
+            res = kernel(*args, **kwargs)
+            if not isinstance(res, (tuple, list)) or len(res) < 2:
+                raise SpecError(f"returns_lse=True but fn returned {type(res).__name__}: "
+                                "expected (output, softmax_lse)")
+            box["lse"] = res[1]
+            return res[0]
+
     guard = Guard()
     fn = guard.wrap(fn)
     dq = dk = dv = dmask = None
@@ -189,7 +203,11 @@ def check_attention(
     fwd_kw = dict(ref_opts)
     if dropout_mask is not None or dropout_p:
         fwd_kw.update(dropout_p=dropout_p, dropout_mask=dropout_mask)
-    output = compare_attention(out, query, key, value, **fwd_kw, layout=layout, **tolerance)
+    lse = box.get("lse")
+    if lse is not None and hasattr(lse, "detach"):
+        lse = lse.detach()
+    output = compare_attention(out, query, key, value, **fwd_kw, layout=layout, lse=lse,
+                               **tolerance)
     backward = None
     if dq is not None:
         dq, dk, dv, do_b, q_b, k_b, v_b = (swap_layout(x, layout, "gradient") for x in (

@@ -48,6 +48,9 @@ def _bugs(c: Any) -> list[str] | None:
 
 
 def _headline(c: AttentionComparison) -> str:
+    lse = getattr(c, "lse", None)
+    if lse is not None and not lse.passed and c.n_mismatched == 0 and not c.n_nonfinite:
+        return _headline(lse)
     detail = f"{c.n_mismatched} / {c.n_elements} off"
     if c.n_nonfinite:
         detail += f", {c.n_nonfinite} NaN/Inf"
@@ -159,6 +162,9 @@ def _render(c: AttentionComparison) -> str:
         lines.append(_diagnosis_line(d))
     if c.diagnosis_run and not c.diagnoses:
         lines.append("Diagnosis: no known bug class matches.")
+    lse = getattr(c, "lse", None)
+    if lse is not None:
+        lines += ["", *lse.report().splitlines()[(0 if lse.passed else 1):-1]]
     lines.append("(errors are distances to the midpoint of the certified enclosure, "
                  "shown to 4 digits; a mismatch is declared only when the distance to "
                  "the whole enclosure exceeds the tolerance)")

@@ -102,6 +102,8 @@ class AttentionComparison(ReportDisplay):
     dtype_problem: str = ""
     #: where the failing elements lie (:mod:`.pattern`); '' when it passed
     pattern: str = ""
+    #: the kernel's softmax_lse judged (``compare_attention(..., lse=)``, :mod:`.lse`)
+    lse: Any = None
 
     def __bool__(self) -> bool:
         return self.passed

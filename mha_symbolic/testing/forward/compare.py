@@ -60,6 +60,7 @@ from ...oracle.api import reference_attention
 from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import sdpa_variant_options
 from ..layout import with_layout
+from ..lse import with_lse
 from ..options import asserting
 from ..pattern import locate_keys, patterned
 from ..tolerance import DEFAULT_SAFETY
@@ -96,6 +97,7 @@ from .variants import compare_variant_attention
 __all__ = ["assert_attention_close", "compare_attention"]
 
 
+@with_lse
 @with_layout(Diagnosis)
 @patterned
 def compare_attention(
@@ -135,6 +137,9 @@ def compare_attention(
     weights_dtype: Any = None,
     out_dtype: Any = None,
     layout: str = "bhsd",
+    lse: Any = None,
+    lse_base: Any = "e",
+    lse_masked: str = "-inf",
 ) -> AttentionComparison:
     """Compare ``actual`` with the exact ``scaled_dot_product_attention(query, key,
     value, ...)``; the attention options are those of
@@ -157,8 +162,11 @@ def compare_attention(
     ``layout="bshd"``: the arrays in FlashAttention's (B, S, H, D) layout, the report's
     indices too (:mod:`..layout`); a failure that passes read in the other layout is
     diagnosed ``layout``.
+
+    ``lse=``: the kernel's softmax_lse (…, H_q, L), judged too (:mod:`..lse`;
+    ``lse_base`` "e" or 2, ``lse_masked`` "-inf" or "+inf"); ``.lse`` has its findings.
     """
-    del layout  # handled by with_layout: the body sees the "bhsd" view
+    del layout, lse, lse_base, lse_masked  # handled by with_layout and with_lse
 
     variant = sdpa_variant_options(
         dropout_p, dropout_mask, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
