@@ -58,7 +58,7 @@ def lse_false_alarms(n: int) -> tuple[int, int]:
     """(checks, false alarms) of compare_attention(lse=) on torch FlexAttention,
     torch's CPU flash kernel (fp32/fp16/bf16) and the FA2-style split-KV."""
     import torch
-    from testing.forward.test_lse import _split_kv  # type: ignore[import-not-found]
+    from testing.forward.test_compare_lse import _split_kv  # type: ignore[import-not-found]
     from torch.nn.attention.flex_attention import flex_attention
 
     op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -88,7 +88,7 @@ def lse_false_alarms(n: int) -> tuple[int, int]:
 
 def lse_bugs() -> dict[str, str]:
     """bug planted -> the first diagnosis named."""
-    from testing.forward.test_lse import _split_kv  # type: ignore[import-not-found]
+    from testing.forward.test_compare_lse import _split_kv  # type: ignore[import-not-found]
 
     rng = np.random.default_rng(4)
     q, k, v = (rng.standard_normal((1, 3, 24, 16)).astype(np.float32) for _ in range(3))

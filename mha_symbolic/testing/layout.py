@@ -137,7 +137,10 @@ def _layout_diagnosis(compare: Callable[..., Any], layout: str, actual: Any, que
     other = OTHER[layout]
     quiet = {**options, "diagnose_bugs": False}
     tries = (("all", other, None), ("output", layout, other))
+    shape = tuple(np.shape(actual)) if not hasattr(actual, "shape") else tuple(actual.shape)
     for what, lay, out in tries:
+        if what == "output" and (len(shape) < 3 or shape[-3] != shape[-2]):
+            continue   # the swapped output cannot have the reference's shape
         try:
             comp = _in_layout(compare, lay, actual, query, key, value, quiet, output=out)
         except Exception:  # the other reading is not even well-shaped: no diagnosis

@@ -159,7 +159,7 @@ def test_strategies_draw_bshd_cases_that_torch_sdpa_passes() -> None:
     def check(case):  # type: ignore[no-untyped-def]
         assert case.layout == "bshd" and case.options["layout"] == "bshd"
         q, k, v, kw = case.torch()
-        assert q.shape[-3] == q.shape[-3] and q.shape[-2] % k.shape[-2] == 0  # (B, L, H, E)
+        assert q.shape[-2] % k.shape[-2] == 0 and k.shape[-3] == v.shape[-3]  # (B, L, H, E)
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                              v.transpose(1, 2), **kw).transpose(1, 2)
         r = compare_attention(out, case.query, case.key, case.value, **case.options,
