@@ -71,7 +71,7 @@ def _source_read(app: Any, docname: str, source: list[str]) -> None:
     for r in report.records:
         message = " | ".join(x.strip() for x in _text_record(r)[1:]) or r.text
         text = f"mha-check: {r.verdict}: {' '.join(r.text.split())[:120]} — {message[:400]}"
-        if r.verdict == "wrong":
+        if r.verdict in ("wrong", "unreadable"):  # an unreadable mha-check claim fails too
             logger.error(text, location=(docname, r.line))
             wrong.append((r.line, text))
         elif r.verdict == "undecided":

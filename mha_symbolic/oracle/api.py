@@ -11,9 +11,7 @@ here, as are the multi-head blocks.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from ..errors import SpecError
 from .backward.attention import AttentionGradients, plain_attention_backward
@@ -25,27 +23,17 @@ from .layout import Transposed, check_layout, swap_layout
 from .lse import check_lse_options, reference_lse
 from .variants.backward import reference_attention_varlen_backward, variant_attention_backward
 from .variants.forward import reference_attention_varlen, variant_attention
-from .variants.registry import sdpa_variant_options, split_variant_keywords, variant_keywords
+from .variants.registry import (
+    sdpa_variant_options,
+    split_variant_keywords,
+    with_variant_keywords,
+)
 
 __all__ = ["AttentionGradients", "Enclosure", "MhaGradients", "reference_attention",
            "reference_attention_backward", "reference_attention_varlen",
            "reference_attention_varlen_backward", "reference_mha", "reference_mha_backward"]
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _with_variant_keywords(fn: F) -> F:
-    """Show the registered variants' keywords in ``fn``'s signature (help(), IDEs) in
-    place of ``**variants``."""
-    sig = inspect.signature(fn)
-    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    params += [inspect.Parameter(kw, inspect.Parameter.KEYWORD_ONLY, default=None)
-               for kw in variant_keywords()]
-    fn.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-    return fn
-
-
-@_with_variant_keywords
+@with_variant_keywords
 def reference_attention(
     query: Any, key: Any, value: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
@@ -106,6 +94,7 @@ def reference_attention(
     >>> r.lse.rounded("float32").tolist()    # log2(4 keys of score 0)
     [[2.0, 2.0]]
     """
+    split_variant_keywords(variants, door=reference_attention)
     if return_lse:
         check_lse_options(lse_base, lse_masked)
         if variants and any(v is not None for v in variants.values()):
@@ -134,7 +123,6 @@ def reference_attention(
             scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
             masked_rows=masked_rows, return_weights=return_weights, dropout_p=dropout_p,
             dropout_mask=dropout_mask, progress=progress, **variants))
-    split_variant_keywords(variants, door="reference_attention")
     opts = sdpa_variant_options(dropout_p, dropout_mask, **variants)
     if opts is not None:
         return variant_attention(
@@ -148,7 +136,7 @@ def reference_attention(
         progress=progress)
 
 
-@_with_variant_keywords
+@with_variant_keywords
 def reference_attention_backward(
     query: Any, key: Any, value: Any, grad_output: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
@@ -193,7 +181,7 @@ def reference_attention_backward(
     the fp8 inputs); the result then also has ``d_sinks``, ``d_alibi_slopes`` and
     ``d_score_mod``.
     """
-    split_variant_keywords(variants, door="reference_attention_backward")
+    split_variant_keywords(variants, door=reference_attention_backward)
     opts = sdpa_variant_options(dropout_p, dropout_mask, **variants)
     if opts is not None:
         return variant_attention_backward(

@@ -9,11 +9,11 @@
   (a stack element ``c`` and a range of query rows), never materialising the
   (batch, L, S) arrays, so every tier works in memory O(block).
 
-Hook points for variants (docs/oracle.md §6): a new allowed-set (windows,
-varlen, ``mask_mod``) goes into :meth:`ScoreModel.block`'s ``allowed``; a
-non-float additive bias (ALiBi), a monotone score transform (softcap) and sink
-logits are the ``bias``, ``transform`` and ``sinks`` slots of :class:`Block`,
-which the tiers read (and refuse while they are not implemented).
+Variants never reach the tiers by name: a variant (docs/variants.md, "Adding a
+variant"; :mod:`.variants.protocol`) is lowered to the pieces a :class:`Block`
+already carries — kept keys in ``allowed``, exact biases in ``madd``, sinks as one
+extra key — or, for scores that are not exact doubles (softcap), handed to the
+transformed-score tiers of :mod:`.variants.transformed`.
 """
 
 from __future__ import annotations
@@ -246,33 +246,25 @@ class Block:
     ``allowed`` (r, S) bool or None (all keys); ``madd`` (r, S) float64 exact
     additive mask (0 where not allowed) or None; ``keep`` (r, S) bool dropout keep
     mask or None; ``uniform`` (r,) bool or None: rows that take uniform weights over
-    all keys (``masked_rows="uniform"``: their scores are 0, every key allowed).
-    ``bias``, ``transform``, ``sinks``: hook slots for variants (always None now)."""
+    all keys (``masked_rows="uniform"``: their scores are 0, every key allowed)."""
 
     allowed: np.ndarray[Any, Any] | None
     madd: np.ndarray[Any, Any] | None
     keep: np.ndarray[Any, Any] | None
     uniform: np.ndarray[Any, Any] | None
-    bias: Any = None
-    transform: Any = None
-    sinks: Any = None
 
 
 def concat_blocks(blocks: list[Block], sizes: list[int], S: int) -> Block:
     """The rows of several blocks (``sizes[n]`` rows of S keys in ``blocks[n]``) as one
     block: a field that is None in some blocks takes its meaning there explicitly
     (every key allowed, mask 0, every key kept, no uniform row); None where it is None
-    in all.  The variant hooks (bias, transform, sinks) must be None.
+    in all.
 
     >>> b = concat_blocks([Block(None, None, None, None),
     ...                    Block(np.array([[True, False]]), None, None, None)], [1, 1], 2)
     >>> b.allowed.tolist(), b.madd
     ([[True, True], [True, False]], None)
     """
-    if any(b.bias is not None or b.transform is not None or b.sinks is not None
-           for b in blocks):
-        raise ValueError("concat_blocks: blocks with variant hooks cannot be joined")
-
     def cat(field: str, fill: Any, dtype: Any, per_key: bool) -> Any:
         parts = [getattr(b, field) for b in blocks]
         if all(p is None for p in parts):

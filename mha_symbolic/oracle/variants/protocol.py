@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Variant", "VariantOptions", "register", "registered"]
+__all__ = ["Variant", "VariantOptions", "register", "registered", "unregister"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,15 @@ def register(variant: Variant) -> Variant:
     _KEYWORDS.update({kw: variant.name for kw in variant.keywords})
     _FIELDS.update(variant.fields)
     return variant
+
+
+def unregister(name: str) -> None:
+    """Remove a variant (for tests that register one of their own)."""
+    v = _REGISTRY.pop(name)
+    for kw in v.keywords:
+        _KEYWORDS.pop(kw, None)
+    for f in v.fields:
+        _FIELDS.pop(f, None)
 
 
 def registered() -> Iterator[Variant]:

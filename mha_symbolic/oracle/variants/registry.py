@@ -7,18 +7,29 @@ is a module of this package calling :func:`.protocol.register`, imported below."
 from __future__ import annotations
 
 import difflib
-from typing import Any
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
+from ..._text import echo
 from ...errors import SpecError, UnknownOptionError
 from ..inputs import to_float64
 from . import alibi, flex, fp8, score_mod, sinks, softcap, window  # noqa: F401  (registration)
 from .protocol import Variant, VariantOptions, keyword_owner, registered
 from .semantics import Bias, Cap, Geometry
 
-__all__ = ["VariantOptions", "kept", "score_pipeline", "sdpa_variant_options",
-           "sink_logits", "variant_keywords", "variant_options"]
+__all__ = [
+    "VariantOptions",
+    "kept",
+    "score_pipeline",
+    "sdpa_variant_options",
+    "sink_logits",
+    "variant_keywords",
+    "variant_options",
+    "with_variant_keywords",
+]
 
 
 def variant_keywords() -> tuple[str, ...]:
@@ -26,14 +37,35 @@ def variant_keywords() -> tuple[str, ...]:
     return tuple(kw for v in registered() for kw in v.keywords)
 
 
-def split_variant_keywords(options: dict[str, Any], *, door: str) -> None:
-    """Refuse keywords no variant takes (as Python would, with the closest names)."""
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def with_variant_keywords(fn: F) -> F:
+    """Show the registered variants' keywords in ``fn``'s signature (help(), IDEs) in
+    place of ``**variants``."""
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    params += [inspect.Parameter(kw, inspect.Parameter.KEYWORD_ONLY, default=None)
+               for kw in variant_keywords()]
+    fn.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    return fn
+
+
+def split_variant_keywords(options: dict[str, Any], *, door: Callable[..., Any] | str) -> None:
+    """Refuse keywords no variant takes, as Python would (``door() got an unexpected
+    keyword argument``), the name echoed safely, with the closest of the door's own
+    keywords (``door`` a function: its signature's; a name: the variants')."""
     for kw in options:
         if keyword_owner(kw) is None:
-            close = difflib.get_close_matches(kw, variant_keywords(), n=2)
+            if isinstance(door, str):
+                name, known = door, list(variant_keywords())
+            else:
+                name = door.__name__
+                known = [p for p in inspect.signature(door).parameters]
+            close = difflib.get_close_matches(kw, sorted(set(known)), n=3, cutoff=0.6)
             hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-            raise UnknownOptionError(f"{door}() got an unexpected keyword argument "
-                                     f"{kw!r}{hint}")
+            raise UnknownOptionError(f"{name}() got an unexpected keyword argument "
+                                     f"{echo(kw, 60)}{hint}")
 
 
 def variant_options(**options: Any) -> VariantOptions | None:

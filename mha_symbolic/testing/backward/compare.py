@@ -26,7 +26,11 @@ from ..._display import ReportDisplay
 from ...errors import ShapeError, SpecError, ToleranceError
 from ...oracle.api import reference_attention_backward
 from ...oracle.variants.forward import lowered, lowered_after_cap, prepare, require_lowerable
-from ...oracle.variants.registry import variant_options
+from ...oracle.variants.registry import (
+    split_variant_keywords,
+    variant_options,
+    with_variant_keywords,
+)
 from ..forward.bugs import _fits
 from ..options import asserting, checked
 from ..report import headline
@@ -197,6 +201,7 @@ def _refuse_vacuous(comps: dict[str, AttentionComparison], model: ErrorModel) ->
 
 
 @checked
+@with_variant_keywords
 def compare_attention_backward(
     dq: Any, dk: Any, dv: Any,
     query: Any, key: Any, value: Any, grad_output: Any, *,
@@ -206,9 +211,8 @@ def compare_attention_backward(
     rule: str | None = None, accumulation_dtype: Any = None, safety: float | None = None,
     rtol: float | None = None, atol: float | None = None, ulps: float | None = None,
     factor: float | None = None, diagnose_bugs: bool = True,
-    error_model: str = "probabilistic", window: Any = None, alibi_slopes: Any = None,
-    mask_mod: Any = None, score_mod: Any = None, sinks: Any = None, softcap: Any = None,
-    d_sinks: Any = None, d_alibi_slopes: Any = None,
+    error_model: str = "probabilistic",
+    d_sinks: Any = None, d_alibi_slopes: Any = None, **variants: Any,
 ) -> BackwardComparison:
     """Compare a kernel's gradients ``dq, dk, dv`` (and ``d_attn_mask`` for a float
     mask, optional) with the exact gradients of attention(query, key, value) against
@@ -249,8 +253,12 @@ def compare_attention_backward(
     False
     """
 
-    variant = variant_options(window=window, alibi_slopes=alibi_slopes, mask_mod=mask_mod,
-                              score_mod=score_mod, sinks=sinks, softcap=softcap)
+    split_variant_keywords(variants, door=compare_attention_backward)
+    variant = variant_options(**variants)
+    if variant is not None and any(getattr(variant, f) is not None
+                                   for f in ("q_descale", "k_descale", "v_descale")):
+        raise SpecError("FP8 descale factors are not supported by compare_attention_backward "
+                        "(reference_attention_backward computes those gradients)")
     if variant is not None:
         # the variants as plain attention of exact inputs (oracle/variant_forward.py):
         # the gradients, the model and the bug catalogue are the plain ones
@@ -286,9 +294,7 @@ def compare_attention_backward(
             params=_parameter_gradients(
                 d_sinks, d_alibi_slopes, prep, query, key, value, grad_output,
                 attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
-                causal_alignment=causal_alignment, masked_rows=masked_rows, window=window,
-                alibi_slopes=alibi_slopes, mask_mod=mask_mod, score_mod=score_mod,
-                sinks=sinks, softcap=softcap))
+                causal_alignment=causal_alignment, masked_rows=masked_rows, **variants))
     if d_sinks is not None or d_alibi_slopes is not None:
         raise SpecError("d_sinks and d_alibi_slopes need sinks= and alibi_slopes=")
     return _compare_backward(

@@ -58,7 +58,11 @@ import numpy as np
 from ...errors import SpecError
 from ...oracle.api import reference_attention
 from ...oracle.variants.protocol import VariantOptions
-from ...oracle.variants.registry import sdpa_variant_options
+from ...oracle.variants.registry import (
+    sdpa_variant_options,
+    split_variant_keywords,
+    with_variant_keywords,
+)
 from ..layout import with_layout
 from ..lse import with_lse
 from ..options import asserting
@@ -100,6 +104,7 @@ __all__ = ["assert_attention_close", "compare_attention"]
 @with_lse
 @with_layout(Diagnosis)
 @patterned
+@with_variant_keywords
 def compare_attention(
     actual: Any,
     query: Any,
@@ -125,26 +130,18 @@ def compare_attention(
     ulps: float | None = None,
     factor: float | None = None,
     diagnose_bugs: bool = True,
-    window: Any = None,
-    softcap: float | None = None,
-    alibi_slopes: Any = None,
-    sinks: Any = None,
-    mask_mod: Any = None,
-    score_mod: Any = None,
-    q_descale: Any = None,
-    k_descale: Any = None,
-    v_descale: Any = None,
     weights_dtype: Any = None,
     out_dtype: Any = None,
     layout: str = "bhsd",
     lse: Any = None,
     lse_base: Any = "e",
     lse_masked: str = "-inf",
+    **variants: Any,
 ) -> AttentionComparison:
     """Compare ``actual`` with the exact ``scaled_dot_product_attention(query, key,
     value, ...)``; the attention options are those of
     :func:`mha_symbolic.reference_attention`, the variants included (window, softcap,
-    alibi_slopes, sinks, mask_mod, score_mod, FP8 descale: :mod:`.compare_variants`;
+    alibi_slopes, sinks, mask_mod, score_mod, FP8 descale: :mod:`.variants`;
     ``weights_dtype`` names the format a kernel converts its weights to before P·V,
     the input's fp8 format by default for fp8), the tolerance options those of the
     module docstring.
@@ -168,10 +165,8 @@ def compare_attention(
     """
     del layout, lse, lse_base, lse_masked  # handled by with_layout and with_lse
 
-    variant = sdpa_variant_options(
-        dropout_p, dropout_mask, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
-        sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
-        k_descale=k_descale, v_descale=v_descale)
+    split_variant_keywords(variants, door=compare_attention)
+    variant = sdpa_variant_options(dropout_p, dropout_mask, **variants)
     fp8 = any("float8" in str(getattr(x, "dtype", "")) for x in (actual, query, key, value))
     promise = dtype_promise(actual, (query, key, value), out_dtype, fp8)
     if variant is not None or weights_dtype is not None or fp8:

@@ -28,9 +28,9 @@ from .model import attention_error_bound
 __all__ = [
     "CHUNK_SCORES",
     "AttentionInputs",
+    "BugSwitches",
     "Chunk",
     "Plain",
-    "Variant",
     "fit_ratio",
     "plain_attention",
     "plain_in_dtype",
@@ -70,7 +70,7 @@ class AttentionInputs:
 
 
 @dataclass(frozen=True)
-class Variant:
+class BugSwitches:
     """Switches that turn the plain algorithm into the buggy variants of the catalogue."""
 
     softmax_axis: int = -1
@@ -150,7 +150,7 @@ class Plain:
     [[1.0, 2.0], [1.0, 2.0]]
     """
 
-    def __init__(self, x: AttentionInputs, variant: Variant = Variant()) -> None:
+    def __init__(self, x: AttentionInputs, variant: BugSwitches = BugSwitches()) -> None:
         self.x = x
         self.variant = variant
         self.layout = _Layout(x, variant.tile_gqa)
@@ -300,7 +300,7 @@ def fit_ratio(actual: np.ndarray, out: np.ndarray, tol: np.ndarray, safety: floa
 def plain_attention(x: AttentionInputs, **switches: Any) -> Plain:
     """:class:`Plain` of ``x``; keyword switches (``softmax_axis``, ``tile_gqa``,
     ``causal_offset``, ``invert_bool_mask``) select a buggy variant."""
-    return Plain(x, Variant(**switches))
+    return Plain(x, BugSwitches(**switches))
 
 
 # --------------------------------------------------------------------------------------
