@@ -61,6 +61,9 @@ _EXPORTS: dict[str, str] = {
     "compare_attention_backward": "testing.backward.compare",
     "assert_attention_backward_close": "testing.backward.compare",
     "check_attention": "testing.check",
+    "check_deterministic": "testing.determinism",
+    "check_batch_invariance": "testing.determinism",
+    "BitwiseCheck": "testing.determinism",
     "compare_mha_backward": "testing.backward.mha",
     "assert_mha_backward_close": "testing.backward.mha",
     "compare_attention_varlen": "testing.forward.variants",
@@ -129,6 +132,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from .testing.backward.mha import assert_mha_backward_close, compare_mha_backward
     from .testing.check import check_attention
+    from .testing.determinism import BitwiseCheck, check_batch_invariance, check_deterministic
     from .testing.forward.compare import assert_attention_close, compare_attention
     from .testing.forward.mha import assert_mha_close, compare_mha
     from .testing.forward.variants import (

@@ -15,11 +15,14 @@ import functools
 from typing import Any
 
 from .._validate import door
+from ..errors import SpecError
 from .backward.attention import AttentionGradients, plain_attention_backward
 from .backward.mha import MhaGradients, reference_mha_backward
 from .enclosure import Enclosure
 from .forward.attention import plain_attention
 from .forward.mha import reference_mha
+from .layout import Transposed, check_layout, swap_layout
+from .lse import check_lse_options, reference_lse
 from .variants.backward import reference_attention_varlen_backward, variant_attention_backward
 from .variants.forward import reference_attention_varlen, variant_attention
 from .variants.registry import (
@@ -40,7 +43,8 @@ def reference_attention(
     enable_gqa: bool = False, causal_alignment: str = "top_left",
     masked_rows: str = "zero", return_weights: bool = False,
     dropout_p: float = 0.0, dropout_mask: Any = None, progress: bool | None = None,
-    **variants: Any,
+    layout: str = "bhsd", return_lse: bool = False, lse_base: Any = "e",
+    lse_masked: str = "-inf", **variants: Any,
 ) -> Enclosure:
     """Certified scaled dot-product attention of the exact input values.
 
@@ -78,8 +82,50 @@ def reference_attention(
     ...                         np.arange(6.0).reshape(1, 3, 2), window=(0, 0))
     >>> r.rounded("float32").tolist()   # each query sees its own key only
     [[[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]]
+
+    ``layout="bshd"``: query (…, L, H_q, E), key and value (…, S, H_kv, ·) and the
+    output (…, L, H_q, E_v), FlashAttention's layout (:mod:`.layout`; masks keep
+    (…, H_q, L, S)).
+
+    ``return_lse=True``: the result's ``.lse`` is the certified log-sum-exp of every
+    row, (…, H_q, L) in both layouts (:mod:`.lse`: ``lse_base`` "e" or 2,
+    ``lse_masked`` "-inf" or "+inf" for rows with no key; ``.lse.rounded("float32")``
+    correctly rounded).
+
+    >>> r = reference_attention(np.zeros((1, 2, 4)), np.zeros((1, 4, 4)),
+    ...                         np.ones((1, 4, 2)), return_lse=True, lse_base=2)
+    >>> r.lse.rounded("float32").tolist()    # log2(4 keys of score 0)
+    [[2.0, 2.0]]
     """
     split_variant_keywords(variants, door=reference_attention)
+    if return_lse:
+        check_lse_options(lse_base, lse_masked)
+        if variants and any(v is not None for v in variants.values()):
+            raise SpecError("return_lse=True with variants is not supported: the "
+                            "log-sum-exp is certified for SDPA's masks and causal only")
+        if masked_rows == "uniform":
+            raise SpecError("return_lse=True with masked_rows='uniform' is not supported")
+        out = reference_attention(
+            query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+            enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+            masked_rows=masked_rows, return_weights=return_weights, dropout_p=dropout_p,
+            dropout_mask=dropout_mask, progress=progress, layout=layout)
+        base_q, base_k = (swap_layout(x, layout, n) for x, n in ((query, "query"),
+                                                                  (key, "key")))
+        lse = reference_lse(base_q, base_k, attn_mask=attn_mask, is_causal=is_causal,
+                            scale=scale, enable_gqa=enable_gqa,
+                            causal_alignment=causal_alignment, base=lse_base,
+                            masked=lse_masked)
+        target: Any = out.base if isinstance(out, Transposed) else out
+        target.lse = lse
+        return out
+    if check_layout(layout) == "bshd":
+        return Transposed(reference_attention(  # type: ignore[return-value]
+            swap_layout(query, layout, "query"), swap_layout(key, layout, "key"),
+            swap_layout(value, layout, "value"), attn_mask=attn_mask, is_causal=is_causal,
+            scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+            masked_rows=masked_rows, return_weights=return_weights, dropout_p=dropout_p,
+            dropout_mask=dropout_mask, progress=progress, **variants))
     opts = sdpa_variant_options(dropout_p, dropout_mask, **variants)
     if opts is not None:
         return variant_attention(

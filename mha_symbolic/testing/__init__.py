@@ -31,6 +31,9 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "assert_attention_backward_close": "backward.compare",
     "BackwardComparison": "backward.compare",
     "check_attention": "check",
+    "check_deterministic": "determinism",
+    "check_batch_invariance": "determinism",
+    "BitwiseCheck": "determinism",
     "AttentionCheck": "check",
     "compare_mha_backward": "backward.mha",
     "assert_mha_backward_close": "backward.mha",
@@ -46,6 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .backward.mha import assert_mha_backward_close, compare_mha_backward
     from .check import AttentionCheck, check_attention
+    from .determinism import BitwiseCheck, check_batch_invariance, check_deterministic
     from .forward.compare import assert_attention_close, compare_attention
     from .forward.mha import assert_mha_close, compare_mha
     from .forward.variants import assert_attention_varlen_close, compare_attention_varlen

@@ -16,9 +16,11 @@ import numpy as np
 
 from .._display import ReportDisplay
 from ..errors import OptionalDependencyError, SpecError
+from ..oracle.layout import check_layout, swap_layout
 from ..oracle.variants.registry import variant_keywords
 from .backward.compare import BackwardComparison, compare_attention_backward
 from .forward.compare import compare_attention
+from .integrity import Guard
 from .options import Msg, mismatch_error, passes_options_to
 from .report import headline
 from .verdict import AttentionComparison
@@ -32,7 +34,7 @@ _FORWARD_OPTIONS = ("attn_mask", "is_causal", "scale", "enable_gqa")
 _TOLERANCE_OPTIONS = ("rule", "accumulation_dtype", "error_model", "safety", "rtol", "atol",
                       "ulps", "factor", "diagnose_bugs")
 # options of the forward model only (what the kernel rounds in the forward pass)
-_FORWARD_TOLERANCE_OPTIONS = ("kernel", "subnormals")
+_FORWARD_TOLERANCE_OPTIONS = ("kernel", "subnormals", "lse_base", "lse_masked")
 
 
 @dataclass(frozen=True, repr=False)
@@ -46,6 +48,9 @@ class AttentionCheck(ReportDisplay):
     output: AttentionComparison
     backward: BackwardComparison | None
     grad_output: Any  # the gradient of the output used (a tensor/array), None for numpy
+    #: what the kernel did besides its output (:mod:`.integrity`): inputs mutated in
+    #: place, an output sharing memory with an input; any of them fails the check
+    integrity: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return self.passed
@@ -53,12 +58,16 @@ class AttentionCheck(ReportDisplay):
     def summary(self) -> str:
         """One line: the verdict and the summary of what failed (or of everything)."""
         head = "attention kernel passed" if self.passed else "attention kernel FAILED"
-        parts = [c.summary() for c in (self.output, self.backward)
-                 if c is not None and (self.passed or not c.passed)]
+        parts = [*self.integrity] + [c.summary() for c in (self.output, self.backward)
+                                     if c is not None and (self.passed or not c.passed)]
         return f"{head} ({self.framework}): " + "; ".join(parts)
 
     def headline(self) -> str:
         """The first line of a failure: ``FAIL [bug class] <framework> kernel: …``."""
+        if self.integrity:
+            return headline(["integrity"], f"{self.framework} kernel",
+                            "mutated its inputs" if "mutated" in self.integrity[0]
+                            else "output aliases an input")
 
         parts = [c for c in (self.output, self.backward) if c is not None and not c.passed]
         run = any(c.diagnosis_run or c.diagnoses for c in parts)
@@ -80,7 +89,7 @@ class AttentionCheck(ReportDisplay):
 
     def table(self) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
         """(header, rows) of the notebook display: the output and the gradients."""
-        rows = [("output", self.output.summary())]
+        rows = [("integrity", p) for p in self.integrity] + [("output", self.output.summary())]
         if self.backward is not None:
             rows.append(("gradients", self.backward.summary()))
         return ("checked", "finding"), rows
@@ -109,7 +118,7 @@ def check_attention(
     enable_gqa: bool = False, causal_alignment: str = "top_left", masked_rows: str = "zero",
     dropout_p: float = 0.0, dropout_mask: Any = None,
     pass_options: bool = True, raise_on_failure: bool = True, seed: int = 0,
-    msg: Msg = None, **tolerance: Any,
+    layout: str = "bhsd", returns_lse: bool = False, msg: Msg = None, **tolerance: Any,
 ) -> AttentionCheck:
     """Run ``fn(query, key, value, **options)`` forward and (torch, jax) backward and
     check its output and every gradient against the exact answers in one call.
@@ -130,13 +139,19 @@ def check_attention(
     ``tolerance``: ``rule``, ``accumulation_dtype``, ``error_model``, ``safety``,
     ``rtol``, ``atol``, ``ulps``, ``factor``, ``diagnose_bugs`` (as compare_attention,
     for the output and the gradients), ``kernel`` and ``subnormals`` (the output's
-    model only).
+    model only).  ``layout="bshd"``: ``fn`` takes and returns FlashAttention's
+    (B, S, H, D) layout (its gradients too); the output's report keeps that layout,
+    the gradients' report names (batch, head, query, feature).  ``returns_lse=True``:
+    ``fn`` returns ``(output, softmax_lse)`` (FlexAttention's ``return_lse``); the LSE is
+    judged too (``lse_base``, ``lse_masked`` as compare_attention's).
 
     Returns an :class:`AttentionCheck`; raises
     :class:`~mha_symbolic.errors.AttentionMismatchError` with both reports when it
     fails (first line: the one-line summary; ``msg`` as
     :func:`~mha_symbolic.assert_attention_close`'s; ``raise_on_failure=False`` returns
-    it instead).
+    it instead).  The kernel's inputs are snapshotted and checked unchanged after the
+    call, and an output sharing memory with an input is refused (:mod:`.integrity`):
+    either fails the check.
 
     >>> import torch, torch.nn.functional as F
     >>> q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
@@ -144,6 +159,7 @@ def check_attention(
     True
     """
     __tracebackhide__ = True
+    check_layout(layout)
     shared = {k_: v_ for k_, v_ in tolerance.items() if k_ in _TOLERANCE_OPTIONS}
     given = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale,
              "enable_gqa": enable_gqa}
@@ -156,6 +172,20 @@ def check_attention(
     variants = {k_: v_ for k_, v_ in variants.items() if v_ is not None}
     ref_opts.update(variants)
     framework = _framework(query)
+    box: dict[str, Any] = {}
+    if returns_lse:
+        kernel = fn
+
+        def fn(*args: Any, **kwargs: Any) -> Any:
+            res = kernel(*args, **kwargs)
+            if not isinstance(res, (tuple, list)) or len(res) < 2:
+                raise SpecError(f"returns_lse=True but fn returned {type(res).__name__}: "
+                                "expected (output, softmax_lse)")
+            box["lse"] = res[1]
+            return res[0]
+
+    guard = Guard()
+    fn = guard.wrap(fn)
     dq = dk = dv = dmask = None
     do_np: Any = None
     if framework == "torch":
@@ -167,17 +197,27 @@ def check_attention(
         do_np = do_used
     else:
         out = fn(query, key, value, **fwd_opts)
+    if guard.problems and framework == "numpy" and guard.before is not None:
+        query, key, value = guard.before   # judged against the inputs as they were
     fwd_kw = dict(ref_opts)
     if dropout_mask is not None or dropout_p:
         fwd_kw.update(dropout_p=dropout_p, dropout_mask=dropout_mask)
-    output = compare_attention(out, query, key, value, **fwd_kw, **tolerance)
+    lse = box.get("lse")
+    if lse is not None and hasattr(lse, "detach"):
+        lse = lse.detach()
+    output = compare_attention(out, query, key, value, **fwd_kw, layout=layout, lse=lse,
+                               **tolerance)
     backward = None
     if dq is not None:
+        dq, dk, dv, do_b, q_b, k_b, v_b = (swap_layout(x, layout, "gradient") for x in (
+            dq, dk, dv, do_np, query, key, value))
         backward = compare_attention_backward(
-            dq, dk, dv, query, key, value, do_np, **ref_opts, dropout_p=dropout_p,
+            dq, dk, dv, q_b, k_b, v_b, do_b, **ref_opts, dropout_p=dropout_p,
             dropout_mask=dropout_mask, d_attn_mask=dmask, **shared)
-    passed = bool(output.passed and (backward is None or backward.passed))
-    result = AttentionCheck(passed, framework, output, backward, do_np)
+    passed = bool(output.passed and (backward is None or backward.passed)
+                  and not guard.problems)
+    result = AttentionCheck(passed, framework, output, backward, do_np,
+                            tuple(dict.fromkeys(guard.problems)))
     if raise_on_failure and not passed:
         raise mismatch_error(result, msg, attribute="check") from None
     return result

@@ -48,6 +48,9 @@ def _bugs(c: Any) -> list[str] | None:
 
 
 def _headline(c: AttentionComparison) -> str:
+    lse = getattr(c, "lse", None)
+    if lse is not None and not lse.passed and c.n_mismatched == 0 and not c.n_nonfinite:
+        return _headline(lse)
     detail = f"{c.n_mismatched} / {c.n_elements} off"
     if c.n_nonfinite:
         detail += f", {c.n_nonfinite} NaN/Inf"
@@ -91,6 +94,8 @@ def _table(c: AttentionComparison) -> tuple[tuple[str, ...], list[tuple[str, str
             ("shape, dtype", f"{c.shape}, {c.dtype}"),
             ("accumulation", c.accumulation), ("tolerance", c.rule),
             ("mismatched elements", f"{c.n_mismatched} / {c.n_elements} ({pct:.1f}%)")]
+    if getattr(c, "pattern", ""):
+        rows.append(("pattern", c.pattern))
     if c.n_nonfinite:
         rows.append(("NaN/Inf where the exact value is finite", str(c.n_nonfinite)))
     if c.n_missing_nan:
@@ -133,6 +138,8 @@ def _render(c: AttentionComparison) -> str:
                      f"{c.n_missing_nan} element(s) are finite instead")
     pct = 100.0 * c.n_mismatched / c.n_elements if c.n_elements else 0.0
     lines.append(f"Mismatched elements: {c.n_mismatched} / {c.n_elements} ({pct:.1f}%)")
+    if getattr(c, "pattern", ""):
+        lines.append(f"Pattern: {c.pattern}")
     w = c.worst
     if w is not None:
         label = "Worst element" if not c.passed else "Closest call"
@@ -155,6 +162,9 @@ def _render(c: AttentionComparison) -> str:
         lines.append(_diagnosis_line(d))
     if c.diagnosis_run and not c.diagnoses:
         lines.append("Diagnosis: no known bug class matches.")
+    lse = getattr(c, "lse", None)
+    if lse is not None:
+        lines += ["", *lse.report().splitlines()[(0 if lse.passed else 1):-1]]
     lines.append("(errors are distances to the midpoint of the certified enclosure, "
                  "shown to 4 digits; a mismatch is declared only when the distance to "
                  "the whole enclosure exceeds the tolerance)")
@@ -164,7 +174,7 @@ def _render(c: AttentionComparison) -> str:
 def _diagnosis_line(d: Any) -> str:
     """One diagnosis, saying what was checked for it."""
     kind = getattr(d, "kind", "fits")
-    if kind == "dtype":
+    if kind in ("dtype", "layout"):
         return f"Diagnosis: '{d.bug}' — {d.description}"
     if kind == "explains":
         return (f"Diagnosis: explained by bug class '{d.bug}' — {d.description} (its "

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import OptionalDependencyError, SpecError
 from ..oracle.arith.formats import get_format
+from ..oracle.layout import check_layout
 
 try:
     from hypothesis import strategies as st
@@ -80,6 +81,9 @@ class AttentionCase:
     masked_rows: str = "zero"
     family: str = "random"
     seed: int = field(default=0, compare=False)
+    #: "bhsd" (the arrays as above) or "bshd" (FlashAttention's: query (B, L, H_q, E),
+    #: key (B, S, H_kv, E), value (B, S, H_kv, E_v); the mask keeps (…, H_q, L, S))
+    layout: str = "bhsd"
 
     @property
     def options(self) -> dict[str, Any]:
@@ -87,7 +91,7 @@ class AttentionCase:
         ``reference_attention``."""
         return dict(attn_mask=self.attn_mask, is_causal=self.is_causal, scale=self.scale,
                     enable_gqa=self.enable_gqa, causal_alignment=self.causal_alignment,
-                    masked_rows=self.masked_rows)
+                    masked_rows=self.masked_rows, layout=self.layout)
 
     @property
     def sdpa_kwargs(self) -> dict[str, Any]:
@@ -95,7 +99,8 @@ class AttentionCase:
         bottom-right causal case passes its causal mask in ``attn_mask`` instead)."""
         mask, causal = self.attn_mask, self.is_causal
         if causal and self.causal_alignment == "bottom_right":
-            L, S = self.query.shape[-2], self.key.shape[-2]
+            seq = -3 if self.layout == "bshd" else -2
+            L, S = self.query.shape[seq], self.key.shape[seq]
             keep = np.arange(S)[None, :] <= np.arange(L)[:, None] + (S - L)
             mask = keep if mask is None else mask & keep
             causal = False
@@ -125,7 +130,7 @@ class AttentionCase:
                 f"query={tuple(self.query.shape)}, key={tuple(self.key.shape)}, "
                 f"value={tuple(self.value.shape)}, attn_mask={m}, is_causal={self.is_causal}, "
                 f"causal_alignment={self.causal_alignment!r}, scale={self.scale!r}, "
-                f"enable_gqa={self.enable_gqa}, seed={self.seed})")
+                f"enable_gqa={self.enable_gqa}, layout={self.layout!r}, seed={self.seed})")
 
 
 # --------------------------------------------------------------------------------------
@@ -154,7 +159,8 @@ def _np_dtype(name: str) -> Any:
     return np.dtype(name)
 
 
-def _build(d: _Draw, dtype: str, masked_rows: str, alignments: tuple[str, ...]) -> AttentionCase:
+def _build(d: _Draw, dtype: str, masked_rows: str, alignments: tuple[str, ...],
+           layout: str = "bhsd") -> AttentionCase:
     fmt = get_format(dtype)
     dt = _np_dtype(fmt.name)
     rng = np.random.default_rng(d.seed)
@@ -215,10 +221,12 @@ def _build(d: _Draw, dtype: str, masked_rows: str, alignments: tuple[str, ...]) 
     arrs = []
     for a in (q, k, v):
         x = np.clip(a, -top, top).astype(dt)
+        if layout == "bshd":
+            x = np.ascontiguousarray(np.swapaxes(x, -3, -2))
         arrs.append(x)
     return AttentionCase(arrs[0], arrs[1], arrs[2], attn_mask=mask, is_causal=is_causal,
                          scale=scale, enable_gqa=d.rep > 1, causal_alignment=align,
-                         masked_rows=masked_rows, family=fam, seed=d.seed)
+                         masked_rows=masked_rows, family=fam, seed=d.seed, layout=layout)
 
 
 def attention_inputs(
@@ -232,6 +240,7 @@ def attention_inputs(
     families: Any = None,
     masked_rows: str = "zero",
     causal_alignment: str = "both",
+    layout: str = "bhsd",
 ) -> Any:
     """A hypothesis strategy of :class:`AttentionCase` in ``dtype`` (float64, float32,
     float16, bfloat16; numpy, ml_dtypes or torch dtype, or a name).
@@ -241,7 +250,8 @@ def attention_inputs(
     ``families``: a subset of :data:`FAMILIES` (default all); ``masked_rows``: the
     policy the cases are judged under (torch: ``"zero"``, JAX: ``"uniform"``);
     ``causal_alignment``: ``"top_left"`` (torch), ``"bottom_right"`` (FlashAttention)
-    or ``"both"``.
+    or ``"both"``; ``layout``: ``"bhsd"`` (SDPA) or ``"bshd"`` (FlashAttention's
+    (B, S, H, D); the case's ``options`` carry it to the comparison).
 
     >>> from hypothesis import given, settings
     >>> @settings(max_examples=5, deadline=None)
@@ -251,6 +261,7 @@ def attention_inputs(
     >>> check()
     """
     fmt = get_format(dtype)
+    check_layout(layout)
     fams = tuple(FAMILIES) if families is None else tuple(families)
     for f in fams:
         if f not in FAMILIES:
@@ -288,6 +299,6 @@ def attention_inputs(
         option = draw_(st.integers(0, 5))
         seed = draw_(st.integers(0, 2**32 - 1))
         return _build(_Draw(fam, B, H, rep, L, S, E, Ev, seed, option), fmt.name,
-                      masked_rows, aligns)
+                      masked_rows, aligns, layout)
 
     return draw()

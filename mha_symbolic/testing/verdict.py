@@ -21,6 +21,7 @@ from .forward.bugs import Candidate
 from .forward.levels import (
     DEFAULT_FLASH_FACTOR,
 )
+from .pattern import describe_pattern
 from .report import _idx_text, _render, _summary, _table
 from .tolerance import DEFAULT_SAFETY, ErrorModel, FloatFormat, error_model, ulp
 
@@ -99,6 +100,10 @@ class AttentionComparison(ReportDisplay):
     notes: tuple[str, ...] = ()
     #: the output's dtype is not the one the inputs (or ``out_dtype=``) promise
     dtype_problem: str = ""
+    #: where the failing elements lie (:mod:`.pattern`); '' when it passed
+    pattern: str = ""
+    #: the kernel's softmax_lse judged (``compare_attention(..., lse=)``, :mod:`.lse`)
+    lse: Any = None
 
     def __bool__(self) -> bool:
         return self.passed
@@ -296,7 +301,7 @@ def _verdict(
         n_mismatched=n_bad, n_nonfinite=int(np.sum(nonfinite)), first_nonfinite=first_nf,
         n_missing_nan=int(np.sum(missing_nan)), worst=worst, max_error=max_err,
         max_error_index=max_idx, max_ulps=max_ulps, mismatched=bad, title=title,
-        n_vacuous=n_vac, notes=notes,
+        n_vacuous=n_vac, notes=notes, pattern=describe_pattern(bad, index_names) if n_bad else "",
     )
     if comp.passed and n_vac and raise_vacuous:
         idx = tuple(int(i) for i in np.argwhere(finite & vac & ~bad)[0])

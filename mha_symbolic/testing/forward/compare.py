@@ -63,7 +63,10 @@ from ...oracle.variants.registry import (
     split_variant_keywords,
     with_variant_keywords,
 )
+from ..layout import with_layout
+from ..lse import with_lse
 from ..options import asserting, checked
+from ..pattern import locate_keys, patterned
 from ..tolerance import DEFAULT_SAFETY
 from ..verdict import (
     AttentionComparison,
@@ -98,6 +101,9 @@ from .variants import compare_variant_attention
 __all__ = ["assert_attention_close", "compare_attention"]
 
 
+@with_lse
+@with_layout(Diagnosis)
+@patterned
 @with_variant_keywords
 @checked
 def compare_attention(
@@ -127,6 +133,10 @@ def compare_attention(
     diagnose_bugs: bool = True,
     weights_dtype: Any = None,
     out_dtype: Any = None,
+    layout: str = "bhsd",
+    lse: Any = None,
+    lse_base: Any = "e",
+    lse_masked: str = "-inf",
     **variants: Any,
 ) -> AttentionComparison:
     """Compare ``actual`` with the exact ``scaled_dot_product_attention(query, key,
@@ -146,7 +156,15 @@ def compare_attention(
     >>> q = k = v = np.eye(2, dtype=np.float32)[None]
     >>> compare_attention(np.zeros((1, 2, 2), np.float32), q, k, v).passed
     False
+
+    ``layout="bshd"``: the arrays in FlashAttention's (B, S, H, D) layout, the report's
+    indices too (:mod:`..layout`); a failure that passes read in the other layout is
+    diagnosed ``layout``.
+
+    ``lse=``: the kernel's softmax_lse (…, H_q, L), judged too (:mod:`..lse`;
+    ``lse_base`` "e" or 2, ``lse_masked`` "-inf" or "+inf"); ``.lse`` has its findings.
     """
+    del layout, lse, lse_base, lse_masked  # handled by with_layout and with_lse
 
     split_variant_keywords(variants, door=compare_attention)
     variant = sdpa_variant_options(dropout_p, dropout_mask, **variants)
@@ -225,7 +243,8 @@ def compare_attention(
     saf = DEFAULT_SAFETY if safety is None or rule != "model" else safety
     found: tuple[Candidate, ...] = ()
     if not _within(a, lower, upper, saf * model_tol):
-        found = diagnose(a, x, model=model, safety=saf)
+        found = diagnose(a, x, model=model, safety=saf) or locate_keys(a, x, model=model,
+                                                                       safety=saf)
     diags = [Diagnosis(c.name, c.description, c.ratio) for c in found]
     if two is not None:
         diags += [Diagnosis(n, d, r, "explains" if ex else "size") for n, d, r, ex

@@ -37,6 +37,7 @@ from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import variant_options
 from ...oracle.variants.semantics import Geometry, block_mask_allowed, eval_mask_mod
 from ..options import asserting, checked
+from ..pattern import key_clause, sequence_pattern
 from ..tolerance import DEFAULT_SAFETY, FORMATS, ErrorModel
 from ..verdict import (
     _as_actual,
@@ -345,11 +346,15 @@ def compare_attention_varlen(
         return _packed_bugs(parts, cq, ck, qp, kp, vp_, base, np.asarray(a, np.float64),
                             model, saf)
 
-    return _verdict(a, ref, tol, vac, model=model, x=None, rule=rule, safety=safety,
+    comp = _verdict(a, ref, tol, vac, model=model, x=None, rule=rule, safety=safety,
                     rtol=rtol, atol=atol, ulps=ulps, factor=None,
                     diagnose_bugs=diagnose_bugs, names=("token", "head", "feature"),
                     title="varlen attention output", diagnose=diagnose,
                     nan_ok=masked_rows == "nan")
+    if comp.passed:
+        return comp
+    text = sequence_pattern(comp.mismatched, cq, comp.index_names)
+    return replace(comp, pattern="; ".join(t for t in (text, key_clause(comp.diagnoses)) if t))
 
 
 @asserting(compare_attention_varlen)
