@@ -53,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     "AttentionGradients": "oracle",
     "reference_mha_backward": "oracle",
     "MhaGradients": "oracle",
+    "gather_kv_cache": "oracle.variants.kvcache",
     "compare_attention": "testing.forward.compare",
     "assert_attention_close": "testing.forward.compare",
     "compare_mha": "testing.forward.mha",
@@ -126,6 +127,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         relative_bias_score_mod,
         softcap_score_mod,
     )
+    from .oracle.variants.kvcache import gather_kv_cache
     from .testing.backward.compare import (
         assert_attention_backward_close,
         compare_attention_backward,

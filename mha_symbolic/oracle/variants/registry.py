@@ -16,7 +16,7 @@ import numpy as np
 from ..._text import echo
 from ...errors import SpecError, UnknownOptionError
 from ..inputs import to_float64
-from . import alibi, flex, fp8, score_mod, sinks, softcap, window  # noqa: F401  (registration)
+from . import alibi, flex, fp8, kvcache, score_mod, sinks, softcap, window  # noqa: F401  (registration)
 from .protocol import Variant, VariantOptions, keyword_owner, registered
 from .semantics import Bias, Cap, Geometry
 
@@ -114,11 +114,13 @@ def score_pipeline(opts: VariantOptions, geo: Geometry) -> tuple[Cap | Bias, ...
     return tuple(ops)
 
 
-def kept(opts: VariantOptions, geo: Geometry, is_causal: bool) -> list[np.ndarray[Any, Any]]:
-    """The variants' kept-key masks (each broadcastable to (*batch, L, S))."""
+def kept(opts: VariantOptions, geo: Geometry, is_causal: bool,
+         exclude: tuple[str, ...] = ()) -> list[np.ndarray[Any, Any]]:
+    """The variants' kept-key masks (each broadcastable to (*batch, L, S)), but those of
+    the variants named in ``exclude``."""
     out = []
     for v in _active(opts):
-        if v.keep is not None:
+        if v.keep is not None and v.name not in exclude:
             part = v.keep(opts, geo, is_causal)
             if part is not None:
                 out.append(part)

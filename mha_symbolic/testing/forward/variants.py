@@ -34,8 +34,8 @@ from ...errors import SpecError
 from ...oracle.inputs import as_exact_array
 from ...oracle.variants.forward import reference_attention_varlen, variant_attention
 from ...oracle.variants.protocol import VariantOptions
-from ...oracle.variants.registry import variant_options
-from ...oracle.variants.semantics import Geometry, block_mask_allowed, eval_mask_mod
+from ...oracle.variants.registry import kept, variant_options
+from ...oracle.variants.semantics import Geometry, eval_mask_mod
 from ..options import asserting, checked
 from ..pattern import key_clause, sequence_pattern
 from ..tolerance import DEFAULT_SAFETY, FORMATS, ErrorModel
@@ -101,12 +101,12 @@ def _variant_inputs(query: Any, key: Any, value: Any, opts: VariantOptions, *,
     L, S = q.shape[-2], k.shape[-2]
     geo = Geometry(lead, lead[-1] if lead else 1, L, S,
                    0 if causal_alignment == "top_left" else S - L)
+    # every registered variant's kept keys but the window's, which the bug catalogue
+    # moves edge by edge itself (bugs_variants.py)
     keep = None
-    if opts.mask_mod is not None:
-        keep = eval_mask_mod(opts.mask_mod, geo).reshape(*lead, L, S)
-    if opts.block_mask is not None:
-        bk = block_mask_allowed(opts.block_mask, geo).reshape(*lead, L, S)
-        keep = bk if keep is None else keep & bk
+    for part in kept(opts, geo, is_causal, exclude=("window",)):
+        part = np.broadcast_to(part, (*lead, L, S))
+        keep = part if keep is None else keep & part
     mask = None
     if attn_mask is not None:
         m = as_exact_array(attn_mask, "attn_mask")
