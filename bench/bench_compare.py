@@ -117,8 +117,8 @@ def main() -> None:
     import torch
 
     import mha_symbolic as ms
-    import mha_symbolic.oracle  # noqa: F401  (imports before timing)
-    import mha_symbolic.testing.compare  # noqa: F401
+    import mha_symbolic.oracle  # (imports before timing)
+    import mha_symbolic.testing.compare
 
     assert ARGS is not None
     torch.set_num_threads(ARGS.threads)
@@ -160,7 +160,8 @@ def main() -> None:
                     return
                 mb = measure(run_base, runs)
                 mo = measure(run_ours, runs)
-                load = open("/proc/loadavg").read().split()[:3]
+                with open("/proc/loadavg") as fh:
+                    load = fh.read().split()[:3]
                 print(f"| {shape} | {dtype} | {mask} | {mb['cpu_min']:.3f} / {mb['cpu_med']:.3f}"
                       f" | {mo['cpu_min']:.3f} / {mo['cpu_med']:.3f} | "
                       f"{mo['cpu_min'] / mb['cpu_min']:.2f}×, "
