@@ -157,3 +157,53 @@ def test_a_check_bound_matches_the_plain_evaluation(case: tuple) -> None:
     rtol, rvac = _plain_bound_reference(pl, model)
     assert np.array_equal(vac, rvac)
     np.testing.assert_allclose(tol, rtol, rtol=2.0**-45, atol=0)
+
+
+def _ulp_by_frexp(x: np.ndarray, emin: int, p: int) -> np.ndarray:
+    """The ulp as tolerance.ulp computed it before issue 29 (frexp, ldexp)."""
+    ax = np.abs(np.asarray(x, dtype=np.float64))
+    _, ex = np.frexp(np.where(np.isfinite(ax), ax, 0.0))
+    e = np.maximum(ex.astype(np.int64) - 1, emin)
+    e = np.where(ax == 0, emin, e)
+    return np.ldexp(1.0, (e - (p - 1)).astype(np.int32))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_ulp_is_the_frexp_ulp_on_every_kind_of_value(dtype: str) -> None:
+    from mha_symbolic.testing.tolerance import format_of, ulp
+
+    fmt = format_of(dtype)
+    rng = np.random.default_rng(9)
+    with np.errstate(over="ignore"):
+        x = np.ldexp(rng.standard_normal(4000), rng.integers(-1080, 1030, 4000))
+    x = np.concatenate([x, [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 2.0**-1022,
+                            1.0, -1.0, 65504.0, 2.0**fmt.emin, 2.0**(fmt.emin - 3)]])
+    got = ulp(x, fmt)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, _ulp_by_frexp(x, fmt.emin, fmt.p))
+    assert float(ulp(np.float64(3.0), fmt)) == float(_ulp_by_frexp(np.float64(3.0), fmt.emin, fmt.p))
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def update(self, n: int) -> None:
+        self.n += n
+
+
+def test_the_bound_and_the_dtype_level_advance_a_progress_bar_by_every_row() -> None:
+    from mha_symbolic.testing.emulated import dtype_level
+
+    rng = np.random.default_rng(2)
+    q, k, v = (_rounded(rng, (2, 3, 700, 8), "bfloat16") for _ in range(3))
+    x = AttentionInputs(q, k, v, is_causal=True)
+    pl = Plain(x)
+    model = error_model("bfloat16").with_events(*pl.events())
+    bar = _Counter()
+    tol, _ = pl.bound(model, bar)
+    assert bar.n == 2 * 3 * 700
+    np.testing.assert_array_equal(tol, pl.bound(model)[0])
+    bar2 = _Counter()
+    assert dtype_level(x, model, bar2) is not None
+    assert bar2.n == 2 * 3 * 700

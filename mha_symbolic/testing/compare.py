@@ -59,6 +59,7 @@ import numpy as np
 from .._display import ReportDisplay
 from ..errors import PrecisionError, ShapeError, SpecError, ToleranceError
 from ..oracle.inputs import as_exact_array
+from ..oracle.progress import Progress
 from .bugs import Candidate, diagnose
 from .compare_report import _idx_text, _render, _summary, _table
 from .emulated import dtype_level, hull_violations
@@ -414,6 +415,11 @@ def _check_shape(actual: np.ndarray, shape: tuple[int, ...], what: str) -> None:
 # Public API: scaled-dot-product attention
 
 
+#: The tolerance model and the dtype level together, seconds per score on one core
+#: (bench/bench_compare.py, issue 29): a bar is shown above ~2 s on a terminal.
+SECONDS_PER_SCORE = 1.5e-7
+
+
 @checked
 def compare_attention(
     actual: Any,
@@ -516,14 +522,26 @@ def compare_attention(
     )
     plain = Plain(x)
     model = model.with_events(*plain.events())
-    model_tol, vacuous = plain.bound(model)
+    lay = plain.layout
+    prog = Progress(None, lay.B * lay.L * lay.S * SECONDS_PER_SCORE)
+    bar = prog.bar(lay.B * lay.L, "tolerance")
+    try:
+        model_tol, vacuous = plain.bound(model, bar)
+    finally:
+        if bar is not None:
+            bar.close()
     notes: list[str] = []
     plain_err = None
     if rule == "flash":
         plain_err, note = _plain_error(x, a.dtype, lower, upper)
         if note:
             notes.append(note)
-    level = dtype_level(x, model) if rule in ("model", "flash") else None
+    bar = prog.bar(lay.B * lay.L, "dtype level") if rule in ("model", "flash") else None
+    try:
+        level = dtype_level(x, model, bar) if rule in ("model", "flash") else None
+    finally:
+        if bar is not None:
+            bar.close()
     mid = 0.5 * (lower + upper)
     if level is not None:   # refine for the tighter of the two levels
         dtol, _, _ = level.tolerance(mid, dtype_factor(rule, factor))

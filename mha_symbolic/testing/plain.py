@@ -170,12 +170,15 @@ class Plain:
         step = L if var.softmax_axis != -1 else max(1, max_scores // max(S, 1))
         kappa_scale = 1.0 / (1.0 - x.dropout_p) if x.dropout_p < 1.0 else 0.0
         m = x.attn_mask
+        views: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}   # one view per kv head
         for b in range(lay.B):
             idx = tuple(int(i) for i in np.unravel_index(b, lay.batch)) if lay.batch else ()
             qi = lay.index(x.q.shape[:-2], idx, False)
             ki = lay.index(x.k.shape[:-2], idx, True)
             vi = lay.index(x.v.shape[:-2], idx, True)
-            q, k, v = x.q[qi], x.k[ki], x.v[vi]
+            q = x.q[qi]
+            k = views.setdefault(("k", ki), x.k[ki])
+            v = views.setdefault(("v", vi), x.v[vi])
             mb = _mask_view(m, lay, idx)
             db = _mask_view(x.dropout_mask, lay, idx)
             for i0 in range(0, L, step):
@@ -257,12 +260,12 @@ class Plain:
     def _bound_chunks(self, model: ErrorModel, progress: Any = None
                       ) -> Iterator[tuple[Chunk, np.ndarray, np.ndarray]]:
         """(chunk, tolerance, vacuous) in chunks of :data:`BOUND_CHUNK_SCORES`, the
-        scaled keys and values computed once per head; ``progress``: a bar to advance
-        by each chunk's rows."""
-        head, last = HeadCache(), -1
+        scaled keys and values computed once per key/value head (the query heads of a
+        GQA group and the batch elements broadcast over one key head come one after
+        another and share its arrays); ``progress``: a bar to advance by each chunk's
+        rows."""
+        head = HeadCache()
         for ch in self.chunks(BOUND_CHUNK_SCORES):
-            if ch.b != last:
-                head, last = HeadCache(), ch.b
             tol, vac = self._bound_chunk(ch, model, head)
             if progress is not None:
                 progress.update(ch.rows.stop - ch.rows.start)
