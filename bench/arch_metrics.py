@@ -23,6 +23,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "mha_symbolic"
 MAX_LINES, MAX_FUNC = 800, 80
 
+#: optional dependencies: a module importing one at module level is imported lazily
+#: (inside a function) by design, so that nothing heavy loads on import
+OPTIONAL = {"numba", "torch", "jax", "matplotlib", "tqdm", "hypothesis"}
+#: modules that import the package lazily by design, with the reason
+LAZY_MODULES = {
+    "mha_symbolic.testing.pytest_plugin":
+        "loaded by pytest in every project that installs mha-symbolic: imports only "
+        "pytest and the standard library until a fixture is used",
+}
+#: the folder order inside each wing: an arrow may only point to the same or a lower
+#: rank (lower = imported by the others)
+RANKS = {
+    "oracle": [("arith",), ("conventions", "inputs", "mp", "progress", "enclosure"),
+               ("forward",), ("backward",), ("variants",), ("api",)],
+    "testing": [("options", "tolerance"), ("forward",), ("backward",), ("verdict", "report"),
+                ("forward.compare", "forward.variants", "forward.mha", "backward.compare",
+                 "backward.mha"),
+                ("check", "source_items", "strategies"), ("pytest_plugin",)],
+}
+
 
 def _modname(path: Path) -> str:
     rel = path.relative_to(ROOT.parent).with_suffix("")
@@ -50,6 +70,19 @@ def _type_checking(node: ast.AST) -> bool:
             and node.test.id == "TYPE_CHECKING")
 
 
+def _optional_at_top(tree: ast.Module) -> bool:
+    for node in tree.body:
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                 else [])
+        if any(n.split(".")[0] in OPTIONAL for n in names):
+            return True
+    return False
+
+
+OPTIONAL_MODULES: set[str] = set()
+
+
 def scan() -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, int], list[tuple[str, str, int]]]:
     files = {_modname(p): p for p in ROOT.rglob("*.py")}
     arrows: dict[str, set[str]] = defaultdict(set)
@@ -61,6 +94,8 @@ def scan() -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, int], li
         lines[mod] = src.count("\n") + 1
         tree = ast.parse(src)
         is_pkg = path.name == "__init__.py"
+        if _optional_at_top(tree):
+            OPTIONAL_MODULES.add(mod)
 
         def visit(node: ast.AST, in_func: bool, mod: str = mod, is_pkg: bool = is_pkg) -> None:
             for child in ast.iter_child_nodes(node):
@@ -76,6 +111,9 @@ def scan() -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, int], li
                     targets = _resolve(mod, is_pkg, child)
                 elif isinstance(child, ast.Import):
                     targets = [a.name for a in child.names]
+                if isinstance(child, ast.ImportFrom) and any(
+                        x in files for x in targets[1:]):
+                    targets = [x for x in targets[1:] if x in files]  # submodules by name
                 for t in targets:
                     if t in files and t != mod:
                         arrows[mod].add(t)
@@ -149,20 +187,49 @@ def wing_report(wing: str, arrows: dict[str, set[str]], inner: dict[str, set[str
     for m in nodes:
         lev(m)
     n_arrows = sum(len(e) for e in edges.values())
+
+    def lazy(m: str, t: str) -> bool:
+        return t in inner.get(m, set()) and (m in LAZY_MODULES or t in OPTIONAL_MODULES)
+
     back_up = [(m, t) for m in nodes for t in edges[m] if level[t] >= level[m]
-               and comp_of[t] != comp_of[m]]
-    inner_pkg = sum(len(inner.get(m, set())) for m in nodes)
+               and comp_of[t] != comp_of[m] and not lazy(m, t)]
+    lazies = [(m, t) for m in nodes for t in edges[m] if lazy(m, t)]
+    inner_pkg = sum(1 for m in nodes for t in inner.get(m, set())
+                    if t in mods and not lazy(m, t))
+    ranks = {name: r for r, group in enumerate(RANKS.get(wing, [])) for name in group}
+
+    def rank(m: str) -> int | None:
+        rel = m.removeprefix(pre + ".")
+        return ranks.get(rel, ranks.get(rel.split(".")[0]))
+
+    against = [(m, t) for m in nodes for t in edges[m]
+               if rank(m) is not None and rank(t) is not None and rank(t) > rank(m)  # type: ignore[operator]
+               and not lazy(m, t)]
     big = [(m, n) for m, n in lines.items() if m in nodes and n > MAX_LINES]
     longf = [(m, f, n) for m, f, n in long_funcs if m in nodes]
     print(f"{wing}/: {len(nodes)} modules on {1 + max(level.values(), default=-1)} levels, "
           f"{n_arrows} import arrows, {len(back_up)} running back up, "
-          f"{len(circles)} circles, {inner_pkg} in-function imports of the package, "
+          f"{len(circles)} circles, {len(against)} against the folder order, "
+          f"{inner_pkg} in-function imports of the package ({len(lazies)} more lazy by "
+          "design), "
           f"{len(big)} modules over {MAX_LINES} lines, {len(longf)} functions over "
           f"{MAX_FUNC} lines")
     for c in circles:
         print("  circle:", " ↔ ".join(sorted(x.removeprefix(pre + ".") for x in c)))
     for m, t in back_up:
         print(f"  back up: {m.removeprefix(pre + '.')} → {t.removeprefix(pre + '.')}")
+    for m, t in against:
+        print(f"  against the folder order: {m.removeprefix(pre + '.')} → "
+              f"{t.removeprefix(pre + '.')}")
+    for m in sorted({m for m, _ in lazies}):
+        why = LAZY_MODULES.get(m, "imports an optional dependency (" + ", ".join(
+            sorted(t.removeprefix(pre + ".") for mm, t in lazies if mm == m)) + ")")
+        print(f"  lazy by design: {m.removeprefix(pre + '.')}: {why}")
+    for m in nodes:
+        for t in sorted(inner.get(m, set())):
+            if t in mods and not lazy(m, t):
+                print(f"  in-function import: {m.removeprefix(pre + '.')} → "
+                      f"{t.removeprefix(pre + '.')}")
     for m, n in big:
         print(f"  {n} lines: {m}")
     for m, f, n in sorted(longf, key=lambda x: -x[2])[:10]:

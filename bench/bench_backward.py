@@ -10,7 +10,7 @@ Sections (bench/RESULTS.md, "Issue 12"):
 
 false-alarms  correct kernels must pass compare_attention_backward's default rule:
               torch SDPA backward (default and MATH backends, CPU) and an independent
-              FlashAttention-2-style numpy kernel (tests/fa2_backward_kernel.py) in 4
+              FlashAttention-2-style numpy kernel (tests/kernels/fa2_backward_kernel.py) in 4
               dtypes, jax.vjp of jax.nn.dot_product_attention, nn.MultiheadAttention
               (compare_mha_backward).  FlashAttention's own rules judge the same outputs:
               flash2  max|g − ref| <= 2·max|g_pt − ref| (ref: torch MATH on inputs upcast,
@@ -45,13 +45,13 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "kernels"))
 
 from fa2_backward_kernel import fa2_backward  # noqa: E402
 
 from mha_symbolic import reference_attention_backward  # noqa: E402
-from mha_symbolic.testing.backward import compare_attention_backward  # noqa: E402
-from mha_symbolic.testing.bugs_backward import BACKWARD_BUG_CLASSES, BackwardInputs  # noqa: E402
+from mha_symbolic.testing.backward.bugs import BACKWARD_BUG_CLASSES, BackwardInputs  # noqa: E402
+from mha_symbolic.testing.backward.compare import compare_attention_backward  # noqa: E402
 
 try:
     import torch
@@ -203,7 +203,7 @@ def jax_false_alarms(n_cases: int, seed: int) -> None:
 def mha_false_alarms(n_cases: int, seed: int) -> None:
     if torch is None:
         return
-    from mha_symbolic.testing.backward_mha import compare_mha_backward
+    from mha_symbolic.testing.backward.mha import compare_mha_backward
 
     print("## nn.MultiheadAttention backward (compare_mha_backward, inputs and every parameter)")
     print("dtype | cases | false alarms | worst error/tolerance")
@@ -318,7 +318,7 @@ def _med(x: list[float]) -> float:
 
 def _numba(on: bool) -> None:
     """Switch the compiled kernels on or off in this process (both tiers' twins)."""
-    from mha_symbolic.oracle import jit
+    from mha_symbolic.oracle.arith import jit
     from mha_symbolic.oracle.backward import fast as bfast
 
     os.environ["MHA_SYMBOLIC_NUMBA"] = "1" if on else "0"

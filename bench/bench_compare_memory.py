@@ -54,7 +54,7 @@ except ImportError:
             out[:, h, i:i + 256] = (w / w.sum(-1, keepdims=True)) @ v[:, h]
     kernel = "numpy"
 from mha_symbolic import compare_attention
-import mha_symbolic.oracle, mha_symbolic.testing.compare, flint  # noqa: F401  (imports first)
+import mha_symbolic.oracle, mha_symbolic.testing.forward.compare, flint  # noqa: F401  (imports first)
 try:                      # reset the high-water mark to the current RSS (Linux >= 4.0)
     with open("/proc/self/clear_refs", "w") as fh:
         fh.write("5")

@@ -129,7 +129,7 @@ def run_child(mode: str, L: int, repeat: int, numba: bool = True) -> dict[str, A
 
 
 def speed_table(repeat: int) -> None:
-    from mha_symbolic.oracle import jit
+    from mha_symbolic.oracle.arith import jit
 
     B, H, L, E = 2, 8, 256, 64
     print(f"## speed at ({B}, {H}, {L}, {E}), float32 inputs, 1 thread; numpy {np.__version__}")

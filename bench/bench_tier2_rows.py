@@ -29,10 +29,10 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from mha_symbolic.oracle.arith.jit import numba_active  # noqa: E402
 from mha_symbolic.oracle.conventions import Block, dd_scale  # noqa: E402
-from mha_symbolic.oracle.dd_attention import KVdd, tier2_block  # noqa: E402
-from mha_symbolic.oracle.dd_rows import KVrows, tier2_rows  # noqa: E402
-from mha_symbolic.oracle.jit import numba_active  # noqa: E402
+from mha_symbolic.oracle.forward.dd import KVdd, tier2_block  # noqa: E402
+from mha_symbolic.oracle.forward.rows import KVrows, tier2_rows  # noqa: E402
 
 
 def timed(fn: Callable[[], Any], runs: int) -> tuple[list[float], list[float]]:

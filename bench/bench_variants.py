@@ -5,17 +5,17 @@ Run from the repository root:  python bench/bench_variants.py  [--quick]
 Four measurements, each printed as a table (bench/RESULTS.md, section "Issue 13"):
 
 1. **Rounding**: ``reference_attention(..., variant).rounded(fmt)`` against the
-   independent Arb-loop reference of tests/test_variants.py (exact fractions and
+   independent Arb-loop reference of tests/oracle/variants/test_variants.py (exact fractions and
    800-bit arb balls, one element at a time, the conventions written out from their
    sources), on random small cases per variant, in fp64, fp32, fp16, bf16 and the two
    fp8 formats: number of elements that differ (target 0).
 2. **No false alarms** on real implementations: torch SDPA with an explicit window or
    ALiBi float mask, FlexAttention on CPU (mask_mod, BlockMask, the certified
    score_mods), jax.nn.dot_product_attention(local_window_size=…), gpt-oss-style sinks
-   and softcap (tests/variant_kernels.py), an FA3-style FP8 kernel (weights in fp8),
+   and softcap (tests/kernels/variant_kernels.py), an FA3-style FP8 kernel (weights in fp8),
    varlen per-sequence SDPA; per family and dtype: cases, false alarms, worst
    error ÷ tolerance (tightness).
-3. **Mutants**: every bug class of tests/variant_kernels.py on random cases: how many
+3. **Mutants**: every bug class of tests/kernels/variant_kernels.py on random cases: how many
    are above the model tolerance (visible), caught, and caught with the right
    diagnosis (target: all visible ones).
 4. **Speed** at (2, 8, 256, 64), fp32 inputs, ``.rounded("float32")``: CPU time of
@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "kernels"))
 
 from mha_symbolic import (  # noqa: E402
     alibi_score_mod,
@@ -437,7 +437,7 @@ def bench_grad_rounding(n_cases: int) -> None:
 
     from mha_symbolic import reference_attention_backward
 
-    print("\n5. Gradients: rounding vs forward-mode Arb (tests/variant_backward_reference.py), "
+    print("\n5. Gradients: rounding vs forward-mode Arb (tests/kernels/variant_backward_reference.py), "
           "elements that differ")
     names = ("float64", "float32", "float16", "bfloat16")
     print(f"{'variant':<20}{'cases':>6}{'elements':>10}  " + "  ".join(f"{n:>9}" for n in names))
@@ -730,7 +730,7 @@ def bench_grad_mutants(n_cases: int) -> None:
 
     from mha_symbolic import compare_attention_backward
 
-    print("\n8. Backward mutants (tests/variant_backward_kernels.py) judged by "
+    print("\n8. Backward mutants (tests/kernels/variant_backward_kernels.py) judged by "
           "compare_attention_backward: caught, refused, diagnoses")
     print(f"{'kernel':<40}{'dtype':<10}{'cases':>6}{'caught':>8}{'refused':>9}  diagnoses")
     rng = np.random.default_rng(8)

@@ -11,7 +11,7 @@ FlashAttention's and ROCm hipDNN's rules.
 
 Sections:
 
-small       random small cases (tests/bugs_catalog.py's generator: masks, causal in both
+small       random small cases (tests/kernels/bugs_catalog.py's generator: masks, causal in both
             alignments, GQA, scales, long rows, large ranges, near ties, cancelling
             values, fully masked rows), every dtype
 production  production-like shapes: S = 256 ... 4096 keys, L = 64 queries, E = 128 (or
@@ -19,7 +19,7 @@ production  production-like shapes: S = 256 ... 4096 keys, L = 64 queries, E = 1
 strategy    cases drawn from mha_symbolic.strategies.attention_inputs (adversarial)
 multi-head  nn.MultiheadAttention and a numpy block (compare_mha)
 
-Correct kernels: numpy (tests/bugs_catalog.py, independent of the library: "fused"
+Correct kernels: numpy (tests/kernels/bugs_catalog.py, independent of the library: "fused"
 FlashAttention-like with fp32 work, online-softmax blocks, and the eager variants that
 round q·c and the scores to the dtype, judged with kernel="eager_scaled_query"), torch
 SDPA (default and MATH backends), jax.nn.dot_product_attention (judged with
@@ -63,7 +63,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "kernels"))
 
 import bugs_catalog as bc  # noqa: E402
 from external_rules import flash2, torch5  # noqa: E402
@@ -398,7 +398,7 @@ def _torch_mha(case: bc.MhaCase) -> np.ndarray:
 
 
 def mha_runs(n: int, rng: np.random.Generator) -> dict[str, Any]:
-    from mha_symbolic.testing.compare_mha import compare_mha
+    from mha_symbolic.testing.forward.mha import compare_mha
 
     good: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
     bad: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])

@@ -360,7 +360,7 @@ def _np(t: Any, name: str) -> np.ndarray:
 def judge_task(task: dict[str, Any]) -> dict[str, Any]:
     """Our default rule on one output (direction "fwd") or one gradient set ("bwd")."""
     from mha_symbolic import ToleranceError, compare_attention
-    from mha_symbolic.testing.backward import compare_attention_backward
+    from mha_symbolic.testing.backward.compare import compare_attention_backward
 
     a, opts = task["arrays"], task["options"]
     t0 = time.process_time()

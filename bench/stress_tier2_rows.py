@@ -5,7 +5,7 @@ to 2**120 for v, float16/float32 inputs, causal alignments, float and bool masks
 masked-row policies, dropout, scales) are refined on every row by each tier; the two
 enclosures must intersect and the float64, float32 and bfloat16 roundings must agree.
 Prints each mismatch and exception, then the number of cases.  The README's test
-command runs a dozen of these (tests/test_oracle_dd_rows.py); this runs thousands:
+command runs a dozen of these (tests/oracle/forward/test_oracle_dd_rows.py); this runs thousands:
 
     python bench/stress_tier2_rows.py [--seed N] [--seconds T]
 """
@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import mha_symbolic.oracle.forward as fwd
+import mha_symbolic.oracle.forward.attention as fwd
 from mha_symbolic.oracle import reference_attention
 
 

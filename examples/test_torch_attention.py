@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch", reason="the torch example needs torch (pip 
 F = torch.nn.functional
 
 from mha_symbolic import AttentionMismatchError, assert_attention_close  # noqa: E402
-from mha_symbolic.testing.compare_mha import assert_mha_close  # noqa: E402
+from mha_symbolic.testing.forward.mha import assert_mha_close  # noqa: E402
 
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 BACKENDS = ["default", "math"]

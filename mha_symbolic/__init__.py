@@ -53,18 +53,18 @@ _EXPORTS: dict[str, str] = {
     "AttentionGradients": "oracle",
     "reference_mha_backward": "oracle",
     "MhaGradients": "oracle",
-    "compare_attention": "testing.compare",
-    "assert_attention_close": "testing.compare",
-    "compare_mha": "testing.compare_mha",
-    "assert_mha_close": "testing.compare_mha",
+    "compare_attention": "testing.forward.compare",
+    "assert_attention_close": "testing.forward.compare",
+    "compare_mha": "testing.forward.mha",
+    "assert_mha_close": "testing.forward.mha",
     "attention_inputs": "testing.strategies",
-    "compare_attention_backward": "testing.backward",
-    "assert_attention_backward_close": "testing.backward",
+    "compare_attention_backward": "testing.backward.compare",
+    "assert_attention_backward_close": "testing.backward.compare",
     "check_attention": "testing.check",
-    "compare_mha_backward": "testing.backward_mha",
-    "assert_mha_backward_close": "testing.backward_mha",
-    "compare_attention_varlen": "testing.compare_variants",
-    "assert_attention_varlen_close": "testing.compare_variants",
+    "compare_mha_backward": "testing.backward.mha",
+    "assert_mha_backward_close": "testing.backward.mha",
+    "compare_attention_varlen": "testing.forward.variants",
+    "assert_attention_varlen_close": "testing.forward.variants",
     # errors
     "MhaSymbolicError": "errors",
     "SpecError": "errors",
@@ -123,12 +123,18 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         relative_bias_score_mod,
         softcap_score_mod,
     )
-    from .testing.backward import assert_attention_backward_close, compare_attention_backward
-    from .testing.backward_mha import assert_mha_backward_close, compare_mha_backward
+    from .testing.backward.compare import (
+        assert_attention_backward_close,
+        compare_attention_backward,
+    )
+    from .testing.backward.mha import assert_mha_backward_close, compare_mha_backward
     from .testing.check import check_attention
-    from .testing.compare import assert_attention_close, compare_attention
-    from .testing.compare_mha import assert_mha_close, compare_mha
-    from .testing.compare_variants import assert_attention_varlen_close, compare_attention_varlen
+    from .testing.forward.compare import assert_attention_close, compare_attention
+    from .testing.forward.mha import assert_mha_close, compare_mha
+    from .testing.forward.variants import (
+        assert_attention_varlen_close,
+        compare_attention_varlen,
+    )
     from .testing.strategies import attention_inputs
     from .textbook.check import check_examples
     from .textbook.derivation import derive

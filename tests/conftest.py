@@ -14,6 +14,13 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# tests/ mirrors the package (tests/oracle/forward/, tests/testing/, tests/textbook/, ...);
+# the shared helpers (this conftest) and the reference kernels (tests/kernels/) are
+# imported by name from any folder
+for _p in (Path(__file__).resolve().parent, Path(__file__).resolve().parent / "kernels"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
 
 def run_cli(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run ``python -m mha_symbolic ARGV`` in a fresh interpreter (the package need not be

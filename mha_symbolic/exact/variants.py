@@ -1,6 +1,6 @@
 """The attention variants, exactly: sliding window, softcap, ALiBi and sinks in SymPy.
 
-The same semantics as the oracle (:mod:`mha_symbolic.oracle.variants`, whose
+The same semantics as the oracle (:mod:`mha_symbolic.oracle.variants.semantics`, whose
 docstring cites the sources), for worked examples: with ``off = 0``
 (``causal_alignment="top_left"``) or ``n_k - n_q`` ("bottom_right", FlashAttention)::
 

@@ -22,30 +22,30 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "reference_attention": "forward",
-    "reference_attention_varlen": "variant_forward",
-    "reference_attention_varlen_backward": "variant_backward",
-    "reference_mha": "mha",
-    "Enclosure": "enclosure",
-    "reference_attention_backward": "backward",
-    "AttentionGradients": "backward",
-    "reference_mha_backward": "backward",
-    "MhaGradients": "backward",
-    "softcap_score_mod": "score_mods",
-    "alibi_score_mod": "score_mods",
-    "relative_bias_score_mod": "score_mods",
+    "reference_attention": "api",
+    "reference_attention_varlen": "api",
+    "reference_attention_varlen_backward": "api",
+    "reference_mha": "api",
+    "Enclosure": "api",
+    "reference_attention_backward": "api",
+    "AttentionGradients": "api",
+    "reference_mha_backward": "api",
+    "MhaGradients": "api",
+    "softcap_score_mod": "variants.score_mods",
+    "alibi_score_mod": "variants.score_mods",
+    "relative_bias_score_mod": "variants.score_mods",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .backward import (
+    from .api import (
         AttentionGradients,
+        Enclosure,
         MhaGradients,
+        reference_attention,
         reference_attention_backward,
+        reference_attention_varlen,
+        reference_attention_varlen_backward,
+        reference_mha,
         reference_mha_backward,
     )
-    from .enclosure import Enclosure
-    from .forward import reference_attention
-    from .mha import reference_mha
-    from .score_mods import alibi_score_mod, relative_bias_score_mod, softcap_score_mod
-    from .variant_backward import reference_attention_varlen_backward
-    from .variant_forward import reference_attention_varlen
+    from .variants.score_mods import alibi_score_mod, relative_bias_score_mod, softcap_score_mod

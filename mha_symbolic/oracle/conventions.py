@@ -9,11 +9,11 @@
   (a stack element ``c`` and a range of query rows), never materialising the
   (batch, L, S) arrays, so every tier works in memory O(block).
 
-Hook points for variants (docs/oracle.md §6): a new allowed-set (windows,
-varlen, ``mask_mod``) goes into :meth:`ScoreModel.block`'s ``allowed``; a
-non-float additive bias (ALiBi), a monotone score transform (softcap) and sink
-logits are the ``bias``, ``transform`` and ``sinks`` slots of :class:`Block`,
-which the tiers read (and refuse while they are not implemented).
+Variants never reach the tiers by name: a variant (docs/variants.md, "Adding a
+variant"; :mod:`.variants.protocol`) is lowered to the pieces a :class:`Block`
+already carries — kept keys in ``allowed``, exact biases in ``madd``, sinks as one
+extra key — or, for scores that are not exact doubles (softcap), handed to the
+transformed-score tiers of :mod:`.variants.transformed`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputValueError, ShapeError, SpecError
-from .constants import ETA, UP, U
+from .arith.constants import ETA, UP, U
 from .inputs import as_exact_array, to_float64, validate_finite
 
 POLICIES = ("zero", "nan", "error", "uniform")
@@ -246,33 +246,25 @@ class Block:
     ``allowed`` (r, S) bool or None (all keys); ``madd`` (r, S) float64 exact
     additive mask (0 where not allowed) or None; ``keep`` (r, S) bool dropout keep
     mask or None; ``uniform`` (r,) bool or None: rows that take uniform weights over
-    all keys (``masked_rows="uniform"``: their scores are 0, every key allowed).
-    ``bias``, ``transform``, ``sinks``: hook slots for variants (always None now)."""
+    all keys (``masked_rows="uniform"``: their scores are 0, every key allowed)."""
 
     allowed: np.ndarray[Any, Any] | None
     madd: np.ndarray[Any, Any] | None
     keep: np.ndarray[Any, Any] | None
     uniform: np.ndarray[Any, Any] | None
-    bias: Any = None
-    transform: Any = None
-    sinks: Any = None
 
 
 def concat_blocks(blocks: list[Block], sizes: list[int], S: int) -> Block:
     """The rows of several blocks (``sizes[n]`` rows of S keys in ``blocks[n]``) as one
     block: a field that is None in some blocks takes its meaning there explicitly
     (every key allowed, mask 0, every key kept, no uniform row); None where it is None
-    in all.  The variant hooks (bias, transform, sinks) must be None.
+    in all.
 
     >>> b = concat_blocks([Block(None, None, None, None),
     ...                    Block(np.array([[True, False]]), None, None, None)], [1, 1], 2)
     >>> b.allowed.tolist(), b.madd
     ([[True, True], [True, False]], None)
     """
-    if any(b.bias is not None or b.transform is not None or b.sinks is not None
-           for b in blocks):
-        raise ValueError("concat_blocks: blocks with variant hooks cannot be joined")
-
     def cat(field: str, fill: Any, dtype: Any, per_key: bool) -> Any:
         parts = [getattr(b, field) for b in blocks]
         if all(p is None for p in parts):
@@ -417,3 +409,38 @@ class ScoreModel:
         if allowed is not None and allowed.all():
             allowed = None
         return Block(allowed, madd, keep, uniform)
+
+
+@dataclass(frozen=True)
+class MaskedRows:
+    """What the fully-masked-row policy makes of the rows with no key (``empty``):
+    rows whose output is exactly 0 (``zero``), NaN (``nan``), or computed with uniform
+    weights over all keys (``uniform``, JAX: scores taken as 0, the output the mean of
+    the values; only when S > 0).  "error" raises for the first empty row."""
+
+    zero: np.ndarray[Any, Any]
+    nan: np.ndarray[Any, Any]
+    uniform: np.ndarray[Any, Any]
+
+
+def masked_rows_of(policy: str, empty: np.ndarray[Any, Any], S: int,
+                   batch: tuple[int, ...], what: str = "attn_mask/is_causal") -> MaskedRows:
+    """The one reading of ``masked_rows`` (:data:`POLICIES`) for rows ``empty``
+    (flat problems × L, ``batch`` the leading shape for the error message).
+
+    >>> import numpy as np
+    >>> r = masked_rows_of("uniform", np.array([[True, False]]), 3, (1,))
+    >>> r.uniform.tolist(), r.zero.tolist()
+    ([[True, False]], [[False, False]])
+    """
+    none = np.zeros_like(empty)
+    if policy == "error" and empty.any():
+        b, i = np.argwhere(empty)[0].tolist()  # empty is (flat problems, L)
+        where = (*tuple(int(x) for x in np.unravel_index(b, batch)), i) if batch else (i,)
+        by = f" ({what})" if what else ""
+        raise InputValueError(f"query row {where} has every key masked out{by} and "
+                              "masked_rows='error'")
+    uniform = empty & (S > 0) if policy == "uniform" else none
+    zero = (empty if policy == "zero" else empty & (S == 0) if policy == "uniform"
+            else none)
+    return MaskedRows(zero=zero, nan=empty if policy == "nan" else none, uniform=uniform)

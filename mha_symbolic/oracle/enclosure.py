@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import PrecisionError, SpecError
-from .arb import Prec, ball_bounds
-from .constants import MAX_PREC, RATIONAL_AT_PREC, START_PREC, U
-from .formats import (
+from .arith.balls import Prec, ball_bounds
+from .arith.constants import MAX_PREC, RATIONAL_AT_PREC, START_PREC, U
+from .arith.dd import two_sum
+from .arith.formats import (
     FloatFormat,
     decide_rounding,
     get_format,
@@ -135,7 +136,6 @@ def dd_enclosure(hi: Array, lo: Array, err: Array) -> tuple[Array, Array]:
     (lower = s); otherwise, when u|a| is below a quarter of the gap under s, it is
     >= s - gap (lower = nextafter(s, -inf): |e| <= half the gap on its side).  Else
     (huge err) a generous form: s - 2u(|a| + |s|) stepped outward."""
-    from .dd import two_sum
 
     with np.errstate(invalid="ignore", over="ignore"):
         out = []

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputValueError, SpecError
+from .mp import mpmath_to_array
 
 __all__ = ["as_exact_array", "is_float_dtype", "to_float64", "validate_finite"]
 
@@ -80,8 +81,6 @@ def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
     module = type(x).__module__ or ""
     if module.startswith("mpmath") or (isinstance(x, np.ndarray) and x.dtype == object
                                        and _holds_mpmath(x)):
-        from .mp import mpmath_to_array
-
         arr = mpmath_to_array(x, name)
     elif _is_torch_tensor(x):
         arr = _from_torch(x, name)
@@ -100,8 +99,6 @@ def as_exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
                 f"{exc}"
             ) from None
         if arr.dtype == object and _holds_mpmath(arr):
-            from .mp import mpmath_to_array
-
             return mpmath_to_array(x, name)
         if arr.dtype == object or arr.dtype.kind in "US":
             raise SpecError(

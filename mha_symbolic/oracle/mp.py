@@ -31,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from .._text import sanitize
 from ..errors import InputValueError, PrecisionError, SpecError
+from .arith.balls import Prec
 
 __all__ = ["MpmathViews", "enclosure_mpf", "enclosure_mpi", "is_mpmath", "mpmath_to_array"]
 
@@ -52,7 +54,6 @@ def _check_dps(dps: Any) -> int:
 def _ends(ball: Any, bits: int) -> tuple[Fraction, Fraction] | None:
     """Exact endpoints of an Arb ball (taken at ``bits``: Arb rounds ``lower()`` down
     and ``upper()`` up to the context precision), or None when it is not finite."""
-    from .arb import Prec
 
     if not ball.is_finite():
         return None
@@ -161,7 +162,6 @@ def _entry(x: Any, name: str, idx: tuple[int, ...]) -> float:
     """One entry as the float64 holding exactly its value, or one clear line."""
     import mpmath
 
-    from .._text import sanitize
 
     where = f"{name}[{', '.join(map(str, idx))}]" if idx else name
     if isinstance(x, bool):

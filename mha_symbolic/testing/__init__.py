@@ -20,33 +20,34 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "compare_attention": "compare",
-    "assert_attention_close": "compare",
-    "compare_mha": "compare_mha",
-    "assert_mha_close": "compare_mha",
-    "AttentionComparison": "compare",
+    "compare_attention": "forward.compare",
+    "assert_attention_close": "forward.compare",
+    "compare_mha": "forward.mha",
+    "assert_mha_close": "forward.mha",
+    "AttentionComparison": "verdict",
     "attention_inputs": "strategies",
     "AttentionCase": "strategies",
-    "compare_attention_backward": "backward",
-    "assert_attention_backward_close": "backward",
-    "BackwardComparison": "backward",
+    "compare_attention_backward": "backward.compare",
+    "assert_attention_backward_close": "backward.compare",
+    "BackwardComparison": "backward.compare",
     "check_attention": "check",
     "AttentionCheck": "check",
-    "compare_mha_backward": "backward_mha",
-    "assert_mha_backward_close": "backward_mha",
-    "compare_attention_varlen": "compare_variants",
-    "assert_attention_varlen_close": "compare_variants",
+    "compare_mha_backward": "backward.mha",
+    "assert_mha_backward_close": "backward.mha",
+    "compare_attention_varlen": "forward.variants",
+    "assert_attention_varlen_close": "forward.variants",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .backward import (
+    from .backward.compare import (
         BackwardComparison,
         assert_attention_backward_close,
         compare_attention_backward,
     )
-    from .backward_mha import assert_mha_backward_close, compare_mha_backward
+    from .backward.mha import assert_mha_backward_close, compare_mha_backward
     from .check import AttentionCheck, check_attention
-    from .compare import AttentionComparison, assert_attention_close, compare_attention
-    from .compare_mha import assert_mha_close, compare_mha
-    from .compare_variants import assert_attention_varlen_close, compare_attention_varlen
+    from .forward.compare import assert_attention_close, compare_attention
+    from .forward.mha import assert_mha_close, compare_mha
+    from .forward.variants import assert_attention_varlen_close, compare_attention_varlen
     from .strategies import AttentionCase, attention_inputs
+    from .verdict import AttentionComparison

@@ -16,9 +16,11 @@ import numpy as np
 
 from .._display import ReportDisplay
 from ..errors import OptionalDependencyError, SpecError
-from .backward import BackwardComparison, compare_attention_backward
-from .compare import AttentionComparison, compare_attention
+from .backward.compare import BackwardComparison, compare_attention_backward
+from .forward.compare import compare_attention
 from .options import Msg, mismatch_error, passes_options_to
+from .report import headline
+from .verdict import AttentionComparison
 
 __all__ = ["AttentionCheck", "check_attention"]
 
@@ -56,7 +58,6 @@ class AttentionCheck(ReportDisplay):
 
     def headline(self) -> str:
         """The first line of a failure: ``FAIL [bug class] <framework> kernel: …``."""
-        from .compare_report import headline
 
         parts = [c for c in (self.output, self.backward) if c is not None and not c.passed]
         run = any(c.diagnosis_run or c.diagnoses for c in parts)

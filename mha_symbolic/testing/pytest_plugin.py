@@ -43,23 +43,23 @@ class AttentionOracle:
     def assert_close(self, actual: Any, query: Any, key: Any, value: Any, **options: Any) -> None:
         """:func:`mha_symbolic.assert_attention_close` with this oracle's defaults."""
         __tracebackhide__ = True
-        from .compare import assert_attention_close
+        from .forward.compare import assert_attention_close
 
         _names("assert_close", {**self.defaults, **options}, assert_attention_close)
         assert_attention_close(actual, query, key, value, **{**self.defaults, **options})
 
     def compare(self, actual: Any, query: Any, key: Any, value: Any, **options: Any) -> Any:
         """:func:`mha_symbolic.compare_attention` (returns the findings, never raises)."""
-        from .compare import compare_attention
+        from .forward.compare import compare_attention
 
         _names("compare", {**self.defaults, **options}, compare_attention)
         return compare_attention(actual, query, key, value, **{**self.defaults, **options})
 
     def assert_mha_close(self, actual: Any, query: Any, key: Any, value: Any,
                          **options: Any) -> None:
-        """:func:`mha_symbolic.testing.compare_mha.assert_mha_close` with this oracle's defaults."""
+        """:func:`mha_symbolic.testing.forward.mha.assert_mha_close` with this oracle's defaults."""
         __tracebackhide__ = True
-        from .compare_mha import assert_mha_close
+        from .forward.mha import assert_mha_close
 
         _names("assert_mha_close", {**self.defaults, **options}, assert_mha_close)
         assert_mha_close(actual, query, key, value, **{**self.defaults, **options})
@@ -79,7 +79,7 @@ class AttentionOracle:
         """:func:`mha_symbolic.assert_attention_varlen_close` (packed sequences) with this
         oracle's defaults."""
         __tracebackhide__ = True
-        from .compare_variants import assert_attention_varlen_close
+        from .forward.variants import assert_attention_varlen_close
 
         _names("assert_varlen_close", {**self.defaults, **options}, assert_attention_varlen_close)
         assert_attention_varlen_close(actual, query, key, value, cu_seqlens_q, cu_seqlens_k,
@@ -114,9 +114,9 @@ def _sign_methods() -> None:
 
     from ..oracle import reference_attention, reference_mha
     from .check import check_attention
-    from .compare import assert_attention_close, compare_attention
-    from .compare_mha import assert_mha_close
-    from .compare_variants import assert_attention_varlen_close
+    from .forward.compare import assert_attention_close, compare_attention
+    from .forward.mha import assert_mha_close
+    from .forward.variants import assert_attention_varlen_close
 
     me = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
     for name, target in (("assert_close", assert_attention_close),

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionalDependencyError, SpecError
-from ..oracle.formats import get_format
+from ..oracle.arith.formats import get_format
 
 try:
     from hypothesis import strategies as st

@@ -28,7 +28,7 @@ check (:meth:`ErrorModel.gamma_sum`), the λ of a false-alarm probability
 (:func:`lambda_for`), Hoeffding's bound (:func:`hoeffding_bound`), the format
 constants (:func:`unit_roundoff`, :func:`underflow_eta`, :func:`ulp`) and the bound
 of a linear map (:func:`linear_error_bound`).  The bound of attention itself, with
-its derivation, is :mod:`mha_symbolic.testing.attention_bound`; docs/testing.md
+its derivation, is :mod:`mha_symbolic.testing.forward.model`; docs/testing.md
 repeats both.  Every model of the package is built on them: the forward bound
 (:mod:`.attention_bound`), the variants and FP8 kernels (:mod:`.tolerance_variants`)
 and the gradients (:mod:`.backward_model`, :mod:`.backward_mha`); the analysis
@@ -44,9 +44,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
-from ..oracle.formats import FORMATS as _ORACLE_FORMATS
-from ..oracle.formats import FloatFormat as _Format
-from ..oracle.formats import get_format
+from ..oracle.arith.formats import FORMATS as _ORACLE_FORMATS
+from ..oracle.arith.formats import FloatFormat as _Format
+from ..oracle.arith.formats import get_format
 
 __all__ = [
     "DEFAULT_SAFETY",
@@ -62,7 +62,6 @@ __all__ = [
     "ErrorModel",
     "FloatFormat",
     "KernelModel",
-    "attention_error_bound",
     "error_model",
     "format_of",
     "gamma",
@@ -141,7 +140,7 @@ KERNELS: dict[str, KernelModel] = {
 
 @dataclass(frozen=True)
 class FloatFormat(_Format):
-    """The oracle's :class:`~mha_symbolic.oracle.formats.FloatFormat` (precision ``p``,
+    """The oracle's :class:`~mha_symbolic.oracle.arith.formats.FloatFormat` (precision ``p``,
     exponent range ``emin``..``emax``) with the constants of the error analysis."""
 
     @property
@@ -429,58 +428,6 @@ def error_model(dtype: Any, *, accumulation_dtype: Any = None, kernel: str = "fu
             raise SpecError(f"weights_dtype={weights!r} is not a float format") from None
     return ErrorModel(fmt, acc, KERNELS[kernel], kind, accumulation_default=default,
                       flush=subnormals == "flush", weights=wfmt)
-
-
-def attention_error_bound(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, p: np.ndarray | None = None, *,
-    scale: float, allowed: np.ndarray, mask_add: np.ndarray | None = None,
-    out: np.ndarray | None = None, fmt: Any = None, acc: Any = None,
-    model: ErrorModel | None = None, dq: np.ndarray | None = None,
-    dk: np.ndarray | None = None, dv: np.ndarray | None = None, softmax_axis: int = -1,
-) -> np.ndarray:
-    """The bound of :func:`mha_symbolic.testing.attention_bound.attention_error_bound`
-    on whole arrays ``q (..., L, E)``, ``k (..., S, E)``, ``v (..., S, Ev)`` (heads
-    matched; ``allowed``, ``mask_add`` broadcastable to (..., L, S)), as the backward
-    model uses it: the worst-case model of ``fmt``/``acc`` unless ``model`` is given.
-    ``p`` and ``out`` are accepted and ignored (the weights are recomputed).
-
-    >>> import numpy as np
-    >>> b = attention_error_bound(np.eye(2)[None], np.eye(2)[None], np.eye(2)[None],
-    ...                           scale=1.0, allowed=np.ones((1, 2, 2), bool), fmt="float32")
-    >>> b.shape, bool(np.all(b < 1e-5))
-    ((1, 2, 2), True)
-    """
-    from .attention_bound import attention_error_bound as chunk_bound
-
-    del p, out
-    if model is None:
-        if fmt is None:
-            raise SpecError("attention_error_bound needs model= or fmt= (and acc=)")
-        model = ErrorModel(format_of(fmt), format_of(acc if acc is not None else fmt),
-                           kind="worst_case")
-    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    L, S, Ev = q.shape[-2], k.shape[-2], v.shape[-1]
-    qb, kb, vb = (np.broadcast_to(a, (*lead, *a.shape[-2:])) for a in (q, k, v))
-    al = np.broadcast_to(allowed, (*lead, L, S))
-    ma = None if mask_add is None else np.broadcast_to(mask_add, (*lead, L, S))
-    dqb = None if dq is None else np.broadcast_to(dq, qb.shape)
-    dkb = None if dk is None else np.broadcast_to(dk, kb.shape)
-    dvb = None if dv is None else np.broadcast_to(dv, vb.shape)
-    res = np.zeros((*lead, L, Ev))
-    for idx in np.ndindex(*lead):
-        res[idx] = chunk_bound(
-            np.asarray(qb[idx], float), np.asarray(kb[idx], float), np.asarray(vb[idx], float),
-            scale=scale, allowed=np.asarray(al[idx]), model=model,
-            mask_add=None if ma is None else np.asarray(ma[idx], float),
-            dq=None if dqb is None else np.asarray(dqb[idx], float),
-            dk=None if dkb is None else np.asarray(dkb[idx], float),
-            dv=None if dvb is None else np.asarray(dvb[idx], float),
-            softmax_axis=softmax_axis).tol
-    return res
-
-
-# --------------------------------------------------------------------------------------
-# Linear maps (the projections of a multi-head block)
 
 
 def linear_error_bound(

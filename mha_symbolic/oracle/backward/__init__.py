@@ -1,6 +1,6 @@
 """The backward pass of attention, certified: gradients of the exact inputs.
 
-Files name the method (docs/gradients.md): :mod:`.api`
+Files name the method (docs/gradients.md): :mod:`.attention`
 (:func:`reference_attention_backward`: inputs, GQA/broadcast sums, policies, the
 :class:`~..enclosure.Problem` behind the Enclosures), :mod:`.fast` (tier 1:
 float64 with a proved elementwise bound), :mod:`.dd` (tier 2: double-double with
@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "reference_attention_backward": "api",
-    "AttentionGradients": "api",
+    "AttentionGradients": "attention",
     "reference_mha_backward": "mha",
     "MhaGradients": "mha",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .api import AttentionGradients, reference_attention_backward
+    from .attention import AttentionGradients
     from .mha import MhaGradients, reference_mha_backward

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numba
 
-from .fast import _elem_dp, _elem_ds, _elem_t, _elem_w
+from .elements import _elem_dp, _elem_ds, _elem_t, _elem_w
 
 njit = numba.njit(cache=True, nogil=True, error_model="numpy")
 

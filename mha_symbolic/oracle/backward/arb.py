@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from ..arb import attention_rows, exact_prec, exact_score_rows, scale_arb, to_arb_mat
+from ..arith.balls import exact_prec, exact_score_rows, scale_arb, to_arb_mat
 from ..conventions import Block
+from ..forward.arb import attention_rows
 
 __all__ = ["ArbGradients", "arb_backward", "exact_scores"]
 

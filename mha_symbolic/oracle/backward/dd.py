@@ -37,12 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from ..constants import ETA, FLOOR, RHO_EXP2, UP, U, gamma
+from ..arith.constants import ETA, FLOOR, RHO_EXP2, UP, U, gamma
+from ..arith.dd import dd_add, dd_mul, dd_mul_d, two_sum
+from ..arith.jit import t2_weights
 from ..conventions import Block, DDScale
-from ..dd import dd_add, dd_mul, dd_mul_d, two_sum
-from ..dd_attention import KVdd, dd_scores, tier2_block, tier2_from_scores, weights_dd
-from ..jit import t2_weights
-from ..mha import proj_dd
+from ..forward.dd import KVdd, dd_scores, tier2_block, tier2_from_scores, weights_dd
+from ..forward.mha import proj_dd
 from .fast import BWD_CHUNK
 
 __all__ = ["DDSum", "HeadTier2", "scale_dd"]

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import PrecisionError
+from ..arith.ties import sign_of_sum
 
 __all__ = ["TERM_BUDGET", "Accumulator", "ExactDecisions", "ExactProblem", "IntMatrix", "QField",
            "decide_sign", "exact_value"]
@@ -299,7 +300,6 @@ def decide_sign(dec: Decomposition, boundary: Fraction, c_arb: Callable[[], Any]
     (:func:`..ties.sign_of_sum`), with keys and coefficients in Q(c)."""
     from flint import arb, fmpq
 
-    from ..ties import sign_of_sum
 
     fld = dec.fld
     f_poly = _expand(dec, boundary, what)

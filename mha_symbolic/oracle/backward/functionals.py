@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from ..constants import ETA, FLOOR, UP, U, gamma
-from ..dd import two_prod, two_sum
+from ..arith.constants import ETA, FLOOR, UP, U, gamma
+from ..arith.dd import two_prod, two_sum
 
 __all__ = ["ScoreFunctional", "arb_part", "bin_sum_dd", "dd_part", "exact_part",
            "tier1_part"]

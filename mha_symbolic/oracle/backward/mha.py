@@ -31,13 +31,13 @@ from typing import Any
 import numpy as np
 
 from ...errors import ShapeError, SpecError
-from ..arb import to_arb_mat
-from ..constants import ETA, FLOOR, UP, U, gamma
+from ..arith.balls import to_arb_mat
+from ..arith.constants import ETA, FLOOR, UP, U, gamma
 from ..conventions import POLICIES, ScoreModel
 from ..enclosure import Enclosure, Problem
-from ..fast import proj_fast
+from ..forward.fast import proj_fast
+from ..forward.mha import mha_inputs
 from ..inputs import as_exact_array, to_float64, validate_finite
-from ..mha import mha_inputs
 from .arb import arb_backward
 from .exact import (
     Accumulator,

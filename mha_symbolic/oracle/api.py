@@ -1,0 +1,149 @@
+"""The oracle's public doors: read a call once, route it.
+
+:func:`reference_attention` and :func:`reference_attention_backward` take SDPA's
+arguments and the registered variants' keywords (:mod:`.variants.registry`); a call
+without a variant goes to the plain tiers (:mod:`.forward.attention`,
+:mod:`.backward.attention`), one with variants to their lowering
+(:mod:`.variants.forward`, :mod:`.variants.backward`).  The varlen doors live with
+their layout (:mod:`.variants.forward`, :mod:`.variants.backward`) and are re-exported
+here, as are the multi-head blocks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .backward.attention import AttentionGradients, plain_attention_backward
+from .backward.mha import MhaGradients, reference_mha_backward
+from .enclosure import Enclosure
+from .forward.attention import plain_attention
+from .forward.mha import reference_mha
+from .variants.backward import reference_attention_varlen_backward, variant_attention_backward
+from .variants.forward import reference_attention_varlen, variant_attention
+from .variants.registry import (
+    sdpa_variant_options,
+    split_variant_keywords,
+    with_variant_keywords,
+)
+
+__all__ = ["AttentionGradients", "Enclosure", "MhaGradients", "reference_attention",
+           "reference_attention_backward", "reference_attention_varlen",
+           "reference_attention_varlen_backward", "reference_mha", "reference_mha_backward"]
+
+@with_variant_keywords
+def reference_attention(
+    query: Any, key: Any, value: Any, *,
+    attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
+    enable_gqa: bool = False, causal_alignment: str = "top_left",
+    masked_rows: str = "zero", return_weights: bool = False,
+    dropout_p: float = 0.0, dropout_mask: Any = None, progress: bool | None = None,
+    **variants: Any,
+) -> Enclosure:
+    """Certified scaled dot-product attention of the exact input values.
+
+    Named and shaped like ``torch.nn.functional.scaled_dot_product_attention``:
+    query (..., H_q, L, E), key (..., H_kv, S, E), value (..., H_kv, S, E_v);
+    leading dimensions broadcast.  ``attn_mask``: bool (True = takes part) or float
+    (added to the scores; -inf = weight exactly 0), broadcastable to
+    (..., H_q, L, S); integer masks are refused.  Combined with ``is_causal``
+    (top_left: key j <= i, bottom_right: j <= i + S - L).  ``scale=None`` is exactly
+    1/sqrt(E); a float scale is its exact value (0 means zero).  ``enable_gqa``:
+    query head g uses key/value head g // (H_q/H_kv).  ``masked_rows``: "zero" |
+    "nan" | "error" | "uniform" (JAX: uniform weights over all keys) for rows where
+    every key is masked.  Dropout: ``dropout_p`` with an explicit ``dropout_mask``
+    (bool, True = kept, broadcastable to the scores): the output is
+    ((softmax ∘ keep)/(1 - p))·V exactly; ``dropout_p=0`` without a mask is plain
+    attention.  ``progress``: None shows a bar on a terminal for long calls, False
+    never, True whenever stderr is a terminal.
+
+    >>> import numpy as np
+    >>> r = reference_attention(np.ones((1, 2, 4)), np.ones((1, 3, 4)),
+    ...                         np.arange(6.0).reshape(1, 3, 2), scale=0.0)
+    >>> r.rounded("float32").tolist()
+    [[[2.0, 3.0], [2.0, 3.0]]]
+
+    Variants (docs/variants.md; exact semantics in :mod:`.variants`): ``window=(left,
+    right)`` (FlashAttention's window_size, -1 = unbounded, aligned by
+    ``causal_alignment``), ``softcap=C`` (s -> C·tanh(s/C) after the scale, before the
+    masks), ``alibi_slopes`` (H,) or (B, H) (-slope·|j - (i + off)| added),
+    ``sinks`` (H,) (a logit in the denominator only), ``mask_mod(b, h, q_idx,
+    kv_idx) -> bool`` or a torch BlockMask, ``score_mod`` from the certified menu
+    (``softcap_score_mod``, ``alibi_score_mod``, ``relative_bias_score_mod``), FP8
+    ``q_descale``/``k_descale``/``v_descale`` (batch, H_kv) as FlashAttention-3.
+
+    >>> r = reference_attention(np.ones((1, 3, 2)), np.ones((1, 3, 2)),
+    ...                         np.arange(6.0).reshape(1, 3, 2), window=(0, 0))
+    >>> r.rounded("float32").tolist()   # each query sees its own key only
+    [[[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]]
+    """
+    split_variant_keywords(variants, door="reference_attention")
+    opts = sdpa_variant_options(dropout_p, dropout_mask, **variants)
+    if opts is not None:
+        return variant_attention(
+            query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
+            scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+            masked_rows=masked_rows, return_weights=return_weights)
+    return plain_attention(
+        query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+        enable_gqa=enable_gqa, causal_alignment=causal_alignment, masked_rows=masked_rows,
+        return_weights=return_weights, dropout_p=dropout_p, dropout_mask=dropout_mask,
+        progress=progress)
+
+
+@with_variant_keywords
+def reference_attention_backward(
+    query: Any, key: Any, value: Any, grad_output: Any, *,
+    attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
+    enable_gqa: bool = False, causal_alignment: str = "top_left",
+    masked_rows: str = "zero", dropout_p: float = 0.0, dropout_mask: Any = None,
+    progress: bool | None = None,
+    **variants: Any,
+) -> AttentionGradients:
+    """Certified gradients of scaled dot-product attention of the exact inputs.
+
+    The gradients of Σ grad_output ∘ attention(query, key, value) — what
+    ``torch.autograd.grad(out, (q, k, v), grad_output)`` computes — with the
+    options of :func:`mha_symbolic.reference_attention` (``attn_mask``,
+    ``is_causal``, ``scale``, ``enable_gqa``, ``causal_alignment``, ``progress``),
+    and:
+
+    * ``grad_output``: shaped like the output (..., H_q, L, E_v);
+    * ``masked_rows``: rows with every key masked — "zero" (their output is 0 and
+      its gradient 0), "nan" (NaN in dq for the row, and in dk, dv and the mask
+      gradient of everything the row touches, as autograd propagates a NaN
+      softmax), "error" (InputValueError), "uniform" (JAX: weights 1/S, output the
+      mean of the values; dq 0, dv gets grad_output/S);
+    * ``dropout_p``, ``dropout_mask``: output ((softmax ∘ keep)/(1 − p))·V with the
+      bool keep-mask the kernel used (True = kept); the factor 1/(1 − p) is exact.
+
+    Returns :class:`AttentionGradients` with ``dq``, ``dk``, ``dv`` shaped like
+    query, key, value (summed over broadcast dimensions and, with GQA, over the
+    query heads of each key/value head), and ``d_attn_mask`` for a float mask.
+
+    >>> import numpy as np
+    >>> q = np.array([[1.0, 0.0], [0.0, 1.0]]); k = q.copy()
+    >>> v = np.array([[1.0, 2.0], [3.0, 4.0]]); do = np.ones((2, 2))
+    >>> g = reference_attention_backward(q, k, v, do, scale=0.0)
+    >>> g.dv.rounded("float32").tolist()   # each key gets 1/2 of every row's dO
+    [[1.0, 1.0], [1.0, 1.0]]
+    >>> g.dq.rounded("float32").tolist()   # scale 0: scores do not depend on q
+    [[0.0, 0.0], [0.0, 0.0]]
+
+    Variants (docs/variants.md, "Gradients"; :mod:`..variant_backward`): ``window``,
+    ``softcap``, ``alibi_slopes``, ``sinks``, ``mask_mod`` (or a BlockMask), ``score_mod``
+    items, FP8 ``q_descale``/``k_descale``/``v_descale`` (the gradients with respect to
+    the fp8 inputs); the result then also has ``d_sinks``, ``d_alibi_slopes`` and
+    ``d_score_mod``.
+    """
+    split_variant_keywords(variants, door="reference_attention_backward")
+    opts = sdpa_variant_options(dropout_p, dropout_mask, **variants)
+    if opts is not None:
+        return variant_attention_backward(
+            query, key, value, grad_output, opts, attn_mask=attn_mask,
+            is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
+            causal_alignment=causal_alignment, masked_rows=masked_rows, progress=progress)
+    return plain_attention_backward(
+        query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal,
+        scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+        masked_rows=masked_rows, dropout_p=dropout_p, dropout_mask=dropout_mask,
+        progress=progress)

@@ -1,0 +1,80 @@
+"""FP8 descale factors (FlashAttention-3's ``q_descale``/``k_descale``/``v_descale``,
+(batch, H_kv)): the kernel computes with q·d_q, k·d_k, v·d_v, which are exact
+doubles for fp8/fp16/bf16/fp32 inputs and fp32 factors (checked, refused otherwise)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...errors import InputValueError, ShapeError
+from ..inputs import to_float64
+from .protocol import Variant, VariantOptions, register
+from .semantics import Geometry, float_array, products_exact
+
+_NAMES = ("q_descale", "k_descale", "v_descale")
+
+
+def _parse(q_descale: Any = None, k_descale: Any = None, v_descale: Any = None
+           ) -> dict[str, Any]:
+    given = dict(zip(_NAMES, (q_descale, k_descale, v_descale), strict=True))
+    return {n: float_array(d, n) for n, d in given.items() if d is not None}
+
+
+#: significant bits of the input formats whose values are exact in float32
+_SIGNIFICAND_BITS = {"float8_e4m3fn": 4, "float8_e5m2": 3, "bfloat16": 8, "float16": 11,
+                     "float32": 24}
+
+
+def _descaled(x: np.ndarray[Any, Any], d: np.ndarray[Any, Any] | None, name: str,
+              dname: str, outer: tuple[int, ...], heads: int,
+              group: int = 1) -> np.ndarray[Any, Any]:
+    """x · d with d of shape (outer..., H_kv) (FlashAttention-3: (batch, nheads_k)); the
+    query heads of a GQA group share their kv head's factor.  Exact or refused."""
+    x64 = to_float64(x)
+    if d is None:
+        return x64
+    if x.ndim < 3:
+        raise ShapeError(f"{dname} needs {name} with a head axis (..., heads, L, E); got "
+                         f"{name}.shape={x.shape}")
+    hk = heads // group
+    try:
+        dd = np.broadcast_to(d, (*outer, hk))
+    except ValueError:
+        raise ShapeError(f"{dname}.shape={d.shape} does not broadcast to (batch..., "
+                         f"nheads_k) = {(*outer, hk)}") from None
+    dd = np.repeat(dd, group, axis=-1) if group > 1 else dd
+    factor = dd.reshape(*dd.shape, 1, 1)
+    with np.errstate(over="ignore", under="ignore"):
+        out = x64 * factor
+    # significands of at most p_x and 24 bits multiply exactly in a double when
+    # p_x + 24 <= 53 (fp8, fp16, bf16, fp32 inputs; float32 factors), and the product of
+    # two float32-range numbers is a normal double: no TwoProduct needed
+    narrow = (_SIGNIFICAND_BITS.get(str(x.dtype), 53) <= 29
+              and bool(np.all(d.astype(np.float32) == d)))
+    if narrow:
+        return out
+    xb, fb = np.broadcast_arrays(x64, factor)
+    if not np.all(np.isfinite(out)) or not products_exact(xb, fb, out):
+        raise InputValueError(
+            f"{name} · {dname} is not exactly representable in float64: descale factors "
+            "are meant for fp8 (or fp16/bf16/fp32) inputs, whose products with an fp32 "
+            "factor are exact; pass the descaled values instead"
+        )
+    return out
+
+
+def _inputs(opts: VariantOptions, q: Any, k: Any, v: Any, geo: Geometry, group: int
+            ) -> tuple[Any, Any, Any]:
+    outer = geo.outer
+    return (_descaled(q, opts.q_descale, "query", "q_descale", outer, geo.heads, group),
+            _descaled(k, opts.k_descale, "key", "k_descale", outer, geo.heads // group),
+            _descaled(v, opts.v_descale, "value", "v_descale", outer, geo.heads // group))
+
+
+FP8 = register(Variant(
+    name="fp8_descale", keywords=_NAMES, fields=dict.fromkeys(_NAMES), parse=_parse,
+    summary="FP8 descale factors (batch, H_kv), FlashAttention-3", inputs=_inputs,
+    bugs=("q_descale_missing", "k_descale_missing", "v_descale_missing",
+          "descale_missing", "descale_applied_twice")))

@@ -1,0 +1,147 @@
+"""The variant protocol: what one attention variant tells the oracle, registered once.
+
+A variant is one module of this package that builds a :class:`Variant` and passes it
+to :func:`register`; :mod:`.registry` imports every such module (the one list of
+them).  The doors (:mod:`..api`, the testing tools) take variant keywords in one
+place, :func:`.registry.variant_options`, which asks each registered variant to
+parse its own keywords into validated *fields*; the tiers never name a variant.
+What a variant may contribute, each optional:
+
+* ``inputs`` — exact changes of the inputs (FP8 descale: q·d_q, exactly);
+* ``keep`` — which keys each query may see (a bool array broadcastable to the
+  scores), AND-ed with the user's mask, causal and the other variants';
+* ``scores`` — operations on the scaled score, in pipeline order ``order``
+  (a :class:`~.semantics.Cap` or an exact :class:`~.semantics.Bias`);
+* ``sinks`` — a logit per flat problem in the denominator only;
+* ``transcendental`` — whether its scores are no longer exact doubles (softcap's
+  tanh), which sends the call to the transformed-score tiers;
+* ``bugs`` — the names of its bug classes in the testing catalogue.
+
+Its gradients follow from the same pieces (:mod:`.backward`: a bias's parameters are
+linear functionals of dS, :mod:`..backward.functionals`) and its term in the error
+model from its kind (:mod:`mha_symbolic.testing.forward.model_variants`).  The
+exact semantics of every registered variant are composed in :mod:`.semantics`'s
+docstring order; docs/variants.md has the sources and "Adding a variant".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Variant", "VariantOptions", "register", "registered", "unregister"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One variant: its name, the door keywords it takes, the fields its validated
+    options fill (with their value when the variant is off), and its hooks."""
+
+    name: str
+    keywords: tuple[str, ...]
+    fields: dict[str, Any]
+    parse: Callable[..., dict[str, Any]]
+    summary: str
+    keep: Callable[[VariantOptions, Any, bool], Any] | None = None
+    scores: Callable[[VariantOptions, Any], tuple[Any, ...]] | None = None
+    order: int = 50
+    sinks: Callable[[VariantOptions, Any], Any] | None = None
+    inputs: Callable[..., tuple[Any, Any, Any]] | None = None
+    transcendental: Callable[[VariantOptions], bool] | None = None
+    bugs: tuple[str, ...] = field(default=())
+
+
+_REGISTRY: dict[str, Variant] = {}
+_FIELDS: dict[str, Any] = {}
+_KEYWORDS: dict[str, str] = {}
+
+
+def register(variant: Variant) -> Variant:
+    """Add a variant (once; its keywords and fields must be new)."""
+    if variant.name in _REGISTRY:
+        raise ValueError(f"variant {variant.name!r} is registered twice")
+    for kw in variant.keywords:
+        if kw in _KEYWORDS:
+            raise ValueError(f"keyword {kw!r} of {variant.name!r} is taken by "
+                             f"{_KEYWORDS[kw]!r}")
+    for f in variant.fields:
+        if f in _FIELDS:
+            raise ValueError(f"field {f!r} of {variant.name!r} is taken")
+    _REGISTRY[variant.name] = variant
+    _KEYWORDS.update({kw: variant.name for kw in variant.keywords})
+    _FIELDS.update(variant.fields)
+    return variant
+
+
+def unregister(name: str) -> None:
+    """Remove a variant (for tests that register one of their own)."""
+    v = _REGISTRY.pop(name)
+    for kw in v.keywords:
+        _KEYWORDS.pop(kw, None)
+    for f in v.fields:
+        _FIELDS.pop(f, None)
+
+
+def registered() -> Iterator[Variant]:
+    """The registered variants, in registration order."""
+    return iter(tuple(_REGISTRY.values()))
+
+
+def keyword_owner(keyword: str) -> Variant | None:
+    name = _KEYWORDS.get(keyword)
+    return None if name is None else _REGISTRY[name]
+
+
+class VariantOptions:
+    """Validated variant options: the fields the registered variants filled (arrays
+    are exact float64 copies of the inputs).  A field no variant set reads as its
+    variant's "off" value (None, or () for the score_mod tuple)."""
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, **fields: Any) -> None:
+        unknown = [f for f in fields if f not in _FIELDS]
+        if unknown:
+            raise TypeError(f"VariantOptions: unknown field(s) {unknown}")
+        object.__setattr__(self, "_fields", {
+            f: v for f, v in fields.items() if not _is_off(v, _FIELDS[f])})
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name not in _FIELDS:
+            raise AttributeError(name)
+        return self._fields.get(name, _FIELDS[name])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("VariantOptions is immutable")
+
+    def replace(self, **changes: Any) -> VariantOptions:
+        return VariantOptions(**{**self._fields, **changes})
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        return dict(self._fields)
+
+    @property
+    def empty(self) -> bool:
+        """No variant at all (plain scaled dot-product attention)."""
+        return not self._fields
+
+    def active(self) -> tuple[Variant, ...]:
+        """The variants this call uses."""
+        return tuple(v for v in registered() if any(f in self._fields for f in v.fields))
+
+    @property
+    def has_cap(self) -> bool:
+        """A transcendental score operation anywhere in the pipeline (softcap's tanh)."""
+        return any(v.transcendental is not None and v.transcendental(self)
+                   for v in self.active())
+
+    def __repr__(self) -> str:
+        return f"VariantOptions({', '.join(sorted(self._fields))})"
+
+
+def _is_off(value: Any, off: Any) -> bool:
+    if value is None:
+        return True
+    return isinstance(off, tuple) and isinstance(value, tuple) and not value

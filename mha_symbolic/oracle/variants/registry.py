@@ -1,0 +1,137 @@
+"""The registered variants (the one list of them) and what the doors and the
+lowering ask of them all: :func:`variant_options` reads the variant keywords of a
+call, :func:`score_pipeline`, :func:`kept`, :func:`sink_logits` and
+:func:`exact_inputs` compose the registered variants' contributions.  A new variant
+is a module of this package calling :func:`.protocol.register`, imported below."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ...errors import SpecError, UnknownOptionError
+from ..inputs import to_float64
+from . import alibi, flex, fp8, score_mod, sinks, softcap, window  # noqa: F401  (registration)
+from .protocol import Variant, VariantOptions, keyword_owner, registered
+from .semantics import Bias, Cap, Geometry
+
+__all__ = [
+    "VariantOptions",
+    "kept",
+    "score_pipeline",
+    "sdpa_variant_options",
+    "sink_logits",
+    "variant_keywords",
+    "variant_options",
+    "with_variant_keywords",
+]
+
+
+def variant_keywords() -> tuple[str, ...]:
+    """Every door keyword a registered variant takes, in registration order."""
+    return tuple(kw for v in registered() for kw in v.keywords)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def with_variant_keywords(fn: F) -> F:
+    """Show the registered variants' keywords in ``fn``'s signature (help(), IDEs) in
+    place of ``**variants``."""
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    params += [inspect.Parameter(kw, inspect.Parameter.KEYWORD_ONLY, default=None)
+               for kw in variant_keywords()]
+    fn.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    return fn
+
+
+def split_variant_keywords(options: dict[str, Any], *, door: str) -> None:
+    """Refuse keywords no variant takes (as Python would, with the closest names)."""
+    for kw in options:
+        if keyword_owner(kw) is None:
+            close = difflib.get_close_matches(kw, variant_keywords(), n=2)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise UnknownOptionError(f"{door}() got an unexpected keyword argument "
+                                     f"{kw!r}{hint}")
+
+
+def variant_options(**options: Any) -> VariantOptions | None:
+    """The validated options, or None when no variant is asked for.
+
+    >>> variant_options() is None
+    True
+    >>> variant_options(window=(2, 0)).window
+    (2, 0)
+    """
+    split_variant_keywords(options, door="variant_options")
+    fields: dict[str, Any] = {}
+    for v in registered():
+        given = {kw: options[kw] for kw in v.keywords if kw in options}
+        if given and any(x is not None for x in given.values()):
+            fields.update(v.parse(**given))
+    opts = VariantOptions(**fields)
+    return None if opts.empty else opts
+
+
+def sdpa_variant_options(dropout_p: Any, dropout_mask: Any, **options: Any
+                         ) -> VariantOptions | None:
+    """:func:`variant_options` for ``reference_attention`` and its backward, which
+    refuse dropout together with a variant.
+
+    >>> sdpa_variant_options(0.0, None, window=None) is None
+    True
+    """
+    opts = variant_options(**options)
+    if opts is not None and (dropout_mask is not None or dropout_p):
+        raise SpecError("dropout with attention variants is not supported: pass "
+                        "dropout_p=0 without a dropout_mask")
+    return opts
+
+
+def _active(opts: VariantOptions) -> tuple[Variant, ...]:
+    return opts.active()
+
+
+def score_pipeline(opts: VariantOptions, geo: Geometry) -> tuple[Cap | Bias, ...]:
+    """The operations applied to the scaled score, in pipeline order."""
+    ops: list[Cap | Bias] = []
+    for v in sorted(_active(opts), key=lambda v: v.order):
+        if v.scores is not None:
+            ops.extend(v.scores(opts, geo))
+    return tuple(ops)
+
+
+def kept(opts: VariantOptions, geo: Geometry, is_causal: bool) -> list[np.ndarray[Any, Any]]:
+    """The variants' kept-key masks (each broadcastable to (*batch, L, S))."""
+    out = []
+    for v in _active(opts):
+        if v.keep is not None:
+            part = v.keep(opts, geo, is_causal)
+            if part is not None:
+                out.append(part)
+    return out
+
+
+def sink_logits(opts: VariantOptions, geo: Geometry) -> np.ndarray[Any, Any] | None:
+    """σ per flat problem (B,), or None (at most one variant gives sinks)."""
+    got = [v.sinks(opts, geo) for v in _active(opts) if v.sinks is not None]
+    if len(got) > 1:
+        raise SpecError("two variants give attention sinks")
+    return got[0] if got else None
+
+
+def exact_inputs(opts: VariantOptions, q: Any, k: Any, v: Any, geo: Geometry, group: int
+                 ) -> tuple[Any, Any, Any]:
+    """q, k, v as float64 after the variants' exact input changes (FP8 descale)."""
+    hooks = [x for x in _active(opts) if x.inputs is not None]
+    if not hooks:
+        return to_float64(q), to_float64(k), to_float64(v)
+    for h in hooks:
+        assert h.inputs is not None
+        q, k, v = h.inputs(opts, q, k, v, geo, group)
+    return q, k, v

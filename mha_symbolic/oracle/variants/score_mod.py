@@ -1,0 +1,54 @@
+"""FlexAttention's ``score_mod`` from the certified menu (:mod:`.score_mods`): a
+softcap, ALiBi or a relative-position bias table, applied in the order given."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import ShapeError, SpecError
+from .protocol import Variant, VariantOptions, register
+from .score_mods import AlibiScoreMod, RelativeBiasScoreMod, ScoreMod, SoftcapScoreMod
+from .semantics import Bias, Cap, Geometry, _outer_heads, per_problem
+
+
+def _score_mods(score_mod: Any) -> dict[str, Any]:
+    if score_mod is None:
+        return {}
+    items = tuple(score_mod) if isinstance(score_mod, (tuple, list)) else (score_mod,)
+    for m in items:
+        if not isinstance(m, ScoreMod):
+            raise SpecError(
+                f"score_mod={m!r}: an arbitrary float callable cannot be certified (the "
+                "oracle needs the exact mathematics of the modification, a callable only "
+                "gives float approximations). Use the certified menu: "
+                "mha_symbolic.softcap_score_mod(c), alibi_score_mod(slopes), "
+                "relative_bias_score_mod(table) (or a tuple of them), or the softcap=, "
+                "alibi_slopes= arguments; a boolean mask belongs in mask_mod="
+            )
+    return {"score_mods": items} if items else {}
+
+
+def _scores(opts: VariantOptions, geo: Geometry) -> tuple[Cap | Bias, ...]:
+    ops: list[Cap | Bias] = []
+    for m in opts.score_mods:
+        if isinstance(m, SoftcapScoreMod):
+            ops.append(Cap(m.cap))
+        elif isinstance(m, AlibiScoreMod):
+            ops.append(Bias("alibi", per_problem(m.slopes, geo, "score_mod slopes")
+                            if m.slopes.ndim == 1 else _outer_heads(m.slopes, geo),
+                            m.offset))
+        elif isinstance(m, RelativeBiasScoreMod):
+            tab = m.table if m.table.ndim == 2 else m.table[None]
+            if tab.shape[0] not in (1, geo.heads):
+                raise ShapeError(f"score_mod table.shape={m.table.shape}: expected "
+                                 f"(2W + 1,) or (H={geo.heads}, 2W + 1)")
+            ops.append(Bias("table", tab, m.offset))
+    return tuple(ops)
+
+
+SCORE_MOD = register(Variant(
+    name="score_mod", keywords=("score_mod",), fields={"score_mods": ()},
+    parse=_score_mods, summary="FlexAttention score_mod from the certified menu",
+    scores=_scores, order=20,
+    transcendental=lambda opts: any(isinstance(m, SoftcapScoreMod)
+                                    for m in opts.score_mods)))

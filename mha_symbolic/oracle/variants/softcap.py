@@ -1,0 +1,37 @@
+"""Logit softcapping (Gemma 2, FlashAttention's ``softcap``): s -> C·tanh(s/C) after
+the scale, before the masks and biases; 0 is off."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ...errors import InputValueError, SpecError
+from .protocol import Variant, VariantOptions, register
+from .semantics import Cap, Geometry
+
+
+def _softcap(softcap: Any) -> dict[str, Any]:
+    if softcap is None:
+        return {}
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float, np.floating,
+                                                              np.integer)):
+        raise SpecError(f"softcap={softcap!r}: expected a real number (0 = off)")
+    cf = float(softcap)
+    if not math.isfinite(cf) or cf < 0:
+        raise InputValueError(f"softcap={softcap!r}: expected a finite number >= 0 "
+                              "(0 = off, as FlashAttention)")
+    return {"softcap": cf} if cf > 0 else {}
+
+
+def _scores(opts: VariantOptions, geo: Geometry) -> tuple[Cap, ...]:
+    return (Cap(opts.softcap),)
+
+
+SOFTCAP = register(Variant(
+    name="softcap", keywords=("softcap",), fields={"softcap": None}, parse=_softcap,
+    summary="softcap C: s -> C·tanh(s/C) after the scale", scores=_scores, order=10,
+    transcendental=lambda opts: opts.softcap is not None,
+    bugs=("softcap_before_scale", "softcap_after_mask", "softcap_missing")))

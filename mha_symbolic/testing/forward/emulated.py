@@ -1,0 +1,397 @@
+"""The dtype level of a verdict: how far do *correct* kernels of the stated precision
+err on these very inputs?
+
+The rounding-error model (:mod:`.attention_bound`) bounds every summation order a
+kernel might use, every rounding at the worst place its analysis allows; it is a
+sound ceiling, and a test built on it alone passes precision bugs whose error is
+hundreds of times a real kernel's (P rounded to float16 in a float32 kernel, a float16
+KV cache, TF32 matmuls: issue 22).  This module measures instead: it runs the
+summation orders that real kernels use, in the kernel's own formats, on the caller's
+inputs, and takes their error against the exact answer as the yardstick:
+
+``gemm``
+    scores by one matrix product in the accumulation dtype, a max-subtracted softmax,
+    P·V by one matrix product (torch's MATH backend, XLA, an op-by-op kernel); the
+    scale rounded to the accumulation dtype; an eager kernel (``kernel="eager"``)
+    also stores the scores and P in the output dtype, ``"eager_scaled_query"`` the
+    scaled query;
+``online``
+    FlashAttention-2's forward: key blocks of :data:`BLOCK` visited from the last to
+    the first, scores scaled by the rounded constant c·log2(e) and exponentiated in
+    base 2, the running maximum and sum rescaled at every block, the unnormalised
+    weights stored in the output dtype before P·V (when it is narrower than the
+    accumulation), one division at the end.
+
+For each group of rows (one batch × head element, a block of query rows: the chunks
+of :class:`~.plain.Plain`) the worst error of the emulations relative to the
+element's natural scale ``a = Σ_j p_j |v_j|`` is ``r``; the dtype tolerance of an
+element is ::
+
+    DTYPE_FACTOR · r · a  +  FLOOR_UA · u_a · a  +  FLOOR_P · u_P · sqrt(Σ_j p_j² v_j²)
+                          +  ulp(exact)      (output dtype)
+
+the middle two a floor for small rows whose emulations happen to be exact (u_P the
+unit roundoff of the stored weights: the output's when narrower than the
+accumulation), the last the kernel's own final store.  A kernel beyond it is "wrong
+for its dtype": its error is more than DTYPE_FACTOR times what correct kernels of that
+precision make here.  The
+factor and the false-alarm rate are measured on correct kernels that this module was
+not written around (bench/bench_verdicts.py, bench/verdict_kernels.py; docs/testing.md
+§ "The dtype level").  Rows where every emulation overflows (float16 scores beyond
+65504) have no dtype level: they are left to the model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...oracle.arith.formats import FloatFormat
+from ..tolerance import ErrorModel, ulp, unit_roundoff
+from .plain import AttentionInputs, Chunk, Plain
+
+__all__ = ["BLOCK", "DTYPE_FACTOR", "FLOOR_P", "FLOOR_UA", "DtypeLevel", "dtype_level"]
+
+#: The dtype tolerance is this many times the worst error of the emulated correct
+#: kernels (measured: bench/RESULTS.md, issue 22).
+DTYPE_FACTOR = 4.0
+#: A floor of this many accumulation roundings of the natural scale Σ p|v|.
+FLOOR_UA = 2.0
+#: and of this many roundings of each weight, independent: FLOOR_P u_P sqrt(Σ p²v²)
+FLOOR_P = 4.0
+#: Accumulators of the vector-dot-product order (a GEMV, a SIMD loop over the keys:
+#: each sums every LANES-th key one term at a time); kernel="sequential" uses 1.
+LANES = 4
+#: The orders that cost L·S·E_v elementwise operations run on this many rows of
+#: each row group (evenly spaced; their relative error stands for the group's).
+SAMPLE_ROWS = 8
+#: FlashAttention-2's key block (64 for head dims up to 128 on most GPUs).
+BLOCK = 64
+_LOG2E = math.log2(math.e)
+
+
+@dataclass
+class DtypeLevel:
+    """The emulated correct kernels of one check: their outputs (float64, the output's
+    shape; NaN where one overflowed), the natural scale ``a`` and the row groups."""
+
+    outputs: tuple[np.ndarray, ...]
+    a: np.ndarray
+    groups: list[tuple[int, slice]]
+    shape: tuple[int, ...]
+    model: ErrorModel
+    names: tuple[str, ...]
+    #: sqrt(Σ_j p_j² v_j²): the scale of independent errors of the weights
+    a2: np.ndarray | None = None
+    #: the unit roundoff of the stored weights (the output's when narrower)
+    u_p: float = 0.0
+    #: max |v| (times the dropout multiplier) per flat batch element, and S
+    vmax: np.ndarray | None = None
+    n_keys: int = 0
+
+    def tolerance(self, mid: np.ndarray, factor: float = DTYPE_FACTOR
+                  ) -> tuple[np.ndarray, np.ndarray, float]:
+        """(tolerance, undecided, worst): the dtype tolerance of every element against
+        the exact midpoint ``mid``; ``undecided`` marks rows no emulation could run
+        (overflow); ``worst`` the largest emulated error (for the report)."""
+        L, Ev = self.shape[-2], self.shape[-1]
+        B = math.prod(self.shape[:-2])
+        m = np.asarray(mid, np.float64).reshape(B, L, Ev)
+        a = self.a.reshape(B, L, Ev)
+        outs = [o.reshape(B, L, Ev) for o in self.outputs]
+        tol = np.zeros((B, L, Ev))
+        und = np.zeros((B, L, Ev), bool)
+        ua = unit_roundoff(self.model.acc)
+        worst = 0.0
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            # r: the worst relative error of every emulation over the whole check
+            # (pooled: one row's features share its weights' errors, so a group of few
+            # rows is few samples)
+            r = 0.0
+            ok_any = np.zeros((B, L), bool)
+            for o in outs:
+                fin = np.isfinite(o) & np.isfinite(m)
+                ok_any |= np.all(fin | np.isnan(m), axis=-1) & ~np.all(np.isnan(o), axis=-1)
+                err = np.where(fin, np.abs(o - m), 0.0)
+                if err.size:
+                    worst = max(worst, float(np.max(err)))
+                rel = np.where(fin & (a > 0), err / np.where(a > 0, a, 1.0), 0.0)
+                if rel.size:
+                    r = max(r, float(np.max(rel)))
+            for b, rows in self.groups:
+                ag = a[b, rows]
+                t = (factor * r + FLOOR_UA * ua) * ag
+                if self.a2 is not None:
+                    t = t + FLOOR_P * self.u_p * self.a2.reshape(B, L, Ev)[b, rows]
+                if self.model.flush and self.vmax is not None:   # each term may lose a normal
+                    # (the model's term: 4 η_a (n (max|v| + 1) + 1), η_a the smallest normal)
+                    t = t + 4 * math.ldexp(1.0, self.model.acc.emin) * (
+                        self.n_keys * (self.vmax[b] + 1) + 1) + math.ldexp(
+                        1.0, self.model.fmt.emin)
+                # undecided: no emulation ran the row; a level that allows the whole
+                # natural scale is no test; a scale the emulation could not give (NaN
+                # from an overflow, 0 from weights that underflowed where the exact
+                # value is not 0)
+                mg = m[b, rows]
+                bad_scale = ~np.isfinite(t) | (ag == 0) & (mg != 0) & ~np.isnan(mg)
+                und[b, rows] = (~ok_any[b, rows, None] | (t >= ag) & (ag > 0) | bad_scale)
+                tol[b, rows] = np.where(bad_scale, 0.0, t)
+            tol += ulp(m, self.model.fmt)
+        return tol.reshape(self.shape), und.reshape(self.shape), worst
+
+
+def _np_dtype(f: FloatFormat) -> np.dtype:
+    return f.numpy_dtype()
+
+
+def dtype_level(x: AttentionInputs, model: ErrorModel, progress: Any = None
+                ) -> DtypeLevel | None:
+    """The emulated correct kernels of ``x`` in the formats of ``model``; None for
+    formats the emulation does not cover (fp8 outputs or weights, accumulation in a
+    16-bit format): the model alone judges those.  ``progress``: a bar advanced by the
+    rows done, or None."""
+    if model.fmt.p < 8 or model.weights is not None or model.acc.p < 24:
+        return None   # fp8, and sums in 16 bits (numpy's own 16-bit products are not those)
+    if x.q.shape[-2] == 0 or x.v.shape[-1] == 0 or x.v.shape[-2] == 0:
+        return None   # nothing to emulate: an empty output, or rows with no key
+    dt, wk = _np_dtype(model.fmt), _np_dtype(model.acc)
+    if wk.itemsize < dt.itemsize:   # accumulation narrower than the output: as stated
+        wk = dt
+    pl = Plain(x)
+    lay = pl.layout
+    kname = model.kernel.name
+    runs: list[tuple[str, Callable[[Chunk], tuple[np.ndarray, np.ndarray | None]]]]
+    if kname in ("fused", "sequential"):
+        lanes = 1 if kname == "sequential" else LANES
+        runs = [("gemm", lambda ch: _gemm(ch, dt, wk, stores=0, scaled_query=False,
+                                          store_p=False)),
+                ("online", lambda ch: _online(ch, dt, wk)),
+                (f"{lanes} accumulator{'s' if lanes > 1 else ''}",
+                 lambda ch: _lanes(ch, dt, wk, lanes)),
+                ("gemm, q and k scaled by √c", lambda ch: _gemm(
+                    ch, dt, wk, stores=0, scaled_query=False, store_p=False, split_scale=True))]
+        if dt != wk:
+            runs.append(("gemm with P stored", lambda ch: _gemm(
+                ch, dt, wk, stores=0, scaled_query=False, store_p=True)))
+    else:
+        sq = model.kernel.scaled_query
+        runs = [("gemm", lambda ch: _gemm(ch, dt, wk, stores=model.kernel.score_stores,
+                                          scaled_query=sq, store_p=True))]
+    flats = [np.zeros((lay.B, lay.L, lay.Ev)) for _ in runs]
+    a = np.zeros((lay.B, lay.L, lay.Ev))
+    a2 = np.zeros((lay.B, lay.L, lay.Ev))
+    vmax = np.zeros(lay.B)
+    kap = 1.0 / (1.0 - x.dropout_p) if 0 < x.dropout_p < 1 else 1.0
+    groups: list[tuple[int, slice]] = []
+    for ch in pl.chunks():
+        groups.append((ch.b, ch.rows))
+        vmax[ch.b] = kap * float(np.max(np.abs(ch.v), initial=0.0))
+        last_p = None
+        for flat, (_, run) in zip(flats, runs, strict=True):
+            out, p64 = run(ch)
+            if x.masked_rows == "nan":
+                out = np.where(ch.dead[:, None], np.nan, out)
+            flat[ch.b, ch.rows] = out
+            if p64 is not None:
+                last_p = p64
+        if last_p is not None:      # the natural scales from the last run's weights
+            a[ch.b, ch.rows] = last_p @ np.abs(ch.v)
+            a2[ch.b, ch.rows] = np.sqrt((last_p * last_p) @ (ch.v * ch.v))
+        if progress is not None:
+            progress.update(ch.rows.stop - ch.rows.start)
+    shape = pl.shape
+    return DtypeLevel(tuple(f.reshape(shape) for f in flats), a.reshape(shape), groups,
+                      shape, model, tuple(n for n, _ in runs), a2.reshape(shape),
+                      unit_roundoff(model.fmt) if dt != wk else unit_roundoff(model.acc),
+                      vmax, lay.S)
+
+
+def store(a: np.ndarray, dt: np.dtype, wk: np.dtype) -> np.ndarray:
+    """``a`` rounded to ``dt`` (a store), back in the work dtype ``wk``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(a).astype(dt).astype(wk)
+
+
+def exp_shifted(s: np.ndarray, allowed: np.ndarray, wk: np.dtype) -> np.ndarray:
+    """exp(s − rowmax s) in ``wk`` where allowed, 0 elsewhere (a row with no finite
+    score is shifted by 0)."""
+    m = np.max(s, axis=-1, keepdims=True)
+    return np.where(allowed, np.exp(s - np.where(np.isfinite(m), m, wk.type(0))),
+                    wk.type(0)).astype(wk)
+
+
+def normalised(e: np.ndarray, tot: np.ndarray, wk: np.dtype) -> np.ndarray:
+    """e / tot in ``wk``, 0 for a row whose sum is 0."""
+    return np.where(tot == 0, wk.type(0), e / np.where(tot == 0, wk.type(1), tot)).astype(wk)
+
+
+def _scores(ch: Chunk, dt: np.dtype, wk: np.dtype, stores: int,
+            scaled_query: bool, split_scale: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(scores in wk with -inf where masked, allowed); ``split_scale``: q and k each
+    multiplied by √c first (torch's MATH backend)."""
+    q, k = ch.q.astype(wk), ch.k.astype(wk)
+    c = wk.type(ch.scale)
+    allowed = ch.allowed
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        if split_scale:
+            r = wk.type(math.sqrt(abs(ch.scale)))
+            s = ((q * (r if ch.scale >= 0 else -r)).astype(wk) @ (k * r).astype(wk).T)
+        elif scaled_query:
+            s = store(store(q * c, dt, wk) @ k.T, dt, wk)
+        else:
+            s = q @ k.T
+            if stores:
+                s = store(s, dt, wk)
+            s = s * c
+            if stores:
+                s = store(s, dt, wk)
+        if ch.mask_add is not None:
+            s = s + ch.mask_add.astype(wk)
+            if stores:
+                s = store(s, dt, wk)
+        if ch.uniform is not None and np.any(ch.uniform):
+            allowed = allowed | ch.uniform[:, None]
+            s = np.where(ch.uniform[:, None], wk.type(0), s)
+        s = np.where(allowed, s, wk.type(-np.inf)).astype(wk)
+    return s, allowed
+
+
+def _gemm(ch: Chunk, dt: np.dtype, wk: np.dtype, *, stores: int, scaled_query: bool,
+          store_p: bool, split_scale: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    s, allowed = _scores(ch, dt, wk, stores, scaled_query, split_scale)
+    R, S = s.shape
+    v = ch.v.astype(wk)
+    if S == 0:
+        return np.zeros((R, ch.v.shape[1])), np.zeros((R, 0))
+    with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
+        e = exp_shifted(s, allowed, wk)
+        p = normalised(e, np.sum(e, axis=-1, keepdims=True), wk)
+        if ch.kappa is not None:
+            p = (p * ch.kappa.astype(wk)).astype(wk)
+        if store_p and dt != wk:
+            p = store(p, dt, wk)
+        out = (p @ v).astype(np.float64)
+    return out, p.astype(np.float64)
+
+
+def _online(ch: Chunk, dt: np.dtype, wk: np.dtype) -> tuple[np.ndarray, None]:
+    """FlashAttention-2's forward over key blocks, last block first, in base 2."""
+    q, k, v = ch.q.astype(wk), ch.k.astype(wk), ch.v.astype(wk)
+    R, S = q.shape[0], k.shape[0]
+    Ev = v.shape[1]
+    c2 = wk.type(ch.scale * _LOG2E)
+    allowed = ch.allowed
+    madd = None if ch.mask_add is None else (ch.mask_add * _LOG2E).astype(wk)
+    uni = ch.uniform[:, None] if ch.uniform is not None and np.any(ch.uniform) else None
+    m = np.full((R, 1), -np.inf, wk)
+    lsum = np.zeros((R, 1), wk)
+    acc = np.zeros((R, Ev), wk)
+    store_p = dt != wk
+    with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
+        for j1 in range(S, 0, -BLOCK):
+            j0 = max(0, j1 - BLOCK)
+            s = (q @ k[j0:j1].T) * c2
+            al = allowed[:, j0:j1]
+            if madd is not None:
+                s = s + madd[:, j0:j1]
+            if uni is not None:
+                al = al | uni
+                s = np.where(uni, wk.type(0), s)
+            s = np.where(al, s, wk.type(-np.inf)).astype(wk)
+            m_new = np.maximum(m, np.max(s, axis=-1, keepdims=True))
+            safe = np.where(np.isfinite(m_new), m_new, wk.type(0))
+            alpha = np.where(np.isfinite(m), np.exp2(m - safe), wk.type(0)).astype(wk)
+            p = np.where(al, np.exp2(s - safe), wk.type(0)).astype(wk)
+            lsum = (lsum * alpha + np.sum(p, axis=-1, keepdims=True)).astype(wk)
+            if ch.kappa is not None:
+                p = (p * ch.kappa[:, j0:j1].astype(wk)).astype(wk)
+            if store_p:
+                p = store(p, dt, wk)
+            acc = (acc * alpha + p @ v[j0:j1]).astype(wk)
+            m = m_new
+        out = np.where(lsum == 0, wk.type(0), acc / np.where(lsum == 0, wk.type(1), lsum))
+    return out.astype(np.float64), None
+
+
+# ------------------------------------------------------------------------------------
+# Verdicts that need no error model: the value hull
+
+
+def hull_violations(actual: np.ndarray, x: AttentionInputs, model: ErrorModel) -> np.ndarray:
+    """Elements of ``actual`` outside the hull every attention output lies in, whatever
+    the kernel's rounding: an output is a convex combination of its row's values
+    (times the dropout multiplier 1/(1 − p); a dropped key, a sink or a fully masked
+    row contributes 0), so it lies in [min(0, min v), max(0, max v)] over the row's
+    keys, widened by the rounding of a sum of S terms in the accumulation dtype (the
+    worst case, capped at the hull's own size), four roundings of the stored weights
+    and one ulp of the output.  NaN
+    elements are not counted here (the NaN pattern is judged on its own)."""
+    pl = Plain(x)
+    lay = pl.layout
+    a = np.asarray(actual, np.float64).reshape(lay.B, lay.L, lay.Ev)
+    bad = np.zeros(a.shape, bool)
+    ua = unit_roundoff(model.acc)
+    kap = 1.0 / (1.0 - x.dropout_p) if 0 < x.dropout_p < 1 else 1.0
+    for ch in pl.chunks():
+        v = ch.v
+        lo = np.min(v, axis=0, initial=0.0) * kap
+        hi = np.max(v, axis=0, initial=0.0) * kap
+        # the sums' rounding, and the stored weights' (a kernel that rounds the
+        # unnormalised weights and divides by a sum it did not round: FlashAttention)
+        slack = ((hi - lo) * min(1.0, 4.0 * (v.shape[0] + 2) * ua)
+                 + np.maximum(np.abs(lo), np.abs(hi)) * 4 * (ua + model.uw))
+        lo, hi = lo - slack, hi + slack
+        ar = a[ch.b, ch.rows]
+        with np.errstate(invalid="ignore"):
+            u1 = ulp(ar, model.fmt)
+            bad[ch.b, ch.rows] = np.isfinite(ar) & ((ar < lo - u1) | (ar > hi + u1))
+    return bad.reshape(pl.shape)
+
+
+def _lanes(ch: Chunk, dt: np.dtype, wk: np.dtype, lanes: int) -> tuple[np.ndarray, None]:
+    """Sums over the keys in ``lanes`` interleaved accumulators, each one term at a
+    time (products rounded, then added: no FMA), then added together; the softmax sum
+    likewise.  On :data:`SAMPLE_ROWS` evenly spaced rows of the group (NaN elsewhere):
+    the work is rows × S × E_v elementwise."""
+    R = ch.q.shape[0]
+    S = ch.k.shape[0]
+    Ev = ch.v.shape[1]
+    out = np.full((R, Ev), np.nan)
+    if S == 0 or R == 0:
+        return np.zeros((R, Ev)), None
+    idx = np.unique(np.linspace(0, R - 1, min(R, SAMPLE_ROWS)).round().astype(int))
+    sub = Chunk(ch.b, ch.rows, ch.q[idx], ch.k, ch.v, ch.allowed[idx],
+                None if ch.mask_add is None else ch.mask_add[idx],
+                None if ch.kappa is None else ch.kappa[idx], ch.dead[idx],
+                None if ch.uniform is None else ch.uniform[idx], ch.scale)
+    s, allowed = _scores(sub, dt, wk, 0, False)
+    v = ch.v.astype(wk)
+    pad = (-S) % lanes
+    with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
+        e = exp_shifted(s, allowed, wk)
+        ep = np.concatenate([e, np.zeros((len(idx), pad), wk)], axis=1)
+        # (S/lanes, lanes, r): np.add.reduce over axis 0 of a C-ordered array adds its
+        # rows one after another: a sequential sum in every lane
+        tot = np.add.reduce(np.ascontiguousarray(ep.T.reshape(-1, lanes, len(idx))), axis=0)
+        tot = np.add.reduce(tot, axis=0)[:, None].astype(wk)
+        p = normalised(e, tot, wk)
+        if sub.kappa is not None:
+            p = (p * sub.kappa.astype(wk)).astype(wk)
+        if dt != wk:
+            p = store(p, dt, wk)
+        pp = np.concatenate([p, np.zeros((len(idx), pad), wk)], axis=1)
+        vp = np.concatenate([v, np.zeros((pad, Ev), wk)], axis=0)
+        acc = np.zeros((lanes, len(idx), Ev), wk)
+        step = max(lanes, (1 << 20) // max(1, len(idx) * Ev) // lanes * lanes)
+        for j0 in range(0, S + pad, step):
+            j1 = min(S + pad, j0 + step)
+            prod = (pp[:, j0:j1].T[:, :, None] * vp[j0:j1, None, :]).astype(wk)
+            prod = prod.reshape(-1, lanes, len(idx), Ev)
+            acc = np.add.reduce(np.concatenate([acc[None], prod], axis=0), axis=0)
+        res = np.add.reduce(acc, axis=0).astype(np.float64)
+    out[idx] = res
+    return out, None

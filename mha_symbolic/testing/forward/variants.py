@@ -1,0 +1,387 @@
+"""Judge an attention output with variants (window, softcap, ALiBi, sinks, mask_mod,
+score_mod, FP8 descale) or a packed varlen output against the exact answer.
+
+:func:`mha_symbolic.testing.forward.compare.compare_attention` hands a call with variant
+options to :func:`compare_variant_attention`; :func:`compare_attention_varlen` and
+:func:`assert_attention_varlen_close` take FlashAttention's varlen layout.  The
+verdict machinery (enclosure distance, tolerance rules, the guards that never let
+an internal inf/NaN or a vacuous tolerance pass, the report) is that of
+:mod:`.compare`; the tolerance model is the one of plain attention
+(:mod:`.attention_bound`) with the variants' score pipeline
+(:mod:`.tolerance_variants`), with the same options and defaults
+(``error_model="probabilistic"``, false-alarm probability ≤ 1e-9 per check, or
+``"worst_case"``; ``kernel``; ``subnormals``); the bug catalogue is
+:mod:`.bugs_variants`.
+
+Accumulation: fp16/bf16/fp8 kernels are modelled as accumulating in fp32 (as
+FlashAttention, cuDNN, torch SDPA and FlexAttention do) unless
+``accumulation_dtype`` says otherwise (``"same"``: in the output dtype); the report
+states the accumulation.  FP8 kernels: with fp8 inputs (or ``weights_dtype=`` an fp8
+format) the model assumes FlashAttention-3's forward: fp32 accumulation and the
+unnormalised weights converted to the input's fp8 format before P·V.  The report says
+so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ...errors import SpecError
+from ...oracle.inputs import as_exact_array
+from ...oracle.variants.forward import reference_attention_varlen, variant_attention
+from ...oracle.variants.protocol import VariantOptions
+from ...oracle.variants.registry import variant_options
+from ...oracle.variants.semantics import Geometry, block_mask_allowed, eval_mask_mod
+from ..options import asserting, checked
+from ..tolerance import DEFAULT_SAFETY, FORMATS, ErrorModel
+from ..verdict import (
+    _as_actual,
+    _check_enclosure,
+    _check_shape,
+    _index_names,
+    _model,
+    _refined,
+    _rule_line,
+    _rule_options,
+    _tolerance,
+    _with_diagnoses,
+    _within,
+)
+from ..verdict import _verdict as _judge
+from .bugs import Candidate, _fits
+from .bugs_variants import VARIANT_BUG_CLASSES, VariantInputs, diagnose_variant, plain_variant
+from .emulated import hull_violations
+from .model_variants import FP8_FORMATS, variant_events
+from .plain import AttentionInputs
+
+__all__ = ["assert_attention_varlen_close", "compare_attention_varlen",
+           "compare_variant_attention"]
+
+
+def _variant_model(actual: np.ndarray, in_dtype: str, accumulation_dtype: Any,
+                   weights_dtype: Any, kernel: str, error_model: str,
+                   subnormals: str) -> ErrorModel:
+    """The :class:`~mha_symbolic.testing.tolerance.ErrorModel` of a variant kernel: the
+    plain defaults (float32 accumulation for outputs narrower than float32), and FP8
+    inputs mean an FP8 kernel (FlashAttention-3): float32 accumulation whatever the
+    output, the weights in the input's fp8 format unless ``weights_dtype`` says."""
+
+    fp8_in = in_dtype in FP8_FORMATS
+    weights = weights_dtype if weights_dtype is not None else (in_dtype if fp8_in else None)
+    model = _model(actual, accumulation_dtype, kernel, error_model, subnormals,
+                   weights=weights)
+    if fp8_in and accumulation_dtype is None and model.acc.p > FORMATS["float32"].p:
+        model = replace(model, acc=FORMATS["float32"])
+    return model
+
+
+def _f64(x: Any, name: str) -> np.ndarray:
+    return np.asarray(as_exact_array(x, name), dtype=np.float64)
+
+
+def _lead(q: np.ndarray, k: np.ndarray, v: np.ndarray, enable_gqa: bool) -> tuple[int, ...]:
+    hq = q.shape[-3] if q.ndim >= 3 else 1
+    if enable_gqa and k.ndim >= 3:
+        return tuple(np.broadcast_shapes(q.shape[:-2], (*k.shape[:-3], hq),
+                                         (*v.shape[:-3], hq)))
+    return tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+
+
+def _variant_inputs(query: Any, key: Any, value: Any, opts: VariantOptions, *,
+                    attn_mask: Any, is_causal: bool, scale: Any, enable_gqa: bool,
+                    causal_alignment: str, masked_rows: str) -> VariantInputs:
+    qa = as_exact_array(query, "query")
+    q, k, v = _f64(query, "query"), _f64(key, "key"), _f64(value, "value")
+    lead = _lead(q, k, v, enable_gqa)
+    L, S = q.shape[-2], k.shape[-2]
+    geo = Geometry(lead, lead[-1] if lead else 1, L, S,
+                   0 if causal_alignment == "top_left" else S - L)
+    keep = None
+    if opts.mask_mod is not None:
+        keep = eval_mask_mod(opts.mask_mod, geo).reshape(*lead, L, S)
+    if opts.block_mask is not None:
+        bk = block_mask_allowed(opts.block_mask, geo).reshape(*lead, L, S)
+        keep = bk if keep is None else keep & bk
+    mask = None
+    if attn_mask is not None:
+        m = as_exact_array(attn_mask, "attn_mask")
+        mask = m if m.dtype == np.bool_ else np.asarray(m, dtype=np.float64)
+    return VariantInputs(q, k, v, opts, attn_mask=mask, is_causal=is_causal,
+                         scale=None if scale is None else float(scale), enable_gqa=enable_gqa,
+                         causal_alignment=causal_alignment, masked_rows=masked_rows,
+                         mod_keep=keep, in_format=qa.dtype.name)
+
+
+def compare_variant_attention(
+    actual: Any, query: Any, key: Any, value: Any, opts: VariantOptions, *,
+    attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
+    enable_gqa: bool = False, causal_alignment: str = "top_left", masked_rows: str = "zero",
+    rule: str | None = None, accumulation_dtype: Any = None, weights_dtype: Any = None,
+    kernel: str = "fused", error_model: str = "probabilistic", subnormals: str = "keep",
+    safety: float | None = None, rtol: float | None = None, atol: float | None = None,
+    ulps: float | None = None, factor: float | None = None, diagnose_bugs: bool = True,
+) -> Any:
+    """compare_attention for a call with variants (options validated in ``opts``)."""
+
+    rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
+    a = _as_actual(actual)
+    x = _variant_inputs(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
+                        scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+                        masked_rows=masked_rows)
+    model = _variant_model(a, x.in_format, accumulation_dtype, weights_dtype, kernel,
+                           error_model, subnormals)
+
+    ref = variant_attention(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
+                            scale=scale, enable_gqa=enable_gqa,
+                            causal_alignment=causal_alignment, masked_rows=masked_rows,
+                            return_weights=False)
+    _check_shape(a, tuple(ref.shape), "attention output")
+    vp = plain_variant(x)
+    tol, vac = (np.broadcast_to(t_, a.shape) for t_ in vp.bound(model))
+    model = model.with_events(*variant_events(vp))  # for the report's λ
+    plain = None
+    if rule == "flash":  # FlashAttention's out_pt: a plain kernel storing in a's dtype
+        dt = a.dtype
+
+        def store(t: np.ndarray) -> np.ndarray:
+            with np.errstate(over="ignore", invalid="ignore"):
+                return np.asarray(t).astype(dt).astype(np.float64)
+
+        with np.errstate(over="ignore", invalid="ignore"):
+            plain = np.broadcast_to(plain_variant(x, store=store).out, a.shape)
+    return _verdict(a, ref, tol, vac, model=model, x=x, rule=rule, safety=safety, rtol=rtol,
+                    atol=atol, ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs,
+                    names=_index_names(a.ndim), title="attention output", plain=plain,
+                    nan_ok=masked_rows == "nan")
+
+
+def _verdict(a: np.ndarray, ref: Any, model_tol: np.ndarray, vacuous: np.ndarray, *,
+             model: ErrorModel, x: Any, rule: str, safety: float | None,
+             rtol: float | None, atol: float | None, ulps: float | None,
+             factor: float | None, diagnose_bugs: bool, names: tuple[str, ...], title: str,
+             diagnose: Any = None, plain: np.ndarray | None = None,
+             nan_ok: bool = False) -> Any:
+    """The verdict of :mod:`.compare` (its guards included: a non-finite enclosure or
+    tolerance, or a vacuous tolerance where the output would pass, raise
+    ToleranceError), then the variant diagnosis."""
+
+    lower, upper = np.asarray(ref.lower, np.float64), np.asarray(ref.upper, np.float64)
+    _check_enclosure(lower, upper, nan_ok)
+    lower, upper = _refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
+                            atol, ulps)
+    mid = 0.5 * (lower + upper)
+    # flash: factor × the simulated plain kernel's error, never below the model's
+    # tolerance (issue 10's floor: the simulated kernel may be the more accurate one)
+    tol = _tolerance(rule, model=model_tol, mid=mid, fmt=model.fmt, rtol=rtol, atol=atol,
+                     ulps=ulps, factor=factor, safety=safety, plain=plain)
+    comp = _judge(a, lower, upper, tol,
+                  vacuous if rule in ("model", "certified", "flash") else None,
+                  model=model, rule=_rule_line(rule, model, safety, rtol, atol, ulps,
+                                               factor),
+                  index_names=names, title=title, hull=_hull(a, x, model))
+    if comp.passed or not diagnose_bugs:
+        return comp
+    saf = DEFAULT_SAFETY if safety is None or rule != "model" else safety
+    if not _within(a, lower, upper, saf * model_tol):
+        if diagnose is None:
+            found = diagnose_variant(np.asarray(a, dtype=np.float64), x, model=model,
+                                     safety=saf)
+        else:
+            found = diagnose(saf)
+        comp = _with_diagnoses(comp, found)
+    return comp
+
+
+# --------------------------------------------------------------------------------------
+# varlen
+
+
+def _packed_bugs(x_parts: list[VariantInputs], cq: list[int], ck: list[int],
+                 qp: np.ndarray, kp: np.ndarray, vp_: np.ndarray, base: VariantInputs,
+                 actual: np.ndarray, model: ErrorModel, safety: float) -> tuple[Any, ...]:
+    """Diagnosis of a packed output: the per-sequence variant bugs (applied to every
+    sequence) and the two varlen bugs (attention across the boundaries)."""
+
+    found: list[Any] = []
+
+    def packed(outs: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate([np.swapaxes(o[0], 0, 1) for o in outs], axis=0)
+
+    def check(name: str, desc: str, outs: list[Any]) -> None:
+        out = packed([o.out for o in outs])
+        bound = packed([o.bound(model)[0] for o in outs])
+        ok, ratio = _fits(actual, out, safety * bound)
+        if ok:
+            found.append(Candidate(name, desc, ratio))
+
+    for bug in VARIANT_BUG_CLASSES:
+        if not any(bug.applies(xp) for xp in x_parts):
+            continue
+        try:
+            outs = [plain_variant(xp, **bug.switches(xp)) if bug.applies(xp)
+                    else plain_variant(xp) for xp in x_parts]
+        except (ValueError, IndexError):
+            continue
+        check(bug.name, bug.description, outs)
+    nb = len(cq) - 1
+    if nb > 1:
+        # one sequence: the packed tokens attend to each other (cu_seqlens ignored)
+        whole = replace(base, q=np.swapaxes(qp, 0, 1)[None], k=np.swapaxes(kp, 0, 1)[None],
+                        v=np.swapaxes(vp_, 0, 1)[None],
+                        opts=base.opts.replace(alibi_slopes=None if base.opts.alibi_slopes
+                                     is None else base.opts.alibi_slopes[0],
+                                     q_descale=None, k_descale=None, v_descale=None))
+        try:
+            o = plain_variant(whole)
+            ok, ratio = _fits(actual, np.swapaxes(o.out[0], 0, 1),
+                              safety * np.swapaxes(o.bound(model)[0][0], 0, 1))
+            if ok:
+                found.append(Candidate("varlen_no_boundaries", "packed sequences attend to "
+                                       "each other (cu_seqlens not applied)", ratio))
+        except (ValueError, IndexError):
+            pass
+        # each sequence also sees the first key of the next one (an end offset + 1)
+        outs = []
+        for b, xp in enumerate(x_parts):
+            if b + 1 < nb and ck[b + 1] < kp.shape[0]:
+                kk = np.swapaxes(kp[ck[b]:ck[b + 1] + 1], 0, 1)[None]
+                vv = np.swapaxes(vp_[ck[b]:ck[b + 1] + 1], 0, 1)[None]
+                xp = replace(xp, k=kk, v=vv, mod_keep=None)
+            outs.append(plain_variant(xp))
+        with contextlib.suppress(ValueError):
+            check("varlen_boundary_off_by_one", "each sequence also attends to the first key "
+                  "of the next sequence (cu_seqlens_k end off by one)", outs)
+    return tuple(sorted(found, key=lambda cand: cand.ratio))
+
+
+@checked
+def compare_attention_varlen(
+    actual: Any, query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
+    max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, *,
+    is_causal: bool = False, scale: float | None = None, causal_alignment: str = "top_left",
+    masked_rows: str = "zero", window: Any = None, softcap: Any = None,
+    alibi_slopes: Any = None, sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
+    q_descale: Any = None, k_descale: Any = None, v_descale: Any = None, rule: str | None = None,
+    accumulation_dtype: Any = None, weights_dtype: Any = None, kernel: str = "fused",
+    error_model: str = "probabilistic", subnormals: str = "keep",
+    safety: float | None = None, rtol: float | None = None, atol: float | None = None,
+    ulps: float | None = None, diagnose_bugs: bool = True,
+) -> Any:
+    """Compare a packed varlen output (total_q, H, E_v) with the exact
+    :func:`mha_symbolic.reference_attention_varlen` of the same arguments.
+
+    >>> import numpy as np
+    >>> x = np.arange(12.0, dtype=np.float32).reshape(3, 1, 4) / 8
+    >>> wrong = np.repeat(x[:1], 3, axis=0)       # every token returns the first value
+    >>> compare_attention_varlen(wrong, x, x, x, [0, 1, 3], [0, 1, 3], scale=0.0).passed
+    False
+    """
+
+    rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=None, safety=safety)
+    if rule == "flash":
+        raise SpecError("rule='flash' is not available for varlen attention")
+    a = _as_actual(actual)
+    ref = reference_attention_varlen(
+        query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        is_causal=is_causal, scale=scale, causal_alignment=causal_alignment,
+        masked_rows=masked_rows, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+        sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
+        k_descale=k_descale, v_descale=v_descale)
+    _check_shape(a, tuple(ref.shape), "varlen attention output")
+    qa = as_exact_array(query, "query")
+    qp, kp, vp_ = _f64(query, "query"), _f64(key, "key"), _f64(value, "value")
+    cq = [int(t) for t in np.asarray(cu_seqlens_q).tolist()]
+    ck = [int(t) for t in np.asarray(cu_seqlens_k).tolist()]
+    nb = len(cq) - 1
+    H, hk = qp.shape[1], kp.shape[1]
+    model = _variant_model(a, qa.dtype.name, accumulation_dtype, weights_dtype, kernel,
+                           error_model, subnormals)
+    opts = variant_options(window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+                           sinks=sinks, score_mod=score_mod, q_descale=q_descale,
+                           k_descale=k_descale, v_descale=v_descale) or VariantOptions()
+
+    def row(arr: np.ndarray | None, width: int, b: int) -> np.ndarray | None:
+        return None if arr is None else np.broadcast_to(arr, (nb, width))[b]
+
+    parts: list[VariantInputs] = []
+    for b in range(nb):
+        qb = np.swapaxes(qp[cq[b]:cq[b + 1]], 0, 1)[None]
+        kb = np.swapaxes(kp[ck[b]:ck[b + 1]], 0, 1)[None]
+        vb = np.swapaxes(vp_[ck[b]:ck[b + 1]], 0, 1)[None]
+        ob = opts.replace(alibi_slopes=row(opts.alibi_slopes, H, b),
+                     q_descale=row(opts.q_descale, hk, b), k_descale=row(opts.k_descale, hk, b),
+                     v_descale=row(opts.v_descale, hk, b))
+        keep = None
+        if mask_mod is not None:
+            L_b, S_b = qb.shape[-2], kb.shape[-2]
+            geo = Geometry((1, H), H, L_b, S_b, 0)
+            keep = eval_mask_mod(lambda bb, h, qi, ki, _b=b: mask_mod(bb + _b, h, qi, ki),
+                                 geo).reshape(1, H, L_b, S_b)
+        parts.append(VariantInputs(qb, kb, vb, ob, is_causal=is_causal,
+                                   scale=None if scale is None else float(scale),
+                                   enable_gqa=hk != H, causal_alignment=causal_alignment,
+                                   masked_rows=masked_rows, mod_keep=keep,
+                                   in_format=qa.dtype.name))
+    plains = [plain_variant(xp) for xp in parts]
+    # one check: λ from the events of every sequence together (union bound)
+    ev = [variant_events(p_) for p_ in plains]
+    events = (sum(e[0] for e in ev), sum(e[1] for e in ev))
+    if plains:
+        bounds = [p_.bound(model, events) for p_ in plains]
+        tol = np.concatenate([np.swapaxes(t_[0], 0, 1) for t_, _ in bounds], axis=0)
+        vac = np.concatenate([np.swapaxes(v_[0], 0, 1) for _, v_ in bounds], axis=0)
+    else:
+        tol, vac = np.zeros(a.shape), np.zeros(a.shape, dtype=bool)
+    model = model.with_events(*events)
+
+    def diagnose(saf: float) -> tuple[Any, ...]:
+        base = replace(parts[0], mod_keep=None) if parts else None
+        if base is None:
+            return ()
+        return _packed_bugs(parts, cq, ck, qp, kp, vp_, base, np.asarray(a, np.float64),
+                            model, saf)
+
+    return _verdict(a, ref, tol, vac, model=model, x=None, rule=rule, safety=safety,
+                    rtol=rtol, atol=atol, ulps=ulps, factor=None,
+                    diagnose_bugs=diagnose_bugs, names=("token", "head", "feature"),
+                    title="varlen attention output", diagnose=diagnose,
+                    nan_ok=masked_rows == "nan")
+
+
+@asserting(compare_attention_varlen)
+def assert_attention_varlen_close(actual: Any, query: Any, key: Any, value: Any,
+                                  cu_seqlens_q: Any, cu_seqlens_k: Any, *args: Any,
+                                  msg: Any = None, **options: Any) -> None:
+    """:func:`compare_attention_varlen`, raising
+    :class:`~mha_symbolic.errors.AttentionMismatchError` with the report (``msg`` as
+    :func:`mha_symbolic.assert_attention_close`'s).
+
+    >>> import numpy as np
+    >>> x = np.arange(12.0, dtype=np.float32).reshape(3, 1, 4) / 8
+    >>> assert_attention_varlen_close(np.repeat(x[:1], 3, axis=0), x, x, x, [0, 1, 3],
+    ...                               [0, 1, 3], scale=0.0)
+    Traceback (most recent call last):
+    ...
+    mha_symbolic.errors.AttentionMismatchError: FAIL [...] varlen attention output: 8 / 12 off...
+    """
+
+
+def _hull(a: np.ndarray, x: Any, model: ErrorModel) -> np.ndarray | None:
+    """The value-hull verdict (emulated.hull_violations) of a call with variants: over
+    every key of the row (a superset of the hull the masks, windows and block masks
+    leave; a sink adds the value 0, which the hull holds); None with FP8 descale
+    factors (they scale the values) or for packed varlen calls."""
+    o = getattr(x, "opts", None)
+    if o is None or any(getattr(o, n, None) is not None
+                        for n in ("q_descale", "k_descale", "v_descale")):
+        return None
+    try:
+        xi = AttentionInputs(x.q, x.k, x.v, enable_gqa=x.enable_gqa)
+        bad = hull_violations(a, xi, model)
+    except (ValueError, IndexError):
+        return None
+    return bad if bad.shape == a.shape else None
