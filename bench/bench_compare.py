@@ -117,8 +117,6 @@ def main() -> None:
     import torch
 
     import mha_symbolic as ms
-    import mha_symbolic.oracle  # (imports before timing)
-    import mha_symbolic.testing.compare
 
     assert ARGS is not None
     torch.set_num_threads(ARGS.threads)
