@@ -113,13 +113,16 @@ class DtypeLevel:
             # rows is few samples)
             r = 0.0
             ok_any = np.zeros((B, L), bool)
+            m_fin, m_nan = np.isfinite(m), np.isnan(m)       # the same for every emulation
+            a_pos = a > 0
+            a_safe = np.where(a_pos, a, 1.0)
             for o in outs:
-                fin = np.isfinite(o) & np.isfinite(m)
-                ok_any |= np.all(fin | np.isnan(m), axis=-1) & ~np.all(np.isnan(o), axis=-1)
+                fin = np.isfinite(o) & m_fin
+                ok_any |= np.all(fin | m_nan, axis=-1) & ~np.all(np.isnan(o), axis=-1)
                 err = np.where(fin, np.abs(o - m), 0.0)
                 if err.size:
                     worst = max(worst, float(np.max(err)))
-                rel = np.where(fin & (a > 0), err / np.where(a > 0, a, 1.0), 0.0)
+                rel = np.where(fin & a_pos, err / a_safe, 0.0)
                 if rel.size:
                     r = max(r, float(np.max(rel)))
             for b, rows in self.groups:
