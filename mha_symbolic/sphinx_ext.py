@@ -71,10 +71,10 @@ def _source_read(app: Any, docname: str, source: list[str]) -> None:
     for r in report.records:
         message = " | ".join(x.strip() for x in _text_record(r)[1:]) or r.text
         text = f"mha-check: {r.verdict}: {' '.join(r.text.split())[:120]} — {message[:400]}"
-        if r.verdict == "wrong":
+        if r.verdict in ("wrong", "unreadable"):  # an unreadable mha-check claim fails too
             logger.error(text, location=(docname, r.line))
             wrong.append((r.line, text))
-        elif r.verdict == "undecided":
+        elif r.verdict in ("undecided", "ambiguous"):
             logger.warning(text, location=(docname, r.line))
         elif r.verdict == "not judged" and app.config.mha_check_not_judged:
             logger.warning(f"mha-check: not judged: {r.text[:120]} ({r.reason})",

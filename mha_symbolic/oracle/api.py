@@ -76,7 +76,7 @@ def reference_attention(
     >>> r.rounded("float32").tolist()   # each query sees its own key only
     [[[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]]
     """
-    split_variant_keywords(variants, door="reference_attention")
+    split_variant_keywords(variants, door=reference_attention)
     opts = sdpa_variant_options(dropout_p, dropout_mask, **variants)
     if opts is not None:
         return variant_attention(
@@ -135,7 +135,7 @@ def reference_attention_backward(
     the fp8 inputs); the result then also has ``d_sinks``, ``d_alibi_slopes`` and
     ``d_score_mod``.
     """
-    split_variant_keywords(variants, door="reference_attention_backward")
+    split_variant_keywords(variants, door=reference_attention_backward)
     opts = sdpa_variant_options(dropout_p, dropout_mask, **variants)
     if opts is not None:
         return variant_attention_backward(

@@ -16,6 +16,7 @@ import numpy as np
 
 from .._display import ReportDisplay
 from ..errors import OptionalDependencyError, SpecError
+from ..oracle.variants.registry import variant_keywords
 from .backward.compare import BackwardComparison, compare_attention_backward
 from .forward.compare import compare_attention
 from .options import Msg, mismatch_error, passes_options_to
@@ -99,7 +100,8 @@ def _default_grad_output(shape: tuple[int, ...], seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape)
 
 
-@passes_options_to(compare_attention, _TOLERANCE_OPTIONS + _FORWARD_TOLERANCE_OPTIONS)
+@passes_options_to(compare_attention, _TOLERANCE_OPTIONS + _FORWARD_TOLERANCE_OPTIONS
+                   + variant_keywords())
 def check_attention(
     fn: Any, query: Any, key: Any, value: Any, *,
     grad_output: Any = None,
@@ -107,8 +109,6 @@ def check_attention(
     enable_gqa: bool = False, causal_alignment: str = "top_left", masked_rows: str = "zero",
     dropout_p: float = 0.0, dropout_mask: Any = None,
     pass_options: bool = True, raise_on_failure: bool = True, seed: int = 0,
-    window: Any = None, softcap: float | None = None, alibi_slopes: Any = None,
-    sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
     msg: Msg = None, **tolerance: Any,
 ) -> AttentionCheck:
     """Run ``fn(query, key, value, **options)`` forward and (torch, jax) backward and
@@ -120,8 +120,9 @@ def check_attention(
     ``masked_rows`` and dropout (``dropout_p`` with the kernel's ``dropout_mask``)
     describe the exact answer only.  ``grad_output``: the gradient of the output;
     by default standard normal values fixed by ``seed``, in the output's dtype.
-    The variants (``window``, ``softcap``, ``alibi_slopes``, ``sinks``, ``mask_mod``,
-    ``score_mod``, as :func:`mha_symbolic.reference_attention`) describe the exact
+    The variants (the registered variants' keywords: ``window``, ``softcap``,
+    ``alibi_slopes``, ``sinks``, ``mask_mod``, ``score_mod``, FP8 descale, as
+    :func:`mha_symbolic.reference_attention`) describe the exact
     answer only: ``fn`` applies them itself (a ``functools.partial`` or a lambda around
     the kernel); the gradients are judged as
     :func:`~mha_symbolic.compare_attention_backward` judges them (which refuses a call
@@ -151,10 +152,8 @@ def check_attention(
     ref_opts = dict(attn_mask=attn_mask, is_causal=is_causal, scale=scale,
                     enable_gqa=enable_gqa, causal_alignment=causal_alignment,
                     masked_rows=masked_rows)
-    variants = {k_: v_ for k_, v_ in (("window", window), ("softcap", softcap),
-                                      ("alibi_slopes", alibi_slopes), ("sinks", sinks),
-                                      ("mask_mod", mask_mod), ("score_mod", score_mod))
-                if v_ is not None}
+    variants = {k_: tolerance.pop(k_) for k_ in variant_keywords() if k_ in tolerance}
+    variants = {k_: v_ for k_, v_ in variants.items() if v_ is not None}
     ref_opts.update(variants)
     framework = _framework(query)
     dq = dk = dv = dmask = None

@@ -40,11 +40,22 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .._text import echo
-from ..errors import ClaimError, ExampleFileError, MhaSymbolicError, PrecisionError
-from .claims import parse_printed
+from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
+from .claims import numpy_printed, parse_printed
 from .examples import Claim, WorkedExample, load_examples, select_examples
+from .intermediates import PER_HEAD_INTERMEDIATES
 from .quantities import MATRIX_QUANTITIES, parse_quantity, quantity_value
 from .reports import CONSISTENT, CheckReport, ClaimRecord
+from .roots import (
+    bias_once_diagnosis,
+    float32_diagnosis,
+    heads_order_diagnosis,
+    mask_after_softmax_diagnosis,
+    row_sum_diagnosis,
+    scale_constant_diagnosis,
+    together,
+)
+from .shape_claims import shape_record
 from .slips import count_diagnosis, digit_diagnosis, index_diagnosis, premature, variant_diagnosis
 from .verdicts import UNDECIDED, describe, judge, nested_shape, pairs
 
@@ -66,57 +77,9 @@ def _unreadable(ex: WorkedExample, claim: Claim, message: str) -> ClaimRecord:
                        line=claim.line, batch=claim.batch, error=message)
 
 
-def _shape_record(ex: WorkedExample, claim: Claim, value: Any) -> ClaimRecord:
-    """A shape claim: 2 sizes (rows × columns), 3 (batch × …) or 4 (batch × heads × …)."""
-    from ..exact.shapes import same_size
-    from .quantities import PER_HEAD_SHAPES
-
-    p = parse_printed(claim.claimed, shape=True)
-    import sympy as sp
-
-    def size(x: Any) -> Any:
-        if isinstance(x, int):
-            return x
-        factors = [int(f) if f.isdigit() else sp.Symbol(f, integer=True, positive=True)
-                   for f in x.split("·")]
-        return sp.Mul(*factors)
-
-    _, sub, _ = parse_quantity(claim.quantity)
-    leading: list[Any] = []
-    if len(p.sizes) >= 3:
-        leading.append(ex.batch_size if ex.has_attention or "batch" in ex.dims else sp.Symbol(
-            "batch", integer=True, positive=True))
-    if len(p.sizes) == 4:
-        if sub not in PER_HEAD_SHAPES:
-            raise ClaimError(f"{claim.quantity} is not per head: claim 2 sizes (rows × columns) "
-                             "or 3 (batch × rows × columns)")
-        leading.append(ex.spec.heads)
-    expected = (*leading, value.rows, value.cols)
-    text = " × ".join(_size_text(x) for x in expected)
-    claimed = [size(x) for x in p.sizes]
-    ok = all(same_size(a, b) for a, b in zip(claimed, expected, strict=True))
-    diagnosis = None
-    if not ok and all(same_size(a, b) for a, b in zip(claimed[:-2], expected[:-2], strict=True)) \
-            and same_size(claimed[-2], value.cols) and same_size(claimed[-1], value.rows):
-        diagnosis = "transposed: rows and columns swapped"
-        if sub in ("w_q", "w_k", "w_v", "w_o", "w_qkv") or (sub or "").endswith("_stacked"):
-            diagnosis += (" (torch's nn.Linear stores its weight as (out, in); this example uses "
-                          + ("torch's" if ex.options.get("layout") == "torch" else "the book's (in, out)")
-                          + " layout)")
-    return ClaimRecord(ex.name, claim.quantity, claim.head, claim.claimed, text, "",
-                       None if ok else text, "shape", "exact" if ok else "wrong", ok,
-                       None, diagnosis, claim.note, value, file=ex.source, line=claim.line,
-                       batch=claim.batch)
-
-
-def _size_text(x: Any) -> str:
-    from ..exact.shapes import _text
-
-    return _text(x)
-
-
 #: Quantities that exist once per head (their printed tensors carry a heads axis).
-_PER_HEAD = ("score", "scaled_score", "weight", "head_output", "q", "k", "v")
+_PER_HEAD = ("score", "scaled_score", "weight", "head_output", "q", "k", "v",
+             *PER_HEAD_INTERMEDIATES)
 
 
 def _claim_value(ex: WorkedExample, claim: Claim, p: Any) -> Any:
@@ -162,8 +125,10 @@ def _claim_value(ex: WorkedExample, claim: Claim, p: Any) -> Any:
 def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
     name, _, _ = parse_quantity(claim.quantity)
     if name == "shape":
-        return _shape_record(ex, claim, quantity_value(ex, claim))
+        return shape_record(ex, claim, quantity_value(ex, claim))
     p = parse_printed(claim.claimed)
+    if claim.numpy_precision is not None:
+        p = numpy_printed(p, claim.numpy_precision)
     value = _claim_value(ex, claim, p)
     import sympy as sp
 
@@ -223,13 +188,7 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
         elif note:
             detail = note
     if verdict == "wrong":
-        try:  # a diagnosis is stated only when proved; undecided means none is stated
-            diagnosis = (premature(ex, index, claim, p) or variant_diagnosis(ex, claim, p)
-                         or count_diagnosis(ex, claim, p) or index_diagnosis(ex, claim, p))
-            if diagnosis is None and len(values) == 1:
-                diagnosis = digit_diagnosis(values[0], parts[0])
-        except PrecisionError:
-            diagnosis = None
+        diagnosis = diagnose(ex, index, claim, p, values)
     precision = p.describe_precision() if p.kind in ("tuple", "array") else "; ".join(
         d for d in dict.fromkeys(part.describe_precision() for part in parts) if d)
     if verdict == CONSISTENT:
@@ -238,6 +197,40 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
                        precision, verdict, ok, error_units, diagnosis, claim.note, value,
                        file=ex.source, line=claim.line, batch=claim.batch, detail=detail,
                        error_value=error_value, entries=tuple(entries))
+
+
+def diagnose(ex: WorkedExample, index: int, claim: Claim, p: Any, values: list[Any],
+             depth: int = 0) -> str | None:
+    """The root of a wrong claim, walking the chain: a claim computed from earlier printed
+    weights that are themselves wrong is diagnosed upstream (their own root named).  A
+    diagnosis is stated only when proved; undecided means none is stated."""
+    import sympy as sp
+
+    def upstream(k: int) -> str | None:
+        if depth >= 3:
+            return None
+        c = ex.claims[k]
+        try:
+            pk = parse_printed(c.claimed)
+            vk = [sp.sympify(v) for v, _ in pairs(_claim_value(ex, c, pk), pk, c.quantity)]
+            return diagnose(ex, k, c, pk, vk, depth + 1)
+        except MhaSymbolicError:
+            return None
+
+    try:
+        simple = together([d for d in (variant_diagnosis(ex, claim, p),
+                                        scale_constant_diagnosis(ex, claim, p),
+                                        mask_after_softmax_diagnosis(ex, claim, p)) if d])
+        simple = simple or row_sum_diagnosis(ex, claim, p)
+        diagnosis = (premature(ex, index, claim, p, upstream) or simple
+                     or heads_order_diagnosis(ex, claim, p) or bias_once_diagnosis(ex, claim, p)
+                     or count_diagnosis(ex, claim, p) or index_diagnosis(ex, claim, p))
+        if diagnosis is None and len(values) == 1:
+            diagnosis = (float32_diagnosis(ex, claim, p, values[0])
+                         or digit_diagnosis(values[0], p.entries[0]))
+    except MhaSymbolicError:  # PrecisionError included: a slip not proved is not stated
+        diagnosis = None
+    return diagnosis
 
 
 def _labels(shape: tuple[int, ...]) -> list[str]:

@@ -172,9 +172,10 @@ def _plain(x: Fraction) -> str:
     return str(x.numerator) if x.denominator == 1 else str(x)
 
 
-def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
+def parse_printed(text: str, *, shape: bool = False, vector: bool = False) -> PrintedAnswer:
     """Read a printed answer.  ``shape=True`` reads ``3 × 5``, ``(2, 4, 100)`` or
-    ``torch.Size([2, 6, 2])`` as a shape.
+    ``torch.Size([2, 6, 2])`` as a shape; ``vector=True`` also a one-dimensional one
+    (``torch.Size([2])``, ``(2,)``: inside brackets or parentheses only).
 
     >>> p = parse_printed("≈ 0.6698")
     >>> p.kind, p.value, p.unit, p.approx
@@ -212,7 +213,7 @@ def parse_printed(text: str, *, shape: bool = False) -> PrintedAnswer:
     if not s:
         raise ClaimError(f"claimed={echo(raw)} holds no answer")
     if shape:
-        return PrintedAnswer(raw, "shape", approx, sizes=_shape_sizes(s, raw))
+        return PrintedAnswer(raw, "shape", approx, sizes=_shape_sizes(s, raw, vector))
 
     from .printouts import looks_like_printout, read_printout
 
@@ -327,7 +328,7 @@ def _brief(text: str) -> str:
     return echo(" ".join(text.split()), 60)
 
 
-def _shape_sizes(s: str, raw: str) -> tuple[Any, ...]:
+def _shape_sizes(s: str, raw: str, vector: bool = False) -> tuple[Any, ...]:
     """Sizes of a printed shape: ``3 × 5``, ``2 × 4 × 100``, ``(2, 4, 100)``,
     ``torch.Size([2, 6, 2])``, ``[2, 6, 2]``."""
     m = _SHAPE_WRAPPER.match(s)
@@ -341,9 +342,11 @@ def _shape_sizes(s: str, raw: str) -> tuple[Any, ...]:
         items = [t.strip() for t in inner.split("×")]
     else:
         items = [t.strip() for t in _SHAPE_SEP.split(inner)]
-    if not 2 <= len(items) <= 4 or not all(_SIZE.match(t) for t in items):
+    least = 1 if vector and m else 2
+    if not least <= len(items) <= 4 or not all(_SIZE.match(t) for t in items):
         raise ClaimError(f"claimed={echo(raw)} is not a shape like '3 × 5', '2 × 4 × 100' or "
-                         "torch.Size([2, 6, 2]) (two to four sizes)")
+                         "torch.Size([2, 6, 2]) (two to four sizes"
+                         + ("; one inside brackets, torch.Size([2])" if vector else "") + ")")
     return tuple(int(t) if t.isascii() and t.isdigit() else re.sub(r"\s*[·*]\s*", "·", t)
                  for t in items)
 
@@ -384,3 +387,19 @@ def _split_top(s: str) -> list[str]:
             start = i + 1
     parts.append(s[start:])
     return [p.strip() for p in parts]
+
+
+def numpy_printed(p: PrintedAnswer, precision: int) -> PrintedAnswer:
+    """The answer as numpy printed it: numpy's default ``floatmode = "maxprec"`` strips
+    trailing zeros (``0.5`` for 0.50000000 at ``precision`` 8), so a positional decimal
+    with fewer digits than ``precision`` states the value to ``precision`` decimals.
+    Scientific entries (``1.5e-05``) keep their own unit."""
+    import dataclasses
+
+    unit = Fraction(1, 10**precision)
+    if p.kind in ("tuple", "array"):
+        return dataclasses.replace(p, parts=tuple(numpy_printed(q, precision) for q in p.parts))
+    if p.kind != "decimal" or p.unit is None or p.unit <= unit or re.search(r"[eE×^]", p.text):
+        return p
+    return dataclasses.replace(p, unit=unit)
+

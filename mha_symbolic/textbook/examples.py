@@ -27,7 +27,7 @@ from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
 from ..exact.grammar import MAX_VALUE_DIGITS
 from ..exact.spec import MAX_DIM
 from .inputs import shape_of
-from .quantities import parse_quantity
+from .quantities import parse_axes, parse_quantity
 
 __all__ = ["Claim", "WorkedExample", "load_examples", "select_examples"]
 
@@ -50,7 +50,8 @@ _META_KEYS = ("name", "title", "notes", "claim", "inputs", "arrays", "init",
 #: Longest token name read (a figure's tick label).
 MAX_TOKEN_CHARS = 40
 _EXAMPLE_KEYS = {*_META_KEYS, *_INPUT_KEYS, *_OPTION_KEYS, *_DIM_KEYS}
-_CLAIM_KEYS = {"quantity", "claimed", "head", "batch", "expr", "rtol", "note"}
+_CLAIM_KEYS = {"quantity", "claimed", "head", "batch", "expr", "rtol", "note", "axes",
+               "printer"}
 _BIAS_PARTS = ("q", "k", "v", "o")
 
 
@@ -70,6 +71,8 @@ class Claim:
     batch: int = 1
     line: int = 0
     error: str | None = None
+    axes: tuple[str, ...] = ()  # a shape claim's layout, as printed (batch/heads/rows/columns)
+    numpy_precision: int | None = None  # printer = "numpy" (8) or "numpy:N": maxprec digits
 
 
 @dataclass
@@ -740,8 +743,22 @@ def _claim(item: Any, index: int, where: str, key_line: Any, source: str) -> Cla
     note = item.get("note", "")
     if not isinstance(note, str):
         return bad("note", "note must be a string")
+    axes: tuple[str, ...] = ()
+    if "axes" in item:
+        try:
+            axes = parse_axes(item["axes"])
+        except ClaimError as exc:
+            return bad("axes", str(exc))
+    numpy_precision = None
+    printer = item.get("printer")
+    if printer is not None:
+        m = re.fullmatch(r"numpy(?::([0-9]{1,2}))?", printer) if isinstance(printer, str) else None
+        if m is None or int(m.group(1) or 8) > 20:
+            return bad("printer", f"printer={_show(printer)} must be \"numpy\" (precision 8) or "
+                                  "\"numpy:N\" (np.set_printoptions(precision=N), N ≤ 20)")
+        numpy_precision = int(m.group(1) or 8)
     claim = Claim(quantity.strip(), claimed, numbers["head"], expr, rtol_f, note,
-                  numbers["batch"], line)
+                  numbers["batch"], line, axes=axes, numpy_precision=numpy_precision)
     try:
         name = parse_quantity(claim.quantity)[0]
         if name == "expr" and expr is None:

@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from .._text import echo, int_text
 from ..errors import ClaimError
+from .intermediates import INTERMEDIATES, intermediate, weighted_value
 
 if TYPE_CHECKING:
     from .examples import Claim, WorkedExample
 
 
 MATRIX_QUANTITIES = {
+    **INTERMEDIATES,
     "score": "scores Q_i K_i^T",
     "scaled_score": "scaled scores",
     "weight": "softmax weights",
@@ -38,7 +40,8 @@ MATRIX_QUANTITIES = {
     "bias": "ALiBi bias -slope·|j - (i + off)|",
 }
 _SHAPE_NAMES = ("x", "x_kv", "w_q", "w_k", "w_v", "q", "k", "v", "scores", "weights", "head",
-                "concat", "w_o", "output", "w_q_stacked", "w_k_stacked", "w_v_stacked", "w_qkv")
+                "concat", "w_o", "output", "w_q_stacked", "w_k_stacked", "w_v_stacked", "w_qkv",
+                "b_q", "b_k", "b_v", "b_o", "b_qkv")
 #: Shapes that exist once per head (a 4-size claim is batch × heads × rows × columns).
 PER_HEAD_SHAPES = ("q", "k", "v", "scores", "weights", "head")
 #: Weight shapes (printed (out, in) when the example's layout is torch's).
@@ -50,6 +53,35 @@ _PARAM_NAMES = ("total", "weights", "biases", "w_q", "w_k", "w_v", "w_o", "w_q_h
 #: Longest quantity name read (``scaled_score[12,34]`` is 19 characters).
 MAX_QUANTITY_LENGTH = 100
 _QUANTITY = re.compile(r"^(?P<name>[a-z_]+)(?:\.(?P<sub>[a-z_]+))?(?:\[(?P<idx>[0-9,\s]*)\])?$")
+
+
+#: Axis names a claim's ``axes`` may use, with the spellings read for each.
+AXIS_NAMES = {"batch": "batch", "b": "batch", "heads": "heads", "head": "heads", "h": "heads",
+              "rows": "rows", "row": "rows", "columns": "columns", "column": "columns",
+              "cols": "columns"}
+
+def parse_axes(value: Any) -> tuple[str, ...]:
+    """A claim's ``axes``: a string ``"heads × rows × columns"`` (``×``, ``x``, ``,`` or
+    spaces between) or a list of names; each of batch, heads, rows, columns at most once."""
+    if isinstance(value, str):
+        names = [n for n in re.split(r"[\s×,*]+|(?<=\w)x(?=\s)", value.strip()) if n]
+    elif isinstance(value, list) and all(isinstance(n, str) for n in value):
+        names = [n.strip() for n in value]
+    else:
+        raise ClaimError("axes must be a string such as \"heads × rows × columns\" or a list "
+                         "of axis names")
+    if not 1 <= len(names) <= 4:
+        raise ClaimError(f"axes names {len(names)} axes: a shape has one to four")
+    out = []
+    for n in names:
+        axis = AXIS_NAMES.get(n.lower())
+        if axis is None:
+            raise ClaimError(f"axes: unknown axis {n[:40]!r} (use batch, heads, rows, columns)")
+        if axis in out:
+            raise ClaimError(f"axes: {axis} named twice")
+        out.append(axis)
+    return tuple(out)
+
 
 
 def _known() -> list[str]:
@@ -89,7 +121,11 @@ def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
         if sub or len(indices) not in (0, 1, 2):
             raise ClaimError(f"quantity={echo(q)}: {name} takes [row], [row,column] or no index "
                              "(the whole matrix)")
-    elif name in ("weight_sum", "gap", "sink_weight"):
+    elif name == "weight_sum":
+        if sub or len(indices) > 1:
+            raise ClaimError(f"quantity={echo(q)}: {name} takes [row], or no index (every row's "
+                             "sum: the row-sum vector)")
+    elif name in ("gap", "sink_weight"):
         if sub or len(indices) != 1:
             raise ClaimError(f"quantity={echo(q)}: {name} needs [row]")
     elif name in ("expr", "scale"):
@@ -97,7 +133,9 @@ def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
             raise ClaimError(f"quantity={echo(q)}: {name} takes no index")
     elif name in ("shape", "dim", "params"):
         allowed = {"shape": _SHAPE_NAMES, "dim": _DIM_NAMES, "params": _PARAM_NAMES}[name]
-        if sub not in allowed or indices:
+        # shape.NAME[i]: one row of a matrix (a vector's shape, torch.Size([d]))
+        row = name == "shape" and len(indices) == 1 and not (sub or "").startswith("b_")
+        if sub not in allowed or (indices and not row):
             raise ClaimError(f"quantity={echo(q)}: {name}.NAME with NAME one of {', '.join(allowed)}"
                              f"{did_you_mean(q)}")
     else:
@@ -171,6 +209,8 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
         import sympy as sp
 
         w = head.weights if name == "weight_sum" else head.scaled
+        if not idx:  # the row-sum vector, weights.sum(dim=-1)
+            return tuple(sp.Add(*[w[r, j] for j in range(w.cols)]) for r in range(w.rows))
         r = idx[0] - 1
         _check_index(claim.quantity, r, w.rows, "row")
         row = [w[r, j] for j in range(w.cols)]
@@ -189,8 +229,14 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
 
         ordered = sorted(finite, key=cmp_to_key(descending))
         return ordered[0] - ordered[1]
+    if name == "weighted_value":
+        if len(idx) != 2:
+            raise ClaimError(f"{claim.quantity}: weighted_value needs [i,j] (the vector w_ij·v_j)")
+        return weighted_value(att, h, idx[0] - 1, idx[1] - 1)
     if name.startswith("grad_"):
         matrix = _gradient(ex, claim.quantity, name, h)
+    elif name in INTERMEDIATES:
+        matrix = intermediate(ex, att, name, claim.batch - 1, h)
     else:
         matrix = matrix_of(att, name, head)
     if matrix is None:
@@ -237,6 +283,13 @@ def _shape(ex: WorkedExample, sub: str) -> Any:
     from ..exact.shapes import Shape, attention_shapes
 
     spec = ex.spec
+    if sub.startswith("b_"):  # a bias: a vector as long as its nn.Linear's output
+        source = {"b_q": "w_q_stacked", "b_k": "w_k_stacked", "b_v": "w_v_stacked",
+                  "b_qkv": "w_qkv", "b_o": "w_o"}[sub]
+        full = _shape(ex, source)
+        out = full.rows if source in WEIGHT_SHAPES and ex.options.get("layout") == "torch" \
+            else full.cols
+        return Shape(1, out)
     if sub in ("w_q_stacked", "w_k_stacked", "w_v_stacked", "w_qkv"):
         _count(spec.d_model, "d_model")
         h, g = spec.heads, spec.kv_heads

@@ -98,20 +98,21 @@ class CheckReport:
     @property
     def exit_status(self) -> int:
         """0 every claim holds; 1 some claim is wrong; 4 none is wrong but some could not
-        be decided (certified arithmetic reached its precision cap); 2 some claim could
-        not be read."""
+        be decided (certified arithmetic reached its precision cap) or are ambiguous (a
+        shape whose readings disagree); 2 some claim could not be read."""
         verdicts = {r.verdict for r in self.records}
         if "unreadable" in verdicts:
             return 2
-        if "wrong" in verdicts or (not self.ok and UNDECIDED not in verdicts):
+        open_ = verdicts & {UNDECIDED, AMBIGUOUS}
+        if "wrong" in verdicts or (not self.ok and not open_):
             return 1
-        return 4 if UNDECIDED in verdicts else 0
+        return 4 if open_ else 0
 
     def summary(self) -> dict[str, int]:
         counts = {"claims": len(self.records), "hold": sum(r.ok for r in self.records),
                   "wrong": sum(r.verdict == "wrong" for r in self.records)}
         for verdict in ("exact", "correctly rounded", "approximation", CONSISTENT, "unreadable",
-                        UNDECIDED):
+                        UNDECIDED, AMBIGUOUS):
             counts[verdict] = sum(r.verdict == verdict for r in self.records)
         counts["diagnosed"] = sum(r.diagnosis is not None for r in self.records
                                   if r.verdict == "wrong")
@@ -144,6 +145,8 @@ class CheckReport:
             line += f", {s['unreadable']} unreadable"
         if s[UNDECIDED]:
             line += f", {s[UNDECIDED]} undecided (not counted as holding)"
+        if s[AMBIGUOUS]:
+            line += f", {s[AMBIGUOUS]} ambiguous (readings disagree; not counted as wrong)"
         return line + "."
 
     def text(self, *, quiet: bool = False) -> str:
@@ -232,7 +235,8 @@ class CheckReport:
         out.append(f"**{plural(s['claims'], 'claim')}: {_hold(s['hold'])}, {s['wrong']} wrong "
                    f"({s['diagnosed']} diagnosed)"
                    + (f", {s['unreadable']} unreadable" if s["unreadable"] else "")
-                   + (f", {s[UNDECIDED]} undecided" if s[UNDECIDED] else "") + ".**")
+                   + (f", {s[UNDECIDED]} undecided" if s[UNDECIDED] else "")
+                   + (f", {s[AMBIGUOUS]} ambiguous" if s[AMBIGUOUS] else "") + ".**")
         return "\n".join(out)
 
     def sanitized(self) -> CheckReport:
@@ -268,6 +272,8 @@ LINE_WIDTH = 100
 #: The longest exact form shown on a line of its own.
 FORM_WIDTH = 72
 
+#: The verdict of a shape claim whose readings disagree (never wrong, never holding).
+AMBIGUOUS = "ambiguous"
 #: The verdict of a claim that holds for inputs inside their printed intervals.
 CONSISTENT = "consistent with the inputs as printed"
 SCHEMA = "mha-symbolic-check/2"
@@ -280,7 +286,7 @@ def _hold(n: int) -> str:
 
 def _mark(r: ClaimRecord) -> str:
     """✓ holds, ✗ wrong, ? neither decided nor read (unreadable, undecided)."""
-    return "✓" if r.ok else "?" if r.verdict in ("unreadable", UNDECIDED) else "✗"
+    return "✓" if r.ok else "?" if r.verdict in ("unreadable", UNDECIDED, AMBIGUOUS) else "✗"
 
 
 def _label(r: ClaimRecord) -> str:

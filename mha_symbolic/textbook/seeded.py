@@ -10,6 +10,15 @@ worked example states the recipe, and the draws are replayed::
              "w_v = Linear(3, 2, bias=False)", "w_o = Linear(2, 2)"]
     cache = "raschka-mha-init.npz"      # optional: the draws, for machines without torch
 
+With ``numpy_seed = s`` (``np.random.seed(s)``, numpy's legacy generator) or
+``numpy_default_rng = s`` (``rng = np.random.default_rng(s)``) in place of
+``torch_seed``, ``rand(…)`` and ``randn(…)`` replay ``np.random.rand``/``randn`` or
+``rng.random``/``rng.standard_normal`` with numpy itself (no cache needed).
+
+``seed(N)`` between draws replays a second ``torch.manual_seed(N)``;
+``x = Embedding(vocab, d)[i, j, …]`` draws an ``nn.Embedding(vocab, d)`` and looks up
+the rows of the token indices i, j, … (as ``embed(torch.tensor([i, j, …]))``).
+
 Each draw is ``TARGET = rand(d, …)``, ``randn(d, …)`` or ``Linear(in, out[, bias=False])``,
 in the order the book's code makes them (the generator's state runs through them);
 ``TARGET`` is an input key, or ``w_q[2]`` for head 2 of a per-head list.  A ``Linear``
@@ -40,7 +49,10 @@ from ..errors import ExampleFileError
 
 __all__ = ["INIT_KEYS", "draw", "parse_draw", "recipe_text", "resolve_init", "write_cache"]
 
-INIT_KEYS = frozenset({"torch_seed", "draws", "cache"})
+INIT_KEYS = frozenset({"torch_seed", "numpy_seed", "numpy_default_rng", "draws", "cache"})
+#: The generators a recipe may name, one per recipe: torch's, numpy's legacy
+#: ``np.random.seed`` (a ``RandomState``), numpy's ``np.random.default_rng(seed)``.
+_SEEDS = ("torch_seed", "numpy_seed", "numpy_default_rng")
 _DRAW = re.compile(
     r"^\s*(?P<target>[a-z_]+)(?:\[(?P<index>[0-9]{1,3})\])?\s*=\s*(?P<fn>rand|randn|Linear)\s*\("
     r"(?P<args>[0-9\s,]*?)(?:,\s*bias\s*=\s*(?P<bias>True|False))?\s*\)\s*$")
@@ -50,8 +62,28 @@ MAX_DRAW_ENTRIES = 65_536
 _TARGETS = ("x", "x_kv", "query", "key", "value", "scores", "w_q", "w_k", "w_v", "w_o", "w_qkv")
 
 
+_RESEED = re.compile(r"^\s*seed\s*\(\s*(?P<seed>[0-9]{1,19})\s*\)\s*$")
+_EMBED = re.compile(r"^\s*(?P<target>[a-z_]+)\s*=\s*Embedding\s*\(\s*(?P<vocab>[0-9]{1,6})\s*,"
+                    r"\s*(?P<dim>[0-9]{1,6})\s*\)\s*\[(?P<rows>[0-9\s,]*)\]\s*$")
+
+
 def parse_draw(text: str) -> tuple[str, int, str, tuple[int, ...], bool]:
-    """(target, head index or 0, function, sizes, bias) of one draw."""
+    """(target, head index or 0, function, sizes, bias) of one draw.  ``seed(N)`` (the
+    code calls ``torch.manual_seed(N)`` again) has target "" and sizes (N,);
+    ``x = Embedding(vocab, d)[i, j, …]`` (an ``nn.Embedding`` drawn, then rows looked up)
+    has sizes (vocab, d, i, j, …)."""
+    if isinstance(text, str) and len(text) <= 200 and (r := _RESEED.match(text)):
+        return "", 0, "seed", (int(r.group("seed")),), False
+    if isinstance(text, str) and len(text) <= 200 and (e := _EMBED.match(text)):
+        vocab, dim = int(e.group("vocab")), int(e.group("dim"))
+        rows = tuple(int(i) for i in e.group("rows").replace(" ", "").split(",") if i)
+        if e.group("target") not in ("x", "x_kv", "query", "key", "value"):
+            raise ExampleFileError(f"draw {text!r}: an Embedding gives x, x_kv, query, key or value")
+        if not rows or vocab < 1 or dim < 1 or any(i >= vocab for i in rows) \
+                or vocab * dim > MAX_DRAW_ENTRIES or len(rows) * dim > MAX_DRAW_ENTRIES:
+            raise ExampleFileError(f"draw {text!r}: Embedding(vocab, d)[rows] needs rows below "
+                                   f"vocab and at most {MAX_DRAW_ENTRIES} entries")
+        return e.group("target"), 0, "Embedding", (vocab, dim, *rows), False
     m = _DRAW.match(text) if isinstance(text, str) and len(text) <= 200 else None
     if m is None:
         raise ExampleFileError(f"draw {str(text)[:60]!r} is not 'TARGET = rand(…)', 'randn(…)' or "
@@ -82,7 +114,8 @@ def parse_draw(text: str) -> tuple[str, int, str, tuple[int, ...], bool]:
 
 def recipe_text(init: dict[str, Any]) -> str:
     """A canonical one-line form of a recipe (what a cache records)."""
-    return f"torch_seed={init['torch_seed']}; " + "; ".join(init["draws"])
+    kind = next((k for k in _SEEDS if k in init), "torch_seed")
+    return f"{kind}={init[kind]}; " + "; ".join(init["draws"])
 
 
 def _check(init: Any, where: str) -> dict[str, Any]:
@@ -92,10 +125,20 @@ def _check(init: Any, where: str) -> dict[str, Any]:
     if unknown:
         raise ExampleFileError(f"{where}: init: unknown key(s) {echo(', '.join(sorted(unknown)))}; "
                                f"known: {', '.join(sorted(INIT_KEYS))}")
-    seed = init.get("torch_seed")
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
-        raise ExampleFileError(f"{where}: init.torch_seed={expr_text(seed)} must be a "
-                               "non-negative integer below 2^63")
+    kinds = [k for k in _SEEDS if k in init]
+    if len(kinds) != 1:
+        raise ExampleFileError(f"{where}: init needs exactly one of {', '.join(_SEEDS)}")
+    kind = kinds[0]
+    seed = init.get(kind)
+    top = 2**63 if kind == "torch_seed" else 2**32
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < top:
+        raise ExampleFileError(f"{where}: init.{kind}={expr_text(seed)} must be a "
+                               f"non-negative integer below 2^{63 if top == 2**63 else 32}")
+    if kind != "torch_seed":
+        for d in draws if isinstance(draws := init.get("draws"), list) else []:
+            if isinstance(d, str) and ("Linear" in d or "Embedding" in d or _RESEED.match(d)):
+                raise ExampleFileError(f"{where}: init: Linear, Embedding and seed are torch's; "
+                                       f"with {kind} draw rand(…) or randn(…)")
     draws = init.get("draws")
     if not isinstance(draws, list) or not draws or len(draws) > MAX_DRAWS:
         raise ExampleFileError(f"{where}: init.draws must be a list of 1 to {MAX_DRAWS} draws")
@@ -110,9 +153,31 @@ def _check(init: Any, where: str) -> dict[str, Any]:
     return init
 
 
+def _draw_numpy(init: dict[str, Any]) -> dict[str, Any]:
+    """Replay numpy draws: ``np.random.seed(s)`` then ``np.random.rand``/``randn`` (the
+    legacy ``RandomState``), or ``rng = np.random.default_rng(s)`` then ``rng.random`` /
+    ``rng.standard_normal``; float64 values, taken exactly."""
+    import numpy as np
+
+    out: dict[str, Any] = {}
+    legacy = "numpy_seed" in init
+    gen: Any = (np.random.RandomState(int(init["numpy_seed"])) if legacy
+                else np.random.default_rng(int(init["numpy_default_rng"])))
+    for text in init["draws"]:
+        target, index, fn, sizes, _ = parse_draw(text)
+        name = f"{target}[{index}]" if index else target
+        if legacy:
+            out[name] = gen.rand(*sizes) if fn == "rand" else gen.randn(*sizes)
+        else:
+            out[name] = gen.random(sizes) if fn == "rand" else gen.standard_normal(sizes)
+    return out
+
+
 def draw(init: dict[str, Any]) -> dict[str, Any]:
     """Replay the draws with torch: {key: float32 numpy array} (per-head targets as
-    ``w_q[2]``).  Needs torch."""
+    ``w_q[2]``).  Needs torch (numpy's generators: numpy only)."""
+    if "torch_seed" not in init:
+        return _draw_numpy(init)
     try:
         import torch
     except ImportError:
@@ -124,7 +189,12 @@ def draw(init: dict[str, Any]) -> dict[str, Any]:
         for text in init["draws"]:
             target, index, fn, sizes, bias = parse_draw(text)
             name = f"{target}[{index}]" if index else target
-            if fn == "rand":
+            if fn == "seed":
+                torch.manual_seed(sizes[0])
+            elif fn == "Embedding":
+                table = torch.nn.Embedding(sizes[0], sizes[1]).weight.detach().numpy()
+                out[name] = table[list(sizes[2:])].copy()
+            elif fn == "rand":
                 out[name] = torch.rand(*sizes).numpy()
             elif fn == "randn":
                 out[name] = torch.randn(*sizes).numpy()
@@ -174,6 +244,8 @@ def _expected(init: dict[str, Any]) -> list[str]:
     names = []
     for text in init["draws"]:
         target, index, fn, _, bias = parse_draw(text)
+        if fn == "seed":
+            continue
         names.append(f"{target}[{index}]" if index else target)
         if fn == "Linear" and bias:
             b = "b_" + target[2:]

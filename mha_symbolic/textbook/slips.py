@@ -4,6 +4,7 @@ it provably reproduces the printed answer."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -37,10 +38,17 @@ def _claimed_weights(ex: WorkedExample, upto: int, batch: int = 1) -> _PrintedWe
             if len(idx) == 2 and p.kind == "decimal" and p.value is not None:
                 printed.setdefault((b, h, idx[0] - 1, idx[1] - 1), []).append(
                     (k, _Printed(p.value, p.text)))
-            elif len(idx) == 1 and p.kind in ("tuple", "array") and len(p.shape) <= 1:
+            elif len(idx) == 1 and p.kind in ("tuple", "array") and (
+                    len(p.shape) <= 1 or p.shape[0] == 1):
                 for c, part in enumerate(p.parts):
                     if part.kind == "decimal" and part.value is not None:
                         printed.setdefault((b, h, idx[0] - 1, c), []).append(
+                            (k, _Printed(part.value, part.text)))
+            elif not idx and p.kind == "array" and len(p.shape) == 2:  # the whole matrix
+                cols = p.shape[1]
+                for n, part in enumerate(p.parts):
+                    if part.kind == "decimal" and part.value is not None:
+                        printed.setdefault((b, h, n // cols, n % cols), []).append(
                             (k, _Printed(part.value, part.text)))
         cache = (len(ex.claims), printed)
         ex.__dict__["_printed_weights"] = cache
@@ -55,11 +63,16 @@ class _PrintedWeights:
         self.printed, self.upto, self.batch = printed, upto, batch
 
     def get(self, key: tuple[int, int, int], default: Any = None) -> Any:
+        found = self.where(key)
+        return found[1] if found else default
+
+    def where(self, key: tuple[int, int, int]) -> tuple[int, Any] | None:
+        """(the claim's index, the printed weight) of the latest printing, or None."""
         import bisect
 
         seen = self.printed.get((self.batch, *key), [])
         k = bisect.bisect_left(seen, self.upto, key=lambda item: item[0])
-        return seen[k - 1][1] if k else default
+        return seen[k - 1] if k else None
 
 
 class _Printed(Fraction):
@@ -73,75 +86,178 @@ class _Printed(Fraction):
         return self
 
 
-def premature(ex: WorkedExample, index: int, claim: Claim, p: PrintedAnswer) -> str | None:
-    """Does the claim equal the computation redone with earlier printed (rounded) weights?"""
+def premature(ex: WorkedExample, index: int, claim: Claim, p: PrintedAnswer,
+              upstream: Callable[[int], str | None] | None = None) -> str | None:
+    """Does the claim equal the computation redone with earlier printed weights?
+
+    Every claim form is tried: one entry, a row (tuple, list or tensor), a whole matrix;
+    head outputs, the concatenation and the block output (through W^O and b_o).  When
+    the printed weights it uses are correct roundings, the slip is *premature rounding*;
+    when some are themselves wrong, the slip is upstream: the diagnosis says the claim
+    follows from those printed weights and names their root (``upstream(k)``: the
+    diagnosis of claim k, or None)."""
     name, _, idx = parse_quantity(claim.quantity)
-    if not idx or not 0 < claim.batch <= ex.batch_size:
+    if name not in ("head_output", "weight", "weight_sum", "output", "concat", "weighted_value"):
+        return None
+    if not 0 < claim.batch <= ex.batch_size or (not idx and name in ("weight", "weight_sum")):
+        return None
+    if name == "weighted_value" and len(idx) != 2:
         return None
     att = ex.attention(claim.batch - 1)
-    if att is None or name not in ("head_output", "weight", "weight_sum", "output", "concat"):
+    if att is None:
+        return None
+    parts = p.entries
+    if any(part.kind != "decimal" or part.value is None or part.unit is None for part in parts):
         return None
     h = claim.head - 1
     weights = _claimed_weights(ex, index, claim.batch)
-    r = idx[0] - 1
-    n_k = att.heads[h].weights.cols
+    used: dict[tuple[int, int, int], tuple[int, Any]] = {}
+    n_q, n_k = att.heads[h].weights.rows, att.heads[h].weights.cols
+
+    def printed_row(hh: int, r: int) -> list[Fraction] | None:
+        exact_row = att.heads[hh].weights.row(r)
+        out: list[Fraction] = []
+        for j in range(n_k):
+            found = weights.where((hh, r, j))
+            if found is None:
+                if exact_row[j] != 0:
+                    return None
+                out.append(Fraction(0))
+            else:
+                used[(hh, r, j)] = found
+                out.append(found[1])
+        return out
+
+    rows = [idx[0] - 1] if idx else list(range(n_q))
+    candidates: list[Fraction] = []
     if name == "weight" and len(idx) == 2:
         # the complement: w_rc = 1 - (sum of the other printed weights of the row)
-        others = [weights.get((h, r, j)) for j in range(n_k) if j != idx[1] - 1]
-        if any(o is None for o in others) or not others:
+        others = []
+        for j in range(n_k):
+            if j != idx[1] - 1:
+                found = weights.where((h, rows[0], j))
+                if found is None:
+                    return None
+                used[(h, rows[0], j)] = found
+                others.append(found[1])
+        if not others:
             return None
-        value = 1 - sum(o for o in others if o is not None)
+        candidates = [1 - sum(others)]
         how = "1 − (the other printed weights of the row)"
-        candidates = [value]
+    elif name == "weight":
+        return None  # a row of weights is not computed from other printed weights
+    elif name == "weighted_value":  # w_ij · v_j from the printed w_ij
+        i, j = idx[0] - 1, idx[1] - 1
+        found = weights.where((h, i, j))
+        v = att.heads[h].v
+        if found is None or v is None or not all(v[j, c].is_Rational for c in range(v.cols)):
+            return None
+        used[(h, i, j)] = found
+        candidates = [found[1] * Fraction(int(v[j, c].p), int(v[j, c].q)) for c in range(v.cols)]
+        how = _printed_list(used)
+    elif name == "weight_sum":
+        row = printed_row(h, rows[0])
+        if row is None:
+            return None
+        candidates = [sum(row, Fraction(0))]
+        how = _printed_list(used)
     else:
-        if name in ("output", "concat") and (len(att.heads) != 1 or att.output is not None):
+        block = _blend(ex, att, claim, name, rows, printed_row)
+        if block is None:
             return None
-        row = [weights.get((h, r, j)) for j in range(n_k)]
-        exact_row = att.heads[h].weights.row(r)
-        for j, w in enumerate(row):
-            if w is None and exact_row[j] == 0:
-                row[j] = Fraction(0)
-        if any(w is None for w in row):
-            return None
-        if name == "weight_sum":
-            candidates = [sum(w for w in row if w is not None)]
-        else:
-            v = att.heads[h].v
-            if name == "weight" or v is None:
-                # a row of weights is not computed from other printed weights, and
-                # without values there is no weighted sum to redo
-                return None
-            cols = [idx[1] - 1] if len(idx) == 2 else list(range(v.cols))
-            candidates = []
-            for c in cols:
-                total = Fraction(0)
-                for j, w in enumerate(row):
-                    assert w is not None
-                    vj = v[j, c]
-                    if not vj.is_Rational:
-                        return None
-                    total += w * Fraction(int(vj.p), int(vj.q))
-                candidates.append(total)
-        how = "the rounded weights printed earlier (" + ", ".join(
-            w.text if isinstance(w, _Printed) else decimal_text(w) for w in row
-            if w is not None) + ")"
-    parts = p.parts if p.kind == "tuple" else (p,)
+        cols = [idx[1] - 1] if len(idx) == 2 else None
+        candidates = [x for row_values in block for c, x in enumerate(row_values)
+                      if cols is None or c in cols]
+        how = _printed_list(used)
     if len(parts) != len(candidates):
         return None
+    import sympy as sp
+
+    from ..exact.certified import certify
+    from .claims import _places
+
     for part, cand in zip(parts, candidates, strict=True):
-        if part.kind != "decimal" or part.value is None or part.unit is None:
-            return None
-        import sympy as sp
-
-        from ..exact.certified import certify
-        from .claims import _places
-
         cv = certify(sp.Rational(cand.numerator, cand.denominator))
+        assert part.unit is not None
         if cv.round_places(_places(part.unit)) != part.value:
             return None
     exact = all(part.value == cand for part, cand in zip(parts, candidates, strict=True))
+    wrong = _wrong_printings(ex, att, used)
+    if wrong:
+        k = min(wrong)
+        source = ex.claims[k]
+        root = upstream(k) if upstream is not None else None
+        where = f"{source.quantity}" + (f" at line {source.line}" if source.line else "")
+        return ("follows from wrong printed weights: the printed answer is "
+                + ("exactly " if exact else "")
+                + f"what {how.replace('the rounded weights', 'the weights')} give, and those weights are "
+                f"wrong ({where}" + (f": {root}" if root else ", not diagnosed")
+                + "); the slip is upstream")
     return ("premature rounding: the printed answer is " + ("exactly " if exact else "")
             + f"what {how} give; computed from exact weights it differs")
+
+
+def _printed_list(used: dict[tuple[int, int, int], tuple[int, Any]]) -> str:
+    texts = [w.text if isinstance(w, _Printed) else decimal_text(w) for _, w in used.values()]
+    shown = ", ".join(texts[:8]) + (f", … ({len(texts)} weights)" if len(texts) > 8 else "")
+    return f"the rounded weights printed earlier ({shown})"
+
+
+def _blend(ex: WorkedExample, att: Any, claim: Claim, name: str, rows: list[int],
+           printed_row: Callable[[int, int], list[Fraction] | None]) -> list[list[Fraction]] | None:
+    """Rows of head outputs (``head_output``), of the concatenation or of the block output
+    computed exactly from printed weights (None when some weight or value is missing or
+    not rational)."""
+    heads = [claim.head - 1] if name == "head_output" else list(range(len(att.heads)))
+    out: list[list[Fraction]] = []
+    for r in rows:
+        row: list[Fraction] = []
+        for hh in heads:
+            v = att.heads[hh].v
+            w = printed_row(hh, r)
+            if v is None or w is None:
+                return None
+            for c in range(v.cols):
+                total = Fraction(0)
+                for j, wj in enumerate(w):
+                    vj = v[j, c]
+                    if not vj.is_Rational:
+                        return None
+                    total += wj * Fraction(int(vj.p), int(vj.q))
+                row.append(total)
+        out.append(row)
+    if name == "output" and att.output is not None:
+        from ..exact.engine import exact_matrix
+
+        given = ex.engine_inputs()[claim.batch - 1]
+        wo = exact_matrix(given["w_o"], "w_o")
+        bo = exact_matrix(given["b_o"], "b_o") if given.get("b_o") is not None else None
+        if not all(e.is_Rational for e in wo) or (bo is not None and not all(
+                e.is_Rational for e in bo)):
+            return None
+
+        def q(e: Any) -> Fraction:
+            return Fraction(int(e.p), int(e.q))
+
+        out = [[sum((row[i] * q(wo[i, c]) for i in range(wo.rows)), Fraction(0))
+                + (q(bo[c]) if bo is not None else 0) for c in range(wo.cols)] for row in out]
+    return out
+
+
+def _wrong_printings(ex: WorkedExample, att: Any,
+                     used: dict[tuple[int, int, int], tuple[int, Any]]) -> list[int]:
+    """The claims whose printed weights (among ``used``) are not roundings of the exact
+    weights."""
+    bad = []
+    for (hh, r, j), (k, w) in used.items():
+        text = w.text if isinstance(w, _Printed) else decimal_text(w)
+        try:
+            ok = holds(att.heads[hh].weights[r, j], parse_printed(text), Fraction(1, 10**6))
+        except MhaSymbolicError:
+            ok = False
+        if not ok:
+            bad.append(k)
+    return bad
 
 
 def variant_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer) -> str | None:
@@ -181,6 +297,7 @@ def variant_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer) -> str 
     coarse = all(part.kind == "decimal" and part.significant_digits < 2 for part in parts)
     from .screening import may_hold
 
+    found: list[str] = []
     for text, changes in variants:
         if name == "score" and "_transposed" not in changes:
             continue
@@ -190,10 +307,10 @@ def variant_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer) -> str 
             alt = ex.attention(claim.batch - 1, **changes)
             value = quantity_value(ex, claim, alt)
             if holds(value, p, claim.rtol, exactly=coarse):
-                return text
+                found.append(text)  # every variant that gives it: they are said together
         except MhaSymbolicError:
             continue
-    return None
+    return "; or ".join(found) if found else None
 
 
 def _square_weights(ex: WorkedExample, which: str = "qkvo") -> bool:

@@ -680,6 +680,10 @@ def _statement(src: Source) -> str:
         return f"{src.choice(['d_k', 'n', 'w_1'])} = {src.choice(['64', '2', '0.707', 'x'])}"
     if k == 2:
         return rf"\sqrt{{d_k}} = {src.choice(['8', '1.41', '0.707'])}"
+    if k == 3 and src.chance(0.5):  # what real sources write (docs/books.md, "Real sources")
+        return src.choice([r"e=d-y=0.3", r"x(0)=3.0", r"n < 0", r"2D = T", r"1/8000=0.125$ ms",
+                           r"2 * 28672 / 2550 = 22", r"\begin{align*} N > 128 = 81 \end{align*}",
+                           r"\frac{1}{3} (10) = 3", r"e^{10} = 22,026"])
     return latex_math(src)
 
 
@@ -687,6 +691,12 @@ def _block(src: Source) -> str:
     if src.chance(0.5):
         return document_text(src)
     ref = src.choice(['"w_{11}"', '"w_1"', "3", '""', "'x"])
+    if src.chance(0.4):  # a claim that points at its statement by its quantity (no key)
+        q = src.choice(["weight[1,1]", "weight[1,2]", "score[1,1]", "head_output[1]",
+                        "weight[99999999999,1]", "weight[]", "params.total", "x" * 200])
+        tail = src.choice(["", "\n", "head = 2\n", "head = 'x'\n", "\n[[example.claim]]\n"])
+        return ('[[example]]\nname = "A"\nd_k = 2\nscores = [[1, 0]]\n\n[[example.claim]]\n'
+                f"quantity = {toml_string(q)}\n" + tail)
     return ('[[example]]\nname = "A"\nd_k = 2\nscores = [[1, 0]]\n\n[[example.claim]]\n'
             'quantity = "weight[1,1]"\nstatement = ' + ref + "\n")
 

@@ -92,9 +92,7 @@ def load_init(ex: dict[str, Any]) -> dict[str, Any]:
     for name in data.files:
         if name == "__recipe__":
             continue
-        value = [[F(*float(x).as_integer_ratio()) for x in row] for row in np.atleast_2d(data[name])]
-        if data[name].ndim == 1:
-            value = value[0]
+        value = tree(data[name].tolist(), lambda x: F(*float(x).as_integer_ratio()))
         if "__" in name:
             key, idx = name.split("__")
             heads.setdefault(key, {})[int(idx)] = value
@@ -134,6 +132,10 @@ class Model:
                 nums = [val for val, _ in printed_numbers(v)]
                 inputs[k] = [nums[i:i + width] for i in range(0, len(nums), width)]
         inputs.update(load_init(ex))
+        if ex.get("layout") == "torch":  # weights given (out, in), as nn.Linear stores them
+            for k in ("w_q", "w_k", "w_v", "w_o"):
+                if k in inputs and not isinstance(inputs[k][0][0], list):
+                    inputs[k] = [list(c) for c in zip(*inputs[k], strict=True)]
         self.heads = int(ex.get("heads", 1))
 
         def batch(v: Any, depth: int) -> Any:
@@ -187,6 +189,8 @@ class Model:
         if "valid_lens" in ex:
             keep = [[j < ex["valid_lens"][b] for j in range(n_k)] for _ in range(n_q)]
         fill = ex.get("mask_fill")
+        self.x = get.get("x")
+        self.mask = [[F(1) if kept else F(0) for kept in row] for row in keep]
         self.scaled, self.weights, self.out = [], [], []
         for i in range(h):
             t = [[(mpmath.mpf(s.numerator) / s.denominator) * self.scale if keep[r][j]
@@ -195,6 +199,11 @@ class Model:
             self.scaled.append(t)
             w = []
             for row in t:
+                kept = [x for x in row if x is not None]
+                if fill is None and kept and all(x == kept[0] for x in kept):
+                    # equal scores: the weights are exactly 1/(number kept), a rational
+                    w.append([F(1, len(kept)) if x is not None else F(0) for x in row])
+                    continue
                 e = [mpmath.exp(x) if x is not None else mpmath.mpf(0) for x in row]
                 total = mpmath.fsum(e)
                 w.append([x / total for x in e])
@@ -214,7 +223,8 @@ class Model:
 
 
 def matrix(model: Model, name: str, head: int) -> list[list[Any]]:
-    return {"score": lambda: model.scores[head], "scaled_score": lambda: model.scaled[head],
+    return {"x": lambda: model.x, "mask": lambda: model.mask,
+            "score": lambda: model.scores[head], "scaled_score": lambda: model.scaled[head],
             "weight": lambda: model.weights[head], "head_output": lambda: model.out[head],
             "concat": lambda: model.concat, "output": lambda: model.output,
             "q": lambda: model.q[head], "k": lambda: model.k[head],
@@ -234,8 +244,15 @@ def claimed_values(ex: dict[str, Any], claim: dict[str, Any]) -> list[Any]:
         if key in ex and isinstance(ex[key][0][0], list):
             n_batch = len(ex[key])
     if name == "weight_sum":  # Σ_j e^(t_j) / Σ_k e^(t_k) = 1 exactly (a row with a kept key)
-        assert abs(mpmath.fsum(Model(ex, batch).weights[head][idx[0]]) - 1) < mpmath.mpf(10) ** -50
-        return [F(1)]
+        rows = Model(ex, batch).weights[head]
+        for r in ([idx[0]] if idx else range(len(rows))):
+            assert abs(mpmath.fsum(rows[r]) - 1) < mpmath.mpf(10) ** -50
+        return [F(1)] * (1 if idx else len(rows))
+    if name == "weighted_value":  # w_ij · v_j, a row of d_v
+        model = Model(ex, batch)
+        w = model.weights[head][idx[0]][idx[1]]
+        assert model.v is not None
+        return [w * mpf(x) for x in model.v[head][idx[1]]]
     if depth == 4:  # batch × heads
         return [e for b in range(n_batch) for h in range(int(ex.get("heads", 1)))
                 for row in matrix(Model(ex, b), name, h) for e in row]
@@ -266,6 +283,9 @@ def entry_verdict(x: Any, value: Fraction, unit: Fraction) -> str:
 def expected_numeric(ex: dict[str, Any], claim: dict[str, Any]) -> str:
     values = claimed_values(ex, claim)
     printed = printed_numbers(claim["claimed"])
+    if claim.get("printer") == "numpy":  # numpy strips trailing zeros: 8 decimals stated
+        printed = [(v, min(u, F(1, 10**8))) if u and "e" not in claim["claimed"] else (v, u)
+                   for v, u in printed]
     assert len(printed) == len(values), (claim["quantity"], len(printed), len(values))
     verdicts = [entry_verdict(x, v, u) for x, (v, u) in zip(values, printed, strict=True)]
     if "wrong" in verdicts:
@@ -311,6 +331,21 @@ def expected_size(ex: dict[str, Any], claim: dict[str, Any]) -> str:
     return "shape"
 
 
+def expected_shape(ex: dict[str, Any], claim: dict[str, Any]) -> str:
+    """Shapes hold as the corpus writes them (each checked by hand against its source),
+    except a heads-first printout without `axes` where the example states no batch: read
+    batch-first it has no batch to match (the example's batch is unknown or 1), read
+    heads-first it holds, so the readings disagree."""
+    sizes = re.findall(r"\d+", claim["claimed"])
+    h = ex.get("heads", 1)
+    per_head = claim["quantity"].split("[")[0] in ("shape.q", "shape.k", "shape.v",
+                                                   "shape.scores", "shape.weights", "shape.head")
+    if ("axes" not in claim and len(sizes) == 3 and per_head and h != 1
+            and int(sizes[0]) == h and ex.get("batch", 1) != h):
+        return "ambiguous"
+    return "exact"
+
+
 @pytest.fixture(scope="module")
 def reports() -> dict[str, Any]:
     return {f.stem: check_examples(load_examples(f)) for f in FILES}
@@ -337,7 +372,7 @@ def test_every_numeric_verdict_agrees_with_an_independent_computation(path: Path
             assert record.quantity == claim["quantity"]
             q = claim["quantity"]
             if q.startswith("shape."):
-                assert record.verdict == "exact", (ex["name"], q, record)
+                assert record.verdict == expected_shape(ex, claim), (ex["name"], q, record)
                 continue
             if q.startswith(("dim.", "params.")) or q == "scale":
                 assert record.verdict == expected_size(ex, claim), (ex["name"], q, record)
@@ -350,7 +385,7 @@ def test_every_numeric_verdict_agrees_with_an_independent_computation(path: Path
                 assert record.verdict == expected, (ex["name"], q, record.verdict, expected)
             checked += 1
     assert next(records, None) is None
-    assert checked or "vaswani" in path.stem or "alammar" in path.stem or "annotated" in path.stem
+    assert checked or any(k in path.stem for k in ("vaswani", "alammar", "annotated", "blog"))
 
 
 def test_printed_inputs_witnesses() -> None:

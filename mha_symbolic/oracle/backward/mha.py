@@ -33,7 +33,7 @@ import numpy as np
 from ...errors import ShapeError, SpecError
 from ..arith.balls import to_arb_mat
 from ..arith.constants import ETA, FLOOR, UP, U, gamma
-from ..conventions import POLICIES, ScoreModel
+from ..conventions import POLICIES, ScoreModel, masked_rows_of
 from ..enclosure import Enclosure, Problem
 from ..forward.fast import proj_fast
 from ..forward.mha import mha_inputs
@@ -420,15 +420,20 @@ def reference_mha_backward(
                      num_kv_heads=num_kv_heads, key_padding_mask=key_padding_mask,
                      attn_mask=attn_mask, is_causal=is_causal, batch_first=batch_first,
                      masked_rows=masked_rows, module=module)
-    xq, xk, xv, w, model = inp.xq, inp.xk, inp.xv, inp.w, inp.model
-    H, Hkv, hd = inp.H, inp.Hkv, inp.hd
-    packed_given = inp.packed
-    N, L, _ = xq.shape
-    S = xk.shape[1]
-    E, Ekv, E_out = H * hd, Hkv * hd, w["wo"].shape[0]
-    out_shape = inp.out_shape
-    unbatched = inp.unbatched
-    seq_first = not unbatched and not inp.batch_first
+    N, L, _ = inp.xq.shape
+    S = inp.xk.shape[1]
+    dout = _grad_output(grad_output, inp.out_shape, inp.unbatched,
+                        not inp.unbatched and not inp.batch_first)
+    empty = inp.model.empty_rows().reshape(N, inp.H, L)
+    rows = masked_rows_of(masked_rows, empty.reshape(N * inp.H, L), S, (N, inp.H),
+                          "key_padding_mask/attn_mask/is_causal")
+    g = _gradients(inp, dout, empty, rows.uniform.reshape(empty.shape))
+    return _enclosures(inp, dout, g, np.asarray(rows.nan).reshape(empty.shape))
+
+
+def _grad_output(grad_output: Any, out_shape: tuple[int, ...], unbatched: bool,
+                 seq_first: bool) -> Arr:
+    """grad_output read, checked against the block's output shape, as (N, L, E_out)."""
     g_in = as_exact_array(grad_output, "grad_output")
     if g_in.dtype == bool:
         raise SpecError("grad_output.dtype=bool: expected a float array")
@@ -439,10 +444,19 @@ def reference_mha_backward(
     dout = to_float64(g_in)
     dout = dout[None] if unbatched else (np.ascontiguousarray(dout.transpose(1, 0, 2))
                                          if seq_first else dout)
-    empty = model.empty_rows().reshape(N, H, L)
-    uniform = (empty & (S > 0)) if masked_rows == "uniform" else np.zeros_like(empty)
+    return dout
 
-    # ---- fast path: projections (fast.proj_fast), dA = G W_o, attention backward
+
+def _gradients(inp: Any, dout: Arr, empty: Arr, uniform: Arr) -> dict[str, Any]:
+    """Tier 1 of the block's backward: the projections (fast.proj_fast), dA = G W_o,
+    each head's attention backward (fast.tier1_backward), the GQA sums, the projections'
+    and the output projection's gradients, with their bounds and the rows they leave
+    valid."""
+    xq, xk, xv, w, model = inp.xq, inp.xk, inp.xv, inp.w, inp.model
+    H, Hkv, hd = inp.H, inp.Hkv, inp.hd
+    N, L, _ = xq.shape
+    S = xk.shape[1]
+    E, E_out = H * hd, w["wo"].shape[0]
     q_t, q_e = proj_fast(xq, w["wq"], w["bq"])
     k_t, k_e = proj_fast(xk, w["wk"], w["bk"])
     v_t, v_e = proj_fast(xv, w["wv"], w["bv"])
@@ -494,12 +508,27 @@ def reference_mha_backward(
     e_dwo = (mm_up(np.abs(gf).T, eaf + gamma(max(rows_, 1)) * np.abs(af)) + rows_ * ETA) * UP + FLOOR
     dbo = gf.sum(axis=0)
     e_dbo = gamma(max(rows_, 1)) * np.abs(gf).sum(axis=0) / (1.0 - gamma(max(rows_, 1))) * UP + FLOOR
+    return {"gq": gq, "gk": gk, "gv": gv, "dwo": dwo, "e_dwo": e_dwo, "dbo": dbo,
+            "e_dbo": e_dbo, "row_ok": row_ok, "all_ok": all_ok}
 
-    # ---- validity and NaN pattern, per row of each result
+
+def _enclosures(inp: Any, dout: Arr, g: dict[str, Any], nan_h: Arr) -> MhaGradients:
+    """The gradients' Enclosures (inputs, weights, biases) with their validity and NaN
+    pattern per row (``nan_h``: the rows of (N, H, L) whose softmax is NaN)."""
+    xq, xk, xv, w, model = inp.xq, inp.xk, inp.xv, inp.w, inp.model
+    H, Hkv, hd = inp.H, inp.Hkv, inp.hd
+    N, L, _ = xq.shape
+    S = xk.shape[1]
+    E, Ekv, E_out = H * hd, Hkv * hd, w["wo"].shape[0]
+    rep = H // Hkv
+    unbatched = inp.unbatched
+    seq_first = not unbatched and not inp.batch_first
+    packed_given = inp.packed
+    gq, gk, gv, row_ok, all_ok = g["gq"], g["gk"], g["gv"], g["row_ok"], g["all_ok"]
+    dwo, e_dwo, dbo, e_dbo = g["dwo"], g["e_dwo"], g["dbo"], g["e_dbo"]
     ok_rows_q = row_ok.reshape(N, H, L).all(axis=1)                          # (N, L)
     ok_n: Arr = np.asarray(all_ok.reshape(N, H).all(axis=1) & row_ok.reshape(N, H * L).all(axis=1))
     ok_all = bool(ok_n.all())
-    nan_h: Arr = np.asarray(empty) & (masked_rows == "nan")                   # (N, H, L)
     nan_head_any = nan_h.any(axis=(0, 2))                                     # (H,)
     nan_kv_any = nan_head_any.reshape(Hkv, rep).any(axis=1)                   # (Hkv,)
     nan_n: Arr = np.asarray(nan_h.any(axis=(1, 2)))                           # (N,)

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..._text import echo
 from ...errors import SpecError, UnknownOptionError
 from ..inputs import to_float64
 from . import alibi, flex, fp8, score_mod, sinks, softcap, window  # noqa: F401  (registration)
@@ -50,14 +51,21 @@ def with_variant_keywords(fn: F) -> F:
     return fn
 
 
-def split_variant_keywords(options: dict[str, Any], *, door: str) -> None:
-    """Refuse keywords no variant takes (as Python would, with the closest names)."""
+def split_variant_keywords(options: dict[str, Any], *, door: Callable[..., Any] | str) -> None:
+    """Refuse keywords no variant takes, as Python would (``door() got an unexpected
+    keyword argument``), the name echoed safely, with the closest of the door's own
+    keywords (``door`` a function: its signature's; a name: the variants')."""
     for kw in options:
         if keyword_owner(kw) is None:
-            close = difflib.get_close_matches(kw, variant_keywords(), n=2)
+            if isinstance(door, str):
+                name, known = door, list(variant_keywords())
+            else:
+                name = door.__name__
+                known = [p for p in inspect.signature(door).parameters]
+            close = difflib.get_close_matches(kw, sorted(set(known)), n=3, cutoff=0.6)
             hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-            raise UnknownOptionError(f"{door}() got an unexpected keyword argument "
-                                     f"{kw!r}{hint}")
+            raise UnknownOptionError(f"{name}() got an unexpected keyword argument "
+                                     f"{echo(kw, 60)}{hint}")
 
 
 def variant_options(**options: Any) -> VariantOptions | None:

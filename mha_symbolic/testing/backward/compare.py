@@ -253,7 +253,7 @@ def compare_attention_backward(
     False
     """
 
-    split_variant_keywords(variants, door="compare_attention_backward")
+    split_variant_keywords(variants, door=compare_attention_backward)
     variant = variant_options(**variants)
     if variant is not None and any(getattr(variant, f) is not None
                                    for f in ("q_descale", "k_descale", "v_descale")):

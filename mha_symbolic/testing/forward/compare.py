@@ -153,7 +153,7 @@ def compare_attention(
     False
     """
 
-    split_variant_keywords(variants, door="compare_attention")
+    split_variant_keywords(variants, door=compare_attention)
     variant = sdpa_variant_options(dropout_p, dropout_mask, **variants)
     fp8 = any("float8" in str(getattr(x, "dtype", "")) for x in (actual, query, key, value))
     promise = dtype_promise(actual, (query, key, value), out_dtype, fp8)

@@ -41,9 +41,19 @@ _MATRIX: dict[str, tuple[str, str, str]] = {
     "grad_score": (r"gradient $\partial L/\partial T$", r"\partial T",
                    "gradient of the scaled scores"),
     "bias": ("ALiBi bias", "b", "ALiBi biases"),
+    # intermediates books print (textbook/intermediates.py)
+    "x": ("input", "X", "inputs"),
+    "mask": ("mask entry", "M", "mask"),
+    "mask_out": ("masked-out entry", r"\bar{M}", "masked-out pattern"),
+    "masked_score": ("masked raw score", r"\tilde{s}", "masked raw scores"),
+    "weight_masked": ("weight masked after the softmax", r"\tilde{w}",
+                      "weights masked after the softmax"),
+    "k_t": ("transposed key", r"K^{\top}", "transposed keys"),
+    "weighted_value": ("weighted value", r"(w v)", "weighted values"),
 }
 #: Entries named by a subscript (``w_{12}``); the others are "<name>, entry (r, c)".
-_SUBSCRIPTED = ("score", "scaled_score", "weight", "bias")
+_SUBSCRIPTED = ("score", "scaled_score", "weight", "bias", "masked_score", "weight_masked",
+                "weighted_value")
 
 _ROWS: dict[str, str] = {
     "weight_sum": "sum of the weights of row {r}",
@@ -62,6 +72,9 @@ _SHAPE: dict[str, str] = {
     "output": "shape of the output", "w_q_stacked": "shape of the stacked $W^{Q}$",
     "w_k_stacked": "shape of the stacked $W^{K}$", "w_v_stacked": "shape of the stacked $W^{V}$",
     "w_qkv": "shape of the fused $W^{QKV}$",
+    "b_q": "shape of the bias $b^{Q}$", "b_k": "shape of the bias $b^{K}$",
+    "b_v": "shape of the bias $b^{V}$", "b_o": "shape of the bias $b^{O}$",
+    "b_qkv": "shape of the fused bias $b^{QKV}$",
 }
 _DIM: dict[str, str] = {
     "n_q": "number of queries $n_q$", "n_k": "number of keys $n_k$",
@@ -110,7 +123,7 @@ def quantity_label(quantity: str, *, head: int = 1, batch: int = 1) -> str | Non
         else:
             text = f"all the {plural}"
     elif name in _ROWS:
-        text = _ROWS[name].format(r=idx[0])
+        text = _ROWS[name].format(r=idx[0]) if idx else "sums of the weights of every row"
     elif name in _PLAIN:
         text = _PLAIN[name]
     else:

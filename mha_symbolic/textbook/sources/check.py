@@ -41,7 +41,7 @@ class SourceRecord:
     file: str
     line: int
     text: str  # the statement as written (or "quantity: claimed" for a block's claim)
-    verdict: str  # one of statements.HOLDS, "wrong", "undecided", "not judged", "unreadable"
+    verdict: str  # statements.HOLDS, "wrong", "undecided", "ambiguous", "not judged", "unreadable"
     ok: bool
     relations: tuple[Relation, ...] = ()
     reason: str | None = None  # why not judged
@@ -82,11 +82,15 @@ class SourceReport:
 
     @property
     def exit_status(self) -> int:
-        """0 nothing wrong; 1 a statement or claim is wrong; 4 none wrong, some undecided."""
+        """0 nothing wrong; 1 a statement or claim is wrong; 4 none wrong, some undecided
+        or ambiguous (readings disagree: never counted as wrong); 2 an mha-check claim
+        could not be read (as for a TOML file)."""
         verdicts = {r.verdict for r in self.records}
+        if "unreadable" in verdicts:
+            return 2
         if "wrong" in verdicts:
             return 1
-        return 4 if "undecided" in verdicts else 0
+        return 4 if verdicts & {"undecided", "ambiguous"} else 0
 
     def summary(self) -> dict[str, int]:
         st = [r for r in self.records if r.kind == "statement"]
@@ -162,7 +166,8 @@ def _one(text: str, width: int) -> str:
     return t if len(t) <= width else t[:width - 1] + "…"
 
 
-_MARKS = {"wrong": "✗", "undecided": "?", "not judged": "·", "unreadable": "!"}
+_MARKS = {"wrong": "✗", "undecided": "?", "ambiguous": "?", "not judged": "·",
+          "unreadable": "!"}
 
 
 def _text_record(r: SourceRecord) -> list[str]:
@@ -183,6 +188,8 @@ def _text_record(r: SourceRecord) -> list[str]:
             lines.append(f"    diagnosis: {_one(c.diagnosis, 300)}")
         if c.detail:
             lines.append(f"    note: {_one(c.detail, 200)}")
+        if c.error:
+            lines.append(f"    error: {_one(c.error, 300)}")
         return lines
     for x in r.relations:
         if not x.relation:
@@ -265,6 +272,7 @@ def _statements(doc: Document, shown: str) -> list[SourceRecord]:
         scale = _scale_after(doc.text, span.start + len(span.text))
         for st in statements[-1:]:
             st.scale = scale
+            st.unit = _unit_after(doc.text, span.start + len(span.text))
         for st in statements:
             count += 1
             line = doc.line_of(st.start)
@@ -306,6 +314,18 @@ def _scale_after(text: str, end: int) -> str:
     m = _SCALE_AFTER.match(text, end, min(end + 40, len(text)))
     word = m.group(1) if m else ""
     return word if word in SCALES and len(word) > 1 else ""
+
+
+#: A unit with an SI or binary prefix right after a math span ("$1/8000=0.125$ ms"): the
+#: printed number is in those units, the formula in others, so the last pair is not judged.
+_UNIT_AFTER = re.compile(r"\$*[ \t]*(?:\\,|~)?[ \t]*((?:[pnuµμm]s|(?:[kKMGTPE]i?|[kKMGTPE])(?:B|b|"
+                         r"bit|bits|bytes?|Hz|W|m|FLOPs?|FLOP/s|FLOPS|ops?|s)|[mck]m|[mkMG]W|"
+                         r"[mµμnp]W))(?![A-Za-z])")
+
+
+def _unit_after(text: str, end: int) -> str:
+    m = _UNIT_AFTER.match(text, end, min(end + 40, len(text)))
+    return m.group(1) if m else ""
 
 
 def _names_and_printed(st: Any) -> tuple[tuple[str, ...], str | None]:

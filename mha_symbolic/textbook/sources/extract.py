@@ -262,10 +262,28 @@ def _find_math(doc: Document, masked: str, text: str, offset: int, sections: _Se
         if m.group() == "$" and (end - start > MAX_INLINE or end == start or _BLANK.search(
                 masked, start, end) or masked[stop:stop + 1].isdigit()):
             continue  # "$5 and $10": not math
+        start, end = _unwrapped(text, start, end)
         doc.spans.append(Span(text[start:end], offset + start, sections.of(m.start())))
         if len(doc.spans) > MAX_SPANS:
             raise ExampleFileError(f"more than {MAX_SPANS} math spans in one file")
     doc.spans.sort(key=lambda s: s.start)
+
+
+_INNER_ENV = re.compile(r"\s*\\begin\{(?P<env>equation|align|alignat|gather|multline|eqnarray"
+                        r"|flalign)(?P<star>\*?)\}(?:\{\d{1,2}\})?")
+
+
+def _unwrapped(text: str, start: int, end: int) -> tuple[int, int]:
+    """The body of an equation/align environment written inside ``$$…$$`` or ``\\[…\\]``
+    (``$$\\begin{equation} … \\end{equation}$$``, as Jekyll/MathJax books do), else the span."""
+    m = _INNER_ENV.match(text, start, end)
+    if not m:
+        return start, end
+    closing = "\\end{" + m.group("env") + m.group("star") + "}"
+    tail = text[m.end():end].rstrip()
+    if not tail.endswith(closing):
+        return start, end
+    return m.end(), m.end() + len(tail) - len(closing)
 
 
 # -- reStructuredText ---------------------------------------------------------------------------

@@ -236,6 +236,8 @@ class _Parser:
                     or (t.kind == "cmd" and t.text[1:] in _GREEK) or t.kind == "text":
                 if t.kind == "num" and self.toks[self.i - 1].kind == "num":
                     raise NotJudged("two numbers side by side")
+                if t.text == "(" and factors[-1][0] == "sym":
+                    raise NotJudged("a name followed by (…): a function or a product?")
                 factors.append(self.factor())
             else:
                 break

@@ -44,7 +44,8 @@ MAX_INTERVAL_INPUTS = 6
 #: Longest grammar text built for one value once its symbols are substituted.
 MAX_VALUE_TEXT = 2000
 
-HOLDS = ("exact", "correctly rounded", "approximation", "holds for the printed inputs")
+CORRECTLY_ROUNDED = "correctly rounded"
+HOLDS = ("exact", CORRECTLY_ROUNDED, "approximation", "holds for the printed inputs")
 _SEPARATOR_WORDS = frozenset({"and", "or", "so", "thus", "hence", "where", "with", "i.e.",
                               "e.g.", "while", "then", "since", "because", ","})
 
@@ -64,6 +65,7 @@ class Statement:
     label: str | None = None
     leading: bool = False  # it starts with a relation: the left side is in the prose
     scale: str = ""  # a scale word just after the math ("≈ 85$ million"): part of the number
+    unit: str = ""  # a prefixed unit just after the math ("= 0.125$ ms"): it may rescale it
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ class Section:
     #: "printed": a decimal input of a formula stands for its printed interval when the
     #: exact reading is wrong; "exact": it is exactly what it prints (the file says so)
     inputs: str = "printed"
+    #: "e = d - y" above: e is a variable of this section, not Euler's number
+    e_is_a_name: bool = False
 
 
 def split_statements(text: str, base: int = 0) -> list[Statement]:
@@ -402,6 +406,11 @@ def judge_statement(st: Statement, source: str, section: Section) -> tuple[list[
             reasons.append(str(exc))
     if st.leading and len(members) < 2:
         return [], "its left side is in the prose"
+    if nodes and nodes[0] == ("const", "e") and relations and relations[0] == "=":
+        section.e_is_a_name = True  # Euler's number is never assigned: "e = d - y = 0.3"
+        return [], "e = …: a variable named e (an error, an edge), not Euler's number"
+    if section.e_is_a_name and any(_has_euler(n) for n in nodes):
+        return [], "e is a variable of this section (e = … above), not Euler's number"
     # the leading run of lone names bound by "="
     k = 0
     while k < len(nodes) - 1 and nodes[k] is not None and nodes[k][0] == "sym" \
@@ -425,6 +434,22 @@ def judge_statement(st: Statement, source: str, section: Section) -> tuple[list[
         if rel not in JUDGED_RELATIONS:
             reasons.append(f"the relation {rel} is not judged")
             continue
+        if _lone_name_equation(left, right) or (rel not in ("=", "≈") and (
+                left[0] == "sym" or right[0] == "sym")):
+            try:  # a free symbol is the better reason
+                value_texts(left, section)
+                value_texts(right, section)
+            except NotJudged as exc:
+                reasons.append(str(exc))
+            else:
+                reasons.append("a lone name on one side (\"2D = T\", \"n < 0\"): a "
+                               "definition, a condition or an equation to solve, not a "
+                               "computation")
+            continue
+        if i + 1 == len(nodes) - 1 and st.unit and printed(right) is not None:
+            reasons.append(f"a unit after the number ({echo(st.unit, 12)}) may rescale it: "
+                           "the left side is in other units")
+            continue
         try:
             scale = st.scale if i + 1 == len(nodes) - 1 else ""
             results.append(judge_pair(left, rel, right, texts[i], texts[i + 1], section,
@@ -441,6 +466,22 @@ def judge_statement(st: Statement, source: str, section: Section) -> tuple[list[
 
 
 _FLIP = {"<": ">", ">": "<", "≤": "≥", "≥": "≤"}
+
+
+def _has_euler(node: Any, depth: int = 0) -> bool:
+    if node == ("const", "e"):
+        return True
+    if depth > 60 or not isinstance(node, (tuple, list)):
+        return False
+    return any(_has_euler(x, depth + 1) for x in node if isinstance(x, (tuple, list)))
+
+
+def _lone_name_equation(left: Any, right: Any) -> bool:
+    """A lone name on one side and no printed number on the other (past the leading names
+    a chain binds): an earlier binding of that name may belong to another case of the
+    text ("during generation, T = 1"), so the pair is not judged."""
+    return (left[0] == "sym" and printed(right) is None) or \
+        (right[0] == "sym" and printed(left) is None)
 
 
 def judge_pair(left: Any, rel: str, right: Any, ltext: str, rtext: str,
@@ -463,6 +504,9 @@ def judge_pair(left: Any, rel: str, right: Any, ltext: str, rtext: str,
         p = _printed_answer(pr[0], rel, pr[1])
         rel_result = _judge_printed(value, p)
         verdict, ok, rounded, detail = rel_result
+        if verdict == "wrong" and rel == "=" and pr[1] and not _is_integer(value):
+            # "= 22" for 22.49: books write "=" for a result rounded to an integer
+            p, (verdict, ok, rounded, detail) = _integer_rounded(value, pr[0], rel_result)
         if verdict == "wrong":
             box = _box_check(left, section, p)
             if box is not None:
@@ -505,6 +549,36 @@ def judge_pair(left: Any, rel: str, right: Any, ltext: str, rtext: str,
         raise NotJudged(f"an exact {rel} between formulas with rounded inputs")
     return Relation(ltext, rel, rtext, "wrong", False, exact_digits,
                     detail=f"the right side is {_describe(other, describe)}")
+
+
+#: Smallest integer that an "=" may state as a value rounded to an integer ("= 22" for
+#: 22.49); "= 1" for 0.98 is not judged: one digit says too little to call it rounded.
+MIN_ROUNDED_INTEGER = 10
+
+
+def _is_integer(value: Any) -> bool:
+    """Whether every entry is exactly an integer (a SymPy Integer, not merely near one)."""
+    return all(getattr(v, "is_Integer", False) for v in _flat(value))
+
+
+def _integer_rounded(value: Any, text: str, exact_result: Any) -> tuple[Any, Any]:
+    """An "=" to an integer that the exact value (not an integer) is not: read as the value
+    rounded to an integer.  It holds (correctly rounded) only where the integer is the
+    correct rounding and has at least two digits; a one-digit integer that the value rounds
+    to is not judged; otherwise it stays wrong, diagnosed as a "≈" is."""
+    from ..claims import parse_printed
+
+    p = parse_printed("≈ " + text)
+    result = _judge_printed(value, p)
+    parts = p.parts if p.kind in ("tuple", "array") else (p,)
+    if result[1]:
+        if any(q.value is None or abs(q.value) < MIN_ROUNDED_INTEGER for q in parts):
+            raise NotJudged("an \"=\" to a one-digit integer that the exact value only rounds "
+                            "to (write \\approx to have it judged)")
+        return p, (CORRECTLY_ROUNDED, True, None,
+                   "\"=\" to an integer read as the value rounded to an integer (its exact "
+                   "value is not an integer)")
+    return p, result
 
 
 def _flat(value: Any) -> list[Any]:

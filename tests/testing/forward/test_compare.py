@@ -365,9 +365,9 @@ def test_overflowing_scores_never_pass_garbage(options: dict[str, object]) -> No
 
 
 def test_an_infinite_enclosure_raises_tolerance_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import mha_symbolic.oracle as oracle
+    import mha_symbolic.testing.forward.compare as door  # where compare looks it up
 
-    real = oracle.reference_attention
+    real = door.reference_attention
 
     class Broken:
         def __init__(self, ref: object) -> None:
@@ -375,7 +375,7 @@ def test_an_infinite_enclosure_raises_tolerance_error(monkeypatch: pytest.Monkey
             self.lower = np.full(self.shape, -np.inf)
             self.upper = np.full(self.shape, np.inf)
 
-    monkeypatch.setattr(oracle, "reference_attention",
+    monkeypatch.setattr(door, "reference_attention",
                         lambda *a, **kw: Broken(real(*a, **kw)))
     q, k, v = _qkv(31)
     with pytest.raises(ToleranceError, match=r"enclosure of the exact value is \[-inf, inf\]"):

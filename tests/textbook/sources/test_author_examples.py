@@ -86,6 +86,17 @@ def test_book_builds_and_fails_on_a_wrong_number(tmp_path: Path) -> None:
     assert f"scaling.md:{line}: ERROR: mha-check: wrong" in r.stderr
 
 
+def test_book_fails_on_an_unreadable_block_claim(tmp_path: Path) -> None:
+    # a claim the verifier cannot read (head = 0) fails the build, as it exits 2 in the CLI
+    pytest.importorskip("sphinx", reason="sphinx is not installed")
+    pytest.importorskip("myst_parser", reason="myst-parser is not installed")
+    src = _book(tmp_path)
+    page = src / "scaling.md"
+    page.write_text(page.read_text().replace('statement = "w_1"', 'statement = "w_1"\nhead = 0'))
+    r = _sphinx_build(src, tmp_path / "out")
+    assert r.returncode == 1 and "ERROR: mha-check: unreadable" in r.stderr, r.stderr
+
+
 def test_book_warns_for_not_judged_only_when_asked(tmp_path: Path) -> None:
     pytest.importorskip("sphinx", reason="sphinx is not installed")
     pytest.importorskip("myst_parser", reason="myst-parser is not installed")
