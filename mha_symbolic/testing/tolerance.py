@@ -203,11 +203,15 @@ def ulp(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     >>> float(ulp(np.array(1.0), format_of("bfloat16"))) == 2.0 ** -7
     True
     """
+    # 2^e by masking the float64 exponent field (0 for zeros and float64 subnormals,
+    # which the clamp at 2^emin covers; every format here has emin ≥ float64's), then
+    # times 2^(1 − p): exact, a power of two.  Non-finite x: as for |x| = 0 before the
+    # clamp, e = max(−1, emin) (frexp(0) = (0, 0)).
     ax = np.abs(np.asarray(x, dtype=np.float64))
-    _, ex = np.frexp(np.where(np.isfinite(ax), ax, 0.0))
-    e = np.maximum(ex.astype(np.int64) - 1, fmt.emin)
-    e = np.where(ax == 0, fmt.emin, e)
-    return np.ldexp(1.0, (e - (fmt.p - 1)).astype(np.int32))
+    pw = (ax.view(np.int64) & np.int64(0x7FF0000000000000)).view(np.float64)
+    pw = np.where(np.isfinite(ax), np.maximum(pw, math.ldexp(1.0, fmt.emin)),
+                  math.ldexp(1.0, max(-1, fmt.emin)))
+    return np.asarray(pw * math.ldexp(1.0, 1 - fmt.p))
 
 
 # --------------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ import numpy as np
 
 from ...errors import SpecError
 from ...oracle.api import reference_attention
+from ...oracle.progress import Progress
 from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import (
     sdpa_variant_options,
@@ -99,6 +100,11 @@ from .plain import AttentionInputs, Plain, plain_in_dtype
 from .variants import compare_variant_attention
 
 __all__ = ["assert_attention_close", "compare_attention"]
+
+
+#: The tolerance model and the dtype level together, seconds per score on one core
+#: (bench/bench_compare.py, issue 29): a bar is shown above ~2 s on a terminal.
+SECONDS_PER_SCORE = 1.5e-7
 
 
 @with_lse
@@ -205,14 +211,26 @@ def compare_attention(
     )
     plain = Plain(x)
     model = model.with_events(*plain.events())
-    model_tol, vacuous = plain.bound(model)
+    lay = plain.layout
+    prog = Progress(None, lay.B * lay.L * lay.S * SECONDS_PER_SCORE)
+    bar = prog.bar(lay.B * lay.L, "tolerance")
+    try:
+        model_tol, vacuous = plain.bound(model, bar)
+    finally:
+        if bar is not None:
+            bar.close()
     notes: list[str] = []
     plain_err = None
     if rule == "flash":
         plain_err, note = _plain_error(x, a.dtype, lower, upper)
         if note:
             notes.append(note)
-    level = dtype_level(x, model) if rule in ("model", "flash") else None
+    bar = prog.bar(lay.B * lay.L, "dtype level") if rule in ("model", "flash") else None
+    try:
+        level = dtype_level(x, model, bar) if rule in ("model", "flash") else None
+    finally:
+        if bar is not None:
+            bar.close()
     mid = 0.5 * (lower + upper)
     if level is not None:   # refine for the tighter of the two levels
         dtol, _, _ = level.tolerance(mid, dtype_factor(rule, factor))

@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -112,13 +113,16 @@ class DtypeLevel:
             # rows is few samples)
             r = 0.0
             ok_any = np.zeros((B, L), bool)
+            m_fin, m_nan = np.isfinite(m), np.isnan(m)       # the same for every emulation
+            a_pos = a > 0
+            a_safe = np.where(a_pos, a, 1.0)
             for o in outs:
-                fin = np.isfinite(o) & np.isfinite(m)
-                ok_any |= np.all(fin | np.isnan(m), axis=-1) & ~np.all(np.isnan(o), axis=-1)
+                fin = np.isfinite(o) & m_fin
+                ok_any |= np.all(fin | m_nan, axis=-1) & ~np.all(np.isnan(o), axis=-1)
                 err = np.where(fin, np.abs(o - m), 0.0)
                 if err.size:
                     worst = max(worst, float(np.max(err)))
-                rel = np.where(fin & (a > 0), err / np.where(a > 0, a, 1.0), 0.0)
+                rel = np.where(fin & a_pos, err / a_safe, 0.0)
                 if rel.size:
                     r = max(r, float(np.max(rel)))
             for b, rows in self.groups:
@@ -147,10 +151,12 @@ def _np_dtype(f: FloatFormat) -> np.dtype:
     return f.numpy_dtype()
 
 
-def dtype_level(x: AttentionInputs, model: ErrorModel) -> DtypeLevel | None:
+def dtype_level(x: AttentionInputs, model: ErrorModel, progress: Any = None
+                ) -> DtypeLevel | None:
     """The emulated correct kernels of ``x`` in the formats of ``model``; None for
     formats the emulation does not cover (fp8 outputs or weights, accumulation in a
-    16-bit format): the model alone judges those."""
+    16-bit format): the model alone judges those.  ``progress``: a bar advanced by the
+    rows done, or None."""
     if model.fmt.p < 8 or model.weights is not None or model.acc.p < 24:
         return None   # fp8, and sums in 16 bits (numpy's own 16-bit products are not those)
     if x.q.shape[-2] == 0 or x.v.shape[-1] == 0 or x.v.shape[-2] == 0:
@@ -187,14 +193,19 @@ def dtype_level(x: AttentionInputs, model: ErrorModel) -> DtypeLevel | None:
     for ch in pl.chunks():
         groups.append((ch.b, ch.rows))
         vmax[ch.b] = kap * float(np.max(np.abs(ch.v), initial=0.0))
+        last_p = None
         for flat, (_, run) in zip(flats, runs, strict=True):
             out, p64 = run(ch)
             if x.masked_rows == "nan":
                 out = np.where(ch.dead[:, None], np.nan, out)
             flat[ch.b, ch.rows] = out
             if p64 is not None:
-                a[ch.b, ch.rows] = p64 @ np.abs(ch.v)
-                a2[ch.b, ch.rows] = np.sqrt((p64 * p64) @ (ch.v * ch.v))
+                last_p = p64
+        if last_p is not None:      # the natural scales from the last run's weights
+            a[ch.b, ch.rows] = last_p @ np.abs(ch.v)
+            a2[ch.b, ch.rows] = np.sqrt((last_p * last_p) @ (ch.v * ch.v))
+        if progress is not None:
+            progress.update(ch.rows.stop - ch.rows.start)
     shape = pl.shape
     return DtypeLevel(tuple(f.reshape(shape) for f in flats), a.reshape(shape), groups,
                       shape, model, tuple(n for n, _ in runs), a2.reshape(shape),

@@ -96,153 +96,23 @@ from ..tolerance import (
     _FMAX,
     K_EXP,
     ErrorModel,
-    FloatFormat,
     format_of,
     gamma,
     gamma_tilde,
     hoeffding_bound,
     underflow_eta,
 )
+from .moments import (
+    HeadCache,
+    _is_pow2,
+    _Moments,
+    _pow2_exponent,
+    _rowmax,
+    _tie_counts,
+    _Values,
+)
 
-__all__ = ["Bound", "ScoreExtras", "attention_error_bound"]
-
-
-# --------------------------------------------------------------------------------------
-# Helpers on (R, S) weight matrices against (S, Ev) values
-
-
-def _pow2_exponent(a: np.ndarray) -> int:
-    """e with max|a| < 2^e (0 for an empty or all-zero array)."""
-    m = float(np.max(np.abs(a), initial=0.0))
-    return int(math.frexp(m)[1]) if m > 0 and math.isfinite(m) else 0
-
-
-@dataclass
-class _Moments:
-    """Row sums of a weight matrix a ≥ 0 against the effective values ã = κ v of a
-    chunk: ``sa`` = Σ_j a_j, ``ab`` = Σ_j a_j |ã_j|, ``li`` = Σ_j a_j ã_j, ``sq`` =
-    Σ_j a_j ã_j² (each (R, Ev); None when not needed), S the number of keys."""
-
-    sa: np.ndarray
-    ab: np.ndarray | None
-    li: np.ndarray | None
-    sq: np.ndarray | None
-    S: int
-
-    def without(self, w: np.ndarray, v_row: np.ndarray) -> _Moments:
-        """The moments with one term per row removed (weight ``w`` (R, 1), effective
-        value ``v_row`` (R, Ev)); the subtraction's float64 error, ≤ 2^-52 of the
-        terms, is added back as slack so that the result stays an upper bound."""
-        slack = 2.0**-51
-
-        def sub(m: np.ndarray | None, t: np.ndarray) -> np.ndarray | None:
-            return None if m is None else np.maximum(m - t, 0.0) + slack * np.abs(m)
-
-        return _Moments(np.maximum(self.sa - w, 0.0) + slack * self.sa,
-                        sub(self.ab, w * np.abs(v_row)),
-                        None if self.li is None else self.li - w * v_row,
-                        sub(self.sq, w * v_row * v_row), self.S)
-
-    def quad(self, c: np.ndarray) -> np.ndarray:
-        """Σ_j a_j (ã_j − c)², by expansion Σaã² − 2cΣaã + c²Σa; the float64 evaluation
-        errs by ≤ γ_{S+3}(2^-53)(Σaã² + 2|c|Σa|ã| + c²Σa) ≤ 2γ_{S+3}(2^-53)(Σaã² + c²Σa)
-        (2|c||ã| ≤ ã² + c²), added as slack."""
-        assert self.sq is not None and self.li is not None
-        c2 = c * c
-        q = self.sq - 2.0 * c * self.li + c2 * self.sa
-        return np.asarray(np.maximum(q, 0.0) + (self.S + 4) * 2.0**-51 * (self.sq + c2 * self.sa))
-
-    def absdev(self, c: np.ndarray) -> np.ndarray:
-        """A bound on Σ_j a_j |ã_j − c| (c any centre per row and column): the smaller
-        of Σ a|ã| + |c| Σ a and sqrt(Σ a · Σ a (ã − c)²) (Cauchy–Schwarz)."""
-        assert self.ab is not None
-        opt1 = self.ab + np.abs(c) * self.sa
-        opt2 = np.sqrt(self.sa * self.quad(c)) * (1.0 + 2.0**-40)
-        return np.asarray(np.minimum(opt1, opt2))
-
-
-class _Values:
-    """The (S, Ev) values of a chunk, scaled by 2^-ev, with the row multipliers κ
-    (dropout): the moments of a weight matrix by one matmul on stacked columns
-    [|v|, v, v²] (two with dropout: a∘κ against [|v|, v], a∘κ² against v²)."""
-
-    def __init__(self, v: np.ndarray, kappa: np.ndarray | None) -> None:
-        self.v = v
-        self.kappa = kappa
-        self.Ev = v.shape[1]
-        self.av = np.abs(v)
-        self.v2 = v * v
-        self.rhs = np.concatenate([self.av, v, self.v2], axis=1)
-
-    def moments(self, a: np.ndarray, *, ab: bool = True, li: bool = True,
-                sq: bool = True) -> _Moments:
-        Ev, S = self.Ev, a.shape[-1]
-        sa = np.sum(a, axis=-1, keepdims=True)
-        parts: list[np.ndarray | None] = [None, None, None]
-        want = [ab, li, sq]
-        if self.kappa is None:
-            lo, hi = want.index(True), 3 - want[::-1].index(True)
-            m = a @ self.rhs[:, lo * Ev:hi * Ev]
-            for i in range(lo, hi):
-                parts[i] = m[:, (i - lo) * Ev:(i - lo + 1) * Ev]
-        else:
-            if ab or li:
-                m = (a * self.kappa) @ self.rhs[:, :2 * Ev]
-                parts[0], parts[1] = m[:, :Ev], m[:, Ev:]
-            if sq:
-                parts[2] = (a * (self.kappa * self.kappa)) @ self.v2
-        ab_m, li_m, sq_m = (p if w else None for p, w in zip(parts, want, strict=True))
-        return _Moments(sa, ab_m, li_m, sq_m, S)
-
-
-def _rowmax(a: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-    """max over the allowed keys of each row, (R, 1); 0 for a row without one."""
-    a = np.broadcast_to(a, allowed.shape)
-    if allowed.shape[-1] == 0:
-        return np.zeros((allowed.shape[0], 1))
-    return np.asarray(np.max(np.where(allowed, a, 0.0), axis=-1, keepdims=True))
-
-
-def _tie_counts(s: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-    """N_ij: how many allowed keys of row i have exactly the score s_ij (1 if unique).
-    Rows are sorted once; only rows holding a repeated score are counted."""
-    R, S = s.shape
-    out = np.ones((R, S))
-    if S <= 1 or R == 0:
-        return out
-    key = np.where(allowed, s, np.nan)             # masked keys: NaN, never equal
-    srt = np.sort(key, axis=1)
-    dup_rows = np.flatnonzero(np.any(srt[:, 1:] == srt[:, :-1], axis=1))
-    if dup_rows.size == 0:
-        return out
-    kd = key[dup_rows]
-    order = np.argsort(kd, axis=1)
-    sd = np.take_along_axis(kd, order, axis=1)
-    new = np.ones(sd.shape, dtype=bool)
-    new[:, 1:] = ~(sd[:, 1:] == sd[:, :-1])
-    run = np.cumsum(new, axis=1) - 1                # run id within the row
-    n = sd.shape[0]
-    flat = run + (np.arange(n) * S)[:, None]
-    counts = np.bincount(flat.ravel(), minlength=n * S).reshape(n, S)
-    n_sorted = np.take_along_axis(counts, run, axis=1).astype(np.float64)
-    sub = np.empty((n, S))
-    np.put_along_axis(sub, order, n_sorted, axis=1)
-    out[dup_rows] = np.where(allowed[dup_rows], sub, 1.0)
-    return out
-
-
-def _scale_is_exact(c: float, fmt: FloatFormat) -> bool:
-    """Is c a value of ``fmt`` (so that holding it in ``fmt`` loses nothing)?"""
-    if c == 0.0 or not math.isfinite(c):
-        return True
-    m, e = math.frexp(abs(c))
-    mant = int(math.ldexp(m, 53))
-    bits = 53 - ((mant & -mant).bit_length() - 1)   # significant bits of c
-    return bits <= fmt.p and fmt.emin - fmt.p + 1 <= e - 1 <= fmt.emax
-
-
-def _is_pow2(c: float) -> bool:
-    return c != 0.0 and math.isfinite(c) and math.frexp(abs(c))[0] == 0.5
+__all__ = ["Bound", "HeadCache", "ScoreExtras", "attention_error_bound"]
 
 
 # --------------------------------------------------------------------------------------
@@ -300,6 +170,7 @@ def attention_error_bound(
     dv: np.ndarray | None = None,
     softmax_axis: int = -1,
     extras: ScoreExtras | None = None,
+    head: HeadCache | None = None,
 ) -> Bound:
     """The model's bound on ``|ŷ − y|`` for the rows of one head.
 
@@ -312,6 +183,7 @@ def attention_error_bound(
     (buggy) variant normalising over the rows (the chunk must then hold every row).
     ``extras``: the score pipeline of an attention variant (:class:`ScoreExtras`;
     ``mask_add`` must then be None, the mask being part of its scores).
+    ``head``: a :class:`HeadCache` shared by the chunks of one head (same ``k``, ``v``).
     Fully masked rows (no allowed key, not uniform) get the bound of an exact zero.
 
     >>> import numpy as np
@@ -327,7 +199,79 @@ def attention_error_bound(
         return _attention_error_bound(
             q, k, v, scale=scale, allowed=allowed, model=model, mask_add=mask_add,
             kappa=kappa, uniform_rows=uniform_rows, dq=dq, dk=dk, dv=dv,
-            softmax_axis=softmax_axis, extras=extras)
+            softmax_axis=softmax_axis, extras=extras, head=head)
+
+
+class _Work:
+    """What the steps of one chunk's bound share, set step by step (the notation of the
+    module docstring; ``*b`` arrays are in the scaled units of step 0)."""
+
+    R: int
+    E: int
+    S: int
+    Ev: int
+    model: ErrorModel
+    prob: bool              # the probabilistic model (rows normalised over the keys)
+    centred: bool           # softmax over the keys: errors measured from the top key
+    axis: int
+    allowed: np.ndarray
+    full: bool              # every key of every row takes part: masks select nothing
+    alive: np.ndarray
+    uniform: np.ndarray | None
+    kappa: np.ndarray | None
+    extras: ScoreExtras | None
+    has_dq: bool
+    # step 0: scaled operands and scores
+    eq: int
+    ek: int
+    ev: int
+    qb: np.ndarray
+    kb: np.ndarray
+    vb: np.ndarray
+    c: float
+    t: np.ndarray
+    A: np.ndarray
+    s: np.ndarray
+    madd: np.ndarray | None
+    vac_rows: np.ndarray
+    # exact weights
+    smax: np.ndarray
+    tot: np.ndarray
+    p: np.ndarray
+    spread: np.ndarray
+    n_ax: np.ndarray
+    n_row: np.ndarray
+    vals: _Values
+    dvb: np.ndarray | None
+    # step 1: score errors
+    top: np.ndarray | None
+    sh: np.ndarray
+    var_s: np.ndarray
+    D: np.ndarray
+    d_eval_row: np.ndarray
+    # step 3: weight errors
+    r: np.ndarray
+    r1: np.ndarray
+    var_w: np.ndarray
+    shared_n: int
+    g_sum_w: np.ndarray
+    F: np.ndarray
+    # step 2: the exact perturbation in log space
+    logp: np.ndarray
+    x: np.ndarray
+    ex: np.ndarray
+
+    def on(self, a: np.ndarray, fill: float) -> np.ndarray:
+        """``np.where(allowed, a, fill)`` for an (R, S) array ``a`` (``a`` itself when
+        every key takes part: the same values without the pass)."""
+        return a if self.full else np.where(self.allowed, a, fill)
+
+    def rowmax(self, a: np.ndarray) -> np.ndarray:
+        """:func:`_rowmax` of an (R, S) array (one pass fewer when every key takes part;
+        the same values: a row's maximum over all its keys, 0 for S = 0)."""
+        if self.full and a.shape == self.allowed.shape and self.S:
+            return np.asarray(np.max(a, axis=-1, keepdims=True))
+        return _rowmax(a, self.allowed)
 
 
 def _attention_error_bound(
@@ -335,28 +279,70 @@ def _attention_error_bound(
     model: ErrorModel, mask_add: np.ndarray | None, kappa: np.ndarray | None,
     uniform_rows: np.ndarray | None, dq: np.ndarray | None, dk: np.ndarray | None,
     dv: np.ndarray | None, softmax_axis: int, extras: ScoreExtras | None = None,
+    head: HeadCache | None = None,
 ) -> Bound:
-    R, E = q.shape
-    S, Ev = v.shape
+    """The steps of the module docstring, in order (each a function below)."""
+    R = q.shape[0]
+    Ev = v.shape[1]
     if R == 0 or Ev == 0:
         return Bound(np.zeros((R, Ev)), np.zeros((R, Ev), dtype=bool))
-    fmt, acc, ker = model.fmt, model.acc, model.kernel
-    u, ua, us = model.u, model.ua, model.us
-    lam = model.lam
-    prob = model.kind == "probabilistic" and softmax_axis == -1
-    centred = softmax_axis == -1
-    eta_u, eta_a = model.eta, model.eta_a
+    w = _setup(q, v, allowed, model, kappa, uniform_rows, softmax_axis, extras)
+    _scaled_scores(w, q, k, v, scale, mask_add, HeadCache() if head is None else head)
+    _exact_weights(w, dv)
+    sh_rel, ind, d_eval = _score_errors(w, q, k, dq, dk)
+    _finish_score_errors(w, sh_rel, ind, d_eval)
+    _weight_errors(w)
+    _log_perturbation(w)
+    # outputs and natural scales (scaled units): one matmul per weight matrix
+    Mp = w.vals.moments(w.p)
+    assert Mp.li is not None and Mp.ab is not None
+    if not w.prob:
+        tolb, N = _worst(w, np.arange(R), Mp.li, Mp.ab), None
+    else:
+        tolb, N = _probabilistic(w, Mp)
+    return _finish(w, tolb, _underflow(w, N), v, Mp.ab)
+
+
+def _setup(q: np.ndarray, v: np.ndarray, allowed: np.ndarray, model: ErrorModel,
+           kappa: np.ndarray | None, uniform_rows: np.ndarray | None, softmax_axis: int,
+           extras: ScoreExtras | None) -> _Work:
+    w = _Work()
+    w.R, w.E = q.shape
+    w.S, w.Ev = v.shape
+    w.model = model
+    w.prob = model.kind == "probabilistic" and softmax_axis == -1
+    w.centred = softmax_axis == -1
+    w.axis = softmax_axis
     allowed = np.asarray(allowed, dtype=bool)
+    w.uniform = None
     if uniform_rows is not None and np.any(uniform_rows):
         # a fully masked row under masked_rows="uniform": every key, equal scores
         allowed = allowed | uniform_rows[:, None]
-    alive = np.any(allowed, axis=softmax_axis, keepdims=True)
+        w.uniform = uniform_rows[:, None]
+    w.allowed = allowed
+    w.full = bool(np.all(allowed))
+    w.alive = np.any(allowed, axis=softmax_axis, keepdims=True)
+    w.kappa, w.extras = kappa, extras
+    w.has_dq = False
+    return w
 
-    # ---- scaled operands: q = 2^eq q̄, k = 2^ek k̄, v = 2^ev v̄ (exact), σ = c 2^(eq+ek);
-    # products of scaled operands stay below E, and numpy's ldexp saturates to inf
-    eq, ek, ev = _pow2_exponent(q), _pow2_exponent(k), _pow2_exponent(v)
-    qb, kb, vb = np.ldexp(q, -eq), np.ldexp(k, -ek), np.ldexp(v, -ev)
-    c = float(scale)
+
+def _scaled_scores(w: _Work, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
+                   mask_add: np.ndarray | None, head: HeadCache) -> None:
+    """Step 0: q = 2^eq q̄, k = 2^ek k̄, v = 2^ev v̄ (exact), σ = c 2^(eq+ek); products
+    of scaled operands stay below E, and numpy's ldexp saturates to inf.  The scores t,
+    their natural scales A, and the rows whose kernel would overflow (vacuous)."""
+    model, extras, allowed = w.model, w.extras, w.allowed
+    fmt, acc, ker = model.fmt, model.acc, model.kernel
+    R, E, S = w.R, w.E, w.S
+    eq = _pow2_exponent(q)
+    ek, kb, akb = head.keys(k)
+    ev, vb, w.vals = head.values(v)
+    if w.kappa is not None:
+        w.vals = _Values(vb, w.kappa)
+    w.eq, w.ek, w.ev = eq, ek, ev
+    w.qb, w.kb, w.vb = qb, _, _ = np.ldexp(q, -eq), kb, vb
+    c = w.c = float(scale)
     e2 = eq + ek
     madd = None if mask_add is None else np.asarray(mask_add, dtype=np.float64)
     hold = min(acc.max_finite, fmt.max_finite if ker.score_stores else acc.max_finite)
@@ -367,80 +353,97 @@ def _attention_error_bound(
         xs = np.where(allowed, np.asarray(extras.scores, dtype=np.float64), 0.0)
         mmax = float(np.max(np.where(np.isfinite(xs), np.abs(xs), np.inf), initial=0.0))
     tb = qb @ kb.T
-    Ab = np.abs(qb) @ np.abs(kb).T
+    Ab = np.abs(qb) @ akb.T
     if abs(e2) < 900 and math.ldexp(E * max(1.0, abs(c)), e2) + mmax < hold / 2 and not (
             ker.scaled_query and float(np.max(np.abs(q), initial=0.0)) * abs(c) > fmt.max_finite / 2):
         # nothing can overflow (|q̄|, |k̄| < 1, so Σ|q̄||k̄| < E): plain products
         f2 = math.ldexp(1.0, e2)
-        t = tb * (c * f2)
-        A = Ab * (abs(c) * f2)
+        t = np.multiply(tb, c * f2, out=tb)
+        A = np.multiply(Ab, abs(c) * f2, out=Ab)
+        all_ok = True
         ok = np.ones((R, S), dtype=bool)
     else:
-        # ---- rows whose kernel would overflow: partial dot products (≤ Σ|q||k|
-        # unscaled, ≤ A scaled) in the accumulation dtype, the stored scores in the
-        # dtype holding them
-        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-            raw = np.ldexp(np.abs(tb), e2)             # |q·k| unscaled
-            dot = np.ldexp(Ab, e2)                     # Σ_e |q_e||k_je| unscaled
-            t = np.ldexp(tb * c, e2)
-            A = np.ldexp(Ab * abs(c), e2)
-            ssum = np.abs(t) if madd is None else np.abs(t) + np.abs(madd)
-            ok = (np.maximum(A, dot) <= acc.max_finite) & (ssum <= acc.max_finite)
-            if ker.score_stores:
-                stored = np.maximum(np.abs(t), ssum)
-                if not ker.scaled_query:
-                    stored = np.maximum(stored, raw)
-                ok &= stored <= fmt.max_finite
-            if ker.scaled_query:
-                ok &= np.all(np.abs(q) * abs(c) <= fmt.max_finite, axis=-1)[:, None]
+        # rows whose kernel would overflow: partial dot products (≤ Σ|q||k| unscaled,
+        # ≤ A scaled) in the accumulation dtype, the stored scores in the dtype holding them
+        raw = np.ldexp(np.abs(tb), e2)             # |q·k| unscaled
+        dot = np.ldexp(Ab, e2)                     # Σ_e |q_e||k_je| unscaled
+        t = np.ldexp(tb * c, e2)
+        A = np.ldexp(Ab * abs(c), e2)
+        ssum = np.abs(t) if madd is None else np.abs(t) + np.abs(madd)
+        ok = (np.maximum(A, dot) <= acc.max_finite) & (ssum <= acc.max_finite)
+        if ker.score_stores:
+            stored = np.maximum(np.abs(t), ssum)
+            if not ker.scaled_query:
+                stored = np.maximum(stored, raw)
+            ok &= stored <= fmt.max_finite
+        if ker.scaled_query:
+            ok &= np.all(np.abs(q) * abs(c) <= fmt.max_finite, axis=-1)[:, None]
+        all_ok = False
     if xs is not None:          # the final scores of a variant as the kernel holds them
         ok = ok & np.isfinite(xs) & (np.abs(xs) <= hold)
-    over = allowed & ~ok
-    if uniform_rows is not None and np.any(uniform_rows):
-        over &= ~uniform_rows[:, None]
-    # normalised over the rows (axis -2): one overflow spoils every row
-    vac_rows = np.any(over, axis=-1) if softmax_axis == -1 else np.full(R, bool(np.any(over)))
-    if not np.all(ok):
-        t = np.where(over | ~np.isfinite(t), 0.0, t)
-        A = np.where(over | ~np.isfinite(A), 0.0, A)
-        if madd is not None:
-            madd = np.where(over, 0.0, madd)
-        if xs is not None:
-            xs = np.where(over, 0.0, xs)
-    if uniform_rows is not None and np.any(uniform_rows):
-        z = uniform_rows[:, None]
+        all_ok = False
+    if all_ok:                  # no overflow anywhere: nothing to zero
+        w.vac_rows = np.zeros(R, dtype=bool)
+    else:
+        over = allowed & ~ok
+        if w.uniform is not None:
+            over &= ~w.uniform
+        # normalised over the rows (axis -2): one overflow spoils every row
+        w.vac_rows = np.any(over, axis=-1) if w.centred else np.full(R, bool(np.any(over)))
+        if not np.all(ok):
+            t = np.where(over | ~np.isfinite(t), 0.0, t)
+            A = np.where(over | ~np.isfinite(A), 0.0, A)
+            if madd is not None:
+                madd = np.where(over, 0.0, madd)
+            if xs is not None:
+                xs = np.where(over, 0.0, xs)
+    if w.uniform is not None:
+        z = w.uniform
         t, A = np.where(z, 0.0, t), np.where(z, 0.0, A)
         madd = None if madd is None else np.where(z, 0.0, madd)
         xs = None if xs is None else np.where(z, 0.0, xs)
-    s = xs if xs is not None else (t if madd is None else t + madd)
+    w.t, w.A, w.madd = t, A, madd
+    w.s = xs if xs is not None else (t if madd is None else t + madd)
 
-    # ---- exact weights (float64), row maxima, log-weights
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore", under="ignore"):
-        sm = np.where(allowed, s, -np.inf)
-        smax = np.max(sm, axis=softmax_axis, keepdims=True) if sm.shape[softmax_axis] else sm
-        smax = np.where(np.isfinite(smax), smax, 0.0)
-        e = np.where(allowed, np.exp(sm - smax), 0.0)
-        tot = np.sum(e, axis=softmax_axis, keepdims=True)
-        p = np.where(tot > 0, e / np.where(tot > 0, tot, 1.0), 0.0)
-        spread = np.where(allowed, smax - s, 0.0)
-    n_ax = np.sum(allowed, axis=softmax_axis, keepdims=True).astype(np.float64)
-    n_row = np.sum(allowed, axis=-1, keepdims=True).astype(np.float64)
-    vals = _Values(vb, kappa)
-    dvb = None if dv is None else np.ldexp(np.asarray(dv, dtype=np.float64), -ev)
 
-    # ---- step 1: score errors (in score units)
-    # shared by the row: the scale held in u_a (exact when representable), the
-    # scaled query rounded to u (eager_scaled_query; exact for a power-of-two scale),
-    # errors dq of a projected query.  A shift common to every score of the row
-    # changes no weight, so a shared error d_j = c (δ∘q)·k_j counts only through
-    # c (δ∘q)·(k_j − k_top), k_top the row's top key: |·| ≤ |c| Σ_e |δ_e q_e||k_je − k_top,e|
-    # ≤ |c| ||δ∘q|| ||k_j − k_top|| (Cauchy–Schwarz; the norms by expansion, one matmul)
-    sh = np.zeros_like(A)
+def _exact_weights(w: _Work, dv: np.ndarray | None) -> None:
+    """The exact weights p (float64), the row maxima and the spreads s_max − s_j."""
+    ax, s = w.axis, w.s
+    sm = w.on(s, -np.inf)
+    smax = np.max(sm, axis=ax, keepdims=True) if sm.shape[ax] else sm
+    smax = np.where(np.isfinite(smax), smax, 0.0)
+    e = w.on(np.exp(sm - smax), 0.0)
+    tot = np.sum(e, axis=ax, keepdims=True)
+    w.smax, w.tot = smax, tot
+    w.p = np.where(tot > 0, np.divide(e, np.where(tot > 0, tot, 1.0), out=e), 0.0)
+    w.spread = w.on(smax - s, 0.0)
+    w.n_ax = np.sum(w.allowed, axis=ax, keepdims=True).astype(np.float64)
+    w.n_row = np.sum(w.allowed, axis=-1, keepdims=True).astype(np.float64)
+    w.dvb = None if dv is None else np.ldexp(np.asarray(dv, dtype=np.float64), -w.ev)
+
+
+def _score_errors(w: _Work, q: np.ndarray, k: np.ndarray, dq: np.ndarray | None,
+                  dk: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 1, in score units: the shared errors Sh (the scale held in u_a, exact when
+    representable; the scaled query rounded to u (eager_scaled_query; exact for a
+    power-of-two scale); errors dq of a projected query), the independent ones I and
+    their squares σS, our own float64 evaluation error.
+
+    A shift common to every score of the row changes no weight, so a shared error d_j =
+    c (δ∘q)·k_j counts only through c (δ∘q)·(k_j − k_top), k_top the row's top key:
+    |·| ≤ |c| Σ_e |δ_e q_e||k_je − k_top,e| ≤ |c| ||δ∘q|| ||k_j − k_top|| (Cauchy–Schwarz;
+    the norms by expansion, one matmul)."""
+    model, ker, extras, allowed = w.model, w.model.kernel, w.extras, w.allowed
+    w.has_dq = dq is not None
+    u, ua, us, eta_u, eta_a = model.u, model.ua, model.us, model.eta, model.eta_a
+    t, A, s, c, kb, qb, E, S = w.t, w.A, w.s, w.c, w.kb, w.qb, w.E, w.S
     shift_ok = extras is None or extras.centred
     need_dist = ((ker.scaled_query and not _is_pow2(c)) or dq is not None) and shift_ok
-    if softmax_axis == -1 and S and shift_ok:
-        with np.errstate(invalid="ignore"):
-            top = np.argmax(np.where(allowed, s, -np.inf), axis=-1)
+    w.top = np.argmax(w.on(s, -np.inf), axis=-1) if w.centred and S else None
+    dist = None
+    if w.centred and S and shift_ok:
+        top = w.top
+        assert top is not None
         t_top = np.take_along_axis(t, top[:, None], axis=-1)
         t_rel = np.abs(t - t_top)
         if need_dist:
@@ -448,8 +451,7 @@ def _attention_error_bound(
             kt = kb[top]                                   # (R, E) the top keys, scaled
             d2 = n2[None, :] - 2.0 * (kt @ kb.T) + n2[top][:, None]
             d2 = np.maximum(d2, 0.0) + 2.0**-40 * (n2[None, :] + n2[top][:, None])
-            with np.errstate(over="ignore", under="ignore"):
-                dist = np.ldexp(np.sqrt(d2), ek)           # ||k_j − k_top||
+            dist = np.ldexp(np.sqrt(d2), w.ek)             # ||k_j − k_top||
     else:
         t_rel = np.abs(t)
         need_dist = False
@@ -457,35 +459,38 @@ def _attention_error_bound(
     # exp2 kernels fold log2(e) into it (FlashAttention: softmax_scale_log2); FP8
     # kernels multiply the descale factors into it (one rounding each)
     n_scale = 1 if extras is None else extras.scale_roundings
-    sh = sh + n_scale * ua * t_rel
-    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        if ker.scaled_query and not _is_pow2(c):
-            qs = u * (1.0 + ua) * A
-            if need_dist:
-                qn = np.sqrt(np.sum(qb * qb, axis=-1))[:, None]
-                qs = np.minimum(qs, u * (1.0 + ua) * abs(c) * np.ldexp(qn, eq) * dist
-                                * (1.0 + 2.0**-40))
-            sh = sh + qs
-        if ker.scaled_query:                       # q·c underflowing in the output dtype
-            sh = sh + eta_u * np.sum(np.abs(k), axis=-1)[None, :]
-        if dq is not None:
-            dqa = np.asarray(dq, dtype=np.float64)
-            dqs = abs(c) * (dqa @ np.abs(k).T)
-            if need_dist:
-                dqn = np.sqrt(np.sum(dqa * dqa, axis=-1))[:, None]
-                dqs = np.minimum(dqs, abs(c) * dqn * dist * (1.0 + 2.0**-40))
-            sh = sh + dqs
-    sh = np.where(allowed & np.isfinite(sh), sh, np.where(allowed, _FMAX, 0.0))
+    sh = np.multiply(t_rel, n_scale * ua, out=t_rel)      # 0 + n ua |t − t_top|
+    if ker.scaled_query and not _is_pow2(c):
+        qs = u * (1.0 + ua) * A
+        if dist is not None:
+            qn = np.sqrt(np.sum(qb * qb, axis=-1))[:, None]
+            qs = np.minimum(qs, u * (1.0 + ua) * abs(c) * np.ldexp(qn, w.eq) * dist
+                            * (1.0 + 2.0**-40))
+        sh = sh + qs
+    if ker.scaled_query:                       # q·c underflowing in the output dtype
+        sh = sh + eta_u * np.sum(np.abs(k), axis=-1)[None, :]
+    if dq is not None:
+        dqa = np.asarray(dq, dtype=np.float64)
+        dqs = abs(c) * (dqa @ np.abs(k).T)
+        if dist is not None:
+            dqn = np.sqrt(np.sum(dqa * dqa, axis=-1))[:, None]
+            dqs = np.minimum(dqs, abs(c) * dqn * dist * (1.0 + 2.0**-40))
+        sh = sh + dqs
+    fin = np.isfinite(sh)
+    sh = np.where(allowed & fin, sh, np.where(allowed, _FMAX, 0.0)) if not (
+        w.full and np.all(fin)) else sh
+    w.sh = sh
     # independent per key: the dot product (E roundings in u_a, each ≤ u_a A (1 + γ)),
     # the product by c (fused, u_a), the stores of an eager kernel (u), the mask add
     gE = float(gamma(E, ua))
     ind = gE * A
     var_s = E * (ua * A * (1.0 + gE)) ** 2
     n_store = ker.score_stores
-    ind = ind + (ua if n_store == 0 else 0.0) * np.abs(t) + n_store * u * np.abs(t)
+    at = np.abs(t)
+    ind = ind + (ua if n_store == 0 else 0.0) * at + n_store * u * at
     var_s = var_s + ((ua * t) ** 2 if n_store == 0 else n_store * (u * t) ** 2)
-    if madd is not None:
-        add = us * (np.abs(t) + np.abs(madd))
+    if w.madd is not None:
+        add = us * (at + np.abs(w.madd))
         ind, var_s = ind + add, var_s + add * add
     ind = ind + (eta_u if n_store else eta_a) * (1 + n_store)
     if dk is not None:
@@ -494,152 +499,189 @@ def _attention_error_bound(
     if extras is not None:      # the variant's own roundings (softcaps, biases)
         ind = ind + np.where(allowed, extras.ind, 0.0)
         var_s = var_s + np.where(allowed, extras.var, 0.0)
+    w.var_s = var_s
     # our own float64 evaluation of the scores errs by ≤ γ_{E+2}(2^-53) A_j + 2^-52 |s_j|:
     # counted as a score error (both the kernel's and the exact weights are then within
     # the perturbation bound of the float64 weights used below)
-    d_eval = float(gamma(E + 2, 2.0**-53)) * A + 2.0**-52 * np.abs(s)
+    d_eval = float(gamma(E + 2, 2.0**-53)) * A + 2.0**-52 * (at if s is t else np.abs(s))
     if extras is not None:
         d_eval = d_eval + np.where(allowed, extras.d_eval, 0.0)
-    with np.errstate(over="ignore", invalid="ignore"):
-        D = np.where(allowed, (sh + ind) * (1.0 + 4.0 * (u + ua)) + 2.0 * d_eval, 0.0)
-        D = np.where(np.isfinite(D), D, _FMAX / 4)
-    d_eval_row = np.max(np.where(allowed, d_eval, 0.0), axis=-1, keepdims=True) if S \
-        else np.zeros((R, 1))
+    return sh, ind, d_eval
 
-    # ---- step 3: per-key weight errors (relative), and the shared θ: the argument
-    # ŝ_j − ŝ_max and its conversion to base 2 (exp2 kernels) are two roundings in u_a,
-    # e^{±2 u_a spread} − 1 ≤ 2 u_a spread e^{2 u_a spread} on the weight
-    n_w = [K_EXP * ua, ua, model.uw] + ([u] if kappa is not None else [])
+
+def _finish_score_errors(w: _Work, sh: np.ndarray, ind: np.ndarray, d_eval: np.ndarray
+                         ) -> None:
+    """D_j = (Sh_j + I_j)(1 + 4(u + u_a)) + 2 d_eval, and the row's evaluation error."""
+    model = w.model
+    D = w.on((sh + ind) * (1.0 + 4.0 * (model.u + model.ua)) + 2.0 * d_eval, 0.0)
+    w.D = np.where(np.isfinite(D), D, _FMAX / 4)
+    w.d_eval_row = w.rowmax(d_eval) if w.S else np.zeros((w.R, 1))
+
+
+def _weight_errors(w: _Work) -> None:
+    """Step 3: per-key weight errors (relative), and the shared θ: the argument ŝ_j −
+    ŝ_max and its conversion to base 2 (exp2 kernels) are two roundings in u_a,
+    e^{±2 u_a spread} − 1 ≤ 2 u_a spread e^{2 u_a spread} on the weight."""
+    model, ua = w.model, w.model.ua
+    n_w = [K_EXP * ua, ua, model.uw] + ([model.u] if w.kappa is not None else [])
     c0 = math.expm1(sum(math.log1p(x_) for x_ in n_w))     # Π(1 + x_i) − 1
-    arg = 2.0 * ua * spread
+    arg = 2.0 * ua * w.spread
     arg_rel = np.expm1(np.minimum(arg, _EXP_CAP))           # e^{2 u_a spread} − 1
-    r = c0 + arg_rel * (1.0 + c0)                           # (1 + c0) e^{arg} − 1
-    r1 = sum(n_w) + arg                                     # its first-order part
-    var_w = 2.0 * (ua * spread) ** 2 + sum(x * x for x in n_w)
-    shared_n = 1 + (1 if kappa is not None else 0)           # reciprocal, dropout scale
-    g_sum_w = gamma(2 * n_ax, ua)
-    g_theta_w = (1.0 + g_sum_w) * (1.0 + float(gamma(shared_n, ua))) - 1.0
-    F = (1.0 + r) * (1.0 + g_theta_w) - 1.0
+    w.r = c0 + arg_rel * (1.0 + c0)                         # (1 + c0) e^{arg} − 1
+    w.r1 = sum(n_w) + arg                                   # its first-order part
+    w.var_w = 2.0 * (ua * w.spread) ** 2 + sum(x * x for x in n_w)
+    w.shared_n = 1 + (1 if w.kappa is not None else 0)      # reciprocal, dropout scale
+    w.g_sum_w = gamma(2 * w.n_ax, ua)
+    g_theta_w = (1.0 + w.g_sum_w) * (1.0 + float(gamma(w.shared_n, ua))) - 1.0
+    w.F = (1.0 + w.r) * (1.0 + g_theta_w) - 1.0
 
-    # ---- step 2 (exact): |p̃_j − p_j| ≤ p_j expm1(D_j + Λ), Λ = log Σ_k p_k e^{D_k},
-    # evaluated in log space (log p_j = s_j − lse): no underflow of p hides a large
-    # perturbation, and nothing is capped
-    with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
-        lse = smax + np.log(np.where(tot > 0, tot, 1.0))
-        logp = np.where(allowed, s - lse, -np.inf)
-        ld = np.where(allowed, logp + D, -np.inf)
-        mld = np.max(ld, axis=softmax_axis, keepdims=True) if ld.shape[softmax_axis] else ld
-        mld = np.where(np.isfinite(mld), mld, 0.0)
-        lam_s = mld + np.log(np.maximum(np.sum(np.exp(ld - mld), axis=softmax_axis,
-                                               keepdims=True), 1e-300))
-        lam_s = np.maximum(lam_s, 0.0)                       # Λ ≥ 0 (Jensen: Σ p e^D ≥ 1)
-        x = D + lam_s                                        # ≥ 0
-        ex = np.expm1(np.minimum(x, _EXP_CAP))
-        p_ok = (p > 0) & (x < _EXP_CAP)
-        dps = np.where(allowed, np.minimum(p * ex, 1.0), 0.0)
-        ptil = np.where(allowed, np.minimum(p * (1.0 + ex), 1.0), 0.0)
-        far = np.flatnonzero((allowed & ~p_ok).ravel())
-        if far.size:        # p underflowed or x ≥ 700: in log space, log expm1(x) = x +
-            lp, xx = logp.ravel()[far], x.ravel()[far]       # log1p(−e^{−x})
-            lexm1 = np.where(xx > 0, xx + np.log1p(-np.exp(-np.maximum(xx, 1e-300))), -np.inf)
-            dps.ravel()[far] = np.minimum(np.exp(lp + lexm1), 1.0)
-            ptil.ravel()[far] = np.minimum(np.exp(lp + xx), 1.0)
+
+def _log_perturbation(w: _Work) -> None:
+    """Step 2 (exact): |p̃_j − p_j| ≤ p_j expm1(D_j + Λ), Λ = log Σ_k p_k e^{D_k},
+    evaluated in log space (log p_j = s_j − lse): no underflow of p hides a large
+    perturbation, and nothing is capped.  x_j = D_j + Λ and expm1(x_j)."""
+    ax = w.axis
+    lse = w.smax + np.log(np.where(w.tot > 0, w.tot, 1.0))
+    w.logp = logp = w.on(w.s - lse, -np.inf)
+    ld = w.on(logp + w.D, -np.inf)
+    mld = np.max(ld, axis=ax, keepdims=True) if ld.shape[ax] else ld
+    mld = np.where(np.isfinite(mld), mld, 0.0)
+    lam_s = mld + np.log(np.maximum(np.sum(np.exp(ld - mld), axis=ax, keepdims=True), 1e-300))
+    lam_s = np.maximum(lam_s, 0.0)                       # Λ ≥ 0 (Jensen: Σ p e^D ≥ 1)
+    w.x = w.D + lam_s                                    # ≥ 0
+    w.ex = np.expm1(np.minimum(w.x, _EXP_CAP))
+
+
+def _perturbed_weights(w: _Work, rows: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For the rows ``rows``: |p̃_j − p_j| ≤ p_j expm1(x_j), p̃_j ≤ p_j e^{x_j}, and the
+    evaluation errors of the perturbed weights |p̂_j − p̃_j| ≤ p̃_j F_j, each capped at 1."""
+    allowed = w.allowed[rows]
+    p, ex, x = w.p[rows], w.ex[rows], w.x[rows]
+    p_ok = (p > 0) & (x < _EXP_CAP)
+    dps = np.where(allowed, np.minimum(p * ex, 1.0), 0.0)
+    ptil = np.where(allowed, np.minimum(p * (1.0 + ex), 1.0), 0.0)
+    far = np.flatnonzero((allowed & ~p_ok).ravel())
+    if far.size:        # p underflowed or x ≥ 700: in log space, log expm1(x) = x +
+        lp, xx = w.logp[rows].ravel()[far], x.ravel()[far]       # log1p(−e^{−x})
+        lexm1 = np.where(xx > 0, xx + np.log1p(-np.exp(-np.maximum(xx, 1e-300))), -np.inf)
+        dps.ravel()[far] = np.minimum(np.exp(lp + lexm1), 1.0)
+        ptil.ravel()[far] = np.minimum(np.exp(lp + xx), 1.0)
     dps = np.where(np.isnan(dps), 1.0, dps)
     ptil = np.where(np.isnan(ptil), 1.0, ptil)
-    dpw = np.where(allowed, np.minimum(ptil * F, 1.0), 0.0)
-    if centred and S:
-        top = np.argmax(np.where(allowed, s, -np.inf), axis=-1)
-        kap_top = None if kappa is None else kappa[np.arange(R), top][:, None]
-        a_top = vb[top] if kap_top is None else vb[top] * kap_top     # ã_top per row
+    dpw = np.where(allowed, np.minimum(ptil * w.F[rows], 1.0), 0.0)
+    return dps, ptil, dpw
 
-    # ---- outputs and natural scales (scaled units): one matmul per weight matrix
-    Mp = vals.moments(p)
+
+def _worst(w: _Work, rows: np.ndarray, y_r: np.ndarray, pv_r: np.ndarray) -> np.ndarray:
+    """Steps 2–4 at their bounds (the worst case) for the rows ``rows`` (scaled units;
+    ``y_r``, ``pv_r`` their outputs and natural scales Σ p|ã|)."""
+    ua, kappa, vb = w.model.ua, w.kappa, w.vb
+    dps_r, _, dpw_r = _perturbed_weights(w, rows)
+    ps = w.p[rows]
+    vr = w.vals if kappa is None else _Values(vb, kappa[rows])
+    Md = vr.moments(dps_r)
+    dpw_abs = vr.moments(dpw_r, li=False, sq=False).ab
+    assert Md.ab is not None and dpw_abs is not None
+    # Σ_j (p̃_j − p_j) w_j = Σ_{j≠top} (p̃_j − p_j)(ã_j − ã_top)  (Σ p̃ = Σ p = 1)
+    if w.centred and w.S:
+        assert w.top is not None
+        top = w.top[rows]
+        a_top = vb[top] if kappa is None else vb[top] * kappa[rows, top][:, None]
+        Md_top = Md.without(dps_r[np.arange(len(rows)), top][:, None], a_top)
+        term_s = np.minimum(Md.absdev(y_r), Md_top.absdev(a_top))
+    else:
+        term_s = Md.ab
+    pv_hat = pv_r + Md.ab + dpw_abs
+    acc_w = gamma(2.0 * w.n_row[rows], ua) * pv_hat
+    dv_w = 0.0
+    if w.dvb is not None:
+        dphat = ps + dps_r + dpw_r
+        dv_w = (dphat if kappa is None else dphat * kappa[rows]) @ w.dvb
+    pre_w = term_s + dpw_abs + acc_w + dv_w
+    fin = _final_roundings(w)
+    return np.asarray(pre_w + fin * (np.abs(y_r) + pre_w))
+
+
+def _final_roundings(w: _Work) -> float:
+    """The final division and the extra output roundings in u_a, and the store in u."""
+    n_fin = 2 + (0 if w.extras is None else w.extras.final_roundings)
+    g = float(gamma(n_fin, w.model.ua))
+    return g + w.model.u * (1.0 + g)
+
+
+def _probabilistic(w: _Work, Mp: _Moments) -> tuple[np.ndarray, np.ndarray]:
+    """Shared (deterministic) + Hoeffding over key groups, and the worst case on the
+    rows where it can win; returns (bound in scaled units, the tie counts N).
+
+    Keys with equal scores round alike in the softmax; keys with equal products t_j
+    (repeated key vectors) alike in the dot product, whatever their masks or biases:
+    each key is charged with the larger of its two groups."""
+    model, allowed, p, kappa = w.model, w.allowed, w.p, w.kappa
+    ua, lam, ker = model.ua, model.lam, model.kernel
+    vals = w.vals
+    N = _tie_counts(w.s, allowed)
+    if w.madd is not None or w.extras is not None:
+        N = np.maximum(N, _tie_counts(w.t, allowed))
     y, pv = Mp.li, Mp.ab
     assert y is not None and pv is not None
-    n_pv = 2.0 * n_row
-    n_fin = 2 + (0 if extras is None else extras.final_roundings)
-    fin = float(gamma(n_fin, ua)) + u * (1.0 + float(gamma(n_fin, ua)))
-    Dm = np.minimum(_rowmax(D, allowed), _EXP_CAP / 4)
-
-    def worst(rows: np.ndarray) -> np.ndarray:
-        """The worst-case bound W of the rows ``rows``."""
-        ps, dps_r, dpw_r, y_r, pv_r = p[rows], dps[rows], dpw[rows], y[rows], pv[rows]
-        vr = _Values(vb, None if kappa is None else kappa[rows])
-        Md = vr.moments(dps_r)
-        dpw_abs = vr.moments(dpw_r, li=False, sq=False).ab
-        assert Md.ab is not None and dpw_abs is not None
-        # Σ_j (p̃_j − p_j) w_j = Σ_{j≠top} (p̃_j − p_j)(ã_j − ã_top)  (Σ p̃ = Σ p = 1)
-        if centred and S:
-            Md_top = Md.without(dps_r[np.arange(len(rows)), top[rows]][:, None], a_top[rows])
-            term_s = np.minimum(Md.absdev(y_r), Md_top.absdev(a_top[rows]))
-        else:
-            term_s = Md.ab
-        pv_hat = pv_r + Md.ab + dpw_abs
-        acc_w = gamma(n_pv[rows], ua) * pv_hat
-        dv_w = 0.0
-        if dvb is not None:
-            dphat = ps + dps_r + dpw_r
-            dv_w = (dphat if kappa is None else dphat * kappa[rows]) @ dvb
-        pre_w = term_s + dpw_abs + acc_w + dv_w
-        return np.asarray(pre_w + fin * (np.abs(y_r) + pre_w))
-
-    if not prob:
-        tolb = worst(np.arange(R))
+    dev_p = Mp.absdev(y)                                 # Σ_j p_j |w_j|
+    Dm = np.minimum(w.rowmax(w.D), _EXP_CAP / 4)
+    if ker.scaled_query or w.has_dq:
+        sh_term = vals.moments(w.on(p * w.sh, 0.0)).absdev(y)
+    else:                                  # small shared errors: max_j Sh_j Σ p|w|
+        sh_term = w.rowmax(w.sh) * dev_p
+    Npp = N * p * p
+    ww = w.on(Npp * (w.var_s + w.var_w), 0.0)
+    hoef = hoeffding_bound(vals.moments(ww, ab=False).quad(y), lam)
+    common_det = np.sum(w.on(p * w.r, 0.0), axis=-1, keepdims=True)
+    common_h = lam * np.sqrt(np.sum(w.on(Npp * w.var_w, 0.0), axis=-1, keepdims=True))
+    g_sum_p = np.minimum(w.g_sum_w, gamma_tilde(2 * w.n_ax, ua, model.lam_sums))
+    g_theta_p = (1.0 + g_sum_p) * (1.0 + float(gamma(w.shared_n, ua))) - 1.0
+    common = np.abs(y) * (np.minimum(common_det, common_h) + g_theta_p)
+    rem1 = Dm * Dm * np.exp(2.0 * Dm) * dev_p
+    # second order: (p̃ − p)·ρ and the products of the weights' own errors; the
+    # perturbed weights: Σ_j (|p̃_j − p_j| + |p̂_j − p̃_j|)|ã_j| ≤ f pv, f the row's
+    # largest expm1(x_j) + e^{x_j} F_j
+    F, ex, r = w.F, w.ex, w.r
+    F1 = w.r1 + g_theta_p
+    Fp = (1.0 + r) * (1.0 + g_theta_p) - 1.0
+    fx = w.rowmax(ex + (1.0 + ex) * F)
+    rem2 = w.rowmax(F) * w.rowmax(ex) * pv
+    rem3 = w.rowmax(np.maximum(Fp - F1, 0.0)) * pv
+    pv_hat = pv * (1.0 + fx)
+    n_pv = 2.0 * w.n_row
+    acc_p = np.minimum(gamma(n_pv, ua), gamma_tilde(n_pv, ua, model.lam_sums)) * pv_hat
+    if w.dvb is None:
+        dv_p = 0.0
     else:
-        # ---- probabilistic: shared (deterministic) + Hoeffding over key groups
-        # keys with equal scores round alike in the softmax; keys with equal products
-        # t_j (repeated key vectors) alike in the dot product, whatever their masks or
-        # biases: each key is charged with the larger of its two groups
-        N = _tie_counts(s, allowed)
-        if madd is not None or extras is not None:
-            N = np.maximum(N, _tie_counts(t, allowed))
-        dev_p = Mp.absdev(y)                                 # Σ_j p_j |w_j|
-        if ker.scaled_query or dq is not None:
-            sh_term = vals.moments(np.where(allowed, p * sh, 0.0)).absdev(y)
-        else:                                  # small shared errors: max_j Sh_j Σ p|w|
-            sh_term = _rowmax(sh, allowed) * dev_p
-        ww = np.where(allowed, N * p * p * (var_s + var_w), 0.0)
-        hoef = hoeffding_bound(vals.moments(ww, ab=False).quad(y), lam)
-        common_det = np.sum(np.where(allowed, p * r, 0.0), axis=-1, keepdims=True)
-        common_h = lam * np.sqrt(np.sum(np.where(allowed, N * p * p * var_w, 0.0), axis=-1,
-                                        keepdims=True))
-        g_sum_p = np.minimum(g_sum_w, gamma_tilde(2 * n_ax, ua, model.lam_sums))
-        g_theta_p = (1.0 + g_sum_p) * (1.0 + float(gamma(shared_n, ua))) - 1.0
-        common = np.abs(y) * (np.minimum(common_det, common_h) + g_theta_p)
-        rem1 = Dm * Dm * np.exp(2.0 * Dm) * dev_p
-        # second order: (p̃ − p)·ρ and the products of the weights' own errors; the
-        # perturbed weights: Σ_j (|p̃_j − p_j| + |p̂_j − p̃_j|)|ã_j| ≤ f pv, f the row's
-        # largest expm1(x_j) + e^{x_j} F_j
-        F1 = r1 + g_theta_p
-        Fp = (1.0 + r) * (1.0 + g_theta_p) - 1.0
-        fx = _rowmax(ex + (1.0 + ex) * F, allowed)
-        rem2 = _rowmax(F, allowed) * _rowmax(ex, allowed) * pv
-        rem3 = _rowmax(np.maximum(Fp - F1, 0.0), allowed) * pv
-        pv_hat = pv * (1.0 + fx)
-        acc_p = np.minimum(gamma(n_pv, ua), gamma_tilde(n_pv, ua, model.lam_sums)) * pv_hat
-        if dvb is None:
-            dv_p = 0.0
-        else:
-            pk = p if kappa is None else p * kappa
-            dv_p = lam * np.sqrt((N * pk * pk) @ (dvb * dvb)) + fx * (pk @ dvb)
-        pre_p = sh_term + hoef + common + rem1 + rem2 + rem3 + acc_p + dv_p
-        P = pre_p + fin * (np.abs(y) + pre_p)
-        # the linear forms above weigh with the float64 weights: the exact ones differ by
-        # a factor within e^{±2δ}, δ the row's evaluation error
-        P = P * np.exp(np.minimum(2.0 * d_eval_row, _EXP_CAP))
-        # W can only win on short rows (γ(2n) < γ̃(2n) while 2n < λ²) or where the
-        # score errors are large (the remainders of P grow like D² e^{2D})
-        need = ((n_row[:, 0] < 4.0 * model.lam_sums**2) | (Dm[:, 0] > 2.0**-8)
-                | (d_eval_row[:, 0] > 2.0**-20) | ~np.all(np.isfinite(P), axis=-1))
-        tolb = P
-        rows = np.flatnonzero(need)
-        if rows.size:
-            tolb = P.copy()
-            tolb[rows] = np.minimum(worst(rows), P[rows])
-    # keys whose weight may fall below the output dtype's normal range when stored:
-    # |fl(p) − p| ≤ max(u p, η_u), so η_u per such key on top of the relative terms
+        pk = p if kappa is None else p * kappa
+        dv_p = lam * np.sqrt((N * pk * pk) @ (w.dvb * w.dvb)) + fx * (pk @ w.dvb)
+    pre_p = sh_term + hoef + common + rem1 + rem2 + rem3 + acc_p + dv_p
+    P = pre_p + _final_roundings(w) * (np.abs(y) + pre_p)
+    # the linear forms above weigh with the float64 weights: the exact ones differ by
+    # a factor within e^{±2δ}, δ the row's evaluation error
+    d_eval_row = w.d_eval_row
+    P = P * np.exp(np.minimum(2.0 * d_eval_row, _EXP_CAP))
+    # W can only win on short rows (γ(2n) < γ̃(2n) while 2n < λ²) or where the
+    # score errors are large (the remainders of P grow like D² e^{2D})
+    need = ((w.n_row[:, 0] < 4.0 * model.lam_sums**2) | (Dm[:, 0] > 2.0**-8)
+            | (d_eval_row[:, 0] > 2.0**-20) | ~np.all(np.isfinite(P), axis=-1))
+    rows = np.flatnonzero(need)
+    tolb = P
+    if rows.size:
+        tolb = P.copy()
+        tolb[rows] = np.minimum(_worst(w, rows, y[rows], pv[rows]), P[rows])
+    return tolb, N
+
+
+def _underflow(w: _Work, N: np.ndarray | None) -> np.ndarray | float:
+    """Keys whose weight may fall below the output dtype's normal range when stored:
+    |fl(p) − p| ≤ max(u p, η_u), so η_u per such key on top of the relative terms
+    (unscaled units)."""
+    model, allowed, p, vals, ev = w.model, w.allowed, w.p, w.vals, w.ev
+    lam, eta_u = model.lam, model.eta
     wf = model.weights
-    small = allowed & (p < 4.0 * math.ldexp(1.0, fmt.emin)) if wf is None else None
     eta_term: np.ndarray | float = 0.0
     if wf is not None:
         # weights stored unnormalised in the format wf (FP8 kernels): P̃_j = p_j / p_ref
@@ -647,7 +689,7 @@ def _attention_error_bound(
         # subnormal rounds by at most half a spacing, never by more than itself), so in
         # normalised weights min(η_w p_ref, p_j) per key that can fall below wf's normal
         # range, on top of the relative u_w charged above
-        p_ref = _rowmax(p, allowed)
+        p_ref = w.rowmax(p)
         eta_w = underflow_eta(wf)
         smallw = allowed & (p < 4.0 * math.ldexp(1.0, wf.emin) * p_ref)
         if np.any(smallw):
@@ -655,39 +697,45 @@ def _attention_error_bound(
             Mw = vals.moments(a_eta, li=False, sq=False)
             assert Mw.ab is not None
             eta_s = Mw.ab
-            if prob:
-                nmax = _rowmax(N, allowed)
+            if N is not None:
+                nmax = w.rowmax(N)
                 sq2 = vals.moments(a_eta * a_eta, ab=False, li=False).sq
                 assert sq2 is not None
                 eta_s = np.minimum(eta_s, lam * np.sqrt(nmax * sq2))
             eta_term = np.ldexp(eta_s, ev) if abs(ev) < 2000 else eta_s * 2.0**ev
-    elif small is not None and np.any(small):
+        return eta_term
+    small = w.on(p < 4.0 * math.ldexp(1.0, model.fmt.emin), False)
+    if np.any(small):
         Ms = vals.moments(small.astype(np.float64), li=False)
         assert Ms.ab is not None and Ms.sq is not None
-        n_w_u = 1.0 + (1.0 if kappa is not None else 0.0)       # the P store, dropout
+        n_w_u = 1.0 + (1.0 if w.kappa is not None else 0.0)     # the P store, dropout
         eta_s = n_w_u * Ms.ab                                     # Σ_small |ã_j|, scaled
-        if prob:
-            nmax = _rowmax(N, allowed)
+        if N is not None:
+            nmax = w.rowmax(N)
             eta_s = np.minimum(eta_s, lam * np.sqrt(n_w_u * nmax * Ms.sq))
         eta_term = np.ldexp(eta_s, ev) * eta_u if abs(ev) < 2000 else eta_s * eta_u * 2.0**ev
+    return eta_term
+
+
+def _finish(w: _Work, tolb: np.ndarray, eta_term: np.ndarray | float, v: np.ndarray,
+            pv: np.ndarray) -> Bound:
+    """Back to unscaled units, the underflow in absolute terms, vacuity."""
+    model, ev, kappa = w.model, w.ev, w.kappa
     tolb = tolb * (1.0 + 2.0**-40)              # the float64 rounding of the bound itself
     # fully masked rows: an exact zero (or NaN) is expected
-    tolb = np.where(alive if softmax_axis == -1 else True, tolb, 0.0)
-
-    # ---- back to unscaled units, underflow, vacuity
-    with np.errstate(over="ignore", invalid="ignore"):
-        tol = np.ldexp(tolb, ev) if abs(ev) < 2000 else tolb * math.ldexp(1.0, ev)
-        pv_u = np.ldexp(pv, ev)
-        vmax = float(np.max(np.abs(v), initial=0.0)) * (
-            1.0 if kappa is None else float(np.max(np.abs(kappa), initial=1.0)))
-        # underflow, in absolute terms: the weights stored in the output dtype (and the
-        # dropout product) err by η_u only where they fall below its normal range (the
-        # keys `small`; above it the relative terms hold), the final store by η_u; in the
-        # accumulation dtype every exp, product, rescaling and division may underflow
-        tol_kernel = tol + 4.0 * eta_a * (n_row * (vmax + 1.0) + 1.0)
-        tol = tol_kernel + eta_term + eta_u * 2.0
-    vacuous = np.broadcast_to(vac_rows[:, None], tol.shape) | ~np.isfinite(tol)
-    row_alive = np.any(allowed, axis=-1, keepdims=True)
+    tolb = np.where(w.alive if w.centred else True, tolb, 0.0)
+    tol = np.ldexp(tolb, ev) if abs(ev) < 2000 else tolb * math.ldexp(1.0, ev)
+    pv_u = np.ldexp(pv, ev)
+    vmax = float(np.max(np.abs(v), initial=0.0)) * (
+        1.0 if kappa is None else float(np.max(np.abs(kappa), initial=1.0)))
+    # underflow, in absolute terms: the weights stored in the output dtype (and the
+    # dropout product) err by η_u only where they fall below its normal range (the
+    # keys `small`; above it the relative terms hold), the final store by η_u; in the
+    # accumulation dtype every exp, product, rescaling and division may underflow
+    tol_kernel = tol + 4.0 * model.eta_a * (w.n_row * (vmax + 1.0) + 1.0)
+    tol = tol_kernel + eta_term + model.eta * 2.0
+    vacuous = np.broadcast_to(w.vac_rows[:, None], tol.shape) | ~np.isfinite(tol)
+    row_alive = np.any(w.allowed, axis=-1, keepdims=True)
     # vacuous: the kernel's own errors (relative terms, underflow or flushing in the
     # accumulation) reach the natural size Σ p|v|: every digit may be lost.  The output
     # format's underflow (the stores of P and O) is not counted: an answer whose natural

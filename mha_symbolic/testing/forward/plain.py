@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..tolerance import ErrorModel
-from .model import attention_error_bound
+from .model import HeadCache, attention_error_bound
 
 __all__ = [
     "CHUNK_SCORES",
@@ -38,6 +38,11 @@ __all__ = [
 
 #: Scores per chunk (rows × keys): about 4 MB per float64 array of the chunk.
 CHUNK_SCORES = 1 << 19
+#: Scores per chunk of the tolerance model (:meth:`Plain.bound`): its ~100 elementwise
+#: passes over (rows × keys) arrays run in the cache at 512 KB per array (issue 29:
+#: 2× faster than at 4 MB; the values are those of any other chunking, up to the
+#: float64 summation order of BLAS on matrices of another shape).
+BOUND_CHUNK_SCORES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -165,12 +170,15 @@ class Plain:
         step = L if var.softmax_axis != -1 else max(1, max_scores // max(S, 1))
         kappa_scale = 1.0 / (1.0 - x.dropout_p) if x.dropout_p < 1.0 else 0.0
         m = x.attn_mask
+        views: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}   # one view per kv head
         for b in range(lay.B):
             idx = tuple(int(i) for i in np.unravel_index(b, lay.batch)) if lay.batch else ()
             qi = lay.index(x.q.shape[:-2], idx, False)
             ki = lay.index(x.k.shape[:-2], idx, True)
             vi = lay.index(x.v.shape[:-2], idx, True)
-            q, k, v = x.q[qi], x.k[ki], x.v[vi]
+            q = x.q[qi]
+            k = views.setdefault(("k", ki), x.k[ki])
+            v = views.setdefault(("v", vi), x.v[vi])
             mb = _mask_view(m, lay, idx)
             db = _mask_view(x.dropout_mask, lay, idx)
             for i0 in range(0, L, step):
@@ -240,12 +248,28 @@ class Plain:
             self._out = flat.reshape(self.shape)
         return self._out
 
-    def _bound_chunk(self, ch: Chunk, model: ErrorModel) -> tuple[np.ndarray, np.ndarray]:
+    def _bound_chunk(self, ch: Chunk, model: ErrorModel, head: HeadCache | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
         b = attention_error_bound(
             ch.q, ch.k, ch.v, scale=ch.scale, allowed=ch.allowed, model=model,
             mask_add=ch.mask_add, kappa=ch.kappa, uniform_rows=ch.uniform,
-            dq=ch.dq, dk=ch.dk, dv=ch.dv, softmax_axis=self.variant.softmax_axis)
+            dq=ch.dq, dk=ch.dk, dv=ch.dv, softmax_axis=self.variant.softmax_axis,
+            head=head)
         return b.tol, b.vacuous
+
+    def _bound_chunks(self, model: ErrorModel, progress: Any = None
+                      ) -> Iterator[tuple[Chunk, np.ndarray, np.ndarray]]:
+        """(chunk, tolerance, vacuous) in chunks of :data:`BOUND_CHUNK_SCORES`, the
+        scaled keys and values computed once per key/value head (the query heads of a
+        GQA group and the batch elements broadcast over one key head come one after
+        another and share its arrays); ``progress``: a bar to advance by each chunk's
+        rows."""
+        head = HeadCache()
+        for ch in self.chunks(BOUND_CHUNK_SCORES):
+            tol, vac = self._bound_chunk(ch, model, head)
+            if progress is not None:
+                progress.update(ch.rows.stop - ch.rows.start)
+            yield ch, tol, vac
 
     def events(self) -> tuple[float, float]:
         """Probabilistic events of one check (for the λs): the bound elements, and the
@@ -255,13 +279,14 @@ class Plain:
         n_out = lay.B * lay.L * lay.Ev
         return float(n_out), float(2 * lay.S * (n_out + lay.B * lay.L) + 1)
 
-    def bound(self, model: ErrorModel) -> tuple[np.ndarray, np.ndarray]:
-        """(tolerance, vacuous) of every output element, output-shaped."""
+    def bound(self, model: ErrorModel, progress: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """(tolerance, vacuous) of every output element, output-shaped (``progress``: a
+        bar advanced by the rows done, or None)."""
         lay = self.layout
         tol = np.zeros((lay.B, lay.L, lay.Ev))
         vac = np.zeros((lay.B, lay.L, lay.Ev), dtype=bool)
-        for ch in self.chunks():
-            tol[ch.b, ch.rows], vac[ch.b, ch.rows] = self._bound_chunk(ch, model)
+        for ch, t, v in self._bound_chunks(model, progress):
+            tol[ch.b, ch.rows], vac[ch.b, ch.rows] = t, v
         return tol.reshape(self.shape), vac.reshape(self.shape)
 
     def fits(self, actual: np.ndarray, model: ErrorModel, safety: float) -> tuple[bool, float]:

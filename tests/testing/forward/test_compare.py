@@ -387,8 +387,8 @@ def test_a_nan_tolerance_raises_tolerance_error(monkeypatch: pytest.MonkeyPatch)
     from mha_symbolic.testing.forward.plain import Plain
 
     real = Plain.bound
-    monkeypatch.setattr(Plain, "bound", lambda self, m: (np.full(self.shape, np.nan),
-                                                         real(self, m)[1]))
+    monkeypatch.setattr(Plain, "bound", lambda self, m, progress=None: (
+        np.full(self.shape, np.nan), real(self, m)[1]))
     q, k, v = _qkv(32)
     good = bc.numpy_attention(bc.Case("float32", q, k, v))
     with pytest.raises(ToleranceError, match="the tolerance is nan"):
