@@ -61,7 +61,7 @@ warnings.filterwarnings("ignore")
 # 1. rounding against the independent reference
 
 def bench_rounding(n_cases: int) -> None:
-    from test_variants import ref_attention, ref_rounded
+    from variant_reference import ref_attention, ref_rounded
 
     print("\n1. Rounding vs the independent Arb-loop reference (elements that differ)")
     print(f"{'variant':<22}{'cases':>6}{'elements':>10}  " + "  ".join(
@@ -432,7 +432,7 @@ def _grad_case(kind: str, rng: Any) -> tuple[dict[str, Any], dict[str, Any], tup
 
 
 def bench_grad_rounding(n_cases: int) -> None:
-    from test_variants import ref_rounded
+    from variant_reference import ref_rounded
     from variant_backward_reference import reference_gradients
 
     from mha_symbolic import reference_attention_backward
