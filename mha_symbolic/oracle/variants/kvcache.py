@@ -81,7 +81,9 @@ KV_CACHE = register(Variant(
     name="kv_cache", keywords=("cache_seqlens", "cache_leftpad"),
     fields={"cache_seqlens": None, "cache_leftpad": None}, parse=_parse,
     summary="KV-cache decode: valid keys cache_leftpad <= j < cache_seqlens, causal "
-            "from their end (flash_attn_with_kvcache)", keep=_keep))
+            "from their end (flash_attn_with_kvcache)", keep=_keep,
+    bugs=("kv_cache_lengths_ignored", "kv_cache_length_one_long", "kv_cache_length_one_short",
+          "kv_cache_leftpad_ignored")))
 
 
 def _bshd(x: Any, name: str) -> np.ndarray[Any, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ...oracle.variants.protocol import VariantOptions
-from ...oracle.variants.registry import score_pipeline
+from ...oracle.variants.registry import kept, score_pipeline
 from ...oracle.variants.semantics import Bias, Cap, Geometry, per_problem, window_allowed
 from ..tolerance import ErrorModel
 from .bugs import _matching
@@ -106,6 +106,7 @@ def plain_variant(
     flip_alibi_alignment: bool = False, sink_mode: str = "denominator",
     descale_power: tuple[int, int, int] = (1, 1, 1), scale: float | None = None,
     causal_offset: int = 0, store: Callable[[np.ndarray], np.ndarray] | None = None,
+    kv_changes: dict[str, Any] | None = None,
 ) -> VariantPlain:
     """Attention with the variants of ``x`` in float64; the keyword switches make the
     buggy variants of the catalogue (the defaults are the correct semantics of
@@ -154,7 +155,13 @@ def plain_variant(
     wk = window_allowed(win, False, Geometry(lead, H, L, S, woff))
     if wk is not None:
         allowed = allowed & wk
-    if x.mod_keep is not None:
+    if kv_changes is not None:
+        # the registered variants' kept keys with the KV cache's lengths changed (its
+        # bug classes); the window is applied above, as for the correct call
+        for part in kept(o.replace(**kv_changes), Geometry(lead, H, L, S, off), x.is_causal,
+                         exclude=("window",)):
+            allowed = allowed & part
+    elif x.mod_keep is not None:
         allowed = allowed & x.mod_keep
     # scores: the keyword softcap (where the mode puts it), the menu, ALiBi, the mask
     geo = Geometry(lead, H, L, S, off)
@@ -306,6 +313,22 @@ def _any_descale(x: VariantInputs) -> bool:
     return any(d is not None for d in (x.opts.q_descale, x.opts.k_descale, x.opts.v_descale))
 
 
+def _kv(x: VariantInputs) -> bool:
+    return x.opts.cache_seqlens is not None
+
+
+def _kv_short(x: VariantInputs) -> bool:
+    return _kv(x) and bool(np.any(x.opts.cache_seqlens < x.k.shape[-2]))
+
+
+def _kv_nonempty(x: VariantInputs) -> bool:
+    return _kv(x) and bool(np.any(x.opts.cache_seqlens > 0))
+
+
+def _kv_leftpad(x: VariantInputs) -> bool:
+    return _kv(x) and x.opts.cache_leftpad is not None and bool(np.any(x.opts.cache_leftpad))
+
+
 VARIANT_BUG_CLASSES: tuple[VariantBugClass, ...] = (
     VariantBugClass("window_left_off_by_one_wide",
                     "sliding window one key too wide on the left (sees key i - left - 1)",
@@ -357,6 +380,19 @@ VARIANT_BUG_CLASSES: tuple[VariantBugClass, ...] = (
                     lambda x: {"descale_power": (0, 0, 0)}),
     VariantBugClass("descale_applied_twice", "FP8 descale factors applied twice",
                     _any_descale, lambda x: {"descale_power": (2, 2, 2)}),
+    VariantBugClass("kv_cache_lengths_ignored", "cache_seqlens ignored: stale cache entries "
+                    "past each sequence's length attended", _kv,
+                    lambda x: {"kv_changes": {"cache_seqlens": None, "cache_leftpad": None}}),
+    VariantBugClass("kv_cache_length_one_long", "off-by-one cache_seqlens: one stale key past "
+                    "each sequence's length attended", _kv_short,
+                    lambda x: {"kv_changes": {"cache_seqlens": np.minimum(
+                        x.opts.cache_seqlens + 1, x.k.shape[-2])}}),
+    VariantBugClass("kv_cache_length_one_short", "off-by-one cache_seqlens: each sequence's "
+                    "newest key not attended", _kv_nonempty,
+                    lambda x: {"kv_changes": {"cache_seqlens": np.maximum(
+                        x.opts.cache_seqlens - 1, 0)}}),
+    VariantBugClass("kv_cache_leftpad_ignored", "cache_leftpad ignored: the left padding "
+                    "attended", _kv_leftpad, lambda x: {"kv_changes": {"cache_leftpad": None}}),
     VariantBugClass("no_scale", "scores not multiplied by the scale",
                     lambda x: (1.0 / math.sqrt(x.q.shape[-1]) if x.scale is None
                                else float(x.scale)) != 1.0, lambda x: {"scale": 1.0}),

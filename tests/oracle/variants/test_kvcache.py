@@ -91,7 +91,7 @@ def _torch_decode(q, k, v, seqlens, bug=None):
     torch = pytest.importorskip("torch")
     out = []
     for b in range(B):
-        n = int(seqlens[b]) + (1 if bug == "off_by_one" else 0)
+        n = int(seqlens[b]) + (1 if bug == "off_by_one" else -1 if bug == "short" else 0)
         if bug == "stale":
             n = k.shape[2]
         qb = torch.from_numpy(q[b:b + 1])
@@ -108,11 +108,18 @@ def test_compare_judges_a_torch_decode_and_catches_cache_bugs() -> None:
     ok = _torch_decode(q, k, v, seqlens)
     assert ms.compare_attention(ok, q, k, v, **kw).passed
     stale = _torch_decode(q, k, v, seqlens, bug="stale")       # entries past the length
-    assert not ms.compare_attention(stale, q, k, v, **kw).passed
+    comp = ms.compare_attention(stale, q, k, v, **kw)
+    assert not comp.passed
+    assert [d.bug for d in comp.diagnoses][:1] == ["kv_cache_lengths_ignored"], comp.report()
     seqlens2 = np.array([10, 33, 63])
     off = _torch_decode(q, k, v, seqlens2, bug="off_by_one")   # one key too many
-    assert not ms.compare_attention(off, q, k, v, enable_gqa=True,
-                                    cache_seqlens=seqlens2).passed
+    comp = ms.compare_attention(off, q, k, v, enable_gqa=True, cache_seqlens=seqlens2)
+    assert not comp.passed
+    assert [d.bug for d in comp.diagnoses][:1] == ["kv_cache_length_one_long"], comp.report()
+    short = _torch_decode(q, k, v, seqlens, bug="short")       # the newest key missed
+    comp = ms.compare_attention(short, q, k, v, **kw)
+    assert not comp.passed
+    assert [d.bug for d in comp.diagnoses][:1] == ["kv_cache_length_one_short"], comp.report()
 
 
 def test_new_keys_not_appended_is_caught() -> None:
