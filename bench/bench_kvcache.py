@@ -18,13 +18,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import mha_symbolic as ms  # noqa: E402
+import mha_symbolic as ms
 
 BUGS = {"lengths_ignored": "kv_cache_lengths_ignored", "one_long": "kv_cache_length_one_long",
         "one_short": "kv_cache_length_one_short", "not_appended": None}
 
 
-def paged_decode(torch, q, kp, vp, table, seqlens, kn, vn, bug=None):  # noqa: ANN001, ANN201
+def paged_decode(torch, q, kp, vp, table, seqlens, kn, vn, bug=None):
     """flash_attn_with_kvcache in plain torch: write the new k/v into their pages, gather
     each sequence's pages, attend to its valid keys (causal from the end)."""
     kp, vp = kp.clone(), vp.clone()

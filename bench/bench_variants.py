@@ -432,8 +432,8 @@ def _grad_case(kind: str, rng: Any) -> tuple[dict[str, Any], dict[str, Any], tup
 
 
 def bench_grad_rounding(n_cases: int) -> None:
-    from variant_reference import ref_rounded
     from variant_backward_reference import reference_gradients
+    from variant_reference import ref_rounded
 
     from mha_symbolic import reference_attention_backward
 
