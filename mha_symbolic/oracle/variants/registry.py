@@ -17,7 +17,7 @@ from ..._text import echo
 from ...errors import SpecError, UnknownOptionError
 from ..inputs import to_float64
 from . import alibi, flex, fp8, kvcache, score_mod, sinks, softcap, window  # noqa: F401  (registration)
-from .protocol import Variant, VariantOptions, keyword_owner, registered
+from .protocol import VariantOptions, keyword_owner, registered
 from .semantics import Bias, Cap, Geometry
 
 __all__ = [
@@ -101,14 +101,10 @@ def sdpa_variant_options(dropout_p: Any, dropout_mask: Any, **options: Any
     return opts
 
 
-def _active(opts: VariantOptions) -> tuple[Variant, ...]:
-    return opts.active()
-
-
 def score_pipeline(opts: VariantOptions, geo: Geometry) -> tuple[Cap | Bias, ...]:
     """The operations applied to the scaled score, in pipeline order."""
     ops: list[Cap | Bias] = []
-    for v in sorted(_active(opts), key=lambda v: v.order):
+    for v in sorted(opts.active(), key=lambda v: v.order):
         if v.scores is not None:
             ops.extend(v.scores(opts, geo))
     return tuple(ops)
@@ -119,7 +115,7 @@ def kept(opts: VariantOptions, geo: Geometry, is_causal: bool,
     """The variants' kept-key masks (each broadcastable to (*batch, L, S)), but those of
     the variants named in ``exclude``."""
     out = []
-    for v in _active(opts):
+    for v in opts.active():
         if v.keep is not None and v.name not in exclude:
             part = v.keep(opts, geo, is_causal)
             if part is not None:
@@ -129,7 +125,7 @@ def kept(opts: VariantOptions, geo: Geometry, is_causal: bool,
 
 def sink_logits(opts: VariantOptions, geo: Geometry) -> np.ndarray[Any, Any] | None:
     """σ per flat problem (B,), or None (at most one variant gives sinks)."""
-    got = [v.sinks(opts, geo) for v in _active(opts) if v.sinks is not None]
+    got = [v.sinks(opts, geo) for v in opts.active() if v.sinks is not None]
     if len(got) > 1:
         raise SpecError("two variants give attention sinks")
     return got[0] if got else None
@@ -138,7 +134,7 @@ def sink_logits(opts: VariantOptions, geo: Geometry) -> np.ndarray[Any, Any] | N
 def exact_inputs(opts: VariantOptions, q: Any, k: Any, v: Any, geo: Geometry, group: int
                  ) -> tuple[Any, Any, Any]:
     """q, k, v as float64 after the variants' exact input changes (FP8 descale)."""
-    hooks = [x for x in _active(opts) if x.inputs is not None]
+    hooks = [x for x in opts.active() if x.inputs is not None]
     if not hooks:
         return to_float64(q), to_float64(k), to_float64(v)
     for h in hooks:
