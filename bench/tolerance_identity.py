@@ -1,8 +1,8 @@
 """The tolerance arrays of two trees side by side (issue 29: the fast evaluation must give
 the values of the plain one).
 
-    PYTHONPATH=<old tree> python bench/tolerance_identity.py old.npz
-    PYTHONPATH=<new tree> python bench/tolerance_identity.py new.npz
+    PYTHONPATH=<old tree> python bench/tolerance_identity.py --save old.npz
+    PYTHONPATH=<new tree> python bench/tolerance_identity.py --save new.npz
     python bench/tolerance_identity.py --compare old.npz new.npz
 
 Saves, per case, the model's tolerance and vacuity (``Plain.bound``) and the dtype
@@ -13,7 +13,7 @@ kernels fused/eager/sequential); ``--compare`` prints which are bit-identical.
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import ml_dtypes
 import numpy as np
@@ -72,8 +72,19 @@ def compare(p_old: str, p_new: str) -> None:
             print(key, f"max relative difference {rel:.3g}, {int(np.sum(x != y))} of {x.size} differ")
 
 
-if __name__ == "__main__":
-    if sys.argv[1] == "--compare":
-        compare(sys.argv[2], sys.argv[3])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_mutually_exclusive_group(required=True)
+    sub.add_argument("--save", metavar="OUT.npz", help="record this tree's tolerances")
+    sub.add_argument("--compare", nargs=2, metavar=("OLD.npz", "NEW.npz"))
+    args = parser.parse_args(argv)
+    if args.compare:
+        compare(*args.compare)
     else:
-        save(sys.argv[1])
+        if not args.save.endswith(".npz"):
+            parser.error("--save takes a file name ending in .npz")
+        save(args.save)
+
+
+if __name__ == "__main__":
+    main()
