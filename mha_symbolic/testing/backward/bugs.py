@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from ..call import AttentionCall
+
 __all__ = [
     "BACKWARD_BUG_CLASSES",
     "BackwardBugClass",
-    "BackwardInputs",
     "PlainBackward",
     "plain_backward",
 ]
@@ -33,29 +34,6 @@ Arr = np.ndarray
 # work dtype of a plain kernel storing tensors in a dtype: fp16/bf16 multiply-accumulate
 # and take softmax in float32 (cuBLAS, torch MATH, FlashAttention)
 _WORK = {"float64": "float64", "float32": "float32", "float16": "float32", "bfloat16": "float32"}
-
-
-@dataclass(frozen=True)
-class BackwardInputs:
-    """One attention call and its grad_output, in float64 (shapes as SDPA)."""
-
-    q: Arr
-    k: Arr
-    v: Arr
-    do: Arr
-    attn_mask: Arr | None = None     # bool (True = takes part) or float (added)
-    is_causal: bool = False
-    scale: float | None = None
-    enable_gqa: bool = False
-    causal_alignment: str = "top_left"
-    masked_rows: str = "zero"
-    dropout_p: float = 0.0
-    dropout_mask: Arr | None = None  # bool keep-mask
-    softcap: float | None = None     # s -> C tanh(s/C) on the scaled scores, before the mask
-
-    @property
-    def effective_scale(self) -> float:
-        return 1.0 / math.sqrt(self.q.shape[-1]) if self.scale is None else float(self.scale)
 
 
 @dataclass(frozen=True)
@@ -88,7 +66,7 @@ class PlainBackward:
     ds_transposed: bool = False
     dv_p_transposed: bool = True
     gqa_reduce: str = "sum"
-    # a softcap (BackwardInputs.softcap): C, t = tanh(c q·k / C), the capped scores
+    # a softcap (AttentionCall.softcap): C, t = tanh(c q·k / C), the capped scores
     # C·t, and dS' = P ∘ (dP − D) before the factor 1 − t² (``ds`` holds dS' ∘ (1 − t²),
     # what dQ and dK take)
     cap: float | None = None
@@ -128,7 +106,7 @@ def reduce_to(g: Arr, shape: tuple[int, ...], rep: int, mode: str = "sum") -> Ar
 
 
 def plain_backward(
-    x: BackwardInputs, *,
+    x: AttentionCall, *,
     d_term: str = "correct",
     dq_scale_power: int = 1,
     dk_scale_power: int = 1,
@@ -212,8 +190,9 @@ def plain_backward(
         empty = tot == 0
         p = st(np.where(empty, 0.0, e / np.where(empty, 1.0, tot)))
         lse = mx + np.log(np.where(empty, 1.0, tot))
-    if x.masked_rows == "uniform" and S:
-        p = np.where(empty, st(1.0 / S), p)
+    policy = x.masked(empty[..., 0], S)
+    if policy.uniform.any():
+        p = np.where(policy.uniform[..., None], st(1.0 / S), p)
     keep = None if x.dropout_mask is None else np.broadcast_to(x.dropout_mask, raw.shape)
     f = 1.0 / (1.0 - x.dropout_p)
     w = p if keep is None else st(np.where(keep, wk.type(f) * p, 0.0))
@@ -258,8 +237,8 @@ def plain_backward(
         d = np.sum(np.where(allowed, dp, 0.0), axis=-1, keepdims=True)
     # the softmax Jacobian diag(P) − P Pᵀ applied to dP; "diagonal": its diagonal only
     ds = st(pb * (1.0 - pb) * dp) if jacobian == "diagonal" else st(pb * (dp - d))
-    if x.masked_rows == "uniform":
-        ds = np.where(empty, 0.0, ds)
+    if policy.uniform.any():
+        ds = np.where(policy.uniform[..., None], 0.0, ds)
     ds_pre = None
     if cap_t is not None:
         # d(C tanh(s/C))/ds = 1 − tanh²(s/C); "softcap_derivative=False": forgotten
@@ -271,8 +250,8 @@ def plain_backward(
     dq = st(cq * st((dst if ds_transposed else ds) @ ke))
     dk = st(ck * st((ds if ds_transposed else dst) @ qe))
     dv = st((np.swapaxes(wb, -1, -2) if dv_p_transposed else wb) @ do)
-    if x.masked_rows == "nan":
-        dead = empty[..., 0]
+    if policy.nan.any():
+        dead = policy.nan
         dq = np.where(dead[..., None], np.nan, dq)
         bad = np.any(dead, axis=-1)[..., None, None]
         dk = np.where(bad, np.nan, dk)
@@ -308,33 +287,33 @@ class BackwardBugClass:
 
     name: str
     description: str
-    applies: Callable[[BackwardInputs], bool]
+    applies: Callable[[AttentionCall], bool]
     variant: Callable[..., PlainBackward]
 
 
-def _always(x: BackwardInputs) -> bool:
+def _always(x: AttentionCall) -> bool:
     return True
 
 
-def _square(x: BackwardInputs) -> bool:
+def _square(x: AttentionCall) -> bool:
     return x.q.shape[-2] == x.k.shape[-2] and x.q.shape[-2] > 1
 
 
-def _scaled(x: BackwardInputs) -> bool:
+def _scaled(x: AttentionCall) -> bool:
     return x.effective_scale not in (0.0, 1.0, -1.0)
 
 
-def _gqa(x: BackwardInputs) -> bool:
+def _gqa(x: AttentionCall) -> bool:
     return (x.enable_gqa and x.q.ndim >= 3 and x.k.ndim >= 3
             and x.k.shape[-3] not in (1, x.q.shape[-3]))
 
 
-def _gqa_tile_differs(x: BackwardInputs) -> bool:
+def _gqa_tile_differs(x: AttentionCall) -> bool:
     # with one kv head every mapping is the same; with H_kv = H_q / 2 ... they differ
     return _gqa(x) and x.k.shape[-3] > 1
 
 
-def _has_bool_mask(x: BackwardInputs) -> bool:
+def _has_bool_mask(x: AttentionCall) -> bool:
     """The attention mask excludes some key (a bool False or a float −inf)."""
     m = x.attn_mask
     return m is not None and bool(np.any(~m) if m.dtype == np.bool_ else np.any(np.isneginf(m)))

@@ -26,11 +26,13 @@ from ..._display import ReportDisplay
 from ...errors import ShapeError, SpecError, ToleranceError
 from ...oracle.api import reference_attention_backward
 from ...oracle.variants.forward import lowered, lowered_after_cap, prepare, require_lowerable
+from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import (
     split_variant_keywords,
     variant_options,
     with_variant_keywords,
 )
+from ..call import AttentionCall
 from ..forward.bugs import _fits
 from ..options import asserting, checked
 from ..report import headline
@@ -54,7 +56,6 @@ from ..verdict import (
 from .bugs import (
     BACKWARD_BUG_CLASSES,
     BackwardBugClass,
-    BackwardInputs,
     PlainBackward,
     plain_backward,
 )
@@ -322,7 +323,7 @@ def _variant_backward_bugs(query: Any, key: Any, value: Any, variant: Any, **cal
     def entry(name: str, description: str, **changes: Any) -> BackwardBugClass:
         memo: list[Any] = []
 
-        def make(x: BackwardInputs, dtype: Any = None) -> PlainBackward:
+        def make(x: AttentionCall, dtype: Any = None) -> PlainBackward:
             if not memo:
                 memo.append(bwd_mask(**changes))
             m = memo[0]
@@ -442,7 +443,7 @@ def _compare_backward(
         if tuple(a.shape) != tuple(encs[name].shape):
             raise ShapeError(f"{name}.shape={tuple(a.shape)} does not match the shape of the "
                              f"gradient it stands for {tuple(encs[name].shape)}")
-    x = BackwardInputs(
+    x = AttentionCall(
         _f64(_as_array(query, "query")), _f64(_as_array(key, "key")),
         _f64(_as_array(value, "value")), _f64(_as_array(grad_output, "grad_output")),
         attn_mask=_as_mask(attn_mask), is_causal=is_causal,
@@ -450,7 +451,7 @@ def _compare_backward(
         causal_alignment=causal_alignment, masked_rows=masked_rows, dropout_p=float(dropout_p),
         dropout_mask=None if dropout_mask is None else np.asarray(_as_array(dropout_mask,
                                                                             "dropout_mask")),
-        softcap=softcap)
+        opts=VariantOptions(softcap=softcap))
     pb = plain_backward(x)
     shapes = {n: tuple(e.shape) for n, e in encs.items()}
     if params:
@@ -563,7 +564,7 @@ def _within(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray
     return bool(np.all(ok))
 
 
-def diagnose_backward(actual: dict[str, np.ndarray], x: BackwardInputs, *, model: ErrorModel,
+def diagnose_backward(actual: dict[str, np.ndarray], x: AttentionCall, *, model: ErrorModel,
                       safety: float, shapes: dict[str, tuple[int, ...]],
                       extra: tuple[BackwardBugClass, ...] = ()) -> tuple[Diagnosis, ...]:
     """Backward bug classes (the catalogue and ``extra``, the attention variants'

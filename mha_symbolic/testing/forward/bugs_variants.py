@@ -20,35 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import kept, score_pipeline
 from ...oracle.variants.semantics import Bias, Cap, Geometry, per_problem, window_allowed
+from ..call import AttentionCall
 from ..tolerance import ErrorModel
 from .bugs import _matching
 from .model_variants import variant_error_bound
 from .plain import fit_ratio
 
-__all__ = ["VARIANT_BUG_CLASSES", "VariantInputs", "VariantPlain", "diagnose_variant",
+__all__ = ["VARIANT_BUG_CLASSES", "VariantPlain", "diagnose_variant",
            "plain_variant"]
-
-
-@dataclass(frozen=True)
-class VariantInputs:
-    """One call with variants, in float64 (q, k, v as given: not descaled, heads not
-    expanded).  ``mod_keep`` is the mask_mod / BlockMask evaluated once (B..., H, L, S)."""
-
-    q: np.ndarray
-    k: np.ndarray
-    v: np.ndarray
-    opts: VariantOptions
-    attn_mask: np.ndarray | None = None
-    is_causal: bool = False
-    scale: float | None = None
-    enable_gqa: bool = False
-    causal_alignment: str = "top_left"
-    masked_rows: str = "zero"
-    mod_keep: np.ndarray | None = None
-    in_format: str = "float64"
 
 
 @dataclass(frozen=True)
@@ -101,7 +82,7 @@ def _descale(x: np.ndarray, d: np.ndarray | None, power: int, heads_kv: int, gro
 
 
 def plain_variant(
-    x: VariantInputs, *, window: Any = "same", flip_window_alignment: bool = False,
+    x: AttentionCall, *, window: Any = "same", flip_window_alignment: bool = False,
     softcap_mode: str = "right", alibi_sign: float = 1.0, alibi_reverse: bool = False,
     flip_alibi_alignment: bool = False, sink_mode: str = "denominator",
     descale_power: tuple[int, int, int] = (1, 1, 1), scale: float | None = None,
@@ -211,14 +192,16 @@ def plain_variant(
     if o.sinks is not None and sink_mode != "ignored":
         sink = np.broadcast_to(o.sinks.reshape(H, 1), (*lead, L)) if lead else np.broadcast_to(
             o.sinks.reshape(1), (L,))
+    # the rows with no key (none with a sink: its logit is in every row's softmax)
+    dead = (~np.any(allowed, axis=-1) if sink is None
+            else np.zeros(allowed.shape[:-1], dtype=bool))
+    policy = x.masked(dead, S)
     uniform = None
-    if x.masked_rows == "uniform" and sink is None and S:
+    if policy.uniform.any():
         # JAX's policy: a row with no key gets uniform weights over all keys
-        dead = ~np.any(allowed, axis=-1)
-        if np.any(dead):
-            uniform = dead
-            allowed = allowed | dead[..., None]
-            s = np.where(dead[..., None], 0.0, s)
+        uniform = policy.uniform
+        allowed = allowed | uniform[..., None]
+        s = np.where(uniform[..., None], 0.0, s)
     sm = np.where(allowed, s, -np.inf)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         top = np.max(sm, axis=-1, initial=-np.inf)
@@ -237,8 +220,8 @@ def plain_variant(
         p = np.where(empty[..., None], 0.0, e / np.where(empty, 1.0, den)[..., None])
         p_sink = None if es is None else np.where(empty, 0.0, es / np.where(empty, 1.0, den))
     out = st(st(p) @ v) if store is not None else p @ v
-    if x.masked_rows == "nan" and sink is None:
-        out = np.where(~np.any(allowed, axis=-1)[..., None], np.nan, out)
+    if policy.nan.any():
+        out = np.where(policy.nan[..., None], np.nan, out)
     return VariantPlain(out, p, p_sink, None if sink is None else np.asarray(sink, float),
                         q, v, allowed, np.where(allowed, s, 0.0), A, size, caps,
                         v_descaled=o.v_descale is not None, k=k, scale=c, n_add=n_add,
@@ -254,78 +237,78 @@ def plain_variant(
 class VariantBugClass:
     name: str
     description: str
-    applies: Callable[[VariantInputs], bool]
-    switches: Callable[[VariantInputs], dict[str, Any]]
+    applies: Callable[[AttentionCall], bool]
+    switches: Callable[[AttentionCall], dict[str, Any]]
 
 
-def _win(x: VariantInputs) -> tuple[int | None, int | None]:
+def _win(x: AttentionCall) -> tuple[int | None, int | None]:
     w = x.opts.window
     return w if w is not None else (None, None)
 
 
-def _shift(side: int, d: int) -> Callable[[VariantInputs], dict[str, Any]]:
+def _shift(side: int, d: int) -> Callable[[AttentionCall], dict[str, Any]]:
     """The window with one edge moved by d keys (the edge is bounded: see _has_side)."""
-    def make(x: VariantInputs) -> dict[str, Any]:
+    def make(x: AttentionCall) -> dict[str, Any]:
         w = list(_win(x))
         w[side] = int(w[side] or 0) + d
         return {"window": (w[0], w[1])}
     return make
 
 
-def _has_side(side: int, positive: bool = False) -> Callable[[VariantInputs], bool]:
-    def test(x: VariantInputs) -> bool:
+def _has_side(side: int, positive: bool = False) -> Callable[[AttentionCall], bool]:
+    def test(x: AttentionCall) -> bool:
         w = _win(x)[side]
         return w is not None and (w > 0 or not positive)
     return test
 
 
-def _l_ne_s(x: VariantInputs) -> bool:
+def _l_ne_s(x: AttentionCall) -> bool:
     return x.q.shape[-2] != x.k.shape[-2]
 
 
-def _has_cap(x: VariantInputs) -> bool:
+def _has_cap(x: AttentionCall) -> bool:
     return x.opts.softcap is not None
 
 
-def _cap_and_mask(x: VariantInputs) -> bool:
+def _cap_and_mask(x: AttentionCall) -> bool:
     return _has_cap(x) and (x.is_causal or x.opts.window is not None
                             or x.mod_keep is not None or x.attn_mask is not None)
 
 
-def _alibi(x: VariantInputs) -> bool:
+def _alibi(x: AttentionCall) -> bool:
     return x.opts.alibi_slopes is not None
 
 
-def _alibi_asym(x: VariantInputs) -> bool:
+def _alibi_asym(x: AttentionCall) -> bool:
     s = x.opts.alibi_slopes
     return s is not None and s.shape[-1] > 1 and not np.array_equal(s, s[..., ::-1])
 
 
-def _sinks(x: VariantInputs) -> bool:
+def _sinks(x: AttentionCall) -> bool:
     return x.opts.sinks is not None
 
 
-def _has(name: str) -> Callable[[VariantInputs], bool]:
+def _has(name: str) -> Callable[[AttentionCall], bool]:
     return lambda x: getattr(x.opts, name) is not None
 
 
-def _any_descale(x: VariantInputs) -> bool:
+def _any_descale(x: AttentionCall) -> bool:
     return any(d is not None for d in (x.opts.q_descale, x.opts.k_descale, x.opts.v_descale))
 
 
-def _kv(x: VariantInputs) -> bool:
+def _kv(x: AttentionCall) -> bool:
     return x.opts.cache_seqlens is not None
 
 
-def _kv_short(x: VariantInputs) -> bool:
+def _kv_short(x: AttentionCall) -> bool:
     return _kv(x) and bool(np.any(x.opts.cache_seqlens < x.k.shape[-2]))
 
 
-def _kv_nonempty(x: VariantInputs) -> bool:
+def _kv_nonempty(x: AttentionCall) -> bool:
     return _kv(x) and bool(np.any(x.opts.cache_seqlens > 0))
 
 
-def _kv_leftpad(x: VariantInputs) -> bool:
+def _kv_leftpad(x: AttentionCall) -> bool:
     return _kv(x) and x.opts.cache_leftpad is not None and bool(np.any(x.opts.cache_leftpad))
 
 
@@ -404,7 +387,7 @@ VARIANT_BUG_CLASSES: tuple[VariantBugClass, ...] = (
 )
 
 
-def diagnose_variant(actual: np.ndarray, x: VariantInputs, *, model: ErrorModel,
+def diagnose_variant(actual: np.ndarray, x: AttentionCall, *, model: ErrorModel,
                      safety: float) -> tuple[Any, ...]:
     """The variant bug classes whose float64 output ``actual`` matches within
     ``safety`` times the buggy variant's own bound under ``model``, best first
@@ -414,10 +397,10 @@ def diagnose_variant(actual: np.ndarray, x: VariantInputs, *, model: ErrorModel,
         def __init__(self, bug: VariantBugClass) -> None:
             self.name, self.description, self.bug = bug.name, bug.description, bug
 
-        def applies(self, xx: VariantInputs) -> bool:
+        def applies(self, xx: AttentionCall) -> bool:
             return self.bug.applies(xx)
 
-        def variant(self, xx: VariantInputs) -> VariantPlain:
+        def variant(self, xx: AttentionCall) -> VariantPlain:
             return plain_variant(xx, **self.bug.switches(xx))
 
     entries = tuple(_Entry(b) for b in VARIANT_BUG_CLASSES)

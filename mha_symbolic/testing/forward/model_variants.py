@@ -112,10 +112,11 @@ def variant_error_bound(vp: Any, model: ErrorModel, events: tuple[float, float] 
 
     >>> import numpy as np
     >>> from mha_symbolic.oracle.variants.registry import variant_options
-    >>> from mha_symbolic.testing.forward.bugs_variants import VariantInputs, plain_variant
+    >>> from mha_symbolic.testing.forward.bugs_variants import plain_variant
+    >>> from mha_symbolic.testing.call import AttentionCall
     >>> from mha_symbolic.testing.tolerance import error_model
-    >>> x = VariantInputs(np.eye(2)[None], np.eye(2)[None], np.eye(2)[None],
-    ...                   variant_options(softcap=5.0))
+    >>> x = AttentionCall(np.eye(2)[None], np.eye(2)[None], np.eye(2)[None],
+    ...                   opts=variant_options(softcap=5.0))
     >>> tol, vac = variant_error_bound(plain_variant(x), error_model("bfloat16"))
     >>> bool(np.all((tol > 0) & (tol < 0.05))), bool(vac.any())
     (True, False)
