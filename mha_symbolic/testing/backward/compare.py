@@ -60,6 +60,7 @@ from .bugs import (
     plain_backward,
 )
 from .model import BACKWARD_KERNEL, backward_error_bound, backward_events, natural_scales
+from .softmax_d import with_softmax_d
 
 __all__ = [
     "BackwardComparison",
@@ -92,6 +93,8 @@ class BackwardComparison(ReportDisplay):
     diagnosis_run: bool = False
     bounds: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     warnings: tuple[str, ...] = ()
+    #: the kernel's D = rowsum(dO ∘ O) judged (``softmax_d=``, :mod:`.softmax_d`)
+    softmax_d: Any = None
 
     def __bool__(self) -> bool:
         return self.passed
@@ -159,6 +162,8 @@ def _render_backward(c: BackwardComparison) -> str:
                      "not within tolerance of the exact gradients)")
     if c.diagnosis_run and not c.diagnoses:
         lines.append("Diagnosis: no known backward bug class matches.")
+    if c.softmax_d is not None:
+        lines += ["", *c.softmax_d.report().splitlines()[(0 if c.softmax_d.passed else 1):-1]]
     return "\n".join(lines)
 
 
@@ -201,6 +206,7 @@ def _refuse_vacuous(comps: dict[str, AttentionComparison], model: ErrorModel) ->
                 "rule='ulp'/'allclose'")
 
 
+@with_softmax_d
 @with_variant_keywords
 @checked
 def compare_attention_backward(
@@ -213,7 +219,8 @@ def compare_attention_backward(
     rtol: float | None = None, atol: float | None = None, ulps: float | None = None,
     factor: float | None = None, diagnose_bugs: bool = True,
     error_model: str = "probabilistic",
-    d_sinks: Any = None, d_alibi_slopes: Any = None, **variants: Any,
+    d_sinks: Any = None, d_alibi_slopes: Any = None, softmax_d: Any = None,
+    **variants: Any,
 ) -> BackwardComparison:
     """Compare a kernel's gradients ``dq, dk, dv`` (and ``d_attn_mask`` for a float
     mask, optional) with the exact gradients of attention(query, key, value) against
@@ -242,6 +249,10 @@ def compare_attention_backward(
     gradient's bounds they add (docs/gradients.md §11.6).  Tables' gradients and
     ``d_attn_mask`` with variants have no tolerance model here.
 
+    ``softmax_d``: the kernel's D = rowsum(dO ∘ O) (…, H_q, L) where it exposes it
+    (FlashAttention's ``softmax_d``), judged too (:mod:`.softmax_d`; plain attention;
+    ``.softmax_d`` has its findings, and the comparison fails when it fails).
+
     >>> import numpy as np
     >>> from mha_symbolic import reference_attention_backward
     >>> rng = np.random.default_rng(0)
@@ -253,6 +264,7 @@ def compare_attention_backward(
     >>> compare_attention_backward(exact[0], 2 * exact[1], exact[2], q, k, v, do).passed
     False
     """
+    del softmax_d  # handled by with_softmax_d
 
     split_variant_keywords(variants, door=compare_attention_backward)
     variant = variant_options(**variants)

@@ -357,7 +357,8 @@ def _worst(pt: _Parts) -> dict[str, tuple[Arr, Arr]]:
     e_dk = ck * (_mm(t_k(e_ds), pt.aq) + (pt.gam(L) + kscale) * _mm(t_k(abs_ds), pt.aq)) \
         + 2 * u * np.abs(dk) + eta * (L * np.max(pt.aq, initial=0.0) + 1.0)
     return {"dq": (dq, e_dq), "dk": (dk, e_dk), "dv": (dv, e_dv),
-            "dmask": (np.where(allowed, ds_pre, 0.0), e_mask)}
+            "dmask": (np.where(allowed, ds_pre, 0.0), e_mask), "softmax_d": (pt.d, e_d),
+            "softmax_d_math": (pt.d, d_math + ua * np.abs(pt.d))}
 
 
 def _scores(pb: PlainBackward) -> Arr:
