@@ -254,7 +254,7 @@ def lse_problem(query: Any, key: Any, value: Any, opts: VariantOptions, *, attn_
     >>> q, k, m, gqa = lse_problem(x, x, x, variant_options(window=(0, 0)), attn_mask=None,
     ...                            is_causal=False, scale=None, enable_gqa=False,
     ...                            causal_alignment="top_left")
-    >>> m[0].tolist()                    # each query keeps its own key
+    >>> m.tolist()                       # each query keeps its own key
     [[True, False], [False, True]]
     """
     prep = prepare(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
