@@ -37,7 +37,7 @@ from ..conventions import ALIGNMENTS, POLICIES, exact_scale, read_mask
 from ..forward.attention import plain_attention
 from ..inputs import as_exact_array, to_float64, validate_finite
 from .protocol import VariantOptions
-from .registry import exact_inputs, kept, score_pipeline, sink_logits, variant_options
+from .registry import exact_inputs, kept, rotation, score_pipeline, sink_logits, variant_options
 from .semantics import Bias, Cap, Geometry, window_allowed
 from .transformed import transformed_attention
 from .views import DropLastColumn, PackedEnclosure
@@ -262,7 +262,8 @@ def variant_attention(
             prep.q64, prep.k64, prep.v64, lead=lead, group=prep.group, geo=geo,
             allowed=allowed, madd=flat(prep.user_madd, np.float64), ops=prep.ops,
             sinks=prep.sinks, scale=scale, masked_rows=masked_rows,
-            return_weights=return_weights)
+            return_weights=return_weights,
+            rotation=rotation(opts, geo, int(prep.q64.shape[-1])))
     k64, v64, mask = lowered(prep)
     out = plain_attention(prep.q64, k64, v64, attn_mask=mask, scale=scale,
                               enable_gqa=prep.group > 1, masked_rows=masked_rows,
