@@ -12,6 +12,7 @@ import torch
 from rotary_kernels import apply, fa_tables_attention, hf_attention, hf_cos_sin
 
 import mha_symbolic as ms
+from mha_symbolic.errors import AttentionMismatchError
 from mha_symbolic.oracle.variants.registry import variant_options
 from mha_symbolic.oracle.variants.rotary import error_terms
 from mha_symbolic.testing.forward.bugs_variants import VariantInputs, plain_variant
@@ -146,3 +147,15 @@ def test_error_hook_covers_real_fp32_rope_at_long_positions_and_the_angle_term_i
     vp2 = plain_variant(VariantInputs(qn, kn, kn, opts2, in_format="float32"))
     ind2, _ = error_terms(opts2, vp2, 0, slice(0, L), model)
     assert np.any(err > 10 * ind2)
+
+
+def test_check_attention_judges_the_output_and_says_why_not_the_gradients():
+    q, k, v = _qkv(4, 16, 16, torch.float32, 21)
+    res = ms.check_attention(lambda q, k, v: hf_attention(q, k, v, base=10000.0), q, k, v,
+                             rotary_base=10000.0)
+    assert res.passed and res.backward is None
+    assert "rotary" in res.no_gradients and "gradients not checked" in res.report()
+    with pytest.raises(AttentionMismatchError):
+        ms.check_attention(lambda q, k, v: hf_attention(q, k, v, base=10000.0,
+                                                        bug="rotary_interleaved_swapped"),
+                           q, k, v, rotary_base=10000.0)
