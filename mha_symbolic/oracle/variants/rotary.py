@@ -29,7 +29,7 @@ s_ij = c · q'_i · k'_j and everything else is as without rotary.
 **Reference.**  The scores are no longer products of doubles, so the call takes the
 transformed-score path (:mod:`.transformed`): float64 rotated q̃', k̃' with proved
 per-element bounds (:meth:`Rotation.float_rotate`; in the base mode each table entry
-is Arb's cos/sin rounded to a double, within 2^-53 relative plus Arb's radius), the
+is Arb's cos/sin converted to a double, within one ulp plus Arb's radius), the
 score bound widened by Σ_e (e_q|k̃'| + |q̃'|e_k + e_q e_k) (:meth:`Rotation.float_chunk`),
 the perturbation lemma, and the Arb fallback (:class:`RotaryProblem`): q', k' as balls
 at the working precision, precision raised until every rounding is decided.  There is
@@ -104,9 +104,10 @@ class RotarySpec:
     def float_tables(self, npos: int, r: int) -> tuple[np.ndarray[Any, Any], ...]:
         """(ĉ, ŝ, e_c, e_s), each (npos, r/2) float64, with |ĉ - cos θ| <= e_c and
         |ŝ - sin θ| <= e_s for positions 0 … npos - 1.  Tables: the values themselves
-        (e = 0).  Base mode: Arb's sin_cos at 96 bits, rounded to the nearest double
-        (float() of the midpoint): |ĉ - c| <= rad + |mid - ĉ| <= rad + 2^-53|ĉ| + 2^-1074
-        (bounded here as rad + 2^-52 |ĉ| + 2^-1074, outward)."""
+        (e = 0).  Base mode: Arb's sin_cos at 96 bits, the midpoint converted to a
+        double (float(): within one ulp whatever its rounding direction, and an ulp of a
+        double x is <= 2^-52|x| + 2^-1074): |ĉ - c| <= rad + 2^-52|ĉ| + 2^-1074, the
+        radius read upward (× UP)."""
         if self.cos is not None and self.sin is not None:
             c, s = self.cos[:npos], self.sin[:npos]
             z = np.zeros_like(c)
@@ -314,8 +315,9 @@ class Rotation:
         qr, eq = self.float_rotate(q, self.q_positions(flat))
         kr, ek = self.float_rotate(k, np.broadcast_to(self.k_positions(), k.shape[:-1]))
         E = q.shape[-1]
-        akT = np.swapaxes(np.abs(kr), -1, -2)
-        ekT = np.swapaxes(ek, -1, -2)
+        # contiguous transposes: numpy's stacked matmul takes BLAS on them
+        akT = np.ascontiguousarray(np.swapaxes(np.abs(kr), -1, -2))
+        ekT = np.ascontiguousarray(np.swapaxes(ek, -1, -2))
         with np.errstate(over="ignore", invalid="ignore"):
             d = eq @ akT + np.abs(qr) @ ekT + eq @ ekT
             d = (d * (1.0 + 2.0 * gamma(max(E, 1))) + 3 * E * ETA) * UP
@@ -367,7 +369,9 @@ class RotaryProblem(TransformedProblem):
         if not (E and S and rows):
             return [[arb(0)] * S for _ in rows]
         if (b, prec) not in self._kr:
-            self._kr = {(b, prec): self._rot_rows(self.k[b], list(range(S)), prec).transpose()}
+            if len(self._kr) >= 16:  # a few problems' rotated keys (Ziv revisits them)
+                self._kr.pop(next(iter(self._kr)))
+            self._kr[(b, prec)] = self._rot_rows(self.k[b], list(range(S)), prec).transpose()
         kmT = self._kr[(b, prec)]
         pq = self.rot.q_positions(np.array([b]))[0]
         qm = self._rot_rows(np.asarray(self.q[b][rows]), [int(pq[i]) for i in rows], prec)
