@@ -159,3 +159,24 @@ def test_check_attention_judges_the_output_and_says_why_not_the_gradients():
         ms.check_attention(lambda q, k, v: hf_attention(q, k, v, base=10000.0,
                                                         bug="rotary_interleaved_swapped"),
                            q, k, v, rotary_base=10000.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_worst_case_model_has_no_false_alarm_and_still_catches_a_convention_bug(dtype):
+    q, k, v = _qkv(8, 128, 32, dtype, 31)
+    out = hf_attention(q, k, v, base=10000.0)
+    res = ms.compare_attention(out, q, k, v, rotary_base=10000.0, error_model="worst_case")
+    assert res.passed, res.report()
+    bad = hf_attention(q, k, v, base=10000.0, bug="rotary_interleaved_swapped")
+    assert not ms.compare_attention(bad, q, k, v, rotary_base=10000.0,
+                                    error_model="worst_case").passed
+
+
+@pytest.mark.parametrize("kw,name", [({"rotary_base": -5.0}, "rotary_base"),
+                                     ({"rotary_base": 10.0, "rotary_dim": 7}, "rotary_dim"),
+                                     ({"rotary_cos": np.ones((4, 8))}, "rotary_sin")])
+def test_compare_attention_refuses_bad_rotary_options_in_one_line(kw, name):
+    q, k, v = _qkv(2, 8, 16, torch.float32, 1)
+    with pytest.raises(ms.MhaSymbolicError) as info:
+        ms.compare_attention(v[..., :2, :], q, k, v, **kw)
+    assert name in str(info.value) and "\n" not in str(info.value)
