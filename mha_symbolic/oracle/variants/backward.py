@@ -52,7 +52,7 @@ from ..conventions import exact_scale, masked_rows_of, read_mask
 from ..inputs import as_exact_array
 from .forward import Prepared, lowered, prepare, varlen_inputs
 from .protocol import VariantOptions
-from .registry import with_variant_keywords
+from .registry import require_gradients, with_variant_keywords
 from .score_mods import AlibiScoreMod, RelativeBiasScoreMod, SoftcapScoreMod
 from .transformed import TransformedProblem
 from .transformed_backward import TransformHooks
@@ -202,6 +202,7 @@ def variant_attention_backward(
 ) -> Any:
     """reference_attention_backward with variants (options validated by the caller)."""
 
+    require_gradients(opts)
     prep = prepare(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
                    scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
                    masked_rows=masked_rows)

@@ -40,6 +40,7 @@ from .protocol import VariantOptions
 from .registry import (
     exact_inputs,
     kept,
+    rotation,
     score_pipeline,
     sink_logits,
     split_variant_keywords,
@@ -302,7 +303,8 @@ def variant_attention(
             prep.q64, prep.k64, prep.v64, lead=lead, group=prep.group, geo=geo,
             allowed=allowed, madd=flat(prep.user_madd, np.float64), ops=prep.ops,
             sinks=prep.sinks, scale=scale, masked_rows=masked_rows,
-            return_weights=return_weights)
+            return_weights=return_weights,
+            rotation=rotation(opts, geo, int(prep.q64.shape[-1])))
     k64, v64, mask = lowered(prep)
     out = plain_attention(prep.q64, k64, v64, attn_mask=mask, scale=scale,
                               enable_gqa=prep.group > 1, masked_rows=masked_rows,

@@ -28,6 +28,7 @@ from ...oracle.api import reference_attention_backward
 from ...oracle.variants.forward import lowered, lowered_after_cap, prepare, require_lowerable
 from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import (
+    require_gradients,
     split_variant_keywords,
     variant_options,
     with_variant_keywords,
@@ -268,6 +269,7 @@ def compare_attention_backward(
 
     split_variant_keywords(variants, door=compare_attention_backward)
     variant = variant_options(**variants)
+    require_gradients(variant)
     if variant is not None and any(getattr(variant, f) is not None
                                    for f in ("q_descale", "k_descale", "v_descale")):
         raise SpecError("FP8 descale factors are not supported by compare_attention_backward "

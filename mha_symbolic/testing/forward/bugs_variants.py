@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import kept, score_pipeline
+from ...oracle.variants.rotary import rotate_for_testing
 from ...oracle.variants.semantics import Bias, Cap, Geometry, per_problem, window_allowed
 from ..call import AttentionCall
 from ..tolerance import ErrorModel
@@ -53,6 +55,10 @@ class VariantPlain:
     n_add: int = 0                # additive terms of the scores (biases, the mask)
     qk_descaled: bool = False     # q_descale or k_descale multiplied into the scale
     uniform: np.ndarray | None = None   # (..., L) rows given uniform weights
+    opts: VariantOptions | None = None  # the variants (their ``error`` hooks)
+    rotary: Any = None            # the Rotation of a rotary call
+    rotary_inputs: tuple[np.ndarray, np.ndarray] | None = None    # q, k flat (B, n, E)
+    rotary_outputs: tuple[np.ndarray, np.ndarray] | None = None   # q', k' flat
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -87,7 +93,7 @@ def plain_variant(
     flip_alibi_alignment: bool = False, sink_mode: str = "denominator",
     descale_power: tuple[int, int, int] = (1, 1, 1), scale: float | None = None,
     causal_offset: int = 0, store: Callable[[np.ndarray], np.ndarray] | None = None,
-    kv_changes: dict[str, Any] | None = None,
+    kv_changes: dict[str, Any] | None = None, rotary_changes: dict[str, Any] | None = None,
 ) -> VariantPlain:
     """Attention with the variants of ``x`` in float64; the keyword switches make the
     buggy variants of the catalogue (the defaults are the correct semantics of
@@ -114,6 +120,12 @@ def plain_variant(
     S = k.shape[-2]
     align = x.causal_alignment
     off = 0 if align == "top_left" else S - L
+    rot = rot_io = None
+    if o.rotary is not None:
+        # q, k rotated before the scores (as the kernel's, or a buggy kernel's)
+        rot, rot_io = rotate_for_testing(o, Geometry(lead, H, L, S, off), q, k,
+                                         **(rotary_changes or {}))
+        q, k = rot_io[2].reshape(*lead, L, E), rot_io[3].reshape(*lead, S, E)
     woff = (S - L) - off if flip_window_alignment else off
     c = (1.0 / math.sqrt(E) if x.scale is None else float(x.scale)) if scale is None else scale
     G = q @ np.swapaxes(k, -1, -2)
@@ -226,7 +238,9 @@ def plain_variant(
                         q, v, allowed, np.where(allowed, s, 0.0), A, size, caps,
                         v_descaled=o.v_descale is not None, k=k, scale=c, n_add=n_add,
                         qk_descaled=o.q_descale is not None or o.k_descale is not None,
-                        uniform=uniform)
+                        uniform=uniform, opts=o, rotary=rot,
+                        rotary_inputs=None if rot_io is None else rot_io[:2],
+                        rotary_outputs=None if rot_io is None else rot_io[2:])
 
 
 # --------------------------------------------------------------------------------------
@@ -312,6 +326,20 @@ def _kv_leftpad(x: AttentionCall) -> bool:
     return _kv(x) and x.opts.cache_leftpad is not None and bool(np.any(x.opts.cache_leftpad))
 
 
+def _rot(x: AttentionCall) -> bool:
+    return x.opts.rotary is not None
+
+
+def _rot_offset(x: AttentionCall) -> bool:
+    return _rot(x) and (x.opts.cache_seqlens is not None or _l_ne_s(x))
+
+
+def _rot_partial(x: AttentionCall) -> bool:
+    sp = x.opts.rotary
+    return (sp is not None and not sp.tables and sp.dim is not None
+            and sp.dim < x.q.shape[-1] - x.q.shape[-1] % 2)
+
+
 VARIANT_BUG_CLASSES: tuple[VariantBugClass, ...] = (
     VariantBugClass("window_left_off_by_one_wide",
                     "sliding window one key too wide on the left (sees key i - left - 1)",
@@ -376,6 +404,21 @@ VARIANT_BUG_CLASSES: tuple[VariantBugClass, ...] = (
                         x.opts.cache_seqlens - 1, 0)}}),
     VariantBugClass("kv_cache_leftpad_ignored", "cache_leftpad ignored: the left padding "
                     "attended", _kv_leftpad, lambda x: {"kv_changes": {"cache_leftpad": None}}),
+    VariantBugClass("rotary_interleaved_swapped", "rotary pairs of the other convention "
+                    "(GPT-J interleaved 2m, 2m+1 vs GPT-NeoX halves m, m + r/2)", _rot,
+                    lambda x: {"rotary_changes": {"interleaved_swapped": True}}),
+    VariantBugClass("rotary_positions_not_offset", "rotary: queries rotated at positions "
+                    "0 … L-1, not offset by the cache (cache_seqlens - L) or by S - L",
+                    _rot_offset, lambda x: {"rotary_changes": {"no_offset": True}}),
+    VariantBugClass("rotary_angles_bf16", "rotary cos/sin computed in bfloat16 (angles "
+                    "pos·inv_freq, or the tables, in bf16)", _rot,
+                    lambda x: {"rotary_changes": {"angles_dtype": "bfloat16"}}),
+    VariantBugClass("rotary_angles_fp16", "rotary cos/sin computed in float16 (angles "
+                    "pos·inv_freq, or the tables, in fp16)", _rot,
+                    lambda x: {"rotary_changes": {"angles_dtype": "float16"}}),
+    VariantBugClass("rotary_dim_ignored", "rotary_dim ignored: every dimension rotated "
+                    "(inv_freq built from the head dim)", _rot_partial,
+                    lambda x: {"rotary_changes": {"all_dims": True}}),
     VariantBugClass("no_scale", "scores not multiplied by the scale",
                     lambda x: (1.0 / math.sqrt(x.q.shape[-1]) if x.scale is None
                                else float(x.scale)) != 1.0, lambda x: {"scale": 1.0}),

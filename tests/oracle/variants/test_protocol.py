@@ -36,10 +36,12 @@ def test_every_registered_keyword_is_in_every_door_signature(door: str) -> None:
 def test_the_registered_variants_are_the_documented_ones() -> None:
     names = [v.name for v in protocol.registered()]
     assert sorted(names) == sorted(["window", "softcap", "score_mod", "alibi", "sinks",
-                                    "mask_mod", "fp8_descale", "kv_cache"])
+                                    "mask_mod", "fp8_descale", "kv_cache", "rotary"])
     assert set(variant_keywords()) == {"window", "softcap", "score_mod", "alibi_slopes",
                                        "sinks", "mask_mod", "q_descale", "k_descale",
-                                       "v_descale", "cache_seqlens", "cache_leftpad"}
+                                       "v_descale", "cache_seqlens", "cache_leftpad",
+                                       "rotary_cos", "rotary_sin", "rotary_interleaved",
+                                       "rotary_dim", "rotary_base", "rotary_position_scale"}
 
 
 def test_every_bug_class_a_variant_names_exists() -> None:
