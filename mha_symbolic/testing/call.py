@@ -14,7 +14,7 @@ by :meth:`AttentionCall.masked`, i.e. by the oracle's
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,7 @@ class AttentionCall:
     q: np.ndarray
     k: np.ndarray
     v: np.ndarray
+    _: KW_ONLY          # every other field by name (a positional 4th is ambiguous)
     do: np.ndarray | None = None
     attn_mask: np.ndarray | None = None
     is_causal: bool = False

@@ -459,7 +459,7 @@ def _compare_backward(
                              f"gradient it stands for {tuple(encs[name].shape)}")
     x = AttentionCall(
         _f64(_as_array(query, "query")), _f64(_as_array(key, "key")),
-        _f64(_as_array(value, "value")), _f64(_as_array(grad_output, "grad_output")),
+        _f64(_as_array(value, "value")), do=_f64(_as_array(grad_output, "grad_output")),
         attn_mask=_as_mask(attn_mask), is_causal=is_causal,
         scale=None if scale is None else float(scale), enable_gqa=enable_gqa,
         causal_alignment=causal_alignment, masked_rows=masked_rows, dropout_p=float(dropout_p),

@@ -87,7 +87,7 @@ def mha_backward_bounds(x: MhaInputs, dout: Arr, model: ErrorModel
         mask = x.keep
     elif x.mask_add is not None:
         mask = x.mask_add
-    bi = AttentionCall(_heads(Q, H), _heads(K, G), _heads(V, G), _heads(dA, H), attn_mask=mask,
+    bi = AttentionCall(_heads(Q, H), _heads(K, G), _heads(V, G), do=_heads(dA, H), attn_mask=mask,
                         enable_gqa=G != H, masked_rows=x.masked_rows)
     pb = plain_backward(bi)
     shapes = {"dq": bi.q.shape, "dk": bi.k.shape, "dv": bi.v.shape}

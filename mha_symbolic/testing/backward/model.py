@@ -210,7 +210,7 @@ def backward_error_bound(pb: PlainBackward, model: ErrorModel, *,
     >>> from mha_symbolic.testing.backward.bugs import plain_backward
     >>> from mha_symbolic.testing.call import AttentionCall
     >>> from mha_symbolic.testing.tolerance import error_model
-    >>> x = AttentionCall(*(np.eye(2)[None] for _ in range(4)))
+    >>> x = AttentionCall(*(np.eye(2)[None] for _ in range(3)), do=np.eye(2)[None])
     >>> b = backward_error_bound(plain_backward(x), error_model("bfloat16"),
     ...                          shapes={"dq": (1, 2, 2), "dk": (1, 2, 2), "dv": (1, 2, 2)})
     >>> bool(all(np.all(np.isfinite(t)) and np.all(t < 0.1) for t in b.values()))
@@ -270,7 +270,7 @@ def natural_scales(pb: PlainBackward, shapes: dict[str, tuple[int, ...]], eta: f
     >>> import numpy as np
     >>> from mha_symbolic.testing.backward.bugs import plain_backward
     >>> from mha_symbolic.testing.call import AttentionCall
-    >>> x = AttentionCall(*(np.eye(2)[None] for _ in range(4)))
+    >>> x = AttentionCall(*(np.eye(2)[None] for _ in range(3)), do=np.eye(2)[None])
     >>> nat = natural_scales(plain_backward(x), {"dv": (1, 2, 2)}, 2.0**-150)
     >>> bool(np.all(nat["dv"][0] > 0))
     True

@@ -90,7 +90,7 @@ def compare_softmax_d(actual: Any, query: Any, key: Any, value: Any, grad_output
                          f"output {do.shape[:-1]} (…, H_q, L)")
     lower, upper = _exact_d(_f64(ref.lower), _f64(ref.upper), do)
     x = AttentionCall(_f64(_as_array(query, "query")), _f64(_as_array(key, "key")),
-                      _f64(_as_array(value, "value")), do, attn_mask=_as_mask(attn_mask),
+                      _f64(_as_array(value, "value")), do=do, attn_mask=_as_mask(attn_mask),
                       is_causal=is_causal, scale=None if scale is None else float(scale),
                       enable_gqa=enable_gqa, causal_alignment=causal_alignment)
     # the kernel's formats are its inputs' (its forward output O and dP are held in

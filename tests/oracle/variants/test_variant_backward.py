@@ -611,7 +611,8 @@ def test_softcap_gradients_of_a_simulated_low_precision_kernel_pass(dtype: str) 
     rng = np.random.default_rng(47)
     for _ in range(3):
         q, k, v, do = ((rng.standard_normal((1, 2, 12, 16)) * 2).astype(dt) for _ in range(4))
-        x = AttentionCall(*(np.asarray(a, np.float64) for a in (q, k, v, do)),
+        x = AttentionCall(*(np.asarray(a, np.float64) for a in (q, k, v)),
+                          do=np.asarray(do, np.float64),
                           opts=VariantOptions(softcap=3.0),
                            is_causal=True)
         for deriv in (True, False):

@@ -135,7 +135,7 @@ def test_error_hook_covers_real_fp32_rope_at_long_positions_and_the_angle_term_i
     kr = apply(k, ck, sk, E, False).double().numpy()[0, 0]
     opts = variant_options(rotary_base=10000.0)
     qn, kn = q.double().numpy(), k.double().numpy()
-    vp = plain_variant(AttentionCall(qn, kn, kn, opts, in_format="float32"))
+    vp = plain_variant(AttentionCall(qn, kn, kn, opts=opts, in_format="float32"))
     c = 1 / np.sqrt(E)
     err = np.abs(c * (qr @ kr.T) - c * (vp.q[0, 0] @ vp.k[0, 0].T))
     model = error_model("float32").with_events(1e3, 1e6)
@@ -144,7 +144,7 @@ def test_error_hook_covers_real_fp32_rope_at_long_positions_and_the_angle_term_i
     # the same rotation with its tables given (no angle term): the real errors exceed it
     c64, s64, _, _ = vp.rotary.spec.float_tables(S, E)
     opts2 = variant_options(rotary_cos=c64, rotary_sin=s64)
-    vp2 = plain_variant(AttentionCall(qn, kn, kn, opts2, in_format="float32"))
+    vp2 = plain_variant(AttentionCall(qn, kn, kn, opts=opts2, in_format="float32"))
     ind2, _ = error_terms(opts2, vp2, 0, slice(0, L), model)
     assert np.any(err > 10 * ind2)
 
