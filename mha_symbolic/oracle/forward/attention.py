@@ -376,13 +376,17 @@ def plain_attention(
                 np.ascontiguousarray(kc), np.ascontiguousarray(vc)), size=2)
             for i0 in range(0, L, step):
                 i1 = min(L, i0 + step)
-                blk = model.block(c, slice(i0, i1))
-                res = tier1_block(np.ascontiguousarray(qc[i0:i1]), None, kv, blk, c_f, rho_c,
-                                  r_f, rho_r, return_weights, ws)
-                y[c, i0:i1], err_y[c, i0:i1], ok[c, i0:i1] = res.y, res.err, res.ok
-                if return_weights:
-                    assert p is not None and err_p is not None
-                    p[c, i0:i1], err_p[c, i0:i1] = res.p, res.err_p
+                # only the keys some row of the block may see (causal, window and
+                # block-sparse masks: ScoreModel.block_keys); a block without any
+                # key is left to the masked-row policy (ok = False, y = 0)
+                blk, j0, j1 = model.block_keys(c, slice(i0, i1))
+                if j1 > j0:
+                    res = tier1_block(np.ascontiguousarray(qc[i0:i1]), None, kv.keys(j0, j1),
+                                      blk, c_f, rho_c, r_f, rho_r, return_weights, ws)
+                    y[c, i0:i1], err_y[c, i0:i1], ok[c, i0:i1] = res.y, res.err, res.ok
+                    if return_weights:
+                        assert p is not None and err_p is not None
+                        p[c, i0:i1, j0:j1], err_p[c, i0:i1, j0:j1] = res.p, res.err_p
                 if bar is not None:
                     bar.update(1)
         if bar is not None:

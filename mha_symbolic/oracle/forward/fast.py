@@ -11,6 +11,7 @@ the numbered steps below follow it.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +76,22 @@ class KV:
         if self.vr2 is not None:
             self.vmax = (self.vmax + self.vr2) * UP
         self.vcat = np.ascontiguousarray(np.concatenate([v2, absv], axis=1))
+
+    def keys(self, j0: int, j1: int) -> KV:
+        """The keys ``j0:j1`` only (views, no copy), for a block whose other keys are
+        all masked (:meth:`ScoreModel.block_keys`).  The per-head maxima (``kmax``,
+        ``krmax``, ``vmax``) and the values' scale stay those of the whole head: upper
+        bounds of the range's, so every bound of :func:`tier1_block` still holds (and
+        the counts of keys in it become the range's: a masked key has w~ = 0 exactly
+        and adds nothing, not even an underflow)."""
+        if j0 == 0 and j1 == self.S:
+            return self
+        sub = copy.copy(self)
+        sub.k, sub.v, sub.vcat = self.k[j0:j1], self.v[j0:j1], self.vcat[j0:j1]
+        sub.kr = None if self.kr is None else self.kr[j0:j1]
+        sub.knorm = self.knorm[j0:j1]
+        sub.S = j1 - j0
+        return sub
 
 
 @dataclass

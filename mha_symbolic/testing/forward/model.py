@@ -104,6 +104,7 @@ from ..tolerance import (
 )
 from .moments import (
     HeadCache,
+    KeyRange,
     _is_pow2,
     _Moments,
     _pow2_exponent,
@@ -171,6 +172,7 @@ def attention_error_bound(
     softmax_axis: int = -1,
     extras: ScoreExtras | None = None,
     head: HeadCache | None = None,
+    keys: slice | None = None,
 ) -> Bound:
     """The model's bound on ``|ŷ − y|`` for the rows of one head.
 
@@ -184,6 +186,8 @@ def attention_error_bound(
     ``extras``: the score pipeline of an attention variant (:class:`ScoreExtras`;
     ``mask_add`` must then be None, the mask being part of its scores).
     ``head``: a :class:`HeadCache` shared by the chunks of one head (same ``k``, ``v``).
+    ``keys``: a range ``j0:j1`` outside which no row has a key (issue 29): ``allowed``,
+    ``mask_add``, ``kappa`` hold its columns, ``k``, ``v``, ``dk``, ``dv`` the head's rows.
     Fully masked rows (no allowed key, not uniform) get the bound of an exact zero.
 
     >>> import numpy as np
@@ -199,7 +203,7 @@ def attention_error_bound(
         return _attention_error_bound(
             q, k, v, scale=scale, allowed=allowed, model=model, mask_add=mask_add,
             kappa=kappa, uniform_rows=uniform_rows, dq=dq, dk=dk, dv=dv,
-            softmax_axis=softmax_axis, extras=extras, head=head)
+            softmax_axis=softmax_axis, extras=extras, head=head, keys=keys)
 
 
 class _Work:
@@ -221,6 +225,8 @@ class _Work:
     kappa: np.ndarray | None
     extras: ScoreExtras | None
     has_dq: bool
+    n_terms: int | None     # the head's key count when the chunk holds a range of keys
+    j0: int                 # ... starting at key j0
     # step 0: scaled operands and scores
     eq: int
     ek: int
@@ -266,6 +272,16 @@ class _Work:
         every key takes part: the same values without the pass)."""
         return a if self.full else np.where(self.allowed, a, fill)
 
+    def key_sum(self, a: np.ndarray) -> np.ndarray:
+        """Σ over the softmax axis (masked keys 0), for a chunk cut to a range of keys
+        summed over the head's S keys by numpy's pairwise order, zeros put back: Λ (step
+        2) is the log of a sum near 1, whose last bit the order would change ×2^13."""
+        if self.n_terms is None or self.axis != -1:
+            return np.asarray(np.sum(a, axis=self.axis, keepdims=True))
+        full = np.zeros((a.shape[0], self.n_terms))
+        full[:, self.j0:self.j0 + a.shape[1]] = a
+        return np.asarray(np.sum(full, axis=-1, keepdims=True))
+
     def rowmax(self, a: np.ndarray) -> np.ndarray:
         """:func:`_rowmax` of an (R, S) array (one pass fewer when every key takes part;
         the same values: a row's maximum over all its keys, 0 for S = 0)."""
@@ -279,15 +295,23 @@ def _attention_error_bound(
     model: ErrorModel, mask_add: np.ndarray | None, kappa: np.ndarray | None,
     uniform_rows: np.ndarray | None, dq: np.ndarray | None, dk: np.ndarray | None,
     dv: np.ndarray | None, softmax_axis: int, extras: ScoreExtras | None = None,
-    head: HeadCache | None = None,
+    head: HeadCache | None = None, keys: slice | None = None,
 ) -> Bound:
     """The steps of the module docstring, in order (each a function below)."""
     R = q.shape[0]
     Ev = v.shape[1]
     if R == 0 or Ev == 0:
         return Bound(np.zeros((R, Ev)), np.zeros((R, Ev), dtype=bool))
+    hc: HeadCache | KeyRange = HeadCache() if head is None else head
+    v_all, n_terms = v, None
+    if keys is not None:            # the head's scalings and key count, the range's keys
+        j0, j1 = keys.start, keys.stop
+        hc, n_terms = KeyRange(head or HeadCache(), k, v, j0, j1), k.shape[0]
+        k, v = k[j0:j1], v[j0:j1]
+        dk, dv = (None if d is None else d[j0:j1] for d in (dk, dv))
     w = _setup(q, v, allowed, model, kappa, uniform_rows, softmax_axis, extras)
-    _scaled_scores(w, q, k, v, scale, mask_add, HeadCache() if head is None else head)
+    w.n_terms, w.j0 = n_terms, 0 if keys is None else keys.start
+    _scaled_scores(w, q, k, v, scale, mask_add, hc)
     _exact_weights(w, dv)
     sh_rel, ind, d_eval = _score_errors(w, q, k, dq, dk)
     _finish_score_errors(w, sh_rel, ind, d_eval)
@@ -300,7 +324,7 @@ def _attention_error_bound(
         tolb, N = _worst(w, np.arange(R), Mp.li, Mp.ab), None
     else:
         tolb, N = _probabilistic(w, Mp)
-    return _finish(w, tolb, _underflow(w, N), v, Mp.ab)
+    return _finish(w, tolb, _underflow(w, N), v_all, Mp.ab)
 
 
 def _setup(q: np.ndarray, v: np.ndarray, allowed: np.ndarray, model: ErrorModel,
@@ -328,7 +352,7 @@ def _setup(q: np.ndarray, v: np.ndarray, allowed: np.ndarray, model: ErrorModel,
 
 
 def _scaled_scores(w: _Work, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
-                   mask_add: np.ndarray | None, head: HeadCache) -> None:
+                   mask_add: np.ndarray | None, head: HeadCache | KeyRange) -> None:
     """Step 0: q = 2^eq q̄, k = 2^ek k̄, v = 2^ev v̄ (exact), σ = c 2^(eq+ek); products
     of scaled operands stay below E, and numpy's ldexp saturates to inf.  The scores t,
     their natural scales A, and the rows whose kernel would overflow (vacuous)."""
@@ -339,7 +363,7 @@ def _scaled_scores(w: _Work, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale:
     ek, kb, akb = head.keys(k)
     ev, vb, w.vals = head.values(v)
     if w.kappa is not None:
-        w.vals = _Values(vb, w.kappa)
+        w.vals = _Values(vb, w.kappa, w.n_terms)
     w.eq, w.ek, w.ev = eq, ek, ev
     w.qb, w.kb, w.vb = qb, _, _ = np.ldexp(q, -eq), kb, vb
     c = w.c = float(scale)
@@ -413,7 +437,7 @@ def _exact_weights(w: _Work, dv: np.ndarray | None) -> None:
     smax = np.max(sm, axis=ax, keepdims=True) if sm.shape[ax] else sm
     smax = np.where(np.isfinite(smax), smax, 0.0)
     e = w.on(np.exp(sm - smax), 0.0)
-    tot = np.sum(e, axis=ax, keepdims=True)
+    tot = w.key_sum(e)
     w.smax, w.tot = smax, tot
     w.p = np.where(tot > 0, np.divide(e, np.where(tot > 0, tot, 1.0), out=e), 0.0)
     w.spread = w.on(smax - s, 0.0)
@@ -546,7 +570,7 @@ def _log_perturbation(w: _Work) -> None:
     ld = w.on(logp + w.D, -np.inf)
     mld = np.max(ld, axis=ax, keepdims=True) if ld.shape[ax] else ld
     mld = np.where(np.isfinite(mld), mld, 0.0)
-    lam_s = mld + np.log(np.maximum(np.sum(np.exp(ld - mld), axis=ax, keepdims=True), 1e-300))
+    lam_s = mld + np.log(np.maximum(w.key_sum(np.exp(ld - mld)), 1e-300))
     lam_s = np.maximum(lam_s, 0.0)                       # Λ ≥ 0 (Jensen: Σ p e^D ≥ 1)
     w.x = w.D + lam_s                                    # ≥ 0
     w.ex = np.expm1(np.minimum(w.x, _EXP_CAP))
@@ -579,7 +603,7 @@ def _worst(w: _Work, rows: np.ndarray, y_r: np.ndarray, pv_r: np.ndarray) -> np.
     ua, kappa, vb = w.model.ua, w.kappa, w.vb
     dps_r, _, dpw_r = _perturbed_weights(w, rows)
     ps = w.p[rows]
-    vr = w.vals if kappa is None else _Values(vb, kappa[rows])
+    vr = w.vals if kappa is None else _Values(vb, kappa[rows], w.n_terms)
     Md = vr.moments(dps_r)
     dpw_abs = vr.moments(dpw_r, li=False, sq=False).ab
     assert Md.ab is not None and dpw_abs is not None
@@ -792,6 +816,3 @@ def batched_attention_error_bound(
             softmax_axis=softmax_axis).tol
     return res
 
-
-# --------------------------------------------------------------------------------------
-# Linear maps (the projections of a multi-head block)
