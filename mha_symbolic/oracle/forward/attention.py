@@ -229,9 +229,20 @@ class _AttentionProblem(Problem):
             blocks.append(self.model.block(b, sel))
             sizes.append(int(sel.size))
         S = heads[0].S
+        # only the keys some row of the block may see (as in tier 1)
+        whole = concat_blocks(blocks, sizes, S)
+        blk, j0, j1 = restrict_keys(whole, S)
+        if j1 <= j0:
+            blk, j0, j1 = whole, 0, S
         res = tier2_rows(np.ascontiguousarray(np.concatenate(qs)),
-                         RowsBatch(heads, np.concatenate(hidx)),
-                         concat_blocks(blocks, sizes, S), self.cs, fac, kind)
+                         RowsBatch([h.keys(j0, j1) for h in heads], np.concatenate(hidx)),
+                         blk, self.cs, fac, kind)
+        if kind != "output" and (j0, j1) != (0, S):   # the weights of the other keys: 0
+            for name in ("hi", "lo", "err"):
+                part = getattr(res, name)
+                wide = np.zeros((part.shape[0], S))
+                wide[:, j0:j1] = part
+                setattr(res, name, wide)
         ncols = res.hi.shape[1]
         at = 0
         for n, r0, r1 in pieces:

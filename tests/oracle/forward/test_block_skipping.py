@@ -1,6 +1,8 @@
 """Issue 29 item 2: blocks of keys that no query row of a block may see are skipped in
-every tier.  Each case is computed twice, skipping and with the skipping switched off
-(``ScoreModel.block_keys`` patched to hand out every key), and must give the same
+tier 1 and in tier 2 by rows.  Each case is computed twice, skipping and with the skipping switched off
+(``ScoreModel.block_keys`` and the tiers' ``restrict_keys`` patched to hand out every
+key; tier 1 and tier 2 by rows: the float64 roundings of float32-valued inputs go
+through the latter), and must give the same
 correctly rounded output bit for bit, with enclosures that overlap (both hold the exact
 value); a few small cases are also checked element by element against the independent
 Fraction/Arb reference of tests/kernels/oracle_reference.py."""
@@ -15,6 +17,8 @@ import pytest
 
 from mha_symbolic import reference_attention
 from mha_symbolic.oracle.conventions import ScoreModel
+from mha_symbolic.oracle.forward import attention as attention_mod
+from mha_symbolic.oracle.forward.rows import KVrows
 from tests.kernels.oracle_reference import check_against_reference
 
 
@@ -26,6 +30,7 @@ def _both(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> tuple[Any, 
     skip = reference_attention(*args, **kw)
     with monkeypatch.context() as m:
         m.setattr(ScoreModel, "block_keys", _unskipped)
+        m.setattr(attention_mod, "restrict_keys", lambda blk, S: (blk, 0, S))
         full = reference_attention(*args, **kw)
     return skip, full
 
@@ -51,8 +56,19 @@ def test_causal_skipping_gives_the_unskipped_rounding(monkeypatch: pytest.Monkey
                                                       L: int, S: int, align: str) -> None:
     rng = np.random.default_rng(L + S)
     q, k, v = _inputs(rng, (2, L, 32), (2, S, 32))
-    skip, full = _both(monkeypatch, q, k, v, is_causal=True, causal_alignment=align)
-    _same(skip, full)
+    cut: list[int] = []
+    keys = KVrows.keys
+
+    def spy(self: KVrows, j0: int, j1: int) -> KVrows:
+        cut.append(int((j0, j1) != (0, self.S)))
+        return keys(self, j0, j1)
+
+    with monkeypatch.context() as m:
+        m.setattr(KVrows, "keys", spy)
+        skip, full = _both(monkeypatch, q, k, v, is_causal=True, causal_alignment=align)
+        _same(skip, full)
+    assert any(cut) or L > S    # tier 2 by rows ran on restricted ranges (L > S: its
+    # blocks of joined rows see every key)
 
 
 def test_rows_with_no_key_keep_their_policy_when_skipping(monkeypatch: pytest.MonkeyPatch) -> None:
