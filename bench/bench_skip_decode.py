@@ -7,6 +7,8 @@
    --len (4096), float32 inputs: unmasked, causal, and causal with the block skipping
    switched off (``ScoreModel.block_keys`` handing out every key; only in a tree that
    has it).  Ratios causal / unmasked.
+1b. ``causal64``: the same fp64-rounded at (1, 2, 2048, 2048, 64) (float32 inputs: tier
+   2 by rows refines almost every row), unmasked, causal, causal without skipping.
 2. ``decode``: (1, 32 query heads, 8 kv heads, L = 1, S = 4096, E = 128), float32
    inputs, GQA: ``reference_attention(..., enable_gqa=True).rounded("float32")`` against
    numpy float64 attention (the query heads of a group against their key head by one
@@ -84,6 +86,10 @@ class _NoSkip:
             self.saved.append((ScoreModel, "block_keys", ScoreModel.block_keys))
             ScoreModel.block_keys = lambda self, c, rows: (  # type: ignore[method-assign]
                 self.block(c, rows), 0, self.S)
+        from mha_symbolic.oracle.forward import attention
+        if hasattr(attention, "restrict_keys"):
+            self.saved.append((attention, "restrict_keys", attention.restrict_keys))
+            attention.restrict_keys = lambda blk, S: (blk, 0, S)  # type: ignore[attr-defined]
         if hasattr(plain.Chunk, "restricted"):
             self.saved.append((plain.Chunk, "restricted", plain.Chunk.restricted))
             plain.Chunk.restricted = lambda self: self  # type: ignore[method-assign]
@@ -108,6 +114,20 @@ def part_causal(runs: int, L: int) -> None:
             noskip = measure(lambda: reference_attention(q, k, v, is_causal=True).rounded(
                 "float32"), runs)
             show("causal, skipping off", noskip, plain, "unmasked")
+
+
+def part_causal64(runs: int) -> None:
+    print("1b. oracle fp64-rounded at (1, 2, 2048, 2048, 64), float32 inputs (tier 2 by rows)")
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 2, 2048, 64)).astype(np.float32) for _ in range(3))
+    plain = measure(lambda: reference_attention(q, k, v).rounded("float64"), runs)
+    show("unmasked", plain)
+    show("causal", measure(lambda: reference_attention(q, k, v, is_causal=True).rounded(
+        "float64"), runs), plain, "unmasked")
+    with _NoSkip() as has:
+        if has:
+            show("causal, skipping off", measure(lambda: reference_attention(
+                q, k, v, is_causal=True).rounded("float64"), runs), plain, "unmasked")
 
 
 def part_decode(runs: int) -> None:
@@ -175,12 +195,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--len", type=int, default=4096, help="L = S of part 1")
-    ap.add_argument("--parts", nargs="+", default=["causal", "decode", "bound"],
-                    choices=["causal", "decode", "bound"])
+    ap.add_argument("--parts", nargs="+", default=["causal", "causal64", "decode", "bound"],
+                    choices=["causal", "causal64", "decode", "bound"])
     args = ap.parse_args()
     print(f"tree {Path(__file__).resolve().parents[1]}, runs {args.runs}, 1 thread")
     if "causal" in args.parts:
         part_causal(args.runs, args.len)
+    if "causal64" in args.parts:
+        part_causal64(args.runs)
     if "decode" in args.parts:
         part_decode(args.runs)
     if "bound" in args.parts:
