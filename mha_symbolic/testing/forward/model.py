@@ -85,7 +85,6 @@ scale).  The derivation is repeated, with the constants, in docs/testing.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -103,8 +102,10 @@ from ..tolerance import (
     underflow_eta,
 )
 from .moments import (
+    Bound,
     HeadCache,
     KeyRange,
+    ScoreExtras,
     _is_pow2,
     _Moments,
     _pow2_exponent,
@@ -118,41 +119,6 @@ __all__ = ["Bound", "HeadCache", "ScoreExtras", "attention_error_bound"]
 
 # --------------------------------------------------------------------------------------
 # The bound for one chunk of rows of one head
-
-
-@dataclass(frozen=True)
-class Bound:
-    """The tolerance of a chunk: ``tol`` (R, Ev) float64, finite; ``vacuous`` (R, Ev)
-    bool: elements for which the model gives no meaningful bound."""
-
-    tol: np.ndarray
-    vacuous: np.ndarray
-
-
-@dataclass(frozen=True)
-class ScoreExtras:
-    """What a variant kernel does to the scores beyond ``c q·k_j`` (built by
-    :mod:`.tolerance_variants`).
-
-    ``scores`` (R, S): the final exact scores in float64 (softcaps, biases, a float
-    mask, a sink's logit in its column), replacing ``t_j + m_j`` for the weights;
-    ``ind`` (R, S): the worst-case bound of the variant's own independent roundings
-    per key, ``var`` the sum of their squared bounds; ``d_eval`` (R, S): the float64
-    evaluation error of ``scores`` beyond that of ``c q·k_j``; ``centred``: whether the
-    shared errors may be measured from the row's top key (false behind a softcap:
-    ``C tanh(·/C)`` is 1-Lipschitz, so a shared relative error δ of t_j moves the final
-    score by at most |δ t_j|, but not by a common shift); ``scale_roundings``: the
-    roundings of the scale shared by the row (3 with FP8 descale factors multiplied
-    into it); ``final_roundings``: extra roundings of the output in u_a (1 for the
-    v_descale product)."""
-
-    scores: np.ndarray
-    ind: np.ndarray | float = 0.0
-    var: np.ndarray | float = 0.0
-    d_eval: np.ndarray | float = 0.0
-    centred: bool = True
-    scale_roundings: int = 1
-    final_roundings: int = 0
 
 
 def attention_error_bound(

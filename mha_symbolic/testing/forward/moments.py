@@ -1,7 +1,8 @@
 """The blocks the tolerance model of :mod:`.model` is computed with: row moments of
 weight matrices against the values (one matmul on stacked columns), row maxima over
 the allowed keys, tie counts, the scaled keys and values a head's chunks share
-(:class:`HeadCache`), power-of-two exponents."""
+(:class:`HeadCache`, :class:`KeyRange`), power-of-two exponents; the result type
+:class:`Bound` and a variant's :class:`ScoreExtras`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,46 @@ import numpy as np
 
 from ..tolerance import FloatFormat
 
-__all__ = ["HeadCache", "KeyRange"]
+__all__ = ["Bound", "HeadCache", "KeyRange", "ScoreExtras"]
+
+
+# --------------------------------------------------------------------------------------
+# What the bound of :mod:`.model` returns, and what a variant adds to its scores
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The tolerance of a chunk: ``tol`` (R, Ev) float64, finite; ``vacuous`` (R, Ev)
+    bool: elements for which the model gives no meaningful bound."""
+
+    tol: np.ndarray
+    vacuous: np.ndarray
+
+
+@dataclass(frozen=True)
+class ScoreExtras:
+    """What a variant kernel does to the scores beyond ``c q·k_j`` (built by
+    :mod:`.tolerance_variants`).
+
+    ``scores`` (R, S): the final exact scores in float64 (softcaps, biases, a float
+    mask, a sink's logit in its column), replacing ``t_j + m_j`` for the weights;
+    ``ind`` (R, S): the worst-case bound of the variant's own independent roundings
+    per key, ``var`` the sum of their squared bounds; ``d_eval`` (R, S): the float64
+    evaluation error of ``scores`` beyond that of ``c q·k_j``; ``centred``: whether the
+    shared errors may be measured from the row's top key (false behind a softcap:
+    ``C tanh(·/C)`` is 1-Lipschitz, so a shared relative error δ of t_j moves the final
+    score by at most |δ t_j|, but not by a common shift); ``scale_roundings``: the
+    roundings of the scale shared by the row (3 with FP8 descale factors multiplied
+    into it); ``final_roundings``: extra roundings of the output in u_a (1 for the
+    v_descale product)."""
+
+    scores: np.ndarray
+    ind: np.ndarray | float = 0.0
+    var: np.ndarray | float = 0.0
+    d_eval: np.ndarray | float = 0.0
+    centred: bool = True
+    scale_roundings: int = 1
+    final_roundings: int = 0
 
 
 # --------------------------------------------------------------------------------------
