@@ -410,6 +410,33 @@ class ScoreModel:
             allowed = None
         return Block(allowed, madd, keep, uniform)
 
+    def block_keys(self, c: int, rows: Any) -> tuple[Block, int, int]:
+        """(block, j0, j1): the score model of ``rows`` restricted to the keys
+        ``j0:j1``, the smallest range holding every key that some row of the block may
+        see (issue 29: a causal, window or block-sparse mask leaves the other keys out
+        of every tier).  A key outside the range has weight exactly 0 in every row and
+        adds exactly 0 to every sum, so attention over ``j0:j1`` *is* the attention of
+        the block.  ``j0 == j1`` when no row has a key (rows the masked-row policy
+        fills; a uniform row has every key allowed, hence the whole range)."""
+        return restrict_keys(self.block(c, rows), self.S)
+
+
+def restrict_keys(blk: Block, S: int) -> tuple[Block, int, int]:
+    """:meth:`ScoreModel.block_keys` of an existing block of S keys."""
+    if blk.allowed is None:
+        return blk, 0, S
+    cols = np.flatnonzero(blk.allowed.any(axis=0))
+    if cols.size == 0:
+        return blk, 0, 0
+    j0, j1 = int(cols[0]), int(cols[-1]) + 1
+    if j0 == 0 and j1 == S:
+        return blk, 0, S
+    allowed = np.ascontiguousarray(blk.allowed[:, j0:j1])
+    return Block(None if allowed.all() else allowed,
+                 None if blk.madd is None else np.ascontiguousarray(blk.madd[:, j0:j1]),
+                 None if blk.keep is None else np.ascontiguousarray(blk.keep[:, j0:j1]),
+                 blk.uniform), j0, j1
+
 
 @dataclass(frozen=True)
 class MaskedRows:

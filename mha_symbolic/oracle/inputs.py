@@ -150,6 +150,14 @@ def validate_finite(x: np.ndarray[Any, Any], name: str, *, allow_neg_inf: bool =
     ±Inf (only NaN and +Inf when ``allow_neg_inf``, as for additive masks)."""
     if x.dtype == bool or x.size == 0:
         return
+    if not allow_neg_inf and is_float_dtype(x.dtype):
+        # one pass without a float64 copy (issue 29, decode): a sum is finite only
+        # if every term is (inf, -inf and NaN propagate; float64 accumulation cannot
+        # overflow on values of a narrower format, and a float64 overflow only sends
+        # the call to the elementwise search below)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.isfinite(np.add.reduce(x, axis=None, dtype=np.float64)):
+                return
     a = np.asarray(x, dtype=np.float64)
     bad = np.isnan(a) | (a == np.inf) if allow_neg_inf else ~np.isfinite(a)
     if np.any(bad):

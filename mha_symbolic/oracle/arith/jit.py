@@ -15,6 +15,7 @@ tier 2), each allocating a temporary; the compiled loops make two.
 
 from __future__ import annotations
 
+import math
 import os
 from functools import lru_cache
 from typing import Any
@@ -53,17 +54,20 @@ class Workspace:
     """Reusable buffers for the blocks of one call: freshly allocated large arrays
     are page-faulted in on every use (glibc returns them to the system), which
     costs more than the arithmetic; blocks of one shape reuse these instead.  A
-    buffer is valid until the next request of the same name."""
+    buffer is valid until the next request of the same name.  Blocks of varying
+    shape (the key ranges of a causal mask) share one flat buffer per name, grown to
+    the largest request: a request is a C-contiguous view of its first elements."""
 
     def __init__(self) -> None:
         self._bufs: dict[str, Array] = {}
 
     def get(self, name: str, shape: tuple[int, ...], dtype: Any = np.float64) -> Array:
+        n = math.prod(shape)
         buf = self._bufs.get(name)
-        if buf is None or buf.shape != shape or buf.dtype != dtype:
-            buf = np.empty(shape, dtype=dtype)
+        if buf is None or buf.size < n or buf.dtype != dtype:
+            buf = np.empty(max(n, 1), dtype=dtype)
             self._bufs[name] = buf
-        return buf
+        return buf[:n].reshape(shape)
 
 
 # ---- numpy twins --------------------------------------------------------------------

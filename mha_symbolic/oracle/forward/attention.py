@@ -36,6 +36,7 @@ from ..conventions import (
     exact_scale,
     masked_rows_of,
     rational_scale,
+    restrict_keys,
 )
 from ..enclosure import Enclosure, Problem
 from ..inputs import to_float64
@@ -69,7 +70,8 @@ def dropout_f(factor: Fraction | None) -> tuple[float, float]:
 
 class Stack:
     """The (B) flat stack of attention problems over broadcast inputs, without
-    copying broadcast dimensions: query head g reads key/value head g // rep (GQA)."""
+    copying broadcast dimensions: query head g reads key/value head g // rep (GQA).
+    ``k`` and ``v`` may be of any exact format: :meth:`qkv` hands them out in float64."""
 
     def __init__(self, q: Any, k: Any, v: Any, batch: tuple[int, ...], rep: int) -> None:
         self.batch = batch
@@ -80,6 +82,9 @@ class Stack:
         self.k = np.broadcast_to(k, (*kvb, S, E))
         self.v = np.broadcast_to(v, (*kvb, S, Ev))
         self.rep = rep
+        # keys and values widened to float64 one key/value head at a time, when first
+        # asked for (issue 29, decode: no full-size float64 copy of a float32 KV cache)
+        self._kv64: OrderedDict[tuple[int, ...], tuple[Any, Any]] = OrderedDict()
 
     def index(self, c: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         idx = tuple(int(x) for x in np.unravel_index(c, self.batch)) if self.batch else ()
@@ -88,7 +93,12 @@ class Stack:
 
     def qkv(self, c: int) -> tuple[Any, Any, Any, tuple[int, ...]]:
         idx, kidx = self.index(c)
-        return self.q[idx], self.k[kidx], self.v[kidx], kidx
+        got = self._kv64.get(kidx)
+        if got is None:
+            got = self._kv64[kidx] = (to_float64(self.k[kidx]), to_float64(self.v[kidx]))
+            if len(self._kv64) > 2:
+                self._kv64.popitem(last=False)
+        return self.q[idx], got[0], got[1], kidx
 
 
 class _AttentionProblem(Problem):
@@ -219,9 +229,20 @@ class _AttentionProblem(Problem):
             blocks.append(self.model.block(b, sel))
             sizes.append(int(sel.size))
         S = heads[0].S
+        # only the keys some row of the block may see (as in tier 1)
+        whole = concat_blocks(blocks, sizes, S)
+        blk, j0, j1 = restrict_keys(whole, S)
+        if j1 <= j0:
+            blk, j0, j1 = whole, 0, S
         res = tier2_rows(np.ascontiguousarray(np.concatenate(qs)),
-                         RowsBatch(heads, np.concatenate(hidx)),
-                         concat_blocks(blocks, sizes, S), self.cs, fac, kind)
+                         RowsBatch([h.keys(j0, j1) for h in heads], np.concatenate(hidx)),
+                         blk, self.cs, fac, kind)
+        if kind != "output" and (j0, j1) != (0, S):   # the weights of the other keys: 0
+            for name in ("hi", "lo", "err"):
+                part = getattr(res, name)
+                wide = np.zeros((part.shape[0], S))
+                wide[:, j0:j1] = part
+                setattr(res, name, wide)
         ncols = res.hi.shape[1]
         at = 0
         for n, r0, r1 in pieces:
@@ -353,7 +374,7 @@ def plain_attention(
                        causal_alignment=causal_alignment, policy=masked_rows,
                        dropout_mask=dropout_mask, dropout_p=p_drop)
     B = math.prod(batch)
-    stack = Stack(to_float64(q), to_float64(k), to_float64(v), batch, rep)
+    stack = Stack(to_float64(q), k, v, batch, rep)  # k, v widened per head (Stack.qkv)
 
     rows = masked_rows_of(masked_rows, model.empty_rows(), S, batch)
     zero_rows, nan_rows = rows.zero, rows.nan  # uniform rows are computed (ScoreModel)
@@ -370,21 +391,54 @@ def plain_attention(
         bar = prog.bar(B * (-(-L // step)), "certified attention")
         kv_cache: OrderedDict[tuple[int, ...], KV] = OrderedDict()
         ws = Workspace()
-        for c in range(B):
+        c = 0
+        while c < B:
             qc, kc, vc, kidx = stack.qkv(c)
             kv = _AttentionProblem._cached(kv_cache, kidx, lambda kc=kc, vc=vc: KV(
                 np.ascontiguousarray(kc), np.ascontiguousarray(vc)), size=2)
+            # short rows (decode): the query heads that follow on the same key/value
+            # head (a GQA group, a broadcast batch) go through tier 1 as one block of
+            # at most `step` rows; rows are independent, the per-head set-up shared
+            group = [c]
+            while (step >= 2 * L and c + len(group) < B and (len(group) + 1) * L <= step
+                   and stack.index(c + len(group))[1] == kidx):
+                group.append(c + len(group))
+            if len(group) > 1:
+                n = len(group)
+                blk, j0, j1 = restrict_keys(concat_blocks(
+                    [model.block(g, slice(0, L)) for g in group], [L] * n, S), S)
+                if j1 > j0:
+                    res = tier1_block(np.ascontiguousarray(np.concatenate(
+                        [stack.qkv(g)[0] for g in group])), None, kv.keys(j0, j1), blk,
+                        c_f, rho_c, r_f, rho_r, return_weights, ws)
+                    y[c:c + n] = res.y.reshape(n, L, Ev)
+                    err_y[c:c + n] = res.err.reshape(n, L, Ev)
+                    ok[c:c + n] = res.ok.reshape(n, L)
+                    if return_weights:
+                        assert p is not None and err_p is not None
+                        assert res.p is not None and res.err_p is not None
+                        p[c:c + n, :, j0:j1] = res.p.reshape(n, L, j1 - j0)
+                        err_p[c:c + n, :, j0:j1] = res.err_p.reshape(n, L, j1 - j0)
+                if bar is not None:
+                    bar.update(n)
+                c += n
+                continue
             for i0 in range(0, L, step):
                 i1 = min(L, i0 + step)
-                blk = model.block(c, slice(i0, i1))
-                res = tier1_block(np.ascontiguousarray(qc[i0:i1]), None, kv, blk, c_f, rho_c,
-                                  r_f, rho_r, return_weights, ws)
-                y[c, i0:i1], err_y[c, i0:i1], ok[c, i0:i1] = res.y, res.err, res.ok
-                if return_weights:
-                    assert p is not None and err_p is not None
-                    p[c, i0:i1], err_p[c, i0:i1] = res.p, res.err_p
+                # only the keys some row of the block may see (causal, window and
+                # block-sparse masks: ScoreModel.block_keys); a block without any
+                # key is left to the masked-row policy (ok = False, y = 0)
+                blk, j0, j1 = model.block_keys(c, slice(i0, i1))
+                if j1 > j0:
+                    res = tier1_block(np.ascontiguousarray(qc[i0:i1]), None, kv.keys(j0, j1),
+                                      blk, c_f, rho_c, r_f, rho_r, return_weights, ws)
+                    y[c, i0:i1], err_y[c, i0:i1], ok[c, i0:i1] = res.y, res.err, res.ok
+                    if return_weights:
+                        assert p is not None and err_p is not None
+                        p[c, i0:i1, j0:j1], err_p[c, i0:i1, j0:j1] = res.p, res.err_p
                 if bar is not None:
                     bar.update(1)
+            c += 1
         if bar is not None:
             bar.close()
     ok &= ~(zero_rows | nan_rows)

@@ -11,6 +11,7 @@ the numbered steps below follow it.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,23 +59,48 @@ class KV:
         # the bounds below never underflow for tiny values; exact unless a value
         # would become subnormal (checked: then the scaling is 1)
         Ev = self.v.shape[1]
-        vm = np.max(np.abs(self.v), axis=0) if S else np.zeros(Ev)
+        vm = (np.maximum(np.max(self.v, axis=0), -np.min(self.v, axis=0)) if S
+              else np.zeros(Ev))
         _, F = np.frexp(vm)
         F = np.where((vm > 0) & (F >= -1021) & (F <= 1023), F, 0).astype(np.int64)
         sc = np.ldexp(1.0, -F)
-        v2 = self.v * sc
-        if S and not np.array_equal(v2 / sc, self.v):
+        # [v', |v'|] written in place (one buffer: decode builds one per key head)
+        vcat = np.empty((S, 2 * Ev))
+        v2, absv = vcat[:, :Ev], vcat[:, Ev:]
+        np.multiply(self.v, sc, out=v2)
+        np.abs(v2, out=absv)
+        # the scaling is exact unless a value becomes subnormal: none of |v'| below
+        # 2**-1022 but the zeros (else the exact check, and scale 1 where it fails)
+        if S and np.any(F > 0) and float(np.min(absv)) < 2.0**-1022 and (
+                np.count_nonzero(absv < 2.0**-1022) != np.count_nonzero(self.v == 0)
+                ) and not np.array_equal(v2 / sc, self.v):
             F = np.zeros(Ev, dtype=np.int64)
             sc = np.ones(Ev)
-            v2 = self.v
+            v2[...] = self.v
+            np.abs(v2, out=absv)
         self.vexp = F
         self.vscale = np.ldexp(1.0, F)  # 2**F_l: multiplying by it is exact (normal range)
-        absv = np.abs(v2)
         self.vmax = np.max(absv, axis=0) if S else np.zeros(Ev)
         self.vr2 = None if self.vr is None else self.vr * sc * UP
         if self.vr2 is not None:
             self.vmax = (self.vmax + self.vr2) * UP
-        self.vcat = np.ascontiguousarray(np.concatenate([v2, absv], axis=1))
+        self.vcat = vcat
+
+    def keys(self, j0: int, j1: int) -> KV:
+        """The keys ``j0:j1`` only (views, no copy), for a block whose other keys are
+        all masked (:meth:`ScoreModel.block_keys`).  The per-head maxima (``kmax``,
+        ``krmax``, ``vmax``) and the values' scale stay those of the whole head: upper
+        bounds of the range's, so every bound of :func:`tier1_block` still holds (and
+        the counts of keys in it become the range's: a masked key has w~ = 0 exactly
+        and adds nothing, not even an underflow)."""
+        if j0 == 0 and j1 == self.S:
+            return self
+        sub = copy.copy(self)
+        sub.k, sub.v, sub.vcat = self.k[j0:j1], self.v[j0:j1], self.vcat[j0:j1]
+        sub.kr = None if self.kr is None else self.kr[j0:j1]
+        sub.knorm = self.knorm[j0:j1]
+        sub.S = j1 - j0
+        return sub
 
 
 @dataclass

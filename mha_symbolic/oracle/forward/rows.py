@@ -28,6 +28,7 @@ one row and for a whole head alike.  :func:`rows_path_pays` chooses.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +93,20 @@ class KVrows:
         self.kmax = float(np.max(norm_up(self.k))) if self.S else 0.0
         self.colmax = (np.max(np.abs(self.v), axis=0) * UP if self.S
                        else np.zeros(self.Ev))
+
+    def keys(self, j0: int, j1: int) -> KVrows:
+        """The keys ``j0:j1`` only, for a block whose other keys are all masked (issue
+        29): ``kT``'s columns copied contiguous (E·(j1 - j0), small beside the block's
+        dot products), the values a view; the head's ``kmax`` and ``colmax`` kept (upper
+        bounds of the range's, so the bounds of :func:`tier2_rows` hold, with the range's
+        key count: a masked key has weight 0 exactly and adds nothing)."""
+        if j0 == 0 and j1 == self.S:
+            return self
+        sub = copy.copy(self)
+        sub.k, sub.v, sub.vc = self.k[j0:j1], self.v[j0:j1], self.vc[j0:j1]
+        sub.kT = np.ascontiguousarray(self.kT[:, j0:j1])
+        sub.S = j1 - j0
+        return sub
 
 
 class RowsBatch:

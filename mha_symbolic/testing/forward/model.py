@@ -85,7 +85,6 @@ scale).  The derivation is repeated, with the constants, in docs/testing.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -103,7 +102,10 @@ from ..tolerance import (
     underflow_eta,
 )
 from .moments import (
+    Bound,
     HeadCache,
+    KeyRange,
+    ScoreExtras,
     _is_pow2,
     _Moments,
     _pow2_exponent,
@@ -117,41 +119,6 @@ __all__ = ["Bound", "HeadCache", "ScoreExtras", "attention_error_bound"]
 
 # --------------------------------------------------------------------------------------
 # The bound for one chunk of rows of one head
-
-
-@dataclass(frozen=True)
-class Bound:
-    """The tolerance of a chunk: ``tol`` (R, Ev) float64, finite; ``vacuous`` (R, Ev)
-    bool: elements for which the model gives no meaningful bound."""
-
-    tol: np.ndarray
-    vacuous: np.ndarray
-
-
-@dataclass(frozen=True)
-class ScoreExtras:
-    """What a variant kernel does to the scores beyond ``c q·k_j`` (built by
-    :mod:`.tolerance_variants`).
-
-    ``scores`` (R, S): the final exact scores in float64 (softcaps, biases, a float
-    mask, a sink's logit in its column), replacing ``t_j + m_j`` for the weights;
-    ``ind`` (R, S): the worst-case bound of the variant's own independent roundings
-    per key, ``var`` the sum of their squared bounds; ``d_eval`` (R, S): the float64
-    evaluation error of ``scores`` beyond that of ``c q·k_j``; ``centred``: whether the
-    shared errors may be measured from the row's top key (false behind a softcap:
-    ``C tanh(·/C)`` is 1-Lipschitz, so a shared relative error δ of t_j moves the final
-    score by at most |δ t_j|, but not by a common shift); ``scale_roundings``: the
-    roundings of the scale shared by the row (3 with FP8 descale factors multiplied
-    into it); ``final_roundings``: extra roundings of the output in u_a (1 for the
-    v_descale product)."""
-
-    scores: np.ndarray
-    ind: np.ndarray | float = 0.0
-    var: np.ndarray | float = 0.0
-    d_eval: np.ndarray | float = 0.0
-    centred: bool = True
-    scale_roundings: int = 1
-    final_roundings: int = 0
 
 
 def attention_error_bound(
@@ -171,6 +138,7 @@ def attention_error_bound(
     softmax_axis: int = -1,
     extras: ScoreExtras | None = None,
     head: HeadCache | None = None,
+    keys: slice | None = None,
 ) -> Bound:
     """The model's bound on ``|ŷ − y|`` for the rows of one head.
 
@@ -184,6 +152,8 @@ def attention_error_bound(
     ``extras``: the score pipeline of an attention variant (:class:`ScoreExtras`;
     ``mask_add`` must then be None, the mask being part of its scores).
     ``head``: a :class:`HeadCache` shared by the chunks of one head (same ``k``, ``v``).
+    ``keys``: a range ``j0:j1`` outside which no row has a key (issue 29): ``allowed``,
+    ``mask_add``, ``kappa`` hold its columns, ``k``, ``v``, ``dk``, ``dv`` the head's rows.
     Fully masked rows (no allowed key, not uniform) get the bound of an exact zero.
 
     >>> import numpy as np
@@ -200,7 +170,7 @@ def attention_error_bound(
         return _attention_error_bound(
             q, k, v, scale=scale, allowed=allowed, model=model, mask_add=mask_add,
             kappa=kappa, uniform_rows=uniform_rows, dq=dq, dk=dk, dv=dv,
-            softmax_axis=softmax_axis, extras=extras, head=head)
+            softmax_axis=softmax_axis, extras=extras, head=head, keys=keys)
 
 
 class _Work:
@@ -222,6 +192,8 @@ class _Work:
     kappa: np.ndarray | None
     extras: ScoreExtras | None
     has_dq: bool
+    n_terms: int | None     # the head's key count when the chunk holds a range of keys
+    j0: int                 # ... starting at key j0
     # step 0: scaled operands and scores
     eq: int
     ek: int
@@ -267,6 +239,16 @@ class _Work:
         every key takes part: the same values without the pass)."""
         return a if self.full else np.where(self.allowed, a, fill)
 
+    def key_sum(self, a: np.ndarray) -> np.ndarray:
+        """Σ over the softmax axis (masked keys 0), for a chunk cut to a range of keys
+        summed over the head's S keys by numpy's pairwise order, zeros put back: Λ (step
+        2) is the log of a sum near 1, whose last bit the order would change ×2^13."""
+        if self.n_terms is None or self.axis != -1:
+            return np.asarray(np.sum(a, axis=self.axis, keepdims=True))
+        full = np.zeros((a.shape[0], self.n_terms))
+        full[:, self.j0:self.j0 + a.shape[1]] = a
+        return np.asarray(np.sum(full, axis=-1, keepdims=True))
+
     def rowmax(self, a: np.ndarray) -> np.ndarray:
         """:func:`_rowmax` of an (R, S) array (one pass fewer when every key takes part;
         the same values: a row's maximum over all its keys, 0 for S = 0)."""
@@ -280,15 +262,23 @@ def _attention_error_bound(
     model: ErrorModel, mask_add: np.ndarray | None, kappa: np.ndarray | None,
     uniform_rows: np.ndarray | None, dq: np.ndarray | None, dk: np.ndarray | None,
     dv: np.ndarray | None, softmax_axis: int, extras: ScoreExtras | None = None,
-    head: HeadCache | None = None,
+    head: HeadCache | None = None, keys: slice | None = None,
 ) -> Bound:
     """The steps of the module docstring, in order (each a function below)."""
     R = q.shape[0]
     Ev = v.shape[1]
     if R == 0 or Ev == 0:
         return Bound(np.zeros((R, Ev)), np.zeros((R, Ev), dtype=bool))
+    hc: HeadCache | KeyRange = HeadCache() if head is None else head
+    v_all, n_terms = v, None
+    if keys is not None:            # the head's scalings and key count, the range's keys
+        j0, j1 = keys.start, keys.stop
+        hc, n_terms = KeyRange(head or HeadCache(), k, v, j0, j1), k.shape[0]
+        k, v = k[j0:j1], v[j0:j1]
+        dk, dv = (None if d is None else d[j0:j1] for d in (dk, dv))
     w = _setup(q, v, allowed, model, kappa, uniform_rows, softmax_axis, extras)
-    _scaled_scores(w, q, k, v, scale, mask_add, HeadCache() if head is None else head)
+    w.n_terms, w.j0 = n_terms, 0 if keys is None else keys.start
+    _scaled_scores(w, q, k, v, scale, mask_add, hc)
     _exact_weights(w, dv)
     sh_rel, ind, d_eval = _score_errors(w, q, k, dq, dk)
     _finish_score_errors(w, sh_rel, ind, d_eval)
@@ -301,7 +291,7 @@ def _attention_error_bound(
         tolb, N = _worst(w, np.arange(R), Mp.li, Mp.ab), None
     else:
         tolb, N = _probabilistic(w, Mp)
-    return _finish(w, tolb, _underflow(w, N), v, Mp.ab)
+    return _finish(w, tolb, _underflow(w, N), v_all, Mp.ab)
 
 
 def _setup(q: np.ndarray, v: np.ndarray, allowed: np.ndarray, model: ErrorModel,
@@ -329,7 +319,7 @@ def _setup(q: np.ndarray, v: np.ndarray, allowed: np.ndarray, model: ErrorModel,
 
 
 def _scaled_scores(w: _Work, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
-                   mask_add: np.ndarray | None, head: HeadCache) -> None:
+                   mask_add: np.ndarray | None, head: HeadCache | KeyRange) -> None:
     """Step 0: q = 2^eq q̄, k = 2^ek k̄, v = 2^ev v̄ (exact), σ = c 2^(eq+ek); products
     of scaled operands stay below E, and numpy's ldexp saturates to inf.  The scores t,
     their natural scales A, and the rows whose kernel would overflow (vacuous)."""
@@ -340,7 +330,7 @@ def _scaled_scores(w: _Work, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale:
     ek, kb, akb = head.keys(k)
     ev, vb, w.vals = head.values(v)
     if w.kappa is not None:
-        w.vals = _Values(vb, w.kappa)
+        w.vals = _Values(vb, w.kappa, w.n_terms)
     w.eq, w.ek, w.ev = eq, ek, ev
     w.qb, w.kb, w.vb = qb, _, _ = np.ldexp(q, -eq), kb, vb
     c = w.c = float(scale)
@@ -414,7 +404,7 @@ def _exact_weights(w: _Work, dv: np.ndarray | None) -> None:
     smax = np.max(sm, axis=ax, keepdims=True) if sm.shape[ax] else sm
     smax = np.where(np.isfinite(smax), smax, 0.0)
     e = w.on(np.exp(sm - smax), 0.0)
-    tot = np.sum(e, axis=ax, keepdims=True)
+    tot = w.key_sum(e)
     w.smax, w.tot = smax, tot
     w.p = np.where(tot > 0, np.divide(e, np.where(tot > 0, tot, 1.0), out=e), 0.0)
     w.spread = w.on(smax - s, 0.0)
@@ -547,7 +537,7 @@ def _log_perturbation(w: _Work) -> None:
     ld = w.on(logp + w.D, -np.inf)
     mld = np.max(ld, axis=ax, keepdims=True) if ld.shape[ax] else ld
     mld = np.where(np.isfinite(mld), mld, 0.0)
-    lam_s = mld + np.log(np.maximum(np.sum(np.exp(ld - mld), axis=ax, keepdims=True), 1e-300))
+    lam_s = mld + np.log(np.maximum(w.key_sum(np.exp(ld - mld)), 1e-300))
     lam_s = np.maximum(lam_s, 0.0)                       # Λ ≥ 0 (Jensen: Σ p e^D ≥ 1)
     w.x = w.D + lam_s                                    # ≥ 0
     w.ex = np.expm1(np.minimum(w.x, _EXP_CAP))
@@ -580,7 +570,7 @@ def _worst(w: _Work, rows: np.ndarray, y_r: np.ndarray, pv_r: np.ndarray) -> np.
     ua, kappa, vb = w.model.ua, w.kappa, w.vb
     dps_r, _, dpw_r = _perturbed_weights(w, rows)
     ps = w.p[rows]
-    vr = w.vals if kappa is None else _Values(vb, kappa[rows])
+    vr = w.vals if kappa is None else _Values(vb, kappa[rows], w.n_terms)
     Md = vr.moments(dps_r)
     dpw_abs = vr.moments(dpw_r, li=False, sq=False).ab
     assert Md.ab is not None and dpw_abs is not None
@@ -793,6 +783,3 @@ def batched_attention_error_bound(
             softmax_axis=softmax_axis).tol
     return res
 
-
-# --------------------------------------------------------------------------------------
-# Linear maps (the projections of a multi-head block)

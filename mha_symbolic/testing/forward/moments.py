@@ -1,7 +1,8 @@
 """The blocks the tolerance model of :mod:`.model` is computed with: row moments of
 weight matrices against the values (one matmul on stacked columns), row maxima over
 the allowed keys, tie counts, the scaled keys and values a head's chunks share
-(:class:`HeadCache`), power-of-two exponents."""
+(:class:`HeadCache`, :class:`KeyRange`), power-of-two exponents; the result type
+:class:`Bound` and a variant's :class:`ScoreExtras`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,46 @@ import numpy as np
 
 from ..tolerance import FloatFormat
 
-__all__ = ["HeadCache"]
+__all__ = ["Bound", "HeadCache", "KeyRange", "ScoreExtras"]
+
+
+# --------------------------------------------------------------------------------------
+# What the bound of :mod:`.model` returns, and what a variant adds to its scores
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The tolerance of a chunk: ``tol`` (R, Ev) float64, finite; ``vacuous`` (R, Ev)
+    bool: elements for which the model gives no meaningful bound."""
+
+    tol: np.ndarray
+    vacuous: np.ndarray
+
+
+@dataclass(frozen=True)
+class ScoreExtras:
+    """What a variant kernel does to the scores beyond ``c q·k_j`` (built by
+    :mod:`.tolerance_variants`).
+
+    ``scores`` (R, S): the final exact scores in float64 (softcaps, biases, a float
+    mask, a sink's logit in its column), replacing ``t_j + m_j`` for the weights;
+    ``ind`` (R, S): the worst-case bound of the variant's own independent roundings
+    per key, ``var`` the sum of their squared bounds; ``d_eval`` (R, S): the float64
+    evaluation error of ``scores`` beyond that of ``c q·k_j``; ``centred``: whether the
+    shared errors may be measured from the row's top key (false behind a softcap:
+    ``C tanh(·/C)`` is 1-Lipschitz, so a shared relative error δ of t_j moves the final
+    score by at most |δ t_j|, but not by a common shift); ``scale_roundings``: the
+    roundings of the scale shared by the row (3 with FP8 descale factors multiplied
+    into it); ``final_roundings``: extra roundings of the output in u_a (1 for the
+    v_descale product)."""
+
+    scores: np.ndarray
+    ind: np.ndarray | float = 0.0
+    var: np.ndarray | float = 0.0
+    d_eval: np.ndarray | float = 0.0
+    centred: bool = True
+    scale_roundings: int = 1
+    final_roundings: int = 0
 
 
 # --------------------------------------------------------------------------------------
@@ -74,17 +114,31 @@ class _Values:
     (dropout): the moments of a weight matrix by one matmul on stacked columns
     [|v|, v, v²] (two with dropout: a∘κ against [|v|, v], a∘κ² against v²)."""
 
-    def __init__(self, v: np.ndarray, kappa: np.ndarray | None) -> None:
+    def __init__(self, v: np.ndarray, kappa: np.ndarray | None, n_terms: int | None = None
+                 ) -> None:
         self.v = v
         self.kappa = kappa
         self.Ev = v.shape[1]
         self.av = np.abs(v)
         self.v2 = v * v
         self.rhs = np.concatenate([self.av, v, self.v2], axis=1)
+        # the key count S of the moments' slack (:meth:`_Moments.quad`): the head's,
+        # also for a chunk restricted to a range of its keys (the same formula)
+        self.n_terms = n_terms
+
+    def keys(self, j0: int, j1: int, kappa: np.ndarray | None) -> _Values:
+        """The values of the keys ``j0:j1`` (views of these rows, no copy), the slack
+        still counting every key of the head."""
+        sub = object.__new__(_Values)
+        sub.v, sub.av, sub.v2, sub.rhs = (a[j0:j1] for a in (self.v, self.av, self.v2,
+                                                             self.rhs))
+        sub.kappa, sub.Ev = kappa, self.Ev
+        sub.n_terms = self.v.shape[0] if self.n_terms is None else self.n_terms
+        return sub
 
     def moments(self, a: np.ndarray, *, ab: bool = True, li: bool = True,
                 sq: bool = True) -> _Moments:
-        Ev, S = self.Ev, a.shape[-1]
+        Ev, S = self.Ev, a.shape[-1] if self.n_terms is None else self.n_terms
         sa = np.sum(a, axis=-1, keepdims=True)
         parts: list[np.ndarray | None] = [None, None, None]
         want = [ab, li, sq]
@@ -132,6 +186,26 @@ class HeadCache:
             vb = np.ldexp(v, -ev)
             self._v, self._vals = v, (ev, vb, _Values(vb, None))
         return self._vals
+
+
+class KeyRange:
+    """A :class:`HeadCache` seen through the keys ``j0:j1`` (a chunk whose other keys
+    are masked in every row, issue 29): the head's scaled keys and values, their
+    exponents taken over the whole head, sliced; the moments' slack counts the head's
+    keys.  So every value of the bound is the unrestricted one, up to the float64
+    summation order of sums that lose only exact zeros."""
+
+    def __init__(self, head: HeadCache, k: np.ndarray, v: np.ndarray, j0: int, j1: int
+                 ) -> None:
+        self.head, self.k, self.v, self.j0, self.j1 = head, k, v, j0, j1
+
+    def keys(self, k: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+        ek, kb, akb = self.head.keys(self.k)
+        return ek, kb[self.j0:self.j1], akb[self.j0:self.j1]
+
+    def values(self, v: np.ndarray) -> tuple[int, np.ndarray, _Values]:
+        ev, vb, vals = self.head.values(self.v)
+        return ev, vb[self.j0:self.j1], vals.keys(self.j0, self.j1, None)
 
 
 def _rowmax(a: np.ndarray, allowed: np.ndarray) -> np.ndarray:

@@ -73,7 +73,29 @@ class Chunk:
     dq: np.ndarray | None = None
     dk: np.ndarray | None = None
     dv: np.ndarray | None = None
+    keys: slice | None = None        # allowed, mask_add, kappa hold only these keys
     nan_rows: np.ndarray | None = None  # (R,) dead rows whose output is NaN (the policy)
+
+    def restricted(self) -> Chunk:
+        """This chunk with ``allowed``, ``mask_add`` and ``kappa`` cut to the smallest
+        range of keys that some row may see (issue 29: causal, window and block-sparse
+        masks; uniform rows see every key; at least one key when S > 0, so that a chunk
+        of rows without any key keeps its meaning).  ``k``, ``v``, ``dk``, ``dv`` stay
+        the head's: :func:`.model.attention_error_bound` slices them (``keys=``)."""
+        if self.uniform is not None and np.any(self.uniform):
+            return self
+        S = self.allowed.shape[1]
+        cols = np.flatnonzero(np.any(self.allowed, axis=0))
+        j0, j1 = (int(cols[0]), int(cols[-1]) + 1) if cols.size else (0, min(S, 1))
+        if (j0, j1) == (0, S):
+            return self
+
+        def cut(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.ascontiguousarray(a[:, j0:j1])
+
+        return replace(self, allowed=np.ascontiguousarray(self.allowed[:, j0:j1]),
+                       mask_add=cut(self.mask_add),
+                       kappa=cut(self.kappa), keys=slice(j0, j1))
 
 
 class _Layout:
@@ -180,7 +202,7 @@ class Plain:
                     None if x.dq is None else x.dq[qi][i0:i1],
                     None if x.dk is None else x.dk[ki],
                     None if x.dv is None else x.dv[vi],
-                    policy.nan if policy.nan.any() else None,
+                    nan_rows=policy.nan if policy.nan.any() else None,
                 )
 
     # ---- evaluation
@@ -228,7 +250,7 @@ class Plain:
             ch.q, ch.k, ch.v, scale=ch.scale, allowed=ch.allowed, model=model,
             mask_add=ch.mask_add, kappa=ch.kappa, uniform_rows=ch.uniform,
             dq=ch.dq, dk=ch.dk, dv=ch.dv, softmax_axis=self.variant.softmax_axis,
-            head=head)
+            head=head, keys=ch.keys)
         return b.tol, b.vacuous
 
     def _bound_chunks(self, model: ErrorModel, progress: Any = None
@@ -237,10 +259,12 @@ class Plain:
         scaled keys and values computed once per key/value head (the query heads of a
         GQA group and the batch elements broadcast over one key head come one after
         another and share its arrays); ``progress``: a bar to advance by each chunk's
-        rows."""
+        rows.  Only the keys some row of a chunk may see are computed
+        (:meth:`Chunk.restricted`; softmax over the keys)."""
         head = HeadCache()
+        skip = self.variant.softmax_axis == -1
         for ch in self.chunks(BOUND_CHUNK_SCORES):
-            tol, vac = self._bound_chunk(ch, model, head)
+            tol, vac = self._bound_chunk(ch.restricted() if skip else ch, model, head)
             if progress is not None:
                 progress.update(ch.rows.stop - ch.rows.start)
             yield ch, tol, vac
