@@ -141,7 +141,13 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
     big = len(values) > 16
     sig = max([part.significant_digits + (2 if big else 3) for part in parts]
               + [20 if any(part.kind == "expression" for part in parts) else 8 if big else 15])
-    described = [describe(v, sig) for v in values]
+    # a tensor's exact form is shown only when every entry has one: stop at the first
+    # entry without (simplifying is the dearest step of describing a value)
+    described, forms_left = [], True
+    for v in values:
+        d = describe(v, sig, form=forms_left)
+        forms_left = forms_left and bool(d[1])
+        described.append(d)
     shape = nested_shape(value)
     exact = _layout([d for d, _ in described], shape)
     forms = [f for _, f in described]

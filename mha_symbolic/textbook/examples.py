@@ -286,7 +286,7 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None,
 def _check_draw_work(raw: Sequence[Any], src: str) -> None:
     """Refuse a file whose seeded draws hold more than MAX_FILE_DRAW_ENTRIES entries in
     all, counted from the draws' sizes (each unreadable draw is reported by its example)."""
-    from .seeded import parse_draw
+    from .seeded import draw_entries
 
     total = 0
     for item in raw:
@@ -296,7 +296,7 @@ def _check_draw_work(raw: Sequence[Any], src: str) -> None:
             continue
         for text in draws[:64]:
             try:
-                total += math.prod(parse_draw(text)[3])
+                total += draw_entries(text)
             except ExampleFileError:
                 continue
         if total > MAX_FILE_DRAW_ENTRIES:
