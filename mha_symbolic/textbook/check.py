@@ -44,8 +44,8 @@ from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
 from .claims import numpy_printed, parse_printed
 from .examples import Claim, WorkedExample, load_examples, select_examples
 from .intermediates import PER_HEAD_INTERMEDIATES
-from .quantities import MATRIX_QUANTITIES, parse_quantity, quantity_value
-from .reports import CONSISTENT, CheckReport, ClaimRecord
+from .quantities import MATRIX_QUANTITIES, TOKEN_QUANTITIES, parse_quantity, quantity_value
+from .reports import AMBIGUOUS, CONSISTENT, CheckReport, ClaimRecord
 from .roots import (
     bias_once_diagnosis,
     float32_diagnosis,
@@ -83,9 +83,56 @@ _PER_HEAD = ("score", "scaled_score", "weight", "head_output", "q", "k", "v",
 
 
 def _claim_value(ex: WorkedExample, claim: Claim, p: Any) -> Any:
+    """The value a claim is judged against, in the orientation of its printout."""
+    return _oriented(claim, p, _gathered(ex, claim, p))[0]
+
+
+def _transpose(value: tuple[tuple[Any, ...], ...]) -> tuple[tuple[Any, ...], ...]:
+    return tuple(tuple(row[j] for row in value) for j in range(len(value[0])))
+
+
+def _oriented(claim: Claim, p: Any, value: Any) -> tuple[Any, str | None]:
+    """(the value laid out as the printout is, a word on it or None).  A 2-D printout
+    whose shape is the quantity's transposed (columns × rows, not square) is read
+    transposed; a row printed as one column (n × 1) or one row (1 × n) is the row;
+    ``transposed = true`` reads a square printout transposed, ``false`` never."""
+    vshape = nested_shape(value)
+    if p.kind != "array" or len(p.shape) != 2 or len(vshape) not in (1, 2):
+        if claim.transposed:
+            raise ClaimError(f"{claim.quantity}: transposed = true needs a matrix printed as its "
+                             "transpose (or a row printed as a column)")
+        return value, None
+    if len(vshape) == 1:
+        n = vshape[0]
+        if p.shape == (n, 1) and (n > 1 or claim.transposed):
+            return tuple((e,) for e in value), "a column vector: read as the row it prints"
+        if claim.transposed:
+            raise ClaimError(f"{claim.quantity}: transposed = true, but the printout of shape "
+                             f"{p.shape[0]} × {p.shape[1]} is not the row as a column ({n} × 1)")
+        if p.shape == (1, n):
+            return (tuple(value),), None
+        return value, None
+    r, c = vshape
+    if claim.transposed:
+        if p.shape != (c, r):
+            raise ClaimError(f"{claim.quantity}: transposed = true, but the printout is "
+                             f"{p.shape[0]} × {p.shape[1]} and the quantity's transpose {c} × {r}")
+        return _transpose(value), "read transposed (transposed = true)"
+    if claim.transposed is None and r != c and p.shape == (c, r):
+        return _transpose(value), (f"read transposed: the printout is {c} × {r}, the quantity "
+                                   f"{r} × {c} (a .T view)")
+    return value, None
+
+
+def _gathered(ex: WorkedExample, claim: Claim, p: Any) -> Any:
     """The value a claim is judged against; for a printed tensor with batch and/or head
     axes (3 or 4 dimensions), the matrices gathered along them."""
     name, _, idx = parse_quantity(claim.quantity)
+    if name in TOKEN_QUANTITIES:  # h × d_k; printed concatenated (one row), its h·d_k entries
+        value = quantity_value(ex, claim)
+        flat = (p.kind == "tuple" or (p.kind == "array" and len(p.shape) == 1)
+                or (p.kind == "array" and len(p.shape) == 2 and p.shape[0] == 1 < len(value)))
+        return tuple(e for row in value for e in row) if flat else value
     if p.kind != "array" or len(p.shape) <= 2 or idx or name not in MATRIX_QUANTITIES:
         return quantity_value(ex, claim)
     import dataclasses
@@ -129,7 +176,7 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
     p = parse_printed(claim.claimed)
     if claim.numpy_precision is not None:
         p = numpy_printed(p, claim.numpy_precision)
-    value = _claim_value(ex, claim, p)
+    value, orientation = _oriented(claim, p, _gathered(ex, claim, p))
     import sympy as sp
 
     items = pairs(value, p, claim.quantity)
@@ -193,6 +240,20 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
             p_inputs = f"{input_decimals(ex.engine_inputs()[claim.batch - 1])} decimals"
         elif note:
             detail = note
+    if orientation and not detail:
+        detail = orientation
+    square = nested_shape(value)
+    if verdict == "wrong" and claim.transposed is None and p.kind == "array" \
+            and len(square) == 2 and square[0] == square[1] > 1 and _transpose(value) != value:
+        # a square printout may be a transposed view (.T): when it holds read that way,
+        # which the text meant is not decided here
+        other = [judge(sp.sympify(v), part, claim.rtol) for v, part in pairs(_transpose(value), p)]
+        if all(j.ok for j in other):
+            verdict, detail = AMBIGUOUS, (
+                "the readings disagree: as printed (rows × columns) it is wrong; read transposed "
+                "(a .T view) it holds; state the orientation with the claim's transposed = "
+                "true or false")
+            rounded, error_units, error_value, entries = None, None, None, []
     if verdict == "wrong":
         diagnosis = diagnose(ex, index, claim, p, values)
     precision = p.describe_precision() if p.kind in ("tuple", "array") else "; ".join(

@@ -154,3 +154,216 @@ def test_a_draws_entries_are_counted_before_drawing() -> None:
     assert draw_entries("w_q = randint(3, size=(300, 200))") == 60_000
     assert draw_entries("x = Embedding(6, 16)[0, 1]") == 96        # the whole table is drawn
     assert draw_entries("seed(1000000000)") == 0                    # a seed draws nothing
+
+
+# --- division in a symbolic shape ---------------------------------------------------------
+
+from mha_symbolic.textbook.sizes import NotWhole, parse_size, size_value  # noqa: E402
+
+
+def test_sizes_with_a_division_are_read_exactly() -> None:
+    n, h = sp.symbols("n_embd n_head", integer=True, positive=True)
+    assert size_value("n_embd/n_head", {}) == n / h
+    assert size_value("n_embd // n_head", {}) == n / h            # // read as / for names
+    assert size_value("(3·d_model / h)", {"d_model": 512, "h": 8}) == 192   # 3·512/8 by hand
+    assert size_value("384 // 6", {}) == 64
+    assert parse_size("h·d_v") is None and parse_size("a/b/c") is None
+    with pytest.raises(NotWhole, match="510 = 63·8 \\+ 6"):
+        size_value("510 // 8", {})
+    with pytest.raises(NotWhole, match="512/7"):
+        size_value("d_model/heads", {"d_model": 512, "heads": 7})
+
+
+SIZES = """
+[[example]]
+name = "gpt"
+d_model = 384
+heads = 6
+d_k = "d_model // heads"
+n_q = "T"
+[[example.claim]]
+quantity = "dim.d_k"
+claimed = "64"
+[[example.claim]]
+quantity = "shape.q"
+claimed = "(T, 384 // 6)"
+
+[[example]]
+name = "sym"
+d_model = "n_embd"
+heads = "n_head"
+n_q = "T"
+d_k = "n_embd/n_head"
+[[example.claim]]
+quantity = "shape.q"
+claimed = "T × n_embd/n_head"
+[[example.claim]]
+quantity = "shape.k"
+claimed = "(T, (n_embd // n_head))"
+[[example.claim]]
+quantity = "shape.q"
+claimed = "T × n_embd"
+
+[[example]]
+name = "slip"
+d_model = 512
+heads = 8
+n_q = 10
+[[example.claim]]
+quantity = "shape.q"
+claimed = "10 × 512/8"
+[[example.claim]]
+quantity = "shape.q"
+claimed = "10 × 510 // 8"
+[[example.claim]]
+quantity = "shape.q"
+claimed = "10 × 512/7"
+"""
+
+
+def test_division_in_stated_sizes_and_shape_claims() -> None:
+    recs = check_examples(SIZES).records
+    assert [r.verdict for r in recs] == ["exact", "exact", "exact", "exact", "wrong",
+                                         "exact", "wrong", "wrong"]
+    assert recs[4].diagnosis is None or "not whole" not in recs[4].diagnosis
+    assert "510 // 8 does not divide" in recs[6].diagnosis
+    assert "512/7 does not divide" in recs[7].diagnosis
+
+
+@pytest.mark.parametrize("bad", ['d_k = "d_model // 5"', 'd_k = "1/0"', 'd_k = "a/b/c"',
+                                 'd_k = "9999999999/1"', 'd_k = "__import__(1)/2"',
+                                 'd_v = "d_model / (2*0)"'])
+def test_bad_quotients_in_stated_sizes_are_one_line_errors(bad: str) -> None:
+    with pytest.raises(ExampleFileError) as e:
+        load_examples(text=f"[[example]]\nname = 'a'\nd_model = 512\nheads = 8\n{bad}\n")
+    assert "\n" not in str(e.value)
+
+
+def test_a_shape_divided_by_zero_is_unreadable() -> None:
+    text = ("[[example]]\nname='a'\nd_model=8\nheads=2\nn_q=3\n[[example.claim]]\n"
+            "quantity='shape.q'\nclaimed='3 × 5/0'\n")
+    assert check_examples(text).records[0].verdict == "unreadable"
+
+
+# --- one token's all-head query -----------------------------------------------------------
+
+TOKEN = """
+[[example]]
+name = "tok"
+x = [[1, 2], [3, -1], [0, 1]]
+w_q = [[1, 0, 2, -1], [0, 1, 1, 3]]
+w_k = [[1, 1], [0, 2]]
+w_v = [[2, 0], [1, 1]]
+heads = 2
+kv_heads = 1
+[[example.claim]]
+quantity = "q_token[2]"
+claimed = "tensor([[3, -1], [5, -6]])"
+[[example.claim]]
+quantity = "q_token[2]"
+claimed = "tensor([3, -1, 5, -6])"
+[[example.claim]]
+quantity = "q_token[3]"
+claimed = "[[0, 1], [1, 3]]"
+[[example.claim]]
+quantity = "q_token[2]"
+claimed = "tensor([[3, -1], [5, 6]])"
+[[example.claim]]
+quantity = "k_token[1]"
+claimed = "tensor([[1, 5]])"
+[[example.claim]]
+quantity = "v_token[2]"
+claimed = "(5, -1)"
+"""
+
+
+def test_one_tokens_query_across_heads() -> None:
+    # by hand: x[2] = (3, -1); x[2]·W_Q = (3·1 + −1·0, 3·0 + −1·1, 3·2 + −1·1, 3·(−1) + −1·3)
+    # = (3, −1, 5, −6): head 1 (3, −1), head 2 (5, −6).  x[3]·W_Q = (0, 1, 1, 3).
+    # one kv head: x[1]·W_K = (1, 1 + 4) = (1, 5); x[2]·W_V = (6 − 1, −1) = (5, −1)
+    recs = check_examples(TOKEN).records
+    assert [r.verdict for r in recs] == ["exact", "exact", "exact", "wrong", "exact", "exact"]
+    assert recs[3].entries and recs[3].entries[0]["index"] == "[2,2]"
+
+
+@pytest.mark.parametrize("bad", ["q_token", "q_token[1,2]", "q_token[4]", "q_token.x[1]"])
+def test_token_quantities_need_one_token_in_range(bad: str) -> None:
+    text = (TOKEN.split("[[example.claim]]")[0]
+            + f"[[example.claim]]\nquantity = {bad!r}\nclaimed = \"(1, 2)\"\n")
+    assert check_examples(text).records[0].verdict == "unreadable"
+
+
+# --- transposed and column printouts of any quantity --------------------------------------
+
+ORIENT = """
+[[example]]
+name = "o"
+query = [[1, 0], [0, 1]]
+key = [[1, 0], [0, 1], [1, 1]]
+value = [[1, 2], [3, 4], [5, 6]]
+scale = 1
+[[example.claim]]
+quantity = "score"
+claimed = "tensor([[1, 0], [0, 1], [1, 1]])"
+note = "Q K^T is 2 × 3 = [[1, 0, 1], [0, 1, 1]]; printed as (Q K^T).T, 3 × 2"
+[[example.claim]]
+quantity = "score"
+claimed = "tensor([[1, 0, 1], [0, 1, 1]])"
+[[example.claim]]
+quantity = "score[1]"
+claimed = "tensor([[1], [0], [1]])"
+[[example.claim]]
+quantity = "v"
+claimed = "tensor([[1, 3, 5], [2, 4, 7]])"
+
+[[example]]
+name = "sq"
+query = [[2, 0], [0, 1]]
+key = [[1, 3], [0, 1]]
+scale = 1
+[[example.claim]]
+quantity = "score"
+claimed = "tensor([[2, 0], [3, 1]])"
+note = "Q K^T = [[2, 0], [3, 1]]"
+[[example.claim]]
+quantity = "score"
+claimed = "tensor([[2, 3], [0, 1]])"
+note = "the transpose: ambiguous without the key"
+[[example.claim]]
+quantity = "score"
+claimed = "tensor([[2, 3], [0, 1]])"
+transposed = true
+[[example.claim]]
+quantity = "score"
+claimed = "tensor([[2, 3], [0, 1]])"
+transposed = false
+[[example.claim]]
+quantity = "score"
+claimed = "tensor([[2, 4], [0, 1]])"
+"""
+
+
+def test_printouts_in_the_transposed_orientation() -> None:
+    # by hand: "o": q1 = (1, 0), q2 = (0, 1) against k = (1, 0), (0, 1), (1, 1):
+    # Q K^T = [[1, 0, 1], [0, 1, 1]].  "sq": q1 = (2, 0), q2 = (0, 1) against k1 = (1, 3),
+    # k2 = (0, 1): Q K^T = [[2, 0], [3, 1]], its transpose [[2, 3], [0, 1]]
+    recs = check_examples(ORIENT).records
+    got = [r.verdict for r in recs]
+    assert got == ["exact", "exact", "exact", "wrong",
+                   "exact", "ambiguous", "exact", "wrong", "wrong"], got
+    assert "read transposed" in recs[0].detail and "column vector" in recs[2].detail
+    assert recs[3].entries[0]["index"] == "[2,3]"     # V^T[2,3] = v[3,2] = 6, printed 7
+    assert "transposed = true or false" in recs[5].detail and recs[5].diagnosis is None
+    only = ("[[example]]\nname = 'sq'\nquery = [[2, 0], [0, 1]]\nkey = [[1, 3], [0, 1]]\n"
+            "scale = 1\n[[example.claim]]\nquantity = 'score'\nclaimed = 'tensor([[2, 3], [0, 1]])'\n")
+    assert check_examples(only).exit_status == 4   # ambiguous, nothing wrong: never counted wrong
+
+
+@pytest.mark.parametrize(("claimed", "key"), [("tensor([[2, 0], [3, 1]])", "transposed = 1"),
+                                              ("(2, 0)", "transposed = true"),
+                                              ("tensor([[2, 0, 1]])", "transposed = true")])
+def test_bad_orientations_are_unreadable(claimed: str, key: str) -> None:
+    text = (ORIENT.split("[[example]]\nname = \"sq\"")[1].split("[[example.claim]]")[0]
+            + f"[[example.claim]]\nquantity = \"score\"\nclaimed = \"{claimed}\"\n{key}\n")
+    rec = check_examples("[[example]]\nname = \"sq\"" + text).records[0]
+    assert rec.verdict == "unreadable", rec
