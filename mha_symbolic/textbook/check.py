@@ -41,6 +41,7 @@ from typing import Any
 
 from .._text import echo
 from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
+from .alternatives import other_input_diagnosis
 from .claims import numpy_printed, parse_printed
 from .examples import Claim, WorkedExample, load_examples, select_examples
 from .intermediates import PER_HEAD_INTERMEDIATES
@@ -169,7 +170,8 @@ def _gathered(ex: WorkedExample, claim: Claim, p: Any) -> Any:
     return gather(0, {})
 
 
-def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
+def _check_claim(ex: WorkedExample, index: int, claim: Claim,
+                 siblings: Sequence[WorkedExample] = ()) -> ClaimRecord:
     name, _, _ = parse_quantity(claim.quantity)
     if name == "shape":
         return shape_record(ex, claim, quantity_value(ex, claim))
@@ -255,7 +257,7 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
                 "true or false")
             rounded, error_units, error_value, entries = None, None, None, []
     if verdict == "wrong":
-        diagnosis = diagnose(ex, index, claim, p, values)
+        diagnosis = diagnose(ex, index, claim, p, values, siblings=siblings)
     precision = p.describe_precision() if p.kind in ("tuple", "array") else "; ".join(
         d for d in dict.fromkeys(part.describe_precision() for part in parts) if d)
     if verdict == CONSISTENT:
@@ -267,7 +269,7 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
 
 
 def diagnose(ex: WorkedExample, index: int, claim: Claim, p: Any, values: list[Any],
-             depth: int = 0) -> str | None:
+             depth: int = 0, *, siblings: Sequence[WorkedExample] = ()) -> str | None:
     """The root of a wrong claim, walking the chain: a claim computed from earlier printed
     weights that are themselves wrong is diagnosed upstream (their own root named).  A
     diagnosis is stated only when proved; undecided means none is stated."""
@@ -280,7 +282,7 @@ def diagnose(ex: WorkedExample, index: int, claim: Claim, p: Any, values: list[A
         try:
             pk = parse_printed(c.claimed)
             vk = [sp.sympify(v) for v, _ in pairs(_claim_value(ex, c, pk), pk, c.quantity)]
-            return diagnose(ex, k, c, pk, vk, depth + 1)
+            return diagnose(ex, k, c, pk, vk, depth + 1, siblings=siblings)
         except MhaSymbolicError:
             return None
 
@@ -295,6 +297,8 @@ def diagnose(ex: WorkedExample, index: int, claim: Claim, p: Any, values: list[A
         if diagnosis is None and len(values) == 1:
             diagnosis = (float32_diagnosis(ex, claim, p, values[0])
                          or digit_diagnosis(values[0], p.entries[0]))
+        if diagnosis is None:
+            diagnosis = other_input_diagnosis(ex, claim, p, siblings)
     except MhaSymbolicError:  # PrecisionError included: a slip not proved is not stated
         diagnosis = None
     return diagnosis
@@ -351,7 +355,7 @@ def check_examples(examples: Iterable[WorkedExample] | WorkedExample | str | os.
                 records.append(_unreadable(ex, claim, claim.error))
                 continue
             try:
-                records.append(_check_claim(ex, i, claim))
+                records.append(_check_claim(ex, i, claim, exs))
             except MhaSymbolicError as exc:
                 loc = f"{ex.source}:{claim.line}: " if ex.source and claim.line else (
                     f"{ex.source}: " if ex.source else "")

@@ -5,6 +5,8 @@ hand computation or mpmath, never from the code under test."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import sympy as sp
 
 from mha_symbolic.textbook import check_examples, load_examples
@@ -367,3 +369,144 @@ def test_bad_orientations_are_unreadable(claimed: str, key: str) -> None:
             + f"[[example.claim]]\nquantity = \"score\"\nclaimed = \"{claimed}\"\n{key}\n")
     rec = check_examples("[[example]]\nname = \"sq\"" + text).records[0]
     assert rec.verdict == "unreadable", rec
+
+
+# --- "the printed values are what another input X′ gives" ---------------------------------
+
+import mpmath as mp  # noqa: E402
+
+
+def _softmax(row: list[Any]) -> list[Any]:
+    with mp.workdps(40):
+        e = [mp.e ** mp.mpf(t) for t in row]
+        return [x / sum(e) for x in e]
+
+
+def _t(row: list[Any], places: int = 4) -> str:
+    """A tuple printed to ``places`` decimals (the values are far from rounding ties)."""
+    return "(" + ", ".join(f"{float(x):.{places}f}" for x in row) + ")"
+
+
+def test_printed_values_of_the_transposed_input_are_named() -> None:
+    # scores S = [[1, 2], [3, 4]], scale 1: the text printed softmax of Sᵀ's first row (1, 3)
+    claimed = _t(_softmax([1, 3]))                     # (0.1192, 0.8808)
+    text = f"""
+[[example]]
+name = "t"
+scores = [[1, 2], [3, 4]]
+scale = 1
+[[example.claim]]
+quantity = "weight[1]"
+claimed = "{claimed}"
+"""
+    rec = check_examples(text).records[0]
+    assert rec.verdict == "wrong"
+    assert rec.diagnosis == ("the printed values are what another input gives: scores transposed "
+                             "(scoresᵀ: the input before a transpose)")
+
+
+def test_printed_values_of_the_previous_examples_input_are_named() -> None:
+    s = 1 / mp.sqrt(2)
+    claimed = _t(_softmax([s, 0]))                     # softmax(q1·k / √2) of the first example
+    text = f"""
+[[example]]
+name = "first"
+query = [[1, 0]]
+key = [[1, 0], [0, 1]]
+
+[[example]]
+name = "second"
+query = [[3, 0]]
+key = [[1, 0], [0, 1]]
+[[example.claim]]
+quantity = "weight[1]"
+claimed = "{claimed}"
+"""
+    rec = check_examples(text).records[0]
+    assert rec.verdict == "wrong"
+    assert rec.diagnosis.startswith("the printed values are what another input gives: query "
+                                    "replaced by query of example 'first'"), rec.diagnosis
+
+
+def test_weights_from_the_wrongly_printed_scores_are_named() -> None:
+    # Q = I, K = [[1, 0], [2, 2]]: Q Kᵀ = Kᵀ = [[1, 2], [0, 2]]; the text prints
+    # [[1, 5], [0, 2]] (its claimed line is 8) and then softmax(row 1 / √2) of the row (1, 5)
+    claimed = _t(_softmax([1 / mp.sqrt(2), 5 / mp.sqrt(2)]))
+    text = f"""
+[[example]]
+name = "s"
+query = [[1, 0], [0, 1]]
+key = [[1, 0], [2, 2]]
+[[example.claim]]
+quantity = "score"
+claimed = "tensor([[1, 5], [0, 2]])"
+[[example.claim]]
+quantity = "weight[1]"
+claimed = "{claimed}"
+"""
+    recs = check_examples(text).records
+    assert [r.verdict for r in recs] == ["wrong", "wrong"]
+    assert recs[1].diagnosis == ("the printed values are what another input gives: the scores "
+                                 "the text prints at line 8 in place of Q Kᵀ"), recs[1].diagnosis
+
+
+def test_several_inputs_that_fit_are_said_together() -> None:
+    # Q = I, K = [[1, 3], [2, 4]]: the printed scores' row (1, 5) and K Kᵀ's row
+    # (k1·k1, k1·k2) = (10, 14) differ by 4 alike: both give softmax((1, 5)/√2)
+    claimed = _t(_softmax([1 / mp.sqrt(2), 5 / mp.sqrt(2)]))
+    text = f"""
+[[example]]
+name = "s"
+query = [[1, 0], [0, 1]]
+key = [[1, 3], [2, 4]]
+[[example.claim]]
+quantity = "score"
+claimed = "tensor([[1, 5], [3, 4]])"
+[[example.claim]]
+quantity = "weight[1]"
+claimed = "{claimed}"
+"""
+    d = check_examples(text).records[1].diagnosis
+    assert d.startswith("the printed values are what another input gives, and several fit")
+    assert "key in place of query" in d and "the scores the text prints at line 8" in d
+
+
+def test_a_one_digit_claim_names_no_other_input() -> None:
+    text = """
+[[example]]
+name = "t"
+scores = [[1, 2], [3, 4]]
+scale = 1
+[[example.claim]]
+quantity = "weight[1,1]"
+claimed = "0.1"
+"""
+    rec = check_examples(text).records[0]   # softmax(1, 3)[1] = 0.119… would print 0.1
+    assert rec.verdict == "wrong" and "another input" not in (rec.diagnosis or "")
+
+
+# --- the planted file: each claim's note states what it must get -------------------------
+
+from pathlib import Path  # noqa: E402
+
+PLANTED = Path(__file__).resolve().parents[1] / "data" / "planted-remainder.toml"
+
+
+def test_planted_remainder_claims_get_what_their_notes_state() -> None:
+    # the values in the file are derived by hand in its comments; here the transposed and
+    # earlier-input slips are recomputed with mpmath
+    assert "(0.1192, 0.8808)" == _t(_softmax([1, 3]))
+    assert "(0.6698, 0.3302)" == _t(_softmax([1 / mp.sqrt(2), 0]))
+    assert "(0.0558, 0.9442)" == _t(_softmax([1 / mp.sqrt(2), 5 / mp.sqrt(2)]))
+    w = _softmax([0, 1])
+    assert "(1.7311, 3.7311)" == _t([w[0] * 1 + w[1] * 2, w[0] * 3 + w[1] * 4])
+    report = check_examples(PLANTED)
+    for r in report.records:
+        if r.note == "correct":
+            assert r.ok, r
+        elif r.note == "ambiguous":
+            assert r.verdict == "ambiguous", r
+        elif r.note.startswith("root: "):
+            assert r.verdict == "wrong" and (r.diagnosis or "").startswith(r.note[6:]), r
+        else:
+            assert r.verdict == "wrong" and r.diagnosis is None, r
