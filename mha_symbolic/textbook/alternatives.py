@@ -17,13 +17,20 @@ The slip is stated only when **proved** — the claim holds at its printed preci
 the computation on X′ (certified, :func:`verdicts.holds`) — and only for claims of at
 least two significant digits (a one-digit answer fits too many arrays).  Alternatives
 that are the same array are tried once; when distinct ones fit, they are reported
-together ("indistinguishable here …"), never one picked.  At most
-:data:`MAX_ALTERNATIVES` are tried per claim, on examples of at most
-:data:`MAX_SCORES` score entries, so that the cost of a wrong claim stays bounded.
+together, never one picked.
+
+Each alternative is an exact computation (about 0.1 s for 8 tokens), so the work is
+bounded: at most :data:`MAX_ALTERNATIVES` per claim, on examples of at most
+:data:`MAX_SCORES` score entries, and at most :data:`MAX_FILE_BUILDS` in one
+:func:`check_examples` run (:func:`file_allowance`); past them the diagnosis is not
+tried (a diagnosis not tried is never a verdict).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -38,10 +45,24 @@ if TYPE_CHECKING:
 
     from .examples import Claim, WorkedExample
 
-__all__ = ["MAX_ALTERNATIVES", "MAX_SCORES", "other_input_diagnosis"]
+__all__ = ["MAX_ALTERNATIVES", "MAX_FILE_BUILDS", "MAX_SCORES", "file_allowance",
+           "other_input_diagnosis"]
 
-MAX_ALTERNATIVES = 8
-MAX_SCORES = 256
+MAX_ALTERNATIVES = 6
+MAX_SCORES = 64
+MAX_FILE_BUILDS = 48
+_BUILDS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "mha_symbolic_alternative_builds", default=None)
+
+
+@contextlib.contextmanager
+def file_allowance(builds: int = MAX_FILE_BUILDS) -> Iterator[None]:
+    """Allow at most ``builds`` alternative computations inside the block."""
+    token = _BUILDS.set([builds])
+    try:
+        yield
+    finally:
+        _BUILDS.reset(token)
 #: The engine inputs an alternative may replace (matrices, one batch element).
 _REPLACEABLE = ("x", "x_kv", "query", "key", "value", "scores", "w_q", "w_k", "w_v", "w_o")
 #: The claim quantities whose value a printed tensor may stand in for, and the input
@@ -155,8 +176,9 @@ def other_input_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer,
     found: list[str] = []
     tried = 0
     seen: list[tuple[str, Any]] = []
+    allowance = _BUILDS.get()
     for key, text, m in _candidates(ex, claim, siblings):
-        if tried >= MAX_ALTERNATIVES:
+        if tried >= MAX_ALTERNATIVES or (allowance is not None and allowance[0] <= 0):
             break
         try:
             exact = _exact(m)
@@ -164,6 +186,8 @@ def other_input_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer,
                 continue  # the shown array itself, or an alternative already tried
             seen.append((key, exact))
             tried += 1
+            if allowance is not None:
+                allowance[0] -= 1
             changes: dict[str, Any] = {key: m}
             if key not in base:  # printed scores in place of the queries and keys
                 changes.update(query=None, key=None, scale=att.scale)

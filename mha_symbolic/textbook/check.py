@@ -41,7 +41,7 @@ from typing import Any
 
 from .._text import echo
 from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
-from .alternatives import other_input_diagnosis
+from .alternatives import file_allowance, other_input_diagnosis
 from .claims import numpy_printed, parse_printed
 from .examples import Claim, WorkedExample, load_examples, select_examples
 from .intermediates import PER_HEAD_INTERMEDIATES
@@ -346,6 +346,12 @@ def check_examples(examples: Iterable[WorkedExample] | WorkedExample | str | os.
         raise ExampleFileError(f"check_examples: expected worked examples, a path or TOML "
                                f"text, got {type(bad).__name__}")
     exs = select_examples(exs, only)
+    with file_allowance():
+        records = _check_all(exs, strict)
+    return CheckReport(tuple(exs), tuple(records))
+
+
+def _check_all(exs: list[WorkedExample], strict: bool) -> list[ClaimRecord]:
     records: list[ClaimRecord] = []
     for ex in exs:
         for i, claim in enumerate(ex.claims):
@@ -363,7 +369,7 @@ def check_examples(examples: Iterable[WorkedExample] | WorkedExample | str | os.
                 if strict:
                     raise type(exc)(message) from None
                 records.append(_unreadable(ex, claim, message))
-    return CheckReport(tuple(exs), tuple(records))
+    return records
 
 
 def cli_check(args: Any) -> int:

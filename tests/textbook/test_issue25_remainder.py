@@ -510,3 +510,15 @@ def test_planted_remainder_claims_get_what_their_notes_state() -> None:
             assert r.verdict == "wrong" and (r.diagnosis or "").startswith(r.note[6:]), r
         else:
             assert r.verdict == "wrong" and r.diagnosis is None, r
+
+
+def test_the_alternatives_are_bounded_per_run() -> None:
+    from mha_symbolic.textbook.alternatives import file_allowance, other_input_diagnosis
+
+    ex = load_examples(text="[[example]]\nname='t'\nscores=[[1, 2], [3, 4]]\nscale=1\n")[0]
+    p = parse_printed("(0.1192, 0.8808)")
+    claim = Claim("weight[1]", p.text)
+    with file_allowance(0):
+        assert other_input_diagnosis(ex, claim, p) is None      # no computation allowed
+    with file_allowance(1):
+        assert other_input_diagnosis(ex, claim, p) is not None  # the transposed scores
