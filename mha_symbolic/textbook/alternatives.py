@@ -10,8 +10,9 @@ with that one input replaced:
 * another input of the same example with the same shape (the keys for the queries …);
 * an array of the same shape printed by another claim of the example (its printed
   digits read exactly: a tensor the text printed in an earlier or later cell);
-* the same input of another example of the file, or another input of it with the same
-  shape (the previous cell's tensor).
+* the same input of another example of the file (the previous cell's tensor);
+* for a raw ``score`` claim, the scaled scores (the un-normalised scores claimed, the
+  scaled ones printed).
 
 The slip is stated only when **proved** — the claim holds at its printed precision for
 the computation on X′ (certified, :func:`verdicts.holds`) — and only for claims of at
@@ -169,6 +170,18 @@ def other_input_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer,
         return None  # a printout over the batch or heads: one element's value cannot pair
     if all(part.kind == "decimal" and part.significant_digits < 2 for part in p.entries):
         return None
+    if name == "score" and ex.options.get("scale") != 1:
+        # the scaled scores printed where the raw ones are claimed (the printout of a later
+        # step of the same cell): no computation beyond the example's own
+        import dataclasses
+
+        scaled = dataclasses.replace(claim, quantity="scaled_" + claim.quantity.strip())
+        try:
+            if holds(quantity_value(ex, scaled), p, claim.rtol):
+                return ("the printed values are the scaled scores (scale · Q Kᵀ), not the raw "
+                        "scores Q Kᵀ the claim names")
+        except MhaSymbolicError:
+            pass
     att = ex.attention(claim.batch - 1)
     if sum(h.scaled.rows * h.scaled.cols for h in att.heads) > MAX_SCORES:
         return None

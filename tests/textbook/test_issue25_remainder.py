@@ -495,11 +495,11 @@ PLANTED = Path(__file__).resolve().parents[1] / "data" / "planted-remainder.toml
 def test_planted_remainder_claims_get_what_their_notes_state() -> None:
     # the values in the file are derived by hand in its comments; here the transposed and
     # earlier-input slips are recomputed with mpmath
-    assert "(0.1192, 0.8808)" == _t(_softmax([1, 3]))
-    assert "(0.6698, 0.3302)" == _t(_softmax([1 / mp.sqrt(2), 0]))
-    assert "(0.0558, 0.9442)" == _t(_softmax([1 / mp.sqrt(2), 5 / mp.sqrt(2)]))
+    assert _t(_softmax([1, 3])) == "(0.1192, 0.8808)"
+    assert _t(_softmax([1 / mp.sqrt(2), 0])) == "(0.6698, 0.3302)"
+    assert _t(_softmax([1 / mp.sqrt(2), 5 / mp.sqrt(2)])) == "(0.0558, 0.9442)"
     w = _softmax([0, 1])
-    assert "(1.7311, 3.7311)" == _t([w[0] * 1 + w[1] * 2, w[0] * 3 + w[1] * 4])
+    assert _t([w[0] * 1 + w[1] * 2, w[0] * 3 + w[1] * 4]) == "(1.7311, 3.7311)"
     report = check_examples(PLANTED)
     for r in report.records:
         if r.note == "correct":
