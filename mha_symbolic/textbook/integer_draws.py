@@ -5,8 +5,9 @@
 size and dtype in several spellings; every one a book writes is read here, without
 evaluating anything:
 
-* ``randint(high, size=…)`` draws from [0, high); ``randint(low, high, size)`` from
-  [low, high) (``high=None`` or absent: [0, low));
+* ``randint(high, size=…)`` (also ``np.random.randint``, ``random.randint``,
+  ``rs.randint``, ``rng.integers``: the prefix is read and dropped) draws from
+  [0, high); ``randint(low, high, size)`` from [low, high) (``high=None`` or absent: [0, low));
 * ``integers(high, size=…)``, ``integers(low, high, size, dtype=…, endpoint=True)``
   (``endpoint=True``: [low, high] closed);
 * the size as ``size=(3, 3)``, ``size=[3, 3]``, ``size=3`` or a positional third
@@ -46,8 +47,11 @@ _DTYPES = {"int": "int64", "bool": "bool", **{t: t for t in (
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")}}
 _INT = re.compile(r"^[+-]?[0-9]{1,20}$")
 _SIZE = re.compile(r"^[(\[]\s*([0-9]{1,6}(?:\s*,\s*[0-9]{1,6})*)?\s*,?\s*[)\]]$")
-_CALL = re.compile(r"^\s*(?P<fn>randint|integers)\s*\((?P<args>[^()]*(?:\([^()]*\)[^()]*)*"
-                   r"|[^()]*(?:\[[^\]]*\][^()]*)*)\)\s*$")
+#: the call, with the module or generator it is made on as the book writes it
+#: (``np.random.randint``, ``random.randint`` after ``from numpy import random``,
+#: ``rng.integers``); the recipe's seed key says which generator it is
+_CALL = re.compile(r"^\s*(?:[A-Za-z_]\w{0,31}\s*\.\s*){0,3}(?P<fn>randint|integers)\s*\("
+                   r"(?P<args>[^()]*(?:\([^()]*\)[^()]*)*|[^()]*(?:\[[^\]]*\][^()]*)*)\)\s*$")
 _NAMES = {"randint": ("low", "high", "size", "dtype"),
           "integers": ("low", "high", "size", "dtype", "endpoint")}
 

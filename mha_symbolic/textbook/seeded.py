@@ -65,7 +65,8 @@ _TARGETS = ("x", "x_kv", "query", "key", "value", "scores", "w_q", "w_k", "w_v",
 
 
 _INTEGERS = re.compile(r"^\s*(?P<target>[a-z_]+)(?:\[(?P<index>[0-9]{1,3})\])?\s*=\s*"
-                       r"(?P<call>(?:randint|integers)\s*\(.*\))\s*$")
+                       r"(?P<call>(?:[A-Za-z_]\w{0,31}\s*\.\s*){0,3}(?:randint|integers)\s*"
+                       r"\(.*\))\s*$")
 _RESEED = re.compile(r"^\s*seed\s*\(\s*(?P<seed>[0-9]{1,19})\s*\)\s*$")
 _EMBED = re.compile(r"^\s*(?P<target>[a-z_]+)\s*=\s*Embedding\s*\(\s*(?P<vocab>[0-9]{1,6})\s*,"
                     r"\s*(?P<dim>[0-9]{1,6})\s*\)\s*\[(?P<rows>[0-9\s,]*)\]\s*$")
@@ -131,7 +132,7 @@ def _draw_function(text: str) -> str | None:
     only (None when none is recognised; the draw is then refused by :func:`parse_draw`)."""
     if _RESEED.match(text):
         return "seed"
-    m = re.match(r"^[^=]*=\s*([A-Za-z_]+)\s*[(]", text)
+    m = re.match(r"^[^=]*=\s*(?:[A-Za-z_]\w{0,31}\s*\.\s*){0,3}([A-Za-z_]+)\s*[(]", text)
     return m.group(1) if m else None
 
 

@@ -522,3 +522,20 @@ def test_the_alternatives_are_bounded_per_run() -> None:
         assert other_input_diagnosis(ex, claim, p) is None      # no computation allowed
     with file_allowance(1):
         assert other_input_diagnosis(ex, claim, p) is not None  # the transposed scores
+
+
+def test_integer_draws_as_written_with_their_module() -> None:
+    np.random.seed(3)
+    a = np.random.randint(0, 5, size=(2, 2))
+    b = np.random.randint(4, size=3)
+    got = draw({"numpy_seed": 3, "draws": ["w_q = np.random.randint(0, 5, size=(2, 2))",
+                                           "w_k = random.randint(4, size=3)"]})
+    assert got["w_q"].tolist() == a.tolist() and got["w_k"].tolist() == b.tolist()
+    g = np.random.default_rng(3)
+    c = g.integers(7, size=(2, 2))
+    assert draw({"numpy_default_rng": 3,
+                 "draws": ["w_q = rng.integers(7, size=(2, 2))"]})["w_q"].tolist() == c.tolist()
+    # a prefixed integer draw under torch's seed is refused like a bare one
+    with pytest.raises(ExampleFileError, match="not a draw of"):
+        load_examples(text="[[example]]\nname='a'\n[example.init]\ntorch_seed = 1\n"
+                           "draws = ['w_q = np.random.randint(3, size=(2, 2))']\n")
