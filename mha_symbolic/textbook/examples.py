@@ -28,7 +28,7 @@ from ..exact.grammar import MAX_VALUE_DIGITS
 from ..exact.spec import MAX_DIM
 from .inputs import shape_of
 from .quantities import parse_axes, parse_quantity
-from .sizes import is_division
+from .sizes import is_division, resolve_divisions
 
 __all__ = ["Claim", "WorkedExample", "load_examples", "select_examples"]
 
@@ -430,7 +430,7 @@ def _example(item: Any, index: int, source: str, loc: Any, base: Path | None) ->
     for key in _DIM_KEYS:
         if key in item:
             dims[key] = _dim(key, item[key], at(key))
-    _resolve_divisions(dims, options, at)
+    resolve_divisions(dims, options, at, _show)
     claims_raw = item.get("claim", [])
     if not isinstance(claims_raw, list):
         raise ExampleFileError(f"{at('claim')}: claim must be an array of tables ([[example.claim]])")
@@ -661,44 +661,10 @@ def _dim(key: str, value: Any, where: str) -> Any:
     if isinstance(value, str) and value.isidentifier() and value.isascii() and len(value) <= 32:
         return value
     if is_division(value):
-        return value.strip()  # resolved with the other sizes: _resolve_divisions
+        return value.strip()  # resolved with the other sizes: resolve_divisions
     raise ExampleFileError(f"{where}: {key}={_show(value)} must be an integer from 1 to "
                            f"{MAX_DIM:,}, a symbol name (ASCII letters, digits, _; "
                            "at most 32) or a quotient of them (\"d_model // heads\")")
-
-
-#: The size keys a division may name (``d_k = "d_model // heads"``).
-_SIZE_KEYS = ("n_q", "n_k", "d_model", "heads", "kv_heads", "d_k", "d_v", "kdim", "vdim")
-
-
-def _resolve_divisions(dims: dict[str, Any], options: dict[str, Any], at: Any) -> None:
-    """Sizes written as a quotient (``d_k = "d_model // heads"``, ``d_v = "n_embd/n_head"``)
-    take their value, in place: names of the example's other sizes take those sizes (a
-    size that is itself a quotient is not referred to), other names stay symbols; a
-    numeric quotient must divide (:mod:`mha_symbolic.textbook.sizes`)."""
-    from .sizes import NotWhole, size_value
-
-    tables = [t for t in (dims, options)]
-    known = {k: v for t in tables for k, v in t.items()
-             if k in _SIZE_KEYS and not is_division(v)}
-    known = {k: (v if isinstance(v, int) else _symbol(v)) for k, v in known.items()}
-    for t in tables:
-        for k, v in list(t.items()):
-            if k in _SIZE_KEYS and is_division(v):
-                try:
-                    value = size_value(v, known)
-                except NotWhole as exc:
-                    raise ExampleFileError(f"{at(k)}: {k}={_show(v)}: {exc}") from None
-                if isinstance(value, int) and not 1 <= value <= MAX_DIM:
-                    raise ExampleFileError(f"{at(k)}: {k}={_show(v)} = {value} must be from 1 "
-                                           f"to {MAX_DIM:,}")
-                t[k] = value
-
-
-def _symbol(name: Any) -> Any:
-    import sympy as sp
-
-    return sp.Symbol(name, integer=True, positive=True) if isinstance(name, str) else name
 
 
 def _option(key: str, value: Any, where: str) -> Any:
@@ -706,7 +672,7 @@ def _option(key: str, value: Any, where: str) -> Any:
         if isinstance(value, str) and value.isidentifier() and value.isascii() and len(value) <= 32:
             return value  # a symbol, for examples that state sizes only
         if is_division(value):
-            return value.strip()  # d_k = "d_model // heads": _resolve_divisions
+            return value.strip()  # d_k = "d_model // heads": resolve_divisions
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DIM:
             raise ExampleFileError(f"{where}: {key}={_show(value)} must be an integer from 1 to "
                                    f"{MAX_DIM:,}, a quotient such as \"d_model // heads\" "

@@ -26,9 +26,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..errors import MhaSymbolicError
+from ..errors import ExampleFileError, MhaSymbolicError
+from ..exact.spec import MAX_DIM
 
-__all__ = ["NotWhole", "is_division", "parse_size", "size_value"]
+__all__ = ["SIZE_KEYS", "NotWhole", "is_division", "parse_size", "resolve_divisions", "size_value"]
 
 _FACTOR = r"(?:\d{1,10}|[A-Za-z_]\w{0,31})"
 _PRODUCT = rf"{_FACTOR}(?:\s*[·*]\s*{_FACTOR}){{0,3}}"
@@ -98,3 +99,34 @@ def size_value(text: str, known: dict[str, Any]) -> Any:
                            "or columns")
         return n // d
     return num / den
+
+
+#: The size keys of a worked example a quotient may stand for and name
+#: (``d_k = "d_model // heads"``).
+SIZE_KEYS = ("n_q", "n_k", "d_model", "heads", "kv_heads", "d_k", "d_v", "kdim", "vdim")
+
+
+def resolve_divisions(dims: dict[str, Any], options: dict[str, Any], at: Any,
+                      show: Any = repr) -> None:
+    """A worked example's sizes written as a quotient (``d_k = "d_model // heads"``,
+    ``d_v = "n_embd/n_head"``) take their value, in place: names of the example's other
+    sizes take those sizes (a size that is itself a quotient is not referred to), other
+    names stay symbols; a numeric quotient must divide.  ``at(key)`` is the key's place
+    for a message, ``show`` how a value is echoed in it."""
+    import sympy as sp
+
+    tables = [dims, options]
+    known = {k: (v if isinstance(v, int) else sp.Symbol(v, integer=True, positive=True)
+                 if isinstance(v, str) else v)
+             for t in tables for k, v in t.items() if k in SIZE_KEYS and not is_division(v)}
+    for t in tables:
+        for k, v in list(t.items()):
+            if k in SIZE_KEYS and is_division(v):
+                try:
+                    value = size_value(v, known)
+                except NotWhole as exc:
+                    raise ExampleFileError(f"{at(k)}: {k}={show(v)}: {exc}") from None
+                if isinstance(value, int) and not 1 <= value <= MAX_DIM:
+                    raise ExampleFileError(f"{at(k)}: {k}={show(v)} = {value} must be from 1 "
+                                           f"to {MAX_DIM:,}")
+                t[k] = value
