@@ -1,7 +1,14 @@
 """Issue 25: the grown corpus and the planted-slip files, claim by claim, and the wall
-time of `mha-symbolic check` on each corpus file (5 runs, min and median).
+time of `mha-symbolic check` on each corpus file (5 runs in fresh processes, min and
+median), with the machine's load.
 
     PYTHONPATH=. python bench/bench_issue25.py
+
+The planted file of the remainder (tests/data/planted-remainder.toml) states in each
+claim's `note` what it must get ("correct", "root: <diagnosis>", "ambiguous", or a wrong
+claim with no known slip); the measures are counted from those notes: correct claims
+judged wrong, wrong claims diagnosed with the right root, misleading diagnoses (a
+diagnosis other than the planted root, or one stated where none is known).
 """
 
 from __future__ import annotations
@@ -16,16 +23,41 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+REMAINDER = ROOT / "tests" / "data" / "planted-remainder.toml"
 FILES = [*sorted((ROOT / "examples" / "books").glob("*.toml")),
-         ROOT / "tests" / "data" / "planted.toml", ROOT / "tests" / "data" / "planted-roots.toml"]
+         ROOT / "tests" / "data" / "planted.toml", ROOT / "tests" / "data" / "planted-roots.toml",
+         REMAINDER]
+
+
+def _measures(records: list[dict]) -> dict[str, int]:
+    m = {"correct": 0, "correct judged wrong": 0, "planted roots": 0, "right root": 0,
+         "misleading": 0, "ambiguous as planted": 0}
+    for r in records:
+        note, diagnosis = r.get("note") or "", r.get("diagnosis") or ""
+        if note == "correct":
+            m["correct"] += 1
+            m["correct judged wrong"] += r["verdict"] == "wrong"
+        elif note == "ambiguous":
+            m["ambiguous as planted"] += r["verdict"] == "ambiguous"
+        elif note.startswith("root: "):
+            m["planted roots"] += 1
+            if diagnosis.startswith(note[6:]):
+                m["right root"] += 1
+            elif diagnosis:
+                m["misleading"] += 1
+        elif diagnosis:  # wrong with no known slip: any diagnosis misleads
+            m["misleading"] += 1
+    return m
 
 
 def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("| file | claims | hold | wrong | diagnosed | ambiguous | unreadable "
           "| wall min / median (s) | CPU min (s) |")
     print("|---|---|---|---|---|---|---|---|---|")
     totals = [0] * 6
+    planted: list[dict] = []
     for f in FILES:
         walls, cpus, summary = [], [], {}
         for _ in range(5):
@@ -37,13 +69,22 @@ def main() -> None:
             walls.append(time.perf_counter() - t)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-            summary = json.loads(out.stdout)["summary"]
+            doc = json.loads(out.stdout)
+            summary = doc["summary"]
+        if f == REMAINDER:
+            planted = doc["claims"]
         row = [summary["claims"], summary["hold"], summary["wrong"], summary["diagnosed"],
                summary.get("ambiguous", 0), summary["unreadable"]]
         totals = [a + b for a, b in zip(totals, row, strict=True)]
         print(f"| {f.relative_to(ROOT)} | " + " | ".join(map(str, row))
               + f" | {min(walls):.2f} / {statistics.median(walls):.2f} | {min(cpus):.2f} |")
     print("| **total** | " + " | ".join(f"**{t}**" for t in totals) + " | | |")
+    m = _measures(planted)
+    print(f"\n{REMAINDER.relative_to(ROOT)}: correct claims {m['correct']}, judged wrong "
+          f"{m['correct judged wrong']}; planted roots {m['planted roots']}, diagnosed with "
+          f"the right root {m['right root']}; misleading diagnoses {m['misleading']}; "
+          f"ambiguous as planted {m['ambiguous as planted']}")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

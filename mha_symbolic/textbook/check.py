@@ -41,11 +41,12 @@ from typing import Any
 
 from .._text import echo
 from ..errors import ClaimError, ExampleFileError, MhaSymbolicError
+from .alternatives import file_allowance, other_input_diagnosis
 from .claims import numpy_printed, parse_printed
 from .examples import Claim, WorkedExample, load_examples, select_examples
 from .intermediates import PER_HEAD_INTERMEDIATES
-from .quantities import MATRIX_QUANTITIES, parse_quantity, quantity_value
-from .reports import CONSISTENT, CheckReport, ClaimRecord
+from .quantities import MATRIX_QUANTITIES, TOKEN_QUANTITIES, parse_quantity, quantity_value
+from .reports import AMBIGUOUS, CONSISTENT, CheckReport, ClaimRecord
 from .roots import (
     bias_once_diagnosis,
     float32_diagnosis,
@@ -83,9 +84,56 @@ _PER_HEAD = ("score", "scaled_score", "weight", "head_output", "q", "k", "v",
 
 
 def _claim_value(ex: WorkedExample, claim: Claim, p: Any) -> Any:
+    """The value a claim is judged against, in the orientation of its printout."""
+    return _oriented(claim, p, _gathered(ex, claim, p))[0]
+
+
+def _transpose(value: tuple[tuple[Any, ...], ...]) -> tuple[tuple[Any, ...], ...]:
+    return tuple(tuple(row[j] for row in value) for j in range(len(value[0])))
+
+
+def _oriented(claim: Claim, p: Any, value: Any) -> tuple[Any, str | None]:
+    """(the value laid out as the printout is, a word on it or None).  A 2-D printout
+    whose shape is the quantity's transposed (columns × rows, not square) is read
+    transposed; a row printed as one column (n × 1) or one row (1 × n) is the row;
+    ``transposed = true`` reads a square printout transposed, ``false`` never."""
+    vshape = nested_shape(value)
+    if p.kind != "array" or len(p.shape) != 2 or len(vshape) not in (1, 2):
+        if claim.transposed:
+            raise ClaimError(f"{claim.quantity}: transposed = true needs a matrix printed as its "
+                             "transpose (or a row printed as a column)")
+        return value, None
+    if len(vshape) == 1:
+        n = vshape[0]
+        if p.shape == (n, 1) and (n > 1 or claim.transposed):
+            return tuple((e,) for e in value), "a column vector: read as the row it prints"
+        if claim.transposed:
+            raise ClaimError(f"{claim.quantity}: transposed = true, but the printout of shape "
+                             f"{p.shape[0]} × {p.shape[1]} is not the row as a column ({n} × 1)")
+        if p.shape == (1, n):
+            return (tuple(value),), None
+        return value, None
+    r, c = vshape
+    if claim.transposed:
+        if p.shape != (c, r):
+            raise ClaimError(f"{claim.quantity}: transposed = true, but the printout is "
+                             f"{p.shape[0]} × {p.shape[1]} and the quantity's transpose {c} × {r}")
+        return _transpose(value), "read transposed (transposed = true)"
+    if claim.transposed is None and r != c and p.shape == (c, r):
+        return _transpose(value), (f"read transposed: the printout is {c} × {r}, the quantity "
+                                   f"{r} × {c} (a .T view)")
+    return value, None
+
+
+def _gathered(ex: WorkedExample, claim: Claim, p: Any) -> Any:
     """The value a claim is judged against; for a printed tensor with batch and/or head
     axes (3 or 4 dimensions), the matrices gathered along them."""
     name, _, idx = parse_quantity(claim.quantity)
+    if name in TOKEN_QUANTITIES:  # h × d_k; printed concatenated (one row), its h·d_k entries
+        value = quantity_value(ex, claim)
+        flat = (p.kind == "tuple" or (p.kind == "array" and len(p.shape) == 1)
+                or (p.kind == "array" and len(p.shape) == 2 and p.shape[0] == 1 < len(value)))
+        return tuple(e for row in value for e in row) if flat else value
     if p.kind != "array" or len(p.shape) <= 2 or idx or name not in MATRIX_QUANTITIES:
         return quantity_value(ex, claim)
     import dataclasses
@@ -122,14 +170,15 @@ def _claim_value(ex: WorkedExample, claim: Claim, p: Any) -> Any:
     return gather(0, {})
 
 
-def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
+def _check_claim(ex: WorkedExample, index: int, claim: Claim,
+                 siblings: Sequence[WorkedExample] = ()) -> ClaimRecord:
     name, _, _ = parse_quantity(claim.quantity)
     if name == "shape":
         return shape_record(ex, claim, quantity_value(ex, claim))
     p = parse_printed(claim.claimed)
     if claim.numpy_precision is not None:
         p = numpy_printed(p, claim.numpy_precision)
-    value = _claim_value(ex, claim, p)
+    value, orientation = _oriented(claim, p, _gathered(ex, claim, p))
     import sympy as sp
 
     items = pairs(value, p, claim.quantity)
@@ -141,7 +190,13 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
     big = len(values) > 16
     sig = max([part.significant_digits + (2 if big else 3) for part in parts]
               + [20 if any(part.kind == "expression" for part in parts) else 8 if big else 15])
-    described = [describe(v, sig) for v in values]
+    # a tensor's exact form is shown only when every entry has one: stop at the first
+    # entry without (simplifying is the dearest step of describing a value)
+    described, forms_left = [], True
+    for v in values:
+        d = describe(v, sig, form=forms_left)
+        forms_left = forms_left and bool(d[1])
+        described.append(d)
     shape = nested_shape(value)
     exact = _layout([d for d, _ in described], shape)
     forms = [f for _, f in described]
@@ -187,8 +242,22 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
             p_inputs = f"{input_decimals(ex.engine_inputs()[claim.batch - 1])} decimals"
         elif note:
             detail = note
+    if orientation and not detail:
+        detail = orientation
+    square = nested_shape(value)
+    if verdict == "wrong" and claim.transposed is None and p.kind == "array" \
+            and len(square) == 2 and square[0] == square[1] > 1 and _transpose(value) != value:
+        # a square printout may be a transposed view (.T): when it holds read that way,
+        # which the text meant is not decided here
+        other = [judge(sp.sympify(v), part, claim.rtol) for v, part in pairs(_transpose(value), p)]
+        if all(j.ok for j in other):
+            verdict, detail = AMBIGUOUS, (
+                "the readings disagree: as printed (rows × columns) it is wrong; read transposed "
+                "(a .T view) it holds; state the orientation with the claim's transposed = "
+                "true or false")
+            rounded, error_units, error_value, entries = None, None, None, []
     if verdict == "wrong":
-        diagnosis = diagnose(ex, index, claim, p, values)
+        diagnosis = diagnose(ex, index, claim, p, values, siblings=siblings)
     precision = p.describe_precision() if p.kind in ("tuple", "array") else "; ".join(
         d for d in dict.fromkeys(part.describe_precision() for part in parts) if d)
     if verdict == CONSISTENT:
@@ -200,7 +269,7 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim) -> ClaimRecord:
 
 
 def diagnose(ex: WorkedExample, index: int, claim: Claim, p: Any, values: list[Any],
-             depth: int = 0) -> str | None:
+             depth: int = 0, *, siblings: Sequence[WorkedExample] = ()) -> str | None:
     """The root of a wrong claim, walking the chain: a claim computed from earlier printed
     weights that are themselves wrong is diagnosed upstream (their own root named).  A
     diagnosis is stated only when proved; undecided means none is stated."""
@@ -213,7 +282,7 @@ def diagnose(ex: WorkedExample, index: int, claim: Claim, p: Any, values: list[A
         try:
             pk = parse_printed(c.claimed)
             vk = [sp.sympify(v) for v, _ in pairs(_claim_value(ex, c, pk), pk, c.quantity)]
-            return diagnose(ex, k, c, pk, vk, depth + 1)
+            return diagnose(ex, k, c, pk, vk, depth + 1, siblings=siblings)
         except MhaSymbolicError:
             return None
 
@@ -228,6 +297,8 @@ def diagnose(ex: WorkedExample, index: int, claim: Claim, p: Any, values: list[A
         if diagnosis is None and len(values) == 1:
             diagnosis = (float32_diagnosis(ex, claim, p, values[0])
                          or digit_diagnosis(values[0], p.entries[0]))
+        if diagnosis is None:
+            diagnosis = other_input_diagnosis(ex, claim, p, siblings)
     except MhaSymbolicError:  # PrecisionError included: a slip not proved is not stated
         diagnosis = None
     return diagnosis
@@ -275,6 +346,12 @@ def check_examples(examples: Iterable[WorkedExample] | WorkedExample | str | os.
         raise ExampleFileError(f"check_examples: expected worked examples, a path or TOML "
                                f"text, got {type(bad).__name__}")
     exs = select_examples(exs, only)
+    with file_allowance():
+        records = _check_all(exs, strict)
+    return CheckReport(tuple(exs), tuple(records))
+
+
+def _check_all(exs: list[WorkedExample], strict: bool) -> list[ClaimRecord]:
     records: list[ClaimRecord] = []
     for ex in exs:
         for i, claim in enumerate(ex.claims):
@@ -284,7 +361,7 @@ def check_examples(examples: Iterable[WorkedExample] | WorkedExample | str | os.
                 records.append(_unreadable(ex, claim, claim.error))
                 continue
             try:
-                records.append(_check_claim(ex, i, claim))
+                records.append(_check_claim(ex, i, claim, exs))
             except MhaSymbolicError as exc:
                 loc = f"{ex.source}:{claim.line}: " if ex.source and claim.line else (
                     f"{ex.source}: " if ex.source else "")
@@ -292,7 +369,7 @@ def check_examples(examples: Iterable[WorkedExample] | WorkedExample | str | os.
                 if strict:
                     raise type(exc)(message) from None
                 records.append(_unreadable(ex, claim, message))
-    return CheckReport(tuple(exs), tuple(records))
+    return records
 
 
 def cli_check(args: Any) -> int:

@@ -343,12 +343,15 @@ def _shape_sizes(s: str, raw: str, vector: bool = False) -> tuple[Any, ...]:
     else:
         items = [t.strip() for t in _SHAPE_SEP.split(inner)]
     least = 1 if vector and m else 2
-    if not least <= len(items) <= 4 or not all(_SIZE.match(t) for t in items):
+    from .sizes import is_division
+
+    if not least <= len(items) <= 4 or not all(_SIZE.match(t) or is_division(t) for t in items):
         raise ClaimError(f"claimed={echo(raw)} is not a shape like '3 × 5', '2 × 4 × 100' or "
-                         "torch.Size([2, 6, 2]) (two to four sizes"
+                         "torch.Size([2, 6, 2]) (two to four sizes, each a number, a name, a "
+                         "product or a quotient: h·d_v, n_embd/n_head"
                          + ("; one inside brackets, torch.Size([2])" if vector else "") + ")")
-    return tuple(int(t) if t.isascii() and t.isdigit() else re.sub(r"\s*[·*]\s*", "·", t)
-                 for t in items)
+    return tuple(int(t) if t.isascii() and t.isdigit() else t if is_division(t)
+                 else re.sub(r"\s*[·*]\s*", "·", t) for t in items)
 
 
 #: Printed answers for masked entries (a scaled score of −∞) and NaN rows.

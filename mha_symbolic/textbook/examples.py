@@ -28,6 +28,7 @@ from ..exact.grammar import MAX_VALUE_DIGITS
 from ..exact.spec import MAX_DIM
 from .inputs import shape_of
 from .quantities import parse_axes, parse_quantity
+from .sizes import is_division, resolve_divisions
 
 __all__ = ["Claim", "WorkedExample", "load_examples", "select_examples"]
 
@@ -58,7 +59,7 @@ _META_KEYS = ("name", "title", "notes", "claim", "inputs", "arrays", "init",
 MAX_TOKEN_CHARS = 40
 _EXAMPLE_KEYS = {*_META_KEYS, *_INPUT_KEYS, *_OPTION_KEYS, *_DIM_KEYS}
 _CLAIM_KEYS = {"quantity", "claimed", "head", "batch", "expr", "rtol", "note", "axes",
-               "printer"}
+               "printer", "transposed"}
 _BIAS_PARTS = ("q", "k", "v", "o")
 
 
@@ -80,6 +81,7 @@ class Claim:
     error: str | None = None
     axes: tuple[str, ...] = ()  # a shape claim's layout, as printed (batch/heads/rows/columns)
     numpy_precision: int | None = None  # printer = "numpy" (8) or "numpy:N": maxprec digits
+    transposed: bool | None = None  # the printout is the quantity's transpose (.T); None: decided
 
 
 @dataclass
@@ -286,7 +288,7 @@ def load_examples(path: str | Path | None = None, *, text: str | None = None,
 def _check_draw_work(raw: Sequence[Any], src: str) -> None:
     """Refuse a file whose seeded draws hold more than MAX_FILE_DRAW_ENTRIES entries in
     all, counted from the draws' sizes (each unreadable draw is reported by its example)."""
-    from .seeded import parse_draw
+    from .seeded import draw_entries
 
     total = 0
     for item in raw:
@@ -296,7 +298,7 @@ def _check_draw_work(raw: Sequence[Any], src: str) -> None:
             continue
         for text in draws[:64]:
             try:
-                total += math.prod(parse_draw(text)[3])
+                total += draw_entries(text)
             except ExampleFileError:
                 continue
         if total > MAX_FILE_DRAW_ENTRIES:
@@ -428,6 +430,7 @@ def _example(item: Any, index: int, source: str, loc: Any, base: Path | None) ->
     for key in _DIM_KEYS:
         if key in item:
             dims[key] = _dim(key, item[key], at(key))
+    resolve_divisions(dims, options, at, _show)
     claims_raw = item.get("claim", [])
     if not isinstance(claims_raw, list):
         raise ExampleFileError(f"{at('claim')}: claim must be an array of tables ([[example.claim]])")
@@ -657,19 +660,23 @@ def _dim(key: str, value: Any, where: str) -> Any:
         return value
     if isinstance(value, str) and value.isidentifier() and value.isascii() and len(value) <= 32:
         return value
+    if is_division(value):
+        return value.strip()  # resolved with the other sizes: resolve_divisions
     raise ExampleFileError(f"{where}: {key}={_show(value)} must be an integer from 1 to "
-                           f"{MAX_DIM:,} or a symbol name (ASCII letters, digits, _; "
-                           "at most 32)")
+                           f"{MAX_DIM:,}, a symbol name (ASCII letters, digits, _; "
+                           "at most 32) or a quotient of them (\"d_model // heads\")")
 
 
 def _option(key: str, value: Any, where: str) -> Any:
     if key in ("heads", "kv_heads", "d_k"):
         if isinstance(value, str) and value.isidentifier() and value.isascii() and len(value) <= 32:
             return value  # a symbol, for examples that state sizes only
+        if is_division(value):
+            return value.strip()  # d_k = "d_model // heads": resolve_divisions
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DIM:
             raise ExampleFileError(f"{where}: {key}={_show(value)} must be an integer from 1 to "
-                                   f"{MAX_DIM:,} (or a symbol name, for an example without "
-                                   "inputs)")
+                                   f"{MAX_DIM:,}, a quotient such as \"d_model // heads\" "
+                                   "(or, for an example without inputs, a symbol name)")
         return value
     if key in ("scale", "mask_fill"):
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
@@ -792,8 +799,13 @@ def _claim(item: Any, index: int, where: str, key_line: Any, source: str) -> Cla
             return bad("printer", f"printer={_show(printer)} must be \"numpy\" (precision 8) or "
                                   "\"numpy:N\" (np.set_printoptions(precision=N), N ≤ 20)")
         numpy_precision = int(m.group(1) or 8)
+    transposed = item.get("transposed")
+    if transposed is not None and not isinstance(transposed, bool):
+        return bad("transposed", f"transposed={_show(transposed)} must be true (the printout is "
+                                 "the quantity transposed, a .T view) or false")
     claim = Claim(quantity.strip(), claimed, numbers["head"], expr, rtol_f, note,
-                  numbers["batch"], line, axes=axes, numpy_precision=numpy_precision)
+                  numbers["batch"], line, axes=axes, numpy_precision=numpy_precision,
+                  transposed=transposed)
     try:
         name = parse_quantity(claim.quantity)[0]
         if name == "expr" and expr is None:

@@ -87,8 +87,15 @@ def parse_axes(value: Any) -> tuple[str, ...]:
 
 
 
+#: One token's vector across all heads: ``q_token[i]`` is the h × d_k matrix whose row g
+#: is head g's query of token i (``q.view(n, h, d_k)[i]``, or concatenated, the h·d_k
+#: row ``q[i]`` of the all-heads projection); ``k_token``, ``v_token`` over the
+#: kv_heads key/value heads.
+TOKEN_QUANTITIES = {"q_token": "q", "k_token": "k", "v_token": "v"}
+
+
 def _known() -> list[str]:
-    return sorted([*MATRIX_QUANTITIES, "weight_sum", "gap", "scale", "expr",
+    return sorted([*MATRIX_QUANTITIES, *TOKEN_QUANTITIES, "weight_sum", "gap", "scale", "expr",
                    *(f"shape.{n}" for n in _SHAPE_NAMES), *(f"dim.{n}" for n in _DIM_NAMES),
                    *(f"params.{n}" for n in _PARAM_NAMES)])
 
@@ -130,7 +137,7 @@ def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
         if sub or len(indices) > 1:
             raise ClaimError(f"quantity={echo(q)}: {name} takes [row], or no index (every row's "
                              "sum: the row-sum vector)")
-    elif name in ("gap", "sink_weight"):
+    elif name in ("gap", "sink_weight", *TOKEN_QUANTITIES):
         if sub or len(indices) != 1:
             raise ClaimError(f"quantity={echo(q)}: {name} needs [row]")
     elif name in ("expr", "scale"):
@@ -145,7 +152,8 @@ def parse_quantity(q: str) -> tuple[str, str | None, tuple[int, ...]]:
                              f"{did_you_mean(q)}")
     else:
         raise ClaimError(f"unknown quantity={echo(q)}{did_you_mean(q)}; known: "
-                         + ", ".join(sorted([*MATRIX_QUANTITIES, "weight_sum", "gap", "sink_weight",
+                         + ", ".join(sorted([*MATRIX_QUANTITIES, *TOKEN_QUANTITIES, "weight_sum",
+                                             "gap", "sink_weight",
                                              "scale", "expr",
                                              "shape.*", "dim.*", "params.*"])))
     return name, sub, indices
@@ -234,6 +242,8 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
 
         ordered = sorted(finite, key=cmp_to_key(descending))
         return ordered[0] - ordered[1]
+    if name in TOKEN_QUANTITIES:
+        return token_vectors(att, name, idx[0] - 1, claim.quantity)
     if name == "weighted_value":
         if len(idx) != 2:
             raise ClaimError(f"{claim.quantity}: weighted_value needs [i,j] (the vector w_ij·v_j)")
@@ -256,6 +266,25 @@ def quantity_value(ex: WorkedExample, claim: Claim, att: Any = None) -> Any:
         _check_index(claim.quantity, c, matrix.cols, "column")
         return matrix[r, c]
     return tuple(matrix[r, c] for c in range(matrix.cols))
+
+
+def token_vectors(att: Any, name: str, r: int, quantity: str) -> tuple[tuple[Any, ...], ...]:
+    """One token's query (key, value) in every head: row g is head g's (for keys and
+    values, key/value head g's: the query heads that share it show it once)."""
+    which = TOKEN_QUANTITIES[name]
+    spec = att.spec
+    if which == "q":
+        heads = list(att.heads)
+    else:  # the first query head of each key/value group carries that group's k, v
+        first: dict[int, Any] = {}
+        for h, head in enumerate(att.heads):
+            first.setdefault(spec.kv_head_of(h), head)
+        heads = [first[g] for g in sorted(first)]
+    mats = [getattr(head, which) for head in heads]
+    if any(m is None for m in mats):
+        raise ClaimError(f"{quantity}: the example gives no {_NEEDS[which]}, which {name} needs")
+    _check_index(quantity, r, mats[0].rows, "token")
+    return tuple(tuple(m[r, c] for c in range(m.cols)) for m in mats)
 
 
 def _gradient(ex: WorkedExample, quantity: str, name: str, h: int) -> Any:

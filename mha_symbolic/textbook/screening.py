@@ -41,7 +41,13 @@ BITS = 64
 
 
 def may_hold(ex: WorkedExample, claim: Claim, p: PrintedAnswer, changes: dict[str, Any]) -> bool:
-    """False only when Arb proves the variant ``changes`` cannot give the printed answer."""
+    """False only when the variant ``changes`` provably cannot give the printed answer:
+    Arb proves it, or the printout spans the batch or heads axis (3 or 4 dimensions,
+    no index) while the variant's value is one batch element's and one head's matrix,
+    which :func:`verdicts.holds` can never pair with it."""
+    _, _, idx = parse_quantity(claim.quantity)
+    if p.kind == "array" and len(p.shape) > 2 and not idx:
+        return False
     try:
         values = _variant_values(ex, claim, changes)
     except Exception:  # the screen never decides: when in doubt, build the variant

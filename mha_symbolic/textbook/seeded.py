@@ -39,6 +39,7 @@ torch is installed and compares bit for bit.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from pathlib import Path
@@ -46,8 +47,9 @@ from typing import Any
 
 from .._text import echo, expr_text
 from ..errors import ExampleFileError
+from .integer_draws import parse_integer_draw, replay_integer_draw
 
-__all__ = ["INIT_KEYS", "draw", "parse_draw", "recipe_text", "resolve_init", "write_cache"]
+__all__ = ["INIT_KEYS", "draw", "draw_entries", "parse_draw", "recipe_text", "resolve_init", "write_cache"]
 
 INIT_KEYS = frozenset({"torch_seed", "numpy_seed", "numpy_default_rng", "draws", "cache"})
 #: The generators a recipe may name, one per recipe: torch's, numpy's legacy
@@ -62,6 +64,9 @@ MAX_DRAW_ENTRIES = 65_536
 _TARGETS = ("x", "x_kv", "query", "key", "value", "scores", "w_q", "w_k", "w_v", "w_o", "w_qkv")
 
 
+_INTEGERS = re.compile(r"^\s*(?P<target>[a-z_]+)(?:\[(?P<index>[0-9]{1,3})\])?\s*=\s*"
+                       r"(?P<call>(?:[A-Za-z_]\w{0,31}\s*\.\s*){0,3}(?:randint|integers)\s*"
+                       r"\(.*\))\s*$")
 _RESEED = re.compile(r"^\s*seed\s*\(\s*(?P<seed>[0-9]{1,19})\s*\)\s*$")
 _EMBED = re.compile(r"^\s*(?P<target>[a-z_]+)\s*=\s*Embedding\s*\(\s*(?P<vocab>[0-9]{1,6})\s*,"
                     r"\s*(?P<dim>[0-9]{1,6})\s*\)\s*\[(?P<rows>[0-9\s,]*)\]\s*$")
@@ -84,10 +89,20 @@ def parse_draw(text: str) -> tuple[str, int, str, tuple[int, ...], bool]:
             raise ExampleFileError(f"draw {text!r}: Embedding(vocab, d)[rows] needs rows below "
                                    f"vocab and at most {MAX_DRAW_ENTRIES} entries")
         return e.group("target"), 0, "Embedding", (vocab, dim, *rows), False
+    if isinstance(text, str) and len(text) <= 200 and (n := _INTEGERS.match(text)):
+        target = n.group("target")
+        if target not in _TARGETS:
+            raise ExampleFileError(f"draw {text!r}: unknown target {target!r}; one of "
+                                   f"{', '.join(_TARGETS)}")
+        index = int(n.group("index") or 0)
+        if n.group("index") is not None and index < 1:
+            raise ExampleFileError(f"draw {text!r}: head indices are 1-based")
+        d = parse_integer_draw(n.group("call"))
+        return target, index, d.fn, d.size, False
     m = _DRAW.match(text) if isinstance(text, str) and len(text) <= 200 else None
     if m is None:
-        raise ExampleFileError(f"draw {str(text)[:60]!r} is not 'TARGET = rand(…)', 'randn(…)' or "
-                               "'Linear(in, out[, bias=False])'")
+        raise ExampleFileError(f"draw {str(text)[:60]!r} is not 'TARGET = rand(…)', 'randn(…)', "
+                               "'randint(…)', 'integers(…)' or 'Linear(in, out[, bias=False])'")
     target = m.group("target")
     if target not in _TARGETS:
         raise ExampleFileError(f"draw {text!r}: unknown target {target!r}; one of {', '.join(_TARGETS)}")
@@ -112,6 +127,26 @@ def parse_draw(text: str) -> tuple[str, int, str, tuple[int, ...], bool]:
     return target, index, fn, sizes, bias
 
 
+def _draw_function(text: str) -> str | None:
+    """The function a draw calls (``Linear``, ``randint``, ``seed`` …), read by its name
+    only (None when none is recognised; the draw is then refused by :func:`parse_draw`)."""
+    if _RESEED.match(text):
+        return "seed"
+    m = re.match(r"^[^=]*=\s*(?:[A-Za-z_]\w{0,31}\s*\.\s*){0,3}([A-Za-z_]+)\s*[(]", text)
+    return m.group(1) if m else None
+
+
+def draw_entries(text: str) -> int:
+    """How many numbers a draw makes (counted before anything is drawn): its size; an
+    Embedding's whole table (vocab × d); a ``seed(N)`` none."""
+    _, _, fn, sizes, _ = parse_draw(text)
+    if fn == "seed":
+        return 0
+    if fn == "Embedding":
+        return sizes[0] * sizes[1]
+    return math.prod(sizes)
+
+
 def recipe_text(init: dict[str, Any]) -> str:
     """A canonical one-line form of a recipe (what a cache records)."""
     kind = next((k for k in _SEEDS if k in init), "torch_seed")
@@ -134,11 +169,19 @@ def _check(init: Any, where: str) -> dict[str, Any]:
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < top:
         raise ExampleFileError(f"{where}: init.{kind}={expr_text(seed)} must be a "
                                f"non-negative integer below 2^{63 if top == 2**63 else 32}")
-    if kind != "torch_seed":
-        for d in draws if isinstance(draws := init.get("draws"), list) else []:
-            if isinstance(d, str) and ("Linear" in d or "Embedding" in d or _RESEED.match(d)):
-                raise ExampleFileError(f"{where}: init: Linear, Embedding and seed are torch's; "
-                                       f"with {kind} draw rand(…) or randn(…)")
+    own = {"torch_seed": "rand(…), randn(…), Linear, Embedding or seed(…)",
+           "numpy_seed": "rand(…), randn(…) or randint(…)",
+           "numpy_default_rng": "rand(…), randn(…) or integers(…)"}[kind]
+    for d in draws if isinstance(draws := init.get("draws"), list) else []:
+        if not isinstance(d, str):
+            continue
+        fn = _draw_function(d)
+        allowed = {"torch_seed": ("rand", "randn", "Linear", "Embedding", "seed"),
+                   "numpy_seed": ("rand", "randn", "randint"),
+                   "numpy_default_rng": ("rand", "randn", "integers")}[kind]
+        if fn is not None and fn not in allowed:
+            raise ExampleFileError(f"{where}: init: {echo(d, 60)} is not a draw of {kind}'s "
+                                   f"generator; with {kind} draw {own}")
     draws = init.get("draws")
     if not isinstance(draws, list) or not draws or len(draws) > MAX_DRAWS:
         raise ExampleFileError(f"{where}: init.draws must be a list of 1 to {MAX_DRAWS} draws")
@@ -166,7 +209,9 @@ def _draw_numpy(init: dict[str, Any]) -> dict[str, Any]:
     for text in init["draws"]:
         target, index, fn, sizes, _ = parse_draw(text)
         name = f"{target}[{index}]" if index else target
-        if legacy:
+        if fn in ("randint", "integers"):
+            out[name] = replay_integer_draw(gen, parse_integer_draw(text.split("=", 1)[1]), text)
+        elif legacy:
             out[name] = gen.rand(*sizes) if fn == "rand" else gen.randn(*sizes)
         else:
             out[name] = gen.random(sizes) if fn == "rand" else gen.standard_normal(sizes)

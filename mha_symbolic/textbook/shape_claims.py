@@ -39,6 +39,7 @@ from .claims import parse_printed
 from .examples import Claim, WorkedExample
 from .quantities import AXIS_NAMES, PER_HEAD_SHAPES, WEIGHT_SHAPES, parse_axes, parse_quantity
 from .reports import AMBIGUOUS, ClaimRecord
+from .sizes import NotWhole, is_division, parse_size, size_value
 
 __all__ = ["AMBIGUOUS", "AXIS_NAMES", "parse_axes", "shape_record"]
 
@@ -112,9 +113,22 @@ def shape_record(ex: WorkedExample, claim: Claim, value: Any) -> ClaimRecord:
             raise ClaimError(f"{claim.quantity}: {n} sizes do not fit; claim {hint}, or state "
                              "the layout with axes = \"…\"")
 
+    not_whole: list[str] = []
+
     def size(x: Any) -> Any:
         if isinstance(x, int):
             return x
+        if is_division(x):  # n_embd/n_head, d_model // h: exact; a numeric one must divide
+            try:
+                return size_value(x, {})
+            except NotWhole as exc:
+                (num, den), _ = parse_size(x) or (((), ()), False)
+                d = sp.Mul(*[int(f) for f in den])
+                if d == 0:
+                    raise ClaimError(f"claimed={claim.claimed.strip()[:40]!r}: {x} divides by "
+                                     "zero") from None
+                not_whole.append(str(exc))
+                return sp.Rational(sp.Mul(*[int(f) for f in num]), d)
         factors = [int(f) if f.isdigit() else sp.Symbol(f, integer=True, positive=True)
                    for f in x.split("·")]
         return sp.Mul(*factors)
@@ -145,7 +159,8 @@ def shape_record(ex: WorkedExample, claim: Claim, value: Any) -> ClaimRecord:
         ok = readings[0].ok
         verdict = "exact" if ok else "wrong"
         if not ok:
-            diagnosis = _transposed(ex, sub, claimed, readings)
+            diagnosis = (f"a size that is not whole: {not_whole[0]}" if not_whole
+                         else _transposed(ex, sub, claimed, readings))
         if len(readings) > 1:
             detail = "every reading agrees: " + ", ".join(" × ".join(r.axes) for r in readings)
     shown = text(first)

@@ -3,6 +3,7 @@ digits state (exact, correctly rounded, an approximation within rtol, or wrong).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -363,8 +364,9 @@ def holds(value: Any, p: PrintedAnswer, rtol: Fraction, *, exactly: bool = False
     return True
 
 
-def describe(value: Any, sig: int) -> tuple[str, str]:
-    """(certified digits, short exact form) of a value."""
+def describe(value: Any, sig: int, *, form: bool = True) -> tuple[str, str]:
+    """(certified digits, short exact form) of a value; ``form=False`` skips the form
+    (returns ``""`` for it), for a caller that will not show it."""
 
     from ..exact.certified import certify
 
@@ -383,12 +385,31 @@ def describe(value: Any, sig: int) -> tuple[str, str]:
         digits = cv.digits(sig)
     except PrecisionError:
         digits = "(digits undecided)"
-    if not _small(value):  # its printed form would exceed 60 characters: not worth printing
+    if not form:
         return digits, ""
-    form = expr_text(simplified(value), 61)
-    if len(form) > 60 or form == digits or form.startswith("<"):
-        form = ""
-    return digits, form
+    try:
+        text = _cached_form(value)
+    except TypeError:  # an unhashable value (none of the engine's): not cached
+        text = short_form(value)
+    return digits, ("" if text == digits else text)
+
+
+def short_form(value: Any) -> str:
+    """The exact form of a value when it prints in at most 60 characters, else ``""``.
+
+    :func:`describe` goes through a cache of it: a file's claims name the same values
+    again and again (a weight claimed as an entry, in its row and in the whole matrix),
+    and simplifying is the dearest step of describing a value.  SymPy expressions are
+    immutable and hash by structure."""
+    if not _small(value):  # its printed form would exceed 60 characters: not worth printing
+        return ""
+    text = expr_text(simplified(value), 61)
+    if len(text) > 60 or text.startswith("<"):
+        return ""
+    return text
+
+
+_cached_form = functools.lru_cache(maxsize=4096)(short_form)
 
 
 #: The most operations (``sympy.count_ops``) of an expression that is simplified before

@@ -276,7 +276,7 @@ def test_seeded_caches_are_what_torch_draws() -> None:
     for path in sorted(books.glob("*.toml")):
         for ex in tomllib.loads(path.read_text(encoding="utf-8"))["example"]:
             init = ex.get("init")
-            if not init:
+            if not init or "torch_seed" not in init:  # numpy's draws need no cache
                 continue
             cache = np.load(books / init["cache"], allow_pickle=False)
             assert str(cache["__recipe__"]) == recipe_text(init)

@@ -24,12 +24,17 @@ def reports():
 
 
 def test_mlm_weights_are_the_numpy_draws() -> None:
-    # the tutorial: random.seed(42); W_Q, W_K, W_V = random.randint(3, size=(3, 3)) × 3
+    # the tutorial: random.seed(42); W_Q, W_K, W_V = random.randint(3, size=(3, 3)) × 3,
+    # replayed by the file's [example.init]; numpy's global API draws them again here
     doc = tomllib.loads((BOOKS / "cristina-mlm-attention-from-scratch.toml").read_text("utf-8"))
-    ex = doc["example"][0]
+    assert doc["example"][0]["init"]["numpy_seed"] == 42
+    ex = load_examples(BOOKS / "cristina-mlm-attention-from-scratch.toml")[0]
     np.random.seed(42)
     for key in ("w_q", "w_k", "w_v"):
-        assert np.random.randint(3, size=(3, 3)).tolist() == ex[key]
+        assert np.random.randint(3, size=(3, 3)).tolist() == ex.inputs[key]
+    # and the matrices the tutorial's run gives (written out by hand before the replay)
+    assert ex.inputs["w_q"] == [[2, 0, 2], [2, 0, 0], [2, 1, 2]]
+    assert ex.inputs["w_v"] == [[1, 1, 0], [0, 1, 1], [0, 0, 0]]
 
 
 def test_the_new_sources_are_right_except_karims_rounding(reports) -> None:
