@@ -171,7 +171,14 @@ def part_decode(runs: int) -> None:
 def part_bound(runs: int) -> None:
     import ml_dtypes
 
-    from mha_symbolic.testing.forward.plain import AttentionInputs, Plain
+    try:                     # this tree, or one from before testing/call.py
+        from mha_symbolic.testing.call import AttentionCall as AttentionInputs
+        from mha_symbolic.testing.forward.plain import Plain
+    except ImportError:
+        from mha_symbolic.testing.forward.plain import (  # type: ignore[attr-defined,no-redef]
+            AttentionInputs,
+            Plain,
+        )
     from mha_symbolic.testing.tolerance import error_model
     print("3. the tolerance model alone (Plain.bound) at (1, 8, 2048, 2048, 64) bf16")
     rng = np.random.default_rng(2)

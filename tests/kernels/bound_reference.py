@@ -233,6 +233,12 @@ def reference_attention_error_bound(
         lam_s = mld + np.log(np.maximum(np.sum(np.exp(ld - mld), axis=softmax_axis,
                                                keepdims=True), 1e-300))
         lam_s = np.maximum(lam_s, 0.0)                       # Λ ≥ 0 (Jensen: Σ p e^D ≥ 1)
+        # the float64 evaluation of Λ errs absolutely (issue 29's review: log of a sum
+        # near 1), by at most (2n + 10)·2^-52·(1 + max|s| + |lse|)
+        n_keys = float(s.shape[softmax_axis])
+        smag = np.max(np.abs(np.where(allowed, s, 0.0)), axis=softmax_axis, keepdims=True,
+                      initial=0.0)
+        lam_s = lam_s + (2.0 * n_keys + 10.0) * 2.0**-52 * (1.0 + smag + np.abs(lse))
         x = D + lam_s                                        # ≥ 0
         ex = np.expm1(np.minimum(x, _EXP_CAP))
         p_ok = (p > 0) & (x < _EXP_CAP)

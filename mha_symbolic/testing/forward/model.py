@@ -539,6 +539,12 @@ def _log_perturbation(w: _Work) -> None:
     mld = np.where(np.isfinite(mld), mld, 0.0)
     lam_s = mld + np.log(np.maximum(w.key_sum(np.exp(ld - mld)), 1e-300))
     lam_s = np.maximum(lam_s, 0.0)                       # Λ ≥ 0 (Jensen: Σ p e^D ≥ 1)
+    # Λ is near 0 but computed from terms near log p (lse, the shifted sum): its float64
+    # evaluation errs absolutely, by at most (2n + 10)·2^-52·(1 + max|s| + |lse|) (the
+    # sums' and logs' roundings, the ulps of the scores and of lse), not relatively
+    n = float(w.n_terms if w.n_terms is not None else w.s.shape[ax])
+    smag = np.max(np.abs(w.on(w.s, 0.0)), axis=ax, keepdims=True, initial=0.0)
+    lam_s = lam_s + (2.0 * n + 10.0) * 2.0**-52 * (1.0 + smag + np.abs(lse))
     w.x = w.D + lam_s                                    # ≥ 0
     w.ex = np.expm1(np.minimum(w.x, _EXP_CAP))
 

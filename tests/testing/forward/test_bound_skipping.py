@@ -12,7 +12,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from mha_symbolic.testing.forward.plain import AttentionInputs, Chunk, Plain
+from mha_symbolic.testing.call import AttentionCall
+from mha_symbolic.testing.forward.plain import Chunk, Plain
 from mha_symbolic.testing.tolerance import error_model
 
 _DT = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32}
@@ -72,7 +73,7 @@ def test_the_bound_on_the_keys_some_row_sees_is_the_bound_on_every_key(
     if "dropout" in opts:
         kw["dropout_p"] = opts["dropout"]
         kw["dropout_mask"] = rng.random((B, Hq, L, S)) >= opts["dropout"]
-    x = AttentionInputs(q, k, v, **kw)
+    x = AttentionCall(q, k, v, **kw)
     pl = Plain(x)
     model = error_model(dtype, kind=kind).with_events(*pl.events())
     # the restriction does cut: some chunk holds fewer keys than S
