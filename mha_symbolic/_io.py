@@ -24,15 +24,15 @@ import contextlib
 import os
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 from ._text import sanitize
 from .errors import ExampleFileError
 
-__all__ = ["STDIN", "check_name", "check_not_input", "output_path", "read_bounded", "write_atomic",
-           "write_output"]
+__all__ = ["STDIN", "check_name", "check_not_input", "output_lock", "output_path", "read_bounded",
+           "write_atomic", "write_output"]
 
 #: The file name that means standard input.
 STDIN = "-"
@@ -179,6 +179,42 @@ def check_not_input(path: Path, inputs: Sequence[str | os.PathLike[str]], option
         if same:
             raise ExampleFileError(f"{option} {shown} is the input file {_shown(source)}: "
                                    "refusing to overwrite it")
+
+
+@contextlib.contextmanager
+def output_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the outputs of ``path`` for the whole run, so that two
+    concurrent runs writing the same ``out.tex`` (and its ``out.pdf``, figures) take
+    turns and never leave a pair from different runs (issue 30).
+
+    The lock is ``fcntl.flock`` on a dot file beside the output (``.out.tex.lock``),
+    released when the block ends or the process dies (the kernel drops a dead process's
+    locks, so a killed run never leaves a stale lock).  The file itself is left in place:
+    removing it would let a third run lock a fresh inode while the second still holds
+    the old one.  A run that has to wait says so on stderr, once.  Where ``fcntl`` is
+    missing (Windows) or the folder refuses the lock file, runs are not serialised: the
+    outputs are still each written whole (:func:`write_atomic`)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    lock = path.parent / f".{path.name[:200]}.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError:  # a read-only folder fails later, at the write, with its own message
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"mha-symbolic: waiting for another run writing {_shown(path)}",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor releases the lock
 
 
 def write_output(path: Path, text: str) -> None:

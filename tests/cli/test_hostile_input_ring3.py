@@ -1,0 +1,96 @@
+"""Regression tests for issue 30, ring 3 (the remainder): concurrent runs on one output,
+Ctrl-C during start-up.  Behaviour only (exit status, one line, whole files), never time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SEED = REPO / "examples" / "seed.toml"
+
+# A pdflatex stand-in: "compiles" by copying the document, so a PDF names its run; it
+# waits for the file $HOLD (when set) first, which lets a test stop one run inside it.
+_FAKE_PDFLATEX = """#!/bin/sh
+touch "$MARK"
+if [ -n "$HOLD" ]; then
+  n=0
+  while [ ! -e "$HOLD" ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done
+fi
+cp document.tex document.pdf
+"""
+
+
+def _start(tmp: Path, src: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], Path]:
+    err = tmp / f"{src}.err"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mha_symbolic", "derive", src, "-o", "out.tex", "--pdf"],
+        cwd=tmp, env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        stdout=subprocess.DEVNULL, stderr=open(err, "w"), text=True)  # noqa: SIM115
+    return proc, err
+
+
+def _wait(cond: object, proc: subprocess.Popen[str], seconds: float = 240) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond() and time.monotonic() < deadline and proc.poll() is None:  # type: ignore[operator]
+        time.sleep(0.05)
+
+
+def test_two_concurrent_derive_pdf_runs_never_leave_a_pair_from_different_runs(
+        tmp_path: Path) -> None:
+    # run A reaches pdflatex and is held there; run B starts on the same -o.  Without a
+    # lock B writes its out.tex and out.pdf while A waits, then A's PDF lands beside B's
+    # .tex.  With the lock B waits (and says so) until A is done, then writes both.
+    text = SEED.read_text(encoding="utf-8")
+    (tmp_path / "a.toml").write_text(text, encoding="utf-8")
+    (tmp_path / "b.toml").write_text(text.replace('name = "', 'name = "B ', 1), encoding="utf-8")
+    assert (tmp_path / "b.toml").read_text(encoding="utf-8") != text
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "pdflatex").write_text(_FAKE_PDFLATEX, encoding="utf-8")
+    (fake / "pdflatex").chmod(0o755)
+    path = f"{fake}{os.pathsep}{os.environ.get('PATH', '')}"
+    hold, mark_a = tmp_path / "release-a", tmp_path / "a-in-pdflatex"
+    a, _ = _start(tmp_path, "a.toml", {"PATH": path, "MARK": str(mark_a), "HOLD": str(hold)})
+    _wait(mark_a.exists, a)
+    assert mark_a.exists(), "run A never reached pdflatex"
+    b, b_err = _start(tmp_path, "b.toml", {"PATH": path, "MARK": str(tmp_path / "b-mark"),
+                                            "HOLD": ""})
+    # B either finishes (no lock: the bug) or reports that it waits for A
+    _wait(lambda: "waiting for another run" in b_err.read_text(encoding="utf-8"), b)
+    waited = "waiting for another run" in b_err.read_text(encoding="utf-8")
+    hold.touch()
+    assert a.wait(timeout=240) == 0 and b.wait(timeout=240) == 0, b_err.read_text(encoding="utf-8")
+    assert waited
+    tex = (tmp_path / "out.tex").read_bytes()
+    assert (tmp_path / "out.pdf").read_bytes() == tex  # the pair comes from one run
+    assert b"B " in tex  # and it is B's, the run that wrote last
+    assert "Traceback" not in b_err.read_text(encoding="utf-8")
+
+
+def test_the_lock_is_released_when_a_run_ends(tmp_path: Path) -> None:
+    import fcntl
+
+    from mha_symbolic._io import output_lock
+
+    out = tmp_path / "out.tex"
+    with output_lock(out):
+        fd = os.open(tmp_path / ".out.tex.lock", os.O_RDWR)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = False
+            except BlockingIOError:
+                held = True
+        finally:
+            os.close(fd)
+    assert held
+    fd = os.open(tmp_path / ".out.tex.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free again: raises nothing
+    finally:
+        os.close(fd)
