@@ -183,26 +183,25 @@ def check_not_input(path: Path, inputs: Sequence[str | os.PathLike[str]], option
 
 @contextlib.contextmanager
 def output_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the outputs of ``path`` for the whole run, so that two
-    concurrent runs writing the same ``out.tex`` (and its ``out.pdf``, figures) take
-    turns and never leave a pair from different runs (issue 30).
+    """Hold an exclusive lock for the whole run on the folder ``path`` is written to, so
+    that two concurrent runs writing the same ``out.tex`` (and its ``out.pdf``, figures)
+    take turns and never leave a pair from different runs (issue 30).
 
-    The lock is ``fcntl.flock`` on a dot file beside the output (``.out.tex.lock``),
-    released when the block ends or the process dies (the kernel drops a dead process's
-    locks, so a killed run never leaves a stale lock).  The file itself is left in place:
-    removing it would let a third run lock a fresh inode while the second still holds
-    the old one.  A run that has to wait says so on stderr, once.  Where ``fcntl`` is
-    missing (Windows) or the folder refuses the lock file, runs are not serialised: the
-    outputs are still each written whole (:func:`write_atomic`)."""
+    The lock is ``fcntl.flock`` on the folder itself (opened read-only): no lock file is
+    left behind, and the kernel drops a dead process's locks, so a killed run never
+    leaves a stale one.  Runs writing other files of the same folder also take turns
+    (harmless: each run is seconds).  A run that has to wait says so on stderr, once.
+    Where ``fcntl`` is missing (Windows) or the folder cannot be opened, runs are not
+    serialised: the outputs are still each written whole (:func:`write_atomic`)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         yield
         return
-    lock = path.parent / f".{path.name[:200]}.lock"
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-    except OSError:  # a read-only folder fails later, at the write, with its own message
+        fd = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError:  # a missing folder fails later, at the write, with its own message
         yield
         return
     try:
@@ -212,6 +211,8 @@ def output_lock(path: Path) -> Iterator[None]:
             print(f"mha-symbolic: waiting for another run writing {_shown(path)}",
                   file=sys.stderr, flush=True)
             fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without flock
+            pass
         yield
     finally:
         os.close(fd)  # closing the last descriptor releases the lock

@@ -79,7 +79,7 @@ def test_the_lock_is_released_when_a_run_ends(tmp_path: Path) -> None:
 
     out = tmp_path / "out.tex"
     with output_lock(out):
-        fd = os.open(tmp_path / ".out.tex.lock", os.O_RDWR)
+        fd = os.open(tmp_path, os.O_RDONLY)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -89,8 +89,73 @@ def test_the_lock_is_released_when_a_run_ends(tmp_path: Path) -> None:
         finally:
             os.close(fd)
     assert held
-    fd = os.open(tmp_path / ".out.tex.lock", os.O_RDWR)
+    assert list(tmp_path.iterdir()) == []  # no lock file left behind
+    fd = os.open(tmp_path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free again: raises nothing
     finally:
         os.close(fd)
+
+
+# -- D. Ctrl-C during start-up ---------------------------------------------------------------
+
+def _interrupt_at(delay: float, argv: list[str]) -> tuple[int, str]:
+    import signal
+
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+def test_ctrl_c_at_random_early_times_never_prints_a_traceback_through_our_code() -> None:
+    # 0-50 ms covers the interpreter's own start-up (site, the standard library: its
+    # KeyboardInterrupt is Python's, no code of ours has run) and the package's first
+    # imports; from there on every Ctrl-C is one line and exit 130.  A traceback with a
+    # frame in mha_symbolic/ would be ours.
+    import random
+
+    rng = random.Random(30)
+    argv = [sys.executable, "-m", "mha_symbolic", "check", str(SEED)]
+    ours = 0
+    for _ in range(40):
+        code, err = _interrupt_at(rng.uniform(0.0, 0.05), argv)
+        assert "mha_symbolic" + os.sep not in err, err
+        if code == 130:
+            ours += 1
+            assert err == "mha-symbolic: interrupted\n", err
+        else:  # the interpreter's start-up: Python's own exit for SIGINT
+            assert code in (-2, 1), (code, err)
+    # later (the package's imports, the parsing, the command) it is always ours; derive
+    # (to stdout) runs long enough that the Ctrl-C comes before it ends
+    late = [sys.executable, "-m", "mha_symbolic", "derive", str(SEED)]
+    for delay in (0.25, 0.4, 0.6, 0.9, 1.3):
+        code, err = _interrupt_at(delay, late)
+        assert code == 130 and "Traceback" not in err, (delay, code, err)
+        assert err.strip().splitlines()[-1] == "mha-symbolic: interrupted", err
+
+
+def test_importing_the_library_leaves_sigint_alone() -> None:
+    code = ("import signal, mha_symbolic, mha_symbolic.cli; "
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.stdout.strip() == "True", r.stderr
+
+
+def test_the_start_up_handler_is_installed_for_the_command_and_handed_back_by_main() -> None:
+    code = ("import signal, sys; import mha_symbolic as m, mha_symbolic._startup as s; "
+            "print(m._is_the_command([sys.executable, '-X', 'dev', '-m', 'mha_symbolic']), "
+            "m._is_the_command(['py', '/venv/bin/mha-symbolic', 'check']), "
+            "m._is_the_command(['py', 'C:\\\\bin\\\\mha-symbolic-script.py']), "
+            "m._is_the_command(['py', '-c', 'x']), m._is_the_command(['py', 'mha-symbolic.py']), "
+            "m._is_the_command(['py', '-m', 'pytest'])); "
+            "signal.signal(signal.SIGINT, m._startup_interrupt); "
+            "print(s.release() is m._startup_interrupt, "
+            "signal.getsignal(signal.SIGINT) is signal.default_int_handler, s.release())")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.stdout.split() == ["True", "True", "True", "False", "False", "False",
+                                "True", "True", "None"], (r.stdout, r.stderr)
