@@ -318,8 +318,11 @@ class Enclosure(MpmathViews):
         if self._hull is None:
             return
         h_lo, h_hi = self._hull[0][:, None, :], self._hull[1][:, None, :]
-        new_lo = np.fmax(lo, h_lo)
-        new_hi = np.fmin(hi, h_hi)
+        # only where the hull is strictly tighter (or a bound is NaN): equal bounds keep
+        # their sign of zero, which the rounding's first test reads
+        with np.errstate(invalid="ignore"):
+            new_lo = np.where((lo < h_lo) | np.isnan(lo), h_lo + 0.0, lo)  # + 0.0: no -0.0
+            new_hi = np.where((hi > h_hi) | np.isnan(hi), h_hi + 0.0, hi)
         new_mid = np.fmin(np.fmax(np.where(np.isfinite(mid), mid, new_lo), new_lo), new_hi)
         np.copyto(lo, new_lo, where=m)
         np.copyto(hi, new_hi, where=m)

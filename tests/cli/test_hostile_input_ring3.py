@@ -159,3 +159,80 @@ def test_the_start_up_handler_is_installed_for_the_command_and_handed_back_by_ma
                        timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert r.stdout.split() == ["True", "True", "True", "False", "False", "False",
                                 "True", "True", "None"], (r.stdout, r.stderr)
+
+
+# -- B. Work bounded before it is done: the three over-time inputs of seed 41 ---------------
+
+def _cpu_limit(seconds: int) -> object:
+    """Run the block under an ITIMER_PROF alarm: a regression is a failure, not a hang."""
+    import contextlib
+    import signal
+
+    @contextlib.contextmanager
+    def limit():  # type: ignore[no-untyped-def]
+        def fire(*_: object) -> None:
+            raise TimeoutError(f"over {seconds} CPU seconds")
+        old = signal.signal(signal.SIGPROF, fire)
+        signal.setitimer(signal.ITIMER_PROF, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            signal.signal(signal.SIGPROF, old)
+    return limit()
+
+
+def test_a_tiny_softcap_is_refused_before_sympy_builds_a_power_of_astronomic_size() -> None:
+    # #8684: softcap sqrt(1e-400) = 1e-200 put 10^200·log(3)/2 inside tanh, which SymPy
+    # rewrote as 3^(10^200); the tanh argument s/cap is now held to the scores' bound
+    import pytest
+
+    from mha_symbolic.errors import ExampleFileError
+    from mha_symbolic.textbook import load_examples
+
+    for cap in ("sqrt(1e-400)", "1e-9", "2^-40"):
+        text = ('[[example]]\nquery = [["2^-1", -2], ["ln(3)", 5]]\nkey = [["ln(3)", 1e-3]]\n'
+                f'value = [["e^(99999.9)", -2]]\nsoftcap = "{cap}"\n')
+        with _cpu_limit(60), pytest.raises(ExampleFileError, match="scaled score / softcap"):
+            load_examples(text=text)
+    # a softcap in the usual range still works
+    ok = ('[[example]]\nquery = [["2^-1", -2]]\nkey = [["ln(3)", 1e-3], [1, 2]]\n'
+          'value = [[1, -2], [3, 4]]\nsoftcap = 30\n')
+    with _cpu_limit(60):
+        assert load_examples(text=ok)[0].attention() is not None
+
+
+def test_simplification_skips_powers_and_exponentials_whose_cancelling_has_no_bound() -> None:
+    # #150100 (log(28.018)^(6·894 − e)) and #111708 (e^(−1753π/32 − 12271/2000) in a
+    # softmax): cancel() read them as polynomials of degree 5364 and 12271
+    import sympy as sp
+
+    from mha_symbolic.exact.grammar import parse_number
+    from mha_symbolic.textbook.verdicts import describe, simplified
+
+    big = [parse_number("log(28.018)^(6 × 894 - e)"),
+           parse_number("(1 + sqrt(2))^(5000 - pi)"),
+           -2 * (5 * sp.E + sp.Rational(29, 2)
+                 + (4 * sp.E + sp.Rational(4993, 4)) * sp.exp(-sp.Rational(1753, 32) * sp.pi
+                                                               - sp.Rational(12271, 2000)))
+           / (1 + sp.exp(-sp.Rational(1753, 32) * sp.pi - sp.Rational(12271, 2000)))]
+    with _cpu_limit(60):
+        for value in big:
+            assert simplified(value) == value       # left as it is
+            digits, _ = describe(value, 15)
+            assert digits
+        # what it is for still works: a rational function of one exponential cancels
+        x = sp.exp(sp.sqrt(2) / 2)
+        assert simplified((4 + 8 * x) / (1 + 2 * x)) == 4
+
+
+def test_the_three_over_time_inputs_of_seed_41_end_within_the_limit() -> None:
+    # the fuzz inputs themselves, as the long harness runs them (5 CPU s each there;
+    # 60 here for a loaded machine)
+    from tests.fuzz.long import make_input, run_input
+
+    for i in (8684, 111708, 150100):
+        kind, payload = make_input(41, i)
+        with _cpu_limit(60):
+            problems, _ = run_input(kind, payload)
+        assert problems == [], (i, problems)
