@@ -459,7 +459,7 @@ def _bounded_exponents(value: Any) -> bool:
         if not _small_rational(p.exp):
             return False
     for f in value.atoms(sp.exp):
-        for term, coeff in f.args[0].as_coefficients_dict().items():
+        for coeff in f.args[0].as_coefficients_dict().values():
             if not _small_rational(coeff):
                 return False
     return True
