@@ -321,12 +321,15 @@ class Enclosure(MpmathViews):
         # only where the hull is strictly tighter (or a bound is NaN): equal bounds keep
         # their sign of zero, which the rounding's first test reads
         with np.errstate(invalid="ignore"):
-            new_lo = np.where((lo < h_lo) | np.isnan(lo), h_lo + 0.0, lo)  # + 0.0: no -0.0
-            new_hi = np.where((hi > h_hi) | np.isnan(hi), h_hi + 0.0, hi)
-        new_mid = np.fmin(np.fmax(np.where(np.isfinite(mid), mid, new_lo), new_lo), new_hi)
-        np.copyto(lo, new_lo, where=m)
-        np.copyto(hi, new_hi, where=m)
-        np.copyto(mid, new_mid, where=m)
+            low = m & ((lo < h_lo) | np.isnan(lo))
+            high = m & ((hi > h_hi) | np.isnan(hi))
+        if not (low.any() or high.any()):  # the usual case: the tiers' bounds are inside
+            return
+        h_lo, h_hi = np.broadcast_to(h_lo, lo.shape), np.broadcast_to(h_hi, hi.shape)
+        np.copyto(lo, h_lo + 0.0, where=low)   # + 0.0: a hull end of -0.0 gives +0.0
+        np.copyto(hi, h_hi + 0.0, where=high)
+        np.copyto(mid, np.fmin(np.fmax(np.where(np.isfinite(mid), mid, lo), lo), hi),
+                  where=low | high)
 
     def _arb_row(self, b: int, i: int) -> None:
         """Tier 3 bounds of one row: Arb at rising precision until every ball is finite
