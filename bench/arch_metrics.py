@@ -37,9 +37,10 @@ LAZY_MODULES = {
 RANKS = {
     "oracle": [("arith",), ("conventions", "inputs", "mp", "progress", "enclosure"),
                ("forward",), ("backward",), ("variants",), ("api",)],
-    "testing": [("options", "tolerance"), ("forward",), ("backward",), ("verdict", "report"),
-                ("forward.compare", "forward.variants", "forward.mha", "backward.compare",
-                 "backward.mha"),
+    "testing": [("options", "tolerance", "call"), ("forward",), ("backward",),
+                ("verdict", "report"),
+                ("forward.compare", "forward.variants", "forward.mha", "forward.kvcache",
+                 "backward.compare", "backward.mha", "backward.softmax_d"),
                 ("check", "source_items", "strategies"), ("pytest_plugin",)],
 }
 

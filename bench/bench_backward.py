@@ -50,8 +50,9 @@ sys.path.insert(0, str(ROOT / "tests" / "kernels"))
 from fa2_backward_kernel import fa2_backward  # noqa: E402
 
 from mha_symbolic import reference_attention_backward  # noqa: E402
-from mha_symbolic.testing.backward.bugs import BACKWARD_BUG_CLASSES, BackwardInputs  # noqa: E402
+from mha_symbolic.testing.backward.bugs import BACKWARD_BUG_CLASSES  # noqa: E402
 from mha_symbolic.testing.backward.compare import compare_attention_backward  # noqa: E402
+from mha_symbolic.testing.call import AttentionCall  # noqa: E402
 
 try:
     import torch
@@ -252,7 +253,8 @@ def bugs(n_cases: int, seed: int) -> None:
             good = fa2_backward(q, k, v, do, dtype=NP[dt], causal=True, mask=mask, keep=keep,
                                 p_drop=0.25)
             noise = max(float(np.max(np.abs(g - e))) for g, e in zip(good, exact, strict=True))
-            x = BackwardInputs(*(a.astype(np.float64) for a in (q, k, v, do)), attn_mask=mask,
+            x = AttentionCall(*(a.astype(np.float64) for a in (q, k, v)),
+                              do=do.astype(np.float64), attn_mask=mask,
                                is_causal=True, enable_gqa=True, dropout_p=0.25, dropout_mask=keep)
             base = compare_attention_backward(*(g.astype(NP[dt]) for g in good), q, k, v, do, **opts)
             for bug in BACKWARD_BUG_CLASSES:

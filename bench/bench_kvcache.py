@@ -1,5 +1,6 @@
 """KV-cache decode (issue 24 item 2): a paged decode written in plain torch, judged by
-``compare_attention(..., cache_seqlens=)``: false alarms on the correct kernel and the
+``compare_kvcache_decode`` with the step's own arguments (``compare_attention(...,
+cache_seqlens=)`` on the gathered cache): false alarms on the correct kernel and the
 planted cache bugs caught and named, over random cases (fp32 and bf16, GQA, q_len 1–4,
 causal from the end, pages of 16).
 
@@ -14,14 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mha_symbolic as ms
 
 BUGS = {"lengths_ignored": "kv_cache_lengths_ignored", "one_long": "kv_cache_length_one_long",
-        "one_short": "kv_cache_length_one_short", "not_appended": None}
+        "one_short": "kv_cache_length_one_short", "not_appended": "kv_cache_new_kv_not_appended"}
 
 
 def paged_decode(torch, q, kp, vp, table, seqlens, kn, vn, bug=None):
@@ -80,20 +79,14 @@ def main() -> None:
             kn = torch.randn(B, Ln, Hkv, D, generator=g).to(dtype)
             vn = torch.randn(B, Ln, Hkv, D, generator=g).to(dtype)
             q = torch.randn(B, Ln, H, D, generator=g).to(dtype)
-            k, v, after = ms.gather_kv_cache(kp, vp, seqlens.numpy(), k=kn, v=vn,
-                                             block_table=table.numpy())
-            kw = dict(layout="bshd", enable_gqa=True, cache_seqlens=after, is_causal=True,
-                      causal_alignment="bottom_right")
-            kdt = k.astype(np.float32)  # the cache's values are exact in float32
-            vdt = v.astype(np.float32)
+            # the step judged with the kernel's own arguments (the cache before it ran)
+            kw = dict(k=kn, v=vn, block_table=table.numpy(), is_causal=True)
             out = paged_decode(torch, q, kp, vp, table, seqlens, kn, vn)
-            ok = ms.compare_attention(out, q, torch.from_numpy(kdt).to(dtype),
-                                      torch.from_numpy(vdt).to(dtype), **kw)
+            ok = ms.compare_kvcache_decode(out, q, kp, vp, seqlens.numpy(), **kw)
             fa += not ok.passed
             for bug, name in BUGS.items():
                 bad = paged_decode(torch, q, kp, vp, table, seqlens, kn, vn, bug=bug)
-                c = ms.compare_attention(bad, q, torch.from_numpy(kdt).to(dtype),
-                                         torch.from_numpy(vdt).to(dtype), **kw)
+                c = ms.compare_kvcache_decode(bad, q, kp, vp, seqlens.numpy(), **kw)
                 caught[bug] += not c.passed
                 named[bug] += bool(name) and any(d.bug == name for d in c.diagnoses[:1])
         rows.append((str(dtype).split(".")[-1], fa, caught, named))

@@ -18,12 +18,23 @@ import argparse
 import ml_dtypes
 import numpy as np
 
-try:                                   # the tree after issue 23's move, or before it
+try:                                   # this tree, the tree after issue 23's move, or before it
+    from mha_symbolic.testing.call import AttentionCall
     from mha_symbolic.testing.forward.emulated import dtype_level
-    from mha_symbolic.testing.forward.plain import AttentionInputs, Plain
+    from mha_symbolic.testing.forward.plain import Plain
 except ImportError:
-    from mha_symbolic.testing.emulated import dtype_level  # type: ignore[no-redef]
-    from mha_symbolic.testing.plain import AttentionInputs, Plain
+    try:
+        from mha_symbolic.testing.forward.emulated import dtype_level  # type: ignore[no-redef]
+        from mha_symbolic.testing.forward.plain import (  # type: ignore[attr-defined,no-redef]
+            AttentionInputs as AttentionCall,
+        )
+        from mha_symbolic.testing.forward.plain import Plain  # type: ignore[no-redef]
+    except ImportError:
+        from mha_symbolic.testing.emulated import dtype_level  # type: ignore[no-redef]
+        from mha_symbolic.testing.plain import (  # type: ignore[no-redef]
+            AttentionInputs as AttentionCall,
+        )
+        from mha_symbolic.testing.plain import Plain  # type: ignore[no-redef]
 from mha_symbolic.testing.tolerance import error_model
 
 CASES = [("bfloat16", (2, 4, 4, 384, 384, 64), False, None, False, None),
@@ -47,7 +58,7 @@ def save(path: str) -> None:
         elif mask == "float":
             attn = np.where(rng.random((L, S)) < 0.1, -np.inf,
                             np.round(rng.standard_normal((L, S))))
-        x = AttentionInputs(q, k, v, attn_mask=attn, is_causal=causal, enable_gqa=gqa)
+        x = AttentionCall(q, k, v, attn_mask=attn, is_causal=causal, enable_gqa=gqa)
         pl = Plain(x)
         model = error_model(dt, kernel=ker or "fused").with_events(*pl.events())
         tol, vac = pl.bound(model)

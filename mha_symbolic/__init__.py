@@ -106,6 +106,7 @@ _EXPORTS: dict[str, str] = {
     "MhaGradients": "oracle",
     "gather_kv_cache": "oracle.variants.kvcache",
     "compare_attention": "testing.forward.compare",
+    "compare_kvcache_decode": "testing.forward.kvcache",
     "assert_attention_close": "testing.forward.compare",
     "compare_mha": "testing.forward.mha",
     "assert_mha_close": "testing.forward.mha",
@@ -187,6 +188,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .testing.check import check_attention
     from .testing.determinism import BitwiseCheck, check_batch_invariance, check_deterministic
     from .testing.forward.compare import assert_attention_close, compare_attention
+    from .testing.forward.kvcache import compare_kvcache_decode
     from .testing.forward.mha import assert_mha_close, compare_mha
     from .testing.forward.variants import (
         assert_attention_varlen_close,

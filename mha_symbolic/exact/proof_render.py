@@ -443,7 +443,8 @@ def proved_and_stated(results: Sequence[Any]) -> str:
     that are stated (the steps marked [stated]), not machine-checked.
 
     >>> from types import SimpleNamespace as R
-    >>> print(proved_and_stated([R(ok=True, facts=0), R(ok=True, facts=3), R(ok=True, facts=1)]))
+    >>> print(proved_and_stated([R(ok=True, facts=0), R(ok=True, facts=3),
+    ...                          R(ok=True, facts=1)]))  # doctest: +NORMALIZE_WHITESPACE
     : 1 fully machine-checked, 2 also resting on 4 elementary facts stated, not
     machine-checked (the steps marked [stated])
     >>> proved_and_stated([R(ok=True, facts=0)])

@@ -25,10 +25,11 @@ from .layout import Transposed, check_layout, swap_layout
 from .lse import check_lse_options, reference_lse
 from .shifted import exact_shift, shift_of, shifted
 from .variants.backward import reference_attention_varlen_backward, variant_attention_backward
-from .variants.forward import reference_attention_varlen, variant_attention
+from .variants.forward import lse_problem, reference_attention_varlen, variant_attention
 from .variants.registry import (
     sdpa_variant_options,
     split_variant_keywords,
+    variant_options,
     with_variant_keywords,
 )
 
@@ -91,7 +92,8 @@ def reference_attention(
     ``return_lse=True``: the result's ``.lse`` is the certified log-sum-exp of every
     row, (…, H_q, L) in both layouts (:mod:`.lse`: ``lse_base`` "e" or 2,
     ``lse_masked`` "-inf" or "+inf" for rows with no key; ``.lse.rounded("float32")``
-    correctly rounded).
+    correctly rounded), with the variants that lower to plain attention too (the
+    sinks' e^σ in the sum; a softcap is refused).
 
     >>> r = reference_attention(np.zeros((1, 2, 4)), np.zeros((1, 4, 4)),
     ...                         np.ones((1, 4, 2)), return_lse=True, lse_base=2)
@@ -101,22 +103,27 @@ def reference_attention(
     split_variant_keywords(variants, door=reference_attention)
     if return_lse:
         check_lse_options(lse_base, lse_masked)
-        if variants and any(v is not None for v in variants.values()):
-            raise SpecError("return_lse=True with variants is not supported: the "
-                            "log-sum-exp is certified for SDPA's masks and causal only")
         if masked_rows == "uniform":
             raise SpecError("return_lse=True with masked_rows='uniform' is not supported")
         out = reference_attention(
             query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
             enable_gqa=enable_gqa, causal_alignment=causal_alignment,
             masked_rows=masked_rows, return_weights=return_weights, dropout_p=dropout_p,
-            dropout_mask=dropout_mask, progress=progress, layout=layout)
-        base_q, base_k = (swap_layout(x, layout, n) for x, n in ((query, "query"),
-                                                                  (key, "key")))
-        lse = reference_lse(base_q, base_k, attn_mask=attn_mask, is_causal=is_causal,
-                            scale=scale, enable_gqa=enable_gqa,
-                            causal_alignment=causal_alignment, base=lse_base,
-                            masked=lse_masked)
+            dropout_mask=dropout_mask, progress=progress, layout=layout, **variants)
+        base_q, base_k, base_v = (swap_layout(x, layout, n) for x, n in (
+            (query, "query"), (key, "key"), (value, "value")))
+        opts = variant_options(**variants)
+        if opts is None:
+            lse = reference_lse(base_q, base_k, attn_mask=attn_mask, is_causal=is_causal,
+                                scale=scale, enable_gqa=enable_gqa,
+                                causal_alignment=causal_alignment, base=lse_base,
+                                masked=lse_masked)
+        else:   # the plain problem the variants lower to (variants/forward.py)
+            lq, lk, lmask, gqa = lse_problem(
+                base_q, base_k, base_v, opts, attn_mask=attn_mask, is_causal=is_causal,
+                scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment)
+            lse = reference_lse(lq, lk, attn_mask=lmask, scale=scale, enable_gqa=gqa,
+                                base=lse_base, masked=lse_masked)
         target: Any = out.base if isinstance(out, Transposed) else out
         target.lse = lse
         return out

@@ -39,6 +39,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "assert_mha_backward_close": "backward.mha",
     "compare_attention_varlen": "forward.variants",
     "assert_attention_varlen_close": "forward.variants",
+    "compare_kvcache_decode": "forward.kvcache",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .check import AttentionCheck, check_attention
     from .determinism import BitwiseCheck, check_batch_invariance, check_deterministic
     from .forward.compare import assert_attention_close, compare_attention
+    from .forward.kvcache import compare_kvcache_decode
     from .forward.mha import assert_mha_close, compare_mha
     from .forward.variants import assert_attention_varlen_close, compare_attention_varlen
     from .strategies import AttentionCase, attention_inputs

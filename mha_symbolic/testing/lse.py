@@ -45,6 +45,9 @@ from ..errors import ShapeError
 from ..oracle.arith.formats import get_format
 from ..oracle.layout import swap_layout
 from ..oracle.lse import check_lse_options, reference_lse
+from ..oracle.variants.forward import lse_problem
+from ..oracle.variants.protocol import keyword_owner
+from ..oracle.variants.registry import variant_options
 from .verdict import Diagnosis, _as_actual, _as_array, _f64, _model, _verdict, mid_of
 
 __all__ = ["LSE_BUGS", "compare_lse", "with_lse"]
@@ -136,10 +139,12 @@ def compare_lse(actual: Any, query: Any, key: Any, *, attn_mask: Any = None,
                 enable_gqa: bool = False, causal_alignment: str = "top_left",
                 lse_base: Any = "e", lse_masked: str = "-inf",
                 accumulation_dtype: Any = None, safety: float = 1.0,
-                diagnose_bugs: bool = True) -> Any:
+                diagnose_bugs: bool = True, input_dtype: Any = None) -> Any:
     """Compare a kernel's LSE (…, H_q, L) with the certified one (module docstring);
     an :class:`~mha_symbolic.testing.verdict.AttentionComparison` titled
-    "softmax_lse" with index names (batch, head, query)."""
+    "softmax_lse" with index names (batch, head, query).  ``input_dtype``: the
+    kernel's input format when ``query`` is an exact float64 rewrite of its inputs
+    (a variant lowered to plain attention; default: ``query``'s dtype)."""
     check_lse_options(lse_base, lse_masked)
     a = _as_actual(actual)
     ref = reference_lse(query, key, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
@@ -165,7 +170,7 @@ def compare_lse(actual: Any, query: Any, key: Any, *, attn_mask: Any = None,
     conv = 1 / math.log(2) if lse_base == 2 else 1.0
     # a kernel may hold the scaled query (or the scores) in the inputs' format first:
     # one more rounding of each product's size in that format (CPU flash kernels do)
-    fq = get_format(_as_array(query, "query").dtype)
+    fq = get_format(_as_array(query, "query").dtype if input_dtype is None else input_dtype)
     u_in = max(ua, 2.0**-fq.p)
     delta = np.max(np.where(allowed, mag, 0.0), axis=-1) * (_gamma(E + 4, ua) + 2 * u_in) * conv
     tol = safety * (delta + _gamma(2 * S + 8, ua) * conv
@@ -224,10 +229,21 @@ def with_lse(compare: Callable[..., Any]) -> Callable[..., Any]:
         layout = options.get("layout", "bhsd")
         keep = ("attn_mask", "is_causal", "scale", "enable_gqa", "causal_alignment",
                 "accumulation_dtype", "diagnose_bugs")
-        lc = compare_lse(lse, swap_layout(query, layout, "query"),
-                         swap_layout(key, layout, "key"), lse_base=lse_base,
-                         lse_masked=lse_masked,
-                         **{n: options[n] for n in keep if n in options})
+        kw = {n: options[n] for n in keep if n in options}
+        q, k = swap_layout(query, layout, "query"), swap_layout(key, layout, "key")
+        given = {n: x for n, x in options.items()
+                 if x is not None and keyword_owner(n) is not None}
+        opts = variant_options(**given) if given else None
+        if opts is not None:
+            # the plain problem the variants lower to: its LSE is the call's
+            q_dtype = _as_array(q, "query").dtype
+            q, k, mask, gqa = lse_problem(
+                q, k, swap_layout(value, layout, "value"), opts,
+                attn_mask=kw.pop("attn_mask", None), is_causal=kw.pop("is_causal", False),
+                scale=kw.get("scale"), enable_gqa=kw.pop("enable_gqa", False),
+                causal_alignment=kw.pop("causal_alignment", "top_left"))
+            kw.update(attn_mask=mask, enable_gqa=gqa, input_dtype=q_dtype)
+        lc = compare_lse(lse, q, k, lse_base=lse_base, lse_masked=lse_masked, **kw)
         return replace(comp, passed=comp.passed and lc.passed, lse=lc)
 
     return run

@@ -37,8 +37,9 @@ from typing import Any
 
 import numpy as np
 
+from .call import AttentionCall
 from .forward.bugs import Candidate
-from .forward.plain import AttentionInputs, plain_attention
+from .forward.plain import plain_attention
 from .tolerance import ErrorModel
 
 __all__ = ["KEY_HYPOTHESES", "TILES", "axis_clause", "describe_pattern", "key_clause",
@@ -263,8 +264,8 @@ def _hypotheses(L: int, S: int, causal: bool, align_off: int) -> list[tuple[str,
     return out
 
 
-def _with_keys(x: AttentionInputs, keep: np.ndarray | None, pad: int,
-               causal: bool = True) -> AttentionInputs:
+def _with_keys(x: AttentionCall, keep: np.ndarray | None, pad: int,
+               causal: bool = True) -> AttentionCall:
     """``x`` attending the keys ``keep`` (and'ed with its own masks; ``causal=False``:
     ``keep`` replaces its causal mask), or with ``pad`` zero keys appended that every
     query attends (the causal mask stays on the real ones)."""
@@ -292,7 +293,7 @@ def _with_keys(x: AttentionInputs, keep: np.ndarray | None, pad: int,
     return replace(x, attn_mask=allowed, is_causal=False)
 
 
-def _keep_matrix(x: AttentionInputs) -> np.ndarray:
+def _keep_matrix(x: AttentionCall) -> np.ndarray:
     """The call's own kept keys, broadcastable to (…, L, S): its bool mask (or the
     finite entries of a float mask) and its causal mask."""
     L, S = x.q.shape[-2], x.k.shape[-2]
@@ -307,7 +308,7 @@ def _keep_matrix(x: AttentionInputs) -> np.ndarray:
     return mk & keep
 
 
-def locate_keys(actual: np.ndarray, x: AttentionInputs, *, model: ErrorModel,
+def locate_keys(actual: np.ndarray, x: AttentionCall, *, model: ErrorModel,
                 safety: float, limit_scores: int = 1 << 26) -> tuple[Candidate, ...]:
     """The key hypotheses the output fits (within ``safety`` × the model tolerance of
     the float64 attention over those keys), best first; none are tried when the call

@@ -55,6 +55,9 @@ FAMILIES: dict[str, str] = {
                     "long rows",
     "shifted_values": "values with a common offset (mean 3): the output does not cancel, "
                       "long rows",
+    "tile_edges": "key lengths at a tile edge (16·2^k − 1, +0, +1) with stride-0 keys "
+                  "and values shared across the batch (pytorch#191937: a kernel wrong "
+                  "only for kv_len ≡ 1 mod 32 with expanded K/V)",
 }
 
 
@@ -116,8 +119,12 @@ class AttentionCase:
         dt = getattr(torch, get_format(self.query.dtype).name)
 
         def tt(a: np.ndarray) -> Any:
-            t = torch.from_numpy(np.ascontiguousarray(a.astype(np.float32)))
-            return t.to(dtype=dt, device=device)
+            # a stride-0 axis (tile_edges: K/V shared across the batch) stays one in
+            # torch: the unique slice, expanded (as a kernel sees an .expand()ed cache)
+            zero = [i for i, s in enumerate(a.strides) if s == 0 and a.shape[i] > 1]
+            base = a[tuple(slice(0, 1) if i in zero else slice(None) for i in range(a.ndim))]
+            t = torch.from_numpy(np.ascontiguousarray(base.astype(np.float32)))
+            return t.to(dtype=dt, device=device).expand(*a.shape)
 
         kw = dict(self.sdpa_kwargs)
         if kw["attn_mask"] is not None:
@@ -219,10 +226,12 @@ def _build(d: _Draw, dtype: str, masked_rows: str, alignments: tuple[str, ...],
     if is_causal and align == "bottom_right" and d.S < d.L:
         align = "top_left"          # bottom-right with S < L masks rows entirely
     arrs = []
-    for a in (q, k, v):
+    for n, a in enumerate((q, k, v)):
         x = np.clip(a, -top, top).astype(dt)
         if layout == "bshd":
             x = np.ascontiguousarray(np.swapaxes(x, -3, -2))
+        if fam == "tile_edges" and n and x.shape[0] > 1:
+            x = np.broadcast_to(x[:1], x.shape)   # stride 0 along the batch
         arrs.append(x)
     return AttentionCase(arrs[0], arrs[1], arrs[2], attn_mask=mask, is_causal=is_causal,
                          scale=scale, enable_gqa=d.rep > 1, causal_alignment=align,
@@ -289,6 +298,11 @@ def attention_inputs(
         if fam in ("long_rows", "llm_outliers", "shifted_values"):
             L = draw_(st.integers(1, 4))
             S = draw_(st.integers(min(max_keys, max(2 * max_len, 256)), max_keys))
+        elif fam == "tile_edges":
+            edges = [t + d for t in (16, 32, 64, 128, 256, 512) for d in (-1, 0, 1)
+                     if t + d <= max_keys] or [max_keys]
+            L = draw_(st.integers(1, min(4, max_len)))
+            S = draw_(st.sampled_from(edges))
         else:
             L = draw_(st.integers(1, max_len))
             S = draw_(st.integers(1, max_len))

@@ -9,7 +9,7 @@ reported with the verdict ``unreadable`` while the other claims are checked.
 >>> ex = load_examples(text="[[example]]\\nname='A'\\nscale=1\\nscores=[[0, 0]]\\n"
 ...                         "[[example.claim]]\\nquantity='weight[1,1]'\\nclaimed='0.5'\\n")[0]
 >>> ex.claims[0].line, ex.batch_size
-(4, 1)
+(7, 1)
 """
 
 from __future__ import annotations

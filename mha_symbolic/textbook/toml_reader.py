@@ -26,7 +26,7 @@ as one line too.
 >>> parse_toml("k" + ".k" * 40 + " = 1", "f.toml")
 Traceback (most recent call last):
 ...
-mha_symbolic.errors.ExampleFileError: f.toml:1: a dotted key or table name of 41 parts; at most 8
+mha_symbolic.errors.ExampleFileError: f.toml:1: a dotted key or table name of 41 parts; at most 4
 """
 
 from __future__ import annotations

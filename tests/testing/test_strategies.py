@@ -180,3 +180,45 @@ def test_correct_kernels_pass_on_adversarial_inputs(dtype: str) -> None:
             assert r.passed, (case, variant, r.report())
 
     check()
+
+
+def test_tile_edges_family_draws_edge_lengths_and_stride_zero_kv() -> None:
+    @FAST
+    @given(_family("tile_edges", max_batch=3))
+    def check(case: AttentionCase) -> None:
+        S = case.key.shape[-2]
+        assert any(S - t in (-1, 0, 1) for t in (16, 32, 64, 128, 256, 512))
+        if case.key.shape[0] > 1:
+            assert case.key.strides[0] == 0 and case.value.strides[0] == 0
+
+    check()
+
+
+def test_tile_edges_family_catches_a_kernel_wrong_only_at_one_past_a_tile() -> None:
+    """pytorch#191937's shape: a kernel correct except when kv_len ≡ 1 mod 32 with
+    expanded (stride-0) K/V, where it drops the last key; the family draws such calls,
+    torch sees them expanded, and the oracle fails them."""
+    torch = pytest.importorskip("torch")
+    import mha_symbolic as ms
+
+    failures, hits = [], []
+
+    @settings(max_examples=80, deadline=None, database=None, derandomize=True)
+    @given(_family("tile_edges", max_batch=2, max_keys=128))
+    def check(case: AttentionCase) -> None:
+        q, k, v, kw = case.torch()
+        S = k.shape[-2]
+        if S % 32 == 1 and k.stride(0) == 0:
+            hits.append(S)
+            k, v = k[..., :-1, :], v[..., :-1, :]
+            if kw["attn_mask"] is not None:
+                kw["attn_mask"] = kw["attn_mask"][..., :-1]
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw)
+        c = ms.compare_attention(out, *case.torch()[:3], **case.options)
+        if not c.passed:
+            failures.append(S)
+
+    check()
+    assert hits, "the family drew no stride-0 call with kv_len ≡ 1 mod 32"
+    assert failures and all(s % 32 == 1 for s in failures)
+    assert len(failures) == len(hits)

@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 
 from ..._validate import door, shown
-from ...errors import InputValueError, ShapeError, SpecError
+from ...errors import ShapeError, SpecError
 from ..arith import ties
 from ..arith.balls import Prec, _exp_range, scale_arb, to_arb_mat
 from ..arith.constants import CHUNK_ELEMS, ETA, FLOOR, UP, U, gamma
 from ..arith.dd import dd_add_d, pow2
 from ..arith.products import beta_for, exact_product, norm_up, row_exponents, slice_rows
-from ..conventions import POLICIES, ScoreModel, dd_scale, read_mask
+from ..conventions import POLICIES, ScoreModel, dd_scale, masked_rows_of, read_mask
 from ..enclosure import Enclosure, Problem
 from ..inputs import as_exact_array, to_float64, validate_finite
 from ..progress import Progress, expected_seconds
@@ -165,9 +165,9 @@ class _MhaProblem(Problem):
 
     def _empty_zero(self, b: int, h: int, rows: Array) -> Array:
         """Rows of head h that are fully masked and take the value 0 (policy zero)."""
-        if self.masked_rows != "zero":
-            return np.zeros(len(rows), dtype=bool)
-        return self.model.empty_rows()[self._c(b, h)][rows]
+        policy = masked_rows_of(self.masked_rows, self.model.empty_rows(), self.model.S,
+                                check=False)
+        return np.asarray(policy.zero[self._c(b, h)][rows])
 
     # ---- tier 2
     def _kv_dd(self, b: int) -> list[KVdd]:
@@ -596,10 +596,9 @@ def mha_inputs(
     model = ScoreModel((N, H), L, S, masks=tuple(masks), is_causal=is_causal,
                        policy=masked_rows)
     empty = model.empty_rows().reshape(N, H, L)
-    if masked_rows == "error" and empty.any():
-        n, h, i = np.argwhere(empty)[0].tolist()
-        raise InputValueError(f"query row {i} of batch {n}, head {h} has every key masked out "
-                              "(key_padding_mask/attn_mask/is_causal) and masked_rows='error'")
+    # the policy's one reading ("error" raises here, naming (batch, head, row))
+    masked_rows_of(masked_rows, empty.reshape(N * H, L), S, (N, H),
+                   what="key_padding_mask/attn_mask/is_causal")
 
     w = {"wq": wq, "wk": wk, "wv": wv, "bq": bq, "bk": bk, "bv": bv, "wo": wo, "bo": bo}
     return MhaInputs(xq, xk, xv, w, H, Hkv, hd, model, masked_rows, unbatched, batch_first,
@@ -662,7 +661,8 @@ def reference_mha(
     N, L, _ = xq.shape
     S = xk.shape[1]
     E, E_out = H * hd, wo.shape[0]
-    empty = model.empty_rows().reshape(N, H, L)
+    policy = masked_rows_of(masked_rows, model.empty_rows(), S, check=False)
+    zero_empty = policy.zero.reshape(N, H, L)
     prog = Progress(progress, expected_seconds(N * H * L * S * max(1, 2 * hd // 64), "tier1"))
     # ---- tier 1: projections with bounds, attention per (batch, head, row block)
     q_t, q_e = proj_fast(xq, wq, bq)
@@ -692,7 +692,7 @@ def reference_mha(
                     blk = model.block(n * H + h, slice(i0, i1))
                     res = tier1_block(np.ascontiguousarray(q_t[n][i0:i1, sl]), qr_all[i0:i1],
                                       kvs[h // rep], blk, c_f, rho_c)
-                    em = empty[n, h, i0:i1] & (masked_rows == "zero")
+                    em = zero_empty[n, h, i0:i1]
                     a_t[n, i0:i1, sl] = np.where(em[:, None], 0.0, res.y)
                     a_e[n, i0:i1, sl] = np.where(em[:, None], 0.0, res.err)
                     ok[n, i0:i1] &= res.ok | em
@@ -706,8 +706,7 @@ def reference_mha(
             o_e = o_e + U * np.abs(o_t) + ETA
         o_e = o_e * UP + FLOOR
     ok &= np.all(np.isfinite(o_t) & np.isfinite(o_e), axis=-1)
-    nan_rows: Array = (np.asarray(empty.any(axis=1)) if masked_rows == "nan"
-                       else np.zeros((N, L), dtype=bool))
+    nan_rows: Array = np.asarray(policy.nan.reshape(N, H, L).any(axis=1))
     ok &= ~nan_rows
     zero_rows = np.zeros((N, L), dtype=bool)
     problem = _MhaProblem(xq, xk, xv, w, H, Hkv, hd, model, masked_rows)

@@ -48,10 +48,11 @@ from ..._validate import check_bits, door
 from ...errors import ShapeError, SpecError
 from ..backward.attention import AttentionGradients, backward_enclosures, plain_attention_backward
 from ..backward.functionals import ScoreFunctional
-from ..conventions import exact_scale, read_mask
+from ..conventions import exact_scale, masked_rows_of, read_mask
 from ..inputs import as_exact_array
 from .forward import Prepared, lowered, prepare, varlen_inputs
 from .protocol import VariantOptions
+from .registry import require_gradients, with_variant_keywords
 from .score_mods import AlibiScoreMod, RelativeBiasScoreMod, SoftcapScoreMod
 from .transformed import TransformedProblem
 from .transformed_backward import TransformHooks
@@ -201,6 +202,7 @@ def variant_attention_backward(
 ) -> Any:
     """reference_attention_backward with variants (options validated by the caller)."""
 
+    require_gradients(opts)
     prep = prepare(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
                    scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
                    masked_rows=masked_rows)
@@ -265,12 +267,14 @@ def _transformed_inputs(prep: Prepared, scale: Any, masked_rows: str
     madd = (None if prep.user_madd is None else np.ascontiguousarray(
         np.broadcast_to(prep.user_madd, (*lead, L, S)).reshape(B, L, S)))
     uniform = None
-    if masked_rows == "uniform" and prep.sinks is None and S:
-        empty = ~allowed.any(axis=-1)
-        if empty.any():
-            uniform = empty
-            allowed = allowed.copy()
-            allowed[uniform] = True
+    # a sink's logit is in every row: no row is empty then
+    empty: Arr = (np.asarray(~allowed.any(axis=-1)) if prep.sinks is None
+                  else np.zeros(allowed.shape[:-1], dtype=bool))
+    rows = masked_rows_of(masked_rows, empty, S, lead, what="", check=False)
+    if rows.uniform.any():
+        uniform = rows.uniform
+        allowed = allowed.copy()
+        allowed[uniform] = True
     scale_exact, c_f, rho_c = exact_scale(scale, E)
     tp = TransformedProblem(qf, kf, vf, allowed, madd, prep.ops, prep.sinks, scale_exact, E, geo,
                             uniform)
@@ -286,14 +290,13 @@ def _transformed_inputs(prep: Prepared, scale: Any, masked_rows: str
 # varlen
 
 
+@with_variant_keywords
 @functools.partial(door, quiet=True)
 def reference_attention_varlen_backward(
     query: Any, key: Any, value: Any, grad_output: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, *,
     is_causal: bool = False, scale: float | None = None, causal_alignment: str = "top_left",
-    masked_rows: str = "zero", window: Any = None, softcap: Any = None,
-    alibi_slopes: Any = None, sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
-    q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
+    masked_rows: str = "zero", **variants: Any,
 ) -> Any:
     """Certified gradients of packed variable-length attention
     (:func:`~mha_symbolic.oracle.variants.forward.reference_attention_varlen`'s
@@ -312,9 +315,7 @@ def reference_attention_varlen_backward(
     """
 
     vl = varlen_inputs(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                       max_seqlen_k, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
-                       sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
-                       k_descale=k_descale, v_descale=v_descale)
+                       max_seqlen_k, **variants)
     q, k, v, cq, ck, H, hk = vl.q, vl.k, vl.v, vl.cq, vl.ck, vl.H, vl.hk
     do = as_exact_array(grad_output, "grad_output")
     if do.shape != (q.shape[0], H, v.shape[2]):
@@ -341,13 +342,14 @@ def reference_attention_varlen_backward(
         return None if not parts or parts[0] is None else summed(parts)
 
     d_slopes = None
-    if vl.slopes is not None:
+    slopes = vl.opts.alibi_slopes
+    if slopes is not None:
         parts = [g.d_alibi_slopes for g in grads]
-        d_slopes = _Stacked(parts) if vl.slopes_per_seq else summed(parts)
+        d_slopes = _Stacked(parts) if slopes.ndim == 2 else summed(parts)
     mods = None
-    if vl.base.score_mods:
+    if vl.opts.score_mods:
         mods = tuple(shared(lambda g, _n=n: g.d_score_mod[_n])
-                     for n in range(len(vl.base.score_mods)))
+                     for n in range(len(vl.opts.score_mods)))
     return AttentionGradients(dq, dk, dv, None, d_sinks=shared(lambda g: g.d_sinks),
                               d_alibi_slopes=d_slopes, d_score_mod=mods)
 

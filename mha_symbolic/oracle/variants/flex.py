@@ -36,6 +36,20 @@ def _keep(opts: VariantOptions, geo: Geometry, is_causal: bool) -> Any:
     return keep
 
 
+def _sequence(opts: VariantOptions, b: int, n: int) -> dict[str, Any]:
+    """A mask_mod of a packed varlen call gets sequence b as its batch index (and
+    indices within the sequence); a BlockMask describes one padded batch: refused."""
+    if opts.block_mask is not None:
+        raise SpecError("mask_mod: a BlockMask is not available for packed varlen calls "
+                        "(its blocks index a padded batch); pass its mask_mod")
+    mask_mod = opts.mask_mod
+
+    def mm(bb: Any, h: Any, qi: Any, ki: Any) -> Any:
+        return mask_mod(bb + b, h, qi, ki)
+    return {"mask_mod": mm}
+
+
 FLEX = register(Variant(
     name="mask_mod", keywords=("mask_mod",), fields={"mask_mod": None, "block_mask": None},
-    parse=_parse, summary="FlexAttention mask_mod or BlockMask", keep=_keep))
+    parse=_parse, summary="FlexAttention mask_mod or BlockMask", keep=_keep,
+    sequence=_sequence))

@@ -37,12 +37,22 @@ from ..conventions import ALIGNMENTS, POLICIES, exact_scale, read_mask
 from ..forward.attention import plain_attention
 from ..inputs import as_exact_array, to_float64, validate_finite
 from .protocol import VariantOptions
-from .registry import exact_inputs, kept, score_pipeline, sink_logits, variant_options
+from .registry import (
+    exact_inputs,
+    kept,
+    rotation,
+    score_pipeline,
+    sink_logits,
+    split_variant_keywords,
+    variant_options,
+    with_variant_keywords,
+)
 from .semantics import Bias, Cap, Geometry, window_allowed
 from .transformed import transformed_attention
 from .views import DropLastColumn, PackedEnclosure
 
-__all__ = ["Varlen", "reference_attention_varlen", "variant_attention", "varlen_inputs"]
+__all__ = ["Varlen", "lse_problem", "reference_attention_varlen", "variant_attention",
+           "varlen_inputs"]
 
 
 def _read(x: Any, name: str) -> np.ndarray[Any, Any]:
@@ -229,6 +239,37 @@ def _pipeline_text(ops: tuple[Any, ...]) -> str:
     return " then ".join("softcap" if isinstance(op, Cap) else op.kind for op in ops)
 
 
+def lse_problem(query: Any, key: Any, value: Any, opts: VariantOptions, *, attn_mask: Any,
+                is_causal: bool, scale: Any, enable_gqa: bool, causal_alignment: str
+                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any],
+                           np.ndarray[Any, Any] | None, bool]:
+    """(query, key, attn_mask, enable_gqa) of the plain problem whose log-sum-exp is
+    the variant call's: the lowering of :func:`lowered` (kept keys, exact biases, FP8
+    descale, the sink as one more key whose score is its logit, so the LSE holds the
+    sink's e^σ, which is in the softmax's denominator).  Refused for a call that does
+    not lower (a softcap, a bias that is not a double): its scores are not doubles.
+
+    >>> import numpy as np
+    >>> from mha_symbolic.oracle.variants.registry import variant_options
+    >>> x = np.zeros((1, 2, 3))
+    >>> q, k, m, gqa = lse_problem(x, x, x, variant_options(window=(0, 0)), attn_mask=None,
+    ...                            is_causal=False, scale=None, enable_gqa=False,
+    ...                            causal_alignment="top_left")
+    >>> m.tolist()                       # each query keeps its own key
+    [[True, False], [False, True]]
+    """
+    prep = prepare(query, key, value, opts, attn_mask=attn_mask, is_causal=is_causal,
+                   scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
+                   masked_rows="zero")
+    if not prep.lowerable:
+        raise SpecError("return_lse / lse= with a softcap or a bias that is not an exact "
+                        "double is not supported: the log-sum-exp is certified for variants "
+                        "that lower to plain attention (window, ALiBi with fp32 slopes, "
+                        "sinks, mask_mod, KV cache, FP8 descale)")
+    k64, _, mask = lowered(prep)
+    return prep.q64, k64, mask, prep.group > 1
+
+
 def require_lowerable(prep: Prepared) -> None:
     """Refuse, for the backward, a call that is not plain attention of exact inputs."""
     if not prep.lowerable:
@@ -262,7 +303,8 @@ def variant_attention(
             prep.q64, prep.k64, prep.v64, lead=lead, group=prep.group, geo=geo,
             allowed=allowed, madd=flat(prep.user_madd, np.float64), ops=prep.ops,
             sinks=prep.sinks, scale=scale, masked_rows=masked_rows,
-            return_weights=return_weights)
+            return_weights=return_weights,
+            rotation=rotation(opts, geo, int(prep.q64.shape[-1])))
     k64, v64, mask = lowered(prep)
     out = plain_attention(prep.q64, k64, v64, attn_mask=mask, scale=scale,
                               enable_gqa=prep.group > 1, masked_rows=masked_rows,
@@ -290,9 +332,11 @@ def _cu(x: Any, name: str, total: int) -> list[int]:
 
 
 @dataclass
+@dataclass(frozen=True)
 class Varlen:
-    """A varlen call, validated: packed (total, heads, dim) inputs, the offsets, and
-    per sequence b its rows and variant options (:meth:`sequence`)."""
+    """A varlen call, validated: packed (total, heads, dim) inputs, the offsets, the
+    variant options of the whole batch, and per sequence b its rows and options
+    (:meth:`sequence`)."""
 
     q: np.ndarray[Any, Any]
     k: np.ndarray[Any, Any]
@@ -301,39 +345,29 @@ class Varlen:
     ck: list[int]
     H: int
     hk: int
-    base: VariantOptions
-    slopes: np.ndarray[Any, Any] | None
-    slopes_per_seq: bool
-    descale: tuple[np.ndarray[Any, Any] | None, ...]
-    mask_mod: Any
+    opts: VariantOptions
 
     @property
     def n(self) -> int:
         return len(self.cq) - 1
 
     def sequence(self, b: int) -> tuple[slice, slice, VariantOptions]:
-        """(query rows, key rows, options) of sequence b: a mask_mod gets the sequence
-        as its batch index and indices within the sequence."""
-        mm = None
-        if self.mask_mod is not None:
-            mask_mod = self.mask_mod
-
-            def mm(bb: Any, h: Any, qi: Any, ki: Any, _b: int = b) -> Any:
-                return mask_mod(bb + _b, h, qi, ki)
-        dq, dk, dv = (None if d is None else d[b] for d in self.descale)
-        opts = VariantOptions(
-            window=self.base.window, softcap=self.base.softcap, sinks=self.base.sinks,
-            mask_mod=mm, score_mods=self.base.score_mods,
-            alibi_slopes=None if self.slopes is None else self.slopes[b],
-            q_descale=dq, k_descale=dk, v_descale=dv)
-        return slice(self.cq[b], self.cq[b + 1]), slice(self.ck[b], self.ck[b + 1]), opts
+        """(query rows, key rows, options) of sequence b: each variant's ``sequence``
+        hook gives its fields for the sequence (a per-batch parameter's row b, a
+        mask_mod given the sequence as its batch index); the others are shared."""
+        fields = self.opts.fields
+        for var in self.opts.active():
+            if var.sequence is not None:
+                fields.update(var.sequence(self.opts, b, self.n))
+        return (slice(self.cq[b], self.cq[b + 1]), slice(self.ck[b], self.ck[b + 1]),
+                VariantOptions(**fields))
 
 
 def varlen_inputs(query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
-                  max_seqlen_q: Any, max_seqlen_k: Any, *, window: Any, softcap: Any,
-                  alibi_slopes: Any, sinks: Any, mask_mod: Any, score_mod: Any,
-                  q_descale: Any, k_descale: Any, v_descale: Any) -> Varlen:
-    """Validate a varlen call (FlashAttention's ``flash_attn_varlen_func`` layout)."""
+                  max_seqlen_q: Any, max_seqlen_k: Any, **variants: Any) -> Varlen:
+    """Validate a varlen call (FlashAttention's ``flash_attn_varlen_func`` layout);
+    ``variants``: the registered variants' keywords (refused for a variant that is not
+    ``packed``)."""
     q, k, v = _read(query, "query"), _read(key, "key"), _read(value, "value")
     for name, arr in (("query", q), ("key", k), ("value", v)):
         if arr.ndim != 3:
@@ -357,41 +391,25 @@ def varlen_inputs(query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlen
     if hk == 0 or H % hk:
         raise ShapeError(f"query.shape={q.shape}, key.shape={k.shape}: H must be a multiple "
                          f"of H_kv ({H} vs {hk})")
-    nb = len(cq) - 1
-    base = variant_options(window=window, softcap=softcap, sinks=sinks,
-                           score_mod=score_mod) or VariantOptions()
-
-    def row(arr: np.ndarray[Any, Any] | None, name: str, width: int) -> np.ndarray[Any, Any] | None:
-        if arr is None:
-            return None
-        try:
-            return np.broadcast_to(arr, (nb, width))
-        except ValueError:
-            raise ShapeError(f"{name}.shape={arr.shape}: expected ({width},) or (batch, "
-                             f"{width}) = ({nb}, {width})") from None
-
-    extra = variant_options(alibi_slopes=alibi_slopes, q_descale=q_descale,
-                            k_descale=k_descale, v_descale=v_descale) or VariantOptions()
-    slopes = row(extra.alibi_slopes, "alibi_slopes", H)
-    dq, dk, dv = (row(d, n, hk) for d, n in ((extra.q_descale, "q_descale"),
-                                             (extra.k_descale, "k_descale"),
-                                             (extra.v_descale, "v_descale")))
-    if mask_mod is not None and not callable(mask_mod):
-        raise SpecError(f"mask_mod={mask_mod!r}: expected a callable mask_mod(b, h, q_idx, "
-                        "kv_idx) -> bool")
-    return Varlen(q, k, v, cq, ck, H, hk, base, slopes,
-                  extra.alibi_slopes is not None and extra.alibi_slopes.ndim == 2, (dq, dk, dv),
-                  mask_mod)
+    split_variant_keywords(variants, door="reference_attention_varlen")
+    opts = variant_options(**variants) or VariantOptions()
+    for var in opts.active():
+        if not var.packed:
+            raise SpecError(f"{' / '.join(var.keywords)}: the {var.name} variant is not "
+                            "available for packed varlen calls")
+    vl = Varlen(q, k, v, cq, ck, H, hk, opts)
+    for b in range(vl.n):       # every per-sequence parameter checked before any work
+        vl.sequence(b)
+    return vl
 
 
+@with_variant_keywords
 @functools.partial(door, quiet=True)
 def reference_attention_varlen(
     query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, *,
     is_causal: bool = False, scale: float | None = None, causal_alignment: str = "top_left",
-    masked_rows: str = "zero", window: Any = None, softcap: Any = None,
-    alibi_slopes: Any = None, sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
-    q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
+    masked_rows: str = "zero", **variants: Any,
 ) -> PackedEnclosure:
     """Certified attention of packed variable-length sequences, as FlashAttention's
     ``flash_attn_varlen_func``: query (total_q, H, E), key (total_k, H_kv, E), value
@@ -412,9 +430,7 @@ def reference_attention_varlen(
     [[0.0, 0.125, 0.25, 0.375]]
     """
     vl = varlen_inputs(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                       max_seqlen_k, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
-                       sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
-                       k_descale=k_descale, v_descale=v_descale)
+                       max_seqlen_k, **variants)
     parts = []
     for b in range(vl.n):
         rq, rk, opts = vl.sequence(b)

@@ -11,7 +11,7 @@ import numpy as np
 from ...errors import InputValueError, ShapeError
 from ..inputs import to_float64
 from .protocol import Variant, VariantOptions, register
-from .semantics import Geometry, float_array, products_exact
+from .semantics import Geometry, float_array, products_exact, sequence_row
 
 _NAMES = ("q_descale", "k_descale", "v_descale")
 
@@ -73,8 +73,13 @@ def _inputs(opts: VariantOptions, q: Any, k: Any, v: Any, geo: Geometry, group: 
             _descaled(v, opts.v_descale, "value", "v_descale", outer, geo.heads // group))
 
 
+def _sequence(opts: VariantOptions, b: int, n: int) -> dict[str, Any]:
+    return {name: sequence_row(getattr(opts, name), b, n, name, "H_kv")
+            for name in _NAMES if getattr(opts, name) is not None}
+
+
 FP8 = register(Variant(
     name="fp8_descale", keywords=_NAMES, fields=dict.fromkeys(_NAMES), parse=_parse,
-    summary="FP8 descale factors (batch, H_kv), FlashAttention-3", inputs=_inputs,
+    summary="FP8 descale factors (batch, H_kv), FlashAttention-3", inputs=_inputs, sequence=_sequence,
     bugs=("q_descale_missing", "k_descale_missing", "v_descale_missing",
           "descale_missing", "descale_applied_twice")))

@@ -83,7 +83,7 @@ KV_CACHE = register(Variant(
     summary="KV-cache decode: valid keys cache_leftpad <= j < cache_seqlens, causal "
             "from their end (flash_attn_with_kvcache)", keep=_keep,
     bugs=("kv_cache_lengths_ignored", "kv_cache_length_one_long", "kv_cache_length_one_short",
-          "kv_cache_leftpad_ignored")))
+          "kv_cache_leftpad_ignored"), packed=False))
 
 
 def _bshd(x: Any, name: str) -> np.ndarray[Any, Any]:

@@ -15,7 +15,17 @@ What a variant may contribute, each optional:
 * ``sinks`` — a logit per flat problem in the denominator only;
 * ``transcendental`` — whether its scores are no longer exact doubles (softcap's
   tanh), which sends the call to the transformed-score tiers;
-* ``bugs`` — the names of its bug classes in the testing catalogue.
+* ``rotate`` — q and k rotated before the scores (rotary embeddings): a
+  :class:`~.rotary.Rotation` for the call's geometry, given to the transformed tiers;
+* ``error`` — the variant's own term in the testing side's error model (issue 23):
+  ``error(opts, vp, b, rows, model)`` -> (independent bound, variance) per score,
+  added to :class:`~mha_symbolic.testing.forward.model.ScoreExtras`;
+* ``gradients`` — False when its gradients are not certified (the backward refuses);
+* ``bugs`` — the names of its bug classes in the testing catalogue;
+* ``sequence`` — its fields for sequence b of a packed varlen batch of n sequences
+  (``sequence(opts, b, n)``: a per-batch parameter's row b, a mask_mod shifted to
+  the sequence); without it the variant's fields are shared by every sequence, and
+  ``packed=False`` refuses the variant in the varlen doors (KV-cache lengths).
 
 Its gradients follow from the same pieces (:mod:`.backward`: a bias's parameters are
 linear functionals of dS, :mod:`..backward.functionals`) and its term in the error
@@ -49,7 +59,12 @@ class Variant:
     sinks: Callable[[VariantOptions, Any], Any] | None = None
     inputs: Callable[..., tuple[Any, Any, Any]] | None = None
     transcendental: Callable[[VariantOptions], bool] | None = None
+    rotate: Callable[..., Any] | None = None
+    error: Callable[..., tuple[Any, Any]] | None = None
+    gradients: bool = True
     bugs: tuple[str, ...] = field(default=())
+    sequence: Callable[[VariantOptions, int, int], dict[str, Any]] | None = None
+    packed: bool = True
 
 
 _REGISTRY: dict[str, Variant] = {}

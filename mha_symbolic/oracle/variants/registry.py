@@ -16,13 +16,15 @@ import numpy as np
 from ..._text import echo
 from ...errors import SpecError, UnknownOptionError
 from ..inputs import to_float64
-from . import alibi, flex, fp8, kvcache, score_mod, sinks, softcap, window  # noqa: F401  (registration)
+from . import alibi, flex, fp8, kvcache, rotary, score_mod, sinks, softcap, window  # noqa: F401  (registration)
 from .protocol import VariantOptions, keyword_owner, registered
 from .semantics import Bias, Cap, Geometry
 
 __all__ = [
     "VariantOptions",
     "kept",
+    "require_gradients",
+    "rotation",
     "score_pipeline",
     "sdpa_variant_options",
     "sink_logits",
@@ -141,3 +143,23 @@ def exact_inputs(opts: VariantOptions, q: Any, k: Any, v: Any, geo: Geometry, gr
         assert h.inputs is not None
         q, k, v = h.inputs(opts, q, k, v, geo, group)
     return q, k, v
+
+
+def rotation(opts: VariantOptions, geo: Geometry, E: int) -> Any:
+    """The rotation of q and k a variant asks for (rotary embeddings), or None."""
+    got = [v.rotate(opts, geo, E) for v in opts.active() if v.rotate is not None]
+    if len(got) > 1:
+        raise SpecError("two variants rotate q and k")
+    return got[0] if got else None
+
+
+def require_gradients(opts: VariantOptions | None) -> None:
+    """Refuse, for the backward doors, a variant whose gradients are not certified."""
+    if opts is None:
+        return
+    for v in opts.active():
+        if not v.gradients:
+            raise SpecError(f"gradients with the {v.name} variant are not certified yet "
+                            f"({', '.join(v.keywords)}): only its forward is; "
+                            "reference_attention_backward and compare_attention_backward "
+                            "refuse it rather than return an unproved enclosure")

@@ -63,7 +63,7 @@ from ...errors import ShapeError, SpecError
 from ..arith.dd import two_prod
 from ..inputs import as_exact_array, to_float64, validate_finite
 
-__all__ = ["Bias", "Cap", "Geometry", "float_array"]
+__all__ = ["Bias", "Cap", "Geometry", "float_array", "sequence_row"]
 
 #: Most calls a mask_mod gets one element at a time (when it cannot take arrays).
 MASK_MOD_LOOP_LIMIT = 1 << 20
@@ -376,3 +376,15 @@ def float_array(x: Any, name: str) -> np.ndarray[Any, Any]:
         raise SpecError(f"{name}.dtype=bool: expected a float array")
     validate_finite(arr, name)
     return to_float64(arr)
+
+
+def sequence_row(arr: np.ndarray[Any, Any], b: int, n: int, name: str,
+                 what: str) -> np.ndarray[Any, Any]:
+    """Sequence b's row of a per-batch parameter of a packed varlen call: ``arr`` of
+    shape (width,) is shared by the n sequences, (n, width) gives row b."""
+    if arr.ndim == 1:
+        return arr
+    if arr.ndim != 2 or arr.shape[0] != n:
+        raise ShapeError(f"{name}.shape={arr.shape}: expected ({what},) or (batch, {what}) "
+                         f"with batch = {n} sequences")
+    return arr[b]

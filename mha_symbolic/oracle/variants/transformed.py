@@ -64,7 +64,8 @@ __all__ = ["TransformedProblem", "transformed_attention"]
 def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
                   allowed: np.ndarray[Any, Any], madd: np.ndarray[Any, Any] | None,
                   ops: tuple[Cap | Bias, ...], geo: Geometry, flat: range, c_f: float,
-                  rho_c: float, rows: slice | None = None, want_factor: bool = False
+                  rho_c: float, rows: slice | None = None, want_factor: bool = False,
+                  extra: np.ndarray[Any, Any] | None = None
                   ) -> tuple[np.ndarray[Any, Any], ...]:
     """(s̃ (C, L, S) float64, δ (C, L)) with |s̃_ij - s_ij| <= δ_i on every kept key;
     ``rows``: q holds those query rows only (the biases follow); ``want_factor``: also
@@ -73,7 +74,9 @@ def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
 
     Error steps (each a bound on a row maximum, adding up; |fl(x)| <= |x|(1 + u) + ETA
     lets the row maximum of a rounded product be bounded from its factor's):
-    1. G = fl(q kᵀ): gamma_E ||q_i|| max_j ||k_j|| + E·ETA (as :func:`.fast.tier1_block`).
+    1. G = fl(q kᵀ): gamma_E ||q_i|| max_j ||k_j|| + E·ETA (as :func:`.fast.tier1_block`),
+       plus ``extra`` (C, L) when q, k are float approximations of the exact vectors
+       whose products are wanted (rotary: :meth:`.rotary.Rotation.float_chunk`).
     2. s = fl(c_f·G): rho_c |G| + (|c_f| + rho_c)·err_G + _R|s| + ETA.
     3. Cap C: x = fl(s/C), t = tanh_proved(x), s' = fl(C·t).  C·tanh(·/C) is
        1-Lipschitz, so the incoming error passes unchanged; fl(s/C) moves the
@@ -93,6 +96,8 @@ def _float_scores(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any],
     G = np.matmul(q, np.swapaxes(k, -1, -2))
     nq, nk = norm_up(q), norm_up(k)
     err = gamma(max(E, 1)) * nq * np.max(nk, axis=-1, initial=0.0)[:, None] + E * ETA
+    if extra is not None:  # q, k themselves within a bound of exact ones (rotary), per row
+        err = err + extra
     op0 = ops[0] if ops else None
     capped = None
     phi: np.ndarray[Any, Any] | None = None
@@ -257,6 +262,22 @@ class TransformedProblem(Problem):
         return Fraction(float(self.madd[b, i, j])) if self.madd is not None else Fraction(0)
 
     # -- the Problem interface ----------------------------------------------------
+    def _dot_rows(self, b: int, rows: list[int], prec: int) -> list[list[Any]]:
+        """The balls of q_i·k_j, i in ``rows``, every key j (exact here; a variant that
+        changes q and k — rotary — overrides it)."""
+        if b not in self._km:  # Kᵀ as an exact arb_mat, and the precision of exact dots
+            self._km = {b: (to_arb_mat(self.k[b]).transpose(),
+                            exact_prec(self.q[b], self.k[b], self.E))}
+        kmT, k_prec = self._km[b]
+        return exact_score_rows(np.asarray(self.q[b][rows]), kmT, k_prec)
+
+    def _ident_score(self, b: int, i: int, ident: Any, js: list[int], c: Any) -> Any:
+        """The score of a group of keys of row (b, i) from its identity (g, biases, m)."""
+        from flint import arb, fmpq
+
+        g, biases, m = ident
+        return self._pipeline(c * arb(fmpq(g.numerator, g.denominator)), list(biases), m)
+
     def _arb_scores(self, b: int, rows: list[int], prec: int, want_factor: bool = True
                     ) -> tuple[list[list[Any]], list[list[Any]], np.ndarray[Any, Any]]:
         """(score balls, factor balls (ones without ``want_factor``), allowed) of ``rows``
@@ -265,11 +286,7 @@ class TransformedProblem(Problem):
         from flint import arb
 
         S = self.k.shape[1]
-        if b not in self._km:  # Kᵀ as an exact arb_mat, and the precision of exact dots
-            self._km = {b: (to_arb_mat(self.k[b]).transpose(),
-                            exact_prec(self.q[b], self.k[b], self.E))}
-        kmT, k_prec = self._km[b]
-        g_rows = exact_score_rows(np.asarray(self.q[b][rows]), kmT, k_prec)
+        g_rows = self._dot_rows(b, rows, prec)
         c = self._scale_arb()
         zero, one = arb(0), arb(1)
         scores: list[list[Any]] = []
@@ -557,9 +574,7 @@ class TransformedProblem(Problem):
                     elif ident[0] == "uniform":
                         a_g = arb(0)
                     else:
-                        g, biases, m = ident
-                        a_g = self._pipeline(c * arb(fmpq(g.numerator, g.denominator)),
-                                             list(biases), m)
+                        a_g = self._ident_score(b, i, ident, groups[ident], c)
                     terms.append((a_g, cg))
                 top = max(terms, key=lambda t: float(t[0].mid()))[0].mid()
                 total = arb(0)
@@ -621,8 +636,10 @@ def transformed_attention(
     lead: tuple[int, ...], group: int, geo: Geometry, allowed: np.ndarray[Any, Any],
     madd: np.ndarray[Any, Any] | None, ops: tuple[Cap | Bias, ...],
     sinks: np.ndarray[Any, Any] | None, scale: Any, masked_rows: str, return_weights: bool,
+    rotation: Any = None,
 ) -> Enclosure:
-    """The enclosure of attention with a score pipeline (module docstring)."""
+    """The enclosure of attention with a score pipeline (module docstring); ``rotation``
+    (a :class:`.rotary.Rotation`): q and k rotated before the scores."""
 
     if group > 1:
         k64 = np.repeat(k64, group, axis=-3)
@@ -659,9 +676,12 @@ def transformed_attention(
             stop = min(B, start + step)
             sl = slice(start, stop)
             al = np.ascontiguousarray(allowed[sl])
-            s, delta = _float_scores(qf[sl], kf[sl], al,
+            qc, kc, extra = qf[sl], kf[sl], None
+            if rotation is not None:
+                qc, kc, extra = rotation.float_chunk(qc, kc, range(start, stop), al)
+            s, delta = _float_scores(qc, kc, al,
                                      None if madd is None else madd[sl], ops, geo,
-                                     range(start, stop), c_f, rho_c)
+                                     range(start, stop), c_f, rho_c, extra=extra)
             if not al.all():
                 s = np.where(al, s, 0.0)
             if uniform is not None:
@@ -692,8 +712,8 @@ def transformed_attention(
                     p[sl] = pw
                     err_p[sl] = (ew + factor_p * (np.abs(pw) + ew)) * UP
     ok &= ~empty
-    problem = TransformedProblem(qf, kf, vf, allowed, madd, ops, sinks, scale_exact, E, geo,
-                                 uniform)
+    args = (qf, kf, vf, allowed, madd, ops, sinks, scale_exact, E, geo, uniform)
+    problem = (TransformedProblem(*args) if rotation is None else rotation.problem(*args))
     out = Enclosure(problem, "output", (*lead, L, Ev), y, err_y, ok, zero_rows, nan_rows)
     if return_weights:
         assert p is not None and err_p is not None

@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from ..call import AttentionCall
+
 __all__ = [
     "BACKWARD_BUG_CLASSES",
     "BackwardBugClass",
-    "BackwardInputs",
     "PlainBackward",
     "plain_backward",
 ]
@@ -33,29 +34,6 @@ Arr = np.ndarray
 # work dtype of a plain kernel storing tensors in a dtype: fp16/bf16 multiply-accumulate
 # and take softmax in float32 (cuBLAS, torch MATH, FlashAttention)
 _WORK = {"float64": "float64", "float32": "float32", "float16": "float32", "bfloat16": "float32"}
-
-
-@dataclass(frozen=True)
-class BackwardInputs:
-    """One attention call and its grad_output, in float64 (shapes as SDPA)."""
-
-    q: Arr
-    k: Arr
-    v: Arr
-    do: Arr
-    attn_mask: Arr | None = None     # bool (True = takes part) or float (added)
-    is_causal: bool = False
-    scale: float | None = None
-    enable_gqa: bool = False
-    causal_alignment: str = "top_left"
-    masked_rows: str = "zero"
-    dropout_p: float = 0.0
-    dropout_mask: Arr | None = None  # bool keep-mask
-    softcap: float | None = None     # s -> C tanh(s/C) on the scaled scores, before the mask
-
-    @property
-    def effective_scale(self) -> float:
-        return 1.0 / math.sqrt(self.q.shape[-1]) if self.scale is None else float(self.scale)
 
 
 @dataclass(frozen=True)
@@ -88,7 +66,7 @@ class PlainBackward:
     ds_transposed: bool = False
     dv_p_transposed: bool = True
     gqa_reduce: str = "sum"
-    # a softcap (BackwardInputs.softcap): C, t = tanh(c q·k / C), the capped scores
+    # a softcap (AttentionCall.softcap): C, t = tanh(c q·k / C), the capped scores
     # C·t, and dS' = P ∘ (dP − D) before the factor 1 − t² (``ds`` holds dS' ∘ (1 − t²),
     # what dQ and dK take)
     cap: float | None = None
@@ -127,8 +105,95 @@ def reduce_to(g: Arr, shape: tuple[int, ...], rep: int, mode: str = "sum") -> Ar
     return g.reshape(shape)
 
 
+
+def _scores_and_masks(x: AttentionCall, qe: Arr, ke: Arr, c: float, st: Callable[[Any], Arr],
+                      wk: Any, simulated: bool) -> tuple[Any, ...]:
+    """(raw scores, tanh of the softcap's argument, capped scores, the attention mask's
+    keys, the float mask's additive part, the kept keys, the final scores) of the
+    forward (``simulated``: torch MATH in the work dtype, q and k pre-scaled by √c)."""
+    L, S = qe.shape[-2], ke.shape[-2]
+    if not simulated:
+        raw = c * (qe @ np.swapaxes(ke, -1, -2))
+    else:  # torch MATH: q and k each pre-scaled by sqrt(c) in the dtype
+        rc = wk.type(math.sqrt(abs(c)))
+        raw = st(st(qe * rc) @ np.swapaxes(st(ke * (rc if c >= 0 else -rc)), -1, -2))
+    cap_t = capped = None
+    if x.softcap is not None:
+        # FlashAttention's softcap: C·tanh(s/C) on the scaled score, masks added after
+        C = float(x.softcap)
+        cap_t = st(np.tanh(raw / wk.type(C)))
+        capped = st(wk.type(C) * cap_t)
+        raw = capped
+    user = np.ones(raw.shape, dtype=bool)       # the attention mask's keys
+    mask_add = None
+    m = x.attn_mask
+    if m is not None:
+        if m.dtype == np.bool_:
+            user = user & m
+        else:
+            mf = np.asarray(m, dtype=np.float64)
+            user = user & (mf != -np.inf)
+            mask_add = np.broadcast_to(st(np.where(np.isfinite(mf), mf, 0.0)), raw.shape)
+    allowed = user
+    if x.is_causal:
+        off = S - L if x.causal_alignment == "bottom_right" else 0
+        allowed = allowed & (np.arange(S)[None, :] <= np.arange(L)[:, None] + off)
+    s = raw if mask_add is None else st(raw + mask_add)
+    return raw, cap_t, capped, user, mask_add, allowed, s
+
+
+def _recomputed_weights(x: AttentionCall, raw: Arr, s: Arr, p: Arr, lse: Arr, empty: Arr,
+                        user: Arr, st: Callable[[Any], Arr], mask_in_backward: str,
+                        backward_attn_mask: Any) -> Arr:
+    """The weights the backward recomputes (P = exp(S − lse) on the keys it masks)."""
+    L, S = raw.shape[-2], raw.shape[-1]
+    # the weights the backward recomputes: P = exp(S - lse) on the keys it masks
+    # ("all": the forward's; "no_causal": the causal part forgotten; "none": no mask),
+    # so keys the forward excluded come back with weight exp(s - lse)
+    if backward_attn_mask is not None:
+        mb = np.asarray(backward_attn_mask)
+        if mb.dtype == np.bool_:
+            keys_b, s_b = np.broadcast_to(mb, raw.shape), raw
+        else:
+            mbf = np.asarray(mb, dtype=np.float64)
+            keys_b = np.broadcast_to(mbf != -np.inf, raw.shape)
+            s_b = st(raw + np.broadcast_to(st(np.where(np.isfinite(mbf), mbf, 0.0)), raw.shape))
+        if x.is_causal:
+            off_b = S - L if x.causal_alignment == "bottom_right" else 0
+            keys_b = keys_b & (np.arange(S)[None, :] <= np.arange(L)[:, None] + off_b)
+        with np.errstate(over="ignore", invalid="ignore"):
+            pb = st(np.where(empty, p, np.where(keys_b, np.exp(np.minimum(s_b - lse, 700.0)),
+                                                0.0)))
+    elif mask_in_backward == "all":
+        pb = p
+    else:
+        bwd_keys = user if mask_in_backward == "no_causal" else np.ones(raw.shape, dtype=bool)
+        with np.errstate(over="ignore", invalid="ignore"):
+            pb = st(np.where(empty, p, np.where(bwd_keys, np.exp(np.minimum(s - lse, 700.0)), 0.0)))
+    return pb
+
+
+def _row_term(d_term: str, pb: Arr, dp: Arr, do: Arr, out: Arr, allowed: Arr,
+              mask_in_backward: str, dropout_in_backward: bool,
+              backward_attn_mask: Any) -> Arr:
+    """The row term D of dS = P ∘ (dP − D), correct or as the catalogue's bugs take it."""
+    if d_term == "correct":
+        # rowsum(P ∘ dP) = rowsum(dO ∘ O) for the correct kernel; a kernel with a wrong P
+        # in the backward still takes D from the forward's O (FlashAttention does)
+        d = np.sum(pb * dp, axis=-1, keepdims=True) if mask_in_backward == "all" and \
+            dropout_in_backward and backward_attn_mask is None \
+            else np.sum(do * out, axis=-1, keepdims=True)
+    elif d_term == "missing":
+        d = np.zeros((*dp.shape[:-1], 1))
+    elif d_term == "from_grad_output":
+        d = np.sum(do * do, axis=-1, keepdims=True)
+    else:  # "unweighted": rowsum(dP), the weights forgotten
+        d = np.sum(np.where(allowed, dp, 0.0), axis=-1, keepdims=True)
+    return np.asarray(d)
+
+
 def plain_backward(
-    x: BackwardInputs, *,
+    x: AttentionCall, *,
     d_term: str = "correct",
     dq_scale_power: int = 1,
     dk_scale_power: int = 1,
@@ -175,34 +240,9 @@ def plain_backward(
                                       if v.ndim >= 3 else v.shape[:-2]))
     qe, ke, ve = _expand(q, 1, batch), _expand(k, rep, batch), _expand(v, rep, batch)
     c = x.effective_scale
-    L, S = q.shape[-2], k.shape[-2]
-    if dtype is None:
-        raw = c * (qe @ np.swapaxes(ke, -1, -2))
-    else:  # torch MATH: q and k each pre-scaled by sqrt(c) in the dtype
-        rc = wk.type(math.sqrt(abs(c)))
-        raw = st(st(qe * rc) @ np.swapaxes(st(ke * (rc if c >= 0 else -rc)), -1, -2))
-    cap_t = capped = None
-    if x.softcap is not None:
-        # FlashAttention's softcap: C·tanh(s/C) on the scaled score, masks added after
-        C = float(x.softcap)
-        cap_t = st(np.tanh(raw / wk.type(C)))
-        capped = st(wk.type(C) * cap_t)
-        raw = capped
-    user = np.ones(raw.shape, dtype=bool)       # the attention mask's keys
-    mask_add = None
-    m = x.attn_mask
-    if m is not None:
-        if m.dtype == np.bool_:
-            user = user & m
-        else:
-            mf = np.asarray(m, dtype=np.float64)
-            user = user & (mf != -np.inf)
-            mask_add = np.broadcast_to(st(np.where(np.isfinite(mf), mf, 0.0)), raw.shape)
-    allowed = user
-    if x.is_causal:
-        off = S - L if x.causal_alignment == "bottom_right" else 0
-        allowed = allowed & (np.arange(S)[None, :] <= np.arange(L)[:, None] + off)
-    s = raw if mask_add is None else st(raw + mask_add)
+    S = k.shape[-2]
+    raw, cap_t, capped, user, mask_add, allowed, s = _scores_and_masks(
+        x, qe, ke, c, st, wk, simulated=dtype is not None)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         sm = np.where(allowed, s, -np.inf)
         mx = np.max(sm, axis=-1, keepdims=True) if S else np.zeros((*raw.shape[:-1], 1))
@@ -212,54 +252,24 @@ def plain_backward(
         empty = tot == 0
         p = st(np.where(empty, 0.0, e / np.where(empty, 1.0, tot)))
         lse = mx + np.log(np.where(empty, 1.0, tot))
-    if x.masked_rows == "uniform" and S:
-        p = np.where(empty, st(1.0 / S), p)
+    policy = x.masked(empty[..., 0], S)
+    if policy.uniform.any():
+        p = np.where(policy.uniform[..., None], st(1.0 / S), p)
     keep = None if x.dropout_mask is None else np.broadcast_to(x.dropout_mask, raw.shape)
     f = 1.0 / (1.0 - x.dropout_p)
     w = p if keep is None else st(np.where(keep, wk.type(f) * p, 0.0))
     out = st(w @ ve)
-    # the weights the backward recomputes: P = exp(S - lse) on the keys it masks
-    # ("all": the forward's; "no_causal": the causal part forgotten; "none": no mask),
-    # so keys the forward excluded come back with weight exp(s - lse)
-    if backward_attn_mask is not None:
-        mb = np.asarray(backward_attn_mask)
-        if mb.dtype == np.bool_:
-            keys_b, s_b = np.broadcast_to(mb, raw.shape), raw
-        else:
-            mbf = np.asarray(mb, dtype=np.float64)
-            keys_b = np.broadcast_to(mbf != -np.inf, raw.shape)
-            s_b = st(raw + np.broadcast_to(st(np.where(np.isfinite(mbf), mbf, 0.0)), raw.shape))
-        if x.is_causal:
-            off_b = S - L if x.causal_alignment == "bottom_right" else 0
-            keys_b = keys_b & (np.arange(S)[None, :] <= np.arange(L)[:, None] + off_b)
-        with np.errstate(over="ignore", invalid="ignore"):
-            pb = st(np.where(empty, p, np.where(keys_b, np.exp(np.minimum(s_b - lse, 700.0)),
-                                                0.0)))
-    elif mask_in_backward == "all":
-        pb = p
-    else:
-        bwd_keys = user if mask_in_backward == "no_causal" else np.ones(raw.shape, dtype=bool)
-        with np.errstate(over="ignore", invalid="ignore"):
-            pb = st(np.where(empty, p, np.where(bwd_keys, np.exp(np.minimum(s - lse, 700.0)), 0.0)))
+    pb = _recomputed_weights(x, raw, s, p, lse, empty, user, st, mask_in_backward,
+                             backward_attn_mask)
     wb = pb if keep is None or not dropout_in_backward else st(np.where(keep, wk.type(f) * pb, 0.0))
     dpo = st(do @ np.swapaxes(ve, -1, -2))
     dp = dpo if keep is None or not dropout_in_backward else st(np.where(keep, wk.type(f) * dpo, 0.0))
-    if d_term == "correct":
-        # rowsum(P ∘ dP) = rowsum(dO ∘ O) for the correct kernel; a kernel with a wrong P
-        # in the backward still takes D from the forward's O (FlashAttention does)
-        d = np.sum(pb * dp, axis=-1, keepdims=True) if mask_in_backward == "all" and \
-            dropout_in_backward and backward_attn_mask is None \
-            else np.sum(do * out, axis=-1, keepdims=True)
-    elif d_term == "missing":
-        d = np.zeros((*raw.shape[:-1], 1))
-    elif d_term == "from_grad_output":
-        d = np.sum(do * do, axis=-1, keepdims=True)
-    else:  # "unweighted": rowsum(dP), the weights forgotten
-        d = np.sum(np.where(allowed, dp, 0.0), axis=-1, keepdims=True)
+    d = _row_term(d_term, pb, dp, do, out, allowed, mask_in_backward, dropout_in_backward,
+                  backward_attn_mask)
     # the softmax Jacobian diag(P) − P Pᵀ applied to dP; "diagonal": its diagonal only
     ds = st(pb * (1.0 - pb) * dp) if jacobian == "diagonal" else st(pb * (dp - d))
-    if x.masked_rows == "uniform":
-        ds = np.where(empty, 0.0, ds)
+    if policy.uniform.any():
+        ds = np.where(policy.uniform[..., None], 0.0, ds)
     ds_pre = None
     if cap_t is not None:
         # d(C tanh(s/C))/ds = 1 − tanh²(s/C); "softcap_derivative=False": forgotten
@@ -271,8 +281,8 @@ def plain_backward(
     dq = st(cq * st((dst if ds_transposed else ds) @ ke))
     dk = st(ck * st((ds if ds_transposed else dst) @ qe))
     dv = st((np.swapaxes(wb, -1, -2) if dv_p_transposed else wb) @ do)
-    if x.masked_rows == "nan":
-        dead = empty[..., 0]
+    if policy.nan.any():
+        dead = policy.nan
         dq = np.where(dead[..., None], np.nan, dq)
         bad = np.any(dead, axis=-1)[..., None, None]
         dk = np.where(bad, np.nan, dk)
@@ -284,6 +294,7 @@ def plain_backward(
     dk_in = f64(st(reduce_to(dk, k.shape, rep, gqa_reduce)))
     dv_in = f64(st(reduce_to(dv, v.shape, rep, gqa_reduce)))
     d_mask = None
+    m = x.attn_mask
     if mask_add is not None and m is not None:
         d_mask = f64(st(reduce_to(np.where(allowed, ds if ds_pre is None else ds_pre, 0.0),
                                   m.shape, 1)))
@@ -308,33 +319,33 @@ class BackwardBugClass:
 
     name: str
     description: str
-    applies: Callable[[BackwardInputs], bool]
+    applies: Callable[[AttentionCall], bool]
     variant: Callable[..., PlainBackward]
 
 
-def _always(x: BackwardInputs) -> bool:
+def _always(x: AttentionCall) -> bool:
     return True
 
 
-def _square(x: BackwardInputs) -> bool:
+def _square(x: AttentionCall) -> bool:
     return x.q.shape[-2] == x.k.shape[-2] and x.q.shape[-2] > 1
 
 
-def _scaled(x: BackwardInputs) -> bool:
+def _scaled(x: AttentionCall) -> bool:
     return x.effective_scale not in (0.0, 1.0, -1.0)
 
 
-def _gqa(x: BackwardInputs) -> bool:
+def _gqa(x: AttentionCall) -> bool:
     return (x.enable_gqa and x.q.ndim >= 3 and x.k.ndim >= 3
             and x.k.shape[-3] not in (1, x.q.shape[-3]))
 
 
-def _gqa_tile_differs(x: BackwardInputs) -> bool:
+def _gqa_tile_differs(x: AttentionCall) -> bool:
     # with one kv head every mapping is the same; with H_kv = H_q / 2 ... they differ
     return _gqa(x) and x.k.shape[-3] > 1
 
 
-def _has_bool_mask(x: BackwardInputs) -> bool:
+def _has_bool_mask(x: AttentionCall) -> bool:
     """The attention mask excludes some key (a bool False or a float −inf)."""
     m = x.attn_mask
     return m is not None and bool(np.any(~m) if m.dtype == np.bool_ else np.any(np.isneginf(m)))

@@ -27,11 +27,14 @@ from ...errors import ShapeError, SpecError, ToleranceError
 from ...oracle.api import reference_attention_backward
 from ...oracle.shifted import SHIFT_ABOVE, shift_of
 from ...oracle.variants.forward import lowered, lowered_after_cap, prepare, require_lowerable
+from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import (
+    require_gradients,
     split_variant_keywords,
     variant_options,
     with_variant_keywords,
 )
+from ..call import AttentionCall
 from ..forward.bugs import _fits
 from ..options import asserting, checked
 from ..report import headline
@@ -56,11 +59,11 @@ from ..verdict import (
 from .bugs import (
     BACKWARD_BUG_CLASSES,
     BackwardBugClass,
-    BackwardInputs,
     PlainBackward,
     plain_backward,
 )
 from .model import BACKWARD_KERNEL, backward_error_bound, backward_events, natural_scales
+from .softmax_d import with_softmax_d
 
 __all__ = [
     "BackwardComparison",
@@ -93,6 +96,8 @@ class BackwardComparison(ReportDisplay):
     diagnosis_run: bool = False
     bounds: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     warnings: tuple[str, ...] = ()
+    #: the kernel's D = rowsum(dO ∘ O) judged (``softmax_d=``, :mod:`.softmax_d`)
+    softmax_d: Any = None
 
     def __bool__(self) -> bool:
         return self.passed
@@ -160,6 +165,8 @@ def _render_backward(c: BackwardComparison) -> str:
                      "not within tolerance of the exact gradients)")
     if c.diagnosis_run and not c.diagnoses:
         lines.append("Diagnosis: no known backward bug class matches.")
+    if c.softmax_d is not None:
+        lines += ["", *c.softmax_d.report().splitlines()[(0 if c.softmax_d.passed else 1):-1]]
     return "\n".join(lines)
 
 
@@ -202,6 +209,7 @@ def _refuse_vacuous(comps: dict[str, AttentionComparison], model: ErrorModel) ->
                 "rule='ulp'/'allclose'")
 
 
+@with_softmax_d
 @with_variant_keywords
 @checked
 def compare_attention_backward(
@@ -214,7 +222,8 @@ def compare_attention_backward(
     rtol: float | None = None, atol: float | None = None, ulps: float | None = None,
     factor: float | None = None, diagnose_bugs: bool = True,
     error_model: str = "probabilistic",
-    d_sinks: Any = None, d_alibi_slopes: Any = None, **variants: Any,
+    d_sinks: Any = None, d_alibi_slopes: Any = None, softmax_d: Any = None,
+    **variants: Any,
 ) -> BackwardComparison:
     """Compare a kernel's gradients ``dq, dk, dv`` (and ``d_attn_mask`` for a float
     mask, optional) with the exact gradients of attention(query, key, value) against
@@ -243,6 +252,10 @@ def compare_attention_backward(
     gradient's bounds they add (docs/gradients.md §11.6).  Tables' gradients and
     ``d_attn_mask`` with variants have no tolerance model here.
 
+    ``softmax_d``: the kernel's D = rowsum(dO ∘ O) (…, H_q, L) where it exposes it
+    (FlashAttention's ``softmax_d``), judged too (:mod:`.softmax_d`; plain attention;
+    ``.softmax_d`` has its findings, and the comparison fails when it fails).
+
     >>> import numpy as np
     >>> from mha_symbolic import reference_attention_backward
     >>> rng = np.random.default_rng(0)
@@ -254,9 +267,11 @@ def compare_attention_backward(
     >>> compare_attention_backward(exact[0], 2 * exact[1], exact[2], q, k, v, do).passed
     False
     """
+    del softmax_d  # handled by with_softmax_d
 
     split_variant_keywords(variants, door=compare_attention_backward)
     variant = variant_options(**variants)
+    require_gradients(variant)
     if variant is not None and any(getattr(variant, f) is not None
                                    for f in ("q_descale", "k_descale", "v_descale")):
         raise SpecError("FP8 descale factors are not supported by compare_attention_backward "
@@ -392,7 +407,7 @@ def _variant_backward_bugs(query: Any, key: Any, value: Any, variant: Any, **cal
     def entry(name: str, description: str, **changes: Any) -> BackwardBugClass:
         memo: list[Any] = []
 
-        def make(x: BackwardInputs, dtype: Any = None) -> PlainBackward:
+        def make(x: AttentionCall, dtype: Any = None) -> PlainBackward:
             if not memo:
                 memo.append(bwd_mask(**changes))
             m = memo[0]
@@ -512,15 +527,15 @@ def _compare_backward(
         if tuple(a.shape) != tuple(encs[name].shape):
             raise ShapeError(f"{name}.shape={tuple(a.shape)} does not match the shape of the "
                              f"gradient it stands for {tuple(encs[name].shape)}")
-    x = BackwardInputs(
+    x = AttentionCall(
         _f64(_as_array(query, "query")), _f64(_as_array(key, "key")),
-        _f64(_as_array(value, "value")), _f64(_as_array(grad_output, "grad_output")),
+        _f64(_as_array(value, "value")), do=_f64(_as_array(grad_output, "grad_output")),
         attn_mask=_as_mask(attn_mask), is_causal=is_causal,
         scale=None if scale is None else float(scale), enable_gqa=enable_gqa,
         causal_alignment=causal_alignment, masked_rows=masked_rows, dropout_p=float(dropout_p),
         dropout_mask=None if dropout_mask is None else np.asarray(_as_array(dropout_mask,
                                                                             "dropout_mask")),
-        softcap=softcap)
+        opts=VariantOptions(softcap=softcap))
     pb = plain_backward(x)
     shapes = {n: tuple(e.shape) for n, e in encs.items()}
     if params:
@@ -633,7 +648,7 @@ def _within(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray
     return bool(np.all(ok))
 
 
-def diagnose_backward(actual: dict[str, np.ndarray], x: BackwardInputs, *, model: ErrorModel,
+def diagnose_backward(actual: dict[str, np.ndarray], x: AttentionCall, *, model: ErrorModel,
                       safety: float, shapes: dict[str, tuple[int, ...]],
                       extra: tuple[BackwardBugClass, ...] = ()) -> tuple[Diagnosis, ...]:
     """Backward bug classes (the catalogue and ``extra``, the attention variants'

@@ -36,13 +36,14 @@ import numpy as np
 
 from ...errors import PrecisionError, ShapeError, SpecError
 from ...oracle.backward import reference_mha_backward
+from ..call import AttentionCall
 from ..forward.bugs import MhaInputs
 from ..forward.mha import _mha_inputs
 from ..forward.model import batched_attention_error_bound
 from ..options import asserting, passes_options_to
 from ..tolerance import ErrorModel, format_of, linear_error_bound
 from ..verdict import _acc_text, _as_actual, _f64, _rule_line, _rule_options
-from .bugs import BackwardInputs, plain_backward
+from .bugs import plain_backward
 from .compare import BackwardComparison, _judge_gradients, _model_bwd, _refuse_vacuous
 from .model import BACKWARD_KERNEL, backward_error_bound, backward_events, natural_scales
 
@@ -86,7 +87,7 @@ def mha_backward_bounds(x: MhaInputs, dout: Arr, model: ErrorModel
         mask = x.keep
     elif x.mask_add is not None:
         mask = x.mask_add
-    bi = BackwardInputs(_heads(Q, H), _heads(K, G), _heads(V, G), _heads(dA, H), attn_mask=mask,
+    bi = AttentionCall(_heads(Q, H), _heads(K, G), _heads(V, G), do=_heads(dA, H), attn_mask=mask,
                         enable_gqa=G != H, masked_rows=x.masked_rows)
     pb = plain_backward(bi)
     shapes = {"dq": bi.q.shape, "dk": bi.k.shape, "dv": bi.v.shape}

@@ -207,9 +207,10 @@ def backward_error_bound(pb: PlainBackward, model: ErrorModel, *,
     default :func:`backward_events` of these gradients).
 
     >>> import numpy as np
-    >>> from mha_symbolic.testing.backward.bugs import BackwardInputs, plain_backward
+    >>> from mha_symbolic.testing.backward.bugs import plain_backward
+    >>> from mha_symbolic.testing.call import AttentionCall
     >>> from mha_symbolic.testing.tolerance import error_model
-    >>> x = BackwardInputs(*(np.eye(2)[None] for _ in range(4)))
+    >>> x = AttentionCall(*(np.eye(2)[None] for _ in range(3)), do=np.eye(2)[None])
     >>> b = backward_error_bound(plain_backward(x), error_model("bfloat16"),
     ...                          shapes={"dq": (1, 2, 2), "dk": (1, 2, 2), "dv": (1, 2, 2)})
     >>> bool(all(np.all(np.isfinite(t)) and np.all(t < 0.1) for t in b.values()))
@@ -267,8 +268,9 @@ def natural_scales(pb: PlainBackward, shapes: dict[str, tuple[int, ...]], eta: f
     vacuous (see the module docstring).
 
     >>> import numpy as np
-    >>> from mha_symbolic.testing.backward.bugs import BackwardInputs, plain_backward
-    >>> x = BackwardInputs(*(np.eye(2)[None] for _ in range(4)))
+    >>> from mha_symbolic.testing.backward.bugs import plain_backward
+    >>> from mha_symbolic.testing.call import AttentionCall
+    >>> x = AttentionCall(*(np.eye(2)[None] for _ in range(3)), do=np.eye(2)[None])
     >>> nat = natural_scales(plain_backward(x), {"dv": (1, 2, 2)}, 2.0**-150)
     >>> bool(np.all(nat["dv"][0] > 0))
     True
@@ -355,7 +357,8 @@ def _worst(pt: _Parts) -> dict[str, tuple[Arr, Arr]]:
     e_dk = ck * (_mm(t_k(e_ds), pt.aq) + (pt.gam(L) + kscale) * _mm(t_k(abs_ds), pt.aq)) \
         + 2 * u * np.abs(dk) + eta * (L * np.max(pt.aq, initial=0.0) + 1.0)
     return {"dq": (dq, e_dq), "dk": (dk, e_dk), "dv": (dv, e_dv),
-            "dmask": (np.where(allowed, ds_pre, 0.0), e_mask)}
+            "dmask": (np.where(allowed, ds_pre, 0.0), e_mask), "softmax_d": (pt.d, e_d),
+            "softmax_d_math": (pt.d, d_math + ua * np.abs(pt.d))}
 
 
 def _scores(pb: PlainBackward) -> Arr:

@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from ..call import AttentionCall
 from ..tolerance import ErrorModel, linear_error_bound
-from .plain import AttentionInputs, Plain, fit_ratio, plain_attention
+from .plain import Plain, fit_ratio, plain_attention
 
 __all__ = [
     "BUG_CLASSES",
     "MHA_BUG_CLASSES",
-    "AttentionInputs",
     "BugClass",
     "Candidate",
     "diagnose",
@@ -45,23 +45,23 @@ __all__ = [
 class BugClass:
     name: str
     description: str
-    applies: Callable[[AttentionInputs], bool]
-    variant: Callable[[AttentionInputs], Plain]
+    applies: Callable[[AttentionCall], bool]
+    variant: Callable[[AttentionCall], Plain]
 
 
-def _always(x: AttentionInputs) -> bool:
+def _always(x: AttentionCall) -> bool:
     return True
 
 
-def _with_scale(c: Callable[[AttentionInputs], float]) -> Callable[[AttentionInputs], Plain]:
+def _with_scale(c: Callable[[AttentionCall], float]) -> Callable[[AttentionCall], Plain]:
     return lambda x: plain_attention(replace(x, scale=c(x)))
 
 
-def _swap_kv(x: AttentionInputs) -> Plain:
+def _swap_kv(x: AttentionCall) -> Plain:
     return plain_attention(replace(x, k=x.v, v=x.k))
 
 
-def _drop_last_key(x: AttentionInputs) -> Plain:
+def _drop_last_key(x: AttentionCall) -> Plain:
     S = x.k.shape[-2]
     keep = np.ones(S, dtype=bool)
     keep[-1] = False
@@ -73,7 +73,7 @@ def _drop_last_key(x: AttentionInputs) -> Plain:
     return plain_attention(replace(x, attn_mask=base & keep))
 
 
-def _finite_mask(x: AttentionInputs) -> Plain:
+def _finite_mask(x: AttentionCall) -> Plain:
     m = x.attn_mask
     if m is None:
         return plain_attention(x)
@@ -81,11 +81,11 @@ def _finite_mask(x: AttentionInputs) -> Plain:
     return plain_attention(replace(x, attn_mask=mf))
 
 
-def _has_bool_mask(x: AttentionInputs) -> bool:
+def _has_bool_mask(x: AttentionCall) -> bool:
     return x.attn_mask is not None and x.attn_mask.dtype == np.bool_
 
 
-def _has_any_mask(x: AttentionInputs) -> bool:
+def _has_any_mask(x: AttentionCall) -> bool:
     m = x.attn_mask
     return m is not None and (m.dtype == np.bool_ or bool(np.any(np.isneginf(m))))
 
@@ -199,7 +199,7 @@ def plain_mha(
         mask = x.keep
     else:
         mask = x.mask_add
-    ax = AttentionInputs(qh, kh, vh, attn_mask=mask, enable_gqa=g != h,
+    ax = AttentionCall(qh, kh, vh, attn_mask=mask, enable_gqa=g != h,
                          masked_rows=x.masked_rows)
     att = Plain(ax)
     O = _merge(att.out, reverse=reverse_heads)
@@ -260,7 +260,7 @@ class Candidate:
 
 def diagnose(
     actual: np.ndarray,
-    x: AttentionInputs,
+    x: AttentionCall,
     *,
     model: ErrorModel,
     safety: float,

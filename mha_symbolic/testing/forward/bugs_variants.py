@@ -22,33 +22,16 @@ import numpy as np
 
 from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import kept, score_pipeline
+from ...oracle.variants.rotary import rotate_for_testing
 from ...oracle.variants.semantics import Bias, Cap, Geometry, per_problem, window_allowed
+from ..call import AttentionCall
 from ..tolerance import ErrorModel
 from .bugs import _matching
 from .model_variants import variant_error_bound
 from .plain import fit_ratio
 
-__all__ = ["VARIANT_BUG_CLASSES", "VariantInputs", "VariantPlain", "diagnose_variant",
+__all__ = ["VARIANT_BUG_CLASSES", "VariantPlain", "diagnose_variant",
            "plain_variant"]
-
-
-@dataclass(frozen=True)
-class VariantInputs:
-    """One call with variants, in float64 (q, k, v as given: not descaled, heads not
-    expanded).  ``mod_keep`` is the mask_mod / BlockMask evaluated once (B..., H, L, S)."""
-
-    q: np.ndarray
-    k: np.ndarray
-    v: np.ndarray
-    opts: VariantOptions
-    attn_mask: np.ndarray | None = None
-    is_causal: bool = False
-    scale: float | None = None
-    enable_gqa: bool = False
-    causal_alignment: str = "top_left"
-    masked_rows: str = "zero"
-    mod_keep: np.ndarray | None = None
-    in_format: str = "float64"
 
 
 @dataclass(frozen=True)
@@ -72,6 +55,10 @@ class VariantPlain:
     n_add: int = 0                # additive terms of the scores (biases, the mask)
     qk_descaled: bool = False     # q_descale or k_descale multiplied into the scale
     uniform: np.ndarray | None = None   # (..., L) rows given uniform weights
+    opts: VariantOptions | None = None  # the variants (their ``error`` hooks)
+    rotary: Any = None            # the Rotation of a rotary call
+    rotary_inputs: tuple[np.ndarray, np.ndarray] | None = None    # q, k flat (B, n, E)
+    rotary_outputs: tuple[np.ndarray, np.ndarray] | None = None   # q', k' flat
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -101,12 +88,12 @@ def _descale(x: np.ndarray, d: np.ndarray | None, power: int, heads_kv: int, gro
 
 
 def plain_variant(
-    x: VariantInputs, *, window: Any = "same", flip_window_alignment: bool = False,
+    x: AttentionCall, *, window: Any = "same", flip_window_alignment: bool = False,
     softcap_mode: str = "right", alibi_sign: float = 1.0, alibi_reverse: bool = False,
     flip_alibi_alignment: bool = False, sink_mode: str = "denominator",
     descale_power: tuple[int, int, int] = (1, 1, 1), scale: float | None = None,
     causal_offset: int = 0, store: Callable[[np.ndarray], np.ndarray] | None = None,
-    kv_changes: dict[str, Any] | None = None,
+    kv_changes: dict[str, Any] | None = None, rotary_changes: dict[str, Any] | None = None,
 ) -> VariantPlain:
     """Attention with the variants of ``x`` in float64; the keyword switches make the
     buggy variants of the catalogue (the defaults are the correct semantics of
@@ -133,6 +120,12 @@ def plain_variant(
     S = k.shape[-2]
     align = x.causal_alignment
     off = 0 if align == "top_left" else S - L
+    rot = rot_io = None
+    if o.rotary is not None:
+        # q, k rotated before the scores (as the kernel's, or a buggy kernel's)
+        rot, rot_io = rotate_for_testing(o, Geometry(lead, H, L, S, off), q, k,
+                                         **(rotary_changes or {}))
+        q, k = rot_io[2].reshape(*lead, L, E), rot_io[3].reshape(*lead, S, E)
     woff = (S - L) - off if flip_window_alignment else off
     c = (1.0 / math.sqrt(E) if x.scale is None else float(x.scale)) if scale is None else scale
     G = q @ np.swapaxes(k, -1, -2)
@@ -211,14 +204,16 @@ def plain_variant(
     if o.sinks is not None and sink_mode != "ignored":
         sink = np.broadcast_to(o.sinks.reshape(H, 1), (*lead, L)) if lead else np.broadcast_to(
             o.sinks.reshape(1), (L,))
+    # the rows with no key (none with a sink: its logit is in every row's softmax)
+    dead = (~np.any(allowed, axis=-1) if sink is None
+            else np.zeros(allowed.shape[:-1], dtype=bool))
+    policy = x.masked(dead, S)
     uniform = None
-    if x.masked_rows == "uniform" and sink is None and S:
+    if policy.uniform.any():
         # JAX's policy: a row with no key gets uniform weights over all keys
-        dead = ~np.any(allowed, axis=-1)
-        if np.any(dead):
-            uniform = dead
-            allowed = allowed | dead[..., None]
-            s = np.where(dead[..., None], 0.0, s)
+        uniform = policy.uniform
+        allowed = allowed | uniform[..., None]
+        s = np.where(uniform[..., None], 0.0, s)
     sm = np.where(allowed, s, -np.inf)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         top = np.max(sm, axis=-1, initial=-np.inf)
@@ -237,13 +232,15 @@ def plain_variant(
         p = np.where(empty[..., None], 0.0, e / np.where(empty, 1.0, den)[..., None])
         p_sink = None if es is None else np.where(empty, 0.0, es / np.where(empty, 1.0, den))
     out = st(st(p) @ v) if store is not None else p @ v
-    if x.masked_rows == "nan" and sink is None:
-        out = np.where(~np.any(allowed, axis=-1)[..., None], np.nan, out)
+    if policy.nan.any():
+        out = np.where(policy.nan[..., None], np.nan, out)
     return VariantPlain(out, p, p_sink, None if sink is None else np.asarray(sink, float),
                         q, v, allowed, np.where(allowed, s, 0.0), A, size, caps,
                         v_descaled=o.v_descale is not None, k=k, scale=c, n_add=n_add,
                         qk_descaled=o.q_descale is not None or o.k_descale is not None,
-                        uniform=uniform)
+                        uniform=uniform, opts=o, rotary=rot,
+                        rotary_inputs=None if rot_io is None else rot_io[:2],
+                        rotary_outputs=None if rot_io is None else rot_io[2:])
 
 
 # --------------------------------------------------------------------------------------
@@ -254,79 +251,93 @@ def plain_variant(
 class VariantBugClass:
     name: str
     description: str
-    applies: Callable[[VariantInputs], bool]
-    switches: Callable[[VariantInputs], dict[str, Any]]
+    applies: Callable[[AttentionCall], bool]
+    switches: Callable[[AttentionCall], dict[str, Any]]
 
 
-def _win(x: VariantInputs) -> tuple[int | None, int | None]:
+def _win(x: AttentionCall) -> tuple[int | None, int | None]:
     w = x.opts.window
     return w if w is not None else (None, None)
 
 
-def _shift(side: int, d: int) -> Callable[[VariantInputs], dict[str, Any]]:
+def _shift(side: int, d: int) -> Callable[[AttentionCall], dict[str, Any]]:
     """The window with one edge moved by d keys (the edge is bounded: see _has_side)."""
-    def make(x: VariantInputs) -> dict[str, Any]:
+    def make(x: AttentionCall) -> dict[str, Any]:
         w = list(_win(x))
         w[side] = int(w[side] or 0) + d
         return {"window": (w[0], w[1])}
     return make
 
 
-def _has_side(side: int, positive: bool = False) -> Callable[[VariantInputs], bool]:
-    def test(x: VariantInputs) -> bool:
+def _has_side(side: int, positive: bool = False) -> Callable[[AttentionCall], bool]:
+    def test(x: AttentionCall) -> bool:
         w = _win(x)[side]
         return w is not None and (w > 0 or not positive)
     return test
 
 
-def _l_ne_s(x: VariantInputs) -> bool:
+def _l_ne_s(x: AttentionCall) -> bool:
     return x.q.shape[-2] != x.k.shape[-2]
 
 
-def _has_cap(x: VariantInputs) -> bool:
+def _has_cap(x: AttentionCall) -> bool:
     return x.opts.softcap is not None
 
 
-def _cap_and_mask(x: VariantInputs) -> bool:
+def _cap_and_mask(x: AttentionCall) -> bool:
     return _has_cap(x) and (x.is_causal or x.opts.window is not None
                             or x.mod_keep is not None or x.attn_mask is not None)
 
 
-def _alibi(x: VariantInputs) -> bool:
+def _alibi(x: AttentionCall) -> bool:
     return x.opts.alibi_slopes is not None
 
 
-def _alibi_asym(x: VariantInputs) -> bool:
+def _alibi_asym(x: AttentionCall) -> bool:
     s = x.opts.alibi_slopes
     return s is not None and s.shape[-1] > 1 and not np.array_equal(s, s[..., ::-1])
 
 
-def _sinks(x: VariantInputs) -> bool:
+def _sinks(x: AttentionCall) -> bool:
     return x.opts.sinks is not None
 
 
-def _has(name: str) -> Callable[[VariantInputs], bool]:
+def _has(name: str) -> Callable[[AttentionCall], bool]:
     return lambda x: getattr(x.opts, name) is not None
 
 
-def _any_descale(x: VariantInputs) -> bool:
+def _any_descale(x: AttentionCall) -> bool:
     return any(d is not None for d in (x.opts.q_descale, x.opts.k_descale, x.opts.v_descale))
 
 
-def _kv(x: VariantInputs) -> bool:
+def _kv(x: AttentionCall) -> bool:
     return x.opts.cache_seqlens is not None
 
 
-def _kv_short(x: VariantInputs) -> bool:
+def _kv_short(x: AttentionCall) -> bool:
     return _kv(x) and bool(np.any(x.opts.cache_seqlens < x.k.shape[-2]))
 
 
-def _kv_nonempty(x: VariantInputs) -> bool:
+def _kv_nonempty(x: AttentionCall) -> bool:
     return _kv(x) and bool(np.any(x.opts.cache_seqlens > 0))
 
 
-def _kv_leftpad(x: VariantInputs) -> bool:
+def _kv_leftpad(x: AttentionCall) -> bool:
     return _kv(x) and x.opts.cache_leftpad is not None and bool(np.any(x.opts.cache_leftpad))
+
+
+def _rot(x: AttentionCall) -> bool:
+    return x.opts.rotary is not None
+
+
+def _rot_offset(x: AttentionCall) -> bool:
+    return _rot(x) and (x.opts.cache_seqlens is not None or _l_ne_s(x))
+
+
+def _rot_partial(x: AttentionCall) -> bool:
+    sp = x.opts.rotary
+    return (sp is not None and not sp.tables and sp.dim is not None
+            and sp.dim < x.q.shape[-1] - x.q.shape[-1] % 2)
 
 
 VARIANT_BUG_CLASSES: tuple[VariantBugClass, ...] = (
@@ -393,6 +404,21 @@ VARIANT_BUG_CLASSES: tuple[VariantBugClass, ...] = (
                         x.opts.cache_seqlens - 1, 0)}}),
     VariantBugClass("kv_cache_leftpad_ignored", "cache_leftpad ignored: the left padding "
                     "attended", _kv_leftpad, lambda x: {"kv_changes": {"cache_leftpad": None}}),
+    VariantBugClass("rotary_interleaved_swapped", "rotary pairs of the other convention "
+                    "(GPT-J interleaved 2m, 2m+1 vs GPT-NeoX halves m, m + r/2)", _rot,
+                    lambda x: {"rotary_changes": {"interleaved_swapped": True}}),
+    VariantBugClass("rotary_positions_not_offset", "rotary: queries rotated at positions "
+                    "0 … L-1, not offset by the cache (cache_seqlens - L) or by S - L",
+                    _rot_offset, lambda x: {"rotary_changes": {"no_offset": True}}),
+    VariantBugClass("rotary_angles_bf16", "rotary cos/sin computed in bfloat16 (angles "
+                    "pos·inv_freq, or the tables, in bf16)", _rot,
+                    lambda x: {"rotary_changes": {"angles_dtype": "bfloat16"}}),
+    VariantBugClass("rotary_angles_fp16", "rotary cos/sin computed in float16 (angles "
+                    "pos·inv_freq, or the tables, in fp16)", _rot,
+                    lambda x: {"rotary_changes": {"angles_dtype": "float16"}}),
+    VariantBugClass("rotary_dim_ignored", "rotary_dim ignored: every dimension rotated "
+                    "(inv_freq built from the head dim)", _rot_partial,
+                    lambda x: {"rotary_changes": {"all_dims": True}}),
     VariantBugClass("no_scale", "scores not multiplied by the scale",
                     lambda x: (1.0 / math.sqrt(x.q.shape[-1]) if x.scale is None
                                else float(x.scale)) != 1.0, lambda x: {"scale": 1.0}),
@@ -404,7 +430,7 @@ VARIANT_BUG_CLASSES: tuple[VariantBugClass, ...] = (
 )
 
 
-def diagnose_variant(actual: np.ndarray, x: VariantInputs, *, model: ErrorModel,
+def diagnose_variant(actual: np.ndarray, x: AttentionCall, *, model: ErrorModel,
                      safety: float) -> tuple[Any, ...]:
     """The variant bug classes whose float64 output ``actual`` matches within
     ``safety`` times the buggy variant's own bound under ``model``, best first
@@ -414,10 +440,10 @@ def diagnose_variant(actual: np.ndarray, x: VariantInputs, *, model: ErrorModel,
         def __init__(self, bug: VariantBugClass) -> None:
             self.name, self.description, self.bug = bug.name, bug.description, bug
 
-        def applies(self, xx: VariantInputs) -> bool:
+        def applies(self, xx: AttentionCall) -> bool:
             return self.bug.applies(xx)
 
-        def variant(self, xx: VariantInputs) -> VariantPlain:
+        def variant(self, xx: AttentionCall) -> VariantPlain:
             return plain_variant(xx, **self.bug.switches(xx))
 
     entries = tuple(_Entry(b) for b in VARIANT_BUG_CLASSES)

@@ -64,6 +64,7 @@ from ...oracle.variants.registry import (
     split_variant_keywords,
     with_variant_keywords,
 )
+from ..call import AttentionCall
 from ..layout import with_layout
 from ..lse import with_lse
 from ..options import asserting, checked
@@ -97,7 +98,7 @@ from .levels import (
     precision_candidates,
     two_levels,
 )
-from .plain import AttentionInputs, Plain, plain_in_dtype
+from .plain import Plain, plain_in_dtype
 from .variants import compare_variant_attention
 
 __all__ = ["assert_attention_close", "compare_attention"]
@@ -201,7 +202,7 @@ def compare_attention(
     _check_shape(a, tuple(ref.shape), "attention output")
     lower, upper = _f64(ref.lower), _f64(ref.upper)
     _check_enclosure(lower, upper, masked_rows == "nan")
-    x = AttentionInputs(
+    x = AttentionCall(
         _f64(_as_array(query, "query")), _f64(_as_array(key, "key")),
         _f64(_as_array(value, "value")), attn_mask=_as_mask(attn_mask), is_causal=is_causal,
         scale=None if scale is None else float(scale), enable_gqa=enable_gqa,
@@ -271,7 +272,7 @@ def compare_attention(
     return _with_diagnoses(comp, comp.diagnoses + tuple(diags))
 
 
-def _plain_error(x: AttentionInputs, dtype: Any, lower: np.ndarray,
+def _plain_error(x: AttentionCall, dtype: Any, lower: np.ndarray,
                  upper: np.ndarray) -> tuple[float, str]:
     """max |plain − exact| of the simulated same-dtype plain kernel (0 where it
     overflows, which the report says)."""

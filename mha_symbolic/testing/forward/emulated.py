@@ -51,8 +51,9 @@ from typing import Any
 import numpy as np
 
 from ...oracle.arith.formats import FloatFormat
+from ..call import AttentionCall
 from ..tolerance import ErrorModel, ulp, unit_roundoff
-from .plain import AttentionInputs, Chunk, Plain
+from .plain import Chunk, Plain
 
 __all__ = ["BLOCK", "DTYPE_FACTOR", "FLOOR_P", "FLOOR_UA", "DtypeLevel", "dtype_level"]
 
@@ -151,7 +152,7 @@ def _np_dtype(f: FloatFormat) -> np.dtype:
     return f.numpy_dtype()
 
 
-def dtype_level(x: AttentionInputs, model: ErrorModel, progress: Any = None
+def dtype_level(x: AttentionCall, model: ErrorModel, progress: Any = None
                 ) -> DtypeLevel | None:
     """The emulated correct kernels of ``x`` in the formats of ``model``; None for
     formats the emulation does not cover (fp8 outputs or weights, accumulation in a
@@ -196,8 +197,8 @@ def dtype_level(x: AttentionInputs, model: ErrorModel, progress: Any = None
         last_p = None
         for flat, (_, run) in zip(flats, runs, strict=True):
             out, p64 = run(ch)
-            if x.masked_rows == "nan":
-                out = np.where(ch.dead[:, None], np.nan, out)
+            if ch.nan_rows is not None:
+                out = np.where(ch.nan_rows[:, None], np.nan, out)
             flat[ch.b, ch.rows] = out
             if p64 is not None:
                 last_p = p64
@@ -324,7 +325,7 @@ def _online(ch: Chunk, dt: np.dtype, wk: np.dtype) -> tuple[np.ndarray, None]:
 # Verdicts that need no error model: the value hull
 
 
-def hull_violations(actual: np.ndarray, x: AttentionInputs, model: ErrorModel) -> np.ndarray:
+def hull_violations(actual: np.ndarray, x: AttentionCall, model: ErrorModel) -> np.ndarray:
     """Elements of ``actual`` outside the hull every attention output lies in, whatever
     the kernel's rounding: an output is a convex combination of its row's values
     (times the dropout multiplier 1/(1 − p); a dropped key, a sink or a fully masked
@@ -370,7 +371,8 @@ def _lanes(ch: Chunk, dt: np.dtype, wk: np.dtype, lanes: int) -> tuple[np.ndarra
     sub = Chunk(ch.b, ch.rows, ch.q[idx], ch.k, ch.v, ch.allowed[idx],
                 None if ch.mask_add is None else ch.mask_add[idx],
                 None if ch.kappa is None else ch.kappa[idx], ch.dead[idx],
-                None if ch.uniform is None else ch.uniform[idx], ch.scale)
+                None if ch.uniform is None else ch.uniform[idx], ch.scale,
+                nan_rows=None if ch.nan_rows is None else ch.nan_rows[idx])
     s, allowed = _scores(sub, dt, wk, 0, False)
     v = ch.v.astype(wk)
     pad = (-S) % lanes

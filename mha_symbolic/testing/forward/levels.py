@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import SpecError
+from ..call import AttentionCall
 from ..tolerance import ErrorModel, format_of
 from .emulated import DTYPE_FACTOR, DtypeLevel
-from .plain import AttentionInputs
 from .precision_bugs import precision_bugs
 
 __all__: list[str] = []
@@ -113,7 +113,7 @@ def dtype_promise(actual: Any, inputs: tuple[Any, ...], out_dtype: Any,
             f"(state out_dtype={got!r} if that is the kernel's contract)")
 
 
-def precision_candidates(a: np.ndarray, x: AttentionInputs, mid: np.ndarray,
+def precision_candidates(a: np.ndarray, x: AttentionCall, mid: np.ndarray,
                          model: ErrorModel, query: Any, key: Any, value: Any,
                          dtype_tol: np.ndarray) -> list[tuple[str, str, float, bool]]:
     """(name, description, ratio, explains) of the precision bugs that explain ``a``

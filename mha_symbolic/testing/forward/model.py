@@ -187,6 +187,7 @@ def attention_error_bound(
     Fully masked rows (no allowed key, not uniform) get the bound of an exact zero.
 
     >>> import numpy as np
+    >>> from mha_symbolic.testing.tolerance import error_model
     >>> q = k = v = np.eye(2)
     >>> b = attention_error_bound(q, k, v, scale=1.0, allowed=np.ones((2, 2), bool),
     ...                           model=error_model("float32"))

@@ -32,6 +32,11 @@ that holds the scores (u_a for a fused kernel), ``t_j = c q·k_j``.
    row's largest weight, the sink's included); the row sum ℓ = Σ P̃ is kept in fp32;
    the output is multiplied by v_descale (one more ``u_a |y|``) and stored.
 
+6. A variant's own term (the ``error`` hook of :mod:`mha_symbolic.oracle.variants.protocol`,
+   issue 23): an independent bound and its variance per score, added here.  Rotary
+   embeddings (:func:`mha_symbolic.oracle.variants.rotary.error_terms`) are its first
+   user: the kernel's rotation and its fp32 angles, as a bound on each score.
+
 The float64 evaluation of the variant's scores (tanh, the bias products and sums) errs
 by at most ``2^-50 (size_j + Σ_caps (|s| + |s'|))``, counted as a score error like the
 plain evaluation's own.  Constants (K_TANH, …) live in :mod:`.tolerance`.
@@ -90,6 +95,11 @@ def _extras(vp: Any, b: int, rows: slice, t: np.ndarray, model: ErrorModel,
         ind = ind + ua * bf + (K_TANH * ua + u) * af
         var = var + (ua * bf) ** 2 + (K_TANH * ua * af) ** 2 + (u * af) ** 2
         d_eval = d_eval + 2.0**-50 * (bf + af)
+    if vp.opts is not None:                            # the variants' own terms (hooks)
+        for variant in vp.opts.active():
+            if variant.error is not None:
+                i2, v2 = variant.error(vp.opts, vp, b, rows, model)
+                ind, var = ind + i2, var + v2
     if vp.sink_logit is not None:                      # the sink: one exact extra key
         sink = np.broadcast_to(vp.sink_logit, (*lead, L)).reshape(-1, L)[b, rows]
         scores = np.concatenate([scores, sink[:, None]], axis=1)
@@ -112,10 +122,11 @@ def variant_error_bound(vp: Any, model: ErrorModel, events: tuple[float, float] 
 
     >>> import numpy as np
     >>> from mha_symbolic.oracle.variants.registry import variant_options
-    >>> from mha_symbolic.testing.forward.bugs_variants import VariantInputs, plain_variant
+    >>> from mha_symbolic.testing.forward.bugs_variants import plain_variant
+    >>> from mha_symbolic.testing.call import AttentionCall
     >>> from mha_symbolic.testing.tolerance import error_model
-    >>> x = VariantInputs(np.eye(2)[None], np.eye(2)[None], np.eye(2)[None],
-    ...                   variant_options(softcap=5.0))
+    >>> x = AttentionCall(np.eye(2)[None], np.eye(2)[None], np.eye(2)[None],
+    ...                   opts=variant_options(softcap=5.0))
     >>> tol, vac = variant_error_bound(plain_variant(x), error_model("bfloat16"))
     >>> bool(np.all((tol > 0) & (tol < 0.05))), bool(vac.any())
     (True, False)

@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from ..call import AttentionCall
 from ..tolerance import ErrorModel
 from .model import HeadCache, attention_error_bound
 
 __all__ = [
     "CHUNK_SCORES",
-    "AttentionInputs",
     "BugSwitches",
     "Chunk",
     "Plain",
@@ -43,35 +43,6 @@ CHUNK_SCORES = 1 << 19
 #: 2× faster than at 4 MB; the values are those of any other chunking, up to the
 #: float64 summation order of BLAS on matrices of another shape).
 BOUND_CHUNK_SCORES = 1 << 16
-
-
-@dataclass(frozen=True)
-class AttentionInputs:
-    """Inputs and options of one scaled-dot-product attention call, as float64 arrays
-    of the caller's shapes (masks: bool, True = takes part, or float, added)."""
-
-    q: np.ndarray
-    k: np.ndarray
-    v: np.ndarray
-    attn_mask: np.ndarray | None = None
-    is_causal: bool = False
-    scale: float | None = None
-    enable_gqa: bool = False
-    causal_alignment: str = "top_left"
-    masked_rows: str = "zero"
-    dropout_p: float = 0.0
-    dropout_mask: np.ndarray | None = None     # bool, True = kept
-    dq: np.ndarray | None = None               # error bounds already in q, k, v
-    dk: np.ndarray | None = None
-    dv: np.ndarray | None = None
-
-    @property
-    def effective_scale(self) -> float:
-        """1/sqrt(E) by default (float64 is enough here: this is not the reference)."""
-        E = self.q.shape[-1]
-        if self.scale is not None:
-            return float(self.scale)
-        return 1.0 / math.sqrt(E) if E else 0.0
 
 
 @dataclass(frozen=True)
@@ -102,12 +73,13 @@ class Chunk:
     dq: np.ndarray | None = None
     dk: np.ndarray | None = None
     dv: np.ndarray | None = None
+    nan_rows: np.ndarray | None = None  # (R,) dead rows whose output is NaN (the policy)
 
 
 class _Layout:
-    """Shapes, broadcasting and the GQA head map of an :class:`AttentionInputs`."""
+    """Shapes, broadcasting and the GQA head map of an :class:`AttentionCall`."""
 
-    def __init__(self, x: AttentionInputs, tile_gqa: bool) -> None:
+    def __init__(self, x: AttentionCall, tile_gqa: bool) -> None:
         q, k, v = x.q, x.k, x.v
         self.L, self.E = q.shape[-2], q.shape[-1]
         self.S, self.Ev = v.shape[-2], v.shape[-1]
@@ -150,12 +122,12 @@ class Plain:
     within a bound of this evaluation (stopping at the first misfit).
 
     >>> import numpy as np
-    >>> x = AttentionInputs(np.eye(2), np.eye(2), np.arange(4.0).reshape(2, 2), scale=0.0)
+    >>> x = AttentionCall(np.eye(2), np.eye(2), np.arange(4.0).reshape(2, 2), scale=0.0)
     >>> Plain(x).out.tolist()
     [[1.0, 2.0], [1.0, 2.0]]
     """
 
-    def __init__(self, x: AttentionInputs, variant: BugSwitches = BugSwitches()) -> None:
+    def __init__(self, x: AttentionCall, variant: BugSwitches = BugSwitches()) -> None:
         self.x = x
         self.variant = variant
         self.layout = _Layout(x, variant.tile_gqa)
@@ -198,7 +170,8 @@ class Plain:
                         allowed &= mf != -np.inf
                         madd = np.where(np.isfinite(mf), mf, 0.0)
                 dead = ~np.any(allowed, axis=-1) if S else np.ones(i1 - i0, dtype=bool)
-                uniform = dead if (x.masked_rows == "uniform" and S) else None
+                policy = x.masked(dead, S)
+                uniform = policy.uniform if policy.uniform.any() else None
                 kappa = None
                 if db is not None:
                     kappa = np.asarray(db[i0:i1], dtype=np.float64) * kappa_scale
@@ -207,6 +180,7 @@ class Plain:
                     None if x.dq is None else x.dq[qi][i0:i1],
                     None if x.dk is None else x.dk[ki],
                     None if x.dv is None else x.dv[vi],
+                    policy.nan if policy.nan.any() else None,
                 )
 
     # ---- evaluation
@@ -235,8 +209,8 @@ class Plain:
         if ch.kappa is not None:
             p = p * ch.kappa
         out = p @ ch.v
-        if self.x.masked_rows == "nan" and ax == -1:
-            out = np.where(ch.dead[:, None], np.nan, out)
+        if ch.nan_rows is not None and ax == -1:
+            out = np.where(ch.nan_rows[:, None], np.nan, out)
         return np.asarray(out)
 
     @property
@@ -310,7 +284,7 @@ def fit_ratio(actual: np.ndarray, out: np.ndarray, tol: np.ndarray, safety: floa
     terms for the float64 evaluation of ``out`` itself); ≤ 1 means ``actual`` fits.
 
     >>> import numpy as np
-    >>> fit_ratio(np.array([1.0, np.nan]), np.array([1.5, np.nan]), np.ones(2), 1.0)
+    >>> round(fit_ratio(np.array([1.0, np.nan]), np.array([1.5, np.nan]), np.ones(2), 1.0), 9)
     0.5
     """
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -322,7 +296,7 @@ def fit_ratio(actual: np.ndarray, out: np.ndarray, tol: np.ndarray, safety: floa
     return float(np.max(ratio, initial=0.0))
 
 
-def plain_attention(x: AttentionInputs, **switches: Any) -> Plain:
+def plain_attention(x: AttentionCall, **switches: Any) -> Plain:
     """:class:`Plain` of ``x``; keyword switches (``softmax_axis``, ``tile_gqa``,
     ``causal_offset``, ``invert_bool_mask``) select a buggy variant."""
     return Plain(x, BugSwitches(**switches))
@@ -347,7 +321,7 @@ class SimulatedRun:
     overflow_index: tuple[int, ...] | None = field(default=None)
 
 
-def plain_in_dtype(x: AttentionInputs, dtype: object, work: object | None = None) -> SimulatedRun:
+def plain_in_dtype(x: AttentionCall, dtype: object, work: object | None = None) -> SimulatedRun:
     """What a plain same-dtype implementation outputs (float64 array of its values).
 
     Every tensor it stores is rounded to ``dtype``: the inputs, the scaled query, the
@@ -358,7 +332,7 @@ def plain_in_dtype(x: AttentionInputs, dtype: object, work: object | None = None
     kernel; such elements are counted, not hidden.
 
     >>> import numpy as np
-    >>> x = AttentionInputs(*(np.ones((1, 2, 2)) for _ in range(3)))
+    >>> x = AttentionCall(*(np.ones((1, 2, 2)) for _ in range(3)))
     >>> plain_in_dtype(x, np.float16).out.tolist()
     [[[1.0, 1.0], [1.0, 1.0]]]
     """
@@ -395,8 +369,8 @@ def plain_in_dtype(x: AttentionInputs, dtype: object, work: object | None = None
             if ch.kappa is not None:
                 p = st(p * ch.kappa.astype(wk))
             out = st(p @ v).astype(np.float64)
-        if x.masked_rows == "nan":
-            out = np.where(ch.dead[:, None], np.nan, out)
+        if ch.nan_rows is not None:
+            out = np.where(ch.nan_rows[:, None], np.nan, out)
         flat[ch.b, ch.rows] = out
     out = flat.reshape(pl.shape)
     bad = ~np.isfinite(out)

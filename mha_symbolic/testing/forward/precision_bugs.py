@@ -21,8 +21,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...oracle.arith.formats import get_format
+from ..call import AttentionCall
 from .emulated import exp_shifted, normalised, store
-from .plain import AttentionInputs, Chunk, Plain
+from .plain import Chunk, Plain
 
 __all__ = ["SAME_SIZE", "PrecisionBug", "PrecisionFinding", "precision_bugs", "round_tf32"]
 
@@ -139,7 +140,7 @@ def _applies(bug: PrecisionBug, out_fmt: str, in_fmts: set[str]) -> bool:
     return narrow is None or narrow not in in_fmts
 
 
-def precision_bugs(actual: np.ndarray, x: AttentionInputs, mid: np.ndarray,
+def precision_bugs(actual: np.ndarray, x: AttentionCall, mid: np.ndarray,
                    out_fmt: str, in_fmts: set[str], dtype_tol: np.ndarray
                    ) -> tuple[PrecisionFinding, ...]:
     """The precision classes that explain ``actual`` or whose error has its size

@@ -32,10 +32,11 @@ import numpy as np
 
 from ...errors import SpecError
 from ...oracle.inputs import as_exact_array
-from ...oracle.variants.forward import reference_attention_varlen, variant_attention
+from ...oracle.variants.forward import reference_attention_varlen, variant_attention, varlen_inputs
 from ...oracle.variants.protocol import VariantOptions
-from ...oracle.variants.registry import kept, variant_options
-from ...oracle.variants.semantics import Geometry, eval_mask_mod
+from ...oracle.variants.registry import kept, with_variant_keywords
+from ...oracle.variants.semantics import Geometry
+from ..call import AttentionCall
 from ..options import asserting, checked
 from ..pattern import key_clause, sequence_pattern
 from ..tolerance import DEFAULT_SAFETY, FORMATS, ErrorModel
@@ -55,10 +56,9 @@ from ..verdict import (
 )
 from ..verdict import _verdict as _judge
 from .bugs import Candidate, _fits
-from .bugs_variants import VARIANT_BUG_CLASSES, VariantInputs, diagnose_variant, plain_variant
+from .bugs_variants import VARIANT_BUG_CLASSES, diagnose_variant, plain_variant
 from .emulated import hull_violations
 from .model_variants import FP8_FORMATS, variant_events
-from .plain import AttentionInputs
 
 __all__ = ["assert_attention_varlen_close", "compare_attention_varlen",
            "compare_variant_attention"]
@@ -95,7 +95,7 @@ def _lead(q: np.ndarray, k: np.ndarray, v: np.ndarray, enable_gqa: bool) -> tupl
 
 def _variant_inputs(query: Any, key: Any, value: Any, opts: VariantOptions, *,
                     attn_mask: Any, is_causal: bool, scale: Any, enable_gqa: bool,
-                    causal_alignment: str, masked_rows: str) -> VariantInputs:
+                    causal_alignment: str, masked_rows: str) -> AttentionCall:
     qa = as_exact_array(query, "query")
     q, k, v = _f64(query, "query"), _f64(key, "key"), _f64(value, "value")
     lead = _lead(q, k, v, enable_gqa)
@@ -112,7 +112,7 @@ def _variant_inputs(query: Any, key: Any, value: Any, opts: VariantOptions, *,
     if attn_mask is not None:
         m = as_exact_array(attn_mask, "attn_mask")
         mask = m if m.dtype == np.bool_ else np.asarray(m, dtype=np.float64)
-    return VariantInputs(q, k, v, opts, attn_mask=mask, is_causal=is_causal,
+    return AttentionCall(q, k, v, opts=opts, attn_mask=mask, is_causal=is_causal,
                          scale=None if scale is None else float(scale), enable_gqa=enable_gqa,
                          causal_alignment=causal_alignment, masked_rows=masked_rows,
                          mod_keep=keep, in_format=qa.dtype.name)
@@ -202,8 +202,8 @@ def _verdict(a: np.ndarray, ref: Any, model_tol: np.ndarray, vacuous: np.ndarray
 # varlen
 
 
-def _packed_bugs(x_parts: list[VariantInputs], cq: list[int], ck: list[int],
-                 qp: np.ndarray, kp: np.ndarray, vp_: np.ndarray, base: VariantInputs,
+def _packed_bugs(x_parts: list[AttentionCall], cq: list[int], ck: list[int],
+                 qp: np.ndarray, kp: np.ndarray, vp_: np.ndarray, base: AttentionCall,
                  actual: np.ndarray, model: ErrorModel, safety: float) -> tuple[Any, ...]:
     """Diagnosis of a packed output: the per-sequence variant bugs (applied to every
     sequence) and the two varlen bugs (attention across the boundaries)."""
@@ -260,21 +260,22 @@ def _packed_bugs(x_parts: list[VariantInputs], cq: list[int], ck: list[int],
     return tuple(sorted(found, key=lambda cand: cand.ratio))
 
 
+@with_variant_keywords
 @checked
 def compare_attention_varlen(
     actual: Any, query: Any, key: Any, value: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, *,
     is_causal: bool = False, scale: float | None = None, causal_alignment: str = "top_left",
-    masked_rows: str = "zero", window: Any = None, softcap: Any = None,
-    alibi_slopes: Any = None, sinks: Any = None, mask_mod: Any = None, score_mod: Any = None,
-    q_descale: Any = None, k_descale: Any = None, v_descale: Any = None, rule: str | None = None,
+    masked_rows: str = "zero", rule: str | None = None,
     accumulation_dtype: Any = None, weights_dtype: Any = None, kernel: str = "fused",
     error_model: str = "probabilistic", subnormals: str = "keep",
     safety: float | None = None, rtol: float | None = None, atol: float | None = None,
-    ulps: float | None = None, diagnose_bugs: bool = True,
+    ulps: float | None = None, diagnose_bugs: bool = True, **variants: Any,
 ) -> Any:
     """Compare a packed varlen output (total_q, H, E_v) with the exact
-    :func:`mha_symbolic.reference_attention_varlen` of the same arguments.
+    :func:`mha_symbolic.reference_attention_varlen` of the same arguments (the
+    registered variants' keywords included: each sequence gets its options from the
+    variants' ``sequence`` hooks, :class:`~mha_symbolic.oracle.variants.forward.Varlen`).
 
     >>> import numpy as np
     >>> x = np.arange(12.0, dtype=np.float32).reshape(3, 1, 4) / 8
@@ -290,44 +291,23 @@ def compare_attention_varlen(
     ref = reference_attention_varlen(
         query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         is_causal=is_causal, scale=scale, causal_alignment=causal_alignment,
-        masked_rows=masked_rows, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
-        sinks=sinks, mask_mod=mask_mod, score_mod=score_mod, q_descale=q_descale,
-        k_descale=k_descale, v_descale=v_descale)
+        masked_rows=masked_rows, **variants)
     _check_shape(a, tuple(ref.shape), "varlen attention output")
-    qa = as_exact_array(query, "query")
-    qp, kp, vp_ = _f64(query, "query"), _f64(key, "key"), _f64(value, "value")
-    cq = [int(t) for t in np.asarray(cu_seqlens_q).tolist()]
-    ck = [int(t) for t in np.asarray(cu_seqlens_k).tolist()]
-    nb = len(cq) - 1
-    H, hk = qp.shape[1], kp.shape[1]
-    model = _variant_model(a, qa.dtype.name, accumulation_dtype, weights_dtype, kernel,
+    vl = varlen_inputs(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                       max_seqlen_k, **variants)
+    qp, kp, vp_ = (np.asarray(t, dtype=np.float64) for t in (vl.q, vl.k, vl.v))
+    cq, ck = vl.cq, vl.ck
+    model = _variant_model(a, vl.q.dtype.name, accumulation_dtype, weights_dtype, kernel,
                            error_model, subnormals)
-    opts = variant_options(window=window, softcap=softcap, alibi_slopes=alibi_slopes,
-                           sinks=sinks, score_mod=score_mod, q_descale=q_descale,
-                           k_descale=k_descale, v_descale=v_descale) or VariantOptions()
-
-    def row(arr: np.ndarray | None, width: int, b: int) -> np.ndarray | None:
-        return None if arr is None else np.broadcast_to(arr, (nb, width))[b]
-
-    parts: list[VariantInputs] = []
-    for b in range(nb):
-        qb = np.swapaxes(qp[cq[b]:cq[b + 1]], 0, 1)[None]
-        kb = np.swapaxes(kp[ck[b]:ck[b + 1]], 0, 1)[None]
-        vb = np.swapaxes(vp_[ck[b]:ck[b + 1]], 0, 1)[None]
-        ob = opts.replace(alibi_slopes=row(opts.alibi_slopes, H, b),
-                     q_descale=row(opts.q_descale, hk, b), k_descale=row(opts.k_descale, hk, b),
-                     v_descale=row(opts.v_descale, hk, b))
-        keep = None
-        if mask_mod is not None:
-            L_b, S_b = qb.shape[-2], kb.shape[-2]
-            geo = Geometry((1, H), H, L_b, S_b, 0)
-            keep = eval_mask_mod(lambda bb, h, qi, ki, _b=b: mask_mod(bb + _b, h, qi, ki),
-                                 geo).reshape(1, H, L_b, S_b)
-        parts.append(VariantInputs(qb, kb, vb, ob, is_causal=is_causal,
-                                   scale=None if scale is None else float(scale),
-                                   enable_gqa=hk != H, causal_alignment=causal_alignment,
-                                   masked_rows=masked_rows, mod_keep=keep,
-                                   in_format=qa.dtype.name))
+    parts: list[AttentionCall] = []
+    for b in range(vl.n):
+        rq, rk, ob = vl.sequence(b)
+        qb, kb, vb = (np.swapaxes(t[r], 0, 1)[None]
+                      for t, r in ((vl.q, rq), (vl.k, rk), (vl.v, rk)))
+        parts.append(_variant_inputs(qb, kb, vb, ob, attn_mask=None, is_causal=is_causal,
+                                     scale=scale, enable_gqa=vl.hk != vl.H,
+                                     causal_alignment=causal_alignment,
+                                     masked_rows=masked_rows))
     plains = [plain_variant(xp) for xp in parts]
     # one check: λ from the events of every sequence together (union bound)
     ev = [variant_events(p_) for p_ in plains]
@@ -386,7 +366,7 @@ def _hull(a: np.ndarray, x: Any, model: ErrorModel) -> np.ndarray | None:
                         for n in ("q_descale", "k_descale", "v_descale")):
         return None
     try:
-        xi = AttentionInputs(x.q, x.k, x.v, enable_gqa=x.enable_gqa)
+        xi = AttentionCall(x.q, x.k, x.v, enable_gqa=x.enable_gqa)
         bad = hull_violations(a, xi, model)
     except (ValueError, IndexError):
         return None

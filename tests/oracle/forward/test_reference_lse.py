@@ -110,5 +110,5 @@ def test_bad_lse_options_are_one_clear_line() -> None:
         ms.reference_attention(x, x, x, return_lse=True, lse_base=10)
     with pytest.raises(SpecError, match="lse_masked='nan'"):
         ms.reference_attention(x, x, x, return_lse=True, lse_masked="nan")
-    with pytest.raises(SpecError, match="variants is not supported"):
+    with pytest.raises(SpecError, match="softcap or a bias that is not an exact"):
         ms.reference_attention(x, x, x, return_lse=True, softcap=5.0)

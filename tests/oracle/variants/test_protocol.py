@@ -14,13 +14,15 @@ import numpy as np
 import pytest
 
 import mha_symbolic as ms
-from mha_symbolic.errors import UnknownOptionError
+from mha_symbolic.errors import SpecError, UnknownOptionError
 from mha_symbolic.oracle.variants import protocol
 from mha_symbolic.oracle.variants.registry import variant_keywords, variant_options
 from mha_symbolic.testing.forward.bugs_variants import VARIANT_BUG_CLASSES
 
 DOORS = ["reference_attention", "reference_attention_backward", "compare_attention",
-         "assert_attention_close", "compare_attention_backward"]
+         "assert_attention_close", "compare_attention_backward",
+         "reference_attention_varlen", "reference_attention_varlen_backward",
+         "compare_attention_varlen", "assert_attention_varlen_close"]
 
 
 @pytest.mark.parametrize("door", DOORS)
@@ -34,10 +36,12 @@ def test_every_registered_keyword_is_in_every_door_signature(door: str) -> None:
 def test_the_registered_variants_are_the_documented_ones() -> None:
     names = [v.name for v in protocol.registered()]
     assert sorted(names) == sorted(["window", "softcap", "score_mod", "alibi", "sinks",
-                                    "mask_mod", "fp8_descale", "kv_cache"])
+                                    "mask_mod", "fp8_descale", "kv_cache", "rotary"])
     assert set(variant_keywords()) == {"window", "softcap", "score_mod", "alibi_slopes",
                                        "sinks", "mask_mod", "q_descale", "k_descale",
-                                       "v_descale", "cache_seqlens", "cache_leftpad"}
+                                       "v_descale", "cache_seqlens", "cache_leftpad",
+                                       "rotary_cos", "rotary_sin", "rotary_interleaved",
+                                       "rotary_dim", "rotary_base", "rotary_position_scale"}
 
 
 def test_every_bug_class_a_variant_names_exists() -> None:
@@ -76,9 +80,12 @@ def key_lengths() -> Iterator[None]:
         n = opts.key_lengths.reshape(-1, *(1,) * (len(geo.batch) - 1), 1, 1)
         return np.arange(geo.S) < n
 
+    def sequence(opts: Any, b: int, n: int) -> dict[str, Any]:
+        return {"key_lengths": opts.key_lengths[b:b + 1]}   # one length per sequence
+
     protocol.register(protocol.Variant(
         name="key_lengths_test", keywords=("key_lengths",), fields={"key_lengths": None},
-        parse=parse, keep=keep, summary="test"))
+        parse=parse, keep=keep, summary="test", sequence=sequence))
     try:
         yield
     finally:
@@ -111,3 +118,35 @@ def test_a_new_variant_reaches_the_doors_with_no_other_change(key_lengths: None)
     assert not ms.compare_attention(ms.reference_attention(q, k, v).rounded("float32"),
                                     q, k, v, key_lengths=lengths).passed
     assert variant_options(key_lengths=lengths) is not None
+
+
+def test_a_new_variant_reaches_the_varlen_doors_through_its_sequence_hook(
+        key_lengths: None) -> None:
+    """Packed sequences of 3 and 4 tokens, each with its own key length (the hook's row
+    b): the same as each sequence alone with a hand-built mask."""
+    rng = np.random.default_rng(5)
+    H, E = 2, 4
+    cu = [0, 3, 7]
+    q, k, v = (rng.standard_normal((7, H, E)).astype(np.float32) for _ in range(3))
+    lengths = [2, 3]
+    got = ms.reference_attention_varlen(q, k, v, cu, cu, key_lengths=lengths)
+    for b in range(2):
+        sl = slice(cu[b], cu[b + 1])
+        qb, kb, vb = (np.swapaxes(t[sl], 0, 1) for t in (q, k, v))
+        S_b = cu[b + 1] - cu[b]
+        mask = np.zeros((1, S_b, S_b), dtype=bool)
+        mask[..., :lengths[b]] = True
+        want = ms.reference_attention(qb, kb, vb, attn_mask=mask).rounded("float32")
+        np.testing.assert_array_equal(got.rounded("float32")[sl], np.swapaxes(want, 0, 1))
+    out = got.rounded("float32")
+    assert ms.compare_attention_varlen(out, q, k, v, cu, cu, key_lengths=lengths).passed
+    plain = ms.reference_attention_varlen(q, k, v, cu, cu).rounded("float32")
+    assert not ms.compare_attention_varlen(plain, q, k, v, cu, cu, key_lengths=lengths).passed
+
+
+def test_a_variant_that_is_not_packed_is_refused_by_the_varlen_doors() -> None:
+    x = np.ones((3, 1, 4))
+    with pytest.raises(SpecError, match="not available for packed varlen"):
+        ms.reference_attention_varlen(x, x, x, [0, 1, 3], [0, 1, 3], cache_seqlens=[1, 2])
+    with pytest.raises(UnknownOptionError, match="windw"):
+        ms.reference_attention_varlen(x, x, x, [0, 1, 3], [0, 1, 3], windw=(1, 0))

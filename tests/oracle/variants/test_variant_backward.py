@@ -603,13 +603,17 @@ def test_softcap_gradients_of_a_simulated_low_precision_kernel_pass(dtype: str) 
     the softcap model's tolerance, and the same kernel without the derivative does not."""
     import ml_dtypes
 
-    from mha_symbolic.testing.backward.bugs import BackwardInputs, plain_backward
+    from mha_symbolic.oracle.variants.protocol import VariantOptions
+    from mha_symbolic.testing.backward.bugs import plain_backward
+    from mha_symbolic.testing.call import AttentionCall
 
     dt = np.dtype(getattr(ml_dtypes, dtype) if dtype == "bfloat16" else dtype)
     rng = np.random.default_rng(47)
     for _ in range(3):
         q, k, v, do = ((rng.standard_normal((1, 2, 12, 16)) * 2).astype(dt) for _ in range(4))
-        x = BackwardInputs(*(np.asarray(a, np.float64) for a in (q, k, v, do)), softcap=3.0,
+        x = AttentionCall(*(np.asarray(a, np.float64) for a in (q, k, v)),
+                          do=np.asarray(do, np.float64),
+                          opts=VariantOptions(softcap=3.0),
                            is_causal=True)
         for deriv in (True, False):
             sim = plain_backward(x, dtype=dt, softcap_derivative=deriv)

@@ -15,9 +15,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from mha_symbolic.testing.call import AttentionCall
 from mha_symbolic.testing.forward import plain as plain_mod
 from mha_symbolic.testing.forward.model import ScoreExtras, attention_error_bound
-from mha_symbolic.testing.forward.plain import AttentionInputs, Plain
+from mha_symbolic.testing.forward.plain import Plain
 from mha_symbolic.testing.tolerance import error_model
 from tests.kernels.bound_reference import reference_attention_error_bound
 
@@ -150,7 +151,7 @@ def test_a_check_bound_matches_the_plain_evaluation(case: tuple) -> None:
         attn = rng.random((L, S)) < 0.6
     elif mask == "float":
         attn = np.where(rng.random((L, S)) < 0.1, -np.inf, np.round(rng.standard_normal((L, S))))
-    x = AttentionInputs(q, k, v, attn_mask=attn, is_causal=causal, enable_gqa=gqa)
+    x = AttentionCall(q, k, v, attn_mask=attn, is_causal=causal, enable_gqa=gqa)
     pl = Plain(x)
     model = error_model(dtype).with_events(*pl.events())
     tol, vac = pl.bound(model)
@@ -197,7 +198,7 @@ def test_the_bound_and_the_dtype_level_advance_a_progress_bar_by_every_row() -> 
 
     rng = np.random.default_rng(2)
     q, k, v = (_rounded(rng, (2, 3, 700, 8), "bfloat16") for _ in range(3))
-    x = AttentionInputs(q, k, v, is_causal=True)
+    x = AttentionCall(q, k, v, is_causal=True)
     pl = Plain(x)
     model = error_model("bfloat16").with_events(*pl.events())
     bar = _Counter()

@@ -317,13 +317,14 @@ def test_empty_lengths_are_judged_not_crashed(shape_q: tuple[int, ...],
 def test_float64_error_just_above_the_tolerance_is_caught() -> None:
     # the oracle's fast enclosure is far wider than a float64 tolerance; the verdict
     # must still see an error of a few tolerances (the enclosure gets refined)
-    from mha_symbolic.testing.forward.plain import AttentionInputs, Plain
+    from mha_symbolic.testing.call import AttentionCall
+    from mha_symbolic.testing.forward.plain import Plain
     from mha_symbolic.testing.tolerance import error_model
 
     q, k, v = _qkv(15, np.float64)
     good = bc.numpy_attention(bc.Case("float64", q, k, v))
     assert compare_attention(good, q, k, v).passed
-    plain = Plain(AttentionInputs(q, k, v))
+    plain = Plain(AttentionCall(q, k, v))
     bound, _ = plain.bound(error_model("float64").with_events(*plain.events()))
     bad = good.copy()
     bad[0, 1, 2, 3] += 3 * bound[0, 1, 2, 3]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mha_symbolic.testing.forward.plain import AttentionInputs, Plain, fit_ratio, plain_in_dtype
+from mha_symbolic.testing.call import AttentionCall
+from mha_symbolic.testing.forward.plain import Plain, fit_ratio, plain_in_dtype
 from mha_symbolic.testing.tolerance import error_model
 
 
@@ -27,7 +28,7 @@ def test_chunks_of_any_size_give_the_same_output(rows: int) -> None:
     rng = np.random.default_rng(1)
     q, k, v = rng.standard_normal((2, 3, 7, 4)), rng.standard_normal((2, 3, 5, 4)), \
         rng.standard_normal((2, 3, 5, 6))
-    pl = Plain(AttentionInputs(q, k, v))
+    pl = Plain(AttentionCall(q, k, v))
     flat = np.zeros((6, 7, 6))
     for ch in pl.chunks(max_scores=rows * 5):
         assert ch.q.shape[0] <= max(rows, 1)
@@ -39,7 +40,7 @@ def test_broadcasting_a_query_with_fewer_leading_dims() -> None:
     rng = np.random.default_rng(2)
     q = rng.standard_normal((7, 4))
     k, v = rng.standard_normal((2, 3, 5, 4)), rng.standard_normal((2, 3, 5, 6))
-    out = Plain(AttentionInputs(q, k, v)).out
+    out = Plain(AttentionCall(q, k, v)).out
     assert out.shape == (2, 3, 7, 6)
     assert np.allclose(out, _direct(q, k, v, 0.5), rtol=1e-13, atol=0)
 
@@ -48,7 +49,7 @@ def test_gqa_maps_query_head_g_to_kv_head_g_div_rep() -> None:
     rng = np.random.default_rng(3)
     q, k, v = rng.standard_normal((1, 6, 4, 8)), rng.standard_normal((1, 2, 5, 8)), \
         rng.standard_normal((1, 2, 5, 3))
-    out = Plain(AttentionInputs(q, k, v, enable_gqa=True)).out
+    out = Plain(AttentionCall(q, k, v, enable_gqa=True)).out
     want = _direct(q, np.repeat(k, 3, axis=1), np.repeat(v, 3, axis=1), 8**-0.5)
     assert np.allclose(out, want, rtol=1e-13, atol=0)
 
@@ -57,7 +58,7 @@ def test_dropout_multiplies_the_weights_by_keep_over_one_minus_p() -> None:
     rng = np.random.default_rng(4)
     q, k, v = rng.standard_normal((3, 2)), rng.standard_normal((4, 2)), rng.standard_normal((4, 2))
     keep = rng.random((3, 4)) < 0.6
-    out = Plain(AttentionInputs(q, k, v, dropout_p=0.25, dropout_mask=keep)).out
+    out = Plain(AttentionCall(q, k, v, dropout_p=0.25, dropout_mask=keep)).out
     s = (q @ k.T) / np.sqrt(2)
     w = np.exp(s - s.max(-1, keepdims=True))
     w /= w.sum(-1, keepdims=True)
@@ -68,23 +69,23 @@ def test_fully_masked_rows_follow_each_policy() -> None:
     q, k = np.ones((2, 1)), np.ones((3, 1))
     v = np.array([[1.0], [2.0], [6.0]])
     mask = np.array([[True, False, True], [False, False, False]])
-    zero = Plain(AttentionInputs(q, k, v, attn_mask=mask)).out
+    zero = Plain(AttentionCall(q, k, v, attn_mask=mask)).out
     assert zero[:, 0].tolist() == [3.5, 0.0]                 # (1 + 6)/2, then 0
-    uniform = Plain(AttentionInputs(q, k, v, attn_mask=mask, masked_rows="uniform")).out
+    uniform = Plain(AttentionCall(q, k, v, attn_mask=mask, masked_rows="uniform")).out
     assert uniform[1, 0] == pytest.approx(3.0, rel=1e-15)   # the mean of every value
-    nan = Plain(AttentionInputs(q, k, v, attn_mask=mask, masked_rows="nan")).out
+    nan = Plain(AttentionCall(q, k, v, attn_mask=mask, masked_rows="nan")).out
     assert nan[0, 0] == pytest.approx(3.5) and np.isnan(nan[1, 0])
 
 
 def test_events_count_elements_and_sum_terms() -> None:
-    x = AttentionInputs(np.zeros((2, 3, 4)), np.zeros((2, 5, 4)), np.zeros((2, 5, 6)))
+    x = AttentionCall(np.zeros((2, 3, 4)), np.zeros((2, 5, 4)), np.zeros((2, 5, 6)))
     # 2·3·6 = 36 output elements; sums of 2S = 10 terms for each of them and each row
     assert Plain(x).events() == (36.0, 10.0 * (36 + 6) + 1)
 
 
 def test_bound_is_output_shaped_and_finite() -> None:
     rng = np.random.default_rng(5)
-    x = AttentionInputs(rng.standard_normal((1, 2, 3, 4)), rng.standard_normal((1, 2, 6, 4)),
+    x = AttentionCall(rng.standard_normal((1, 2, 3, 4)), rng.standard_normal((1, 2, 6, 4)),
                         rng.standard_normal((1, 2, 6, 5)), is_causal=True)
     pl = Plain(x)
     tol, vac = pl.bound(error_model("float32").with_events(*pl.events()))
@@ -98,7 +99,7 @@ def test_simulated_float16_kernel_counts_its_overflow() -> None:
     q = np.array([[[300.0], [1.0]]])
     k = np.array([[[300.0], [1.0]]])
     v = np.array([[[1.0], [2.0]]])
-    run = plain_in_dtype(AttentionInputs(q, k, v, scale=1.0), np.float16)
+    run = plain_in_dtype(AttentionCall(q, k, v, scale=1.0), np.float16)
     assert run.n_overflow == 1 and run.overflow_index == (0, 0, 0)
     # row 1: scores (300, 1): weights (1, e^-299) round to (1, 0) in fp16, output v_0 = 1
     assert run.out[0, 1, 0] == 1.0
