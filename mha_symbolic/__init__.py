@@ -9,11 +9,62 @@ python-flint.
 1048576
 """
 
-from __future__ import annotations
+# (no ``from __future__ import annotations`` here: it imports the module __future__,
+# Python code that would run before the start-up guard below)
 
-from typing import TYPE_CHECKING
+# Ctrl-C in the command's start-up (issue 30): the console script and ``python -m
+# mha_symbolic`` import this package first, so these lines are the earliest code of ours
+# that runs.  There (and only there, never for a library user: mha_symbolic/_startup.py)
+# SIGINT gets a handler that writes one line and exits 130; cli.main() hands SIGINT back
+# to Python's KeyboardInterrupt once it runs.  Inline and with builtin modules only, so
+# that no import of ours comes before it.
+import _signal
+import sys as _sys
 
-from ._lazy import lazy_exports
+
+def _startup_interrupt(signum: int, frame: object) -> None:
+    import os
+    try:
+        os.write(2, b"mha-symbolic: interrupted\n")
+    finally:
+        os._exit(130)
+
+
+def _is_the_command(argv: object) -> bool:
+    """Whether ``sys.orig_argv`` runs the command: ``python [opts] -m mha_symbolic`` or
+    the console script ``mha-symbolic`` (``-script.py``, ``.exe`` on Windows)."""
+    args = [str(a) for a in argv][1:] if isinstance(argv, (list, tuple)) else []
+    skip = False
+    for n, arg in enumerate(args):
+        if skip:  # the value of -X or -W
+            skip = False
+            continue
+        if arg in ("-X", "-W"):
+            skip = True
+            continue
+        if arg.startswith("-c"):
+            return False
+        if arg.startswith("-m"):
+            name = arg[2:] or (args[n + 1] if n + 1 < len(args) else "")
+            return name in ("mha_symbolic", "mha_symbolic.cli")
+        if not arg.startswith("-"):
+            tail = arg.replace("\\", "/").rsplit("/", 1)[-1].lower()
+            for end in ("-script.pyw", "-script.py", ".exe"):
+                tail = tail.removesuffix(end)
+            return tail == "mha-symbolic"
+    return False
+
+
+if (_signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
+        and _is_the_command(getattr(_sys, "orig_argv", ()))):
+    try:  # noqa: SIM105 (contextlib is Python code to import: the window this closes)
+        _signal.signal(_signal.SIGINT, _startup_interrupt)
+    except (ValueError, OSError):  # not the main thread
+        pass
+
+from typing import TYPE_CHECKING  # noqa: E402
+
+from ._lazy import lazy_exports  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -24,15 +24,15 @@ import contextlib
 import os
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 from ._text import sanitize
 from .errors import ExampleFileError
 
-__all__ = ["STDIN", "check_name", "check_not_input", "output_path", "read_bounded", "write_atomic",
-           "write_output"]
+__all__ = ["STDIN", "check_name", "check_not_input", "output_lock", "output_path", "read_bounded",
+           "write_atomic", "write_output"]
 
 #: The file name that means standard input.
 STDIN = "-"
@@ -179,6 +179,43 @@ def check_not_input(path: Path, inputs: Sequence[str | os.PathLike[str]], option
         if same:
             raise ExampleFileError(f"{option} {shown} is the input file {_shown(source)}: "
                                    "refusing to overwrite it")
+
+
+@contextlib.contextmanager
+def output_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock for the whole run on the folder ``path`` is written to, so
+    that two concurrent runs writing the same ``out.tex`` (and its ``out.pdf``, figures)
+    take turns and never leave a pair from different runs (issue 30).
+
+    The lock is ``fcntl.flock`` on the folder itself (opened read-only): no lock file is
+    left behind, and the kernel drops a dead process's locks, so a killed run never
+    leaves a stale one.  Runs writing other files of the same folder also take turns
+    (harmless: each run is seconds).  A run that has to wait says so on stderr, once.
+    Where ``fcntl`` is missing (Windows) or the folder cannot be opened, runs are not
+    serialised: the outputs are still each written whole (:func:`write_atomic`)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    try:
+        fd = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError:  # a missing folder fails later, at the write, with its own message
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"mha-symbolic: waiting for another run writing {_shown(path)}",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without flock
+            pass
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor releases the lock
 
 
 def write_output(path: Path, text: str) -> None:

@@ -27,6 +27,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from ._startup import release
 from ._text import register_ascii_fallback, sanitize
 from .errors import MhaSymbolicError
 
@@ -325,14 +326,39 @@ def _catch_signals() -> dict[int, Any]:
     return previous
 
 
+def _quit_130() -> None:
+    """Exit 130 now, the streams flushed.  A KeyboardInterrupt that reached a C
+    extension's ``PyRun_String`` (some library imports run code that way) leaves CPython's
+    "unhandled KeyboardInterrupt" flag set even after we catch it, and the interpreter
+    then ends by re-raising SIGINT on itself (status -2) after our one line; os._exit
+    skips that.  Only when this process is the command (never for main() called in
+    process)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            if stream is not None:
+                stream.flush()
+    os._exit(130)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import signal
 
     previous = _catch_signals()
+    early = release()  # the start-up SIGINT handler (mha_symbolic/_startup.py)
+    if early is not None:
+        previous[signal.SIGINT] = early  # back in place for the exit itself
     try:
-        return _main(argv)
+        code = _main(argv)
+        if code == 130 and early is not None:  # interrupted inside the command
+            _quit_130()
+        return code
     except KeyboardInterrupt:  # Ctrl-C before the command started (parsing, imports)
+        if early is not None:  # a second Ctrl-C while the line is printed: still one line
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(signal.SIGINT, early)  # type: ignore[arg-type]
         print(f"{PROG}: interrupted", file=sys.stderr)
+        if early is not None:  # this process is the command: end it here (_quit_130)
+            _quit_130()
         return 130
     except _Terminated as exc:
         print(f"{PROG}: terminated by {signal.Signals(exc.signum).name}", file=sys.stderr)

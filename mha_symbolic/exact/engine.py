@@ -551,11 +551,14 @@ def _scale_value(scale: Any, d_k: Any, default_unscaled: bool) -> Any:
     return exact_number(scale, "scale")
 
 
-def _check_magnitude(t: Any, head: int) -> None:
+def _check_magnitude(t: Any, head: int, what: str = "scaled score") -> None:
     """Refuse scaled scores beyond ±MAX_ABS_SCORE before SymPy exponentiates them.
 
     ``t`` holds scale · score only: additive masks and ``mask_fill`` values are checked
-    by :func:`_mask_entry` against MAX_ABS_MASK."""
+    by :func:`_mask_entry` against MAX_ABS_MASK.  A softcap's tanh argument s/cap is
+    held to the same bound (``what``): SymPy rewrites functions of c·log(n) into powers
+    n^c, so a tiny cap (sqrt(1e-400)) made 3^(10^200) out of tanh(10^200·log(3)/2),
+    a computation without end (issue 30, seed 41 #8684)."""
     import sympy as sp
 
     from .certified import to_arb
@@ -566,14 +569,14 @@ def _check_magnitude(t: Any, head: int) -> None:
         if e.is_Rational:
             if abs(e) > MAX_ABS_SCORE:
                 raise InputValueError(
-                    f"scaled score [{r + 1},{j + 1}] of head {head + 1} is beyond ±{MAX_ABS_SCORE} "
+                    f"{what} [{r + 1},{j + 1}] of head {head + 1} is beyond ±{MAX_ABS_SCORE} "
                     f"(it is {expr_text(e, 40)}): too large to exponentiate exactly; use "
                     "reference_attention for such inputs")
             continue
         ball = to_arb(e, 64)
         if not ball.is_finite() or abs(ball) > MAX_ABS_SCORE:
             raise InputValueError(
-                f"scaled score [{r + 1},{j + 1}] of head {head + 1} is beyond ±{MAX_ABS_SCORE} "
+                f"{what} [{r + 1},{j + 1}] of head {head + 1} is beyond ±{MAX_ABS_SCORE} "
                 f"(it is {expr_text(e, 40)}): too large to exponentiate exactly; use "
                 "reference_attention for such inputs"
             )
@@ -961,6 +964,7 @@ def exact_attention(
         scaled = s * scale_value
         _check_magnitude(scaled, i)
         if var["softcap"] is not None:  # cap·tanh(s/cap): after the scale, before masks
+            _check_magnitude(scaled / var["softcap"], i, what="scaled score / softcap")
             scaled = _softcap(scaled, var["softcap"])
         bias = None
         if var["alibi_slopes"] is not None:  # added after the softcap (FlashAttention)

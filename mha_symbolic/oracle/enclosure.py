@@ -40,6 +40,8 @@ __all__ = ["Enclosure", "Problem"]
 
 Array = np.ndarray[Any, Any]
 
+_FMAX = float(np.finfo(np.float64).max)
+
 
 def _round_ends(x: Any, fmt: FloatFormat) -> tuple[float, float] | None:
     """Both exact endpoints of the ball rounded to ``fmt`` (call inside Prec)."""
@@ -204,7 +206,7 @@ class Enclosure(MpmathViews):
     def __init__(self, problem: Problem, kind: str, shape: tuple[int, ...],
                  mid: Array, err: Array, ok: Array, zero_rows: Array, nan_rows: Array,
                  perm: tuple[int, ...] | None = None, progress: Progress | None = None,
-                 owned: bool = False) -> None:
+                 owned: bool = False, hull: tuple[Array, Array] | None = None) -> None:
         # flat arrays (B, L, ncols); ok/zero_rows/nan_rows (B, L).  The user's array
         # is flat.reshape(pre_shape).transpose(perm) (perm None: no transpose).
         # ``owned``: mid and err (float64, C order) are the caller's to give away: mid
@@ -221,6 +223,10 @@ class Enclosure(MpmathViews):
         self._progress = progress
         self._exact_rows: dict[tuple[int, int], list[Fraction | None] | None] = {}
         self._rounded_cache: dict[str, Array] = {}
+        # ``hull``: (lo, hi) of shape (B, ncols), float64 bounds known to hold every
+        # exact value of stack element b outside the zero and NaN rows (the value hull
+        # of a convex combination: forward.attention); every bound is clamped to it
+        self._hull = hull
         if not owned:
             mid = np.array(mid, dtype=np.float64)
         # an exact value (err = 0): the bounds are the value itself
@@ -229,6 +235,7 @@ class Enclosure(MpmathViews):
         if exact_zero is not None:
             lo = np.where(exact_zero, mid, lo)
             hi = np.where(exact_zero, mid, hi)
+        self._clamp(lo, hi, mid)
         if zero_rows.any():
             for arr in (lo, hi, mid):
                 arr[zero_rows] = 0.0
@@ -283,7 +290,46 @@ class Enclosure(MpmathViews):
                 self._ok2[b, good] = True
         if bar is not None:
             bar.close()
+        self._clamp(lo, hi, mid, rows_mask)
         self._lo, self._hi, self._mid = lo, hi, mid
+
+    def _clamp(self, lo: Array, hi: Array, mid: Array, rows: Array | None = None) -> None:
+        """Clamp the bounds (in place) to the hull, if any: l = max(l, h_lo) and
+        u = min(u, h_hi) are still bounds of a value known to lie in [h_lo, h_hi]
+        (NaN bounds, from an overflow inside a tier, give the hull's end: ``fmax``), and
+        the midpoint is put back inside.  Zero and NaN rows are not clamped (their value
+        is set by the policy, and 0 need not lie in the hull).  ``rows``: only these."""
+        if lo.size == 0:
+            return
+        sel = ~(self._zero_rows | self._nan_rows)
+        if rows is not None:
+            sel = sel & rows
+        if not sel.any():
+            return
+        # the exact value is a finite number: a lower bound of +inf (an Arb ball beyond
+        # the float64 range, rounded to nearest) is replaced by the largest double, which
+        # is below it, and an upper bound of -inf likewise (issue 30)
+        m = sel[..., None]
+        for arr, bad, end in ((lo, np.inf, _FMAX), (hi, -np.inf, -_FMAX)):
+            over = m & (arr == bad)
+            if over.any():
+                arr[over] = end
+                np.copyto(mid, np.fmin(np.fmax(mid, lo), hi), where=m)
+        if self._hull is None:
+            return
+        h_lo, h_hi = self._hull[0][:, None, :], self._hull[1][:, None, :]
+        # only where the hull is strictly tighter (or a bound is NaN): equal bounds keep
+        # their sign of zero, which the rounding's first test reads
+        with np.errstate(invalid="ignore"):
+            low = m & ((lo < h_lo) | np.isnan(lo))
+            high = m & ((hi > h_hi) | np.isnan(hi))
+        if not (low.any() or high.any()):  # the usual case: the tiers' bounds are inside
+            return
+        h_lo, h_hi = np.broadcast_to(h_lo, lo.shape), np.broadcast_to(h_hi, hi.shape)
+        np.copyto(lo, h_lo + 0.0, where=low)   # + 0.0: a hull end of -0.0 gives +0.0
+        np.copyto(hi, h_hi + 0.0, where=high)
+        np.copyto(mid, np.fmin(np.fmax(np.where(np.isfinite(mid), mid, lo), lo), hi),
+                  where=low | high)
 
     def _arb_row(self, b: int, i: int) -> None:
         """Tier 3 bounds of one row: Arb at rising precision until every ball is finite
@@ -308,6 +354,9 @@ class Enclosure(MpmathViews):
             lo[b, i, col], hi[b, i, col] = l_, h_
             mid[b, i, col] = m_ if math.isfinite(m_) and l_ <= m_ <= h_ else (
                 l_ if math.isfinite(l_) else m_)
+        one = np.zeros(self._tier.shape, dtype=bool)
+        one[b, i] = True
+        self._clamp(lo, hi, mid, one)
         self._lo, self._hi, self._mid = lo, hi, mid
         self._tier[b, i] = 3
 
@@ -398,7 +447,13 @@ class Enclosure(MpmathViews):
         within ~2**-16000 of a rounding boundary that is not an exact tie)."""
         fmt = get_format(dtype)
         if fmt.name not in self._rounded_cache:
-            self._rounded_cache[fmt.name] = self._round(fmt)
+            # the tiers run here, after the door's np.errstate has ended: their float64
+            # overflows at the float limits are decided by the tiers' own finiteness
+            # checks, never shown to the caller as RuntimeWarnings (issue 30; found by
+            # the long harness's `limits` kind, seed 51 #2452)
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore",
+                             under="ignore"):
+                self._rounded_cache[fmt.name] = self._round(fmt)
         return self._user(self._rounded_cache[fmt.name], internal=True).astype(fmt.numpy_dtype())
 
     def _first_test(self, fmt: FloatFormat, rows: Array | None = None) -> tuple[Array, Array]:

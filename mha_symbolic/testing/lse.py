@@ -48,7 +48,7 @@ from ..oracle.lse import check_lse_options, reference_lse
 from ..oracle.variants.forward import lse_problem
 from ..oracle.variants.protocol import keyword_owner
 from ..oracle.variants.registry import variant_options
-from .verdict import Diagnosis, _as_actual, _as_array, _f64, _model, _verdict
+from .verdict import Diagnosis, _as_actual, _as_array, _f64, _model, _verdict, mid_of
 
 __all__ = ["LSE_BUGS", "compare_lse", "with_lse"]
 
@@ -165,7 +165,7 @@ def compare_lse(actual: Any, query: Any, key: Any, *, attn_mask: Any = None,
     E = q.shape[-1]
     ua, u = model.ua, model.u
     lower, upper = _f64(ref.lower), _f64(ref.upper)
-    mid = 0.5 * (lower + upper)
+    mid = mid_of(lower, upper)
     empty = ~np.isfinite(lower)
     conv = 1 / math.log(2) if lse_base == 2 else 1.0
     # a kernel may hold the scaled query (or the scores) in the inputs' format first:

@@ -80,7 +80,7 @@ def _summary(c: AttentionComparison) -> str:
     if w is not None:
         word = "worst" if not c.passed else "closest call"
         parts.append(f"{word} {w.ratio:.3g} × tolerance at {_idx_text(w.index, c.index_names)}: "
-                     f"{w.actual!r} vs exact ≈ {0.5 * (w.exact_lower + w.exact_upper):.6g}")
+                     f"{w.actual!r} vs exact ≈ {0.5 * w.exact_lower + 0.5 * w.exact_upper:.6g}")
     text = f"{head}: " + ", ".join(parts)
     if c.diagnoses:
         text += f"; matches bug class {', '.join(repr(d.bug) for d in c.diagnoses)}"

@@ -416,6 +416,10 @@ _cached_form = functools.lru_cache(maxsize=4096)(short_form)
 #: it is printed; a larger one is printed as it is (simplification has no bounded cost).
 SIMPLIFY_MAX_OPS = 40
 
+#: The largest numerator and denominator of a power's exponent in an expression that
+#: is simplified (larger ones are printed as they are).
+_MAX_EXPONENT = 64
+
 
 def simplified(value: Any) -> Any:
     """``value`` in its shortest form that cheap, bounded rewriting finds: a rational
@@ -440,6 +444,8 @@ def simplified(value: Any) -> Any:
     if any(p.base.is_Add and not (p.exp.is_Integer and abs(int(p.exp)) <= 4)
            for p in value.atoms(sp.Pow)):
         return value
+    if not _bounded_exponents(value):
+        return value
     ops = sp.count_ops(value)
     if ops > SIMPLIFY_MAX_OPS:
         return value
@@ -454,6 +460,30 @@ def simplified(value: Any) -> Any:
         if n < best_ops or (n == best_ops and len(str(cand)) < len(str(best))):
             best, best_ops = cand, n
     return best
+
+
+def _small_rational(x: Any) -> bool:
+    return bool(x.is_Rational and abs(x.p) <= _MAX_EXPONENT and x.q <= _MAX_EXPONENT)
+
+
+def _bounded_exponents(value: Any) -> bool:
+    """Whether cancelling ``value`` has a bounded cost: SymPy's cancel reads x^(n + y)
+    as x^n·x^y and e^(a/q + b·π) as (e^(1/q))^a·(e^π)^b, polynomials of degree n, a, b in
+    new generators, and its GCD then evaluates them at large integers.  So every power's
+    exponent, and every rational coefficient in an exponential's argument, must be a
+    rational of at most :data:`_MAX_EXPONENT` over at most that (issue 30, seed 41:
+    log(28)^(5364 − e) #150100 and e^(−1753π/32 − 12271/2000) #111708 each took minutes
+    and gigabytes)."""
+    import sympy as sp
+
+    for p in value.atoms(sp.Pow):
+        if not _small_rational(p.exp):
+            return False
+    for f in value.atoms(sp.exp):
+        for coeff in f.args[0].as_coefficients_dict().values():
+            if not _small_rational(coeff):
+                return False
+    return True
 
 
 def _small(value: Any, nodes: int = 30) -> bool:

@@ -8,7 +8,7 @@ failure can be replayed: ``python -m tests.fuzz.long --replay 123456``.  The mix
 =================  =====  ==================================================================
 kind               share  what runs
 =================  =====  ==================================================================
-number             42 %   ``parse_number``
+number           37.5 %  ``parse_number``
 api                 3 %   a public function with arguments of every type and size (issue 30)
 arrays              2 %   ``.npy``/``.npz`` files with hostile headers as inputs (issue 30)
 claim              33 %   ``parse_printed`` (also as a shape), ``judge``/``holds``/``describe``
@@ -18,6 +18,11 @@ cli                2.8 %  ``mha_symbolic.cli.main(argv)`` in a sandbox folder (c
                           plot, shapes, params, prove, usage errors)
 cli-subprocess     0.2 %  ``python -m mha_symbolic`` in a fresh interpreter, with
                           PYTHONIOENCODING utf-8/ascii/cp1252/latin-1
+limits              2 %   attention at the float64 limits, forward and backward (issue 30,
+                          ring 3: :mod:`.ring3`)
+bounded             2 %   the over-time classes of seed 41 (huge exponents, tiny softcaps)
+signals            0.3 %  SIGINT at a random time in a command's first 400 ms
+concurrent         0.2 %  two ``derive --pdf`` runs on one output
 =================  =====  ==================================================================
 
 Per input: a limit of ``--limit`` (5) CPU seconds (``ITIMER_PROF`` in the worker, and the
@@ -48,11 +53,12 @@ from typing import Any
 
 from . import generators as g
 from . import properties as prop
-from . import ring2
+from . import ring2, ring3
 
 KINDS: tuple[tuple[str, int], ...] = (  # shares in tenths of a percent (sum 1000)
-    ("number", 420), ("api", 30), ("arrays", 20), ("source", 50), ("claim", 330),
+    ("number", 375), ("api", 30), ("arrays", 20), ("source", 50), ("claim", 330),
     ("document", 100), ("derivation", 20), ("cli", 28), ("cli-subprocess", 2),
+    ("limits", 20), ("bounded", 20), ("signals", 3), ("concurrent", 2),
 )
 PROBLEMS = ("foreign-exception", "over-time", "file-outside", "control-in-report",
             "tex-injection", "markup-injection", "bad-message", "bad-exit", "harness-error")
@@ -96,6 +102,14 @@ def make_input(seed: int, i: int) -> tuple[str, Any]:
         return kind, ring2.api_call(src)
     if kind == "arrays":
         return kind, ring2.array_file(src)
+    if kind == "limits":
+        return kind, ring3.limits_input(src)
+    if kind == "bounded":
+        return kind, ring3.bounded_input(src)
+    if kind == "signals":
+        return kind, ring3.signals_input(src)
+    if kind == "concurrent":
+        return kind, ring3.concurrent_input(src)
     return kind, g.cli_call(src)
 
 
@@ -117,6 +131,14 @@ def run_input(kind: str, payload: Any) -> tuple[list[tuple[str, str]], float]:
         return ring2.run_array(payload), 0.0
     if kind == "cli":
         return prop.run_cli_inprocess(payload), 0.0
+    if kind == "limits":
+        return ring3.run_limits(payload), 0.0
+    if kind == "bounded":
+        return ring3.run_bounded(payload), 0.0
+    if kind == "signals":
+        return ring3.run_signals(payload)
+    if kind == "concurrent":
+        return ring3.run_concurrent(payload)
     return prop.run_cli_subprocess(payload)
 
 

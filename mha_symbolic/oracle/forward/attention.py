@@ -354,6 +354,27 @@ class _AttentionProblem(Problem):
 Array = np.ndarray[Any, Any]
 
 
+def value_hull(stack: Stack, B: int) -> tuple[Array, Array]:
+    """Per stack element and feature, the least and greatest value over all keys:
+    (B, Ev) each.
+
+    Without dropout every row of plain attention (a softmax row, or JAX's uniform
+    row) is a convex combination of the value rows, o_c = Σ_j p_j v_jc with p_j >= 0,
+    Σ_j p_j = 1, so min_j v_jc <= o_c <= max_j v_jc: the hull of the kept keys, and so
+    of all keys.  The ends are input values (float64, exact), finite for finite input:
+    the clamp that keeps the enclosure finite and tight where the tiers' float64
+    sums overflow (values near the float64 maximum; issue 30).  Rows with every key
+    masked under "zero" or "nan" are set by the policy and not clamped (Enclosure);
+    with dropout the weights sum to up to 1/(1 - p) and the hull does not hold."""
+    lo = np.empty((B, stack.v.shape[-1]))
+    hi = np.empty_like(lo)
+    for c in range(B):
+        _, _, vc, _ = stack.qkv(c)
+        lo[c] = np.min(vc, axis=0)
+        hi[c] = np.max(vc, axis=0)
+    return lo, hi
+
+
 def plain_attention(
     query: Any, key: Any, value: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
@@ -445,7 +466,8 @@ def plain_attention(
     problem = _AttentionProblem(stack, model, scale_exact, E,
                                 narrow=all(float32_dtype(x) for x in (query, key, value)))
     out = Enclosure(problem, "output", (*batch, L, Ev), y, err_y, ok, zero_rows, nan_rows,
-                    owned=True,
+                    owned=True, hull=value_hull(stack, B) if model.dropout_factor is None
+                    and S else None,
                     progress=prog if prog.enabled else Progress(progress, expected_seconds(
                         B * L * S, "tier2")))
     if return_weights:

@@ -25,6 +25,7 @@ import numpy as np
 from ..._display import ReportDisplay
 from ...errors import ShapeError, SpecError, ToleranceError
 from ...oracle.api import reference_attention_backward
+from ...oracle.shifted import SHIFT_ABOVE, shift_of
 from ...oracle.variants.forward import lowered, lowered_after_cap, prepare, require_lowerable
 from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import (
@@ -53,6 +54,7 @@ from ..verdict import (
     _rule_options,
     _tolerance,
     _verdict,
+    mid_of,
 )
 from .bugs import (
     BACKWARD_BUG_CLASSES,
@@ -312,13 +314,81 @@ def compare_attention_backward(
                 causal_alignment=causal_alignment, masked_rows=masked_rows, **variants))
     if d_sinks is not None or d_alibi_slopes is not None:
         raise SpecError("d_sinks and d_alibi_slopes need sinks= and alibi_slopes=")
-    return _compare_backward(
+    shifted = power_of_two_form(value, grad_output, dq, dk, dv, d_attn_mask)
+    note: tuple[str, ...] = ()
+    if shifted is not None:
+        value, grad_output, dq, dk, dv, d_attn_mask, note = shifted
+    result = _compare_backward(
         dq, dk, dv, query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal,
         scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
         masked_rows=masked_rows, dropout_p=dropout_p, dropout_mask=dropout_mask,
         d_attn_mask=d_attn_mask, rule=rule, accumulation_dtype=accumulation_dtype,
         safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor,
         diagnose_bugs=diagnose_bugs, error_model=error_model, sink_keys=0, softcap=None)
+    return replace(result, warnings=(*result.warnings, *note)) if note else result
+
+
+def _exactly_scaled(x: np.ndarray, n: int) -> np.ndarray | None:
+    """x · 2^-n in x's own float dtype if every element is exact (no bit lost to the
+    subnormal range), else None.  NaN and inf stay what they are (a failing actual)."""
+    y = np.ldexp(x, -n).astype(x.dtype)
+    fin = np.isfinite(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        back = np.ldexp(y, n)
+    return y if np.array_equal(back[fin], x[fin]) else None
+
+
+def power_of_two_form(value: Any, grad_output: Any, *actual: Any) -> tuple[Any, ...] | None:
+    """The backward check in units 2^-a (values) and 2^-b (grad_output), for values
+    or dO beyond 2^400 whose products would leave the float64 range (issue 30;
+    the oracle does the same, :mod:`mha_symbolic.oracle.shifted`).
+
+    Why it is the same check: attention's backward is linear in dO and, given the
+    scores, bilinear in (V, dO) for dQ, dK and the mask gradient: O = P V and
+    dP = dO Vᵀ scale with V, so D = rowsum(dO ∘ O) and dS = P ∘ (dP − D) scale by
+    2^-(a+b), hence dQ = c dS K and dK = c dSᵀ Q by 2^-(a+b), and dV = Pᵀ dO by 2^-b;
+    P (and the dropout keep-mask) do not change.  The exact gradients of the scaled
+    inputs are therefore the exact gradients times those powers of two, and so are the
+    kernel's rounding errors, since floating point is invariant under exact power-of-two
+    scaling unless it overflows or underflows: a kernel run that overflowed ends in inf
+    or NaN (inf absorbs sums and products by nonzero numbers, and attention divides only
+    by the softmax normaliser >= 1), which stays a failure here; an underflow in the
+    original run errs by at most the format's absolute unit, which the scaled model's
+    floor (the same unit, in units 2^-s) exceeds, so the tolerance stays a bound.  Used
+    only when every scaled array is exact (``_exactly_scaled``: no bit of an input or
+    a kernel's gradient is lost), else the check runs unscaled.  Returns (value,
+    grad_output, dq, dk, dv, d_attn_mask, (note,)) or None (nothing to scale)."""
+    if value is None or grad_output is None:
+        return None
+    v, do = _as_array(value, "value"), _as_array(grad_output, "grad_output")
+    if v.dtype != np.float64 or do.dtype != np.float64:
+        return None  # narrower formats end far below 2^400
+    a, b = shift_of(v), shift_of(do)
+    if a == 0 and b == 0:
+        return None
+    shifts = (a + b, a + b, b, a + b)  # dq, dk, dv, d_attn_mask
+    scaled: list[Any] = []
+    for x, n in ((v, a), (do, b)):
+        y = _exactly_scaled(x, n)
+        if y is None:
+            return None
+        scaled.append(y)
+    for g, n in zip(actual, shifts, strict=True):
+        if g is None:
+            scaled.append(None)
+            continue
+        arr = _as_array(g, "gradient")
+        if arr.dtype not in (np.float64, np.float32):
+            return None
+        y = _exactly_scaled(arr, n)
+        if y is None:
+            return None
+        scaled.append(y)
+    units = ", ".join(f"{name} × 2^-{n}" for name, n in (("value", a), ("grad_output", b)) if n)
+    shown = f"dq, dk (and d_attn_mask) are shown × 2^-{a + b}" + (f" and dv × 2^-{b}" if b else "")
+    note = (f"checked in exact power-of-two units (entries above 2^{SHIFT_ABOVE}): {units}, so "
+            f"{shown}")
+    return (*scaled, (note,))
 
 
 def _variant_backward_bugs(query: Any, key: Any, value: Any, variant: Any, **call: Any
@@ -540,7 +610,7 @@ def _judge_gradients(
         _check_enclosure(lower, upper, masked_nan)
         lower, upper = _refined(enc, lower, upper, bounds[name], rule, f_a, safety, rtol,
                                 atol, ulps)
-        mid = 0.5 * (lower + upper)
+        mid = mid_of(lower, upper)
         tol = _tolerance(rule, model=bounds[name], mid=mid, fmt=f_a, rtol=rtol, atol=atol,
                          ulps=ulps, factor=factor, safety=safety,
                          plain=None if plain is None else plain[name])

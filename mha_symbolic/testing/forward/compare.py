@@ -88,6 +88,7 @@ from ..verdict import (
     _verdict,
     _with_diagnoses,
     _within,
+    mid_of,
 )
 from .bugs import Candidate, diagnose
 from .emulated import dtype_level, hull_violations
@@ -232,7 +233,7 @@ def compare_attention(
     finally:
         if bar is not None:
             bar.close()
-    mid = 0.5 * (lower + upper)
+    mid = mid_of(lower, upper)
     if level is not None:   # refine for the tighter of the two levels
         dtol, _, _ = level.tolerance(mid, dtype_factor(rule, factor))
         lower, upper = _refined(ref, lower, upper, np.minimum(model_tol, dtol), "model",
@@ -240,7 +241,7 @@ def compare_attention(
     else:
         lower, upper = _refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
                                 atol, ulps)
-    mid = 0.5 * (lower + upper)
+    mid = mid_of(lower, upper)
     tol = _rule_tolerance(rule, model_tol=model_tol, mid=mid, fmt=model.fmt, rtol=rtol,
                      atol=atol, ulps=ulps, factor=factor, safety=safety, plain_err=plain_err)
     vac = vacuous if rule in ("model", "certified", "flash") else None
@@ -276,7 +277,7 @@ def _plain_error(x: AttentionCall, dtype: Any, lower: np.ndarray,
     """max |plain − exact| of the simulated same-dtype plain kernel (0 where it
     overflows, which the report says)."""
     run = plain_in_dtype(x, dtype)
-    mid = 0.5 * (lower + upper)
+    mid = mid_of(lower, upper)
     with np.errstate(invalid="ignore"):
         ok = np.isfinite(run.out) & np.isfinite(mid)
         e = float(np.max(np.abs(run.out - mid)[ok])) if np.any(ok) else 0.0

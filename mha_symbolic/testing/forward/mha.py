@@ -29,6 +29,7 @@ from ..verdict import (
     _verdict,
     _with_diagnoses,
     _within,
+    mid_of,
 )
 from .bugs import MhaInputs, diagnose_mha, plain_mha
 
@@ -92,7 +93,7 @@ def compare_mha(
         model_tol, vacuous = model_tol[0], vacuous[0]
     lower, upper = _refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
                             atol, ulps)
-    mid = 0.5 * (lower + upper)
+    mid = mid_of(lower, upper)
     tol = _rule_tolerance(rule, model_tol=model_tol, mid=mid, fmt=model.fmt, rtol=rtol, atol=atol,
                      ulps=ulps, factor=factor, safety=safety, plain_err=None)
     comp = _verdict(a, lower, upper, tol, vacuous if rule == "model" else None, model=model,

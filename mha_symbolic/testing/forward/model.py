@@ -729,7 +729,9 @@ def _finish(w: _Work, tolb: np.ndarray, eta_term: np.ndarray | float, v: np.ndar
     # dropout product) err by η_u only where they fall below its normal range (the
     # keys `small`; above it the relative terms hold), the final store by η_u; in the
     # accumulation dtype every exp, product, rescaling and division may underflow
-    tol_kernel = tol + 4.0 * model.eta_a * (w.n_row * (vmax + 1.0) + 1.0)
+    # (the tiny unit first: n_row (vmax + 1) alone overflows for values near the float64
+    # maximum, where the product with eta_a is far inside the range)
+    tol_kernel = tol + (4.0 * model.eta_a * w.n_row) * (vmax + 1.0) + 4.0 * model.eta_a
     tol = tol_kernel + eta_term + model.eta * 2.0
     vacuous = np.broadcast_to(w.vac_rows[:, None], tol.shape) | ~np.isfinite(tol)
     row_alive = np.any(w.allowed, axis=-1, keepdims=True)

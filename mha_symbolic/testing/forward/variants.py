@@ -52,6 +52,7 @@ from ..verdict import (
     _tolerance,
     _with_diagnoses,
     _within,
+    mid_of,
 )
 from ..verdict import _verdict as _judge
 from .bugs import Candidate, _fits
@@ -174,7 +175,7 @@ def _verdict(a: np.ndarray, ref: Any, model_tol: np.ndarray, vacuous: np.ndarray
     _check_enclosure(lower, upper, nan_ok)
     lower, upper = _refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
                             atol, ulps)
-    mid = 0.5 * (lower + upper)
+    mid = mid_of(lower, upper)
     # flash: factor × the simulated plain kernel's error, never below the model's
     # tolerance (issue 10's floor: the simulated kernel may be the more accurate one)
     tol = _tolerance(rule, model=model_tol, mid=mid, fmt=model.fmt, rtol=rtol, atol=atol,

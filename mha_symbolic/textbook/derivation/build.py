@@ -195,7 +195,7 @@ def _document_title(examples: Sequence[Any], file: str) -> str:
 
 def cli_derive(args: Any) -> int:
     """``mha-symbolic derive FILE [--format F] [-o OUT] [--example NAME] [--pdf] [--figures]``."""
-    from ..._io import check_not_input, output_path, write_output
+    from ..._io import check_not_input, output_lock, output_path
     from ..check import check_examples, load_examples
 
     fmt = args.format
@@ -210,6 +210,18 @@ def cli_derive(args: Any) -> int:
         raise SpecError("--figures needs -o OUT: the figures are written next to it")
     examples = _select(load_examples(args.file), args.example)
     report = check_examples(examples) if any(getattr(e, "claims", None) for e in examples) else None
+    if out is None:
+        return _derive_run(args, examples, report, None)
+    with output_lock(out):  # concurrent runs on one -o take turns (issue 30)
+        return _derive_run(args, examples, report, out)
+
+
+def _derive_run(args: Any, examples: Any, report: Any, out: Path | None) -> int:
+    """The derivation of ``cli_derive`` written to ``out`` (stdout when None), with its
+    figures and PDF."""
+    from ..._io import write_output
+
+    fmt = args.format
     # the figures' folder name goes into \includegraphics: letters, digits, '.', '-' only
     figures_dir = (out.parent / (re.sub(r"[^A-Za-z0-9.-]+", "-", out.stem).strip("-.")
                                  + "-figures") if (args.figures and out) else None)
