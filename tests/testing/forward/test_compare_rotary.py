@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from rotary_kernels import apply, fa_tables_attention, hf_attention, hf_cos_sin
 
-import mha_symbolic as ms
-from mha_symbolic.errors import AttentionMismatchError
-from mha_symbolic.oracle.variants.registry import variant_options
-from mha_symbolic.oracle.variants.rotary import error_terms
-from mha_symbolic.testing.forward.bugs_variants import AttentionCall, plain_variant
-from mha_symbolic.testing.tolerance import error_model
+torch = pytest.importorskip("torch", reason="the real-style rotary kernels are torch code")
+
+from rotary_kernels import apply, fa_tables_attention, hf_attention, hf_cos_sin  # noqa: E402
+
+import mha_symbolic as ms  # noqa: E402
+from mha_symbolic.errors import AttentionMismatchError  # noqa: E402
+from mha_symbolic.oracle.variants.registry import variant_options  # noqa: E402
+from mha_symbolic.oracle.variants.rotary import error_terms  # noqa: E402
+from mha_symbolic.testing.call import AttentionCall  # noqa: E402
+from mha_symbolic.testing.forward.bugs_variants import plain_variant  # noqa: E402
+from mha_symbolic.testing.tolerance import error_model  # noqa: E402
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
