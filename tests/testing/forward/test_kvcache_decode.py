@@ -17,32 +17,12 @@ from mha_symbolic.testing.forward.kvcache import KV_NOT_APPENDED
 
 torch = pytest.importorskip("torch")
 
+from kvcache_kernels import paged_decode  # noqa: E402
+
 
 def _paged_decode(q: Any, kp: Any, vp: Any, table: Any, seqlens: Any, kn: Any, vn: Any,
                   bug: str | None = None) -> Any:
-    kp, vp = kp.clone(), vp.clone()
-    B, Ln = kn.shape[:2]
-    page = kp.shape[1]
-    if bug != "not_appended":
-        for b in range(B):
-            for t in range(Ln):
-                pos = int(seqlens[b]) + t
-                kp[table[b, pos // page], pos % page] = kn[b, t]
-                vp[table[b, pos // page], pos % page] = vn[b, t]
-    outs = []
-    H, Hkv = q.shape[2], kp.shape[2]
-    for b in range(B):
-        n = int(seqlens[b]) + Ln - (1 if bug == "one_short" else 0)
-        kb = kp[table[b]].reshape(-1, Hkv, kp.shape[-1])[:n].transpose(0, 1)
-        vb = vp[table[b]].reshape(-1, Hkv, vp.shape[-1])[:n].transpose(0, 1)
-        kb, vb = kb.repeat_interleave(H // Hkv, 0), vb.repeat_interleave(H // Hkv, 0)
-        qb = q[b].transpose(0, 1)
-        L = qb.shape[1]
-        mask = torch.arange(n)[None, :] <= torch.arange(L)[:, None] + (n - L)
-        o = torch.nn.functional.scaled_dot_product_attention(
-            qb.float(), kb.float(), vb.float(), attn_mask=mask).to(q.dtype)
-        outs.append(o.transpose(0, 1))
-    return torch.stack(outs)
+    return paged_decode(torch, q, kp, vp, table, seqlens, kn, vn, bug=bug)
 
 
 def _case(seed: int, dtype: Any, Ln: int) -> tuple[Any, ...]:
