@@ -131,10 +131,18 @@ def test_ctrl_c_at_random_early_times_never_prints_a_traceback_through_our_code(
     # later (the package's imports, the parsing, the command) it is always ours; derive
     # (to stdout) runs long enough that the Ctrl-C comes before it ends
     late = [sys.executable, "-m", "mha_symbolic", "derive", str(SEED)]
+    handled = 0
     for delay in (0.25, 0.4, 0.6, 0.9, 1.3):
         code, err = _interrupt_at(delay, late)
-        assert code == 130 and "Traceback" not in err, (delay, code, err)
+        assert "Traceback" not in err, (delay, code, err)
+        if (code == -2 and not err) or code == 0:
+            # the command had ended (0), or ended and the interpreter was finalising
+            # (CPython gives SIGINT back its default action there: killed, silently)
+            continue
+        assert code == 130, (delay, code, err)
         assert err.strip().splitlines()[-1] == "mha-symbolic: interrupted", err
+        handled += 1
+    assert handled >= 3       # the command's own handler was exercised
 
 
 def test_importing_the_library_leaves_sigint_alone() -> None:
