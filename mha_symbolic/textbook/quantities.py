@@ -39,11 +39,11 @@ MATRIX_QUANTITIES = {
     "grad_score": "gradient of the scaled scores, dS = P ∘ (dP − D)",
     "bias": "ALiBi bias -slope·|j - (i + off)|",
 }
-_SHAPE_NAMES = ("x", "x_kv", "w_q", "w_k", "w_v", "q", "k", "v", "scores", "weights", "head",
+_SHAPE_NAMES = ("x", "x_heads", "x_kv", "w_q", "w_k", "w_v", "q", "k", "v", "scores", "weights", "head",
                 "concat", "w_o", "output", "w_q_stacked", "w_k_stacked", "w_v_stacked", "w_qkv",
                 "b_q", "b_k", "b_v", "b_o", "b_qkv")
 #: Shapes that exist once per head (a 4-size claim is batch × heads × rows × columns).
-PER_HEAD_SHAPES = ("q", "k", "v", "scores", "weights", "head")
+PER_HEAD_SHAPES = ("x_heads", "q", "k", "v", "scores", "weights", "head")
 #: Weight shapes (printed (out, in) when the example's layout is torch's).
 WEIGHT_SHAPES = ("w_q", "w_k", "w_v", "w_o", "w_q_stacked", "w_k_stacked", "w_v_stacked", "w_qkv")
 _DIM_NAMES = ("n_q", "n_k", "d_model", "heads", "kv_heads", "d_k", "d_v", "kdim", "vdim",
@@ -324,6 +324,8 @@ def _shape(ex: WorkedExample, sub: str) -> Any:
         out = full.rows if source in WEIGHT_SHAPES and ex.options.get("layout") == "torch" \
             else full.cols
         return Shape(1, out)
+    if sub == "x_heads":  # the input repeated per head (x.repeat(h, 1, 1)): X per head
+        return _shape(ex, "x")
     if sub in ("w_q_stacked", "w_k_stacked", "w_v_stacked", "w_qkv"):
         _count(spec.d_model, "d_model")
         h, g = spec.heads, spec.kv_heads

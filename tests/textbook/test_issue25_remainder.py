@@ -539,3 +539,43 @@ def test_integer_draws_as_written_with_their_module() -> None:
     with pytest.raises(ExampleFileError, match="not a draw of"):
         load_examples(text="[[example]]\nname='a'\n[example.init]\ntorch_seed = 1\n"
                            "draws = ['w_q = np.random.randint(3, size=(2, 2))']\n")
+
+
+# --- the input repeated per head ------------------------------------------------------------
+
+X_HEADS = """
+[[example]]
+name = "xh"
+n_q = 6
+d_model = 16
+heads = 3
+d_k = 24
+d_v = 28
+[[example.claim]]
+quantity = "shape.x_heads"
+claimed = "torch.Size([3, 16, 6])"
+axes = "heads × columns × rows"
+[[example.claim]]
+quantity = "shape.x_heads"
+claimed = "torch.Size([3, 6, 16])"
+axes = "heads × rows × columns"
+[[example.claim]]
+quantity = "shape.x_heads"
+claimed = "torch.Size([2, 6, 16])"
+axes = "heads × rows × columns"
+[[example.claim]]
+quantity = "shape.x_heads"
+claimed = "torch.Size([1, 3, 6, 16])"
+[[example.claim]]
+quantity = "shape.k"
+claimed = "torch.Size([1, 3, 6, 24])"
+"""
+
+
+def test_the_input_repeated_per_head_has_a_shape() -> None:
+    # by hand: X is n_q × d_model = 6 × 16, once per head (3): x.repeat(3, 1, 1) is
+    # 3 × 6 × 16, its transpose per head 3 × 16 × 6; two heads is wrong; a 4-size
+    # claim is read as the other per-head shapes read it (the keys' the same way)
+    recs = check_examples(X_HEADS).records
+    assert [r.verdict for r in recs[:3]] == ["exact", "exact", "wrong"]
+    assert recs[3].verdict == recs[4].verdict

@@ -63,7 +63,8 @@ _ROWS: dict[str, str] = {
 _PLAIN: dict[str, str] = {"scale": "scale factor", "expr": "value of the expression"}
 
 _SHAPE: dict[str, str] = {
-    "x": "shape of the tokens $X$", "x_kv": "shape of the key/value tokens $X_{kv}$",
+    "x": "shape of the tokens $X$", "x_heads": "shape of the tokens $X$ repeated per head",
+    "x_kv": "shape of the key/value tokens $X_{kv}$",
     "w_q": "shape of $W^{Q}_i$", "w_k": "shape of $W^{K}_i$", "w_v": "shape of $W^{V}_i$",
     "q": "shape of $Q_i$", "k": "shape of $K_i$", "v": "shape of $V_i$",
     "scores": r"shape of the scores $Q_i K_i^{\top}$", "weights": "shape of the weights $A_i$",
