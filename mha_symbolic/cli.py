@@ -367,6 +367,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for sig, handler in previous.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(sig, handler)
+        if early is not None:
+            # this process is the command and its work is done: a Ctrl-C now, while the
+            # interpreter finalises (module locks, weakref callbacks), would print
+            # "Exception ignored … KeyboardInterrupt"; the exit status is already decided
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
