@@ -16,7 +16,7 @@ import numpy as np
 from ..._text import echo
 from ...errors import SpecError, UnknownOptionError
 from ..inputs import to_float64
-from . import alibi, flex, fp8, kvcache, rotary, score_mod, sinks, softcap, window  # noqa: F401  (registration)
+from . import alibi, chunk, flex, fp8, kvcache, rotary, score_mod, sinks, softcap, window  # noqa: F401  (registration)
 from .protocol import VariantOptions, keyword_owner, registered
 from .semantics import Bias, Cap, Geometry
 

@@ -93,7 +93,7 @@ def plain_variant(
     flip_alibi_alignment: bool = False, sink_mode: str = "denominator",
     descale_power: tuple[int, int, int] = (1, 1, 1), scale: float | None = None,
     causal_offset: int = 0, store: Callable[[np.ndarray], np.ndarray] | None = None,
-    kv_changes: dict[str, Any] | None = None, rotary_changes: dict[str, Any] | None = None,
+    keep_changes: dict[str, Any] | None = None, rotary_changes: dict[str, Any] | None = None,
 ) -> VariantPlain:
     """Attention with the variants of ``x`` in float64; the keyword switches make the
     buggy variants of the catalogue (the defaults are the correct semantics of
@@ -148,10 +148,11 @@ def plain_variant(
     wk = window_allowed(win, False, Geometry(lead, H, L, S, woff))
     if wk is not None:
         allowed = allowed & wk
-    if kv_changes is not None:
-        # the registered variants' kept keys with the KV cache's lengths changed (its
-        # bug classes); the window is applied above, as for the correct call
-        for part in kept(o.replace(**kv_changes), Geometry(lead, H, L, S, off), x.is_causal,
+    if keep_changes is not None:
+        # the registered variants' kept keys with some of their options changed (the
+        # bug classes of the kept-key variants: KV-cache lengths, chunk boundaries);
+        # the window is applied above, as for the correct call
+        for part in kept(o.replace(**keep_changes), Geometry(lead, H, L, S, off), x.is_causal,
                          exclude=("window",)):
             allowed = allowed & part
     elif x.mod_keep is not None:
@@ -326,6 +327,21 @@ def _kv_leftpad(x: AttentionCall) -> bool:
     return _kv(x) and x.opts.cache_leftpad is not None and bool(np.any(x.opts.cache_leftpad))
 
 
+def _chunk(x: AttentionCall) -> bool:
+    return x.opts.attention_chunk is not None
+
+
+def _chunk_shift(x: AttentionCall, d: int) -> dict[str, Any]:
+    return {"keep_changes": {"attention_chunk_shift": d}}
+
+
+def _chunk_flip(x: AttentionCall) -> dict[str, Any]:
+    # the chunk of i + (S - L - off) for that of i + off: the grid of the other corner
+    L, S = x.q.shape[-2], x.k.shape[-2]
+    off = 0 if x.causal_alignment == "top_left" else S - L
+    return _chunk_shift(x, S - L - 2 * off)
+
+
 def _rot(x: AttentionCall) -> bool:
     return x.opts.rotary is not None
 
@@ -393,17 +409,29 @@ VARIANT_BUG_CLASSES: tuple[VariantBugClass, ...] = (
                     _any_descale, lambda x: {"descale_power": (2, 2, 2)}),
     VariantBugClass("kv_cache_lengths_ignored", "cache_seqlens ignored: stale cache entries "
                     "past each sequence's length attended", _kv,
-                    lambda x: {"kv_changes": {"cache_seqlens": None, "cache_leftpad": None}}),
+                    lambda x: {"keep_changes": {"cache_seqlens": None, "cache_leftpad": None}}),
     VariantBugClass("kv_cache_length_one_long", "off-by-one cache_seqlens: one stale key past "
                     "each sequence's length attended", _kv_short,
-                    lambda x: {"kv_changes": {"cache_seqlens": np.minimum(
+                    lambda x: {"keep_changes": {"cache_seqlens": np.minimum(
                         x.opts.cache_seqlens + 1, x.k.shape[-2])}}),
     VariantBugClass("kv_cache_length_one_short", "off-by-one cache_seqlens: each sequence's "
                     "newest key not attended", _kv_nonempty,
-                    lambda x: {"kv_changes": {"cache_seqlens": np.maximum(
+                    lambda x: {"keep_changes": {"cache_seqlens": np.maximum(
                         x.opts.cache_seqlens - 1, 0)}}),
     VariantBugClass("kv_cache_leftpad_ignored", "cache_leftpad ignored: the left padding "
-                    "attended", _kv_leftpad, lambda x: {"kv_changes": {"cache_leftpad": None}}),
+                    "attended", _kv_leftpad, lambda x: {"keep_changes": {"cache_leftpad": None}}),
+    VariantBugClass("attention_chunk_ignored", "attention_chunk ignored: keys of other "
+                    "chunks attended", _chunk,
+                    lambda x: {"keep_changes": {"attention_chunk": None}}),
+    VariantBugClass("attention_chunk_misaligned", "chunks counted from the other corner "
+                    "(query i's chunk from i, not i + S - L, or the reverse)",
+                    lambda x: _chunk(x) and _l_ne_s(x), _chunk_flip),
+    VariantBugClass("attention_chunk_boundary_off_by_one", "chunk boundaries one position "
+                    "early (the chunk of p + 1 for query position p)", _chunk,
+                    lambda x: _chunk_shift(x, 1)),
+    VariantBugClass("attention_chunk_boundary_off_by_one_late", "chunk boundaries one "
+                    "position late (the chunk of p - 1 for query position p)", _chunk,
+                    lambda x: _chunk_shift(x, -1)),
     VariantBugClass("rotary_interleaved_swapped", "rotary pairs of the other convention "
                     "(GPT-J interleaved 2m, 2m+1 vs GPT-NeoX halves m, m + r/2)", _rot,
                     lambda x: {"rotary_changes": {"interleaved_swapped": True}}),

@@ -36,11 +36,12 @@ def test_every_registered_keyword_is_in_every_door_signature(door: str) -> None:
 def test_the_registered_variants_are_the_documented_ones() -> None:
     names = [v.name for v in protocol.registered()]
     assert sorted(names) == sorted(["window", "softcap", "score_mod", "alibi", "sinks",
-                                    "mask_mod", "fp8_descale", "kv_cache", "rotary"])
+                                    "mask_mod", "fp8_descale", "kv_cache", "attention_chunk",
+                                    "rotary"])
     assert set(variant_keywords()) == {"window", "softcap", "score_mod", "alibi_slopes",
                                        "sinks", "mask_mod", "q_descale", "k_descale",
                                        "v_descale", "cache_seqlens", "cache_leftpad",
-                                       "rotary_cos", "rotary_sin", "rotary_interleaved",
+                                       "attention_chunk", "rotary_cos", "rotary_sin", "rotary_interleaved",
                                        "rotary_dim", "rotary_base", "rotary_position_scale"}
 
 
