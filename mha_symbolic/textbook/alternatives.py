@@ -31,7 +31,7 @@ tried (a diagnosis not tried is never a verdict).  The small edits have their ow
 bounds: at most :data:`MAX_EDITS` per claim, on examples of at most
 :data:`MAX_EDIT_SCORES` score entries, :data:`MAX_FILE_EDITS` per run, and only for
 printouts of at least :data:`EDIT_DIGITS` significant digits together (or an exact
-expression), so that a chance fit among the 48 is unlikely (about 48 · 10^−5).
+expression), so that a chance fit among the 24 is unlikely (about 24 · 10^−5).
 
 A printout read transposed or gathered over the batch or heads axis is judged as its
 claim is (``value_of``); over the batch axis, an input is replaced in every element.
@@ -65,7 +65,7 @@ MAX_FILE_BUILDS = 48
 #: Small edits of a typed input (:mod:`.edits`): at most MAX_EDITS per claim, on
 #: examples of at most MAX_EDIT_SCORES score entries, MAX_FILE_EDITS per run, for
 #: printouts of at least EDIT_DIGITS significant digits (:func:`_informative`).
-MAX_EDITS = 48
+MAX_EDITS = 24
 MAX_EDIT_SCORES = 16
 MAX_FILE_EDITS = 4 * MAX_FILE_BUILDS
 EDIT_DIGITS = 5
@@ -243,12 +243,13 @@ def other_input_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer,
     spans = p.kind == "array" and len(p.shape) > 2 and not idx and ex.batch_size > 1
     batches = range(ex.batch_size) if spans else range(claim.batch - 1, claim.batch)
     per_batch = ex.engine_inputs()
-    if sum(h.scaled.rows * h.scaled.cols for b in batches
-           for h in ex.attention(b).heads) > MAX_SCORES:
-        return None
     b0 = claim.batch - 1
     base = per_batch[b0]
     att0 = ex.attention(b0)
+    # every batch element has the same shapes: its score entries, once per element spanned
+    scores = len(batches) * sum(h.scaled.rows * h.scaled.cols for h in att0.heads)
+    if scores > MAX_SCORES:
+        return None
 
     def changes_of(b: int, key: str, m: list[list[Any]], transposition: bool) -> dict[str, Any]:
         if b != b0:
@@ -298,8 +299,7 @@ def other_input_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer,
     whole = [MAX_ALTERNATIVES]
     for key, text, m in _candidates(ex, claim, siblings):
         tries(key, text, m, whole, allowance)
-    if not found and _informative(p) and sum(h.scaled.rows * h.scaled.cols for b in batches
-                                             for h in ex.attention(b).heads) <= MAX_EDIT_SCORES:
+    if not found and _informative(p) and scores <= MAX_EDIT_SCORES:
         small = [MAX_EDITS]
         for key, text, m in _edit_candidates(ex, claim):
             tries(key, text, m, small, edits)

@@ -146,7 +146,7 @@ def test_the_edit_search_is_bounded_per_claim_and_per_run() -> None:
         assert "(4 for 5)" in (other_input_diagnosis(ex, claim, p) or "")
     with file_allowance(6, 0):  # no edit computations allowed: none stated
         assert other_input_diagnosis(ex, claim, p) is None
-    assert MAX_EDITS == 48
+    assert MAX_EDITS == 24
     # a printout of fewer than 5 significant digits is never matched by an edit
     short = parse_printed("(0.27, 0.73)")  # softmax(0, 1) = softmax(4, 5): 5 → 4 … 1 → 0
     with file_allowance():
