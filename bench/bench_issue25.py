@@ -97,6 +97,10 @@ def main() -> None:
           f"({100 * (wrong - len(undiagnosed)) / wrong:.1f} %)")
     for line in undiagnosed:
         print(f"  {line}")
+    no_slip = sum("no known slip" in line for line in undiagnosed)
+    print(f"of the {wrong - no_slip} wrong claims for which a slip exists (the {no_slip} planted "
+          f"as 'no known slip' left out, where no diagnosis is the right answer): right root "
+          f"{wrong - len(undiagnosed)} ({100 * (wrong - len(undiagnosed)) / (wrong - no_slip):.1f} %)")
     noted = " + ".join(str(n.relative_to(ROOT)) for n in NOTED)
     print(f"\n{noted}: correct claims {m['correct']}, judged wrong "
           f"{m['correct judged wrong']}; planted roots {m['planted roots']}, diagnosed with "
