@@ -4,8 +4,9 @@ median), with the machine's load.
 
     PYTHONPATH=. python bench/bench_issue25.py
 
-The planted file of the remainder (tests/data/planted-remainder.toml) states in each
-claim's `note` what it must get ("correct", "root: <diagnosis>", "ambiguous", or a wrong
+The planted files of the remainder and of the small edits (tests/data/planted-remainder.toml,
+tests/data/planted-edits.toml) state in each claim's `note` what it must get ("correct",
+"root: <diagnosis>", "ambiguous", or a wrong
 claim with no known slip); the measures are counted from those notes: correct claims
 judged wrong, wrong claims diagnosed with the right root, misleading diagnoses (a
 diagnosis other than the planted root, or one stated where none is known).
@@ -24,9 +25,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 REMAINDER = ROOT / "tests" / "data" / "planted-remainder.toml"
+EDITS = ROOT / "tests" / "data" / "planted-edits.toml"
+NOTED = (REMAINDER, EDITS)  # the planted files whose claims' notes say what each must get
 FILES = [*sorted((ROOT / "examples" / "books").glob("*.toml")),
          ROOT / "tests" / "data" / "planted.toml", ROOT / "tests" / "data" / "planted-roots.toml",
-         REMAINDER]
+         *NOTED]
 
 
 def _measures(records: list[dict]) -> dict[str, int]:
@@ -58,6 +61,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     totals = [0] * 6
     planted: list[dict] = []
+    undiagnosed: list[str] = []
     for f in FILES:
         walls, cpus, summary = [], [], {}
         for _ in range(5):
@@ -71,8 +75,15 @@ def main() -> None:
             cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
             doc = json.loads(out.stdout)
             summary = doc["summary"]
-        if f == REMAINDER:
-            planted = doc["claims"]
+        if f in NOTED:
+            planted += doc["claims"]
+        for c in doc["claims"]:
+            note = c.get("note") or ""
+            if c["verdict"] == "wrong" and not (c.get("diagnosis") and (
+                    not note.startswith("root: ") or c["diagnosis"].startswith(note[6:]))):
+                undiagnosed.append(f"{f.relative_to(ROOT)}:{c['line']} {c['example']} "
+                                   f"{c['quantity']}: {c.get('diagnosis') or 'no diagnosis'}"
+                                   + (f" ({note})" if note else ""))
         row = [summary["claims"], summary["hold"], summary["wrong"], summary["diagnosed"],
                summary.get("ambiguous", 0), summary["unreadable"]]
         totals = [a + b for a, b in zip(totals, row, strict=True)]
@@ -80,7 +91,18 @@ def main() -> None:
               + f" | {min(walls):.2f} / {statistics.median(walls):.2f} | {min(cpus):.2f} |")
     print("| **total** | " + " | ".join(f"**{t}**" for t in totals) + " | | |")
     m = _measures(planted)
-    print(f"\n{REMAINDER.relative_to(ROOT)}: correct claims {m['correct']}, judged wrong "
+    wrong = totals[2]
+    print(f"\nwrong claims {wrong}, without a diagnosis or with one other than the planted "
+          f"root {len(undiagnosed)}: right root {wrong - len(undiagnosed)} of {wrong} "
+          f"({100 * (wrong - len(undiagnosed)) / wrong:.1f} %)")
+    for line in undiagnosed:
+        print(f"  {line}")
+    no_slip = sum("no known slip" in line for line in undiagnosed)
+    print(f"of the {wrong - no_slip} wrong claims for which a slip exists (the {no_slip} planted "
+          f"as 'no known slip' left out, where no diagnosis is the right answer): right root "
+          f"{wrong - len(undiagnosed)} ({100 * (wrong - len(undiagnosed)) / (wrong - no_slip):.1f} %)")
+    noted = " + ".join(str(n.relative_to(ROOT)) for n in NOTED)
+    print(f"\n{noted}: correct claims {m['correct']}, judged wrong "
           f"{m['correct judged wrong']}; planted roots {m['planted roots']}, diagnosed with "
           f"the right root {m['right root']}; misleading diagnoses {m['misleading']}; "
           f"ambiguous as planted {m['ambiguous as planted']}")

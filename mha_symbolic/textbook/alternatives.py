@@ -12,7 +12,10 @@ with that one input replaced:
   digits read exactly: a tensor the text printed in an earlier or later cell);
 * the same input of another example of the file (the previous cell's tensor);
 * for a raw ``score`` claim, the scaled scores (the un-normalised scores claimed, the
-  scaled ones printed).
+  scaled ones printed);
+* when none of these fits, the **small edits** of a typed input (:mod:`.edits`: one
+  entry negated, two neighbouring entries swapped, a digit dropped, two digits swapped,
+  a last digit off by one), kind by kind.
 
 The slip is stated only when **proved** — the claim holds at its printed precision for
 the computation on X′ (certified, :func:`verdicts.holds`) — and only for claims of at
@@ -24,14 +27,21 @@ Each alternative is an exact computation (about 0.1 s for 8 tokens), so the work
 bounded: at most :data:`MAX_ALTERNATIVES` per claim, on examples of at most
 :data:`MAX_SCORES` score entries, and at most :data:`MAX_FILE_BUILDS` in one
 :func:`check_examples` run (:func:`file_allowance`); past them the diagnosis is not
-tried (a diagnosis not tried is never a verdict).
+tried (a diagnosis not tried is never a verdict).  The small edits have their own
+bounds: at most :data:`MAX_EDITS` per claim, on examples of at most
+:data:`MAX_EDIT_SCORES` score entries, :data:`MAX_FILE_EDITS` per run, and only for
+printouts of at least :data:`EDIT_DIGITS` significant digits together (or an exact
+expression), so that a chance fit among the 24 is unlikely (about 24 · 10^−5).
+
+A printout read transposed or gathered over the batch or heads axis is judged as its
+claim is (``value_of``); over the batch axis, an input is replaced in every element.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -46,23 +56,36 @@ if TYPE_CHECKING:
 
     from .examples import Claim, WorkedExample
 
-__all__ = ["MAX_ALTERNATIVES", "MAX_FILE_BUILDS", "MAX_SCORES", "file_allowance",
-           "other_input_diagnosis"]
+__all__ = ["EDIT_DIGITS", "MAX_ALTERNATIVES", "MAX_EDITS", "MAX_EDIT_SCORES", "MAX_FILE_BUILDS",
+           "MAX_FILE_EDITS", "MAX_SCORES", "file_allowance", "other_input_diagnosis"]
 
 MAX_ALTERNATIVES = 6
 MAX_SCORES = 64
 MAX_FILE_BUILDS = 48
+#: Small edits of a typed input (:mod:`.edits`): at most MAX_EDITS per claim, on
+#: examples of at most MAX_EDIT_SCORES score entries, MAX_FILE_EDITS per run, for
+#: printouts of at least EDIT_DIGITS significant digits (:func:`_informative`).
+MAX_EDITS = 24
+MAX_EDIT_SCORES = 16
+MAX_FILE_EDITS = 4 * MAX_FILE_BUILDS
+EDIT_DIGITS = 5
 _BUILDS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
     "mha_symbolic_alternative_builds", default=None)
+_EDITS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "mha_symbolic_alternative_edits", default=None)
 
 
 @contextlib.contextmanager
-def file_allowance(builds: int = MAX_FILE_BUILDS) -> Iterator[None]:
-    """Allow at most ``builds`` alternative computations inside the block."""
+def file_allowance(builds: int = MAX_FILE_BUILDS, edits: int | None = None) -> Iterator[None]:
+    """Allow at most ``builds`` alternative computations and ``edits`` computations on
+    small edits inside the block (``None``: 4 per build, :data:`MAX_FILE_EDITS` by
+    default)."""
     token = _BUILDS.set([builds])
+    token_e = _EDITS.set([4 * builds if edits is None else edits])
     try:
         yield
     finally:
+        _EDITS.reset(token_e)
         _BUILDS.reset(token)
 #: The engine inputs an alternative may replace (matrices, one batch element).
 _REPLACEABLE = ("x", "x_kv", "query", "key", "value", "scores", "w_q", "w_k", "w_v", "w_o")
@@ -158,16 +181,51 @@ def _parse(q: str) -> tuple[str | None, str | None, tuple[int, ...]]:
         return None, None, ()
 
 
+def _edit_candidates(ex: WorkedExample, claim: Claim) -> list[tuple[str, str, list[list[Any]]]]:
+    """(input key, description, edited input) for the small edits of the example's typed
+    inputs (:mod:`.edits`), kind by kind across the inputs."""
+    from .edits import EDIT_KINDS, edits_by_kind
+
+    own = {k: v for k, v in ex.engine_inputs()[claim.batch - 1].items()
+           if k in _REPLACEABLE and _is_matrix(v)}
+    per_input = {k: edits_by_kind(v) for k, v in own.items()}
+    return [(k, f"{k} with {text}", m) for kind in EDIT_KINDS for k, by_kind in per_input.items()
+            for text, m in by_kind[kind]]
+
+
+def _informative(p: PrintedAnswer) -> bool:
+    """Whether a chance fit of one of :data:`MAX_EDITS` edits is unlikely: the printout
+    is an exact expression, or its decimals carry at least :data:`EDIT_DIGITS`
+    significant digits together (a chance fit about MAX_EDITS · 10^−digits)."""
+    if any(part.kind == "expression" for part in p.entries):
+        return True
+    return sum(part.significant_digits for part in p.entries
+               if part.kind == "decimal") >= EDIT_DIGITS
+
+
 def other_input_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer,
-                          siblings: Sequence[WorkedExample] = ()) -> str | None:
+                          siblings: Sequence[WorkedExample] = (), *,
+                          value_of: Callable[[Callable[[int], Any]], Any] | None = None
+                          ) -> str | None:
     """'the printed values are what input X′ gives: …' when exactly the computations on
-    the alternatives above reproduce the claim (several: said together)."""
+    the alternatives above reproduce the claim (several: said together).
+
+    ``value_of(att_of)`` lays the claim's value out as its printout is (transposed,
+    gathered over the batch or heads axis), ``att_of(b)`` giving batch element b's
+    attention; without it the claim's own quantity of one batch element is used.  For
+    a printout over the batch axis, an input is replaced in every batch element: a
+    transposition of each element's own, another array only where every element shows
+    the same array (a batch of one tensor stacked)."""
     name, _, idx = parse_quantity(claim.quantity)
     if not ex.has_attention or name in ("shape", "dim", "params", "expr", "x", "mask",
                                         "mask_out", "scale"):
         return None
-    if p.kind == "array" and len(p.shape) > 2 and not idx:
-        return None  # a printout over the batch or heads: one element's value cannot pair
+    if value_of is None:
+        if p.kind == "array" and len(p.shape) > 2 and not idx:
+            return None  # a printout over the batch or heads: needs value_of
+
+        def value_of(att_of: Callable[[int], Any]) -> Any:
+            return quantity_value(ex, claim, att_of(claim.batch - 1))
     if all(part.kind == "decimal" and part.significant_digits < 2 for part in p.entries):
         return None
     if name == "score" and ex.options.get("scale") != 1:
@@ -182,34 +240,69 @@ def other_input_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer,
                         "scores Q Kᵀ the claim names")
         except MhaSymbolicError:
             pass
-    att = ex.attention(claim.batch - 1)
-    if sum(h.scaled.rows * h.scaled.cols for h in att.heads) > MAX_SCORES:
+    spans = p.kind == "array" and len(p.shape) > 2 and not idx and ex.batch_size > 1
+    batches = range(ex.batch_size) if spans else range(claim.batch - 1, claim.batch)
+    per_batch = ex.engine_inputs()
+    b0 = claim.batch - 1
+    base = per_batch[b0]
+    att0 = ex.attention(b0)
+    # every batch element has the same shapes: its score entries, once per element spanned
+    scores = len(batches) * sum(h.scaled.rows * h.scaled.cols for h in att0.heads)
+    if scores > MAX_SCORES:
         return None
-    base = ex.engine_inputs()[claim.batch - 1]
+
+    def changes_of(b: int, key: str, m: list[list[Any]], transposition: bool) -> dict[str, Any]:
+        if b != b0:
+            own: Any = per_batch[b].get(key)
+            if own is None or key not in base:
+                raise MhaSymbolicError("not an input of every batch element")
+            if transposition and _is_matrix(own) and len(own) == len(own[0]):
+                m = _transpose(own)
+            elif _exact(own) != _exact(base[key]):
+                raise MhaSymbolicError("batch elements differ")  # not one array stacked
+        changes: dict[str, Any] = {key: m}
+        if key not in base:  # printed scores in place of the queries and keys
+            changes.update(query=None, key=None, scale=att0.scale)
+        return changes
+
     found: list[str] = []
-    tried = 0
     seen: list[tuple[str, Any]] = []
     allowance = _BUILDS.get()
-    for key, text, m in _candidates(ex, claim, siblings):
-        if tried >= MAX_ALTERNATIVES or (allowance is not None and allowance[0] <= 0):
-            break
+    edits = _EDITS.get()
+
+    def tries(key: str, text: str, m: list[list[Any]], budget: list[int],
+              file_budget: list[int] | None) -> None:
+        if budget[0] <= 0 or (file_budget is not None and file_budget[0] <= 0):
+            return
         try:
             exact = _exact(m)
             if (key in base and exact == _exact(base[key])) or (key, exact) in seen:
-                continue  # the shown array itself, or an alternative already tried
+                return  # the shown array itself, or an alternative already tried
             seen.append((key, exact))
-            tried += 1
-            if allowance is not None:
-                allowance[0] -= 1
-            changes: dict[str, Any] = {key: m}
-            if key not in base:  # printed scores in place of the queries and keys
-                changes.update(query=None, key=None, scale=att.scale)
-            alt = ex.attention(claim.batch - 1, **changes)
-            value = quantity_value(ex, claim, alt)
+            budget[0] -= 1
+            if file_budget is not None:
+                file_budget[0] -= 1
+            transposition = text.startswith(f"{key} transposed")
+            alts = {b: ex.attention(b, **changes_of(b, key, m, transposition)) for b in batches}
+
+            def att_of(b: int) -> Any:
+                if b not in alts:  # an element the variant was not built for
+                    raise MhaSymbolicError(f"batch element {b + 1} was not replaced")
+                return alts[b]
+
+            value = value_of(att_of)
         except MhaSymbolicError:
-            continue
+            return
         if holds(value, p, claim.rtol):
             found.append(text)
+
+    whole = [MAX_ALTERNATIVES]
+    for key, text, m in _candidates(ex, claim, siblings):
+        tries(key, text, m, whole, allowance)
+    if not found and _informative(p) and scores <= MAX_EDIT_SCORES:
+        small = [MAX_EDITS]
+        for key, text, m in _edit_candidates(ex, claim):
+            tries(key, text, m, small, edits)
     if not found:
         return None
     if len(found) == 1:

@@ -36,7 +36,7 @@ query axis, a transposed shape, biases counted or W^O left out.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .._text import echo
@@ -125,17 +125,39 @@ def _oriented(claim: Claim, p: Any, value: Any) -> tuple[Any, str | None]:
     return value, None
 
 
-def _gathered(ex: WorkedExample, claim: Claim, p: Any) -> Any:
+def _in_quantity_layout(p: Any, shape: tuple[int, ...]) -> Any:
+    """A 2-D printout read back in the layout of its quantity (of ``shape``): a
+    transposed view transposed again, a column or one row as the row it prints."""
+    import dataclasses
+
+    if p.kind != "array" or len(p.shape) != 2:
+        return p
+    r, c = p.shape
+    if len(shape) == 1 and shape[0] == r * c:
+        return dataclasses.replace(p, shape=shape)
+    if shape == (c, r):
+        parts = tuple(p.parts[i * c + j] for j in range(c) for i in range(r))
+        return dataclasses.replace(p, parts=parts, shape=(c, r))
+    return p
+
+
+def _gathered(ex: WorkedExample, claim: Claim, p: Any,
+              att_of: Callable[[int], Any] | None = None) -> Any:
     """The value a claim is judged against; for a printed tensor with batch and/or head
-    axes (3 or 4 dimensions), the matrices gathered along them."""
+    axes (3 or 4 dimensions), the matrices gathered along them.  ``att_of(b)``: batch
+    element b's attention (a diagnosis's variant), else the example's own."""
     name, _, idx = parse_quantity(claim.quantity)
+
+    def of(c: Claim) -> Any:
+        return quantity_value(ex, c, None if att_of is None else att_of(c.batch - 1))
+
     if name in TOKEN_QUANTITIES:  # h × d_k; printed concatenated (one row), its h·d_k entries
-        value = quantity_value(ex, claim)
+        value = of(claim)
         flat = (p.kind == "tuple" or (p.kind == "array" and len(p.shape) == 1)
                 or (p.kind == "array" and len(p.shape) == 2 and p.shape[0] == 1 < len(value)))
         return tuple(e for row in value for e in row) if flat else value
     if p.kind != "array" or len(p.shape) <= 2 or idx or name not in MATRIX_QUANTITIES:
-        return quantity_value(ex, claim)
+        return of(claim)
     import dataclasses
 
     axes = len(p.shape) - 2
@@ -163,7 +185,7 @@ def _gathered(ex: WorkedExample, claim: Claim, p: Any) -> Any:
         if level == axes:
             c = dataclasses.replace(claim, head=fixed.get("head", claim.head),
                                     batch=fixed.get("batch", claim.batch))
-            return quantity_value(ex, c)
+            return of(c)
         axis = order[level]
         return tuple(gather(level + 1, {**fixed, axis: i + 1}) for i in range(sizes[axis]))
 
@@ -178,7 +200,8 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim,
     p = parse_printed(claim.claimed)
     if claim.numpy_precision is not None:
         p = numpy_printed(p, claim.numpy_precision)
-    value, orientation = _oriented(claim, p, _gathered(ex, claim, p))
+    raw = _gathered(ex, claim, p)
+    value, orientation = _oriented(claim, p, raw)
     import sympy as sp
 
     items = pairs(value, p, claim.quantity)
@@ -257,7 +280,10 @@ def _check_claim(ex: WorkedExample, index: int, claim: Claim,
                 "true or false")
             rounded, error_units, error_value, entries = None, None, None, []
     if verdict == "wrong":
-        diagnosis = diagnose(ex, index, claim, p, values, siblings=siblings)
+        # the slips are searched with the printout laid out as the quantity is (a .T view
+        # or a column read back), so that every diagnosis pairs it with its own value
+        pq = _in_quantity_layout(p, nested_shape(raw)) if orientation else p
+        diagnosis = diagnose(ex, index, claim, pq, values, siblings=siblings)
     precision = p.describe_precision() if p.kind in ("tuple", "array") else "; ".join(
         d for d in dict.fromkeys(part.describe_precision() for part in parts) if d)
     if verdict == CONSISTENT:
@@ -281,7 +307,10 @@ def diagnose(ex: WorkedExample, index: int, claim: Claim, p: Any, values: list[A
         c = ex.claims[k]
         try:
             pk = parse_printed(c.claimed)
-            vk = [sp.sympify(v) for v, _ in pairs(_claim_value(ex, c, pk), pk, c.quantity)]
+            raw = _gathered(ex, c, pk)
+            oriented, word = _oriented(c, pk, raw)
+            vk = [sp.sympify(v) for v, _ in pairs(oriented, pk, c.quantity)]
+            pk = _in_quantity_layout(pk, nested_shape(raw)) if word else pk
             return diagnose(ex, k, c, pk, vk, depth + 1, siblings=siblings)
         except MhaSymbolicError:
             return None
@@ -298,7 +327,9 @@ def diagnose(ex: WorkedExample, index: int, claim: Claim, p: Any, values: list[A
             diagnosis = (float32_diagnosis(ex, claim, p, values[0])
                          or digit_diagnosis(values[0], p.entries[0]))
         if diagnosis is None:
-            diagnosis = other_input_diagnosis(ex, claim, p, siblings)
+            diagnosis = other_input_diagnosis(
+                ex, claim, p, siblings,
+                value_of=lambda att_of: _gathered(ex, claim, p, att_of))
     except MhaSymbolicError:  # PrecisionError included: a slip not proved is not stated
         diagnosis = None
     return diagnosis

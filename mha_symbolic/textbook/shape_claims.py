@@ -160,7 +160,8 @@ def shape_record(ex: WorkedExample, claim: Claim, value: Any) -> ClaimRecord:
         verdict = "exact" if ok else "wrong"
         if not ok:
             diagnosis = (f"a size that is not whole: {not_whole[0]}" if not_whole
-                         else _transposed(ex, sub, claimed, readings))
+                         else _transposed(ex, sub, claimed, readings)
+                         or _other_size(ex, claimed, readings))
         if len(readings) > 1:
             detail = "every reading agrees: " + ", ".join(" × ".join(r.axes) for r in readings)
     shown = text(first)
@@ -195,3 +196,50 @@ def _transposed(ex: WorkedExample, sub: str, claimed: list[Any],
                                          else "the book's (in, out)") + " layout)")
             return diagnosis
     return None
+
+
+#: The named sizes of an example a wrong size may be (in the order they are listed).
+_SIZE_NAMES = ("d_model", "d_k", "d_v", "n_q", "n_k", "heads", "h·d_k", "h·d_v", "batch")
+
+
+def _named_sizes(ex: WorkedExample) -> dict[str, Any]:
+    spec = ex.spec
+    out = {"d_model": spec.d_model, "d_k": spec.d_k, "d_v": spec.d_v, "n_q": spec.n_q,
+           "n_k": spec.n_k, "heads": spec.heads}
+    if spec.heads != 1:  # h·d_k is d_k itself for one head
+        out["h·d_k"] = spec.heads * spec.d_k if spec.d_k is not None else None
+        out["h·d_v"] = spec.heads * spec.d_v if spec.d_v is not None else None
+    if ex.has_attention or "batch" in ex.dims:
+        out["batch"] = ex.batch_size
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _other_size(ex: WorkedExample, claimed: list[Any], readings: list[_Reading]) -> str | None:
+    """'a size of another axis' when, in the only reading, every wrong size is one of the
+    example's named sizes (d_model where one head's d_v is meant, n_k for n_q, …): a
+    proved statement of which sizes the printed ones are, every name that fits listed.
+    Sizes 1 are not named (too many axes are 1)."""
+    from ..exact.shapes import _text, same_size
+
+    if len(readings) != 1:
+        return None
+    r = readings[0]
+    named = _named_sizes(ex)
+    parts, several = [], False
+    for axis, got, want in zip(r.axes, claimed, r.expected, strict=True):
+        if same_size(got, want):
+            continue
+        if got == 1:
+            return None
+        names = [n for n in _SIZE_NAMES if n in named and same_size(got, named[n])
+                 and not same_size(named[n], want)]
+        if not names:
+            return None
+        several = several or len(names) > 1
+        parts.append(f"the {axis} are {_text(got)} = {' = '.join(names)}, where this axis has "
+                     f"{_text(want)}")
+    if not parts:
+        return None
+    return ("a size of another axis: " + "; ".join(parts)
+            + (" (several names fit: which one the text meant is not decided here)"
+               if several else ""))

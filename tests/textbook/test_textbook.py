@@ -79,12 +79,17 @@ PLANTED_EXPECTED: list[tuple[str, str, int, str, str, str | None]] = [
     ("approximation", "weight[1,1]", 1, "≈ 1 − e^(−4)", "wrong", None),
     ("approximation", "weight[1,1]", 1, "≈ 1 − e^(−4)", "approximation", None),
     ("approximation", "weight[1,1]", 1, "e^5/(e^5 + e)", "exact", None),
-    ("approximation", "weight[1,1]", 1, "e^4/(e^4 + e)", "wrong", None),
+    # e^4/(e^4 + e) = 1/(1 + e^-3): the softmax of scores (4, 1), or of (5, 2), one entry of
+    # the shown (5, 1) off by one; both fit (softmax depends on the difference only)
+    ("approximation", "weight[1,1]", 1, "e^4/(e^4 + e)", "wrong",
+     "scores with entry [1,1] off by one in its last digit (4 for 5); or scores with entry "
+     "[1,2] off by one in its last digit (2 for 1)"),
     ("shapes", "shape.scores", 1, "5 × 3", "wrong", "transposed"),
     ("shapes", "shape.q", 1, "64 × 3", "wrong", "transposed"),
     ("shapes", "shape.k", 1, "5 × 64", "exact", None),
     ("shapes", "shape.weights", 1, "3 x 5", "exact", None),
-    ("shapes", "shape.v", 1, "5 × 512", "wrong", None),
+    # 512 is d_model (= 8 heads · 64): the values before the projection to one head
+    ("shapes", "shape.v", 1, "5 × 512", "wrong", "the columns are 512 = d_model = h·d_k = h·d_v"),
     ("counts", "params.total", 1, "1048576", "exact", None),
     ("counts", "params.total", 1, "1050624", "wrong", "counts the biases"),
     ("counts", "params.total", 1, "786432", "wrong", "W^O out"),
