@@ -192,11 +192,13 @@ class _Parts:
                                                           initial=0.0), 700.0))
             fwd = fwd + spread * _mm(np.where(allowed, pb.p, 0.0), np.abs(v))
         # a kernel's output row is a rounded convex combination of the value rows, so
-        # |Õ − O| <= 2 max_j |v_j| (1 + γ): the bound where the model's own (e^(score
+        # |Õ − O| <= 2 max_j |v_j| (1 + γ) (times the dropout factor f, whose weights sum
+        # to at most f): the bound where the model's own (e^(score
         # error)) leaves float64 for huge scores (issue 30: queries of 1e300)
         vtop = np.max(np.abs(v), axis=-2, keepdims=True, initial=0.0)
         with np.errstate(over="ignore"):
-            hull = 2.0 * vtop * (1.0 + 2.0 * self.gam(max(self.S, 1)) + 4.0 * ua) + model.eta
+            hull = (2.0 * max(1.0, abs(float(pb.f))) * vtop
+                    * (1.0 + 2.0 * self.gam(max(self.S, 1)) + 4.0 * ua) + model.eta)
         fwd = np.minimum(np.where(np.isfinite(fwd), fwd, np.inf), hull)
         fwd = np.where(np.isfinite(fwd), fwd, 0.0)
         self.d_fa = (_rs(self.ado * fwd) + self.gam(Ev) * _rs(self.ado * (np.abs(pb.out) + fwd)))
