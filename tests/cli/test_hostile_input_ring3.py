@@ -244,3 +244,42 @@ def test_the_three_over_time_inputs_of_seed_41_end_within_the_limit() -> None:
         with _cpu_limit(60):
             problems, _ = run_input(kind, payload)
         assert problems == [], (i, problems)
+
+
+# -- a failed compile leaves no stale PDF (issue 30) -------------------------------------------
+
+_FAILING_PDFLATEX = """#!/bin/sh
+echo '! Emergency stop.' > document.log
+echo 'l.1 x' >> document.log
+exit 1
+"""
+
+
+def test_a_failed_pdf_compile_removes_the_old_pdf_beside_the_new_tex(
+        tmp_path: Path, monkeypatch: object, capsys: object) -> None:
+    # an out.pdf from an earlier run must not stay beside the new out.tex it does not
+    # belong to when pdflatex fails on the new one (a fake pdflatex on PATH that always
+    # fails: the test needs no TeX system)
+    import pytest
+
+    from mha_symbolic.cli import main
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "pdflatex").write_text(_FAILING_PDFLATEX, encoding="utf-8")
+    (fake / "pdflatex").chmod(0o755)
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setenv("PATH", f"{fake}{os.pathsep}{os.environ.get('PATH', '')}")
+        mp.chdir(tmp_path)
+        (tmp_path / "out.tex").write_text("old tex", encoding="utf-8")
+        (tmp_path / "out.pdf").write_bytes(b"%PDF old")
+        code = main(["derive", str(SEED), "-o", "out.tex", "--pdf"])
+    finally:
+        mp.undo()
+    err = capsys.readouterr().err  # type: ignore[attr-defined]
+    assert code == 2, err
+    assert "pdflatex failed" in err and "Traceback" not in err
+    assert (tmp_path / "out.tex").read_text(encoding="utf-8") != "old tex"  # the new .tex
+    assert not (tmp_path / "out.pdf").exists()  # and no PDF that looks like its own
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "out.tex"]

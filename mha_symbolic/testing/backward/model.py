@@ -191,6 +191,15 @@ class _Parts:
                 spread = np.expm1(np.minimum(2.0 * np.max(self.sig_s, axis=-1, keepdims=True,
                                                           initial=0.0), 700.0))
             fwd = fwd + spread * _mm(np.where(allowed, pb.p, 0.0), np.abs(v))
+        # a kernel's output row is a rounded convex combination of the value rows, so
+        # |Õ − O| <= 2 max_j |v_j| (1 + γ) (times the dropout factor f, whose weights sum
+        # to at most f): the bound where the model's own (e^(score
+        # error)) leaves float64 for huge scores (issue 30: queries of 1e300)
+        vtop = np.max(np.abs(v), axis=-2, keepdims=True, initial=0.0)
+        with np.errstate(over="ignore"):
+            hull = (2.0 * max(1.0, abs(float(pb.f))) * vtop
+                    * (1.0 + 2.0 * self.gam(max(self.S, 1)) + 4.0 * ua) + model.eta)
+        fwd = np.minimum(np.where(np.isfinite(fwd), fwd, np.inf), hull)
         fwd = np.where(np.isfinite(fwd), fwd, 0.0)
         self.d_fa = (_rs(self.ado * fwd) + self.gam(Ev) * _rs(self.ado * (np.abs(pb.out) + fwd)))
         self.pb = pb
@@ -229,7 +238,9 @@ def backward_error_bound(pb: PlainBackward, model: ErrorModel, *,
     # smaller of the two is a bound with the probabilistic one's probability
     per = _probabilistic(parts, model.lam)
     worst = _worst(parts)
-    per = {key: (val, np.minimum(err, worst[key][1])) for key, (val, err) in per.items()}
+    # (fmin: where the probabilistic bound is NaN, e.g. its e^(score error) terms at
+    # scores of 1e300 giving inf · 0, the worst-case one stands alone; issue 30)
+    per = {key: (val, np.fmin(err, worst[key][1])) for key, (val, err) in per.items()}
     return {name: _reduce(name, per, pb, shapes, model) for name in shapes}
 
 

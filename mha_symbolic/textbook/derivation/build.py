@@ -237,7 +237,15 @@ def _derive_run(args: Any, examples: Any, report: Any, out: Path | None) -> int:
         from ..._latex import compile_tex
 
         resources = [f.ref for ex in derivation.examples for f in ex.figures]
-        pdf = compile_tex(out, resources=resources)
+        from ...errors import LatexError
+
+        try:
+            pdf = compile_tex(out, resources=resources)
+        except LatexError:
+            # the new .tex is in place: an old PDF of that name would look like its
+            # compiled form (issue 30); it is removed, never left beside the new .tex
+            out.with_suffix(".pdf").unlink(missing_ok=True)
+            raise
         print(f"wrote {sanitize(str(out))} and {sanitize(str(pdf))}")
     else:
         print(f"wrote {sanitize(str(out))}")
