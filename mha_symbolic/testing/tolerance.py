@@ -207,11 +207,19 @@ def ulp(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     # which the clamp at 2^emin covers; every format here has emin ≥ float64's), then
     # times 2^(1 − p): exact, a power of two.  Non-finite x: as for |x| = 0 before the
     # clamp, e = max(−1, emin) (frexp(0) = (0, 0)).
+    # One fresh array, the passes in place: the exponent field of inf and NaN is all
+    # ones, so after the masking the non-finite x are exactly the infinite entries.
     ax = np.abs(np.asarray(x, dtype=np.float64))
-    pw = (ax.view(np.int64) & np.int64(0x7FF0000000000000)).view(np.float64)
-    pw = np.where(np.isfinite(ax), np.maximum(pw, math.ldexp(1.0, fmt.emin)),
-                  math.ldexp(1.0, max(-1, fmt.emin)))
-    return np.asarray(pw * math.ldexp(1.0, 1 - fmt.p))
+    if ax.ndim == 0:
+        ax = ax.reshape(1)
+        return ulp(ax, fmt).reshape(())
+    bits = ax.view(np.int64)
+    np.bitwise_and(bits, np.int64(0x7FF0000000000000), out=bits)
+    pw = np.maximum(ax, math.ldexp(1.0, fmt.emin), out=ax)
+    nonfin = np.isinf(pw)
+    if nonfin.any():
+        pw[nonfin] = math.ldexp(1.0, max(-1, fmt.emin))
+    return np.multiply(pw, math.ldexp(1.0, 1 - fmt.p), out=pw)
 
 
 # --------------------------------------------------------------------------------------

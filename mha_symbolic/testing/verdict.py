@@ -257,18 +257,21 @@ def _verdict(
     notes: tuple[str, ...] = (),
     raise_vacuous: bool = True,
     hull: np.ndarray | None = None,
+    mid: np.ndarray | None = None,
 ) -> AttentionComparison:
     """The findings for ``actual`` against ``[lower, upper]`` with tolerance ``tol``;
     elements flagged ``vacuous`` are not judged, and a passing comparison with any of
     them raises ToleranceError (unless ``raise_vacuous`` is false: the caller decides,
-    as the gradients' check does over all its gradients)."""
+    as the gradients' check does over all its gradients).  ``mid``: ``mid_of(lower,
+    upper)`` when the caller has it already."""
     fmt = model.fmt
     if not np.all(np.isfinite(tol)) or np.any(tol < 0):
         idx = tuple(int(i) for i in np.argwhere(~(np.isfinite(tol) & (tol >= 0)))[0])
         raise ToleranceError(f"no verdict: the tolerance is {float(tol[idx])!r} at index {idx}: "
                              f"{_BEYOND_RANGE}")
     a = _f64(actual)
-    mid = mid_of(lower, upper)
+    if mid is None:
+        mid = mid_of(lower, upper)
     exact_nan = np.isnan(lower) | np.isnan(upper)
     vac = np.zeros(a.shape, bool) if vacuous is None else np.asarray(vacuous, bool)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -382,15 +385,18 @@ def _check_shape(actual: np.ndarray, shape: tuple[int, ...], what: str) -> None:
 
 def _refined(ref: Any, lower: np.ndarray, upper: np.ndarray, model: np.ndarray, rule: str,
              fmt: FloatFormat, safety: float | None, rtol: float | None, atol: float | None,
-             ulps: float | None) -> tuple[np.ndarray, np.ndarray]:
+             ulps: float | None, mid: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
     """A tighter certified enclosure where the oracle's fast one is too wide for the
     verdict (typically float64 outputs: the fast enclosure is ~1e-11 relative).
 
     ``ref.rounded("float64")`` is the correctly rounded double r of the exact value,
     so the exact value lies strictly between r's two neighbours: intersecting
     ``[nextafter(r, -inf), nextafter(r, +inf)]`` with ``[lower, upper]`` keeps a
-    certified enclosure, of width at most 2 ulp(float64)."""
-    mid = mid_of(lower, upper)
+    certified enclosure, of width at most 2 ulp(float64).  ``mid``: ``mid_of(lower,
+    upper)`` when the caller has it already."""
+    if mid is None:
+        mid = mid_of(lower, upper)
     tol = _rule_tolerance(rule, model_tol=model, mid=mid, fmt=fmt, rtol=rtol, atol=atol, ulps=ulps,
                      factor=None, safety=safety, plain_err=None) if rule != "flash" else (
         model)

@@ -234,14 +234,16 @@ def compare_attention(
         if bar is not None:
             bar.close()
     mid = mid_of(lower, upper)
+    coarse = lower, upper
     if level is not None:   # refine for the tighter of the two levels
         dtol, _, _ = level.tolerance(mid, dtype_factor(rule, factor))
         lower, upper = _refined(ref, lower, upper, np.minimum(model_tol, dtol), "model",
-                                model.fmt, None, None, None, None)
+                                model.fmt, None, None, None, None, mid=mid)
     else:
         lower, upper = _refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
-                                atol, ulps)
-    mid = mid_of(lower, upper)
+                                atol, ulps, mid=mid)
+    if lower is not coarse[0] or upper is not coarse[1]:
+        mid = mid_of(lower, upper)          # refined: a new midpoint
     tol = _rule_tolerance(rule, model_tol=model_tol, mid=mid, fmt=model.fmt, rtol=rtol,
                      atol=atol, ulps=ulps, factor=factor, safety=safety, plain_err=plain_err)
     vac = vacuous if rule in ("model", "certified", "flash") else None
@@ -254,7 +256,7 @@ def compare_attention(
     hull = hull_violations(a, x, model)
     comp = _verdict(a, lower, upper, tol, vac, model=model, rule=rule_text,
                     index_names=_index_names(a.ndim), title="attention output",
-                    notes=tuple(notes), hull=hull)
+                    notes=tuple(notes), hull=hull, mid=mid)
     if two is not None and not comp.passed:
         comp = replace(comp, notes=(*comp.notes, two.levels_note(a, lower, upper)))
     comp = _kept_promise(promise, comp)

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -94,18 +94,35 @@ class DtypeLevel:
     vmax: np.ndarray | None = None
     n_keys: int = 0
 
+    #: the last call of :meth:`tolerance`: (mid, factor, result); a check asks twice,
+    #: before and after refining the enclosure, mostly with the same midpoint
+    _memo: Any = field(default=None, init=False, repr=False, compare=False)
+
     def tolerance(self, mid: np.ndarray, factor: float = DTYPE_FACTOR
                   ) -> tuple[np.ndarray, np.ndarray, float]:
         """(tolerance, undecided, worst): the dtype tolerance of every element against
         the exact midpoint ``mid``; ``undecided`` marks rows no emulation could run
-        (overflow); ``worst`` the largest emulated error (for the report)."""
+        (overflow); ``worst`` the largest emulated error (for the report).  The arrays
+        are read-only (a second call with an equal midpoint returns them again)."""
+        mid = np.asarray(mid, np.float64)
+        if self._memo is not None:
+            m0, f0, res = self._memo
+            if f0 == factor and m0.shape == mid.shape and np.array_equal(
+                    m0, mid, equal_nan=True):
+                return res
+        res = self._tolerance(mid, factor)
+        for arr in res[:2]:
+            arr.flags.writeable = False
+        self._memo = (mid.copy(), factor, res)
+        return res
+
+    def _tolerance(self, mid: np.ndarray, factor: float
+                   ) -> tuple[np.ndarray, np.ndarray, float]:
         L, Ev = self.shape[-2], self.shape[-1]
         B = math.prod(self.shape[:-2])
         m = np.asarray(mid, np.float64).reshape(B, L, Ev)
         a = self.a.reshape(B, L, Ev)
         outs = [o.reshape(B, L, Ev) for o in self.outputs]
-        tol = np.zeros((B, L, Ev))
-        und = np.zeros((B, L, Ev), bool)
         ua = unit_roundoff(self.model.acc)
         worst = 0.0
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -116,34 +133,43 @@ class DtypeLevel:
             ok_any = np.zeros((B, L), bool)
             m_fin, m_nan = np.isfinite(m), np.isnan(m)       # the same for every emulation
             a_pos = a > 0
-            a_safe = np.where(a_pos, a, 1.0)
+            all_pos = bool(np.all(a_pos))
+            a_safe = a if all_pos else np.where(a_pos, a, 1.0)
             for o in outs:
                 fin = np.isfinite(o) & m_fin
                 ok_any |= np.all(fin | m_nan, axis=-1) & ~np.all(np.isnan(o), axis=-1)
-                err = np.where(fin, np.abs(o - m), 0.0)
+                err = np.abs(o - m)
+                if not np.all(fin):
+                    err = np.where(fin, err, 0.0)
                 if err.size:
                     worst = max(worst, float(np.max(err)))
-                rel = np.where(fin & a_pos, err / a_safe, 0.0)
+                # where every a > 0: the masked err is 0 where not finite, so is err / a
+                rel = err / a_safe if all_pos else np.where(fin & a_pos, err / a_safe, 0.0)
                 if rel.size:
                     r = max(r, float(np.max(rel)))
+            # every element at once (the row groups share r; the same operations per
+            # element as group by group), rows outside every group left at 0 / decided
+            t = (factor * r + FLOOR_UA * ua) * a
+            if self.a2 is not None:
+                t = t + FLOOR_P * self.u_p * self.a2.reshape(B, L, Ev)
+            if self.model.flush and self.vmax is not None:   # each term may lose a normal
+                # (the model's term: 4 η_a (n (max|v| + 1) + 1), η_a the smallest normal)
+                t = t + (4 * math.ldexp(1.0, self.model.acc.emin) * (
+                    self.n_keys * (np.asarray(self.vmax, np.float64) + 1) + 1) + math.ldexp(
+                    1.0, self.model.fmt.emin))[:, None, None]
+            # undecided: no emulation ran the row; a level that allows the whole
+            # natural scale is no test; a scale the emulation could not give (NaN
+            # from an overflow, 0 from weights that underflowed where the exact
+            # value is not 0)
+            bad_scale = ~np.isfinite(t) | (a == 0) & (m != 0) & ~m_nan
+            und = ~ok_any[:, :, None] | (t >= a) & (a > 0) | bad_scale
+            tol = np.where(bad_scale, 0.0, t)
+            covered = np.zeros((B, L), bool)
             for b, rows in self.groups:
-                ag = a[b, rows]
-                t = (factor * r + FLOOR_UA * ua) * ag
-                if self.a2 is not None:
-                    t = t + FLOOR_P * self.u_p * self.a2.reshape(B, L, Ev)[b, rows]
-                if self.model.flush and self.vmax is not None:   # each term may lose a normal
-                    # (the model's term: 4 η_a (n (max|v| + 1) + 1), η_a the smallest normal)
-                    t = t + 4 * math.ldexp(1.0, self.model.acc.emin) * (
-                        self.n_keys * (self.vmax[b] + 1) + 1) + math.ldexp(
-                        1.0, self.model.fmt.emin)
-                # undecided: no emulation ran the row; a level that allows the whole
-                # natural scale is no test; a scale the emulation could not give (NaN
-                # from an overflow, 0 from weights that underflowed where the exact
-                # value is not 0)
-                mg = m[b, rows]
-                bad_scale = ~np.isfinite(t) | (ag == 0) & (mg != 0) & ~np.isnan(mg)
-                und[b, rows] = (~ok_any[b, rows, None] | (t >= ag) & (ag > 0) | bad_scale)
-                tol[b, rows] = np.where(bad_scale, 0.0, t)
+                covered[b, rows] = True
+            if not np.all(covered):
+                tol = np.where(covered[:, :, None], tol, 0.0)
+                und = und & covered[:, :, None]
             tol += ulp(m, self.model.fmt)
         return tol.reshape(self.shape), und.reshape(self.shape), worst
 
@@ -168,23 +194,26 @@ def dtype_level(x: AttentionCall, model: ErrorModel, progress: Any = None
     pl = Plain(x)
     lay = pl.layout
     kname = model.kernel.name
-    runs: list[tuple[str, Callable[[Chunk], tuple[np.ndarray, np.ndarray | None]]]]
+    # each run: the chunk and whether its float64 weights are wanted (the last run that
+    # has weights gives the natural scales) -> (output, weights or None)
+    runs: list[tuple[str, Callable[[Chunk, bool], tuple[np.ndarray, np.ndarray | None]]]]
+    shared = _SharedGemm()
     if kname in ("fused", "sequential"):
         lanes = 1 if kname == "sequential" else LANES
-        runs = [("gemm", lambda ch: _gemm(ch, dt, wk, stores=0, scaled_query=False,
-                                          store_p=False)),
-                ("online", lambda ch: _online(ch, dt, wk)),
+        runs = [("gemm", lambda ch, want: shared.plain(ch, dt, wk, want)),
+                ("online", lambda ch, want: _online(ch, dt, wk)),
                 (f"{lanes} accumulator{'s' if lanes > 1 else ''}",
-                 lambda ch: _lanes(ch, dt, wk, lanes)),
-                ("gemm, q and k scaled by √c", lambda ch: _gemm(
-                    ch, dt, wk, stores=0, scaled_query=False, store_p=False, split_scale=True))]
-        if dt != wk:
-            runs.append(("gemm with P stored", lambda ch: _gemm(
-                ch, dt, wk, stores=0, scaled_query=False, store_p=True)))
+                 lambda ch, want: _lanes(ch, dt, wk, lanes)),
+                ("gemm, q and k scaled by √c", lambda ch, want: _gemm(
+                    ch, dt, wk, stores=0, scaled_query=False, store_p=False, split_scale=True,
+                    want_p=want))]
+        if dt != wk:     # the plain gemm's weights, stored: its scores and softmax reused
+            runs.append(("gemm with P stored", lambda ch, want: shared.stored(ch, dt, wk, want)))
     else:
         sq = model.kernel.scaled_query
-        runs = [("gemm", lambda ch: _gemm(ch, dt, wk, stores=model.kernel.score_stores,
-                                          scaled_query=sq, store_p=True))]
+        runs = [("gemm", lambda ch, want: _gemm(ch, dt, wk, stores=model.kernel.score_stores,
+                                                scaled_query=sq, store_p=True, want_p=want))]
+    last_with_p = max(i for i, (name, _) in enumerate(runs) if name.startswith("gemm"))
     flats = [np.zeros((lay.B, lay.L, lay.Ev)) for _ in runs]
     a = np.zeros((lay.B, lay.L, lay.Ev))
     a2 = np.zeros((lay.B, lay.L, lay.Ev))
@@ -195,8 +224,8 @@ def dtype_level(x: AttentionCall, model: ErrorModel, progress: Any = None
         groups.append((ch.b, ch.rows))
         vmax[ch.b] = kap * float(np.max(np.abs(ch.v), initial=0.0))
         last_p = None
-        for flat, (_, run) in zip(flats, runs, strict=True):
-            out, p64 = run(ch)
+        for i, (flat, (_, run)) in enumerate(zip(flats, runs, strict=True)):
+            out, p64 = run(ch, i == last_with_p)
             if ch.nan_rows is not None:
                 out = np.where(ch.nan_rows[:, None], np.nan, out)
             flat[ch.b, ch.rows] = out
@@ -224,13 +253,22 @@ def exp_shifted(s: np.ndarray, allowed: np.ndarray, wk: np.dtype) -> np.ndarray:
     """exp(s − rowmax s) in ``wk`` where allowed, 0 elsewhere (a row with no finite
     score is shifted by 0)."""
     m = np.max(s, axis=-1, keepdims=True)
-    return np.where(allowed, np.exp(s - np.where(np.isfinite(m), m, wk.type(0))),
-                    wk.type(0)).astype(wk)
+    return _kept(allowed, np.exp(s - np.where(np.isfinite(m), m, wk.type(0))),
+                 wk.type(0)).astype(wk, copy=False)
+
+
+def _kept(mask: np.ndarray, a: np.ndarray, fill: Any) -> np.ndarray:
+    """``np.where(mask, a, fill)``: ``a`` itself where the mask keeps everything (the
+    same values without the pass; ``a`` is then not copied)."""
+    return a if mask.all() else np.where(mask, a, fill)
 
 
 def normalised(e: np.ndarray, tot: np.ndarray, wk: np.dtype) -> np.ndarray:
     """e / tot in ``wk``, 0 for a row whose sum is 0."""
-    return np.where(tot == 0, wk.type(0), e / np.where(tot == 0, wk.type(1), tot)).astype(wk)
+    zero = tot == 0
+    if not zero.any():                  # the same values without the two selections
+        return (e / tot).astype(wk, copy=False)
+    return np.where(zero, wk.type(0), e / np.where(zero, wk.type(1), tot)).astype(wk)
 
 
 def _scores(ch: Chunk, dt: np.dtype, wk: np.dtype, stores: int,
@@ -260,26 +298,70 @@ def _scores(ch: Chunk, dt: np.dtype, wk: np.dtype, stores: int,
         if ch.uniform is not None and np.any(ch.uniform):
             allowed = allowed | ch.uniform[:, None]
             s = np.where(ch.uniform[:, None], wk.type(0), s)
-        s = np.where(allowed, s, wk.type(-np.inf)).astype(wk)
+        s = _kept(allowed, s, wk.type(-np.inf)).astype(wk, copy=False)
     return s, allowed
 
 
-def _gemm(ch: Chunk, dt: np.dtype, wk: np.dtype, *, stores: int, scaled_query: bool,
-          store_p: bool, split_scale: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+def _gemm_weights(ch: Chunk, dt: np.dtype, wk: np.dtype, *, stores: int, scaled_query: bool,
+                  split_scale: bool = False) -> np.ndarray:
+    """The weights of the one-matrix-product order in ``wk`` (the dropout multipliers
+    applied), before any store of P; (R, 0) for a chunk with no key."""
     s, allowed = _scores(ch, dt, wk, stores, scaled_query, split_scale)
-    R, S = s.shape
-    v = ch.v.astype(wk)
-    if S == 0:
-        return np.zeros((R, ch.v.shape[1])), np.zeros((R, 0))
+    if s.shape[1] == 0:
+        return s
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         e = exp_shifted(s, allowed, wk)
         p = normalised(e, np.sum(e, axis=-1, keepdims=True), wk)
         if ch.kappa is not None:
             p = (p * ch.kappa.astype(wk)).astype(wk)
+    return p
+
+
+def _gemm_out(ch: Chunk, p: np.ndarray, dt: np.dtype, wk: np.dtype, store_p: bool,
+              want_p: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """P·V by one matrix product (P stored in ``dt`` first when ``store_p``), and the
+    float64 weights when ``want_p``."""
+    R, S = p.shape
+    if S == 0:
+        return np.zeros((R, ch.v.shape[1])), np.zeros((R, 0))
+    v = ch.v.astype(wk)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         if store_p and dt != wk:
             p = store(p, dt, wk)
         out = (p @ v).astype(np.float64)
-    return out, p.astype(np.float64)
+    return out, p.astype(np.float64) if want_p else None
+
+
+def _gemm(ch: Chunk, dt: np.dtype, wk: np.dtype, *, stores: int, scaled_query: bool,
+          store_p: bool, split_scale: bool = False, want_p: bool = True
+          ) -> tuple[np.ndarray, np.ndarray | None]:
+    p = _gemm_weights(ch, dt, wk, stores=stores, scaled_query=scaled_query,
+                      split_scale=split_scale)
+    return _gemm_out(ch, p, dt, wk, store_p, want_p)
+
+
+class _SharedGemm:
+    """The fused kernels' plain gemm and its P-stored twin on one chunk: the same
+    scores and softmax (the same operations on the same arrays), computed once."""
+
+    def __init__(self) -> None:
+        self._ch: Chunk | None = None
+        self._p: np.ndarray | None = None
+
+    def _weights(self, ch: Chunk, dt: np.dtype, wk: np.dtype) -> np.ndarray:
+        if self._ch is not ch or self._p is None:
+            self._ch, self._p = ch, _gemm_weights(ch, dt, wk, stores=0, scaled_query=False)
+        return self._p
+
+    def plain(self, ch: Chunk, dt: np.dtype, wk: np.dtype, want_p: bool
+              ) -> tuple[np.ndarray, np.ndarray | None]:
+        return _gemm_out(ch, self._weights(ch, dt, wk), dt, wk, False, want_p)
+
+    def stored(self, ch: Chunk, dt: np.dtype, wk: np.dtype, want_p: bool
+               ) -> tuple[np.ndarray, np.ndarray | None]:
+        out = _gemm_out(ch, self._weights(ch, dt, wk), dt, wk, True, want_p)
+        self._ch = self._p = None           # the chunk is done
+        return out
 
 
 def _online(ch: Chunk, dt: np.dtype, wk: np.dtype) -> tuple[np.ndarray, None]:
@@ -305,17 +387,17 @@ def _online(ch: Chunk, dt: np.dtype, wk: np.dtype) -> tuple[np.ndarray, None]:
             if uni is not None:
                 al = al | uni
                 s = np.where(uni, wk.type(0), s)
-            s = np.where(al, s, wk.type(-np.inf)).astype(wk)
+            s = _kept(al, s, wk.type(-np.inf)).astype(wk, copy=False)
             m_new = np.maximum(m, np.max(s, axis=-1, keepdims=True))
             safe = np.where(np.isfinite(m_new), m_new, wk.type(0))
             alpha = np.where(np.isfinite(m), np.exp2(m - safe), wk.type(0)).astype(wk)
-            p = np.where(al, np.exp2(s - safe), wk.type(0)).astype(wk)
-            lsum = (lsum * alpha + np.sum(p, axis=-1, keepdims=True)).astype(wk)
+            p = _kept(al, np.exp2(s - safe), wk.type(0)).astype(wk, copy=False)
+            lsum = (lsum * alpha + np.sum(p, axis=-1, keepdims=True)).astype(wk, copy=False)
             if ch.kappa is not None:
                 p = (p * ch.kappa[:, j0:j1].astype(wk)).astype(wk)
             if store_p:
                 p = store(p, dt, wk)
-            acc = (acc * alpha + p @ v[j0:j1]).astype(wk)
+            acc = (acc * alpha + p @ v[j0:j1]).astype(wk, copy=False)
             m = m_new
         out = np.where(lsum == 0, wk.type(0), acc / np.where(lsum == 0, wk.type(1), lsum))
     return out.astype(np.float64), None

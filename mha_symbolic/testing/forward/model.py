@@ -406,10 +406,17 @@ def _exact_weights(w: _Work, dv: np.ndarray | None) -> None:
     e = w.on(np.exp(sm - smax), 0.0)
     tot = w.key_sum(e)
     w.smax, w.tot = smax, tot
-    w.p = np.where(tot > 0, np.divide(e, np.where(tot > 0, tot, 1.0), out=e), 0.0)
+    pos = tot > 0
+    if np.all(pos):             # the same values without the two selections
+        w.p = np.divide(e, tot, out=e)
+    else:
+        w.p = np.where(pos, np.divide(e, np.where(pos, tot, 1.0), out=e), 0.0)
     w.spread = w.on(smax - s, 0.0)
-    w.n_ax = np.sum(w.allowed, axis=ax, keepdims=True).astype(np.float64)
-    w.n_row = np.sum(w.allowed, axis=-1, keepdims=True).astype(np.float64)
+    # key counts (exact in float64); along the keys the two counts are one array
+    w.n_ax = (np.full(pos.shape, float(w.allowed.shape[ax])) if w.full else
+              np.sum(w.allowed, axis=ax, keepdims=True).astype(np.float64))
+    w.n_row = w.n_ax if ax in (-1, 1) else np.sum(
+        w.allowed, axis=-1, keepdims=True).astype(np.float64)
     w.dvb = None if dv is None else np.ldexp(np.asarray(dv, dtype=np.float64), -w.ev)
 
 
@@ -478,7 +485,9 @@ def _score_errors(w: _Work, q: np.ndarray, k: np.ndarray, dq: np.ndarray | None,
     var_s = E * (ua * A * (1.0 + gE)) ** 2
     n_store = ker.score_stores
     at = np.abs(t)
-    ind = ind + (ua if n_store == 0 else 0.0) * at + n_store * u * at
+    # the scalar product by c (ua, fused kernels) or the stores (n u): one term each (the
+    # other's 0·|t| added nothing: |t| is finite, and D maps inf and NaN alike)
+    ind = ind + (ua * at if n_store == 0 else n_store * u * at)
     var_s = var_s + ((ua * t) ** 2 if n_store == 0 else n_store * (u * t) ** 2)
     if w.madd is not None:
         add = us * (at + np.abs(w.madd))
@@ -505,7 +514,8 @@ def _finish_score_errors(w: _Work, sh: np.ndarray, ind: np.ndarray, d_eval: np.n
     """D_j = (Sh_j + I_j)(1 + 4(u + u_a)) + 2 d_eval, and the row's evaluation error."""
     model = w.model
     D = w.on((sh + ind) * (1.0 + 4.0 * (model.u + model.ua)) + 2.0 * d_eval, 0.0)
-    w.D = np.where(np.isfinite(D), D, _FMAX / 4)
+    fin = np.isfinite(D)
+    w.D = D if np.all(fin) else np.where(fin, D, _FMAX / 4)
     w.d_eval_row = w.rowmax(d_eval) if w.S else np.zeros((w.R, 1))
 
 
