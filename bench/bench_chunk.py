@@ -21,6 +21,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "kernels"))
+
+from chunk_reference import fa_chunk_mask
 
 import mha_symbolic as ms
 
@@ -37,17 +40,6 @@ def _mask(torch, L: int, S: int, c: int, causal: bool, off: int, shift: int = 0)
     m = (j >= lo) & (j < lo + c)
     if causal:
         m = m & (j <= p)
-    return m
-
-
-def _by_loop(L: int, S: int, c: int, causal: bool, off: int) -> np.ndarray:
-    m = np.zeros((L, S), dtype=bool)
-    for i in range(L):
-        p = i + off
-        lo, hi = (p // c) * c, (p // c) * c + c
-        if causal:
-            hi = min(hi, p + 1)
-        m[i, max(lo, 0):max(min(hi, S), 0)] = True
     return m
 
 
@@ -88,15 +80,15 @@ def main() -> None:
 
             ref = ms.reference_attention(q, k, v, **kw).rounded(str(dtype).split(".")[1])
             want = ms.reference_attention(q, k, v, enable_gqa=True,
-                                          attn_mask=_by_loop(L, S, c, causal, off))
+                                          attn_mask=fa_chunk_mask(L, S, c, causal, off))
             differ += int(np.sum(ref != want.rounded(str(dtype).split(".")[1])))
             ok = ms.compare_attention(run(_mask(torch, L, S, c, causal, off)), q, k, v, **kw)
             fa += not ok.passed
-            bugs = {"ignored": _by_loop(L, S, 10**9, causal, off),
+            bugs = {"ignored": fa_chunk_mask(L, S, 10**9, causal, off),
                     "early": _mask(torch, L, S, c, causal, off, 1),
                     "late": _mask(torch, L, S, c, causal, off, -1),
                     "misaligned": _mask(torch, L, S, c, False, 0)
-                    & _by_loop(L, S, 10**9, causal, off)}
+                    & fa_chunk_mask(L, S, 10**9, causal, off)}
             for bug, m in bugs.items():
                 m = torch.as_tensor(m).bool()
                 if bool(torch.equal(m, _mask(torch, L, S, c, causal, off))) or not bool(
@@ -106,9 +98,6 @@ def main() -> None:
                 comp = ms.compare_attention(run(m), q, k, v, **kw)
                 caught[bug] += not comp.passed
                 named[bug] += bool(comp.diagnoses) and comp.diagnoses[0].bug == BUGS[bug]
-                got = [d.bug for d in comp.diagnoses]
-                if os.environ.get("BENCH_CHUNK_DEBUG") and got[:1] != [BUGS[bug]]:
-                    print("  not named:", bug, f"L={L} S={S} c={c} causal={causal}", got)
         print(f"{dtype!s:16s} rounding: {differ} elements differ from the loop-built mask; "
               f"false alarms {fa}/{args.cases}; " + "; ".join(
                   f"{b} {caught[b]}/{applies[b]} caught, {named[b]} named" for b in BUGS))

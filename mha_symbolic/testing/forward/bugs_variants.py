@@ -331,7 +331,7 @@ def _chunk(x: AttentionCall) -> bool:
     return x.opts.attention_chunk is not None
 
 
-def _chunk_shift(x: AttentionCall, d: int) -> dict[str, Any]:
+def _chunk_shift(d: int) -> dict[str, Any]:
     return {"keep_changes": {"attention_chunk_shift": d}}
 
 
@@ -339,7 +339,7 @@ def _chunk_flip(x: AttentionCall) -> dict[str, Any]:
     # the chunk of i + (S - L - off) for that of i + off: the grid of the other corner
     L, S = x.q.shape[-2], x.k.shape[-2]
     off = 0 if x.causal_alignment == "top_left" else S - L
-    return _chunk_shift(x, S - L - 2 * off)
+    return _chunk_shift(S - L - 2 * off)
 
 
 def _rot(x: AttentionCall) -> bool:
@@ -428,10 +428,10 @@ VARIANT_BUG_CLASSES: tuple[VariantBugClass, ...] = (
                     lambda x: _chunk(x) and _l_ne_s(x), _chunk_flip),
     VariantBugClass("attention_chunk_boundary_off_by_one", "chunk boundaries one position "
                     "early (the chunk of p + 1 for query position p)", _chunk,
-                    lambda x: _chunk_shift(x, 1)),
+                    lambda x: _chunk_shift(1)),
     VariantBugClass("attention_chunk_boundary_off_by_one_late", "chunk boundaries one "
                     "position late (the chunk of p - 1 for query position p)", _chunk,
-                    lambda x: _chunk_shift(x, -1)),
+                    lambda x: _chunk_shift(-1)),
     VariantBugClass("rotary_interleaved_swapped", "rotary pairs of the other convention "
                     "(GPT-J interleaved 2m, 2m+1 vs GPT-NeoX halves m, m + r/2)", _rot,
                     lambda x: {"rotary_changes": {"interleaved_swapped": True}}),

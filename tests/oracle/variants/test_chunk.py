@@ -11,6 +11,7 @@ import itertools
 
 import numpy as np
 import pytest
+from chunk_reference import fa_chunk_mask as _fa_mask  # tests/kernels (conftest)
 
 import mha_symbolic as ms
 from mha_symbolic.errors import SpecError
@@ -23,27 +24,6 @@ def _case(seed: int, L: int, S: int, H: int = 2, HKV: int = 2, D: int = 8,
     k = rng.standard_normal((2, HKV, S, D)).astype(dtype)
     v = rng.standard_normal((2, HKV, S, D)).astype(dtype)
     return q, k, v
-
-
-def _fa_mask(L: int, S: int, c: int, causal: bool, off: int,
-             window: tuple[int, int] | None = None) -> np.ndarray:
-    """FlashAttention's limits, one element at a time (Python integers)."""
-    m = np.zeros((L, S), dtype=bool)
-    for i in range(L):
-        p = i + off
-        lo = (p // c) * c                     # round_down, Python's floor for p < 0
-        hi = lo + c                           # exclusive
-        if causal:
-            hi = min(hi, p + 1)
-        if window is not None:
-            left, right = window
-            if left >= 0:
-                lo = max(lo, p - left)
-            if right >= 0:
-                hi = min(hi, p + right + 1)
-        for j in range(S):
-            m[i, j] = lo <= j < hi
-    return m
 
 
 @pytest.mark.parametrize("L,S,c", [(9, 9, 4), (5, 13, 3), (13, 5, 2), (1, 37, 16), (8, 8, 1),
