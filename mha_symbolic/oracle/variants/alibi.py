@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .protocol import Variant, VariantOptions, register
+import numpy as np
+
+from .protocol import BugClass, Variant, VariantOptions, lengths_differ, register
 from .semantics import Bias, Geometry, float_array, per_problem, sequence_row
 
 
@@ -24,7 +26,29 @@ def _sequence(opts: VariantOptions, b: int, n: int) -> dict[str, Any]:
     return {"alibi_slopes": sequence_row(opts.alibi_slopes, b, n, "alibi_slopes", "H")}
 
 
+def _alibi(x: Any) -> bool:
+    return x.opts.alibi_slopes is not None
+
+
+def _alibi_asym(x: Any) -> bool:
+    s = x.opts.alibi_slopes
+    return s is not None and s.shape[-1] > 1 and not np.array_equal(s, s[..., ::-1])
+
+
+_BUGS = (
+    BugClass("alibi_sign_flipped", "ALiBi bias added with the wrong sign "
+             "(+slope·|i - j|: distant keys favoured)", _alibi,
+             lambda x: {"alibi_sign": -1.0}),
+    BugClass("alibi_slopes_reversed", "ALiBi slopes applied in reversed head order",
+             _alibi_asym, lambda x: {"alibi_reverse": True}),
+    BugClass("alibi_misaligned", "ALiBi distance measured from the other corner "
+             "(|i - j| vs |i + S - L - j|)", lambda x: _alibi(x) and lengths_differ(x),
+             lambda x: {"flip_alibi_alignment": True}),
+    BugClass("alibi_missing", "ALiBi bias not added", _alibi,
+             lambda x: {"alibi_sign": 0.0}),
+)
+
 ALIBI = register(Variant(
     name="alibi", keywords=("alibi_slopes",), fields={"alibi_slopes": None}, parse=_parse,
     summary="ALiBi slopes: -slope·|j - (i + off)| added", scores=_scores, order=30, sequence=_sequence,
-    bugs=("alibi_sign_flipped", "alibi_slopes_reversed", "alibi_misaligned", "alibi_missing")))
+    bugs=_BUGS, positional=lambda opts: True))

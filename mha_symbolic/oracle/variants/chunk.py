@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import SpecError
-from .protocol import Variant, VariantOptions, register
+from .protocol import BugClass, Variant, VariantOptions, lengths_differ, register
 from .semantics import Geometry
 
 __all__ = ["ATTENTION_CHUNK", "chunk_allowed"]
@@ -60,10 +60,39 @@ def _keep(opts: VariantOptions, geo: Geometry, is_causal: bool) -> np.ndarray[An
     return chunk_allowed(opts.attention_chunk, geo, opts.attention_chunk_shift or 0)
 
 
+def _chunk(x: Any) -> bool:
+    return x.opts.attention_chunk is not None
+
+
+def _chunk_shift(d: int) -> dict[str, Any]:
+    return {"keep_changes": {"attention_chunk_shift": d}}
+
+
+def _chunk_flip(x: Any) -> dict[str, Any]:
+    # the chunk of i + (S - L - off) for that of i + off: the grid of the other corner
+    L, S = x.q.shape[-2], x.k.shape[-2]
+    off = 0 if x.causal_alignment == "top_left" else S - L
+    return _chunk_shift(S - L - 2 * off)
+
+
+_BUGS = (
+    BugClass("attention_chunk_ignored", "attention_chunk ignored: keys of other "
+             "chunks attended", _chunk,
+             lambda x: {"keep_changes": {"attention_chunk": None}}),
+    BugClass("attention_chunk_misaligned", "chunks counted from the other corner "
+             "(query i's chunk from i, not i + S - L, or the reverse)",
+             lambda x: _chunk(x) and lengths_differ(x), _chunk_flip),
+    BugClass("attention_chunk_boundary_off_by_one", "chunk boundaries one position "
+             "early (the chunk of p + 1 for query position p)", _chunk,
+             lambda x: _chunk_shift(1)),
+    BugClass("attention_chunk_boundary_off_by_one_late", "chunk boundaries one "
+             "position late (the chunk of p - 1 for query position p)", _chunk,
+             lambda x: _chunk_shift(-1)),
+)
+
 ATTENTION_CHUNK = register(Variant(
     name="attention_chunk", keywords=("attention_chunk",),
     fields={"attention_chunk": None, "attention_chunk_shift": None}, parse=_parse,
     summary="chunked attention: a query sees the keys of its own chunk of c positions "
             "(FlashAttention's attention_chunk)", keep=_keep,
-    bugs=("attention_chunk_ignored", "attention_chunk_misaligned",
-          "attention_chunk_boundary_off_by_one", "attention_chunk_boundary_off_by_one_late")))
+    bugs=_BUGS, positional=lambda opts: True))

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...errors import InputValueError, ShapeError
 from ..inputs import to_float64
-from .protocol import Variant, VariantOptions, register
+from .protocol import BugClass, Variant, VariantOptions, register
 from .semantics import Geometry, float_array, products_exact, sequence_row
 
 _NAMES = ("q_descale", "k_descale", "v_descale")
@@ -78,8 +78,28 @@ def _sequence(opts: VariantOptions, b: int, n: int) -> dict[str, Any]:
             for name in _NAMES if getattr(opts, name) is not None}
 
 
+def _has(name: str) -> Any:
+    return lambda x: getattr(x.opts, name) is not None
+
+
+def _any_descale(x: Any) -> bool:
+    return any(getattr(x.opts, name) is not None for name in _NAMES)
+
+
+_BUGS = (
+    BugClass("q_descale_missing", "FP8 q_descale not applied", _has("q_descale"),
+             lambda x: {"descale_power": (0, 1, 1)}),
+    BugClass("k_descale_missing", "FP8 k_descale not applied", _has("k_descale"),
+             lambda x: {"descale_power": (1, 0, 1)}),
+    BugClass("v_descale_missing", "FP8 v_descale not applied", _has("v_descale"),
+             lambda x: {"descale_power": (1, 1, 0)}),
+    BugClass("descale_missing", "no FP8 descale factor applied", _any_descale,
+             lambda x: {"descale_power": (0, 0, 0)}),
+    BugClass("descale_applied_twice", "FP8 descale factors applied twice",
+             _any_descale, lambda x: {"descale_power": (2, 2, 2)}),
+)
+
 FP8 = register(Variant(
     name="fp8_descale", keywords=_NAMES, fields=dict.fromkeys(_NAMES), parse=_parse,
     summary="FP8 descale factors (batch, H_kv), FlashAttention-3", inputs=_inputs, sequence=_sequence,
-    bugs=("q_descale_missing", "k_descale_missing", "v_descale_missing",
-          "descale_missing", "descale_applied_twice")))
+    bugs=_BUGS))

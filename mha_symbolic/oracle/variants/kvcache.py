@@ -21,7 +21,7 @@ import numpy as np
 
 from ...errors import InputValueError, ShapeError, SpecError
 from ..inputs import as_exact_array, to_float64, validate_finite
-from .protocol import Variant, VariantOptions, register
+from .protocol import BugClass, Variant, VariantOptions, register
 from .semantics import Geometry
 
 __all__ = ["KV_CACHE", "gather_kv_cache"]
@@ -77,13 +77,45 @@ def _keep(opts: VariantOptions, geo: Geometry, is_causal: bool) -> np.ndarray[An
     return keep.reshape(B, 1, keep.shape[1], geo.S)
 
 
+def _kv(x: Any) -> bool:
+    return x.opts.cache_seqlens is not None
+
+
+def _kv_short(x: Any) -> bool:
+    return _kv(x) and bool(np.any(x.opts.cache_seqlens < x.k.shape[-2]))
+
+
+def _kv_nonempty(x: Any) -> bool:
+    return _kv(x) and bool(np.any(x.opts.cache_seqlens > 0))
+
+
+def _kv_leftpad(x: Any) -> bool:
+    return _kv(x) and x.opts.cache_leftpad is not None and bool(np.any(x.opts.cache_leftpad))
+
+
+# the kept keys recomputed with the options changed (plain_variant's keep_changes)
+_BUGS = (
+    BugClass("kv_cache_lengths_ignored", "cache_seqlens ignored: stale cache entries "
+             "past each sequence's length attended", _kv,
+             lambda x: {"keep_changes": {"cache_seqlens": None, "cache_leftpad": None}}),
+    BugClass("kv_cache_length_one_long", "off-by-one cache_seqlens: one stale key past "
+             "each sequence's length attended", _kv_short,
+             lambda x: {"keep_changes": {"cache_seqlens": np.minimum(
+                 x.opts.cache_seqlens + 1, x.k.shape[-2])}}),
+    BugClass("kv_cache_length_one_short", "off-by-one cache_seqlens: each sequence's "
+             "newest key not attended", _kv_nonempty,
+             lambda x: {"keep_changes": {"cache_seqlens": np.maximum(
+                 x.opts.cache_seqlens - 1, 0)}}),
+    BugClass("kv_cache_leftpad_ignored", "cache_leftpad ignored: the left padding "
+             "attended", _kv_leftpad, lambda x: {"keep_changes": {"cache_leftpad": None}}),
+)
+
 KV_CACHE = register(Variant(
     name="kv_cache", keywords=("cache_seqlens", "cache_leftpad"),
     fields={"cache_seqlens": None, "cache_leftpad": None}, parse=_parse,
     summary="KV-cache decode: valid keys cache_leftpad <= j < cache_seqlens, causal "
             "from their end (flash_attn_with_kvcache)", keep=_keep,
-    bugs=("kv_cache_lengths_ignored", "kv_cache_length_one_long", "kv_cache_length_one_short",
-          "kv_cache_leftpad_ignored"), packed=False))
+    bugs=_BUGS, packed=False, own_positions=True))
 
 
 def _bshd(x: Any, name: str) -> np.ndarray[Any, Any]:

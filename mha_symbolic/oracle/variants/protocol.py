@@ -15,17 +15,30 @@ What a variant may contribute, each optional:
 * ``sinks`` — a logit per flat problem in the denominator only;
 * ``transcendental`` — whether its scores are no longer exact doubles (softcap's
   tanh), which sends the call to the transformed-score tiers;
-* ``rotate`` — q and k rotated before the scores (rotary embeddings): a
-  :class:`~.rotary.Rotation` for the call's geometry, given to the transformed tiers;
+* ``rotate`` — q and k rotated before the scores (rotary embeddings): a rotation
+  object for the call's geometry (``float_rotate``, ``float_chunk``, ``problem``: see
+  :class:`~.rotary.Rotation`), given to the transformed tiers; with it ``rotate_plain``,
+  the testing side's float64 rotation (``rotate_plain(opts, geo, q, k, **changes)`` ->
+  (rotation, (q, k, q', k') flat); ``changes`` are the bug switches its catalogue uses);
 * ``error`` — the variant's own term in the testing side's error model (issue 23):
   ``error(opts, vp, b, rows, model)`` -> (independent bound, variance) per score,
   added to :class:`~mha_symbolic.testing.forward.model.ScoreExtras`;
 * ``gradients`` — False when its gradients are not certified (the backward refuses);
-* ``bugs`` — the names of its bug classes in the testing catalogue;
+* ``bugs`` — its bug classes, as data (:class:`BugClass`): a mistake kernels make
+  with it, when it applies to a call and the switches of the testing side's float64
+  evaluation that reproduce it; the testing catalogue collects them from here;
 * ``sequence`` — its fields for sequence b of a packed varlen batch of n sequences
   (``sequence(opts, b, n)``: a per-batch parameter's row b, a mask_mod shifted to
   the sequence); without it the variant's fields are shared by every sequence, and
-  ``packed=False`` refuses the variant in the varlen doors (KV-cache lengths).
+  ``packed=False`` refuses the variant in the varlen doors (KV-cache lengths);
+* ``positional`` — whether its semantics read a query's position relative to the keys
+  (the geometry's alignment offset: a window, chunks, ALiBi's distances), and
+  ``own_positions`` — whether it gives each batch element's queries positions of their
+  own (the KV cache: query i of sequence b sits at cache_seqlens[b] - L + i, as
+  FlashAttention aligns them).  The two together are refused (:func:`.registry.
+  variant_options`): the geometry has one offset for the whole batch, so a window or
+  chunk would be measured from the cache's end, not each sequence's, and a wrong
+  answer is worse than a refusal.
 
 Its gradients follow from the same pieces (:mod:`.backward`: a bias's parameters are
 linear functionals of dS, :mod:`..backward.functionals`) and its term in the error
@@ -40,7 +53,32 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Variant", "VariantOptions", "register", "registered", "unregister"]
+__all__ = ["BugClass", "Variant", "VariantOptions", "lengths_differ", "register", "registered",
+           "unregister"]
+
+
+@dataclass(frozen=True)
+class BugClass:
+    """A mistake kernels make with a variant, as data.
+
+    ``applies(call)`` and ``switches(call)`` take the testing side's call record
+    (:class:`mha_symbolic.testing.call.AttentionCall`: q, k, v, ``opts``, ``is_causal``,
+    ``causal_alignment``, ``attn_mask``, ``mod_keep``); ``switches`` returns keywords of
+    its float64 evaluation (:func:`mha_symbolic.testing.forward.bugs_variants.plain_variant`:
+    ``window``, ``softcap_mode``, ``keep_changes`` — a kept-key variant's options
+    changed —, ``rotate_changes`` — the ``rotate_plain`` hook's switches —, …).  A class
+    is only *named* once checked: the kernel's output fits the buggy evaluation's own
+    tolerance and not the truth's."""
+
+    name: str
+    description: str
+    applies: Callable[[Any], bool]
+    switches: Callable[[Any], dict[str, Any]]
+
+
+def lengths_differ(call: Any) -> bool:
+    """L != S: the bug classes that only show when the two corners differ."""
+    return bool(call.q.shape[-2] != call.k.shape[-2])
 
 
 @dataclass(frozen=True)
@@ -60,11 +98,14 @@ class Variant:
     inputs: Callable[..., tuple[Any, Any, Any]] | None = None
     transcendental: Callable[[VariantOptions], bool] | None = None
     rotate: Callable[..., Any] | None = None
+    rotate_plain: Callable[..., tuple[Any, tuple[Any, ...]]] | None = None
     error: Callable[..., tuple[Any, Any]] | None = None
     gradients: bool = True
-    bugs: tuple[str, ...] = field(default=())
+    bugs: tuple[BugClass, ...] = field(default=())
     sequence: Callable[[VariantOptions, int, int], dict[str, Any]] | None = None
     packed: bool = True
+    positional: Callable[[VariantOptions], bool] | None = None
+    own_positions: bool = False
 
 
 _REGISTRY: dict[str, Variant] = {}

@@ -22,7 +22,9 @@ from .semantics import Bias, Cap, Geometry
 
 __all__ = [
     "VariantOptions",
+    "bug_classes",
     "kept",
+    "plain_rotation",
     "require_gradients",
     "rotation",
     "score_pipeline",
@@ -85,7 +87,23 @@ def variant_options(**options: Any) -> VariantOptions | None:
         if given and any(x is not None for x in given.values()):
             fields.update(v.parse(**given))
     opts = VariantOptions(**fields)
+    _refuse_position_clash(opts)
     return None if opts.empty else opts
+
+
+def _refuse_position_clash(opts: VariantOptions) -> None:
+    """A variant that reads query positions beside one that moves them per sequence
+    (protocol.py, ``positional``/``own_positions``) is refused, not answered wrongly."""
+    active = opts.active()
+    movers = [v for v in active if v.own_positions]
+    readers = [v for v in active if v.positional is not None and v.positional(opts)]
+    if movers and readers:
+        m, r = movers[0], readers[0]
+        raise SpecError(
+            f"{r.name} ({', '.join(r.keywords)}) with {m.name} ({', '.join(m.keywords)}) is "
+            f"not supported: {r.name} is measured from each query's position, which "
+            f"{m.name} sets per sequence (FlashAttention's seqlen_k - seqlen_q per batch "
+            "element); check each sequence on its own, with k and v cut to its valid keys")
 
 
 def sdpa_variant_options(dropout_p: Any, dropout_mask: Any, **options: Any
@@ -151,6 +169,27 @@ def rotation(opts: VariantOptions, geo: Geometry, E: int) -> Any:
     if len(got) > 1:
         raise SpecError("two variants rotate q and k")
     return got[0] if got else None
+
+
+def plain_rotation(opts: VariantOptions, geo: Geometry, q: Any, k: Any,
+                   changes: dict[str, Any] | None = None) -> tuple[Any, tuple[Any, ...] | None]:
+    """The testing side's float64 rotation of q and k (a variant's ``rotate_plain``
+    hook, with its bug switches ``changes``): (rotation, (q, k, q', k') flat), or
+    (None, None) when no variant rotates."""
+    got = [v for v in opts.active() if v.rotate_plain is not None]
+    if len(got) > 1:
+        raise SpecError("two variants rotate q and k")
+    if not got:
+        return None, None
+    hook = got[0].rotate_plain
+    assert hook is not None
+    return hook(opts, geo, q, k, **(changes or {}))
+
+
+def bug_classes() -> tuple[Any, ...]:
+    """The registered variants' bug classes (:class:`.protocol.BugClass`), in
+    registration order."""
+    return tuple(b for v in registered() for b in v.bugs)
 
 
 def require_gradients(opts: VariantOptions | None) -> None:

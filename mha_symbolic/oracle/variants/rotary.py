@@ -51,12 +51,11 @@ import numpy as np
 from ...errors import InputValueError, ShapeError, SpecError
 from ..arith.balls import Prec
 from ..arith.constants import ETA, UP, gamma
-from .protocol import Variant, VariantOptions, register
+from .protocol import BugClass, Variant, VariantOptions, lengths_differ, register
 from .semantics import Geometry, float_array
 from .transformed import TransformedProblem
 
-__all__ = ["ROTARY", "RotarySpec", "Rotation", "error_terms", "rotate_for_testing",
-           "rotation_of"]
+__all__ = ["ROTARY", "RotarySpec", "Rotation", "error_terms", "rotate_plain", "rotation_of"]
 
 _KEYWORDS = ("rotary_cos", "rotary_sin", "rotary_interleaved", "rotary_dim", "rotary_base",
              "rotary_position_scale")
@@ -474,14 +473,14 @@ def error_terms(opts: VariantOptions, vp: Any, b: int, rows: slice, model: Any
     frequency — and the products Δq·Δk as one coherent term (their sum squared).  Under
     the probabilistic model the per-score bound returned is min(worst case, λσ), as the
     model reads roundings (Higham & Mary); under "worst_case" the worst case."""
-    rot: Rotation = vp.rotary
+    rot: Rotation = vp.rotation
     u, ua = model.u, model.ua
     ur = max(u, ua)
     spec = rot.spec
-    q0 = vp.rotary_inputs[0][b][rows]
-    k0 = vp.rotary_inputs[1][b]
-    qr = vp.rotary_outputs[0][b][rows]
-    kr = vp.rotary_outputs[1][b]
+    q0 = vp.rotation_inputs[0][b][rows]
+    k0 = vp.rotation_inputs[1][b]
+    qr = vp.rotation_outputs[0][b][rows]
+    kr = vp.rotation_outputs[1][b]
     pq = rot.q_positions(np.array([b]))[0][rows]
     pk = rot.k_positions()
     c, s, _, _ = spec.float_tables(rot.npos, rot.r)
@@ -567,11 +566,12 @@ def _low_tables(spec: RotarySpec, npos: int, r: int, dtype: str
     return c, s, z, z
 
 
-def rotate_for_testing(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
-                       k: np.ndarray[Any, Any], *, interleaved_swapped: bool = False,
-                       no_offset: bool = False, all_dims: bool = False,
-                       angles_dtype: str | None = None) -> tuple[Rotation, tuple[Any, ...]]:
-    """The float64 rotation of the testing side (:func:`...plain_variant`): q, k
+def rotate_plain(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
+                 k: np.ndarray[Any, Any], *, interleaved_swapped: bool = False,
+                 no_offset: bool = False, all_dims: bool = False,
+                 angles_dtype: str | None = None) -> tuple[Rotation, tuple[Any, ...]]:
+    """The ``rotate_plain`` hook, the float64 rotation of the testing side
+    (:func:`mha_symbolic.testing.forward.bugs_variants.plain_variant`): q, k
     (*lead, n, E) rotated as the exact semantics say (angles from the oracle's tables,
     within 2^-52), or as a buggy kernel does (the switches; docs/variants.md's
     catalogue).  Returns the rotation and (q0, k0, q', k'), each flat (B, n, E)."""
@@ -597,10 +597,43 @@ def rotate_for_testing(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, A
     return rot, (q0, k0, qr, kr)
 
 
+def _rot(x: Any) -> bool:
+    return x.opts.rotary is not None
+
+
+def _rot_offset(x: Any) -> bool:
+    return _rot(x) and (x.opts.cache_seqlens is not None or lengths_differ(x))
+
+
+def _rot_partial(x: Any) -> bool:
+    sp = x.opts.rotary
+    return (sp is not None and not sp.tables and sp.dim is not None
+            and sp.dim < x.q.shape[-1] - x.q.shape[-1] % 2)
+
+
+def _switch(**changes: Any) -> Any:
+    return lambda x: {"rotate_changes": changes}
+
+
+# the keywords of rotate_plain, reached through plain_variant's rotate_changes
+_BUGS = (
+    BugClass("rotary_interleaved_swapped", "rotary pairs of the other convention "
+             "(GPT-J interleaved 2m, 2m+1 vs GPT-NeoX halves m, m + r/2)", _rot,
+             _switch(interleaved_swapped=True)),
+    BugClass("rotary_positions_not_offset", "rotary: queries rotated at positions "
+             "0 … L-1, not offset by the cache (cache_seqlens - L) or by S - L",
+             _rot_offset, _switch(no_offset=True)),
+    BugClass("rotary_angles_bf16", "rotary cos/sin computed in bfloat16 (angles "
+             "pos·inv_freq, or the tables, in bf16)", _rot, _switch(angles_dtype="bfloat16")),
+    BugClass("rotary_angles_fp16", "rotary cos/sin computed in float16 (angles "
+             "pos·inv_freq, or the tables, in fp16)", _rot, _switch(angles_dtype="float16")),
+    BugClass("rotary_dim_ignored", "rotary_dim ignored: every dimension rotated "
+             "(inv_freq built from the head dim)", _rot_partial, _switch(all_dims=True)),
+)
+
 ROTARY = register(Variant(
     name="rotary", keywords=_KEYWORDS, fields={"rotary": None}, parse=_parse,
     summary="rotary embeddings: q, k rotated by position (tables or base), FlashAttention/"
             "HF conventions", transcendental=lambda opts: opts.rotary is not None,
-    rotate=rotation_of, error=error_terms, gradients=False, packed=False,
-    bugs=("rotary_interleaved_swapped", "rotary_positions_not_offset",
-          "rotary_angles_bf16", "rotary_angles_fp16", "rotary_dim_ignored")))
+    rotate=rotation_of, rotate_plain=rotate_plain, error=error_terms, gradients=False,
+    packed=False, bugs=_BUGS))

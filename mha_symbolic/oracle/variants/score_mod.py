@@ -51,4 +51,5 @@ SCORE_MOD = register(Variant(
     parse=_score_mods, summary="FlexAttention score_mod from the certified menu",
     scores=_scores, order=20,
     transcendental=lambda opts: any(isinstance(m, SoftcapScoreMod)
-                                    for m in opts.score_mods)))
+                                    for m in opts.score_mods),
+    positional=lambda opts: any(not isinstance(m, SoftcapScoreMod) for m in opts.score_mods)))

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ShapeError
-from .protocol import Variant, VariantOptions, register
+from .protocol import BugClass, Variant, VariantOptions, register
 from .semantics import Geometry, float_array
 
 
@@ -25,7 +25,19 @@ def _sinks(opts: VariantOptions, geo: Geometry) -> np.ndarray[Any, Any]:
     return np.tile(s, geo.n_outer)
 
 
+def _has_sinks(x: Any) -> bool:
+    return x.opts.sinks is not None
+
+
+_BUGS = (
+    BugClass("sinks_ignored", "attention sinks ignored (plain softmax)", _has_sinks,
+             lambda x: {"sink_mode": "ignored"}),
+    BugClass("sink_in_numerator", "the sink's e^σ also added to every key's "
+             "numerator (weights no longer leave the sink its share)", _has_sinks,
+             lambda x: {"sink_mode": "numerator"}),
+)
+
 SINKS = register(Variant(
     name="sinks", keywords=("sinks",), fields={"sinks": None}, parse=_parse,
     summary="a logit per head in the denominator only (gpt-oss)", sinks=_sinks,
-    bugs=("sinks_ignored", "sink_in_numerator")))
+    bugs=_BUGS))

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InputValueError, SpecError
-from .protocol import Variant, VariantOptions, register
+from .protocol import BugClass, Variant, VariantOptions, register
 from .semantics import Cap, Geometry
 
 
@@ -30,8 +30,28 @@ def _scores(opts: VariantOptions, geo: Geometry) -> tuple[Cap, ...]:
     return (Cap(opts.softcap),)
 
 
+def _has_cap(x: Any) -> bool:
+    return x.opts.softcap is not None
+
+
+def _cap_and_mask(x: Any) -> bool:
+    return _has_cap(x) and (x.is_causal or x.opts.window is not None
+                            or x.mod_keep is not None or x.attn_mask is not None)
+
+
+_BUGS = (
+    BugClass("softcap_before_scale", "softcap applied before the scale: "
+             "c·C·tanh(q·k/C) instead of C·tanh(c·q·k/C)", _has_cap,
+             lambda x: {"softcap_mode": "before_scale"}),
+    BugClass("softcap_after_mask", "softcap applied after the mask: masked scores "
+             "-inf become -C and the masked keys take part", _cap_and_mask,
+             lambda x: {"softcap_mode": "after_mask"}),
+    BugClass("softcap_missing", "softcap not applied", _has_cap,
+             lambda x: {"softcap_mode": "none"}),
+)
+
 SOFTCAP = register(Variant(
     name="softcap", keywords=("softcap",), fields={"softcap": None}, parse=_softcap,
     summary="softcap C: s -> C·tanh(s/C) after the scale", scores=_scores, order=10,
     transcendental=lambda opts: opts.softcap is not None,
-    bugs=("softcap_before_scale", "softcap_after_mask", "softcap_missing")))
+    bugs=_BUGS))

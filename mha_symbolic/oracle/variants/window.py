@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import SpecError
-from .protocol import Variant, VariantOptions, register
+from .protocol import BugClass, Variant, VariantOptions, lengths_differ, register
 from .semantics import Geometry, window_allowed
 
 
@@ -41,9 +41,48 @@ def _keep(opts: VariantOptions, geo: Geometry, is_causal: bool) -> Any:
     return window_allowed(opts.window, is_causal, geo)
 
 
+def _win(x: Any) -> tuple[int | None, int | None]:
+    w = x.opts.window
+    return w if w is not None else (None, None)
+
+
+def _shift(side: int, d: int) -> Any:
+    """The window with one edge moved by d keys (the edge is bounded: see _has_side)."""
+    def make(x: Any) -> dict[str, Any]:
+        w = list(_win(x))
+        w[side] = int(w[side] or 0) + d
+        return {"window": (w[0], w[1])}
+    return make
+
+
+def _has_side(side: int, positive: bool = False) -> Any:
+    def test(x: Any) -> bool:
+        w = _win(x)[side]
+        return w is not None and (w > 0 or not positive)
+    return test
+
+
+_BUGS = (
+    BugClass("window_left_off_by_one_wide",
+             "sliding window one key too wide on the left (sees key i - left - 1)",
+             _has_side(0), _shift(0, 1)),
+    BugClass("window_left_off_by_one_narrow",
+             "sliding window one key too narrow on the left (misses key i - left)",
+             _has_side(0, True), _shift(0, -1)),
+    BugClass("window_right_off_by_one_wide",
+             "sliding window one key too wide on the right (sees key i + right + 1)",
+             _has_side(1), _shift(1, 1)),
+    BugClass("window_right_off_by_one_narrow",
+             "sliding window one key too narrow on the right (misses key i + right)",
+             _has_side(1, True), _shift(1, -1)),
+    BugClass("window_misaligned",
+             "sliding window aligned to the other corner (top-left vs bottom-right, "
+             "FlashAttention aligns bottom-right)",
+             lambda x: x.opts.window is not None and lengths_differ(x),
+             lambda x: {"flip_window_alignment": True}),
+)
+
 WINDOW = register(Variant(
     name="window", keywords=("window",), fields={"window": None}, parse=_window,
     summary="sliding window (left, right), FlashAttention's window_size",
-    keep=_keep, bugs=("window_left_off_by_one_wide", "window_left_off_by_one_narrow",
-          "window_right_off_by_one_wide", "window_right_off_by_one_narrow",
-          "window_misaligned")))
+    keep=_keep, bugs=_BUGS, positional=lambda opts: True))

@@ -1,8 +1,10 @@
 """Known bugs of the attention variants, as data, and the float64 evaluation they share.
 
-Each entry of :data:`VARIANT_BUG_CLASSES` names a mistake seen in kernels that ship
+Each entry of :func:`variant_bug_classes` names a mistake seen in kernels that ship
 the variants (FlashAttention, FlexAttention, xformers, vLLM; docs/variants.md lists
-them) and the switches of :func:`plain_variant` that reproduce it.  As in
+them) and the switches of :func:`plain_variant` that reproduce it.  A variant's own
+entries live in its module (the protocol's ``bugs``, :class:`BugClass` data); the
+plain pipeline's (scale, causal off-by-ones) here.  As in
 :mod:`.bugs`, a class is only *named* after it is checked: the actual output lies
 within the model tolerance of the buggy variant and not within tolerance of the truth.
 
@@ -20,9 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ...oracle.variants.protocol import VariantOptions
-from ...oracle.variants.registry import kept, score_pipeline
-from ...oracle.variants.rotary import rotate_for_testing
+from ...oracle.variants.protocol import BugClass, VariantOptions
+from ...oracle.variants.registry import bug_classes, kept, plain_rotation, score_pipeline
 from ...oracle.variants.semantics import Bias, Cap, Geometry, per_problem, window_allowed
 from ..call import AttentionCall
 from ..tolerance import ErrorModel
@@ -30,8 +31,7 @@ from .bugs import _matching
 from .model_variants import variant_error_bound
 from .plain import fit_ratio
 
-__all__ = ["VARIANT_BUG_CLASSES", "VariantPlain", "diagnose_variant",
-           "plain_variant"]
+__all__ = ["VariantPlain", "diagnose_variant", "plain_variant", "variant_bug_classes"]
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,9 @@ class VariantPlain:
     qk_descaled: bool = False     # q_descale or k_descale multiplied into the scale
     uniform: np.ndarray | None = None   # (..., L) rows given uniform weights
     opts: VariantOptions | None = None  # the variants (their ``error`` hooks)
-    rotary: Any = None            # the Rotation of a rotary call
-    rotary_inputs: tuple[np.ndarray, np.ndarray] | None = None    # q, k flat (B, n, E)
-    rotary_outputs: tuple[np.ndarray, np.ndarray] | None = None   # q', k' flat
+    rotation: Any = None          # a variant's rotation of q and k (``rotate_plain``)
+    rotation_inputs: tuple[np.ndarray, np.ndarray] | None = None    # q, k flat (B, n, E)
+    rotation_outputs: tuple[np.ndarray, np.ndarray] | None = None   # q', k' flat
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -93,7 +93,7 @@ def plain_variant(
     flip_alibi_alignment: bool = False, sink_mode: str = "denominator",
     descale_power: tuple[int, int, int] = (1, 1, 1), scale: float | None = None,
     causal_offset: int = 0, store: Callable[[np.ndarray], np.ndarray] | None = None,
-    keep_changes: dict[str, Any] | None = None, rotary_changes: dict[str, Any] | None = None,
+    keep_changes: dict[str, Any] | None = None, rotate_changes: dict[str, Any] | None = None,
 ) -> VariantPlain:
     """Attention with the variants of ``x`` in float64; the keyword switches make the
     buggy variants of the catalogue (the defaults are the correct semantics of
@@ -120,11 +120,9 @@ def plain_variant(
     S = k.shape[-2]
     align = x.causal_alignment
     off = 0 if align == "top_left" else S - L
-    rot = rot_io = None
-    if o.rotary is not None:
-        # q, k rotated before the scores (as the kernel's, or a buggy kernel's)
-        rot, rot_io = rotate_for_testing(o, Geometry(lead, H, L, S, off), q, k,
-                                         **(rotary_changes or {}))
+    # q, k rotated before the scores (as the kernel's, or a buggy kernel's)
+    rot, rot_io = plain_rotation(o, Geometry(lead, H, L, S, off), q, k, rotate_changes)
+    if rot_io is not None:
         q, k = rot_io[2].reshape(*lead, L, E), rot_io[3].reshape(*lead, S, E)
     woff = (S - L) - off if flip_window_alignment else off
     c = (1.0 / math.sqrt(E) if x.scale is None else float(x.scale)) if scale is None else scale
@@ -239,223 +237,35 @@ def plain_variant(
                         q, v, allowed, np.where(allowed, s, 0.0), A, size, caps,
                         v_descaled=o.v_descale is not None, k=k, scale=c, n_add=n_add,
                         qk_descaled=o.q_descale is not None or o.k_descale is not None,
-                        uniform=uniform, opts=o, rotary=rot,
-                        rotary_inputs=None if rot_io is None else rot_io[:2],
-                        rotary_outputs=None if rot_io is None else rot_io[2:])
+                        uniform=uniform, opts=o, rotation=rot,
+                        rotation_inputs=None if rot_io is None else rot_io[:2],
+                        rotation_outputs=None if rot_io is None else rot_io[2:])
 
 
 # --------------------------------------------------------------------------------------
 # The catalogue
 
 
-@dataclass(frozen=True)
-class VariantBugClass:
-    name: str
-    description: str
-    applies: Callable[[AttentionCall], bool]
-    switches: Callable[[AttentionCall], dict[str, Any]]
+def _scaled(x: AttentionCall) -> bool:
+    return (1.0 / math.sqrt(x.q.shape[-1]) if x.scale is None else float(x.scale)) != 1.0
 
 
-def _win(x: AttentionCall) -> tuple[int | None, int | None]:
-    w = x.opts.window
-    return w if w is not None else (None, None)
-
-
-def _shift(side: int, d: int) -> Callable[[AttentionCall], dict[str, Any]]:
-    """The window with one edge moved by d keys (the edge is bounded: see _has_side)."""
-    def make(x: AttentionCall) -> dict[str, Any]:
-        w = list(_win(x))
-        w[side] = int(w[side] or 0) + d
-        return {"window": (w[0], w[1])}
-    return make
-
-
-def _has_side(side: int, positive: bool = False) -> Callable[[AttentionCall], bool]:
-    def test(x: AttentionCall) -> bool:
-        w = _win(x)[side]
-        return w is not None and (w > 0 or not positive)
-    return test
-
-
-def _l_ne_s(x: AttentionCall) -> bool:
-    return x.q.shape[-2] != x.k.shape[-2]
-
-
-def _has_cap(x: AttentionCall) -> bool:
-    return x.opts.softcap is not None
-
-
-def _cap_and_mask(x: AttentionCall) -> bool:
-    return _has_cap(x) and (x.is_causal or x.opts.window is not None
-                            or x.mod_keep is not None or x.attn_mask is not None)
-
-
-def _alibi(x: AttentionCall) -> bool:
-    return x.opts.alibi_slopes is not None
-
-
-def _alibi_asym(x: AttentionCall) -> bool:
-    s = x.opts.alibi_slopes
-    return s is not None and s.shape[-1] > 1 and not np.array_equal(s, s[..., ::-1])
-
-
-def _sinks(x: AttentionCall) -> bool:
-    return x.opts.sinks is not None
-
-
-def _has(name: str) -> Callable[[AttentionCall], bool]:
-    return lambda x: getattr(x.opts, name) is not None
-
-
-def _any_descale(x: AttentionCall) -> bool:
-    return any(d is not None for d in (x.opts.q_descale, x.opts.k_descale, x.opts.v_descale))
-
-
-def _kv(x: AttentionCall) -> bool:
-    return x.opts.cache_seqlens is not None
-
-
-def _kv_short(x: AttentionCall) -> bool:
-    return _kv(x) and bool(np.any(x.opts.cache_seqlens < x.k.shape[-2]))
-
-
-def _kv_nonempty(x: AttentionCall) -> bool:
-    return _kv(x) and bool(np.any(x.opts.cache_seqlens > 0))
-
-
-def _kv_leftpad(x: AttentionCall) -> bool:
-    return _kv(x) and x.opts.cache_leftpad is not None and bool(np.any(x.opts.cache_leftpad))
-
-
-def _chunk(x: AttentionCall) -> bool:
-    return x.opts.attention_chunk is not None
-
-
-def _chunk_shift(d: int) -> dict[str, Any]:
-    return {"keep_changes": {"attention_chunk_shift": d}}
-
-
-def _chunk_flip(x: AttentionCall) -> dict[str, Any]:
-    # the chunk of i + (S - L - off) for that of i + off: the grid of the other corner
-    L, S = x.q.shape[-2], x.k.shape[-2]
-    off = 0 if x.causal_alignment == "top_left" else S - L
-    return _chunk_shift(S - L - 2 * off)
-
-
-def _rot(x: AttentionCall) -> bool:
-    return x.opts.rotary is not None
-
-
-def _rot_offset(x: AttentionCall) -> bool:
-    return _rot(x) and (x.opts.cache_seqlens is not None or _l_ne_s(x))
-
-
-def _rot_partial(x: AttentionCall) -> bool:
-    sp = x.opts.rotary
-    return (sp is not None and not sp.tables and sp.dim is not None
-            and sp.dim < x.q.shape[-1] - x.q.shape[-1] % 2)
-
-
-VARIANT_BUG_CLASSES: tuple[VariantBugClass, ...] = (
-    VariantBugClass("window_left_off_by_one_wide",
-                    "sliding window one key too wide on the left (sees key i - left - 1)",
-                    _has_side(0), _shift(0, 1)),
-    VariantBugClass("window_left_off_by_one_narrow",
-                    "sliding window one key too narrow on the left (misses key i - left)",
-                    _has_side(0, True), _shift(0, -1)),
-    VariantBugClass("window_right_off_by_one_wide",
-                    "sliding window one key too wide on the right (sees key i + right + 1)",
-                    _has_side(1), _shift(1, 1)),
-    VariantBugClass("window_right_off_by_one_narrow",
-                    "sliding window one key too narrow on the right (misses key i + right)",
-                    _has_side(1, True), _shift(1, -1)),
-    VariantBugClass("window_misaligned",
-                    "sliding window aligned to the other corner (top-left vs bottom-right, "
-                    "FlashAttention aligns bottom-right)",
-                    lambda x: x.opts.window is not None and _l_ne_s(x),
-                    lambda x: {"flip_window_alignment": True}),
-    VariantBugClass("softcap_before_scale", "softcap applied before the scale: "
-                    "c·C·tanh(q·k/C) instead of C·tanh(c·q·k/C)", _has_cap,
-                    lambda x: {"softcap_mode": "before_scale"}),
-    VariantBugClass("softcap_after_mask", "softcap applied after the mask: masked scores "
-                    "-inf become -C and the masked keys take part", _cap_and_mask,
-                    lambda x: {"softcap_mode": "after_mask"}),
-    VariantBugClass("softcap_missing", "softcap not applied", _has_cap,
-                    lambda x: {"softcap_mode": "none"}),
-    VariantBugClass("alibi_sign_flipped", "ALiBi bias added with the wrong sign "
-                    "(+slope·|i - j|: distant keys favoured)", _alibi,
-                    lambda x: {"alibi_sign": -1.0}),
-    VariantBugClass("alibi_slopes_reversed", "ALiBi slopes applied in reversed head order",
-                    _alibi_asym, lambda x: {"alibi_reverse": True}),
-    VariantBugClass("alibi_misaligned", "ALiBi distance measured from the other corner "
-                    "(|i - j| vs |i + S - L - j|)", lambda x: _alibi(x) and _l_ne_s(x),
-                    lambda x: {"flip_alibi_alignment": True}),
-    VariantBugClass("alibi_missing", "ALiBi bias not added", _alibi,
-                    lambda x: {"alibi_sign": 0.0}),
-    VariantBugClass("sinks_ignored", "attention sinks ignored (plain softmax)", _sinks,
-                    lambda x: {"sink_mode": "ignored"}),
-    VariantBugClass("sink_in_numerator", "the sink's e^σ also added to every key's "
-                    "numerator (weights no longer leave the sink its share)", _sinks,
-                    lambda x: {"sink_mode": "numerator"}),
-    VariantBugClass("q_descale_missing", "FP8 q_descale not applied", _has("q_descale"),
-                    lambda x: {"descale_power": (0, 1, 1)}),
-    VariantBugClass("k_descale_missing", "FP8 k_descale not applied", _has("k_descale"),
-                    lambda x: {"descale_power": (1, 0, 1)}),
-    VariantBugClass("v_descale_missing", "FP8 v_descale not applied", _has("v_descale"),
-                    lambda x: {"descale_power": (1, 1, 0)}),
-    VariantBugClass("descale_missing", "no FP8 descale factor applied", _any_descale,
-                    lambda x: {"descale_power": (0, 0, 0)}),
-    VariantBugClass("descale_applied_twice", "FP8 descale factors applied twice",
-                    _any_descale, lambda x: {"descale_power": (2, 2, 2)}),
-    VariantBugClass("kv_cache_lengths_ignored", "cache_seqlens ignored: stale cache entries "
-                    "past each sequence's length attended", _kv,
-                    lambda x: {"keep_changes": {"cache_seqlens": None, "cache_leftpad": None}}),
-    VariantBugClass("kv_cache_length_one_long", "off-by-one cache_seqlens: one stale key past "
-                    "each sequence's length attended", _kv_short,
-                    lambda x: {"keep_changes": {"cache_seqlens": np.minimum(
-                        x.opts.cache_seqlens + 1, x.k.shape[-2])}}),
-    VariantBugClass("kv_cache_length_one_short", "off-by-one cache_seqlens: each sequence's "
-                    "newest key not attended", _kv_nonempty,
-                    lambda x: {"keep_changes": {"cache_seqlens": np.maximum(
-                        x.opts.cache_seqlens - 1, 0)}}),
-    VariantBugClass("kv_cache_leftpad_ignored", "cache_leftpad ignored: the left padding "
-                    "attended", _kv_leftpad, lambda x: {"keep_changes": {"cache_leftpad": None}}),
-    VariantBugClass("attention_chunk_ignored", "attention_chunk ignored: keys of other "
-                    "chunks attended", _chunk,
-                    lambda x: {"keep_changes": {"attention_chunk": None}}),
-    VariantBugClass("attention_chunk_misaligned", "chunks counted from the other corner "
-                    "(query i's chunk from i, not i + S - L, or the reverse)",
-                    lambda x: _chunk(x) and _l_ne_s(x), _chunk_flip),
-    VariantBugClass("attention_chunk_boundary_off_by_one", "chunk boundaries one position "
-                    "early (the chunk of p + 1 for query position p)", _chunk,
-                    lambda x: _chunk_shift(1)),
-    VariantBugClass("attention_chunk_boundary_off_by_one_late", "chunk boundaries one "
-                    "position late (the chunk of p - 1 for query position p)", _chunk,
-                    lambda x: _chunk_shift(-1)),
-    VariantBugClass("rotary_interleaved_swapped", "rotary pairs of the other convention "
-                    "(GPT-J interleaved 2m, 2m+1 vs GPT-NeoX halves m, m + r/2)", _rot,
-                    lambda x: {"rotary_changes": {"interleaved_swapped": True}}),
-    VariantBugClass("rotary_positions_not_offset", "rotary: queries rotated at positions "
-                    "0 … L-1, not offset by the cache (cache_seqlens - L) or by S - L",
-                    _rot_offset, lambda x: {"rotary_changes": {"no_offset": True}}),
-    VariantBugClass("rotary_angles_bf16", "rotary cos/sin computed in bfloat16 (angles "
-                    "pos·inv_freq, or the tables, in bf16)", _rot,
-                    lambda x: {"rotary_changes": {"angles_dtype": "bfloat16"}}),
-    VariantBugClass("rotary_angles_fp16", "rotary cos/sin computed in float16 (angles "
-                    "pos·inv_freq, or the tables, in fp16)", _rot,
-                    lambda x: {"rotary_changes": {"angles_dtype": "float16"}}),
-    VariantBugClass("rotary_dim_ignored", "rotary_dim ignored: every dimension rotated "
-                    "(inv_freq built from the head dim)", _rot_partial,
-                    lambda x: {"rotary_changes": {"all_dims": True}}),
-    VariantBugClass("no_scale", "scores not multiplied by the scale",
-                    lambda x: (1.0 / math.sqrt(x.q.shape[-1]) if x.scale is None
-                               else float(x.scale)) != 1.0, lambda x: {"scale": 1.0}),
-    VariantBugClass("causal_excludes_diagonal",
-                    "off-by-one causal mask: query i sees keys j < i only",
-                    lambda x: x.is_causal, lambda x: {"causal_offset": -1}),
-    VariantBugClass("causal_sees_next_key", "off-by-one causal mask: query i also sees key "
-                    "i + 1", lambda x: x.is_causal, lambda x: {"causal_offset": 1}),
+#: The mistakes of the plain pipeline, whatever the variants.
+_PLAIN_BUGS: tuple[BugClass, ...] = (
+    BugClass("no_scale", "scores not multiplied by the scale", _scaled,
+             lambda x: {"scale": 1.0}),
+    BugClass("causal_excludes_diagonal", "off-by-one causal mask: query i sees keys j < i only",
+             lambda x: x.is_causal, lambda x: {"causal_offset": -1}),
+    BugClass("causal_sees_next_key", "off-by-one causal mask: query i also sees key i + 1",
+             lambda x: x.is_causal, lambda x: {"causal_offset": 1}),
 )
+
+
+def variant_bug_classes() -> tuple[BugClass, ...]:
+    """The catalogue: every registered variant's bug classes (from its own module,
+    :func:`mha_symbolic.oracle.variants.registry.bug_classes`), then the plain
+    pipeline's."""
+    return bug_classes() + _PLAIN_BUGS
 
 
 def diagnose_variant(actual: np.ndarray, x: AttentionCall, *, model: ErrorModel,
@@ -465,7 +275,7 @@ def diagnose_variant(actual: np.ndarray, x: AttentionCall, *, model: ErrorModel,
     (callers have found that ``actual`` does not match the truth)."""
 
     class _Entry:
-        def __init__(self, bug: VariantBugClass) -> None:
+        def __init__(self, bug: BugClass) -> None:
             self.name, self.description, self.bug = bug.name, bug.description, bug
 
         def applies(self, xx: AttentionCall) -> bool:
@@ -474,5 +284,5 @@ def diagnose_variant(actual: np.ndarray, x: AttentionCall, *, model: ErrorModel,
         def variant(self, xx: AttentionCall) -> VariantPlain:
             return plain_variant(xx, **self.bug.switches(xx))
 
-    entries = tuple(_Entry(b) for b in VARIANT_BUG_CLASSES)
+    entries = tuple(_Entry(b) for b in variant_bug_classes())
     return _matching(actual, x, entries, model, safety)

@@ -56,7 +56,7 @@ from ..verdict import (
 )
 from ..verdict import _verdict as _judge
 from .bugs import Candidate, _fits
-from .bugs_variants import VARIANT_BUG_CLASSES, diagnose_variant, plain_variant
+from .bugs_variants import diagnose_variant, plain_variant, variant_bug_classes
 from .emulated import hull_violations
 from .model_variants import FP8_FORMATS, variant_events
 
@@ -220,7 +220,7 @@ def _packed_bugs(x_parts: list[AttentionCall], cq: list[int], ck: list[int],
         if ok:
             found.append(Candidate(name, desc, ratio))
 
-    for bug in VARIANT_BUG_CLASSES:
+    for bug in variant_bug_classes():
         if not any(bug.applies(xp) for xp in x_parts):
             continue
         try:

@@ -17,7 +17,7 @@ import mha_symbolic as ms
 from mha_symbolic.errors import SpecError, UnknownOptionError
 from mha_symbolic.oracle.variants import protocol
 from mha_symbolic.oracle.variants.registry import variant_keywords, variant_options
-from mha_symbolic.testing.forward.bugs_variants import VARIANT_BUG_CLASSES
+from mha_symbolic.testing.forward.bugs_variants import variant_bug_classes
 
 DOORS = ["reference_attention", "reference_attention_backward", "compare_attention",
          "assert_attention_close", "compare_attention_backward",
@@ -45,11 +45,31 @@ def test_the_registered_variants_are_the_documented_ones() -> None:
                                        "rotary_dim", "rotary_base", "rotary_position_scale"}
 
 
-def test_every_bug_class_a_variant_names_exists() -> None:
-    catalogue = {b.name for b in VARIANT_BUG_CLASSES}
-    for v in protocol.registered():
-        for b in v.bugs:
-            assert b in catalogue, (v.name, b)
+def test_the_catalogue_is_the_variants_own_bug_classes_then_the_plain_ones() -> None:
+    names = [b.name for b in variant_bug_classes()]
+    assert len(names) == len(set(names))
+    own = {v.name: [b.name for b in v.bugs] for v in protocol.registered()}
+    for v, bugs in own.items():
+        assert set(bugs) <= set(names), v
+    # the classes as listed in docs/variants.md (by hand), each owned by its variant
+    assert own["window"] == ["window_left_off_by_one_wide", "window_left_off_by_one_narrow",
+                             "window_right_off_by_one_wide", "window_right_off_by_one_narrow",
+                             "window_misaligned"]
+    assert own["softcap"] == ["softcap_before_scale", "softcap_after_mask", "softcap_missing"]
+    assert own["alibi"] == ["alibi_sign_flipped", "alibi_slopes_reversed", "alibi_misaligned",
+                            "alibi_missing"]
+    assert own["sinks"] == ["sinks_ignored", "sink_in_numerator"]
+    assert own["fp8_descale"] == ["q_descale_missing", "k_descale_missing",
+                                  "v_descale_missing", "descale_missing",
+                                  "descale_applied_twice"]
+    assert own["kv_cache"] == ["kv_cache_lengths_ignored", "kv_cache_length_one_long",
+                               "kv_cache_length_one_short", "kv_cache_leftpad_ignored"]
+    assert own["attention_chunk"] == ["attention_chunk_ignored", "attention_chunk_misaligned",
+                                      "attention_chunk_boundary_off_by_one",
+                                      "attention_chunk_boundary_off_by_one_late"]
+    assert own["rotary"] == ["rotary_interleaved_swapped", "rotary_positions_not_offset",
+                             "rotary_angles_bf16", "rotary_angles_fp16", "rotary_dim_ignored"]
+    assert names[-3:] == ["no_scale", "causal_excludes_diagonal", "causal_sees_next_key"]
 
 
 def test_a_misspelt_variant_keyword_is_named_with_the_closest() -> None:
@@ -84,9 +104,13 @@ def key_lengths() -> Iterator[None]:
     def sequence(opts: Any, b: int, n: int) -> dict[str, Any]:
         return {"key_lengths": opts.key_lengths[b:b + 1]}   # one length per sequence
 
+    bug = protocol.BugClass(
+        "key_lengths_ignored", "key_lengths ignored: keys past the length attended",
+        lambda x: x.opts.key_lengths is not None,
+        lambda x: {"keep_changes": {"key_lengths": None}})
     protocol.register(protocol.Variant(
         name="key_lengths_test", keywords=("key_lengths",), fields={"key_lengths": None},
-        parse=parse, keep=keep, summary="test", sequence=sequence))
+        parse=parse, keep=keep, summary="test", sequence=sequence, bugs=(bug,)))
     try:
         yield
     finally:
@@ -116,8 +140,11 @@ def test_a_new_variant_reaches_the_doors_with_no_other_change(key_lengths: None)
     np.testing.assert_array_equal(g1.dq.rounded("float32"), g2.dq.rounded("float32"))
     out = ms.reference_attention(q, k, v, attn_mask=mask).rounded("float32")
     assert ms.compare_attention(out, q, k, v, key_lengths=lengths).passed
-    assert not ms.compare_attention(ms.reference_attention(q, k, v).rounded("float32"),
-                                    q, k, v, key_lengths=lengths).passed
+    bad = ms.compare_attention(ms.reference_attention(q, k, v).rounded("float32"),
+                               q, k, v, key_lengths=lengths)
+    assert not bad.passed
+    # its bug class, registered with it, is tried and named
+    assert [d.bug for d in bad.diagnoses][:1] == ["key_lengths_ignored"], bad.report()
     assert variant_options(key_lengths=lengths) is not None
 
 
@@ -151,3 +178,35 @@ def test_a_variant_that_is_not_packed_is_refused_by_the_varlen_doors() -> None:
         ms.reference_attention_varlen(x, x, x, [0, 1, 3], [0, 1, 3], cache_seqlens=[1, 2])
     with pytest.raises(UnknownOptionError, match="windw"):
         ms.reference_attention_varlen(x, x, x, [0, 1, 3], [0, 1, 3], windw=(1, 0))
+
+
+@pytest.mark.parametrize("kw", [
+    {"window": (2, 0)}, {"attention_chunk": 4}, {"alibi_slopes": np.array([0.5])},
+    {"score_mod": ms.alibi_score_mod(np.array([0.5]))}])
+def test_a_positional_variant_with_the_kv_cache_is_refused_not_answered_wrongly(
+        kw: dict[str, Any]) -> None:
+    # FlashAttention measures a window from query i's own position cache_seqlens[b] - L + i;
+    # one offset per call would measure it from the cache's end: for this decode step
+    # (10 valid keys of 16) every key would fall outside the window, a row of zeros
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 1, 1, 4))
+    k, v = rng.standard_normal((2, 1, 1, 16, 4))
+    for door in (ms.reference_attention, ms.reference_attention_backward):
+        args = (q, k, v) if door is ms.reference_attention else (q, k, v, q)
+        with pytest.raises(SpecError, match=r"with kv_cache .* is not supported: .* check each "
+                                            r"sequence on its own"):
+            door(*args, cache_seqlens=np.array([10]), is_causal=True,
+                 causal_alignment="bottom_right", **kw)
+
+
+def test_a_variant_not_positional_takes_part_in_a_kv_cache_decode() -> None:
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 1, 1, 4))
+    k, v = rng.standard_normal((2, 1, 1, 16, 4))
+    got = ms.reference_attention(q, k, v, cache_seqlens=np.array([10]), softcap=3.0)
+    want = ms.reference_attention(q, k[..., :10, :], v[..., :10, :], softcap=3.0)
+    np.testing.assert_array_equal(got.rounded("float64"), want.rounded("float64"))
+    # a softcap score_mod is not positional either
+    got = ms.reference_attention(q, k, v, cache_seqlens=np.array([10]),
+                                 score_mod=ms.softcap_score_mod(3.0))
+    np.testing.assert_array_equal(got.rounded("float64"), want.rounded("float64"))

@@ -145,7 +145,7 @@ def test_error_hook_covers_real_fp32_rope_at_long_positions_and_the_angle_term_i
     ind, var = error_terms(opts, vp, 0, slice(0, L), model)
     assert np.all(err <= ind) and np.all(var > 0)
     # the same rotation with its tables given (no angle term): the real errors exceed it
-    c64, s64, _, _ = vp.rotary.spec.float_tables(S, E)
+    c64, s64, _, _ = vp.rotation.spec.float_tables(S, E)
     opts2 = variant_options(rotary_cos=c64, rotary_sin=s64)
     vp2 = plain_variant(AttentionCall(qn, kn, kn, opts=opts2, in_format="float32"))
     ind2, _ = error_terms(opts2, vp2, 0, slice(0, L), model)
