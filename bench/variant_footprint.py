@@ -3,6 +3,8 @@
 registration, docs, and at most one more").
 
     python bench/variant_footprint.py            # a table, one line per variant
+                                                 # (files: in the package; wings: in
+                                                 # oracle/ and testing/)
     python bench/variant_footprint.py --files    # and the files with what names them
 
 A package file *names* a variant when its code (not its docstrings or comments)
@@ -102,11 +104,13 @@ def main() -> int:
     ap.add_argument("--files", action="store_true", help="list the files and what names them")
     args = ap.parse_args()
     rows = footprint()
-    print(f"{'variant':<18} {'module':<12} {'files':>5}  other files (besides its module and "
-          "the registry)")
+    print(f"{'variant':<18} {'module':<12} {'files':>5} {'wings':>5}  other files (besides "
+          "its module and the registry)")
+    own = {"mha_symbolic/oracle/variants/registry.py"}
     for name, module, where in rows:
-        others = [f for f in where if not f.endswith((f"/{module}.py", "/registry.py"))]
-        print(f"{name:<18} {module:<12} {len(where):>5}  {', '.join(others) or '-'}")
+        others = [f for f in where if f not in own | {f"mha_symbolic/oracle/variants/{module}.py"}]
+        wings = [f for f in where if f.startswith(("mha_symbolic/oracle/", "mha_symbolic/testing/"))]
+        print(f"{name:<18} {module:<12} {len(where):>5} {len(wings):>5}  {', '.join(others) or '-'}")
         if args.files:
             for f, hits in sorted(where.items()):
                 print(f"    {f}: {', '.join(sorted(hits))}")

@@ -77,6 +77,18 @@ def _keep(opts: VariantOptions, geo: Geometry, is_causal: bool) -> np.ndarray[An
     return keep.reshape(B, 1, keep.shape[1], geo.S)
 
 
+def _query_offsets(opts: VariantOptions, geo: Geometry) -> np.ndarray[Any, Any]:
+    """The ``own_positions`` hook: query i of sequence b at cache_seqlens[b] - L + i."""
+    if opts.cache_leftpad is not None:
+        raise SpecError("query positions with cache_leftpad are not supported (where the "
+                        "positions start under left padding is kernel-specific)")
+    n = opts.cache_seqlens.astype(np.int64)
+    if len(geo.outer) != 1 or n.shape != geo.outer:
+        raise ShapeError(f"cache_seqlens.shape={n.shape}: expected (batch,) for inputs "
+                         f"of batch shape {geo.batch} (batch, heads, L, S)")
+    return n - geo.L
+
+
 def _kv(x: Any) -> bool:
     return x.opts.cache_seqlens is not None
 
@@ -115,7 +127,7 @@ KV_CACHE = register(Variant(
     fields={"cache_seqlens": None, "cache_leftpad": None}, parse=_parse,
     summary="KV-cache decode: valid keys cache_leftpad <= j < cache_seqlens, causal "
             "from their end (flash_attn_with_kvcache)", keep=_keep,
-    bugs=_BUGS, packed=False, own_positions=True))
+    bugs=_BUGS, packed=False, own_positions=_query_offsets))
 
 
 def _bshd(x: Any, name: str) -> np.ndarray[Any, Any]:

@@ -33,9 +33,11 @@ What a variant may contribute, each optional:
   ``packed=False`` refuses the variant in the varlen doors (KV-cache lengths);
 * ``positional`` — whether its semantics read a query's position relative to the keys
   (the geometry's alignment offset: a window, chunks, ALiBi's distances), and
-  ``own_positions`` — whether it gives each batch element's queries positions of their
-  own (the KV cache: query i of sequence b sits at cache_seqlens[b] - L + i, as
-  FlashAttention aligns them).  The two together are refused (:func:`.registry.
+  ``own_positions`` — each batch element's own query offsets, ``own_positions(opts,
+  geo)`` -> (n_outer,) (the KV cache: query i of sequence b sits at
+  cache_seqlens[b] - L + i, as FlashAttention aligns them; :func:`own_query_offsets`).
+  A variant that reads them itself (rotary's positions) is not ``positional``; the
+  others together with ``own_positions`` are refused (:func:`.registry.
   variant_options`): the geometry has one offset for the whole batch, so a window or
   chunk would be measured from the cache's end, not each sequence's, and a wrong
   answer is worse than a refusal.
@@ -53,8 +55,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BugClass", "Variant", "VariantOptions", "lengths_differ", "register", "registered",
-           "unregister"]
+from ...errors import SpecError
+
+__all__ = ["BugClass", "Variant", "VariantOptions", "lengths_differ", "own_query_offsets",
+           "register", "registered", "unregister"]
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,7 @@ class Variant:
     sequence: Callable[[VariantOptions, int, int], dict[str, Any]] | None = None
     packed: bool = True
     positional: Callable[[VariantOptions], bool] | None = None
-    own_positions: bool = False
+    own_positions: Callable[[VariantOptions, Any], Any] | None = None
 
 
 _REGISTRY: dict[str, Variant] = {}
@@ -195,6 +199,15 @@ class VariantOptions:
 
     def __repr__(self) -> str:
         return f"VariantOptions({', '.join(sorted(self._fields))})"
+
+
+def own_query_offsets(opts: VariantOptions, geo: Any) -> Any:
+    """The query offsets per outer batch element a variant sets (the ``own_positions``
+    hook: query i of element b at position off_b + i), or None when none does."""
+    got = [v.own_positions(opts, geo) for v in opts.active() if v.own_positions is not None]
+    if len(got) > 1:
+        raise SpecError("two variants set the query positions")
+    return got[0] if got else None
 
 
 def _is_off(value: Any, off: Any) -> bool:

@@ -95,7 +95,7 @@ def _refuse_position_clash(opts: VariantOptions) -> None:
     """A variant that reads query positions beside one that moves them per sequence
     (protocol.py, ``positional``/``own_positions``) is refused, not answered wrongly."""
     active = opts.active()
-    movers = [v for v in active if v.own_positions]
+    movers = [v for v in active if v.own_positions is not None]
     readers = [v for v in active if v.positional is not None and v.positional(opts)]
     if movers and readers:
         m, r = movers[0], readers[0]

@@ -51,7 +51,7 @@ import numpy as np
 from ...errors import InputValueError, ShapeError, SpecError
 from ..arith.balls import Prec
 from ..arith.constants import ETA, UP, gamma
-from .protocol import BugClass, Variant, VariantOptions, lengths_differ, register
+from .protocol import BugClass, Variant, VariantOptions, lengths_differ, own_query_offsets, register
 from .semantics import Geometry, float_array
 from .transformed import TransformedProblem
 
@@ -230,17 +230,10 @@ def _parse(rotary_cos: Any = None, rotary_sin: Any = None, rotary_interleaved: A
 
 
 def query_offsets(opts: VariantOptions, geo: Geometry) -> np.ndarray[Any, Any]:
-    """off per outer batch element (n_outer,), or (1,) when all share it."""
-    if opts.cache_seqlens is not None:
-        if opts.cache_leftpad is not None:
-            raise SpecError("rotary with cache_leftpad is not supported (where the "
-                            "positions start under left padding is kernel-specific)")
-        n = opts.cache_seqlens.astype(np.int64)
-        if len(geo.outer) != 1 or n.shape != geo.outer:
-            raise ShapeError(f"cache_seqlens.shape={n.shape}: expected (batch,) for inputs "
-                             f"of batch shape {geo.batch} (batch, heads, L, S)")
-        return n - geo.L
-    return np.array([geo.S - geo.L], dtype=np.int64)
+    """off per outer batch element (n_outer,), or (1,) when all share it: a variant's
+    own positions (the KV cache's), else the bottom-right alignment S - L."""
+    own = own_query_offsets(opts, geo)
+    return own if own is not None else np.array([geo.S - geo.L], dtype=np.int64)
 
 
 class Rotation:
@@ -602,7 +595,8 @@ def _rot(x: Any) -> bool:
 
 
 def _rot_offset(x: Any) -> bool:
-    return _rot(x) and (x.opts.cache_seqlens is not None or lengths_differ(x))
+    return _rot(x) and (any(v.own_positions is not None for v in x.opts.active())
+                        or lengths_differ(x))
 
 
 def _rot_partial(x: Any) -> bool:
