@@ -64,6 +64,11 @@ def _chunk(x: Any) -> bool:
     return x.opts.attention_chunk is not None
 
 
+def _own_positions(x: Any) -> bool:
+    # per-sequence query positions (the KV cache): no single other corner
+    return any(v.own_positions is not None for v in x.opts.active())
+
+
 def _chunk_shift(d: int) -> dict[str, Any]:
     return {"keep_changes": {"attention_chunk_shift": d}}
 
@@ -81,7 +86,7 @@ _BUGS = (
              lambda x: {"keep_changes": {"attention_chunk": None}}),
     BugClass("attention_chunk_misaligned", "chunks counted from the other corner "
              "(query i's chunk from i, not i + S - L, or the reverse)",
-             lambda x: _chunk(x) and lengths_differ(x), _chunk_flip),
+             lambda x: _chunk(x) and lengths_differ(x) and not _own_positions(x), _chunk_flip),
     BugClass("attention_chunk_boundary_off_by_one", "chunk boundaries one position "
              "early (the chunk of p + 1 for query position p)", _chunk,
              lambda x: _chunk_shift(1)),

@@ -19,7 +19,9 @@ What a variant may contribute, each optional:
   object for the call's geometry (``float_rotate``, ``float_chunk``, ``problem``: see
   :class:`~.rotary.Rotation`), given to the transformed tiers; with it ``rotate_plain``,
   the testing side's float64 rotation (``rotate_plain(opts, geo, q, k, **changes)`` ->
-  (rotation, (q, k, q', k') flat); ``changes`` are the bug switches its catalogue uses);
+  (rotation, (q, k, q', k') flat); ``changes`` are the bug switches its catalogue uses)
+  and ``rotate_emulated``, the rotations correct kernels storing in a format compute
+  (``rotate_emulated(opts, geo, q, k, fmt)`` -> [(name, q', k')]: the dtype level's);
 * ``error`` — the variant's own term in the testing side's error model (issue 23):
   ``error(opts, vp, b, rows, model)`` -> (independent bound, variance) per score,
   added to :class:`~mha_symbolic.testing.forward.model.ScoreExtras`;
@@ -36,11 +38,11 @@ What a variant may contribute, each optional:
   ``own_positions`` — each batch element's own query offsets, ``own_positions(opts,
   geo)`` -> (n_outer,) (the KV cache: query i of sequence b sits at
   cache_seqlens[b] - L + i, as FlashAttention aligns them; :func:`own_query_offsets`).
-  A variant that reads them itself (rotary's positions) is not ``positional``; the
-  others together with ``own_positions`` are refused (:func:`.registry.
-  variant_options`): the geometry has one offset for the whole batch, so a window or
-  chunk would be measured from the cache's end, not each sequence's, and a wrong
-  answer is worse than a refusal.
+  A positional ``keep`` is then evaluated per sequence at its own offset
+  (:func:`.registry.kept`); a positional score operation (ALiBi, a relative-bias
+  table) beside ``own_positions`` is refused (:func:`.registry.variant_options`): a
+  score pipeline has one offset per call, and a wrong answer is worse than a refusal.
+  A variant that reads the positions itself (rotary) is not ``positional``.
 
 Its gradients follow from the same pieces (:mod:`.backward`: a bias's parameters are
 linear functionals of dS, :mod:`..backward.functionals`) and its term in the error
@@ -103,6 +105,7 @@ class Variant:
     transcendental: Callable[[VariantOptions], bool] | None = None
     rotate: Callable[..., Any] | None = None
     rotate_plain: Callable[..., tuple[Any, tuple[Any, ...]]] | None = None
+    rotate_emulated: Callable[..., list[tuple[str, Any, Any]]] | None = None
     error: Callable[..., tuple[Any, Any]] | None = None
     gradients: bool = True
     bugs: tuple[BugClass, ...] = field(default=())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -17,13 +18,15 @@ from ..._text import echo
 from ...errors import SpecError, UnknownOptionError
 from ..inputs import to_float64
 from . import alibi, chunk, flex, fp8, kvcache, rotary, score_mod, sinks, softcap, window  # noqa: F401  (registration)
-from .protocol import VariantOptions, keyword_owner, registered
+from .protocol import VariantOptions, keyword_owner, own_query_offsets, registered
 from .semantics import Bias, Cap, Geometry
 
 __all__ = [
     "VariantOptions",
     "bug_classes",
+    "emulated_inputs",
     "kept",
+    "per_sequence",
     "plain_rotation",
     "require_gradients",
     "rotation",
@@ -96,7 +99,10 @@ def _refuse_position_clash(opts: VariantOptions) -> None:
     (protocol.py, ``positional``/``own_positions``) is refused, not answered wrongly."""
     active = opts.active()
     movers = [v for v in active if v.own_positions is not None]
-    readers = [v for v in active if v.positional is not None and v.positional(opts)]
+    # a positional kept-key variant is measured per sequence (kept); a positional score
+    # operation (ALiBi's distances, a relative-bias table) has one offset per call
+    readers = [v for v in active if v.positional is not None and v.positional(opts)
+               and v.keep is None]
     if movers and readers:
         m, r = movers[0], readers[0]
         raise SpecError(
@@ -133,14 +139,42 @@ def score_pipeline(opts: VariantOptions, geo: Geometry) -> tuple[Cap | Bias, ...
 def kept(opts: VariantOptions, geo: Geometry, is_causal: bool,
          exclude: tuple[str, ...] = ()) -> list[np.ndarray[Any, Any]]:
     """The variants' kept-key masks (each broadcastable to (*batch, L, S)), but those of
-    the variants named in ``exclude``."""
+    the variants named in ``exclude``.  A positional variant's keys (a window, chunks)
+    are measured from each sequence's own query positions when a variant sets them
+    (the KV cache: :func:`per_sequence`)."""
     out = []
     for v in opts.active():
-        if v.keep is not None and v.name not in exclude:
+        if v.keep is None or v.name in exclude:
+            continue
+        offsets = (own_query_offsets(opts, geo) if v.positional is not None
+                   and v.positional(opts) else None)
+        if offsets is not None:
+            part = per_sequence(partial(_keep_at, v.keep, opts, is_causal), geo, offsets)
+        else:
             part = v.keep(opts, geo, is_causal)
-            if part is not None:
-                out.append(part)
+        if part is not None:
+            out.append(part)
     return out
+
+
+def _keep_at(keep: Callable[..., Any], opts: VariantOptions, is_causal: bool,
+             geo: Geometry) -> Any:
+    return keep(opts, geo, is_causal)
+
+
+def per_sequence(keep: Callable[[Geometry], Any], geo: Geometry, offsets: Any
+                 ) -> np.ndarray[Any, Any] | None:
+    """A kept-key mask evaluated per outer batch element b at query offset offsets[b]
+    (n_outer, 1 or H, L, S), or None when it keeps every key of every element."""
+    parts = [keep(Geometry(geo.batch, geo.heads, geo.L, geo.S, int(off))) for off in offsets]
+    if all(p is None for p in parts):
+        return None
+    full = np.ones((geo.L, geo.S), dtype=bool)
+    parts = [full if p is None else p for p in parts]
+    if all(np.ndim(p) <= 2 for p in parts):
+        return np.stack([np.broadcast_to(p, (geo.L, geo.S)) for p in parts])[:, None]
+    return np.stack([np.broadcast_to(p, (*geo.batch, geo.L, geo.S))[b]
+                     for b, p in enumerate(parts)])
 
 
 def sink_logits(opts: VariantOptions, geo: Geometry) -> np.ndarray[Any, Any] | None:
@@ -184,6 +218,25 @@ def plain_rotation(opts: VariantOptions, geo: Geometry, q: Any, k: Any,
     hook = got[0].rotate_plain
     assert hook is not None
     return hook(opts, geo, q, k, **(changes or {}))
+
+
+def emulated_inputs(opts: VariantOptions, geo: Geometry, q: Any, k: Any, fmt: str
+                    ) -> list[tuple[str, Any, Any]] | None:
+    """The q, k of the testing side's emulated correct kernels (its dtype level) for a
+    call whose variants only keep keys or rotate q and k: [(name, q', k')] — a
+    variant's ``rotate_emulated`` rotations, or the inputs themselves ("") when none
+    rotates; None when a variant changes the scores, adds sinks or changes the inputs
+    (the model alone judges those calls)."""
+    active = opts.active()
+    if any(v.scores is not None or v.sinks is not None or v.inputs is not None
+           or (v.rotate is not None and v.rotate_emulated is None) for v in active):
+        return None
+    rot = [v for v in active if v.rotate_emulated is not None]
+    if not rot:
+        return [("", q, k)]
+    hook = rot[0].rotate_emulated
+    assert hook is not None and len(rot) == 1
+    return hook(opts, geo, q, k, fmt)
 
 
 def bug_classes() -> tuple[Any, ...]:

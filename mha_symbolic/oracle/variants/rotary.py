@@ -55,7 +55,8 @@ from .protocol import BugClass, Variant, VariantOptions, lengths_differ, own_que
 from .semantics import Geometry, float_array
 from .transformed import TransformedProblem
 
-__all__ = ["ROTARY", "RotarySpec", "Rotation", "error_terms", "rotate_plain", "rotation_of"]
+__all__ = ["ROTARY", "RotarySpec", "Rotation", "error_terms", "rotate_emulated", "rotate_plain",
+           "rotation_of"]
 
 _KEYWORDS = ("rotary_cos", "rotary_sin", "rotary_interleaved", "rotary_dim", "rotary_base",
              "rotary_position_scale")
@@ -590,6 +591,69 @@ def rotate_plain(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
     return rot, (q0, k0, qr, kr)
 
 
+def _fp32_tables(spec: RotarySpec, npos: int, r: int
+                 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """cos, sin as correct kernels build them: the tables as given, or (base mode) HF's
+    ``LlamaRotaryEmbedding`` — inv_freq = 1 / base^(2m/r), positions / scale, their
+    product, cos and sin, all in float32."""
+    if spec.cos is not None and spec.sin is not None:
+        return spec.cos[:npos], spec.sin[:npos]
+    assert spec.base is not None
+    f32 = np.float32
+    m = np.arange(r // 2).astype(f32)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        inv = f32(1.0) / (f32(spec.base) ** (f32(2) * m / f32(r)))
+        t = np.arange(npos, dtype=f32) / f32(spec.scale)
+        theta = t[:, None] * inv[None, :]
+        return np.cos(theta).astype(np.float64), np.sin(theta).astype(np.float64)
+
+
+def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
+                    k: np.ndarray[Any, Any], fmt: str
+                    ) -> list[tuple[str, np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
+    """The ``rotate_emulated`` hook: q, k (*lead, n, E) rotated as *correct* kernels
+    storing in ``fmt`` rotate them, for the testing side's dtype level
+    (:mod:`mha_symbolic.testing.forward.emulated`): HF transformers'
+    ``q * cos + rotate_half(q) * sin`` in ``fmt`` (tables cast to it, every product and
+    sum rounded to it), and FlashAttention's rotary kernel (Llama's complex product
+    too): the rotation in float32, q' and k' stored in ``fmt``.  Angles in float32 (HF's
+    ``LlamaRotaryEmbedding``), or the tables given.  Returns [(name, q', k')], each
+    (*lead, n, E) float64 (one entry when the two coincide, ``fmt`` float32)."""
+    spec: RotarySpec = opts.rotary
+    E = q.shape[-1]
+    rot = Rotation(spec, geo, E, query_offsets(opts, geo))
+    c32, s32 = _fp32_tables(spec, rot.npos, rot.r)
+
+    def rnd(x: np.ndarray[Any, Any], dt: str) -> np.ndarray[Any, Any]:
+        return np.asarray(x, np.float64) if dt == "float64" else _round(x, dt)
+
+    def rotate(x: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], dt: str, store: str
+               ) -> np.ndarray[Any, Any]:
+        c, s = rnd(c32, dt)[pos], rnd(s32, dt)[pos]
+        xa, xb = x[..., rot.ia], x[..., rot.ib]
+        out = np.array(x, dtype=np.float64, copy=True)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out[..., rot.ia] = rnd(rnd(xa * c, dt) - rnd(xb * s, dt), dt)
+            out[..., rot.ib] = rnd(rnd(xb * c, dt) + rnd(xa * s, dt), dt)
+        return rnd(out, store)
+
+    lead = geo.batch
+    B = geo.B
+    q0 = np.broadcast_to(q, (*lead, geo.L, E)).reshape(B, geo.L, E)
+    k0 = np.broadcast_to(k, (*lead, geo.S, E)).reshape(B, geo.S, E)
+    qpos = rot.q_positions(range(B))
+    kpos = np.broadcast_to(rot.k_positions(), (B, geo.S))
+    styles = [("rotation in float32, stored", "float32")]
+    if fmt not in ("float32", "float64"):
+        styles.insert(0, (f"rotation in {fmt} (HF)", fmt))
+    out = []
+    for name, dt in styles:
+        qr = rotate(q0, qpos, dt, fmt).reshape(*lead, geo.L, E)
+        kr = rotate(k0, kpos, dt, fmt).reshape(*lead, geo.S, E)
+        out.append((name, qr, kr))
+    return out
+
+
 def _rot(x: Any) -> bool:
     return x.opts.rotary is not None
 
@@ -629,5 +693,6 @@ ROTARY = register(Variant(
     name="rotary", keywords=_KEYWORDS, fields={"rotary": None}, parse=_parse,
     summary="rotary embeddings: q, k rotated by position (tables or base), FlashAttention/"
             "HF conventions", transcendental=lambda opts: opts.rotary is not None,
-    rotate=rotation_of, rotate_plain=rotate_plain, error=error_terms, gradients=False,
+    rotate=rotation_of, rotate_plain=rotate_plain, rotate_emulated=rotate_emulated,
+    error=error_terms, gradients=False,
     packed=False, bugs=_BUGS))

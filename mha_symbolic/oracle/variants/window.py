@@ -77,7 +77,8 @@ _BUGS = (
              _has_side(1, True), _shift(1, -1)),
     BugClass("window_misaligned",
              "sliding window aligned to the other corner (top-left vs bottom-right, "
-             "FlashAttention aligns bottom-right)",
+             "FlashAttention aligns bottom-right; in a KV-cache decode, to the cache's "
+             "end instead of each sequence's valid length)",
              lambda x: x.opts.window is not None and lengths_differ(x),
              lambda x: {"flip_window_alignment": True}),
 )

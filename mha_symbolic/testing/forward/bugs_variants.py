@@ -22,8 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from ...oracle.variants.protocol import BugClass, VariantOptions
-from ...oracle.variants.registry import bug_classes, kept, plain_rotation, score_pipeline
+from ...oracle.variants.protocol import BugClass, VariantOptions, own_query_offsets
+from ...oracle.variants.registry import (
+    bug_classes,
+    kept,
+    per_sequence,
+    plain_rotation,
+    score_pipeline,
+)
 from ...oracle.variants.semantics import Bias, Cap, Geometry, per_problem, window_allowed
 from ..call import AttentionCall
 from ..tolerance import ErrorModel
@@ -124,7 +130,6 @@ def plain_variant(
     rot, rot_io = plain_rotation(o, Geometry(lead, H, L, S, off), q, k, rotate_changes)
     if rot_io is not None:
         q, k = rot_io[2].reshape(*lead, L, E), rot_io[3].reshape(*lead, S, E)
-    woff = (S - L) - off if flip_window_alignment else off
     c = (1.0 / math.sqrt(E) if x.scale is None else float(x.scale)) if scale is None else scale
     G = q @ np.swapaxes(k, -1, -2)
     A = abs(c) * (np.abs(q) @ np.swapaxes(np.abs(k), -1, -2))
@@ -143,7 +148,15 @@ def plain_variant(
     if x.is_causal:
         allowed = allowed & (np.arange(S)[None, :] <= np.arange(L)[:, None] + off
                              + causal_offset)
-    wk = window_allowed(win, False, Geometry(lead, H, L, S, woff))
+    own = None if win is None else own_query_offsets(o, Geometry(lead, H, L, S, off))
+    if own is None:
+        woff = (S - L) - off if flip_window_alignment else off
+        wk = window_allowed(win, False, Geometry(lead, H, L, S, woff))
+    else:
+        # each sequence's own query positions (the KV cache's); misaligned: measured
+        # from the cache's end instead
+        wk = per_sequence(lambda g: window_allowed(win, False, g), Geometry(lead, H, L, S, off),
+                          np.full_like(own, S - L) if flip_window_alignment else own)
     if wk is not None:
         allowed = allowed & wk
     if keep_changes is not None:

@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 
 from ...errors import SpecError
+from ...oracle.variants.registry import emulated_inputs
+from ...oracle.variants.semantics import Geometry
 from ..call import AttentionCall
 from ..tolerance import ErrorModel, format_of
-from .emulated import DTYPE_FACTOR, DtypeLevel
+from .emulated import DTYPE_FACTOR, DtypeLevel, dtype_level
 from .precision_bugs import precision_bugs
 
 __all__: list[str] = []
@@ -64,6 +66,48 @@ class TwoLevels:
         return (f"levels: {certain} element(s) certainly wrong (beyond the bound of every "
                 f"correct kernel), {max(dtype_only, 0)} more wrong for {fmt} (errors over "
                 f"{self.factor:g} × those of correct {fmt} kernels on these inputs)")
+
+
+def variant_dtype_level(x: AttentionCall, vp: Any, model: ErrorModel) -> DtypeLevel | None:
+    """The dtype level of a call with variants that only keep keys or rotate q and k
+    (:func:`mha_symbolic.oracle.variants.registry.emulated_inputs`): the plain
+    emulations of :func:`.emulated.dtype_level` on the kept keys as a boolean mask, on
+    q and k as each correct kernel rotates them (HF's rotation in the output dtype,
+    FlashAttention's in float32), their outputs pooled into one level.  None for the
+    other variants (score pipelines, sinks, FP8 descale): the model alone judges
+    those.  ``vp``: the call's float64 evaluation
+    (:func:`.bugs_variants.plain_variant`)."""
+    L, E = vp.q.shape[-2:]
+    lead = tuple(vp.q.shape[:-2])
+    S = vp.allowed.shape[-1]
+    if vp.rotation_inputs is not None:
+        q = vp.rotation_inputs[0].reshape(*lead, L, E)
+        k = vp.rotation_inputs[1].reshape(*lead, S, E)
+    else:
+        q, k = vp.q, np.broadcast_to(vp.k, (*lead, S, E))
+    off = 0 if x.causal_alignment == "top_left" else S - L
+    geo = Geometry(lead, lead[-1] if lead else 1, L, S, off)
+    inputs = emulated_inputs(vp.opts, geo, q, k, model.fmt.name)
+    if inputs is None:
+        return None
+    keep = vp.allowed if vp.uniform is None else vp.allowed & ~vp.uniform[..., None]
+    mask: np.ndarray = keep
+    if x.attn_mask is not None and x.attn_mask.dtype != np.bool_:
+        mask = np.where(keep, x.attn_mask, -np.inf)
+    v = np.broadcast_to(vp.v, (*lead, S, vp.v.shape[-1]))
+    levels = []
+    for name, qe, ke in inputs:
+        xe = AttentionCall(np.asarray(qe), np.asarray(ke), v, attn_mask=mask, scale=vp.scale,
+                           masked_rows=x.masked_rows, in_format=x.in_format)
+        lev = dtype_level(xe, model)
+        if lev is None:
+            return None
+        levels.append((name, lev))
+    first = levels[0][1]
+    outputs = tuple(o for _, lev in levels for o in lev.outputs)
+    names = tuple(f"{n}: {m}" if n else m for n, lev in levels for m in lev.names)
+    return DtypeLevel(outputs, first.a, first.groups, first.shape, model, names, first.a2,
+                      first.u_p, first.vmax, first.n_keys)
 
 
 def two_levels(level: DtypeLevel, mid: np.ndarray, tol: np.ndarray, vacuous: np.ndarray,

@@ -58,6 +58,7 @@ from ..verdict import _verdict as _judge
 from .bugs import Candidate, _fits
 from .bugs_variants import diagnose_variant, plain_variant, variant_bug_classes
 from .emulated import hull_violations
+from .levels import dtype_factor, two_levels, variant_dtype_level
 from .model_variants import FP8_FORMATS, variant_events
 
 __all__ = ["assert_attention_varlen_close", "compare_attention_varlen",
@@ -155,10 +156,12 @@ def compare_variant_attention(
 
         with np.errstate(over="ignore", invalid="ignore"):
             plain = np.broadcast_to(plain_variant(x, store=store).out, a.shape)
+    # the dtype level (issue 22) where the variants lower to plain attention
+    level = variant_dtype_level(x, vp, model) if rule == "model" else None
     return _verdict(a, ref, tol, vac, model=model, x=x, rule=rule, safety=safety, rtol=rtol,
                     atol=atol, ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs,
                     names=_index_names(a.ndim), title="attention output", plain=plain,
-                    nan_ok=masked_rows == "nan")
+                    nan_ok=masked_rows == "nan", level=level)
 
 
 def _verdict(a: np.ndarray, ref: Any, model_tol: np.ndarray, vacuous: np.ndarray, *,
@@ -166,25 +169,37 @@ def _verdict(a: np.ndarray, ref: Any, model_tol: np.ndarray, vacuous: np.ndarray
              rtol: float | None, atol: float | None, ulps: float | None,
              factor: float | None, diagnose_bugs: bool, names: tuple[str, ...], title: str,
              diagnose: Any = None, plain: np.ndarray | None = None,
-             nan_ok: bool = False) -> Any:
+             nan_ok: bool = False, level: Any = None) -> Any:
     """The verdict of :mod:`.compare` (its guards included: a non-finite enclosure or
     tolerance, or a vacuous tolerance where the output would pass, raise
-    ToleranceError), then the variant diagnosis."""
+    ToleranceError), with the dtype level ``level`` where there is one (rule='model'),
+    then the variant diagnosis."""
 
     lower, upper = np.asarray(ref.lower, np.float64), np.asarray(ref.upper, np.float64)
     _check_enclosure(lower, upper, nan_ok)
-    lower, upper = _refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
-                            atol, ulps)
+    if level is not None:     # refined for the tighter of the two levels, as compare's
+        mid0 = mid_of(lower, upper)
+        dtol, _, _ = level.tolerance(mid0, dtype_factor(rule, factor))
+        lower, upper = _refined(ref, lower, upper, np.minimum(model_tol, dtol), "model",
+                                model.fmt, None, None, None, None, mid=mid0)
+    else:
+        lower, upper = _refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
+                                atol, ulps)
     mid = mid_of(lower, upper)
     # flash: factor × the simulated plain kernel's error, never below the model's
     # tolerance (issue 10's floor: the simulated kernel may be the more accurate one)
     tol = _tolerance(rule, model=model_tol, mid=mid, fmt=model.fmt, rtol=rtol, atol=atol,
                      ulps=ulps, factor=factor, safety=safety, plain=plain)
-    comp = _judge(a, lower, upper, tol,
-                  vacuous if rule in ("model", "certified", "flash") else None,
-                  model=model, rule=_rule_line(rule, model, safety, rtol, atol, ulps,
-                                               factor),
+    vac = vacuous if rule in ("model", "certified", "flash") else None
+    rule_text = _rule_line(rule, model, safety, rtol, atol, ulps, factor)
+    two = None
+    if level is not None:
+        two = two_levels(level, mid, tol, vacuous, rule, factor, None)
+        tol, vac, rule_text = two.tol, two.vacuous, two.rule_line(rule_text)
+    comp = _judge(a, lower, upper, tol, vac, model=model, rule=rule_text,
                   index_names=names, title=title, hull=_hull(a, x, model))
+    if two is not None and not comp.passed:
+        comp = replace(comp, notes=(*comp.notes, two.levels_note(a, lower, upper)))
     if comp.passed or not diagnose_bugs:
         return comp
     saf = DEFAULT_SAFETY if safety is None or rule != "model" else safety
@@ -195,7 +210,32 @@ def _verdict(a: np.ndarray, ref: Any, model_tol: np.ndarray, vacuous: np.ndarray
         else:
             found = diagnose(saf)
         comp = _with_diagnoses(comp, found)
+    elif two is not None and diagnose is None:
+        # wrong for its dtype only: the bug classes whose float64 evaluation the output
+        # lies within the dtype tolerance of (a correct kernel's noise around the bug)
+        comp = _with_diagnoses(comp, _dtype_only_bugs(np.asarray(a, np.float64), x,
+                                                      two.dtype_tol))
     return comp
+
+
+def _dtype_only_bugs(a: np.ndarray, x: AttentionCall, dtol: np.ndarray
+                     ) -> tuple[Candidate, ...]:
+    """The variant bug classes that explain an output wrong only for its dtype: ``a``
+    within the dtype tolerance ``dtol`` of the buggy evaluation everywhere (the
+    truth's is not: the caller found it), best first."""
+    found = []
+    for bug in variant_bug_classes():
+        try:
+            if not bug.applies(x):
+                continue
+            out = plain_variant(x, **bug.switches(x)).out
+        except (ValueError, IndexError):   # a variant that makes no sense for these shapes
+            continue
+        if out.shape == a.shape:
+            ok, ratio = _fits(a, out, dtol)
+            if ok:
+                found.append(Candidate(bug.name, bug.description, ratio))
+    return tuple(sorted(found, key=lambda c: c.ratio))
 
 
 # --------------------------------------------------------------------------------------

@@ -181,13 +181,11 @@ def test_a_variant_that_is_not_packed_is_refused_by_the_varlen_doors() -> None:
 
 
 @pytest.mark.parametrize("kw", [
-    {"window": (2, 0)}, {"attention_chunk": 4}, {"alibi_slopes": np.array([0.5])},
-    {"score_mod": ms.alibi_score_mod(np.array([0.5]))}])
-def test_a_positional_variant_with_the_kv_cache_is_refused_not_answered_wrongly(
+    {"alibi_slopes": np.array([0.5])}, {"score_mod": ms.alibi_score_mod(np.array([0.5]))}])
+def test_a_positional_score_op_with_the_kv_cache_is_refused_not_answered_wrongly(
         kw: dict[str, Any]) -> None:
-    # FlashAttention measures a window from query i's own position cache_seqlens[b] - L + i;
-    # one offset per call would measure it from the cache's end: for this decode step
-    # (10 valid keys of 16) every key would fall outside the window, a row of zeros
+    # FlashAttention measures ALiBi's distance from query i's own position
+    # cache_seqlens[b] - L + i; the score pipeline has one offset per call
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, 1, 1, 4))
     k, v = rng.standard_normal((2, 1, 1, 16, 4))
@@ -197,6 +195,76 @@ def test_a_positional_variant_with_the_kv_cache_is_refused_not_answered_wrongly(
                                             r"sequence on its own"):
             door(*args, cache_seqlens=np.array([10]), is_causal=True,
                  causal_alignment="bottom_right", **kw)
+
+
+def _sliced_by_hand(q: Any, k: Any, v: Any, n: list[int], **kw: Any) -> np.ndarray:
+    """Each sequence b alone, its keys cut to the n[b] valid ones (bottom-right)."""
+    return np.concatenate([
+        ms.reference_attention(q[b:b + 1], k[b:b + 1, :, :n[b]], v[b:b + 1, :, :n[b]],
+                               causal_alignment="bottom_right", **kw).rounded("float64")
+        for b in range(len(n))])
+
+
+@pytest.mark.parametrize("kw", [{"window": (2, 0)}, {"window": (3, 1)},
+                                {"attention_chunk": 4}, {"attention_chunk": 3, "window": (4, 0)}])
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_window_or_chunk_in_a_kv_cache_decode_is_measured_from_each_sequence(
+        kw: dict[str, Any], causal: bool) -> None:
+    # before, the window was measured from the cache's end (16 - L), so a decode step
+    # with 10 valid keys saw none of them: a row of zeros
+    rng = np.random.default_rng(1)
+    n = [10, 16, 5]
+    for L in (1, 3):
+        q = rng.standard_normal((3, 2, L, 4))
+        k, v = rng.standard_normal((2, 3, 2, 16, 4))
+        got = ms.reference_attention(q, k, v, cache_seqlens=np.array(n), is_causal=causal,
+                                     causal_alignment="bottom_right", **kw)
+        want = _sliced_by_hand(q, k, v, n, is_causal=causal, **kw)
+        np.testing.assert_array_equal(got.rounded("float64"), want)
+        assert np.all(np.abs(want).sum(axis=-1) > 0)        # every row sees a key
+        # the gradients: those of the sliced calls, zero past each length
+        do = rng.standard_normal(q.shape)
+        g = ms.reference_attention_backward(q, k, v, do, cache_seqlens=np.array(n),
+                                            is_causal=causal, causal_alignment="bottom_right",
+                                            **kw)
+        for b in range(3):
+            gb = ms.reference_attention_backward(
+                q[b:b + 1], k[b:b + 1, :, :n[b]], v[b:b + 1, :, :n[b]], do[b:b + 1],
+                is_causal=causal, causal_alignment="bottom_right", **kw)
+            np.testing.assert_array_equal(g.dq.rounded("float64")[b:b + 1],
+                                          gb.dq.rounded("float64"))
+            np.testing.assert_array_equal(g.dk.rounded("float64")[b:b + 1, :, :n[b]],
+                                          gb.dk.rounded("float64"))
+            assert not np.any(g.dk.rounded("float64")[b, :, n[b]:])
+
+
+def test_a_windowed_decode_in_plain_torch_passes_and_one_measured_from_the_cache_end_fails(
+        ) -> None:
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    n, L, S, W = [10, 16, 5], 1, 16, 3
+    q = rng.standard_normal((3, 4, L, 8)).astype(np.float32)
+    k, v = rng.standard_normal((2, 3, 4, S, 8)).astype(np.float32)
+
+    def decode(end_of_cache: bool) -> np.ndarray:
+        # Mistral-style sliding-window decode: query i at position n_b - L + i sees
+        # keys p - W … p of its own sequence
+        out = []
+        for b in range(3):
+            qb, kb, vb = (torch.from_numpy(x[b]) for x in (q, k, v))
+            j = torch.arange(S)
+            p = (S if end_of_cache else n[b]) - L + torch.arange(L)[:, None]
+            keep = (j < n[b]) & (j <= p) & (j >= p - W)
+            s = (qb @ kb.transpose(-1, -2)) / 8 ** 0.5
+            out.append(torch.softmax(s.masked_fill(~keep, -torch.inf), -1).nan_to_num() @ vb)
+        return torch.stack(out).numpy()
+
+    call = dict(cache_seqlens=np.array(n), is_causal=True, causal_alignment="bottom_right",
+                window=(W, 0))
+    assert ms.compare_attention(decode(False), q, k, v, **call).passed
+    bad = ms.compare_attention(decode(True), q, k, v, **call)
+    assert not bad.passed
+    assert "window_misaligned" in [d.bug for d in bad.diagnoses], bad.report()
 
 
 def test_a_variant_not_positional_takes_part_in_a_kv_cache_decode() -> None:
