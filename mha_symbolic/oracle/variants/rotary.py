@@ -272,6 +272,15 @@ class Rotation:
     def k_positions(self) -> np.ndarray[Any, Any]:
         return np.arange(self.geo.S)
 
+    def flat(self, q: np.ndarray[Any, Any], k: np.ndarray[Any, Any]) -> tuple[Any, ...]:
+        """q, k (*lead, n, E) broadcast to the call's batch and flat (B, n, E), with the
+        positions of their rows (B, L) and (B, S)."""
+        g, E = self.geo, self.E
+        q0 = np.broadcast_to(q, (*g.batch, g.L, E)).reshape(g.B, g.L, E)
+        k0 = np.broadcast_to(k, (*g.batch, g.S, E)).reshape(g.B, g.S, E)
+        return (q0, k0, self.q_positions(range(g.B)),
+                np.broadcast_to(self.k_positions(), (g.B, g.S)))
+
     # -- float64 ---------------------------------------------------------------
     def float_rotate(self, x: np.ndarray[Any, Any], pos: np.ndarray[Any, Any],
                      tables: tuple[np.ndarray[Any, Any], ...] | None = None,
@@ -581,13 +590,10 @@ def rotate_plain(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
     if no_offset:
         offsets = np.zeros_like(offsets)
     rot = Rotation(spec, geo, E, offsets)
-    lead = geo.batch
-    B = geo.B
-    q0 = np.broadcast_to(q, (*lead, geo.L, E)).reshape(B, geo.L, E)
-    k0 = np.broadcast_to(k, (*lead, geo.S, E)).reshape(B, geo.S, E)
+    q0, k0, qpos, kpos = rot.flat(q, k)
     tables = None if angles_dtype is None else _low_tables(spec, rot.npos, rot.r, angles_dtype)
-    qr, _ = rot.float_rotate(q0, rot.q_positions(range(B)), tables)
-    kr, _ = rot.float_rotate(k0, np.broadcast_to(rot.k_positions(), (B, geo.S)), tables)
+    qr, _ = rot.float_rotate(q0, qpos, tables)
+    kr, _ = rot.float_rotate(k0, kpos, tables)
     return rot, (q0, k0, qr, kr)
 
 
@@ -638,11 +644,7 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
         return rnd(out, store)
 
     lead = geo.batch
-    B = geo.B
-    q0 = np.broadcast_to(q, (*lead, geo.L, E)).reshape(B, geo.L, E)
-    k0 = np.broadcast_to(k, (*lead, geo.S, E)).reshape(B, geo.S, E)
-    qpos = rot.q_positions(range(B))
-    kpos = np.broadcast_to(rot.k_positions(), (B, geo.S))
+    q0, k0, qpos, kpos = rot.flat(q, k)
     styles = [("rotation in float32, stored", "float32")]
     if fmt not in ("float32", "float64"):
         styles.insert(0, (f"rotation in {fmt} (HF)", fmt))
