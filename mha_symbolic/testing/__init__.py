@@ -1,13 +1,11 @@
-"""Testing tools for kernel authors: the rounding-error model (:mod:`.tolerance`),
-the bound of attention (:mod:`.attention_bound`), the chunked float64 evaluation it
-shares with the bug variants (:mod:`.plain`), the catalogue of known bugs
-(:mod:`.bugs`), verdicts and reports (:mod:`.compare`), the pytest plugin
-(:mod:`.pytest_plugin`) and hypothesis strategies of adversarial inputs
-(:mod:`.strategies`, needs hypothesis); for gradients: the backward error model
-(:mod:`.backward_model`), the backward bug catalogue (:mod:`.bugs_backward`) and
-verdicts (:mod:`.backward`); for the attention variants the model
-(:mod:`.tolerance_variants`), the catalogue (:mod:`.bugs_variants`) and the verdicts
-(:mod:`.compare_variants`, varlen included).
+"""Testing tools for kernel authors, by pass: :mod:`.forward` (the verdicts of
+``compare_attention`` and its MHA, varlen and KV-cache doors, the error model and the
+bug catalogues) and :mod:`.backward` (the same for gradients); the one verdict engine
+(:mod:`.verdict`), the reports (:mod:`.report`), the options (:mod:`.options`),
+``check_attention`` (:mod:`.check`), determinism and batch invariance
+(:mod:`.determinism`), the pytest plugin (:mod:`.pytest_plugin`) and hypothesis
+strategies of adversarial inputs (:mod:`.strategies`, needs hypothesis).
+docs/architecture.md draws the layout.
 
 Built on the oracle; importing this package loads nothing heavy (the pytest plugin
 is registered from here).
@@ -17,43 +15,41 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .. import _EXPORTS
 from .._lazy import lazy_exports
 
+# One export table for the package (mha_symbolic._EXPORTS): every public name it maps
+# to a module of this package is also a name of this package; the result types below
+# are this package's own.
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "compare_attention": "forward.compare",
-    "assert_attention_close": "forward.compare",
-    "compare_mha": "forward.mha",
-    "assert_mha_close": "forward.mha",
+    **{name: module.removeprefix("testing.") for name, module in _EXPORTS.items()
+       if module.startswith("testing.")},
     "AttentionComparison": "verdict",
-    "attention_inputs": "strategies",
     "AttentionCase": "strategies",
-    "compare_attention_backward": "backward.compare",
-    "assert_attention_backward_close": "backward.compare",
     "BackwardComparison": "backward.compare",
-    "check_attention": "check",
-    "check_deterministic": "determinism",
-    "check_batch_invariance": "determinism",
-    "BitwiseCheck": "determinism",
     "AttentionCheck": "check",
-    "compare_mha_backward": "backward.mha",
-    "assert_mha_backward_close": "backward.mha",
-    "compare_attention_varlen": "forward.variants",
-    "assert_attention_varlen_close": "forward.variants",
-    "compare_kvcache_decode": "forward.kvcache",
 })
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .backward.compare import (
-        BackwardComparison,
+    from .. import (  # the package's names above, for type checkers
+        BitwiseCheck,
         assert_attention_backward_close,
+        assert_attention_close,
+        assert_attention_varlen_close,
+        assert_mha_backward_close,
+        assert_mha_close,
+        attention_inputs,
+        check_attention,
+        check_batch_invariance,
+        check_deterministic,
+        compare_attention,
         compare_attention_backward,
+        compare_attention_varlen,
+        compare_kvcache_decode,
+        compare_mha,
+        compare_mha_backward,
     )
-    from .backward.mha import assert_mha_backward_close, compare_mha_backward
-    from .check import AttentionCheck, check_attention
-    from .determinism import BitwiseCheck, check_batch_invariance, check_deterministic
-    from .forward.compare import assert_attention_close, compare_attention
-    from .forward.kvcache import compare_kvcache_decode
-    from .forward.mha import assert_mha_close, compare_mha
-    from .forward.variants import assert_attention_varlen_close, compare_attention_varlen
-    from .strategies import AttentionCase, attention_inputs
+    from .backward.compare import BackwardComparison
+    from .check import AttentionCheck
+    from .strategies import AttentionCase
     from .verdict import AttentionComparison

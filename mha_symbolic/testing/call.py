@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..oracle.conventions import MaskedRows, masked_rows_of
-from ..oracle.variants.protocol import VariantOptions
+from ..oracle.variants.registry import VariantOptions  # (with every variant registered)
 
 __all__ = ["NO_VARIANTS", "AttentionCall"]
 

@@ -15,7 +15,7 @@ with float32 accumulation)::
                                δdQ <= c(δdS|K| + |dS| δK), δdK <= c(δdSᵀ|Q| + |dS|ᵀ δQ),
                                δdV <= δPᵀ|dA| + Pᵀ δdA
     dX = dQ W, dW = Σ dQᵀ X, db = Σ dQ      (H1) with the dQ bound carried: δdQ|W| + γ̃|dQ||W| + u|dX|
-    dW_o = Σ Gᵀ A, db_o = Σ G   with A's forward bound (forward.model.batched_attention_error_bound)
+    dW_o = Σ Gᵀ A, db_o = Σ G   with A's forward bound (model.batched_attention_error_bound)
     weight and bias gradients also allow the per-sequence partial sums to be stored in
     the dtype before they are added: + u Σ_n |partial_n|
 
@@ -39,13 +39,18 @@ from ...oracle.backward import reference_mha_backward
 from ..call import AttentionCall
 from ..forward.bugs import MhaInputs
 from ..forward.mha import _mha_inputs
-from ..forward.model import batched_attention_error_bound
 from ..options import asserting, passes_options_to
 from ..tolerance import ErrorModel, format_of, linear_error_bound
 from ..verdict import _acc_text, _as_actual, _f64, _rule_line, _rule_options
 from .bugs import plain_backward
 from .compare import BackwardComparison, _judge_gradients, _model_bwd, _refuse_vacuous
-from .model import BACKWARD_KERNEL, backward_error_bound, backward_events, natural_scales
+from .model import (
+    BACKWARD_KERNEL,
+    backward_error_bound,
+    backward_events,
+    batched_attention_error_bound,
+    natural_scales,
+)
 
 __all__ = ["assert_mha_backward_close", "compare_mha_backward"]
 

@@ -81,7 +81,8 @@ from typing import Any
 
 import numpy as np
 
-from ..forward.model import batched_attention_error_bound
+from ...errors import SpecError
+from ..forward.model import attention_error_bound
 from ..tolerance import (
     ERROR_MODELS,
     K_EXP,
@@ -90,6 +91,7 @@ from ..tolerance import (
     K_SOFTMAX,
     K_TANH,
     ErrorModel,
+    format_of,
 )
 from .bugs import PlainBackward, reduce_to
 
@@ -98,6 +100,7 @@ __all__ = [
     "ERROR_MODELS",
     "backward_error_bound",
     "backward_events",
+    "batched_attention_error_bound",
     "natural_scales",
 ]
 
@@ -538,3 +541,51 @@ def _probabilistic(pt: _Parts, lam: float) -> dict[str, tuple[Arr, Arr]]:
     return {"dq": (dq, e_dq * second_q), "dk": (dk, e_dk * second_k),
             "dv": (dv, e_dv * second_k),
             "dmask": (np.where(pb.allowed, dS, 0.0), e_m * second_q)}
+
+
+def batched_attention_error_bound(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, p: np.ndarray | None = None, *,
+    scale: float, allowed: np.ndarray, mask_add: np.ndarray | None = None,
+    out: np.ndarray | None = None, fmt: Any = None, acc: Any = None,
+    model: ErrorModel | None = None, dq: np.ndarray | None = None,
+    dk: np.ndarray | None = None, dv: np.ndarray | None = None, softmax_axis: int = -1,
+) -> np.ndarray:
+    """The forward bound (:func:`~mha_symbolic.testing.forward.model.attention_error_bound`,
+    one head's rows) on whole arrays
+    ``q (..., L, E)``, ``k (..., S, E)``, ``v (..., S, Ev)`` (heads matched;
+    ``allowed``, ``mask_add`` broadcastable to (..., L, S)), as the backward
+    model uses it: the worst-case model of ``fmt``/``acc`` unless ``model`` is given.
+    ``p`` and ``out`` are accepted and ignored (the weights are recomputed).
+
+    >>> import numpy as np
+    >>> b = batched_attention_error_bound(np.eye(2)[None], np.eye(2)[None], np.eye(2)[None],
+    ...                                   scale=1.0, allowed=np.ones((1, 2, 2), bool), fmt="float32")
+    >>> b.shape, bool(np.all(b < 1e-5))
+    ((1, 2, 2), True)
+    """
+    del p, out
+    if model is None:
+        if fmt is None:
+            raise SpecError("batched_attention_error_bound needs model= or fmt= (and acc=)")
+        model = ErrorModel(format_of(fmt), format_of(acc if acc is not None else fmt),
+                           kind="worst_case")
+    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    L, S, Ev = q.shape[-2], k.shape[-2], v.shape[-1]
+    qb, kb, vb = (np.broadcast_to(a, (*lead, *a.shape[-2:])) for a in (q, k, v))
+    al = np.broadcast_to(allowed, (*lead, L, S))
+    ma = None if mask_add is None else np.broadcast_to(mask_add, (*lead, L, S))
+    dqb = None if dq is None else np.broadcast_to(dq, qb.shape)
+    dkb = None if dk is None else np.broadcast_to(dk, kb.shape)
+    dvb = None if dv is None else np.broadcast_to(dv, vb.shape)
+    res = np.zeros((*lead, L, Ev))
+    for idx in np.ndindex(*lead):
+        res[idx] = attention_error_bound(
+            np.asarray(qb[idx], float), np.asarray(kb[idx], float), np.asarray(vb[idx], float),
+            scale=scale, allowed=np.asarray(al[idx]), model=model,
+            mask_add=None if ma is None else np.asarray(ma[idx], float),
+            dq=None if dqb is None else np.asarray(dqb[idx], float),
+            dk=None if dkb is None else np.asarray(dkb[idx], float),
+            dv=None if dvb is None else np.asarray(dvb[idx], float),
+            softmax_axis=softmax_axis).tol
+    return res
+

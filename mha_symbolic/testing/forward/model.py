@@ -85,17 +85,14 @@ scale).  The derivation is repeated, with the constants, in docs/testing.md.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
-from ...errors import SpecError
 from ..tolerance import (
     _EXP_CAP,
     _FMAX,
     K_EXP,
     ErrorModel,
-    format_of,
     gamma,
     gamma_tilde,
     hoeffding_bound,
@@ -754,50 +751,3 @@ def _finish(w: _Work, tolb: np.ndarray, eta_term: np.ndarray | float, v: np.ndar
     vacuous = vacuous | ((tol_kernel >= pv_u) & (pv_u > 0) & row_alive)
     tol = np.where(np.isfinite(tol), np.minimum(tol, _FMAX), _FMAX)
     return Bound(np.asarray(tol, dtype=np.float64), np.asarray(vacuous))
-
-
-def batched_attention_error_bound(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, p: np.ndarray | None = None, *,
-    scale: float, allowed: np.ndarray, mask_add: np.ndarray | None = None,
-    out: np.ndarray | None = None, fmt: Any = None, acc: Any = None,
-    model: ErrorModel | None = None, dq: np.ndarray | None = None,
-    dk: np.ndarray | None = None, dv: np.ndarray | None = None, softmax_axis: int = -1,
-) -> np.ndarray:
-    """The bound of :func:`attention_error_bound` (one head's rows) on whole arrays
-    ``q (..., L, E)``, ``k (..., S, E)``, ``v (..., S, Ev)`` (heads matched;
-    ``allowed``, ``mask_add`` broadcastable to (..., L, S)), as the backward
-    model uses it: the worst-case model of ``fmt``/``acc`` unless ``model`` is given.
-    ``p`` and ``out`` are accepted and ignored (the weights are recomputed).
-
-    >>> import numpy as np
-    >>> b = batched_attention_error_bound(np.eye(2)[None], np.eye(2)[None], np.eye(2)[None],
-    ...                                   scale=1.0, allowed=np.ones((1, 2, 2), bool), fmt="float32")
-    >>> b.shape, bool(np.all(b < 1e-5))
-    ((1, 2, 2), True)
-    """
-    del p, out
-    if model is None:
-        if fmt is None:
-            raise SpecError("batched_attention_error_bound needs model= or fmt= (and acc=)")
-        model = ErrorModel(format_of(fmt), format_of(acc if acc is not None else fmt),
-                           kind="worst_case")
-    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    L, S, Ev = q.shape[-2], k.shape[-2], v.shape[-1]
-    qb, kb, vb = (np.broadcast_to(a, (*lead, *a.shape[-2:])) for a in (q, k, v))
-    al = np.broadcast_to(allowed, (*lead, L, S))
-    ma = None if mask_add is None else np.broadcast_to(mask_add, (*lead, L, S))
-    dqb = None if dq is None else np.broadcast_to(dq, qb.shape)
-    dkb = None if dk is None else np.broadcast_to(dk, kb.shape)
-    dvb = None if dv is None else np.broadcast_to(dv, vb.shape)
-    res = np.zeros((*lead, L, Ev))
-    for idx in np.ndindex(*lead):
-        res[idx] = attention_error_bound(
-            np.asarray(qb[idx], float), np.asarray(kb[idx], float), np.asarray(vb[idx], float),
-            scale=scale, allowed=np.asarray(al[idx]), model=model,
-            mask_add=None if ma is None else np.asarray(ma[idx], float),
-            dq=None if dqb is None else np.asarray(dqb[idx], float),
-            dk=None if dkb is None else np.asarray(dkb[idx], float),
-            dv=None if dvb is None else np.asarray(dvb[idx], float),
-            softmax_axis=softmax_axis).tol
-    return res
-
