@@ -4,8 +4,9 @@ median), with the machine's load.
 
     PYTHONPATH=. python bench/bench_issue25.py
 
-The planted files of the remainder and of the small edits (tests/data/planted-remainder.toml,
-tests/data/planted-edits.toml) state in each claim's `note` what it must get ("correct",
+The planted files of the remainder, of the small edits and of rounded inputs
+(tests/data/planted-remainder.toml, tests/data/planted-edits.toml,
+tests/data/planted-rounded.toml) state in each claim's `note` what it must get ("correct",
 "root: <diagnosis>", "ambiguous", or a wrong
 claim with no known slip); the measures are counted from those notes: correct claims
 judged wrong, wrong claims diagnosed with the right root, misleading diagnoses (a
@@ -26,7 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 REMAINDER = ROOT / "tests" / "data" / "planted-remainder.toml"
 EDITS = ROOT / "tests" / "data" / "planted-edits.toml"
-NOTED = (REMAINDER, EDITS)  # the planted files whose claims' notes say what each must get
+ROUNDED = ROOT / "tests" / "data" / "planted-rounded.toml"
+NOTED = (REMAINDER, EDITS, ROUNDED)  # the planted files whose claims' notes say what each must get
 FILES = [*sorted((ROOT / "examples" / "books").glob("*.toml")),
          ROOT / "tests" / "data" / "planted.toml", ROOT / "tests" / "data" / "planted-roots.toml",
          *NOTED]

@@ -56,8 +56,16 @@ from .roots import (
     scale_constant_diagnosis,
     together,
 )
+from .rounded_inputs import rounded_inputs_diagnosis, unrounded_inputs_diagnosis
 from .shape_claims import shape_record
-from .slips import count_diagnosis, digit_diagnosis, index_diagnosis, premature, variant_diagnosis
+from .slips import (
+    approximation_diagnosis,
+    count_diagnosis,
+    digit_diagnosis,
+    index_diagnosis,
+    premature,
+    variant_diagnosis,
+)
 from .verdicts import UNDECIDED, describe, judge, nested_shape, pairs
 
 __all__ = [
@@ -325,11 +333,25 @@ def diagnose(ex: WorkedExample, index: int, claim: Claim, p: Any, values: list[A
                      or count_diagnosis(ex, claim, p) or index_diagnosis(ex, claim, p))
         if diagnosis is None and len(values) == 1:
             diagnosis = (float32_diagnosis(ex, claim, p, values[0])
-                         or digit_diagnosis(values[0], p.entries[0]))
+                         or digit_diagnosis(values[0], p.entries[0])
+                         or approximation_diagnosis(values[0], p.entries[0], claim.rtol))
+            if diagnosis is not None and diagnosis.startswith("rounded in the wrong direction"):
+                # one digit rounded the other way is also what typed inputs shown rounded
+                # give: when that is proved too, the two are said together
+                diagnosis = together([diagnosis, *filter(None, [
+                    unrounded_inputs_diagnosis(ex, claim, p)])])
         if diagnosis is None:
-            diagnosis = other_input_diagnosis(
-                ex, claim, p, siblings,
-                value_of=lambda att_of: _gathered(ex, claim, p, att_of))
+            # rounded inputs after the slips of the computation: the nearer root first
+            def value_of(att_of: Any) -> Any:
+                return _gathered(ex, claim, p, att_of)
+
+            diagnosis = rounded_inputs_diagnosis(ex, claim, p, value_of)
+            if diagnosis is None:
+                # typed inputs shown rounded and another input X′ (a last digit off by one
+                # is near a rounding) may both give it: then both are said
+                diagnosis = together(list(filter(None, [
+                    unrounded_inputs_diagnosis(ex, claim, p),
+                    other_input_diagnosis(ex, claim, p, siblings, value_of=value_of)])))
     except MhaSymbolicError:  # PrecisionError included: a slip not proved is not stated
         diagnosis = None
     return diagnosis

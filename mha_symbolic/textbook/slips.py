@@ -344,6 +344,43 @@ def digit_diagnosis(value: Any, p: PrintedAnswer) -> str | None:
     return None
 
 
+#: The loosest relative error an approximation formula is diagnosed as "a looser
+#: approximation" at (farther off, it is not an approximation of this value).
+LOOSE_RTOL = Fraction(1, 100)
+
+
+def approximation_diagnosis(value: Any, p: PrintedAnswer, rtol: Fraction) -> str | None:
+    """A formula claimed ``≈`` whose certified relative error exceeds the claim's rtol
+    but is below :data:`LOOSE_RTOL`: the text's approximation is looser than the
+    tolerance it is judged at (the rtol it would hold at is named: the power of ten above
+    the error, certified)."""
+    if p.kind != "expression" or not p.approx or p.expr is None or special_value(value):
+        return None
+    import sympy as sp
+
+    from ..exact.certified import certify
+
+    v = certify(value)
+    if v.sign() == 0:
+        return None
+    # |value − claim| / |value|, the signs decided first (as verdicts._approximation does)
+    d = certify(value - p.expr).sign()
+    if d == 0:
+        return None
+    num = sp.Mul(sp.Integer(d * v.sign()), sp.Add(value, -p.expr, evaluate=False),
+                 evaluate=False)
+    rel = certify(sp.Mul(num, sp.Pow(value, -1, evaluate=False), evaluate=False))
+    if rel.compare(rtol) <= 0 or rel.compare(LOOSE_RTOL) >= 0:
+        return None
+    bound = Fraction(1, 10)
+    while rel.compare(bound / 10) < 0:
+        bound /= 10
+    size = rel.round_significant(2)
+    return (f"a looser approximation than the claim's tolerance: the formula is within a "
+            f"relative {float(size):.2g} of the value, past rtol = {float(rtol):.2g} (it holds "
+            f"as an approximation with rtol = {float(bound):.0e})")
+
+
 def count_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer) -> str | None:
     """A miscounted ``params.total``: the biases counted or left out (which ones), W^O
     left out, one head's projections, GQA counted as MHA (kv_heads ignored)."""
