@@ -465,69 +465,40 @@ class MhaInputs:
         return (N, L, E_out) if self.batch_first else (L, N, E_out)
 
 
-def mha_inputs(
-    query: Any, key: Any, value: Any, *,
-    num_heads: int | None = None,
-    in_proj_weight: Any = None, in_proj_bias: Any = None,
-    q_proj_weight: Any = None, k_proj_weight: Any = None, v_proj_weight: Any = None,
-    out_proj_weight: Any = None, out_proj_bias: Any = None,
-    num_kv_heads: int | None = None,
-    key_padding_mask: Any = None, attn_mask: Any = None, is_causal: bool = False,
-    batch_first: bool = False, masked_rows: str = "zero", module: Any = None,
-) -> MhaInputs:
-    """The arguments of :func:`reference_mha` read and checked (shared with
-    :func:`..backward.reference_mha_backward`); ``masked_rows="error"`` raises here."""
-    if masked_rows not in POLICIES:
-        raise SpecError(f"masked_rows={masked_rows!r}: expected one of {POLICIES}")
-    if module is not None:
-        if not all(hasattr(module, a) for a in ("num_heads", "out_proj", "in_proj_weight")):
-            raise SpecError(f"module={shown(module)}: expected a torch nn.MultiheadAttention")
-        if getattr(module, "bias_k", None) is not None or getattr(module, "add_zero_attn", False):
-            raise SpecError("module uses add_bias_kv or add_zero_attn, which reference_mha "
-                            "does not model")
-        num_heads = int(module.num_heads)
-        batch_first = bool(getattr(module, "batch_first", False))
-        in_proj_weight = _get(module, "in_proj_weight")
-        q_proj_weight = _get(module, "q_proj_weight")
-        k_proj_weight = _get(module, "k_proj_weight")
-        v_proj_weight = _get(module, "v_proj_weight")
-        in_proj_bias = _get(module, "in_proj_bias")
-        out_proj_weight = as_exact_array(module.out_proj.weight, "module.out_proj.weight")
-        ob = getattr(module.out_proj, "bias", None)
-        out_proj_bias = None if ob is None else as_exact_array(ob, "module.out_proj.bias")
-    if num_heads is None or isinstance(num_heads, bool) or int(num_heads) < 1:
-        raise SpecError(f"num_heads={num_heads!r}: expected a positive integer")
-    H = int(num_heads)
-    Hkv = H if num_kv_heads is None else int(num_kv_heads)
-    if Hkv < 1 or H % Hkv:
-        raise SpecError(f"num_kv_heads={num_kv_heads!r}: expected a positive divisor of "
-                        f"num_heads={H}")
-    if out_proj_weight is None:
-        raise SpecError("out_proj_weight is required (or pass module=)")
+def _module_args(module: Any) -> tuple[Any, ...]:
+    """A torch ``nn.MultiheadAttention``'s heads, layout and weights, read exactly:
+    (num_heads, batch_first, in_proj_weight, q/k/v_proj_weight, in_proj_bias,
+    out_proj_weight, out_proj_bias)."""
+    if not all(hasattr(module, a) for a in ("num_heads", "out_proj", "in_proj_weight")):
+        raise SpecError(f"module={shown(module)}: expected a torch nn.MultiheadAttention")
+    if getattr(module, "bias_k", None) is not None or getattr(module, "add_zero_attn", False):
+        raise SpecError("module uses add_bias_kv or add_zero_attn, which reference_mha "
+                        "does not model")
+    ob = getattr(module.out_proj, "bias", None)
+    return (int(module.num_heads), bool(getattr(module, "batch_first", False)),
+            _get(module, "in_proj_weight"), _get(module, "q_proj_weight"),
+            _get(module, "k_proj_weight"), _get(module, "v_proj_weight"),
+            _get(module, "in_proj_bias"),
+            as_exact_array(module.out_proj.weight, "module.out_proj.weight"),
+            None if ob is None else as_exact_array(ob, "module.out_proj.bias"))
 
-    def arr(x: Any, name: str) -> Array:
-        a = as_exact_array(x, name)
-        if a.dtype == bool:
-            raise SpecError(f"{name}.dtype=bool: expected a float array")
-        validate_finite(a, name)
-        return to_float64(a)
 
-    xq, xk, xv = arr(query, "query"), arr(key, "key"), arr(value, "value")
-    unbatched = xq.ndim == 2
-    for name, x in (("query", xq), ("key", xk), ("value", xv)):
-        if x.ndim != (2 if unbatched else 3):
-            raise ShapeError(f"{name}.shape={x.shape}: expected "
-                             f"{'(L, E)' if unbatched else '3 dimensions'} like query.shape="
-                             f"{xq.shape}")
-    if unbatched:
-        xq, xk, xv = xq[None], xk[None], xv[None]
-    elif not batch_first:
-        xq, xk, xv = (np.ascontiguousarray(x.transpose(1, 0, 2)) for x in (xq, xk, xv))
-    N, L, Eq = xq.shape
-    if xk.shape[:2] != xv.shape[:2] or xk.shape[0] != N:
-        raise ShapeError(f"key.shape={np.shape(key)} and value.shape={np.shape(value)} must "
-                         f"share batch and length, with query.shape={np.shape(query)}")
-    S = xk.shape[1]
+def _float_input(x: Any, name: str) -> Array:
+    """An input or weight of the block read exactly as float64, finite, not bool."""
+    a = as_exact_array(x, name)
+    if a.dtype == bool:
+        raise SpecError(f"{name}.dtype=bool: expected a float array")
+    validate_finite(a, name)
+    return to_float64(a)
+
+
+def _weights(in_proj_weight: Any, in_proj_bias: Any, q_proj_weight: Any,
+             k_proj_weight: Any, v_proj_weight: Any, out_proj_weight: Any,
+             out_proj_bias: Any, H: int, Hkv: int, Eq: int, kdim: int,
+             vdim: int) -> tuple[dict[str, Any], int]:
+    """The block's weights read exactly and checked against the inputs' sizes:
+    ({"wq", "wk", "wv", "bq", "bk", "bv", "wo", "bo"}, head dim)."""
+    arr = _float_input
     if in_proj_weight is not None:
         wi = arr(in_proj_weight, "in_proj_weight")
         if wi.ndim != 2 or wi.shape[0] % 3 or Hkv != H:
@@ -548,8 +519,8 @@ def mha_inputs(
     hd = E // H
     Ekv = Hkv * hd
     for name, wmat, rows_, cols_ in (("q_proj_weight", wq, E, Eq),
-                                     ("k_proj_weight", wk, Ekv, xk.shape[2]),
-                                     ("v_proj_weight", wv, Ekv, xv.shape[2])):
+                                     ("k_proj_weight", wk, Ekv, kdim),
+                                     ("v_proj_weight", wv, Ekv, vdim)):
         if wmat.shape != (rows_, cols_):
             raise ShapeError(f"{name}.shape={wmat.shape} does not match the inputs: expected "
                              f"({rows_}, {cols_}) (E={E}, num_heads={H}, num_kv_heads={Hkv})")
@@ -568,8 +539,13 @@ def mha_inputs(
         bo = arr(out_proj_bias, "out_proj_bias")
         if bo.shape != (E_out,):
             raise ShapeError(f"out_proj_bias.shape={bo.shape}: expected ({E_out},)")
+    return {"wq": wq, "wk": wk, "wv": wv, "bq": bq, "bk": bk, "bv": bv, "wo": wo,
+            "bo": bo}, hd
 
-    # masks (torch MHA: bool True = masked out) -> SDPA form over batch (N, H)
+
+def _sdpa_masks(key_padding_mask: Any, attn_mask: Any, N: int, H: int, L: int, S: int,
+                unbatched: bool) -> tuple[Array, ...]:
+    """torch MHA's masks (bool True = masked out) in SDPA form over the batch (N, H)."""
     masks: list[Array] = []
     if key_padding_mask is not None:
         a = read_mask(key_padding_mask, "key_padding_mask")
@@ -593,16 +569,127 @@ def mha_inputs(
         # two float masks: their float sum need not be exact; refuse (pass one combined)
         raise SpecError("key_padding_mask and attn_mask are both float masks; pass one "
                         "combined float mask (or bool masks) so the sum stays exact")
-    model = ScoreModel((N, H), L, S, masks=tuple(masks), is_causal=is_causal,
+    return tuple(masks)
+
+
+def mha_inputs(
+    query: Any, key: Any, value: Any, *,
+    num_heads: int | None = None,
+    in_proj_weight: Any = None, in_proj_bias: Any = None,
+    q_proj_weight: Any = None, k_proj_weight: Any = None, v_proj_weight: Any = None,
+    out_proj_weight: Any = None, out_proj_bias: Any = None,
+    num_kv_heads: int | None = None,
+    key_padding_mask: Any = None, attn_mask: Any = None, is_causal: bool = False,
+    batch_first: bool = False, masked_rows: str = "zero", module: Any = None,
+) -> MhaInputs:
+    """The arguments of :func:`reference_mha` read and checked (shared with
+    :func:`..backward.reference_mha_backward`); ``masked_rows="error"`` raises here."""
+    if masked_rows not in POLICIES:
+        raise SpecError(f"masked_rows={masked_rows!r}: expected one of {POLICIES}")
+    if module is not None:
+        (num_heads, batch_first, in_proj_weight, q_proj_weight, k_proj_weight, v_proj_weight,
+         in_proj_bias, out_proj_weight, out_proj_bias) = _module_args(module)
+    if num_heads is None or isinstance(num_heads, bool) or int(num_heads) < 1:
+        raise SpecError(f"num_heads={num_heads!r}: expected a positive integer")
+    H = int(num_heads)
+    Hkv = H if num_kv_heads is None else int(num_kv_heads)
+    if Hkv < 1 or H % Hkv:
+        raise SpecError(f"num_kv_heads={num_kv_heads!r}: expected a positive divisor of "
+                        f"num_heads={H}")
+    if out_proj_weight is None:
+        raise SpecError("out_proj_weight is required (or pass module=)")
+
+    arr = _float_input
+    xq, xk, xv = arr(query, "query"), arr(key, "key"), arr(value, "value")
+    unbatched = xq.ndim == 2
+    for name, x in (("query", xq), ("key", xk), ("value", xv)):
+        if x.ndim != (2 if unbatched else 3):
+            raise ShapeError(f"{name}.shape={x.shape}: expected "
+                             f"{'(L, E)' if unbatched else '3 dimensions'} like query.shape="
+                             f"{xq.shape}")
+    if unbatched:
+        xq, xk, xv = xq[None], xk[None], xv[None]
+    elif not batch_first:
+        xq, xk, xv = (np.ascontiguousarray(x.transpose(1, 0, 2)) for x in (xq, xk, xv))
+    N, L, Eq = xq.shape
+    if xk.shape[:2] != xv.shape[:2] or xk.shape[0] != N:
+        raise ShapeError(f"key.shape={np.shape(key)} and value.shape={np.shape(value)} must "
+                         f"share batch and length, with query.shape={np.shape(query)}")
+    S = xk.shape[1]
+    w, hd = _weights(in_proj_weight, in_proj_bias, q_proj_weight, k_proj_weight,
+                     v_proj_weight, out_proj_weight, out_proj_bias, H, Hkv, Eq,
+                     xk.shape[2], xv.shape[2])
+    masks = _sdpa_masks(key_padding_mask, attn_mask, N, H, L, S, unbatched)
+    model = ScoreModel((N, H), L, S, masks=masks, is_causal=is_causal,
                        policy=masked_rows)
     empty = model.empty_rows().reshape(N, H, L)
     # the policy's one reading ("error" raises here, naming (batch, head, row))
     masked_rows_of(masked_rows, empty.reshape(N * H, L), S, (N, H),
                    what="key_padding_mask/attn_mask/is_causal")
 
-    w = {"wq": wq, "wk": wk, "wv": wv, "bq": bq, "bk": bk, "bv": bv, "wo": wo, "bo": bo}
     return MhaInputs(xq, xk, xv, w, H, Hkv, hd, model, masked_rows, unbatched, batch_first,
                      in_proj_weight is not None)
+
+
+def _tier1_heads(inp: MhaInputs, zero_empty: Array) -> tuple[Array, Array, Array]:
+    """Tier 1 of the block: the projections with their bounds, then attention per
+    (batch, head, block of rows); the heads' outputs (N, L, E), their error bounds
+    and the rows tier 1 decided.  Rows the policy zeroes give 0 with error 0."""
+    xq, xk, xv, w, model = inp.xq, inp.xk, inp.xv, inp.w, inp.model
+    H, Hkv, hd = inp.H, inp.Hkv, inp.hd
+    N, L, _ = xq.shape
+    S = xk.shape[1]
+    E = H * hd
+    q_t, q_e = proj_fast(xq, w["wq"], w["bq"])
+    k_t, k_e = proj_fast(xk, w["wk"], w["bk"])
+    v_t, v_e = proj_fast(xv, w["wv"], w["bv"])
+    c_f = 1.0 / math.sqrt(hd) if hd else 0.0
+    rho_c = 2.01 * U * c_f * UP + (ETA if hd else 0.0)
+    a_t = np.zeros((N, L, E))
+    a_e = np.zeros((N, L, E))
+    ok = np.ones((N, L), dtype=bool)
+    rep = H // Hkv
+    if not (L and S):
+        return a_t, a_e, ok
+    step = max(1, CHUNK_ELEMS // S)
+    for n in range(N):
+        kvs = []
+        for hk in range(Hkv):
+            sl = slice(hk * hd, (hk + 1) * hd)
+            kvs.append(KV(np.ascontiguousarray(k_t[n][:, sl]),
+                          np.ascontiguousarray(v_t[n][:, sl]),
+                          norm_up(k_e[n][:, sl]),
+                          (np.max(v_e[n][:, sl], axis=0) if S else np.zeros(hd)) * UP))
+        for h in range(H):
+            sl = slice(h * hd, (h + 1) * hd)
+            qr_all = norm_up(q_e[n][:, sl])
+            for i0 in range(0, L, step):
+                i1 = min(L, i0 + step)
+                blk = model.block(n * H + h, slice(i0, i1))
+                res = tier1_block(np.ascontiguousarray(q_t[n][i0:i1, sl]), qr_all[i0:i1],
+                                  kvs[h // rep], blk, c_f, rho_c)
+                em = zero_empty[n, h, i0:i1]
+                a_t[n, i0:i1, sl] = np.where(em[:, None], 0.0, res.y)
+                a_e[n, i0:i1, sl] = np.where(em[:, None], 0.0, res.err)
+                ok[n, i0:i1] &= res.ok | em
+    return a_t, a_e, ok
+
+
+def _out_projection(a_t: Array, a_e: Array, wo: Array, bo: Array | None
+                    ) -> tuple[Array, Array]:
+    """The output projection a Woᵀ + bo in float64 with its error bound (from the heads'
+    bounds ``a_e`` and the projection's own rounding)."""
+    E = a_t.shape[-1]
+    with np.errstate(invalid="ignore", over="ignore"):
+        o_t = a_t @ wo.T
+        abs_wo = np.abs(wo)
+        o_e = a_e @ abs_wo.T + gamma(max(E, 1)) * (np.abs(a_t) @ abs_wo.T) + E * ETA
+        o_e = o_e / (1 - gamma(max(E, 1)))
+        if bo is not None:
+            o_t = o_t + bo
+            o_e = o_e + U * np.abs(o_t) + ETA
+        o_e = o_e * UP + FLOOR
+    return o_t, o_e
 
 
 @functools.partial(door, quiet=True)
@@ -655,56 +742,17 @@ def reference_mha(
                      masked_rows=masked_rows, module=module)
     xq, xk, xv, w, model = inp.xq, inp.xk, inp.xv, inp.w, inp.model
     H, Hkv, hd = inp.H, inp.Hkv, inp.hd
-    wq, wk, wv, bq, bk, bv, wo, bo = (w[n] for n in ("wq", "wk", "wv", "bq", "bk", "bv", "wo",
-                                                      "bo"))
+    wo, bo = w["wo"], w["bo"]
     unbatched, batch_first = inp.unbatched, inp.batch_first
     N, L, _ = xq.shape
     S = xk.shape[1]
-    E, E_out = H * hd, wo.shape[0]
+    E_out = wo.shape[0]
     policy = masked_rows_of(masked_rows, model.empty_rows(), S, check=False)
     zero_empty = policy.zero.reshape(N, H, L)
     prog = Progress(progress, expected_seconds(N * H * L * S * max(1, 2 * hd // 64), "tier1"))
     # ---- tier 1: projections with bounds, attention per (batch, head, row block)
-    q_t, q_e = proj_fast(xq, wq, bq)
-    k_t, k_e = proj_fast(xk, wk, bk)
-    v_t, v_e = proj_fast(xv, wv, bv)
-    c_f = 1.0 / math.sqrt(hd) if hd else 0.0
-    rho_c = 2.01 * U * c_f * UP + (ETA if hd else 0.0)
-    a_t = np.zeros((N, L, E))
-    a_e = np.zeros((N, L, E))
-    ok = np.ones((N, L), dtype=bool)
-    rep = H // Hkv
-    if L and S:
-        step = max(1, CHUNK_ELEMS // S)
-        for n in range(N):
-            kvs = []
-            for hk in range(Hkv):
-                sl = slice(hk * hd, (hk + 1) * hd)
-                kvs.append(KV(np.ascontiguousarray(k_t[n][:, sl]),
-                              np.ascontiguousarray(v_t[n][:, sl]),
-                              norm_up(k_e[n][:, sl]),
-                              (np.max(v_e[n][:, sl], axis=0) if S else np.zeros(hd)) * UP))
-            for h in range(H):
-                sl = slice(h * hd, (h + 1) * hd)
-                qr_all = norm_up(q_e[n][:, sl])
-                for i0 in range(0, L, step):
-                    i1 = min(L, i0 + step)
-                    blk = model.block(n * H + h, slice(i0, i1))
-                    res = tier1_block(np.ascontiguousarray(q_t[n][i0:i1, sl]), qr_all[i0:i1],
-                                      kvs[h // rep], blk, c_f, rho_c)
-                    em = zero_empty[n, h, i0:i1]
-                    a_t[n, i0:i1, sl] = np.where(em[:, None], 0.0, res.y)
-                    a_e[n, i0:i1, sl] = np.where(em[:, None], 0.0, res.err)
-                    ok[n, i0:i1] &= res.ok | em
-    with np.errstate(invalid="ignore", over="ignore"):
-        o_t = a_t @ wo.T
-        abs_wo = np.abs(wo)
-        o_e = a_e @ abs_wo.T + gamma(max(E, 1)) * (np.abs(a_t) @ abs_wo.T) + E * ETA
-        o_e = o_e / (1 - gamma(max(E, 1)))
-        if bo is not None:
-            o_t = o_t + bo
-            o_e = o_e + U * np.abs(o_t) + ETA
-        o_e = o_e * UP + FLOOR
+    a_t, a_e, ok = _tier1_heads(inp, zero_empty)
+    o_t, o_e = _out_projection(a_t, a_e, wo, bo)
     ok &= np.all(np.isfinite(o_t) & np.isfinite(o_e), axis=-1)
     nan_rows: Array = np.asarray(policy.nan.reshape(N, H, L).any(axis=1))
     ok &= ~nan_rows
