@@ -206,6 +206,8 @@ def unrounded_inputs_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer
     is less than :data:`MAX_REACH` units of its last digit from the typed digits' value."""
     if ex.printed_inputs or not ex.has_attention:
         return None  # read as printed, the claim was already judged that way
+    if not 1 <= claim.batch <= ex.batch_size:
+        return None  # a quantity not of the inputs (params, dims) with any batch= (seed 61)
     if p.kind == "array" and len(p.shape) > 2:
         return None
     from .intervals import _printed_inputs as typed_inputs

@@ -283,3 +283,39 @@ def test_a_failed_pdf_compile_removes_the_old_pdf_beside_the_new_tex(
     assert (tmp_path / "out.tex").read_text(encoding="utf-8") != "old tex"  # the new .tex
     assert not (tmp_path / "out.pdf").exists()  # and no PDF that looks like its own
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "out.tex"]
+
+
+# -- a claim on a quantity not of the inputs with batch= beyond the example (seed 61) ----------
+
+_PARAMS_BATCH = """[[example]]
+query = [[2, -2], [0.5, 3]]
+key = [[2.5e2, 3]]
+value = [[5, 2.5e2]]
+[[example.claim]]
+quantity = "{quantity}"
+claimed = "-1.9584"
+batch = {batch}
+"""
+
+
+def test_a_wrong_params_claim_with_a_batch_beyond_the_example_is_judged_not_a_crash(
+        tmp_path: Path, capsys: object) -> None:
+    # the long harness (seed 61, #2068 and #2416): a wrong claim of params.* or dim.*
+    # with batch = 2 in a one-element example reached the rounded-inputs diagnosis,
+    # which indexed the inputs by the claim's batch (IndexError, exit 3).  The batch
+    # does not enter such a quantity: the verdict is that of batch = 1.
+    from mha_symbolic.cli import main
+    from mha_symbolic.textbook import check_examples, load_examples
+
+    for quantity in ("params.w_q", "params.total", "dim.d_k"):
+        verdicts = []
+        for batch in (1, 2):
+            path = tmp_path / f"b{batch}.toml"
+            path.write_text(_PARAMS_BATCH.format(quantity=quantity, batch=batch),
+                            encoding="utf-8")
+            report = check_examples(load_examples(path))
+            verdicts.append([(r.verdict, r.ok, r.diagnosis) for r in report.records])
+            code = main(["check", str(path)])
+            err = capsys.readouterr().err  # type: ignore[attr-defined]
+            assert code == 1 and "Traceback" not in err and "internal error" not in err, err
+        assert verdicts[0] == verdicts[1] and verdicts[0][0][1] is False, (quantity, verdicts)

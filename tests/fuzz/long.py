@@ -191,6 +191,26 @@ def _record(crashes: str, seed: int, i: int, kind: str, payload: Any,
     (folder / f"{kind}-{i}.json").write_text(json.dumps(entry, ensure_ascii=True, indent=1))
 
 
+def _tally(by_kind: dict[str, dict[str, float]], kind: str, cpu: float, wall: float) -> None:
+    """Add one input's CPU and wall seconds to its kind's row of the checkpoint."""
+    row = by_kind.setdefault(kind, {"inputs": 0, "cpu_s": 0.0, "wall_s": 0.0, "max_cpu_s": 0.0})
+    row["inputs"] += 1
+    row["cpu_s"] += cpu
+    row["wall_s"] += wall
+    row["max_cpu_s"] = max(row["max_cpu_s"], cpu)
+
+
+def _by_kind_table(by_kind: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """The per-kind rows as the checkpoint stores them: totals (so that ``--resume`` adds
+    to them), each kind's share of all CPU seconds, and its mean CPU milliseconds."""
+    total = sum(row["cpu_s"] for row in by_kind.values()) or 1.0
+    return {kind: {"inputs": row["inputs"], "cpu_s": round(row["cpu_s"], 3),
+                   "wall_s": round(row["wall_s"], 3), "max_cpu_s": round(row["max_cpu_s"], 3),
+                   "mean_cpu_ms": round(1000 * row["cpu_s"] / max(row["inputs"], 1), 2),
+                   "cpu_share": round(row["cpu_s"] / total, 4)}
+            for kind, row in sorted(by_kind.items(), key=lambda kv: -kv[1]["cpu_s"])}
+
+
 def _load(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
@@ -249,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed0 = saved.get("elapsed_s", 0.0)
     cpu_max = saved.get("max_cpu_s", 0.0)
     wall_max = saved.get("max_wall_s", 0.0)
+    by_kind: dict[str, dict[str, float]] = saved.get("by_kind", {})
     ctx = mp.get_context("fork")
     start = time.monotonic()
     workers: dict[int, Any] = {}
@@ -274,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             "rate_per_s": round(done / elapsed, 1) if elapsed else None,
             "max_cpu_s": round(cpu_max, 2), "max_wall_s": round(wall_max, 2),
             "problems": {p: counts.get(p, 0) for p in PROBLEMS},
-            "counts": dict(counts), "finished": final, "loadavg": os.getloadavg(),
+            "counts": dict(counts), "by_kind": _by_kind_table(by_kind),
+            "finished": final, "loadavg": os.getloadavg(),
         }
         tmp = ckpt.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1))
@@ -302,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                 counts[f"kind:{kind}"] += 1
                 counts.update(categories)
                 cpu_max, wall_max = max(cpu_max, cpu), max(wall_max, wall)
+                _tally(by_kind, kind, cpu, wall)
                 nexts[w] = i + args.workers
         for w, (proc, _conn, state) in list(workers.items()):
             if nexts[w] >= args.inputs:
