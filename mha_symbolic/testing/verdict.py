@@ -291,19 +291,8 @@ def _verdict(
         ulps = np.where(counted, err / ulp(mid, fmt), np.where(finite, np.nan, 0.0))
         ratio = np.where(judged & (err > 0), err / np.where(tol > 0, tol, 0.0), 0.0)
         ratio = np.where(np.isnan(ratio), np.inf, ratio)
-    worst = None
-    max_err, max_idx, max_ulps = 0.0, None, 0.0
-    if np.any(judged):
-        flat = int(np.argmax(np.where(judged, ratio, -1.0)))
-        idx = tuple(int(i) for i in np.unravel_index(flat, a.shape))
-        worst = ElementFinding(idx, float(lower[idx]), float(upper[idx]), float(a[idx]),
-                               float(err[idx]), float(ulps[idx]), float(tol[idx]))
-    if np.any(finite):
-        e_f = np.where(finite, err, -1.0)
-        flat_e = int(np.argmax(e_f))
-        max_idx = tuple(int(i) for i in np.unravel_index(flat_e, a.shape))
-        max_err = float(e_f[max_idx])
-        max_ulps = float(np.max(ulps[counted])) if np.any(counted) else math.nan
+    worst, max_err, max_idx, max_ulps = _extremes(a, lower, upper, tol, err, ulps, ratio,
+                                                  judged, finite, counted)
     first_nf = None
     if np.any(nonfinite):
         first_nf = tuple(int(i) for i in np.argwhere(nonfinite)[0])
@@ -335,6 +324,28 @@ def _verdict(
             "risking a false alarm. If the kernel accumulates in a wider format, say so "
             "with accumulation_dtype=")
     return comp
+
+
+def _extremes(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray,
+              err: np.ndarray, ulps: np.ndarray, ratio: np.ndarray, judged: np.ndarray,
+              finite: np.ndarray, counted: np.ndarray
+              ) -> tuple[ElementFinding | None, float, tuple[int, ...] | None, float]:
+    """The worst judged element (largest error over tolerance), and the largest error
+    over the finite elements with its index and the largest ulp count."""
+    worst = None
+    max_err, max_idx, max_ulps = 0.0, None, 0.0
+    if np.any(judged):
+        flat = int(np.argmax(np.where(judged, ratio, -1.0)))
+        idx = tuple(int(i) for i in np.unravel_index(flat, a.shape))
+        worst = ElementFinding(idx, float(lower[idx]), float(upper[idx]), float(a[idx]),
+                               float(err[idx]), float(ulps[idx]), float(tol[idx]))
+    if np.any(finite):
+        e_f = np.where(finite, err, -1.0)
+        flat_e = int(np.argmax(e_f))
+        max_idx = tuple(int(i) for i in np.unravel_index(flat_e, a.shape))
+        max_err = float(e_f[max_idx])
+        max_ulps = float(np.max(ulps[counted])) if np.any(counted) else math.nan
+    return worst, max_err, max_idx, max_ulps
 
 
 def _acc_text(model: ErrorModel) -> str:
