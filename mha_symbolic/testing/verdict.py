@@ -298,6 +298,8 @@ def _verdict(
         first_nf = tuple(int(i) for i in np.argwhere(nonfinite)[0])
     n_bad = int(np.sum(bad))
     n_vac = int(np.sum(finite & vac & ~bad))
+    if n_bad and not model.flush:
+        notes = (*notes, *_flush_note(a, mid, bad, model))
     if hull is not None and np.any(hull & finite):
         n_hull = int(np.sum(hull & finite))
         notes = (*notes, f"{n_hull} element(s) lie outside the hull of their row's values "
@@ -324,6 +326,22 @@ def _verdict(
             "risking a false alarm. If the kernel accumulates in a wider format, say so "
             "with accumulation_dtype=")
     return comp
+
+
+def _flush_note(a: np.ndarray, mid: np.ndarray, bad: np.ndarray,
+                model: ErrorModel) -> tuple[str, ...]:
+    """A hint when every mismatched element is an exact value below the smallest normal
+    of the accumulation format returned as zero: the pattern of a kernel that flushes
+    subnormal results (FTZ/DAZ), which ``subnormals="flush"`` models."""
+    tiny = math.ldexp(1.0, model.acc.emin)
+    with np.errstate(invalid="ignore"):
+        flushed = (a == 0) & (np.abs(mid) < tiny) & (mid != 0)
+    if not np.all(flushed[bad]):
+        return ()
+    return (f"every mismatched element is an exact value below {tiny:.3g} (the smallest "
+            f"normal of {model.acc.name}) returned as 0: the kernel flushes subnormal "
+            "results to zero (FTZ/DAZ: XLA on CPU, fast-math CUDA, torch's bfloat16 SDPA on "
+            "some CPUs); if that is its behaviour, say so with subnormals=\"flush\"",)
 
 
 def _extremes(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray,
