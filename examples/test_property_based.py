@@ -70,6 +70,9 @@ def test_torch_sdpa_on_adversarial_inputs() -> None:
     def check(case: AttentionCase) -> None:
         q, k, v, kw = case.torch()
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw)
-        assert_attention_close(out, case.query, case.key, case.value, **case.options)
+        # torch's bfloat16 SDPA flushes subnormal results to zero on AVX-512 CPUs (the
+        # subnormal family shows it): the model is told so
+        assert_attention_close(out, case.query, case.key, case.value, **case.options,
+                               subnormals="flush")
 
     check()

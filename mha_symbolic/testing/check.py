@@ -179,38 +179,16 @@ def check_attention(
              "enable_gqa": enable_gqa}
     defaults = {"attn_mask": None, "is_causal": False, "scale": None, "enable_gqa": False}
     fwd_opts = {k_: v_ for k_, v_ in given.items() if pass_options and v_ is not defaults[k_]}
-    ref_opts = dict(attn_mask=attn_mask, is_causal=is_causal, scale=scale,
-                    enable_gqa=enable_gqa, causal_alignment=causal_alignment,
-                    masked_rows=masked_rows)
+    ref_opts = dict(given, causal_alignment=causal_alignment, masked_rows=masked_rows)
     variants = {k_: tolerance.pop(k_) for k_ in variant_keywords() if k_ in tolerance}
     variants = {k_: v_ for k_, v_ in variants.items() if v_ is not None}
     ref_opts.update(variants)
     framework = _framework(query)
     box: dict[str, Any] = {}
-    if returns_lse:
-        kernel = fn
-
-        def fn(*args: Any, **kwargs: Any) -> Any:
-            res = kernel(*args, **kwargs)
-            if not isinstance(res, (tuple, list)) or len(res) < 2:
-                raise SpecError(f"returns_lse=True but fn returned {type(res).__name__}: "
-                                "expected (output, softmax_lse)")
-            box["lse"] = res[1]
-            return res[0]
-
     guard = Guard()
-    fn = guard.wrap(fn)
-    dq = dk = dv = dmask = None
-    do_np: Any = None
-    if framework == "torch":
-        out, (dq, dk, dv, dmask), do_used = _run_torch(fn, query, key, value, attn_mask,
-                                                        grad_output, fwd_opts, seed)
-        do_np = do_used
-    elif framework == "jax":
-        out, (dq, dk, dv), do_used = _run_jax(fn, query, key, value, grad_output, fwd_opts, seed)
-        do_np = do_used
-    else:
-        out = fn(query, key, value, **fwd_opts)
+    fn = guard.wrap(_lse_capturing(fn, box) if returns_lse else fn)
+    out, (dq, dk, dv, dmask), do_np = _run(framework, fn, query, key, value, attn_mask,
+                                           grad_output, fwd_opts, seed)
     if guard.problems and framework == "numpy" and guard.before is not None:
         query, key, value = guard.before   # judged against the inputs as they were
     fwd_kw = dict(ref_opts)
@@ -237,6 +215,32 @@ def check_attention(
     if raise_on_failure and not passed:
         raise mismatch_error(result, msg, attribute="check") from None
     return result
+
+
+def _lse_capturing(kernel: Any, box: dict[str, Any]) -> Any:
+    """``kernel`` returning ``(output, softmax_lse)`` wrapped to return the output alone,
+    the LSE kept in ``box["lse"]``."""
+    def fn(*args: Any, **kwargs: Any) -> Any:
+        res = kernel(*args, **kwargs)
+        if not isinstance(res, (tuple, list)) or len(res) < 2:
+            raise SpecError(f"returns_lse=True but fn returned {type(res).__name__}: "
+                            "expected (output, softmax_lse)")
+        box["lse"] = res[1]
+        return res[0]
+    return fn
+
+
+def _run(framework: str, fn: Any, query: Any, key: Any, value: Any, attn_mask: Any,
+         grad_output: Any, opts: dict[str, Any], seed: int
+         ) -> tuple[Any, tuple[Any, Any, Any, Any], Any]:
+    """``fn`` run forward and, for torch and jax, backward: (output, (dq, dk, dv,
+    d_attn_mask), the gradient of the output used); None where not computed."""
+    if framework == "torch":
+        return _run_torch(fn, query, key, value, attn_mask, grad_output, opts, seed)
+    if framework == "jax":
+        out, (dq, dk, dv), do_used = _run_jax(fn, query, key, value, grad_output, opts, seed)
+        return out, (dq, dk, dv, None), do_used
+    return fn(query, key, value, **opts), (None, None, None, None), None
 
 
 def _run_torch(fn: Any, query: Any, key: Any, value: Any, attn_mask: Any, grad_output: Any,

@@ -291,24 +291,15 @@ def _verdict(
         ulps = np.where(counted, err / ulp(mid, fmt), np.where(finite, np.nan, 0.0))
         ratio = np.where(judged & (err > 0), err / np.where(tol > 0, tol, 0.0), 0.0)
         ratio = np.where(np.isnan(ratio), np.inf, ratio)
-    worst = None
-    max_err, max_idx, max_ulps = 0.0, None, 0.0
-    if np.any(judged):
-        flat = int(np.argmax(np.where(judged, ratio, -1.0)))
-        idx = tuple(int(i) for i in np.unravel_index(flat, a.shape))
-        worst = ElementFinding(idx, float(lower[idx]), float(upper[idx]), float(a[idx]),
-                               float(err[idx]), float(ulps[idx]), float(tol[idx]))
-    if np.any(finite):
-        e_f = np.where(finite, err, -1.0)
-        flat_e = int(np.argmax(e_f))
-        max_idx = tuple(int(i) for i in np.unravel_index(flat_e, a.shape))
-        max_err = float(e_f[max_idx])
-        max_ulps = float(np.max(ulps[counted])) if np.any(counted) else math.nan
+    worst, max_err, max_idx, max_ulps = _extremes(a, lower, upper, tol, err, ulps, ratio,
+                                                  judged, finite, counted)
     first_nf = None
     if np.any(nonfinite):
         first_nf = tuple(int(i) for i in np.argwhere(nonfinite)[0])
     n_bad = int(np.sum(bad))
     n_vac = int(np.sum(finite & vac & ~bad))
+    if n_bad and not model.flush:
+        notes = (*notes, *_flush_note(a, mid, bad, model))
     if hull is not None and np.any(hull & finite):
         n_hull = int(np.sum(hull & finite))
         notes = (*notes, f"{n_hull} element(s) lie outside the hull of their row's values "
@@ -335,6 +326,44 @@ def _verdict(
             "risking a false alarm. If the kernel accumulates in a wider format, say so "
             "with accumulation_dtype=")
     return comp
+
+
+def _flush_note(a: np.ndarray, mid: np.ndarray, bad: np.ndarray,
+                model: ErrorModel) -> tuple[str, ...]:
+    """A hint when every mismatched element is an exact value below the smallest normal
+    of the accumulation format returned as zero: the pattern of a kernel that flushes
+    subnormal results (FTZ/DAZ), which ``subnormals="flush"`` models."""
+    tiny = math.ldexp(1.0, model.acc.emin)
+    with np.errstate(invalid="ignore"):
+        flushed = (a == 0) & (np.abs(mid) < tiny) & (mid != 0)
+    if not np.all(flushed[bad]):
+        return ()
+    return (f"every mismatched element is an exact value below {tiny:.3g} (the smallest "
+            f"normal of {model.acc.name}) returned as 0: the kernel flushes subnormal "
+            "results to zero (FTZ/DAZ: XLA on CPU, fast-math CUDA, torch's bfloat16 SDPA on "
+            "some CPUs); if that is its behaviour, say so with subnormals=\"flush\"",)
+
+
+def _extremes(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray,
+              err: np.ndarray, ulps: np.ndarray, ratio: np.ndarray, judged: np.ndarray,
+              finite: np.ndarray, counted: np.ndarray
+              ) -> tuple[ElementFinding | None, float, tuple[int, ...] | None, float]:
+    """The worst judged element (largest error over tolerance), and the largest error
+    over the finite elements with its index and the largest ulp count."""
+    worst = None
+    max_err, max_idx, max_ulps = 0.0, None, 0.0
+    if np.any(judged):
+        flat = int(np.argmax(np.where(judged, ratio, -1.0)))
+        idx = tuple(int(i) for i in np.unravel_index(flat, a.shape))
+        worst = ElementFinding(idx, float(lower[idx]), float(upper[idx]), float(a[idx]),
+                               float(err[idx]), float(ulps[idx]), float(tol[idx]))
+    if np.any(finite):
+        e_f = np.where(finite, err, -1.0)
+        flat_e = int(np.argmax(e_f))
+        max_idx = tuple(int(i) for i in np.unravel_index(flat_e, a.shape))
+        max_err = float(e_f[max_idx])
+        max_ulps = float(np.max(ulps[counted])) if np.any(counted) else math.nan
+    return worst, max_err, max_idx, max_ulps
 
 
 def _acc_text(model: ErrorModel) -> str:
