@@ -498,9 +498,8 @@ def _weights(in_proj_weight: Any, in_proj_bias: Any, q_proj_weight: Any,
              vdim: int) -> tuple[dict[str, Any], int]:
     """The block's weights read exactly and checked against the inputs' sizes:
     ({"wq", "wk", "wv", "bq", "bk", "bv", "wo", "bo"}, head dim)."""
-    arr = _float_input
     if in_proj_weight is not None:
-        wi = arr(in_proj_weight, "in_proj_weight")
+        wi = _float_input(in_proj_weight, "in_proj_weight")
         if wi.ndim != 2 or wi.shape[0] % 3 or Hkv != H:
             raise ShapeError(f"in_proj_weight.shape={wi.shape}: expected (3E, E) "
                              "(GQA needs separate q/k/v_proj_weight)")
@@ -510,9 +509,9 @@ def _weights(in_proj_weight: Any, in_proj_bias: Any, q_proj_weight: Any,
         if q_proj_weight is None or k_proj_weight is None or v_proj_weight is None:
             raise SpecError("pass in_proj_weight or all of q_proj_weight, k_proj_weight, "
                             "v_proj_weight")
-        wq = arr(q_proj_weight, "q_proj_weight")
-        wk = arr(k_proj_weight, "k_proj_weight")
-        wv = arr(v_proj_weight, "v_proj_weight")
+        wq = _float_input(q_proj_weight, "q_proj_weight")
+        wk = _float_input(k_proj_weight, "k_proj_weight")
+        wv = _float_input(v_proj_weight, "v_proj_weight")
         E = wq.shape[0]
     if E % H:
         raise ShapeError(f"embed_dim={E} is not divisible by num_heads={H}")
@@ -526,17 +525,17 @@ def _weights(in_proj_weight: Any, in_proj_bias: Any, q_proj_weight: Any,
                              f"({rows_}, {cols_}) (E={E}, num_heads={H}, num_kv_heads={Hkv})")
     bq = bk = bv = None
     if in_proj_bias is not None:
-        bi = arr(in_proj_bias, "in_proj_bias")
+        bi = _float_input(in_proj_bias, "in_proj_bias")
         if bi.shape != (E + 2 * Ekv,):
             raise ShapeError(f"in_proj_bias.shape={bi.shape}: expected ({E + 2 * Ekv},)")
         bq, bk, bv = bi[:E], bi[E:E + Ekv], bi[E + Ekv:]
-    wo = arr(out_proj_weight, "out_proj_weight")
+    wo = _float_input(out_proj_weight, "out_proj_weight")
     if wo.ndim != 2 or wo.shape[1] != E:
         raise ShapeError(f"out_proj_weight.shape={wo.shape}: expected (E_out, {E})")
     E_out = wo.shape[0]
     bo = None
     if out_proj_bias is not None:
-        bo = arr(out_proj_bias, "out_proj_bias")
+        bo = _float_input(out_proj_bias, "out_proj_bias")
         if bo.shape != (E_out,):
             raise ShapeError(f"out_proj_bias.shape={bo.shape}: expected ({E_out},)")
     return {"wq": wq, "wk": wk, "wv": wv, "bq": bq, "bk": bk, "bv": bv, "wo": wo,
@@ -599,8 +598,8 @@ def mha_inputs(
     if out_proj_weight is None:
         raise SpecError("out_proj_weight is required (or pass module=)")
 
-    arr = _float_input
-    xq, xk, xv = arr(query, "query"), arr(key, "key"), arr(value, "value")
+    xq, xk, xv = (_float_input(x, n) for x, n in ((query, "query"), (key, "key"),
+                                                   (value, "value")))
     unbatched = xq.ndim == 2
     for name, x in (("query", xq), ("key", xk), ("value", xv)):
         if x.ndim != (2 if unbatched else 3):
