@@ -108,110 +108,30 @@ def plain_variant(
     and bias, the weights P before P·V, the output — for FlashAttention's rule."""
     st = store if store is not None else (lambda a: a)
     o = x.opts
-    q, k, v = x.q, x.k, x.v
-    hq = q.shape[-3] if q.ndim >= 3 else 1
-    hk = k.shape[-3] if k.ndim >= 3 else 1
-    group = hq // hk if x.enable_gqa and hk and hq % hk == 0 else 1
-    lead = tuple(np.broadcast_shapes(q.shape[:-2], (*k.shape[:-3], hq) if k.ndim >= 3
-                                     else (), (*v.shape[:-3], hq) if v.ndim >= 3 else ()))
-    H = lead[-1] if lead else 1
-    outer = lead[:-1]
-    pq, pk, pv = descale_power
-    q = _descale(q, o.q_descale, pq, H // group, group, outer)
-    k = _descale(k, o.k_descale, pk, H // group, 1, outer)
-    v = _descale(v, o.v_descale, pv, H // group, 1, outer)
-    if group > 1:
-        k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+    q, k, v, lead, H = _heads(x, descale_power)
     L, E = q.shape[-2:]
     S = k.shape[-2]
-    align = x.causal_alignment
-    off = 0 if align == "top_left" else S - L
+    off = 0 if x.causal_alignment == "top_left" else S - L
+    geo = Geometry(lead, H, L, S, off)
     # q, k rotated before the scores (as the kernel's, or a buggy kernel's)
-    rot, rot_io = plain_rotation(o, Geometry(lead, H, L, S, off), q, k, rotate_changes)
+    rot, rot_io = plain_rotation(o, geo, q, k, rotate_changes)
     if rot_io is not None:
         q, k = rot_io[2].reshape(*lead, L, E), rot_io[3].reshape(*lead, S, E)
     c = (1.0 / math.sqrt(E) if x.scale is None else float(x.scale)) if scale is None else scale
     G = q @ np.swapaxes(k, -1, -2)
     A = abs(c) * (np.abs(q) @ np.swapaxes(np.abs(k), -1, -2))
-    size = np.abs(c * G)
-    # keys kept
-    allowed = np.ones(G.shape, dtype=bool)
-    madd = None
-    if x.attn_mask is not None:
-        m = x.attn_mask
-        if m.dtype == np.bool_:
-            allowed = allowed & m
-        else:
-            allowed = allowed & (m != -np.inf)
-            madd = np.where(m == -np.inf, 0.0, m)
-    win = o.window if window == "same" else window
-    if x.is_causal:
-        allowed = allowed & (np.arange(S)[None, :] <= np.arange(L)[:, None] + off
-                             + causal_offset)
-    own = None if win is None else own_query_offsets(o, Geometry(lead, H, L, S, off))
-    if own is None:
-        woff = (S - L) - off if flip_window_alignment else off
-        wk = window_allowed(win, False, Geometry(lead, H, L, S, woff))
-    else:
-        # each sequence's own query positions (the KV cache's); misaligned: measured
-        # from the cache's end instead
-        wk = per_sequence(lambda g: window_allowed(win, False, g), Geometry(lead, H, L, S, off),
-                          np.full_like(own, S - L) if flip_window_alignment else own)
-    if wk is not None:
-        allowed = allowed & wk
-    if keep_changes is not None:
-        # the registered variants' kept keys with some of their options changed (the
-        # bug classes of the kept-key variants: KV-cache lengths, chunk boundaries);
-        # the window is applied above, as for the correct call
-        for part in kept(o.replace(**keep_changes), Geometry(lead, H, L, S, off), x.is_causal,
-                         exclude=("window",)):
-            allowed = allowed & part
-    elif x.mod_keep is not None:
-        allowed = allowed & x.mod_keep
-    # scores: the keyword softcap (where the mode puts it), the menu, ALiBi, the mask
-    geo = Geometry(lead, H, L, S, off)
-    ops = list(score_pipeline(o.replace(softcap=None, alibi_slopes=None), geo))
-    cap = o.softcap
-    caps: list[tuple[np.ndarray, np.ndarray]] = []
-    if cap is not None and softcap_mode == "before_scale":
-        t = cap * np.tanh(G / cap)
-        caps.append((np.abs(G), np.abs(t)))
-        s = st(c * t)
-    else:
-        s = st(c * G)
-        if cap is not None and softcap_mode == "right":
-            ops.insert(0, Cap(cap))
-    if o.alibi_slopes is not None:
-
-        slopes = per_problem(o.alibi_slopes, geo, "alibi_slopes") * alibi_sign
-        if alibi_reverse:
-            slopes = slopes[:, ::-1]
-        aoff = (S - L) - off if flip_alibi_alignment else off
-        ops.append(Bias("alibi", np.ascontiguousarray(slopes), aoff))
-    B = math.prod(lead)
-    n_add = 0
-    for op in ops:
-        if isinstance(op, Cap):
-            t = op.C * np.tanh(s / op.C)
-            caps.append((np.abs(s), np.abs(t)))
-            s = st(t)
-        else:
-            vals, _ = op.floats(geo, range(B))
-            vals = vals.reshape(*lead, L, S)
-            s = st(s + vals)
-            size = size + np.abs(vals)
-            n_add += 1
-    if madd is not None:
-        s = st(s + madd)
-        size = size + np.abs(madd)
-        n_add += 1
-    if cap is not None and softcap_mode == "after_mask":
+    allowed, madd = _kept_keys(x, geo, G.shape, window, flip_window_alignment,
+                               causal_offset, keep_changes)
+    sc = _Scores(np.abs(c * G), [], 0)
+    s = _scores(o, geo, G, c, st, madd, sc, softcap_mode, alibi_sign, alibi_reverse,
+                flip_alibi_alignment)
+    if o.softcap is not None and softcap_mode == "after_mask":
         # the mask applied first, then the softcap: a masked score -inf becomes -C,
         # so masked keys take part (the bug FlashAttention's order avoids)
+        cap = o.softcap
         s = np.where(allowed, cap * np.tanh(s / cap), -cap)
-        caps.append((np.where(allowed, np.abs(s), 0.0), np.abs(s)))
+        sc.caps.append((np.where(allowed, np.abs(s), 0.0), np.abs(s)))
         allowed = np.ones_like(allowed)
-    # softmax, the sink in the denominator (or where the bug puts it)
     sink = None
     if o.sinks is not None and sink_mode != "ignored":
         sink = np.broadcast_to(o.sinks.reshape(H, 1), (*lead, L)) if lead else np.broadcast_to(
@@ -226,6 +146,138 @@ def plain_variant(
         uniform = policy.uniform
         allowed = allowed | uniform[..., None]
         s = np.where(uniform[..., None], 0.0, s)
+    p, p_sink = _softmax(s, allowed, sink, sink_mode)
+    out = st(st(p) @ v) if store is not None else p @ v
+    if policy.nan.any():
+        out = np.where(policy.nan[..., None], np.nan, out)
+    return VariantPlain(out, p, p_sink, None if sink is None else np.asarray(sink, float),
+                        q, v, allowed, np.where(allowed, s, 0.0), A, sc.size, sc.caps,
+                        v_descaled=o.v_descale is not None, k=k, scale=c, n_add=sc.n_add,
+                        qk_descaled=o.q_descale is not None or o.k_descale is not None,
+                        uniform=uniform, opts=o, rotation=rot,
+                        rotation_inputs=None if rot_io is None else rot_io[:2],
+                        rotation_outputs=None if rot_io is None else rot_io[2:])
+
+
+def _heads(x: AttentionCall, descale_power: tuple[int, int, int]
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...], int]:
+    """q, k, v descaled (fp8's per-head factors) with the key heads repeated to the
+    query heads (GQA), the leading shape and the number of heads."""
+    o = x.opts
+    q, k, v = x.q, x.k, x.v
+    hq = q.shape[-3] if q.ndim >= 3 else 1
+    hk = k.shape[-3] if k.ndim >= 3 else 1
+    group = hq // hk if x.enable_gqa and hk and hq % hk == 0 else 1
+    lead = tuple(np.broadcast_shapes(q.shape[:-2], (*k.shape[:-3], hq) if k.ndim >= 3
+                                     else (), (*v.shape[:-3], hq) if v.ndim >= 3 else ()))
+    H = lead[-1] if lead else 1
+    outer = lead[:-1]
+    pq, pk, pv = descale_power
+    q = _descale(q, o.q_descale, pq, H // group, group, outer)
+    k = _descale(k, o.k_descale, pk, H // group, 1, outer)
+    v = _descale(v, o.v_descale, pv, H // group, 1, outer)
+    if group > 1:
+        k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+    return q, k, v, lead, H
+
+
+def _kept_keys(x: AttentionCall, geo: Geometry, shape: tuple[int, ...], window: Any,
+               flip_window_alignment: bool, causal_offset: int,
+               keep_changes: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The keys each query keeps (mask, causal, window, the registered variants' kept
+    keys) and the additive part of a float mask (``None`` without one)."""
+    o = x.opts
+    L, S, off = geo.L, geo.S, geo.offset
+    allowed = np.ones(shape, dtype=bool)
+    madd = None
+    if x.attn_mask is not None:
+        m = x.attn_mask
+        if m.dtype == np.bool_:
+            allowed = allowed & m
+        else:
+            allowed = allowed & (m != -np.inf)
+            madd = np.where(m == -np.inf, 0.0, m)
+    win = o.window if window == "same" else window
+    if x.is_causal:
+        allowed = allowed & (np.arange(S)[None, :] <= np.arange(L)[:, None] + off
+                             + causal_offset)
+    own = None if win is None else own_query_offsets(o, geo)
+    if own is None:
+        woff = (S - L) - off if flip_window_alignment else off
+        wk = window_allowed(win, False, Geometry(geo.batch, geo.heads, L, S, woff))
+    else:
+        # each sequence's own query positions (the KV cache's); misaligned: measured
+        # from the cache's end instead
+        wk = per_sequence(lambda g: window_allowed(win, False, g), geo,
+                          np.full_like(own, S - L) if flip_window_alignment else own)
+    if wk is not None:
+        allowed = allowed & wk
+    if keep_changes is not None:
+        # the registered variants' kept keys with some of their options changed (the
+        # bug classes of the kept-key variants: KV-cache lengths, chunk boundaries);
+        # the window is applied above, as for the correct call
+        for part in kept(o.replace(**keep_changes), geo, x.is_causal, exclude=("window",)):
+            allowed = allowed & part
+    elif x.mod_keep is not None:
+        allowed = allowed & x.mod_keep
+    return allowed, madd
+
+
+@dataclass
+class _Scores:
+    """What the score pipeline tells the tolerance model besides the scores."""
+
+    size: np.ndarray                                   # |c q·k| + Σ|biases| + |mask|
+    caps: list[tuple[np.ndarray, np.ndarray]]          # (|before|, |after|) per softcap
+    n_add: int                                         # additive terms (biases, mask)
+
+
+def _scores(o: VariantOptions, geo: Geometry, G: np.ndarray, c: float,
+            st: Callable[[np.ndarray], np.ndarray], madd: np.ndarray | None, sc: _Scores,
+            softcap_mode: str, alibi_sign: float, alibi_reverse: bool,
+            flip_alibi_alignment: bool) -> np.ndarray:
+    """The scores: the keyword softcap (where the mode puts it), the menu, ALiBi, the
+    mask; each stored by ``st``; ``sc`` collects their sizes and softcaps."""
+    lead, L, S, off = geo.batch, geo.L, geo.S, geo.offset
+    ops = list(score_pipeline(o.replace(softcap=None, alibi_slopes=None), geo))
+    cap = o.softcap
+    if cap is not None and softcap_mode == "before_scale":
+        t = cap * np.tanh(G / cap)
+        sc.caps.append((np.abs(G), np.abs(t)))
+        s = st(c * t)
+    else:
+        s = st(c * G)
+        if cap is not None and softcap_mode == "right":
+            ops.insert(0, Cap(cap))
+    if o.alibi_slopes is not None:
+        slopes = per_problem(o.alibi_slopes, geo, "alibi_slopes") * alibi_sign
+        if alibi_reverse:
+            slopes = slopes[:, ::-1]
+        aoff = (S - L) - off if flip_alibi_alignment else off
+        ops.append(Bias("alibi", np.ascontiguousarray(slopes), aoff))
+    B = math.prod(lead)
+    for op in ops:
+        if isinstance(op, Cap):
+            t = op.C * np.tanh(s / op.C)
+            sc.caps.append((np.abs(s), np.abs(t)))
+            s = st(t)
+        else:
+            vals, _ = op.floats(geo, range(B))
+            vals = vals.reshape(*lead, L, S)
+            s = st(s + vals)
+            sc.size = sc.size + np.abs(vals)
+            sc.n_add += 1
+    if madd is not None:
+        s = st(s + madd)
+        sc.size = sc.size + np.abs(madd)
+        sc.n_add += 1
+    return s
+
+
+def _softmax(s: np.ndarray, allowed: np.ndarray, sink: np.ndarray | None, sink_mode: str
+             ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The weights of the kept keys and the sink's (in the denominator, or where the
+    bug puts it); rows with no weight get 0."""
     sm = np.where(allowed, s, -np.inf)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         top = np.max(sm, axis=-1, initial=-np.inf)
@@ -243,16 +295,7 @@ def plain_variant(
         empty = den == 0
         p = np.where(empty[..., None], 0.0, e / np.where(empty, 1.0, den)[..., None])
         p_sink = None if es is None else np.where(empty, 0.0, es / np.where(empty, 1.0, den))
-    out = st(st(p) @ v) if store is not None else p @ v
-    if policy.nan.any():
-        out = np.where(policy.nan[..., None], np.nan, out)
-    return VariantPlain(out, p, p_sink, None if sink is None else np.asarray(sink, float),
-                        q, v, allowed, np.where(allowed, s, 0.0), A, size, caps,
-                        v_descaled=o.v_descale is not None, k=k, scale=c, n_add=n_add,
-                        qk_descaled=o.q_descale is not None or o.k_descale is not None,
-                        uniform=uniform, opts=o, rotation=rot,
-                        rotation_inputs=None if rot_io is None else rot_io[:2],
-                        rotation_outputs=None if rot_io is None else rot_io[2:])
+    return p, p_sink
 
 
 # --------------------------------------------------------------------------------------
