@@ -89,7 +89,7 @@ def scan() -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, int], li
     arrows: dict[str, set[str]] = defaultdict(set)
     inner: dict[str, set[str]] = defaultdict(set)
     lines: dict[str, int] = {}
-    long_funcs: list[tuple[str, str, int]] = []
+    long_funcs: list[tuple[str, str, int, int]] = []
     for mod, path in files.items():
         src = path.read_text()
         lines[mod] = src.count("\n") + 1
@@ -106,7 +106,7 @@ def scan() -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, int], li
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     n = (child.end_lineno or child.lineno) - child.lineno + 1
                     if n > MAX_FUNC:
-                        long_funcs.append((mod, child.name, n))
+                        long_funcs.append((mod, child.name, n, n - _doc_lines(child)))
                 targets: list[str] = []
                 if isinstance(child, ast.ImportFrom):
                     targets = _resolve(mod, is_pkg, child)
@@ -124,6 +124,15 @@ def scan() -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, int], li
 
         visit(tree, False)
     return arrows, inner, lines, long_funcs
+
+
+def _doc_lines(func: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The lines of ``func``'s docstring (0 without one)."""
+    first = func.body[0] if func.body else None
+    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)):
+        return (first.end_lineno or first.lineno) - first.lineno + 1
+    return 0
 
 
 def _sccs(nodes: list[str], edges: dict[str, set[str]]) -> list[list[str]]:
@@ -163,7 +172,7 @@ def _sccs(nodes: list[str], edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def wing_report(wing: str, arrows: dict[str, set[str]], inner: dict[str, set[str]],
-                lines: dict[str, int], long_funcs: list[tuple[str, str, int]]) -> None:
+                lines: dict[str, int], long_funcs: list[tuple[str, str, int, int]]) -> None:
     pre = f"mha_symbolic.{wing}"
     mods = sorted(m for m in lines if m == pre or m.startswith(pre + "."))
     edges = {m: {t for t in arrows.get(m, ()) if t in mods and t != pre} for m in mods
@@ -207,14 +216,16 @@ def wing_report(wing: str, arrows: dict[str, set[str]], inner: dict[str, set[str
                if rank(m) is not None and rank(t) is not None and rank(t) > rank(m)  # type: ignore[operator]
                and not lazy(m, t)]
     big = [(m, n) for m, n in lines.items() if m in nodes and n > MAX_LINES]
-    longf = [(m, f, n) for m, f, n in long_funcs if m in nodes]
+    longf = [(m, f, n, c) for m, f, n, c in long_funcs if m in nodes]
+    n_code = sum(c > MAX_FUNC for *_, c in longf)
     print(f"{wing}/: {len(nodes)} modules on {1 + max(level.values(), default=-1)} levels, "
           f"{n_arrows} import arrows, {len(back_up)} running back up, "
           f"{len(circles)} circles, {len(against)} against the folder order, "
           f"{inner_pkg} in-function imports of the package ({len(lazies)} more lazy by "
           "design), "
           f"{len(big)} modules over {MAX_LINES} lines, {len(longf)} functions over "
-          f"{MAX_FUNC} lines")
+          f"{MAX_FUNC} lines ({n_code} over {MAX_FUNC} lines of code, the docstring "
+          "excluded)")
     for c in circles:
         print("  circle:", " ↔ ".join(sorted(x.removeprefix(pre + ".") for x in c)))
     for m, t in back_up:
@@ -233,8 +244,8 @@ def wing_report(wing: str, arrows: dict[str, set[str]], inner: dict[str, set[str
                       f"{t.removeprefix(pre + '.')}")
     for m, n in big:
         print(f"  {n} lines: {m}")
-    for m, f, n in sorted(longf, key=lambda x: -x[2])[:10]:
-        print(f"  {n}-line function: {m}.{f}")
+    for m, f, n, c in sorted(longf, key=lambda x: -x[3]):
+        print(f"  {n}-line function ({c} of code): {m}.{f}")
 
 
 def main() -> None:
