@@ -675,42 +675,14 @@ def transformed_attention(
         for start in range(0, B, step):
             stop = min(B, start + step)
             sl = slice(start, stop)
-            al = np.ascontiguousarray(allowed[sl])
-            qc, kc, extra = qf[sl], kf[sl], None
-            if rotation is not None:
-                qc, kc, extra = rotation.float_chunk(qc, kc, range(start, stop), al)
-            s, delta = _float_scores(qc, kc, al,
-                                     None if madd is None else madd[sl], ops, geo,
-                                     range(start, stop), c_f, rho_c, extra=extra)
-            if not al.all():
-                s = np.where(al, s, 0.0)
-            if uniform is not None:
-                s[uniform[sl]] = 0.0
-                delta = np.where(uniform[sl], 0.0, delta)
-            vv = vf[sl]
-            if sinks is not None:
-                s = np.concatenate([s, np.broadcast_to(sinks[sl, None, None],
-                                                       (stop - start, L, 1))], axis=-1)
-                al = np.concatenate([al, np.ones((stop - start, L, 1), bool)], axis=-1)
-                vv = np.concatenate([vv, np.zeros((stop - start, 1, Ev))], axis=1)
-            fr = _score_attention(vv, al, np.ascontiguousarray(s), return_weights)
-            with np.errstate(over="ignore", invalid="ignore"):
-                # (e^δ - 1)e^δ <= δ(1 + δ)(1 + 2δ); e^{2δ} - 1 <= 2δ(1 + 2δ)
-                factor = (delta * (1.0 + delta) * (1.0 + 2.0 * delta) * UP)[..., None]
-                factor_p = (2.0 * delta * (1.0 + 2.0 * delta) * UP)[..., None]
-                # Σ_j p̃_j |v_j| (p̃ the exact weights of the scores s̃) <= fr.a_up
-                # (:func:`.fast.tier1_block`, want_abs)
-                a_up = fr.a_up
-                yy, ey = fr.y, fr.err_y
-                y[sl] = yy
-                err_y[sl] = (ey + factor * (a_up + np.abs(yy) + ey)) * UP
-                ok[sl] = fr.ok & (delta <= 2.0**-10) & np.all(np.isfinite(err_y[sl]), axis=-1)
-                if return_weights:
-                    assert p is not None and err_p is not None
-                    assert fr.p is not None and fr.err_p is not None
-                    pw, ew = fr.p[..., :S], fr.err_p[..., :S]
-                    p[sl] = pw
-                    err_p[sl] = (ew + factor_p * (np.abs(pw) + ew)) * UP
+            c = _chunk(qf[sl], kf[sl], vf[sl], np.ascontiguousarray(allowed[sl]),
+                       None if madd is None else madd[sl], ops, geo, range(start, stop),
+                       c_f, rho_c, None if sinks is None else sinks[sl],
+                       None if uniform is None else uniform[sl], rotation, return_weights)
+            y[sl], err_y[sl], ok[sl] = c[0], c[1], c[2]
+            if return_weights:
+                assert p is not None and err_p is not None
+                p[sl], err_p[sl] = c[3], c[4]
     ok &= ~empty
     args = (qf, kf, vf, allowed, madd, ops, sinks, scale_exact, E, geo, uniform)
     problem = (TransformedProblem(*args) if rotation is None else rotation.problem(*args))
@@ -720,3 +692,44 @@ def transformed_attention(
         out.weights = Enclosure(problem, "weights", (*lead, L, S), p, err_p, ok, zero_rows,
                                 nan_rows)
     return out
+
+
+def _chunk(qc: np.ndarray[Any, Any], kc: np.ndarray[Any, Any], vv: np.ndarray[Any, Any],
+           al: np.ndarray[Any, Any], madd: np.ndarray[Any, Any] | None,
+           ops: tuple[Cap | Bias, ...], geo: Geometry, problems: range, c_f: float,
+           rho_c: float, sinks: np.ndarray[Any, Any] | None,
+           uniform: np.ndarray[Any, Any] | None, rotation: Any, return_weights: bool
+           ) -> tuple[Any, ...]:
+    """Tier 1 on the problems ``problems`` (their rows of every array given): the
+    output, its error, the rows decided, and with ``return_weights`` the weights and
+    their error."""
+    n, L, S = al.shape
+    Ev = vv.shape[-1]
+    extra = None
+    if rotation is not None:
+        qc, kc, extra = rotation.float_chunk(qc, kc, problems, al)
+    s, delta = _float_scores(qc, kc, al, madd, ops, geo, problems, c_f, rho_c, extra=extra)
+    if not al.all():
+        s = np.where(al, s, 0.0)
+    if uniform is not None:
+        s[uniform] = 0.0
+        delta = np.where(uniform, 0.0, delta)
+    if sinks is not None:
+        s = np.concatenate([s, np.broadcast_to(sinks[:, None, None], (n, L, 1))], axis=-1)
+        al = np.concatenate([al, np.ones((n, L, 1), bool)], axis=-1)
+        vv = np.concatenate([vv, np.zeros((n, 1, Ev))], axis=1)
+    fr = _score_attention(vv, al, np.ascontiguousarray(s), return_weights)
+    with np.errstate(over="ignore", invalid="ignore"):
+        # (e^δ - 1)e^δ <= δ(1 + δ)(1 + 2δ); e^{2δ} - 1 <= 2δ(1 + 2δ)
+        factor = (delta * (1.0 + delta) * (1.0 + 2.0 * delta) * UP)[..., None]
+        factor_p = (2.0 * delta * (1.0 + 2.0 * delta) * UP)[..., None]
+        # Σ_j p̃_j |v_j| (p̃ the exact weights of the scores s̃) <= fr.a_up
+        # (:func:`.fast.tier1_block`, want_abs)
+        yy, ey = fr.y, fr.err_y
+        err_y = (ey + factor * (fr.a_up + np.abs(yy) + ey)) * UP
+        ok = fr.ok & (delta <= 2.0**-10) & np.all(np.isfinite(err_y), axis=-1)
+        if not return_weights:
+            return yy, err_y, ok
+        assert fr.p is not None and fr.err_p is not None
+        pw, ew = fr.p[..., :S], fr.err_p[..., :S]
+        return yy, err_y, ok, pw, (ew + factor_p * (np.abs(pw) + ew)) * UP
