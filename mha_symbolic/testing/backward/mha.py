@@ -111,22 +111,10 @@ def mha_backward_bounds(x: MhaInputs, dout: Arr, model: ErrorModel
     intrinsic = backward_error_bound(pb, model, shapes=shapes, events=events)
     nat_h = natural_scales(pb, shapes, model.eta)
     # input errors carried through the attention backward (first order, worst case)
-    c = abs(pb.scale)
     rep = pb.rep
     eq_h, ek_h, ev_h = _heads(eQ, H), np.repeat(_heads(eK, G), rep, 1), np.repeat(_heads(eV, G), rep, 1)
     e_do = _heads(e_dA, H)
-    aq, ak, av, ado = np.abs(pb.q), np.abs(pb.k), np.abs(pb.v), np.abs(pb.do)
-    t = np.swapaxes
-    P = pb.p
-    d_s = c * (eq_h @ t(ak, -1, -2) + aq @ t(ek_h, -1, -2) + eq_h @ t(ek_h, -1, -2))
-    d_s = np.where(pb.allowed, d_s, 0.0)
-    dP_in = P * (d_s + np.sum(P * d_s, axis=-1, keepdims=True))
-    ddp = e_do @ t(av, -1, -2) + ado @ t(ev_h, -1, -2) + e_do @ t(ev_h, -1, -2)
-    dD = np.sum(dP_in * np.abs(pb.dp) + P * ddp, axis=-1, keepdims=True)
-    dds = dP_in * np.abs(pb.dp - pb.d) + P * (ddp + dD)
-    carried_q = c * (dds @ ak + np.abs(pb.ds) @ ek_h)
-    carried_k = c * (t(dds, -1, -2) @ aq + t(np.abs(pb.ds), -1, -2) @ eq_h)
-    carried_v = t(dP_in, -1, -2) @ ado + t(P, -1, -2) @ e_do
+    carried_q, carried_k, carried_v = _carried(pb, eq_h, ek_h, ev_h, e_do)
 
     def kv_sum(a: Arr) -> Arr:
         return a.reshape(N, G, rep, S, a.shape[-1]).sum(axis=2) if rep > 1 else a
@@ -142,20 +130,8 @@ def mha_backward_bounds(x: MhaInputs, dout: Arr, model: ErrorModel
     for tag, dY, eY, X, W, n_rows in (("q", dQ, e_dQ, x.query, x.wq, N * L),
                                       ("k", dK, e_dK, x.key, x.wk, N * S),
                                       ("v", dV, e_dV, x.value, x.wv, N * S)):
-        aw = np.abs(W)
-        n_out = W.shape[0]
-        dX = dY @ W
-        g_in = model.gamma_sum(n_out)
-        out[{"q": "query", "k": "key", "v": "value"}[tag]] = (
-            eY @ aw + g_in * (np.abs(dY) @ aw) + u * np.abs(dX))
-        dYf, eYf, Xf = dY.reshape(n_rows, -1), eY.reshape(n_rows, -1), X.reshape(n_rows, -1)
-        g_rows = model.gamma_sum(n_rows)
-        dW = dYf.T @ Xf
-        # + u Σ_n |per-sequence partial sum|: a kernel may store them in its dtype first
-        out["w" + tag] = (eYf.T @ np.abs(Xf) + g_rows * (np.abs(dYf).T @ np.abs(Xf))
-                          + u * np.abs(dW) + u * np.abs(np.swapaxes(dY, 1, 2) @ X).sum(axis=0))
-        out["b" + tag] = (eYf.sum(axis=0) + g_rows * np.abs(dYf).sum(axis=0)
-                          + u * np.abs(dYf.sum(axis=0)) + u * np.abs(dY.sum(axis=1)).sum(axis=0))
+        name = {"q": "query", "k": "key", "v": "value"}[tag]
+        out[name], out["w" + tag], out["b" + tag] = _projection(dY, eY, X, W, n_rows, model)
     # the output projection: A is the kernel's own attention output, with its forward error
     att_out = _merge(np.asarray(pb.out))
     fwd = batched_attention_error_bound(pb.q, pb.k, pb.v, np.where(pb.allowed, pb.p, 0.0),
@@ -171,6 +147,44 @@ def mha_backward_bounds(x: MhaInputs, dout: Arr, model: ErrorModel
                  + u * np.abs(dout.sum(axis=1)).sum(axis=0))
     bounds = {k_: np.asarray(v_, dtype=np.float64) for k_, v_ in out.items()}
     return bounds, _mha_natural(x, dout, nat_h, att_out), model
+
+
+def _carried(pb: Any, eq_h: Arr, ek_h: Arr, ev_h: Arr, e_do: Arr) -> tuple[Arr, Arr, Arr]:
+    """The errors of the heads' inputs (q, k, v, dO: ``eq_h`` …) carried through the
+    attention backward to dq, dk, dv (first order, worst case; key heads repeated)."""
+    c = abs(pb.scale)
+    aq, ak, av, ado = np.abs(pb.q), np.abs(pb.k), np.abs(pb.v), np.abs(pb.do)
+    t = np.swapaxes
+    P = pb.p
+    d_s = c * (eq_h @ t(ak, -1, -2) + aq @ t(ek_h, -1, -2) + eq_h @ t(ek_h, -1, -2))
+    d_s = np.where(pb.allowed, d_s, 0.0)
+    dP_in = P * (d_s + np.sum(P * d_s, axis=-1, keepdims=True))
+    ddp = e_do @ t(av, -1, -2) + ado @ t(ev_h, -1, -2) + e_do @ t(ev_h, -1, -2)
+    dD = np.sum(dP_in * np.abs(pb.dp) + P * ddp, axis=-1, keepdims=True)
+    dds = dP_in * np.abs(pb.dp - pb.d) + P * (ddp + dD)
+    carried_q = c * (dds @ ak + np.abs(pb.ds) @ ek_h)
+    carried_k = c * (t(dds, -1, -2) @ aq + t(np.abs(pb.ds), -1, -2) @ eq_h)
+    carried_v = t(dP_in, -1, -2) @ ado + t(P, -1, -2) @ e_do
+    return carried_q, carried_k, carried_v
+
+
+def _projection(dY: Arr, eY: Arr, X: Arr, W: Arr, n_rows: int, model: ErrorModel
+                ) -> tuple[Arr, Arr, Arr]:
+    """The bounds on the gradients of an input projection Y = X Wᵀ + b given the bound
+    ``eY`` on dY: (dX, dW, db)."""
+    u = model.u
+    aw = np.abs(W)
+    dX = dY @ W
+    e_x = eY @ aw + model.gamma_sum(W.shape[0]) * (np.abs(dY) @ aw) + u * np.abs(dX)
+    dYf, eYf, Xf = dY.reshape(n_rows, -1), eY.reshape(n_rows, -1), X.reshape(n_rows, -1)
+    g_rows = model.gamma_sum(n_rows)
+    dW = dYf.T @ Xf
+    # + u Σ_n |per-sequence partial sum|: a kernel may store them in its dtype first
+    e_w = (eYf.T @ np.abs(Xf) + g_rows * (np.abs(dYf).T @ np.abs(Xf))
+           + u * np.abs(dW) + u * np.abs(np.swapaxes(dY, 1, 2) @ X).sum(axis=0))
+    e_b = (eYf.sum(axis=0) + g_rows * np.abs(dYf).sum(axis=0)
+           + u * np.abs(dYf.sum(axis=0)) + u * np.abs(dY.sum(axis=1)).sum(axis=0))
+    return e_x, e_w, e_b
 
 
 def _mha_natural(x: MhaInputs, dout: Arr, nat_h: dict[str, tuple[Arr, Arr]],
