@@ -145,93 +145,20 @@ class _MhaBackwardProblem(ExactDecisions, Problem):
         return arb(self.hd).rsqrt() if self.hd else arb(0)
 
     def _compute(self, prec: int) -> None:
-        from flint import arb, arb_mat, ctx
+        from flint import ctx
 
         old = ctx.prec
         ctx.prec = prec
         try:
             w, H, Hkv, hd = self.w, self.H, self.Hkv, self.hd
-            N, L, _ = self.xq.shape
-            S = self.xk.shape[1]
             E, Ekv, E_out = H * hd, Hkv * hd, w["wo"].shape[0]
-            rep = H // Hkv
-            zero = arb(0)
-
-            def lin(x: Arr, wm: Arr, b: Arr | None) -> Any:
-                y = to_arb_mat(x) * to_arb_mat(wm).transpose()
-                if b is not None:
-                    y = y + to_arb_mat(np.broadcast_to(b, (x.shape[0], wm.shape[0])))
-                return y
-
-            def cols(m: Any, lo: int, hi: int) -> Any:
-                return arb_mat([[m[i, c] for c in range(lo, hi)] for i in range(m.nrows())]) \
-                    if m.nrows() and hi > lo else arb_mat(m.nrows(), hi - lo)
-
-            def zeros(r: int, c: int) -> list[list[Any]]:
-                return [[zero] * c for _ in range(r)]
-
-            grads: dict[str, Any] = {k_: zeros(*shape) for k_, shape in (
+            grads: dict[str, Any] = {k_: _zeros(*shape) for k_, shape in (
                 ("dwq", (E, self.xq.shape[2])), ("dwk", (Ekv, self.xk.shape[2])),
                 ("dwv", (Ekv, self.xv.shape[2])), ("dwo", (E_out, E)),
                 ("dbq", (1, E)), ("dbk", (1, Ekv)), ("dbv", (1, Ekv)), ("dbo", (1, E_out)))}
             xs: dict[str, list[Any]] = {"dxq": [], "dxk": [], "dxv": []}
-
-            def acc(name: str, m: Any) -> None:
-                tgt = grads[name]
-                for i in range(m.nrows()):
-                    for j in range(m.ncols()):
-                        tgt[i][j] = tgt[i][j] + m[i, j]
-
-            def colsum(m: Any) -> Any:
-                out = arb_mat(1, m.ncols())
-                for j in range(m.ncols()):
-                    out[0, j] = sum((m[i, j] for i in range(m.nrows())), zero)
-                return out
-
-            for n in range(N):
-                qp = lin(self.xq[n], w["wq"], w["bq"])
-                kp = lin(self.xk[n], w["wk"], w["bk"])
-                vp = lin(self.xv[n], w["wv"], w["bv"])
-                dout = to_arb_mat(self.dout[n])
-                da = dout * to_arb_mat(w["wo"])
-                dq_rows = zeros(L, E)
-                dk_rows = zeros(S, Ekv)
-                dv_rows = zeros(S, Ekv)
-                a_rows = zeros(L, E)
-                for h in range(H):
-                    g = h // rep
-                    qh, dah = cols(qp, h * hd, (h + 1) * hd), cols(da, h * hd, (h + 1) * hd)
-                    kh, vh = cols(kp, g * hd, (g + 1) * hd), cols(vp, g * hd, (g + 1) * hd)
-                    ctx.prec = prec
-                    g_ents = (qh * kh.transpose()).entries() if hd and L and S else []
-                    g_rows = [g_ents[i * S:(i + 1) * S] for i in range(L)] if g_ents else \
-                        [[zero] * S for _ in range(L)]
-                    res = arb_backward(g_rows, prec, qh, kh, vh, dah, self.model.block(n * H + h,
-                                                                                   slice(0, L)),
-                                       list(range(L)), None, hd, Fraction(1), prec,
-                                       keys=list(range(S)), want_out=True)
-                    assert res.dk is not None and res.dv is not None and res.out is not None
-                    for i in range(L):
-                        for c in range(hd):
-                            dq_rows[i][h * hd + c] = res.dq[i][c]
-                            a_rows[i][h * hd + c] = res.out[i][c]
-                    for j in range(S):
-                        for c in range(hd):
-                            dk_rows[j][g * hd + c] += res.dk[j][c]
-                            dv_rows[j][g * hd + c] += res.dv[j][c]
-                dqm = arb_mat(dq_rows) if L and E else arb_mat(L, E)
-                dkm = arb_mat(dk_rows) if S and Ekv else arb_mat(S, Ekv)
-                dvm = arb_mat(dv_rows) if S and Ekv else arb_mat(S, Ekv)
-                am = arb_mat(a_rows) if L and E else arb_mat(L, E)
-                for name, dm, x, wm in (("q", dqm, self.xq[n], w["wq"]), ("k", dkm, self.xk[n], w["wk"]),
-                                        ("v", dvm, self.xv[n], w["wv"])):
-                    dx = dm * to_arb_mat(wm)
-                    xs["dx" + name].append([[dx[i, j] for j in range(dx.ncols())]
-                                            for i in range(dx.nrows())])
-                    acc("dw" + name, dm.transpose() * to_arb_mat(x))
-                    acc("db" + name, colsum(dm))
-                acc("dwo", dout.transpose() * am)
-                acc("dbo", colsum(dout))
+            for n in range(self.xq.shape[0]):
+                self._sequence(n, prec, grads, xs)
             blk: dict[str, list[list[list[Any]]]] = dict(xs)
             for name in ("dwq", "dwk", "dwv", "dbq", "dbk", "dbv", "dbo"):
                 blk[name] = [grads[name]]
@@ -243,6 +170,59 @@ class _MhaBackwardProblem(ExactDecisions, Problem):
             self._prec = prec
         finally:
             ctx.prec = old
+
+    def _sequence(self, n: int, prec: int, grads: dict[str, Any],
+                  xs: dict[str, list[Any]]) -> None:
+        """Sequence ``n``'s gradients in Arb at ``prec`` bits: its input gradients
+        appended to ``xs``, its weight and bias gradients added to ``grads``."""
+        from flint import arb, arb_mat, ctx
+
+        w, H, Hkv, hd = self.w, self.H, self.Hkv, self.hd
+        L, S = self.xq.shape[1], self.xk.shape[1]
+        E, Ekv = H * hd, Hkv * hd
+        rep = H // Hkv
+        zero = arb(0)
+        qp = _lin(self.xq[n], w["wq"], w["bq"])
+        kp = _lin(self.xk[n], w["wk"], w["bk"])
+        vp = _lin(self.xv[n], w["wv"], w["bv"])
+        dout = to_arb_mat(self.dout[n])
+        da = dout * to_arb_mat(w["wo"])
+        dq_rows, a_rows = _zeros(L, E), _zeros(L, E)
+        dk_rows, dv_rows = _zeros(S, Ekv), _zeros(S, Ekv)
+        for h in range(H):
+            g = h // rep
+            qh, dah = _cols(qp, h * hd, (h + 1) * hd), _cols(da, h * hd, (h + 1) * hd)
+            kh, vh = _cols(kp, g * hd, (g + 1) * hd), _cols(vp, g * hd, (g + 1) * hd)
+            ctx.prec = prec
+            g_ents = (qh * kh.transpose()).entries() if hd and L and S else []
+            g_rows = [g_ents[i * S:(i + 1) * S] for i in range(L)] if g_ents else \
+                [[zero] * S for _ in range(L)]
+            res = arb_backward(g_rows, prec, qh, kh, vh, dah,
+                               self.model.block(n * H + h, slice(0, L)), list(range(L)),
+                               None, hd, Fraction(1), prec, keys=list(range(S)),
+                               want_out=True)
+            assert res.dk is not None and res.dv is not None and res.out is not None
+            for i in range(L):
+                for c in range(hd):
+                    dq_rows[i][h * hd + c] = res.dq[i][c]
+                    a_rows[i][h * hd + c] = res.out[i][c]
+            for j in range(S):
+                for c in range(hd):
+                    dk_rows[j][g * hd + c] += res.dk[j][c]
+                    dv_rows[j][g * hd + c] += res.dv[j][c]
+        dqm = arb_mat(dq_rows) if L and E else arb_mat(L, E)
+        dkm = arb_mat(dk_rows) if S and Ekv else arb_mat(S, Ekv)
+        dvm = arb_mat(dv_rows) if S and Ekv else arb_mat(S, Ekv)
+        am = arb_mat(a_rows) if L and E else arb_mat(L, E)
+        for name, dm, x, wm in (("q", dqm, self.xq[n], w["wq"]), ("k", dkm, self.xk[n], w["wk"]),
+                                ("v", dvm, self.xv[n], w["wv"])):
+            dx = dm * to_arb_mat(wm)
+            xs["dx" + name].append([[dx[i, j] for j in range(dx.ncols())]
+                                    for i in range(dx.nrows())])
+            _acc(grads["dw" + name], dm.transpose() * to_arb_mat(x))
+            _acc(grads["db" + name], _colsum(dm))
+        _acc(grads["dwo"], dout.transpose() * am)
+        _acc(grads["dbo"], _colsum(dout))
 
     def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
                  cols: list[int] | None = None) -> list[list[Any]]:
@@ -617,3 +597,43 @@ class _Transposed(Problem):
 
     def boundary_sign(self, b: int, i: int, col: int, kind: str, boundary: Fraction) -> int | None:
         return self.inner.boundary_sign(0, 0, i, kind, boundary)
+
+
+def _lin(x: Arr, wm: Arr, b: Arr | None) -> Any:
+    """x Wᵀ + b as an Arb matrix."""
+    y = to_arb_mat(x) * to_arb_mat(wm).transpose()
+    if b is not None:
+        y = y + to_arb_mat(np.broadcast_to(b, (x.shape[0], wm.shape[0])))
+    return y
+
+
+def _cols(m: Any, lo: int, hi: int) -> Any:
+    """Columns lo..hi-1 of an Arb matrix."""
+    from flint import arb_mat
+
+    return arb_mat([[m[i, c] for c in range(lo, hi)] for i in range(m.nrows())]) \
+        if m.nrows() and hi > lo else arb_mat(m.nrows(), hi - lo)
+
+
+def _zeros(r: int, c: int) -> list[list[Any]]:
+    from flint import arb
+
+    zero = arb(0)
+    return [[zero] * c for _ in range(r)]
+
+
+def _acc(tgt: list[list[Any]], m: Any) -> None:
+    """tgt += m (a list of rows of Arb balls and an Arb matrix)."""
+    for i in range(m.nrows()):
+        for j in range(m.ncols()):
+            tgt[i][j] = tgt[i][j] + m[i, j]
+
+
+def _colsum(m: Any) -> Any:
+    """The column sums of an Arb matrix (a 1-row matrix)."""
+    from flint import arb, arb_mat
+
+    out = arb_mat(1, m.ncols())
+    for j in range(m.ncols()):
+        out[0, j] = sum((m[i, j] for i in range(m.nrows())), arb(0))
+    return out
