@@ -22,14 +22,6 @@ import _signal
 import sys as _sys
 
 
-def _startup_interrupt(signum: int, frame: object) -> None:
-    import os
-    try:
-        os.write(2, b"mha-symbolic: interrupted\n")
-    finally:
-        os._exit(130)
-
-
 def _is_the_command(argv: object) -> bool:
     """Whether ``sys.orig_argv`` runs the command: ``python [opts] -m mha_symbolic`` or
     the console script ``mha-symbolic`` (``-script.py``, ``.exe`` on Windows)."""
@@ -55,12 +47,28 @@ def _is_the_command(argv: object) -> bool:
     return False
 
 
-if (_signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
-        and _is_the_command(getattr(_sys, "orig_argv", ()))):
-    try:  # noqa: SIM105 (contextlib is Python code to import: the window this closes)
+def _startup_interrupt(signum: int, frame: object) -> None:
+    if not _is_the_command(getattr(_sys, "orig_argv", ())):
+        raise KeyboardInterrupt   # a library's import: Python's own behaviour
+    import os
+    try:
+        os.write(2, b"mha-symbolic: interrupted\n")
+    finally:
+        os._exit(130)
+
+
+# Installed first and then kept only for the command, so that deciding what runs (a
+# loop over argv) is not a window in which a Ctrl-C is a traceback through this file;
+# during that decision the handler decides itself, and for a library it raises
+# KeyboardInterrupt exactly as Python's default handler does.
+if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    try:  # (not contextlib.suppress: Python code to import, the window this closes)
         _signal.signal(_signal.SIGINT, _startup_interrupt)
     except (ValueError, OSError):  # not the main thread
         pass
+    else:
+        if not _is_the_command(getattr(_sys, "orig_argv", ())):
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
 
 from typing import TYPE_CHECKING  # noqa: E402
 

@@ -3,11 +3,15 @@
 The console script (``mha_symbolic.cli:main``, pyproject ``[project.scripts]``) and
 ``python -m mha_symbolic`` both import the package ``mha_symbolic`` before anything
 else of ours, so the first lines of its ``__init__`` are the earliest point where a
-Ctrl-C can be ours rather than a KeyboardInterrupt traceback out of an import.  There,
-when ``sys.orig_argv`` names the command (never for a library imported in a session
-or a test), SIGINT gets ``_startup_interrupt``: one line written with ``os.write`` (no
-Python I/O objects, safe at any point of an import) and ``os._exit(130)`` (nothing has
-been written that needs cleaning up).  The code is inline in ``__init__`` and uses the
+Ctrl-C can be ours rather than a KeyboardInterrupt traceback out of an import.  There
+SIGINT gets ``_startup_interrupt`` first (when Python's default handler holds it), and
+keeps it only when ``sys.orig_argv`` names the command (never for a library imported in
+a session or a test: the default handler is put back at once; a Ctrl-C in between is
+the handler's own decision, and for a library it raises KeyboardInterrupt as Python's
+would).  For the command it writes one line with ``os.write`` (no Python I/O objects,
+safe at any point of an import) and calls ``os._exit(130)`` (nothing has been written
+that needs cleaning up).  Installing before deciding leaves as the only window the two
+builtin imports and two ``def`` statements before it.  The code is inline in ``__init__`` and uses the
 builtin ``_signal`` only: ``import signal`` (enums) or any module of ours would be
 milliseconds of Python in which a Ctrl-C is still a traceback.
 

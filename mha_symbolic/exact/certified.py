@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from .._text import expr_text
 from .._validate import MAX_DIGITS, check_int, shown
 from ..errors import PrecisionError, SpecError
 
@@ -213,15 +214,14 @@ class _Evaluator:
             for b in balls[1:]:
                 out = out.max(b) if isinstance(e, sp.Max) else out.min(b)
             return out
-        from .grammar import short_text
 
         if e.free_symbols:
-            names = ", ".join(sorted(short_text(s, 32) for s in e.free_symbols))
+            names = ", ".join(sorted(expr_text(s, 32) for s in e.free_symbols))
             raise SpecError(f"cannot evaluate an expression with free symbols ({names}): "
                             "give them values")
         if e.has(sp.oo, -sp.oo, sp.zoo, sp.nan):
-            raise SpecError(f"cannot evaluate {short_text(e)}: it is not a finite real number")
-        raise SpecError(f"cannot evaluate {short_text(sp.srepr(e), 80)} with certified arithmetic")
+            raise SpecError(f"cannot evaluate {expr_text(e)}: it is not a finite real number")
+        raise SpecError(f"cannot evaluate {expr_text(sp.srepr(e), 80)} with certified arithmetic")
 
 
 #: Values beyond 2^±MAX_BINARY_EXPONENT (about 10^±30000) are refused: their exact
@@ -323,10 +323,9 @@ class CertifiedValue:
                 hidden = self._hidden_rational()
                 if hidden is not None:
                     return question(hidden)
-        from .grammar import short_text
 
         raise PrecisionError(
-            f"could not decide {what} for {short_text(self.expr)} at {min(cap, PRECISIONS[-1])} "
+            f"could not decide {what} for {expr_text(self.expr)} at {min(cap, PRECISIONS[-1])} "
             "bits: the value may be exactly on the boundary (an exact identity that cheap "
             "algebra cannot prove), or closer to it than that precision resolves"
         )
@@ -601,9 +600,8 @@ class CertifiedValue:
 
     # -- displays -----------------------------------------------------------------
     def _short(self) -> str:
-        from .grammar import short_text
 
-        return short_text(self.expr)
+        return expr_text(self.expr)
 
     def _shown(self) -> tuple[str, bool]:
         """(the digits shown, whether they are the certified 20 digits): decided within
@@ -776,15 +774,13 @@ def _certified(expr: Any) -> CertifiedValue:
     and decisions it caches serve every claim, variant and check that asks about it."""
     import sympy as sp
 
-    from .grammar import short_text
-
     if expr.free_symbols:
-        names = ", ".join(sorted(short_text(s, 32) for s in expr.free_symbols))
+        names = ", ".join(sorted(expr_text(s, 32) for s in expr.free_symbols))
         raise SpecError(f"cannot certify an expression with free symbols ({names})")
     if expr.has(sp.Float):
-        raise SpecError(f"value={short_text(expr)} holds a floating-point Float: pass a string "
+        raise SpecError(f"value={expr_text(expr)} holds a floating-point Float: pass a string "
                         "such as '0.1' or a Rational so that the exact number is explicit")
     if expr.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
-        raise SpecError(f"value={short_text(expr)} is not a finite real number")
+        raise SpecError(f"value={expr_text(expr)} is not a finite real number")
     exact = Fraction(int(expr.p), int(expr.q)) if expr.is_Rational else None
     return CertifiedValue(expr, exact)

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._text import decimal_digits, echo, expr_text, int_text
 from ..errors import MhaSymbolicError, ParseError
+from .certified import certify, to_arb
 
 if TYPE_CHECKING:
     import sympy
@@ -382,7 +383,6 @@ class _Parser:
         """
         if x.is_Rational:
             return (int(x.p) > 0) - (int(x.p) < 0)
-        from .certified import certify
 
         try:
             sign = certify(x).sign(max_bits=ARGUMENT_BITS if argument else None)
@@ -426,7 +426,6 @@ class _Parser:
     def _bound_log(self, log_value: Any, what: str) -> None:
         """Refuse a^x or e^x whose natural logarithm exceeds MAX_LOG in size
         (e^(10^5) has 43430 digits: no book prints such a number)."""
-        from .certified import to_arb
 
         try:
             ball = to_arb(log_value, 64)
@@ -500,7 +499,6 @@ class _Parser:
 
     def _bound_magnitude(self, base: Any, exponent: Any, what: str) -> None:
         """Refuse |base|^exponent beyond e^±MAX_LOG, with Arb (base must be non-zero)."""
-        from .certified import to_arb
 
         try:
             b = to_arb(base, 64)

@@ -28,6 +28,8 @@ from typing import Any
 
 from .._text import echo, expr_text
 from ..errors import ShapeError, SpecError
+from .entries import exact_number
+from .work import MAX_ABS_SCORE
 
 __all__ = ["alibi_bias", "softcap", "validate_variants", "window_keep"]
 
@@ -37,8 +39,6 @@ def validate_variants(*, window: Any, softcap: Any, alibi_slopes: Any, sinks: An
     """The variant options, checked and exact: {"window": (left|None, right|None) or
     None, "softcap": SymPy number or None, "alibi_slopes": [per head] or None,
     "sinks": [per head] or None}."""
-    from .engine import exact_number
-
     out: dict[str, Any] = {"window": None, "softcap": None, "alibi_slopes": None,
                            "sinks": None}
     if window is not None:
@@ -94,7 +94,6 @@ def _check_sinks(sinks: list[Any]) -> None:
     the integer 2^k)."""
     from ..errors import InputValueError
     from .certified import to_arb
-    from .engine import MAX_ABS_SCORE
 
     for h, sg in enumerate(sinks):
         if sg.free_symbols:
