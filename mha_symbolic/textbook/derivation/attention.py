@@ -9,15 +9,12 @@ from typing import Any
 from ...errors import MhaSymbolicError
 from .matrices import _exp_tex, _matrix_chain, _operand_tex, _printed, _sum_rows, _vec_tex
 from .model import LINE_CHARS, MATRIX_DIGITS, MAX_ENTRY_LINES, SHORT, WIDE, Block, Display, Paragraph, Step
-from .numbers import _digits, _is_rational, _leaves, _tex, _tex_if_short, _tidy
+from .numbers import _digits, _is_rational, _leaves, _sub, _tex, _tex_if_short, _tidy
+from .variants import variant_note, variant_rows, variant_symbolic
 
 # ---------------------------------------------------------------------------
 # Derivation of an exact attention computation
 # ---------------------------------------------------------------------------
-
-
-def _sub(i: int) -> str:
-    return str(i + 1)
 
 
 def _given_matrices(given: dict[str, Any] | None) -> dict[str, Any]:
@@ -197,7 +194,6 @@ def _head_steps(att: Any) -> list[Step]:
                         + (", bottom-right aligned" if spec.causal_alignment == "bottom_right"
                            else "") + ")" if spec.mask == "causal" else "") + ".")
     mask_sym = " + M" if spec.mask is not None else ""
-    from .variants import variant_note, variant_rows, variant_symbolic
 
     mask_note += variant_note(att)
     if att.variants.get("window") is not None and not mask_sym:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .attention import _sub
 from .matrices import _matrix_chain
 from .model import Display, Step
-from .numbers import _tex
+from .numbers import _sub, _tex
 
 
 def _backward_steps(grads: Sequence[Any], scale: Any) -> list[Step]:

@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import MhaSymbolicError
-from .attention import _sub
 from .model import Check
-from .numbers import _certified, _has_symbols, _is_rational, _sign
+from .numbers import _certified, _has_symbols, _is_rational, _sign, _sub
 
 # -- checks ----------------------------------------------------------------------------
 

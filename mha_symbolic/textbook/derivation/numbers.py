@@ -31,6 +31,11 @@ SMALL_EXPONENT = 3
 LARGE_DIGITS = 7
 
 
+def _sub(i: int) -> str:
+    """A head or row index as a book writes it (from 1)."""
+    return str(i + 1)
+
+
 def group_digits(digits: str, *, from_left: bool = False) -> str:
     r"""A run of digits grouped in threes by thin spaces when it has five or more.
 

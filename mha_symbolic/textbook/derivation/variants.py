@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .matrices import _matrix_chain
+from .numbers import _sub, _tex
+
 __all__ = ["variant_note", "variant_rows", "variant_symbolic"]
 
 
@@ -15,8 +18,6 @@ def _side(w: int | None) -> str:
 
 def variant_note(att: Any) -> str:
     """Sentences explaining each variant of the example (empty without variants)."""
-    from .numbers import _tex
-
     v = att.variants
     align = att.spec.causal_alignment
     where = "" if align == "top_left" else " (positions aligned bottom-right: $i + n_k - n_q$)"
@@ -44,8 +45,6 @@ def variant_note(att: Any) -> str:
 
 def variant_symbolic(att: Any, i: str, base: str) -> str:
     """The formula of T_i: ``base`` (scale · S_i) with the softcap and ALiBi around it."""
-    from .numbers import _tex
-
     v = att.variants
     if v.get("softcap") is not None:
         cap = _tex(v["softcap"])
@@ -58,10 +57,6 @@ def variant_symbolic(att: Any, i: str, base: str) -> str:
 
 def variant_rows(att: Any, head: Any) -> list[str]:
     """Display lines of the head's ALiBi bias (and sink logit), or none."""
-    from .attention import _sub
-    from .matrices import _matrix_chain
-    from .numbers import _tex
-
     rows: list[str] = []
     i = _sub(head.index)
     if head.bias is not None:
