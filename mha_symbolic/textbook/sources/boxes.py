@@ -25,7 +25,7 @@ import itertools
 from fractions import Fraction
 from typing import Any
 
-from .latex_math import NotJudged
+from .latex_math import NotJudged, _exact
 
 __all__ = ["consistent"]
 
@@ -52,7 +52,6 @@ def _eval(node: Any, inputs: dict[int, Any], section: Any) -> list[Any]:
         return [flint.arb.const_e() if node[1] == "e" else flint.arb.pi()]
     if kind == "sym":
         from ...exact.certified import to_arb
-        from .statements import _exact
 
         value = _exact(*section.bindings[node[1]])
         return [to_arb(v, flint.ctx.prec) for v in _flat(value)]

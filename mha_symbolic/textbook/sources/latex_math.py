@@ -493,3 +493,24 @@ def parse_member(toks: list[Tok]) -> Any:
             raise NotJudged(_UNSUPPORTED[t.text])
         raise NotJudged(f"unexpected {echo(t.text, 20)}")
     return value
+
+
+def _exact(shape: tuple[int, ...], texts: list[str]) -> Any:
+    """The exact SymPy value (nested tuples for vectors and matrices)."""
+    from ...errors import ParseError
+    from ...exact.grammar import parse_number
+
+    try:
+        values = [parse_number(t) for t in texts]
+    except ParseError as exc:
+        raise NotJudged(f"cannot be read exactly: {_short(exc)}") from None
+    if shape == ():
+        return values[0]
+    if len(shape) == 1:
+        return tuple(values)
+    return tuple(tuple(values[r * shape[1]:(r + 1) * shape[1]]) for r in range(shape[0]))
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 160 else text[:159] + "…"

@@ -33,7 +33,17 @@ from typing import Any
 
 from ..._text import echo
 from ...errors import MhaSymbolicError, PrecisionError
-from .latex_math import JUDGED_RELATIONS, MAX_STATEMENT, NotJudged, Tok, parse_member, tokenize
+from .boxes import consistent
+from .latex_math import (
+    JUDGED_RELATIONS,
+    MAX_STATEMENT,
+    NotJudged,
+    Tok,
+    _exact,
+    _short,
+    parse_member,
+    tokenize,
+)
 
 __all__ = ["Relation", "Section", "Statement", "judge_statement", "split_statements"]
 
@@ -279,27 +289,6 @@ def _bounded(shape: tuple[int, ...], texts: list[str]) -> tuple[tuple[int, ...],
     if any(len(t) > MAX_VALUE_TEXT for t in texts):
         raise NotJudged(f"longer than {MAX_VALUE_TEXT} characters once its names are replaced")
     return shape, texts
-
-
-def _exact(shape: tuple[int, ...], texts: list[str]) -> Any:
-    """The exact SymPy value (nested tuples for vectors and matrices)."""
-    from ...errors import ParseError
-    from ...exact.grammar import parse_number
-
-    try:
-        values = [parse_number(t) for t in texts]
-    except ParseError as exc:
-        raise NotJudged(f"cannot be read exactly: {_short(exc)}") from None
-    if shape == ():
-        return values[0]
-    if len(shape) == 1:
-        return tuple(values)
-    return tuple(tuple(values[r * shape[1]:(r + 1) * shape[1]]) for r in range(shape[0]))
-
-
-def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 160 else text[:159] + "…"
 
 
 def printed(node: Any) -> tuple[str, bool] | None:
@@ -657,7 +646,6 @@ def _box_check(node: Any, section: Section, p: Any) -> tuple[str, bool, str] | N
     if len(inputs) > MAX_INTERVAL_INPUTS:
         return ("undecided", False, f"more than {MAX_INTERVAL_INPUTS} rounded inputs to read "
                 "as intervals")
-    from .boxes import consistent
 
     try:
         result = consistent(node, inputs, section, p)
