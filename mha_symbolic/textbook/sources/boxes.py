@@ -117,12 +117,18 @@ def _targets(p: Any) -> list[tuple[Fraction, Fraction]]:
     return out
 
 
+def interval(text: str) -> tuple[Fraction, Fraction]:
+    """The interval a printed decimal states: 0.707 → [0.7065, 0.7075]."""
+    value = Fraction(text)
+    places = len(text.split(".")[1])
+    half = Fraction(1, 2 * 10**places)
+    return value - half, value + half
+
+
 def consistent(node: Any, inputs: list[Any], section: Any, p: Any) -> bool | None:
     """True: some input of the box gives the printed answer; False: none does; None: not
     decided (see the module's docstring)."""
     import flint
-
-    from .statements import interval
 
     targets = _targets(p)
     bounds = [interval(n[1]) for n in inputs]

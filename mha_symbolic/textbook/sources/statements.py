@@ -33,7 +33,7 @@ from typing import Any
 
 from ..._text import echo
 from ...errors import MhaSymbolicError, PrecisionError
-from .boxes import consistent
+from .boxes import consistent, interval
 from .latex_math import (
     JUDGED_RELATIONS,
     MAX_STATEMENT,
@@ -674,14 +674,6 @@ def _dec(x: Fraction, places: int) -> str:
     from ...exact.certified import _format_fraction
 
     return _format_fraction(x, places)
-
-
-def interval(text: str) -> tuple[Fraction, Fraction]:
-    """The interval a printed decimal states: 0.707 → [0.7065, 0.7075]."""
-    value = Fraction(text)
-    places = len(text.split(".")[1])
-    half = Fraction(1, 2 * 10**places)
-    return value - half, value + half
 
 
 # -- diagnoses ------------------------------------------------------------------------------
