@@ -272,27 +272,11 @@ def _verdict(
     a = _f64(actual)
     if mid is None:
         mid = mid_of(lower, upper)
-    exact_nan = np.isnan(lower) | np.isnan(upper)
     vac = np.zeros(a.shape, bool) if vacuous is None else np.asarray(vacuous, bool)
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        # certified lower bound of |actual - exact|: distance to the enclosure
-        dist = np.maximum(np.maximum(a - upper, lower - a), 0.0)
-        err = np.abs(a - mid)
-        nonfinite = ~np.isfinite(a) & ~exact_nan
-        missing_nan = exact_nan & ~np.isnan(a)
-        finite = np.isfinite(a) & ~exact_nan
-        judged = finite & ~vac
-        bad = np.where(judged, dist > tol, False) | nonfinite | missing_nan
-        if hull is not None:   # outside every convex combination of the values
-            bad |= hull & finite
-        # ulps are counted only where the exact value is at least the smallest normal:
-        # below it the ulp is 2^(emin-p+1) and an error at an exact 0 reads 1e37 ulp (NaN)
-        counted = finite & (np.abs(mid) >= math.ldexp(1.0, fmt.emin))
-        ulps = np.where(counted, err / ulp(mid, fmt), np.where(finite, np.nan, 0.0))
-        ratio = np.where(judged & (err > 0), err / np.where(tol > 0, tol, 0.0), 0.0)
-        ratio = np.where(np.isnan(ratio), np.inf, ratio)
-    worst, max_err, max_idx, max_ulps = _extremes(a, lower, upper, tol, err, ulps, ratio,
-                                                  judged, finite, counted)
+    el = _elements(a, lower, upper, tol, mid, vac, hull, fmt)
+    bad, nonfinite, missing_nan, finite = el.bad, el.nonfinite, el.missing_nan, el.finite
+    worst, max_err, max_idx, max_ulps = _extremes(a, lower, upper, tol, el.err, el.ulps,
+                                                  el.ratio, el.judged, finite, el.counted)
     first_nf = None
     if np.any(nonfinite):
         first_nf = tuple(int(i) for i in np.argwhere(nonfinite)[0])
@@ -315,17 +299,63 @@ def _verdict(
     )
     if comp.passed and n_vac and raise_vacuous:
         idx = tuple(int(i) for i in np.argwhere(finite & vac & ~bad)[0])
-        raise ToleranceError(
-            f"no verdict: the {title} would pass, but for {n_vac} of {a.size} element(s) "
-            f"(first at {_idx_text(idx, index_names)}) the tolerance of the "
-            f"{model.describe()} with accumulation in {model.acc.name} is vacuous, and so "
-            "is the error of correct kernels of that precision emulated on these inputs: a "
-            "kernel of that kind can be wrong there by the whole size of the answer (its "
-            "scores or sums overflow or lose every digit). The output is within its values' "
-            "hull and has the expected NaN pattern; nothing else can be said without "
-            "risking a false alarm. If the kernel accumulates in a wider format, say so "
-            "with accumulation_dtype=")
+        raise _vacuous_error(title, n_vac, a.size, _idx_text(idx, index_names), model)
     return comp
+
+
+@dataclass(frozen=True)
+class _Elements:
+    """Each element's judgement (arrays of ``actual``'s shape)."""
+
+    err: np.ndarray          # |actual - midpoint|
+    ulps: np.ndarray         # err in ulps of the midpoint (NaN where not counted)
+    ratio: np.ndarray        # err / tolerance where judged
+    bad: np.ndarray          # mismatched
+    nonfinite: np.ndarray    # inf/NaN where the exact value is finite
+    missing_nan: np.ndarray  # finite where the exact value is NaN
+    finite: np.ndarray       # finite, and so is the exact value
+    judged: np.ndarray       # finite and not vacuous
+    counted: np.ndarray      # finite with an exact value of at least the smallest normal
+
+
+def _elements(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray,
+              mid: np.ndarray, vac: np.ndarray, hull: np.ndarray | None, fmt: Any
+              ) -> _Elements:
+    """Every element of ``a`` against its enclosure ``[lower, upper]`` and tolerance."""
+    exact_nan = np.isnan(lower) | np.isnan(upper)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        # certified lower bound of |actual - exact|: distance to the enclosure
+        dist = np.maximum(np.maximum(a - upper, lower - a), 0.0)
+        err = np.abs(a - mid)
+        nonfinite = ~np.isfinite(a) & ~exact_nan
+        missing_nan = exact_nan & ~np.isnan(a)
+        finite = np.isfinite(a) & ~exact_nan
+        judged = finite & ~vac
+        bad = np.where(judged, dist > tol, False) | nonfinite | missing_nan
+        if hull is not None:   # outside every convex combination of the values
+            bad |= hull & finite
+        # ulps are counted only where the exact value is at least the smallest normal:
+        # below it the ulp is 2^(emin-p+1) and an error at an exact 0 reads 1e37 ulp (NaN)
+        counted = finite & (np.abs(mid) >= math.ldexp(1.0, fmt.emin))
+        ulps = np.where(counted, err / ulp(mid, fmt), np.where(finite, np.nan, 0.0))
+        ratio = np.where(judged & (err > 0), err / np.where(tol > 0, tol, 0.0), 0.0)
+        ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    return _Elements(err, ulps, ratio, bad, nonfinite, missing_nan, finite, judged, counted)
+
+
+def _vacuous_error(title: str, n_vac: int, size: int, where: str, model: ErrorModel
+                   ) -> ToleranceError:
+    return ToleranceError(
+        f"no verdict: the {title} would pass, but for {n_vac} of {size} element(s) "
+        f"(first at {where}) the tolerance of the "
+        f"{model.describe()} with accumulation in {model.acc.name} is vacuous, and so "
+        "is the error of correct kernels of that precision emulated on these inputs: a "
+        "kernel of that kind can be wrong there by the whole size of the answer (its "
+        "scores or sums overflow or lose every digit). The output is within its values' "
+        "hull and has the expected NaN pattern; nothing else can be said without "
+        "risking a false alarm. If the kernel accumulates in a wider format, say so "
+        "with accumulation_dtype=")
+
 
 
 def _flush_note(a: np.ndarray, mid: np.ndarray, bad: np.ndarray,
