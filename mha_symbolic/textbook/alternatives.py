@@ -35,6 +35,17 @@ expression), so that a chance fit among the 24 is unlikely (about 24 · 10^−5)
 
 A printout read transposed or gathered over the batch or heads axis is judged as its
 claim is (``value_of``); over the batch axis, an input is replaced in every element.
+
+An alternative moves entries of the example into places where they were not (a value
+entry into the keys: into an exponential).  SymPy expands a power a^(n + c) (``c`` not
+an integer) into a^n · a^c whenever it asks for the real and imaginary parts of e^x or
+tanh(x) (the score of ``0.6698^(99999 + π)`` in the keys: a 400,000-digit rational,
+over a minute, issue 30); the grammar bounds a^n for an integer ``n`` only
+(:mod:`mha_symbolic.exact.grammar`).  So an alternative is tried only when none of its
+entries holds a power a^y, y not an integer, whose a^⌊|y|⌋ is beyond the grammar's
+bounds on an exact power (:func:`costly_power`: more than ``MAX_POWER_DIGITS`` digits
+for a rational a, an expansion costlier than ``MAX_EXPANSION_WORK`` otherwise); an
+alternative with one is skipped (the diagnosis is advice: the verdict is unchanged).
 """
 
 from __future__ import annotations
@@ -57,7 +68,8 @@ if TYPE_CHECKING:
     from .examples import Claim, WorkedExample
 
 __all__ = ["EDIT_DIGITS", "MAX_ALTERNATIVES", "MAX_EDITS", "MAX_EDIT_SCORES", "MAX_FILE_BUILDS",
-           "MAX_FILE_EDITS", "MAX_SCORES", "file_allowance", "other_input_diagnosis"]
+           "MAX_FILE_EDITS", "MAX_SCORES", "costly_power", "file_allowance",
+           "other_input_diagnosis"]
 
 MAX_ALTERNATIVES = 6
 MAX_SCORES = 64
@@ -107,6 +119,47 @@ def _exact(m: list[list[Any]]) -> Any:
     from ..exact.engine import exact_matrix
 
     return exact_matrix(m, "alternative")
+
+
+def costly_power(x: Any) -> bool:
+    """Whether the exact number ``x`` holds a power a^y, y not an integer, whose integer
+    part a^⌊|y|⌋ is beyond the grammar's bounds on an exact power a^n (SymPy builds it
+    when it expands a^y: see the module's text).  Cheap: one 64-bit Arb enclosure per
+    such power; a power whose exponent cannot be enclosed counts as costly.
+
+    >>> import sympy as sp
+    >>> costly_power(sp.Rational(3349, 5000) ** (99999 + sp.pi)), costly_power(sp.sqrt(2))
+    (True, False)
+    """
+    import sympy as sp
+
+    from .._text import decimal_digits
+    from ..exact.certified import to_arb
+    from ..exact.grammar import MAX_EXPANSION_WORK, MAX_POWER_DIGITS, expansion_cost, power_cost
+
+    if not isinstance(x, sp.Basic):
+        return False
+    for p in x.atoms(sp.Pow):
+        y = p.exp
+        if y.is_Integer:
+            continue  # bounded by the grammar itself
+        try:
+            ball = to_arb(y, 64)
+        except MhaSymbolicError:
+            return True
+        if not ball.is_finite() or abs(ball) > 10**9:
+            return True
+        top = abs(ball).upper().floor().unique_fmpz()
+        if top is None:
+            return True
+        n = int(top)
+        b = p.base
+        if b.is_Rational:
+            if n * max(decimal_digits(b.p), decimal_digits(b.q)) > MAX_POWER_DIGITS:
+                return True
+        elif n > 1 and power_cost(expansion_cost(b), n) > MAX_EXPANSION_WORK:
+            return True
+    return False
 
 
 def _printed_matrix(c: Claim) -> list[list[Any]] | None:
@@ -278,6 +331,8 @@ def other_input_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer,
             exact = _exact(m)
             if (key in base and exact == _exact(base[key])) or (key, exact) in seen:
                 return  # the shown array itself, or an alternative already tried
+            if any(costly_power(e) for e in exact):
+                return  # SymPy's expansion of an entry is not bounded (module text)
             seen.append((key, exact))
             budget[0] -= 1
             if file_budget is not None:
