@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._text import echo, expr_text
 from ..errors import InputValueError, ShapeError, SpecError
+from .grammar import costly_power
 
 if TYPE_CHECKING:
     import sympy
@@ -29,12 +30,16 @@ def exact_number(x: Any, name: str = "value") -> sympy.Expr:
         raise SpecError(f"{name}={x!r} is a boolean, expected a number")
     if isinstance(x, sp.Basic):
         if x.has(sp.nan, sp.zoo) or (x.is_number and x.is_real is False):
-            raise InputValueError(f"{name}={x} is not a real number")
+            raise InputValueError(f"{name}={expr_text(x)} is not a real number")
         if x.has(sp.Float):
             raise InputValueError(
                 f"{name}={x} holds a floating-point Float, which SymPy evaluates to 15 digits: "
                 "pass a string such as '0.1' or a Rational so that the exact number is explicit"
             )
+        if costly_power(x):
+            raise InputValueError(
+                f"{name}={expr_text(x)} holds a power a^y whose integer part a^⌊|y|⌋ is beyond "
+                "the bounds on an exact power (SymPy expands a^(n + c) into a^n · a^c)")
         return x
     if isinstance(x, int):
         return sp.Integer(x)

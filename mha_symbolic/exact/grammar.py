@@ -58,7 +58,8 @@ from .certified import certify, to_arb
 if TYPE_CHECKING:
     import sympy
 
-__all__ = ["check_radicals", "foreign_digit", "parse_number", "radical_work", "short_text"]
+__all__ = ["check_radicals", "costly_power", "foreign_digit", "parse_number", "radical_work",
+           "short_text"]
 
 #: Longest number string (characters).
 MAX_LENGTH = 2000
@@ -479,10 +480,13 @@ class _Parser:
                                  f"{self.within(what)}")
             return sp.Integer(0)
         if not exponent.is_Rational:
-            # a^x with irrational x: keep it symbolic, but bound its magnitude
+            # a^x with irrational x: keep it symbolic, but bound its magnitude, and its
+            # integer part as a^n's: SymPy splits a^(n + c) into a^n · a^c (a power of
+            # 0.6698^(99999 + pi) was a 400,000-digit rational, found by fuzzing)
             if base == 1:
                 return sp.Integer(1)
             self._bound_magnitude(base, exponent, what)
+            self._bound_integer_part(base, exponent, shown, what)
             return self._arith(lambda a, b: sp.Pow(a, b), base, exponent)
         # a non-integer rational power: bound the integer part and the radical's cost
         if base.is_Rational:
@@ -496,6 +500,26 @@ class _Parser:
             inner = _radicals(base) + [(r, exponent) for r in _rational_factors(base)]
             check_radicals([(b, e * exponent) for b, e in _radicals(base)] + inner, self.shown)
         return self._arith(lambda a, b: sp.Pow(a, b), base, exponent)
+
+    def _bound_integer_part(self, base: Any, exponent: Any, shown: str, what: str) -> None:
+        """Refuse a^x (x irrational) whose a^⌊|x|⌋ is beyond the bounds on a^n."""
+        try:
+            ball = to_arb(exponent, 64)
+        except MhaSymbolicError:
+            return  # not a number we can bound here: left to later stages
+        if not ball.is_finite() or abs(ball) > 10 * MAX_POWER_DIGITS:
+            raise ParseError(f"the exponent of {shown} is beyond ±{MAX_POWER_DIGITS}"
+                             f"{self.within(what)}")
+        top = abs(ball).upper().floor().unique_fmpz()
+        n = MAX_POWER_DIGITS if top is None else int(top)
+        if base.is_Rational:
+            size = n * max(decimal_digits(base.p), decimal_digits(base.q))
+            if size > MAX_POWER_DIGITS:
+                raise ParseError(f"{shown} would have about {int_text(size)} digits "
+                                 f"(limit {MAX_POWER_DIGITS}){self.within(what)}")
+        elif n > 1 and power_cost(expansion_cost(base), n) > MAX_EXPANSION_WORK:
+            raise ParseError(f"{shown} is too costly to expand exactly (terms × "
+                             f"exponent exceeds {MAX_EXPANSION_WORK:,}){self.within(what)}")
 
     def _bound_magnitude(self, base: Any, exponent: Any, what: str) -> None:
         """Refuse |base|^exponent beyond e^±MAX_LOG, with Arb (base must be non-zero)."""
@@ -544,6 +568,45 @@ def radical_work(radicals: list[tuple[Any, Any]]) -> int:
         if base not in digits:
             digits[base] = decimal_digits(base.p) + (decimal_digits(base.q) if base.q != 1 else 0)
     return lcm * max(sum(digits.values()), 1)
+
+
+def costly_power(x: Any) -> bool:
+    """Whether the exact number ``x`` holds a power a^y, y not an integer, whose integer
+    part a^⌊|y|⌋ is beyond the grammar's bounds on an exact power a^n (SymPy builds it
+    when it expands a^y = a^n · a^c inside e^x or tanh(x)).  Typed text with such a power
+    is refused by :func:`parse_number`; this is the check for a SymPy value given as it
+    is (the engine's ``exact_number``).  Cheap: one 64-bit Arb enclosure per
+    such power; a power whose exponent cannot be enclosed counts as costly.
+
+    >>> import sympy as sp
+    >>> costly_power(sp.Rational(3349, 5000) ** (99999 + sp.pi)), costly_power(sp.sqrt(2))
+    (True, False)
+    """
+    import sympy as sp
+
+    if not isinstance(x, sp.Basic):
+        return False
+    for p in x.atoms(sp.Pow):
+        y = p.exp
+        if y.is_Integer:
+            continue  # bounded by the grammar itself
+        try:
+            ball = to_arb(y, 64)
+        except MhaSymbolicError:
+            return True
+        if not ball.is_finite() or abs(ball) > 10**9:
+            return True
+        top = abs(ball).upper().floor().unique_fmpz()
+        if top is None:
+            return True
+        n = int(top)
+        b = p.base
+        if b.is_Rational:
+            if n * max(decimal_digits(b.p), decimal_digits(b.q)) > MAX_POWER_DIGITS:
+                return True
+        elif n > 1 and power_cost(expansion_cost(b), n) > MAX_EXPANSION_WORK:
+            return True
+    return False
 
 
 def expansion_cost(x: Any, cap: int = MAX_EXPANSION_WORK) -> int:

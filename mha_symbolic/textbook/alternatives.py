@@ -40,8 +40,9 @@ An alternative moves entries of the example into places where they were not (a v
 entry into the keys: into an exponential).  SymPy expands a power a^(n + c) (``c`` not
 an integer) into a^n · a^c whenever it asks for the real and imaginary parts of e^x or
 tanh(x) (the score of ``0.6698^(99999 + π)`` in the keys: a 400,000-digit rational,
-over a minute, issue 30); the grammar bounds a^n for an integer ``n`` only
-(:mod:`mha_symbolic.exact.grammar`).  So an alternative is tried only when none of its
+over a minute, issue 30).  The grammar refuses such a power in typed text and the
+engine in a SymPy value (:func:`mha_symbolic.exact.grammar.costly_power`); the
+diagnosis checks first and does not try them.  So an alternative is tried only when none of its
 entries holds a power a^y, y not an integer, whose a^⌊|y|⌋ is beyond the grammar's
 bounds on an exact power (:func:`costly_power`: more than ``MAX_POWER_DIGITS`` digits
 for a rational a, an expansion costlier than ``MAX_EXPANSION_WORK`` otherwise); an
@@ -57,6 +58,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MhaSymbolicError
+from ..exact.grammar import costly_power
 from .claims import PrintedAnswer, parse_printed
 from .inputs import shape_of
 from .quantities import parse_quantity, quantity_value
@@ -119,47 +121,6 @@ def _exact(m: list[list[Any]]) -> Any:
     from ..exact.engine import exact_matrix
 
     return exact_matrix(m, "alternative")
-
-
-def costly_power(x: Any) -> bool:
-    """Whether the exact number ``x`` holds a power a^y, y not an integer, whose integer
-    part a^⌊|y|⌋ is beyond the grammar's bounds on an exact power a^n (SymPy builds it
-    when it expands a^y: see the module's text).  Cheap: one 64-bit Arb enclosure per
-    such power; a power whose exponent cannot be enclosed counts as costly.
-
-    >>> import sympy as sp
-    >>> costly_power(sp.Rational(3349, 5000) ** (99999 + sp.pi)), costly_power(sp.sqrt(2))
-    (True, False)
-    """
-    import sympy as sp
-
-    from .._text import decimal_digits
-    from ..exact.certified import to_arb
-    from ..exact.grammar import MAX_EXPANSION_WORK, MAX_POWER_DIGITS, expansion_cost, power_cost
-
-    if not isinstance(x, sp.Basic):
-        return False
-    for p in x.atoms(sp.Pow):
-        y = p.exp
-        if y.is_Integer:
-            continue  # bounded by the grammar itself
-        try:
-            ball = to_arb(y, 64)
-        except MhaSymbolicError:
-            return True
-        if not ball.is_finite() or abs(ball) > 10**9:
-            return True
-        top = abs(ball).upper().floor().unique_fmpz()
-        if top is None:
-            return True
-        n = int(top)
-        b = p.base
-        if b.is_Rational:
-            if n * max(decimal_digits(b.p), decimal_digits(b.q)) > MAX_POWER_DIGITS:
-                return True
-        elif n > 1 and power_cost(expansion_cost(b), n) > MAX_EXPANSION_WORK:
-            return True
-    return False
 
 
 def _printed_matrix(c: Claim) -> list[list[Any]] | None:

@@ -245,3 +245,24 @@ def test_messages_about_huge_numbers_are_short(text: str) -> None:
     with pytest.raises(ParseError) as info:
         parse_number(text)
     assert len(str(info.value)) < 300 and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "digits"), [
+    ("0.6698^(99999 + pi)", None), ("0.6698^(99999 - e)", None), ("7^(20000 + e)", None),
+    ("(1+sqrt(2))^(30000+pi)", "costly")])
+def test_an_irrational_power_is_bounded_by_its_integer_part(text: str, digits: str | None
+                                                            ) -> None:
+    # SymPy splits a^(n + c) into a^n · a^c: 0.6698^(99999 + pi) was a 400,000-digit
+    # rational built inside exp() (fuzz seed 71, the `bounded` kind, typed in the keys)
+    with _time_limit(5):
+        with pytest.raises(ParseError, match="too costly" if digits else "digits"):
+            parse_number(text)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("3^(5000+pi)", sp.Integer(3) ** (5000 + sp.pi)),
+    ("0.5^(10+sqrt(2))", R(1, 2) ** (10 + sp.sqrt(2))),
+    ("(1+sqrt(2))^(pi)", (1 + sp.sqrt(2)) ** sp.pi)])
+def test_irrational_powers_within_the_bounds_are_still_read(text: str, expected: sp.Expr
+                                                            ) -> None:
+    assert _same(parse_number(text), expected)
