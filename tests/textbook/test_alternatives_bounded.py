@@ -67,21 +67,21 @@ def test_a_huge_power_is_refused_before_sympy_expands_it(power: str) -> None:
     with pytest.raises(InputValueError, match="integer part"):
         exact_attention(query=[[1, 2]], key=[[x, -2]], value=[[1, 2]])
     # mpmath: the value is below 10^-17000 (why a claim of 1.2e3 about it is wrong)
-    mpmath.mp.dps = 30
-    assert mpmath.log10(mpmath.mpf("0.6698") ** (99999 + mpmath.pi)) < -17000
+    with mpmath.workdps(30):   # (never mp.dps = …: other test modules set it at import)
+        assert mpmath.log10(mpmath.mpf("0.6698") ** (99999 + mpmath.pi)) < -17000
 
 
 def test_the_diagnosis_still_names_an_alternative_holding_a_moderate_power() -> None:
     # the printout is what the values in place of the keys give; a = 0.6698^(2 + π)
-    mpmath.mp.dps = 40
-    a = (mpmath.mpf(3349) / 5000) ** (2 + mpmath.pi)
-    s1, s2 = (a * 1 + 1 * 2) / mpmath.sqrt(2), (3 * 1 + 0 * 2) / mpmath.sqrt(2)
-    out = (mpmath.exp(s1) * a + mpmath.exp(s2) * 3) / (mpmath.exp(s1) + mpmath.exp(s2))
-    # the shown input gives another value: keys (0.5, 1) and (2, 0)
-    t1, t2 = (0.5 + 2) / mpmath.sqrt(2), 2 / mpmath.sqrt(2)
-    shown = (mpmath.exp(t1) * a + mpmath.exp(t2) * 3) / (mpmath.exp(t1) + mpmath.exp(t2))
-    printed = mpmath.nstr(out, 6)
-    assert mpmath.nstr(shown, 6) != printed
+    with mpmath.workdps(40):
+        a = (mpmath.mpf(3349) / 5000) ** (2 + mpmath.pi)
+        s1, s2 = (a * 1 + 1 * 2) / mpmath.sqrt(2), (3 * 1 + 0 * 2) / mpmath.sqrt(2)
+        out = (mpmath.exp(s1) * a + mpmath.exp(s2) * 3) / (mpmath.exp(s1) + mpmath.exp(s2))
+        # the shown input gives another value: keys (0.5, 1) and (2, 0)
+        t1, t2 = (0.5 + 2) / mpmath.sqrt(2), 2 / mpmath.sqrt(2)
+        shown = (mpmath.exp(t1) * a + mpmath.exp(t2) * 3) / (mpmath.exp(t1) + mpmath.exp(t2))
+        printed = mpmath.nstr(out, 6)
+        assert mpmath.nstr(shown, 6) != printed
     text = ('[[example]]\nquery = [[1, 2]]\nkey = [["0.5", 1], [2, 0]]\n'
             'value = [["0.6698^(2 + pi)", 1], [3, 0]]\n[[example.claim]]\n'
             f'quantity = "output[1,1]"\nclaimed = "{printed}"\n')
