@@ -1,5 +1,8 @@
 """ALiBi (FlashAttention's ``alibi_slopes``): -slope·|j - (i + off)| added to the
-score, slopes (H,) or (B, H)."""
+score, slopes (H,) or (B, H).  With a KV cache (``cache_seqlens``) each sequence's
+queries sit at its own offset ``cache_seqlens[b] - L`` (FlashAttention's
+``seqlen_k - seqlen_q`` per batch element): the bias reads them itself through the
+``own_positions`` hook, so it is not ``positional`` (one offset per call)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,14 @@ from typing import Any
 
 import numpy as np
 
-from .protocol import BugClass, Variant, VariantOptions, lengths_differ, register
+from .protocol import (
+    BugClass,
+    Variant,
+    VariantOptions,
+    lengths_differ,
+    own_query_offsets,
+    register,
+)
 from .semantics import Bias, Geometry, float_array, per_problem, sequence_row
 
 
@@ -18,8 +28,9 @@ def _parse(alibi_slopes: Any) -> dict[str, Any]:
 
 
 def _scores(opts: VariantOptions, geo: Geometry) -> tuple[Bias, ...]:
+    own = own_query_offsets(opts, geo)
     return (Bias("alibi", per_problem(opts.alibi_slopes, geo, "alibi_slopes"),
-                 geo.offset),)
+                 geo.offset if own is None else np.asarray(own, dtype=np.int64)),)
 
 
 def _sequence(opts: VariantOptions, b: int, n: int) -> dict[str, Any]:
@@ -51,4 +62,4 @@ _BUGS = (
 ALIBI = register(Variant(
     name="alibi", keywords=("alibi_slopes",), fields={"alibi_slopes": None}, parse=_parse,
     summary="ALiBi slopes: -slope·|j - (i + off)| added", scores=_scores, order=30, sequence=_sequence,
-    bugs=_BUGS, positional=lambda opts: True))
+    bugs=_BUGS, positional=lambda opts: False))

@@ -51,7 +51,7 @@ from ..backward.functionals import ScoreFunctional
 from ..conventions import exact_scale, masked_rows_of, read_mask
 from ..inputs import as_exact_array
 from .forward import Prepared, lowered, prepare, varlen_inputs
-from .protocol import VariantOptions
+from .protocol import VariantOptions, own_query_offsets
 from .registry import require_gradients, with_variant_keywords
 from .score_mods import AlibiScoreMod, RelativeBiasScoreMod, SoftcapScoreMod
 from .transformed import TransformedProblem
@@ -108,7 +108,7 @@ class _Functionals:
                                              np.arange(B, dtype=np.int64) % H, False,
                                              sink_index))
 
-        def alibi(name: str, slopes: Arr, offset: int) -> ScoreFunctional:
+        def alibi(name: str, slopes: Arr, offset: Any) -> ScoreFunctional:
             if slopes.ndim == 2 and slopes.shape == (geo.n_outer, H):
                 # (batch, heads) over the flattened outer dimensions, as the forward
                 target = np.arange(B, dtype=np.int64)
@@ -116,7 +116,8 @@ class _Functionals:
                 target = _target(slopes.shape, flat_lead, name)
 
             def index(e: int, rows: Arr) -> tuple[Arr, Arr]:
-                d = rel(rows, offset)
+                # a KV cache's own offset per sequence (an array over the outer batch)
+                d = rel(rows, int(offset[e // H]) if np.ndim(offset) else offset)
                 return (np.broadcast_to(np.where(cols < S, 0, -1), d.shape),
                         -np.abs(d).astype(np.float64))
 
@@ -124,7 +125,9 @@ class _Functionals:
                                    target, False, index)
 
         if opts.alibi_slopes is not None:
-            self.slopes = add(alibi("alibi_slopes", opts.alibi_slopes, geo.offset))
+            own = own_query_offsets(opts, geo)
+            self.slopes = add(alibi("alibi_slopes", opts.alibi_slopes,
+                                    geo.offset if own is None else np.asarray(own)))
         for m in opts.score_mods:
             if isinstance(m, AlibiScoreMod):
                 self.mods.append(add(alibi("score_mod_slopes", np.asarray(m.slopes), m.offset)))

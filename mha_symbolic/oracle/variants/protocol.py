@@ -39,10 +39,11 @@ What a variant may contribute, each optional:
   geo)`` -> (n_outer,) (the KV cache: query i of sequence b sits at
   cache_seqlens[b] - L + i, as FlashAttention aligns them; :func:`own_query_offsets`).
   A positional ``keep`` is then evaluated per sequence at its own offset
-  (:func:`.registry.kept`); a positional score operation (ALiBi, a relative-bias
-  table) beside ``own_positions`` is refused (:func:`.registry.variant_options`): a
-  score pipeline has one offset per call, and a wrong answer is worse than a refusal.
-  A variant that reads the positions itself (rotary) is not ``positional``.
+  (:func:`.registry.kept`); a positional score operation (a relative-bias table, a
+  score_mod's ALiBi) beside ``own_positions`` is refused (:func:`.registry.variant_options`):
+  its distances have one offset per call, and a wrong answer is worse than a refusal.
+  A variant that reads the positions itself (rotary; ALiBi's keyword, whose
+  :class:`~.semantics.Bias` takes one offset per batch element) is not ``positional``.
 
 Its gradients follow from the same pieces (:mod:`.backward`: a bias's parameters are
 linear functionals of dS, :mod:`..backward.functionals`) and its term in the error

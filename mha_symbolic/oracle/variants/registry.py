@@ -100,7 +100,7 @@ def _refuse_position_clash(opts: VariantOptions) -> None:
     active = opts.active()
     movers = [v for v in active if v.own_positions is not None]
     # a positional kept-key variant is measured per sequence (kept); a positional score
-    # operation (ALiBi's distances, a relative-bias table) has one offset per call
+    # operation (a score_mod's ALiBi, a relative-bias table) has one offset per call
     readers = [v for v in active if v.positional is not None and v.positional(opts)
                and v.keep is None]
     if movers and readers:

@@ -287,29 +287,45 @@ class Cap:
 @dataclass(frozen=True)
 class Bias:
     """s -> s + bias; ``kind`` "alibi" (-slope·|d|, slopes (n_outer, H)) or "table"
-    (table[h, clip(d, -W, W) + W], table (H or 1, 2W + 1)), d = j - (i + offset)."""
+    (table[h, clip(d, -W, W) + W], table (H or 1, 2W + 1)), d = j - (i + offset).
+    ``offset``: one for the call, or an int array (n_outer,) of each batch element's own
+    query offset (a KV cache's ``cache_seqlens[b] - L``: the ``own_positions`` hook)."""
 
     kind: str
     data: np.ndarray[Any, Any]
-    offset: int
+    offset: Any
 
-    def _rel(self, geo: Geometry) -> np.ndarray[Any, Any]:
-        return np.arange(geo.S)[None, :] - (np.arange(geo.L)[:, None] + self.offset)
+    @property
+    def per_sequence(self) -> bool:
+        """Whether the offset differs by batch element (an array)."""
+        return np.ndim(self.offset) > 0
+
+    def offset_of(self, f: int, heads: int) -> int:
+        """The query offset of flat problem ``f``."""
+        return int(self.offset[f // heads]) if self.per_sequence else int(self.offset)
+
+    def _rel(self, geo: Geometry, fs: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """d = j - (i + offset): (L, S), or (len(fs), L, S) with per-sequence offsets."""
+        base = np.arange(geo.S)[None, :] - np.arange(geo.L)[:, None]
+        if not self.per_sequence:
+            return base - int(self.offset)
+        offs = np.asarray(self.offset, dtype=np.int64)[fs // geo.heads]
+        return base[None] - offs[:, None, None]
 
     def floats(self, geo: Geometry, flat: range, rows: slice | None = None
                ) -> tuple[np.ndarray[Any, Any], bool]:
         """(values (len(flat), L, S) float64, exact) — exact is True when every value is
         the exact bias (ALiBi: slope·|d| is a double when the product needs <= 53 bits);
         ``rows`` (a slice of the query rows): those rows only."""
-        d = self._rel(geo)
-        if rows is not None:
-            d = d[rows]
         fs = np.asarray(flat)
+        d = self._rel(geo, fs)
+        if rows is not None:
+            d = d[..., rows, :]
         h = fs % geo.heads
         if self.kind == "alibi":
             slope = self.data[fs // geo.heads, h]
             absd = np.abs(d).astype(np.float64)
-            val = -(slope[:, None, None] * absd[None])
+            val = -(slope[:, None, None] * (absd if absd.ndim == 3 else absd[None]))
             # exactness on the distinct factors only: |d| takes the values 0 … max|d|
             dist = np.arange(int(absd.max(initial=0.0)) + 1, dtype=np.float64)
             uniq = np.unique(slope)
@@ -318,6 +334,9 @@ class Bias:
         w = (self.data.shape[-1] - 1) // 2
         col = np.clip(d, -w, w) + w
         tab = self.data[h if self.data.shape[0] > 1 else np.zeros_like(h)]
+        if col.ndim == 3:
+            return np.take_along_axis(tab[:, None, :], col.reshape(len(fs), 1, -1),
+                                      axis=-1).reshape(col.shape), True
         return tab[:, col], True
 
     def floats_min(self, geo: Geometry) -> tuple[np.ndarray[Any, Any], bool]:
@@ -328,7 +347,7 @@ class Bias:
         if geo.B == 0:
             return np.zeros((*geo.batch, geo.L, geo.S)), True
         same = self.data.shape[0] == 1 or bool(np.all(self.data == self.data[:1]))
-        if self.kind == "table" or same:
+        if (self.kind == "table" or same) and not self.per_sequence:
             vals, ok = self.floats(geo, range(H))
             if not geo.batch:
                 return vals.reshape(geo.L, geo.S), ok
@@ -337,7 +356,7 @@ class Bias:
         return vals.reshape(*geo.batch, geo.L, geo.S), ok
 
     def exact(self, geo: Geometry, f: int, i: int, j: int) -> Fraction:
-        d = j - (i + self.offset)
+        d = j - (i + self.offset_of(f, geo.heads))
         h = f % geo.heads
         if self.kind == "alibi":
             return -Fraction(float(self.data[f // geo.heads, h])) * abs(d)

@@ -246,8 +246,8 @@ class TransformedProblem(Problem):
                 row = [cc * (x / cc).tanh() for x in row]
             elif op.kind == "alibi":
                 slope = arb(float(op.data[b // self.geo.heads, b % self.geo.heads]))
-                row = [x - slope * abs(j - (i + op.offset)) for x, j in zip(row, keep,
-                                                                             strict=True)]
+                off = op.offset_of(b, self.geo.heads)
+                row = [x - slope * abs(j - (i + off)) for x, j in zip(row, keep, strict=True)]
             else:
                 row = [x + arb(float(op.exact(self.geo, b, i, j))) for x, j in zip(row, keep,
                                                                                  strict=True)]
@@ -499,7 +499,7 @@ class TransformedProblem(Problem):
         the slope and the integer distance; a table entry is a double)."""
         geo = self.geo
         cols = np.arange(geo.S) if keys is None else np.asarray(keys)
-        d = cols[None, :] - (rows[:, None] + op.offset)
+        d = cols[None, :] - (rows[:, None] + op.offset_of(b, geo.heads))
         h = b % geo.heads
         if op.kind == "alibi":
             slope = float(op.data[b // geo.heads, h])

@@ -253,7 +253,13 @@ def _scores(o: VariantOptions, geo: Geometry, G: np.ndarray, c: float,
         slopes = per_problem(o.alibi_slopes, geo, "alibi_slopes") * alibi_sign
         if alibi_reverse:
             slopes = slopes[:, ::-1]
-        aoff = (S - L) - off if flip_alibi_alignment else off
+        own = own_query_offsets(o, geo)
+        if own is None:
+            aoff: Any = (S - L) - off if flip_alibi_alignment else off
+        else:   # each sequence's own query positions (the KV cache's), or the other
+            # corner: queries at 0 … L-1 (not offset by the cache; from the cache's end
+            # the bias would change by a constant per row: no bug)
+            aoff = np.zeros_like(own) if flip_alibi_alignment else np.asarray(own)
         ops.append(Bias("alibi", np.ascontiguousarray(slopes), aoff))
     B = math.prod(lead)
     for op in ops:

@@ -157,3 +157,116 @@ def test_bad_cache_arguments_are_one_clear_error() -> None:
     with pytest.raises(InputValueError, match="page indices"):
         ms.gather_kv_cache(np.zeros((2, 4, 1, 2)), np.zeros((2, 4, 1, 2)), [1],
                            block_table=[[0, 2]])
+
+
+# -- ALiBi in a decode step: each sequence's own positions --------------------------------
+
+def _alibi_by_hand(q, k, v, seqlens, slopes, causal):
+    """flash_attn_with_kvcache's ALiBi, written out as a float mask: query i of sequence
+    b at position n_b - L + i, bias -slope_h·|j - (n_b - L + i)| on its n_b valid keys
+    (causal: j <= n_b - L + i), -inf elsewhere; plain attention with that mask."""
+    L, S = q.shape[-2], k.shape[-2]
+    mask = np.full((B, H, L, S), -np.inf)
+    for b, n in enumerate(seqlens):
+        for h in range(H):
+            for i in range(L):
+                pos = int(n) - L + i
+                for j in range(int(n)):
+                    if not causal or j <= pos:
+                        mask[b, h, i, j] = -float(slopes[h]) * abs(j - pos)
+    return ms.reference_attention(q, k, v, enable_gqa=True, attn_mask=mask)
+
+
+@pytest.mark.parametrize("L,causal", [(1, False), (1, True), (3, True), (2, False)])
+def test_alibi_in_a_decode_step_is_measured_from_each_sequences_own_position(
+        L: int, causal: bool) -> None:
+    q, k, v = _case(5, L=L)
+    seqlens = np.array([7, 40, 19])
+    slopes = np.array([0.5, 0.25, 0.125, 0.0625])
+    got = ms.reference_attention(q, k, v, enable_gqa=True, cache_seqlens=seqlens,
+                                 alibi_slopes=slopes, is_causal=causal,
+                                 causal_alignment="bottom_right")
+    want = _alibi_by_hand(q, k, v, seqlens, slopes, causal)
+    np.testing.assert_array_equal(got.rounded("float32"), want.rounded("float32"))
+    np.testing.assert_array_equal(got.rounded("float64"), want.rounded("float64"))
+    # and each sequence on its own: its valid keys, ALiBi from the bottom-right corner
+    for b, n in enumerate(seqlens):
+        one = ms.reference_attention(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n],
+                                     enable_gqa=True, alibi_slopes=slopes, is_causal=causal,
+                                     causal_alignment="bottom_right")
+        if not causal and L > 1:
+            continue   # without causal the sliced call's ALiBi is top-left aligned
+        np.testing.assert_array_equal(got.rounded("float32")[b], one.rounded("float32")[0])
+
+
+def test_alibi_gradients_in_a_decode_step_match_the_hand_built_mask() -> None:
+    q, k, v = _case(6, L=2)
+    do = np.random.default_rng(7).standard_normal(q.shape).astype(np.float32)
+    seqlens = np.array([5, 40, 12])
+    slopes = np.array([0.5, 0.25, 0.125, 0.0625])
+    got = ms.reference_attention_backward(q, k, v, do, enable_gqa=True, cache_seqlens=seqlens,
+                                          alibi_slopes=slopes, is_causal=True,
+                                          causal_alignment="bottom_right")
+    L, S = 2, k.shape[-2]
+    mask = np.full((B, H, L, S), -np.inf)
+    for b, n in enumerate(seqlens):
+        for h in range(H):
+            for i in range(L):
+                pos = int(n) - L + i
+                mask[b, h, i, :pos + 1] = -slopes[h] * np.abs(np.arange(pos + 1) - pos)
+    want = ms.reference_attention_backward(q, k, v, do, enable_gqa=True, attn_mask=mask)
+    for name in ("dq", "dk", "dv"):
+        np.testing.assert_array_equal(getattr(got, name).rounded("float32"),
+                                      getattr(want, name).rounded("float32"))
+
+
+def test_a_torch_decode_with_alibi_passes_and_alibi_not_offset_by_the_cache_is_named(
+        ) -> None:
+    torch = pytest.importorskip("torch")
+    q, k, v = _case(8, L=1)
+    seqlens = np.array([9, 40, 23])
+    slopes = np.array([0.5, 0.25, 0.125, 0.0625])
+
+    def decode(offset: bool) -> np.ndarray:
+        # plain torch, one sequence at a time, as a paged/vLLM-style decode would; the
+        # bug: the query's position not offset by the cache (at 0).  (Measured from the
+        # padded cache's end instead, the bias changes by a constant per row: no effect.)
+        outs = []
+        for b, n in enumerate(seqlens):
+            pos = int(n) - 1 if offset else 0
+            dist = torch.arange(int(n), dtype=torch.float32) - pos
+            bias = -torch.tensor(slopes, dtype=torch.float32)[:, None, None] * dist.abs()
+            kb = torch.from_numpy(k[b:b + 1, :, :n]).repeat_interleave(2, dim=1)
+            vb = torch.from_numpy(v[b:b + 1, :, :n]).repeat_interleave(2, dim=1)
+            outs.append(torch.nn.functional.scaled_dot_product_attention(
+                torch.from_numpy(q[b:b + 1]), kb, vb, attn_mask=bias[None]).numpy())
+        return np.concatenate(outs)
+
+    kw = dict(enable_gqa=True, cache_seqlens=seqlens, alibi_slopes=slopes)
+    assert ms.compare_attention(decode(True), q, k, v, **kw).passed
+    res = ms.compare_attention(decode(False), q, k, v, **kw)
+    assert not res.passed
+    # in a decode step (every key before the query) -slope·j and +slope·(j - pos) differ
+    # by a constant per row: the sign flip fits too, and both are named
+    assert "alibi_misaligned" in {d.bug for d in res.diagnoses}, res.report()
+
+
+def test_alibi_with_a_softcap_in_a_decode_step_through_the_transformed_tiers() -> None:
+    # softcap sends the call to the transformed-score tiers (tanh is not a double); the
+    # cap comes first, then ALiBi (FlashAttention's order), as a float mask after a cap
+    q, k, v = _case(9, L=2)
+    q = q * 4
+    seqlens = np.array([6, 40, 17])
+    slopes = np.array([0.5, 0.25, 0.125, 0.0625])
+    got = ms.reference_attention(q, k, v, enable_gqa=True, cache_seqlens=seqlens,
+                                 alibi_slopes=slopes, softcap=2.5, is_causal=True,
+                                 causal_alignment="bottom_right")
+    L, S = 2, k.shape[-2]
+    mask = np.full((B, H, L, S), -np.inf)
+    for b, n in enumerate(seqlens):
+        for h in range(H):
+            for i in range(L):
+                pos = int(n) - L + i
+                mask[b, h, i, :pos + 1] = -slopes[h] * np.abs(np.arange(pos + 1) - pos)
+    want = ms.reference_attention(q, k, v, enable_gqa=True, attn_mask=mask, softcap=2.5)
+    np.testing.assert_array_equal(got.rounded("float64"), want.rounded("float64"))

@@ -180,12 +180,12 @@ def test_a_variant_that_is_not_packed_is_refused_by_the_varlen_doors() -> None:
         ms.reference_attention_varlen(x, x, x, [0, 1, 3], [0, 1, 3], windw=(1, 0))
 
 
-@pytest.mark.parametrize("kw", [
-    {"alibi_slopes": np.array([0.5])}, {"score_mod": ms.alibi_score_mod(np.array([0.5]))}])
+@pytest.mark.parametrize("kw", [{"score_mod": ms.alibi_score_mod(np.array([0.5]))}])
 def test_a_positional_score_op_with_the_kv_cache_is_refused_not_answered_wrongly(
         kw: dict[str, Any]) -> None:
-    # FlashAttention measures ALiBi's distance from query i's own position
-    # cache_seqlens[b] - L + i; the score pipeline has one offset per call
+    # a score_mod's distances have one offset per call, while FlashAttention measures
+    # them from query i's own position cache_seqlens[b] - L + i (ALiBi's keyword reads
+    # those positions itself: tests/oracle/variants/test_kvcache.py)
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, 1, 1, 4))
     k, v = rng.standard_normal((2, 1, 1, 16, 4))
