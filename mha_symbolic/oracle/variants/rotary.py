@@ -36,7 +36,7 @@ at the working precision, precision raised until every rounding is decided.  The
 no double-double tier for rotary (undecided rows go to Arb directly).
 
 **Error model** (testing side, :func:`error_terms`, the ``error`` hook): see its
-docstring; gradients are not certified yet (refused with a clear error).
+docstring.  Gradients: :mod:`.rotary_backward` (the ``backward`` hook).
 """
 
 from __future__ import annotations
@@ -656,6 +656,15 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
     return out
 
 
+def _backward(opts: VariantOptions, prep: Any, grad_output: Any, **common: Any
+              ) -> dict[str, Any]:
+    """The ``backward`` hook: :func:`.rotary_backward.rotary_backward`."""
+    from .rotary_backward import rotary_backward
+
+    rot = rotation_of(opts, prep.geo, int(prep.q64.shape[-1]))
+    return rotary_backward(rot, prep, grad_output, **common)
+
+
 def _rot(x: Any) -> bool:
     return x.opts.rotary is not None
 
@@ -696,5 +705,5 @@ ROTARY = register(Variant(
     summary="rotary embeddings: q, k rotated by position (tables or base), FlashAttention/"
             "HF conventions", transcendental=lambda opts: opts.rotary is not None,
     rotate=rotation_of, rotate_plain=rotate_plain, rotate_emulated=rotate_emulated,
-    error=error_terms, gradients=False,
+    error=error_terms, backward=_backward,
     packed=False, bugs=_BUGS))
