@@ -63,6 +63,7 @@ from .bugs import (
     plain_backward,
 )
 from .model import BACKWARD_KERNEL, backward_error_bound, backward_events, natural_scales
+from .rotated import rotated_backward_comparison
 from .softmax_d import with_softmax_d
 
 __all__ = [
@@ -291,6 +292,18 @@ def compare_attention_backward(
         prep = prepare(query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
                        scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
                        masked_rows=masked_rows)
+        if any(v.rotate is not None for v in variant.active()):
+            if d_sinks is not None or d_alibi_slopes is not None:
+                raise SpecError("d_sinks and d_alibi_slopes with a variant that rotates q "
+                                "and k are not supported")
+            return rotated_backward_comparison(
+                dq, dk, dv, query, key, value, grad_output, prep, variant,
+                call={"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale,
+                      "enable_gqa": enable_gqa, "causal_alignment": causal_alignment,
+                      "masked_rows": masked_rows}, variants=variants, rule=rule,
+                accumulation_dtype=accumulation_dtype, safety=safety, rtol=rtol, atol=atol,
+                ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs,
+                error_model=error_model)
         cap = None
         if variant.has_cap:
             cap, k64, v64, mask = lowered_after_cap(prep)
