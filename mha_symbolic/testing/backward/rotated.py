@@ -36,7 +36,15 @@ from ...oracle.variants.registry import plain_rotation
 from ...oracle.variants.rotary import KernelRotation
 from ..call import AttentionCall
 from ..forward.bugs import _fits
-from ..verdict import Diagnosis, _acc_text, _as_actual, _rule_line, _rule_options
+from ..verdict import (
+    Diagnosis,
+    _acc_text,
+    _as_actual,
+    _as_array,
+    _f64,
+    _rule_line,
+    _rule_options,
+)
 from .bugs import PlainBackward, plain_backward, reduce_to
 from .model import BACKWARD_KERNEL, backward_error_bound, backward_events, natural_scales
 
@@ -83,7 +91,7 @@ class _Flat:
         self.q0, self.k0, self.qr, self.kr = io
         Ev = v64.shape[-1]
         self.v = np.broadcast_to(v64, (*geo.batch, S, Ev)).reshape(B, S, Ev)
-        do = np.asarray(grad_output, dtype=np.float64)
+        do = _f64(_as_array(grad_output, "grad_output"))
         self.do = np.broadcast_to(do, (*geo.batch, L, Ev)).reshape(B, L, Ev)
         keep = None if prep.keep is None else np.ascontiguousarray(
             np.broadcast_to(prep.keep, (*geo.batch, L, S)).reshape(B, L, S))
@@ -114,15 +122,17 @@ class _Flat:
 
 
 def _bounds(fl: _Flat, pb: PlainBackward, model: Any, variant: Any,
-            shapes: dict[str, tuple[int, ...]]) -> tuple[dict[str, Arr], dict[str, Any]]:
-    """(bounds, natural scales) of dq, dk, dv at the inputs' shapes (module docstring)."""
+            shapes: dict[str, tuple[int, ...]], score_model: Any
+            ) -> tuple[dict[str, Arr], dict[str, Any]]:
+    """(bounds, natural scales) of dq, dk, dv at the inputs' shapes (module docstring);
+    ``score_model`` reads the rotation's per-score term (the check's error model)."""
     geo, rot = fl.geo, fl.rot
     B, L, S, E = geo.B, geo.L, geo.S, fl.q0.shape[-1]
     vp = SimpleNamespace(rotation=rot, rotation_inputs=(fl.q0, fl.k0),
                          rotation_outputs=(fl.qr, fl.kr), scale=fl.call(True).effective_scale,
                          opts=variant)
     hook = next(v.error for v in variant.active() if v.rotate is not None and v.error)
-    extra = np.stack([hook(variant, vp, b, slice(0, L), model)[0] for b in range(B)]) \
+    extra = np.stack([hook(variant, vp, b, slice(0, L), score_model)[0] for b in range(B)]) \
         if B else np.zeros((0, L, S))
     flat_shapes: dict[str, tuple[int, ...]] = {"dq": (B, L, E), "dk": (B, S, E),
                                                "dv": (B, S, int(fl.v.shape[-1]))}
@@ -206,15 +216,17 @@ def rotated_backward_comparison(dq: Any, dk: Any, dv: Any, query: Any, key: Any,
         if tuple(a.shape) != tuple(encs[name].shape):
             raise ShapeError(f"{name}.shape={tuple(a.shape)} does not match the shape of the "
                              f"gradient it stands for {tuple(encs[name].shape)}")
-    # the rotation's terms are worst-case bounds: the worst-case propagation (as softcap)
-    emodel = replace(_model_bwd(list(acts.values()), accumulation_dtype, error_model),
-                     kind="worst_case")
+    # the worst-case propagation (as softcap); the rotation's per-score term as the
+    # check's error model reads it (probabilistic: min(worst case, λσ), as the forward's)
+    base = _model_bwd(list(acts.values()), accumulation_dtype, error_model)
+    emodel = replace(base, kind="worst_case")
     fl = _Flat(prep, variant, grad_output, call.get("scale"), call["masked_rows"])
     pb = plain_backward(fl.call(True))
     shapes = {n: tuple(e.shape) for n, e in encs.items()}
     n_el = float(sum(np.prod(sh) for sh in shapes.values()))
     shown = emodel.with_events(*backward_events(pb, max(n_el, 1.0)))
-    bounds, nats = _bounds(fl, pb, shown, variant, shapes)
+    events = backward_events(pb, max(n_el, 1.0))
+    bounds, nats = _bounds(fl, pb, shown, variant, shapes, base.with_events(*events))
     rule_text = _rule_line(rule, shown, safety, rtol, atol, ulps, factor,
                            kernel=BACKWARD_KERNEL + " with rotary")
     titles = {"dq": "grad_query (dq)", "dk": "grad_key (dk)", "dv": "grad_value (dv)"}
