@@ -52,6 +52,7 @@ from ...errors import InputValueError, ShapeError, SpecError
 from ..arith.balls import Prec
 from ..arith.constants import ETA, UP, gamma
 from .protocol import BugClass, Variant, VariantOptions, lengths_differ, own_query_offsets, register
+from .rotary_backward import rotary_backward
 from .semantics import Geometry, float_array
 from .transformed import TransformedProblem
 
@@ -670,8 +671,6 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
 def _backward(opts: VariantOptions, prep: Any, grad_output: Any, **common: Any
               ) -> dict[str, Any]:
     """The ``backward`` hook: :func:`.rotary_backward.rotary_backward`."""
-    from .rotary_backward import rotary_backward
-
     rot = rotation_of(opts, prep.geo, int(prep.q64.shape[-1]))
     return rotary_backward(rot, prep, grad_output, **common)
 

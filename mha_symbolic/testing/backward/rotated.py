@@ -1,6 +1,6 @@
-"""The backward check of a call whose variant rotates q and k (rotary embeddings):
-:func:`rotated_backward_comparison`, reached from
-:func:`~mha_symbolic.testing.backward.compare.compare_attention_backward`.
+"""The backward check of a call whose variant rotates q and k (rotary embeddings): the reference and tolerance
+:func:`~mha_symbolic.testing.backward.compare.compare_attention_backward` judges it by
+(:func:`rotated_check`).
 
 A kernel computes the plain backward at its rotated q̂' = R q, k̂' = R k (in its
 dtype), then dQ = Rᵀ dQ̂', dK = Rᵀ dK̂' (autograd through
@@ -24,7 +24,7 @@ gradient within that variant's tolerance, not within the truth's.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -36,19 +36,11 @@ from ...oracle.variants.registry import plain_rotation
 from ...oracle.variants.rotary import KernelRotation
 from ..call import AttentionCall
 from ..forward.bugs import _fits
-from ..verdict import (
-    Diagnosis,
-    _acc_text,
-    _as_actual,
-    _as_array,
-    _f64,
-    _rule_line,
-    _rule_options,
-)
+from ..verdict import Diagnosis, _as_array, _f64
 from .bugs import PlainBackward, plain_backward, reduce_to
-from .model import BACKWARD_KERNEL, backward_error_bound, backward_events, natural_scales
+from .model import backward_error_bound, backward_events, natural_scales
 
-__all__ = ["rotated_backward_comparison"]
+__all__ = ["RotatedCheck", "rotated_check"]
 
 Arr = np.ndarray
 
@@ -188,17 +180,32 @@ def _diagnose(fl: _Flat, acts: dict[str, Arr], pb: PlainBackward, bounds: dict[s
     return tuple(sorted(found, key=lambda d: d.ratio))
 
 
-def rotated_backward_comparison(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any,
-                                grad_output: Any, prep: Any, variant: Any, *, call: dict[str, Any],
-                                variants: dict[str, Any], rule: str | None,
-                                accumulation_dtype: Any, safety: float | None,
-                                rtol: float | None, atol: float | None, ulps: float | None,
-                                factor: float | None, diagnose_bugs: bool,
-                                error_model: str) -> Any:
-    """compare_attention_backward of a call whose variant rotates q and k (module
-    docstring); ``call`` its plain keywords, ``variants`` its variant keywords."""
-    from .compare import BackwardComparison, _judge_gradients, _model_bwd, _refuse_vacuous
+@dataclass
+class RotatedCheck:
+    """What a rotated call's check needs (module docstring): the reference enclosures,
+    the bounds and natural scales at the inputs' shapes, the model shown in the report,
+    and :meth:`diagnose`."""
 
+    encs: dict[str, Any]
+    bounds: dict[str, Arr]
+    nats: dict[str, Any]
+    shown: Any
+    flat: _Flat
+    pb: PlainBackward
+
+    def diagnose(self, acts: dict[str, Arr], safety: float) -> tuple[Diagnosis, ...]:
+        shapes = {n: tuple(e.shape) for n, e in self.encs.items()}
+        return _diagnose(self.flat, {n: _f64(a) for n, a in acts.items()}, self.pb,
+                         self.bounds, self.shown, shapes, safety)
+
+
+def rotated_check(acts: dict[str, Arr], query: Any, key: Any, value: Any, grad_output: Any,
+                  prep: Any, variant: Any, model: Any, *, rule: str | None,
+                  call: dict[str, Any], variants: dict[str, Any]) -> RotatedCheck:
+    """The reference and the tolerance of a call whose variant rotates q and k, the
+    kernel's gradients ``acts`` (dq, dk, dv) checked for shape; ``model`` the check's
+    error model (its per-score rotation term; the propagation is the worst case),
+    ``call`` the plain keywords, ``variants`` the variant keywords."""
     if rule == "flash":
         raise SpecError("rule='flash' has no simulated kernel with rotary embeddings: use "
                         "rule='model', 'ulp' or 'allclose'")
@@ -208,39 +215,18 @@ def rotated_backward_comparison(dq: Any, dk: Any, dv: Any, query: Any, key: Any,
     if bad:
         raise SpecError(f"gradients with rotary embeddings and {', '.join(bad)} are not "
                         "certified yet: pass rotary with masks that only keep keys")
-    rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
-    acts = {"dq": _as_actual(dq), "dk": _as_actual(dk), "dv": _as_actual(dv)}
     ref = reference_attention_backward(query, key, value, grad_output, **call, **variants)
     encs = {"dq": ref.dq, "dk": ref.dk, "dv": ref.dv}
     for name, a in acts.items():
         if tuple(a.shape) != tuple(encs[name].shape):
             raise ShapeError(f"{name}.shape={tuple(a.shape)} does not match the shape of the "
                              f"gradient it stands for {tuple(encs[name].shape)}")
-    # the worst-case propagation (as softcap); the rotation's per-score term as the
-    # check's error model reads it (probabilistic: min(worst case, λσ), as the forward's)
-    base = _model_bwd(list(acts.values()), accumulation_dtype, error_model)
-    emodel = replace(base, kind="worst_case")
     fl = _Flat(prep, variant, grad_output, call.get("scale"), call["masked_rows"])
     pb = plain_backward(fl.call(True))
     shapes = {n: tuple(e.shape) for n, e in encs.items()}
-    n_el = float(sum(np.prod(sh) for sh in shapes.values()))
-    shown = emodel.with_events(*backward_events(pb, max(n_el, 1.0)))
-    events = backward_events(pb, max(n_el, 1.0))
-    bounds, nats = _bounds(fl, pb, shown, variant, shapes, base.with_events(*events))
-    rule_text = _rule_line(rule, shown, safety, rtol, atol, ulps, factor,
-                           kernel=BACKWARD_KERNEL + " with rotary")
-    titles = {"dq": "grad_query (dq)", "dk": "grad_key (dk)", "dv": "grad_value (dv)"}
-    comps, warns, fits_truth = _judge_gradients(
-        acts, encs, bounds, nats, shown, rule=rule, rule_text=rule_text, safety=safety,
-        rtol=rtol, atol=atol, ulps=ulps, factor=factor, plain=None, titles=titles,
-        masked_nan=call["masked_rows"] == "nan")
-    _refuse_vacuous(comps, shown)
-    passed = all(c_.passed for c_ in comps.values())
-    result = BackwardComparison(passed, rule_text, emodel.fmt.name, _acc_text(emodel), comps,
-                                bounds=bounds, warnings=tuple(warns))
-    if passed or not diagnose_bugs or fits_truth:
-        return result
-    saf = 1.0 if safety is None or rule != "model" else safety
-    found = _diagnose(fl, {n: np.asarray(a, dtype=np.float64) for n, a in acts.items()}, pb,
-                      bounds, shown, shapes, saf)
-    return replace(result, diagnosis_run=True, diagnoses=found)
+    events = backward_events(pb, max(float(sum(np.prod(sh) for sh in shapes.values())), 1.0))
+    # the worst-case propagation (as softcap); the rotation's per-score term as the
+    # check's error model reads it (probabilistic: min(worst case, λσ), as the forward's)
+    shown = replace(model, kind="worst_case").with_events(*events)
+    bounds, nats = _bounds(fl, pb, shown, variant, shapes, model.with_events(*events))
+    return RotatedCheck(encs, bounds, nats, shown, fl, pb)
