@@ -672,7 +672,7 @@ def _backward(opts: VariantOptions, prep: Any, grad_output: Any, **common: Any
               ) -> dict[str, Any]:
     """The ``backward`` hook: :func:`.rotary_backward.rotary_backward`."""
     rot = rotation_of(opts, prep.geo, int(prep.q64.shape[-1]))
-    return rotary_backward(rot, prep, grad_output, **common)
+    return rotary_backward(rot, opts, prep, grad_output, **common)
 
 
 def _rot(x: Any) -> bool:

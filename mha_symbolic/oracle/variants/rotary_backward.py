@@ -28,9 +28,10 @@ could not be decided): rows without an allowed key, rows with one allowed key, u
 rows, rows whose dP is constant over the allowed keys (dO_i = 0, or equal value rows:
 dS_i = 0 exactly), keys only such rows see, and a zero scale.
 
-Not supported with rotary (refused with :class:`~mha_symbolic.errors.SpecError`):
-score operations (softcap, ALiBi, score_mod biases), sinks and a float attn_mask
-(their gradients are functionals of dS at transformed scores, not derived here).
+Not supported with rotary (refused with :class:`~mha_symbolic.errors.SpecError`,
+:func:`refuse_unsupported`): variants that change the scores or add sinks (softcap,
+ALiBi, score_mod biases) and a float attn_mask (their gradients are functionals of dS
+at transformed scores, not derived here).
 """
 
 from __future__ import annotations
@@ -48,17 +49,17 @@ from ..backward.attention import _Flat, _setup
 from ..backward.fast import Radii, tier1_backward
 from ..enclosure import Enclosure, Problem
 
-__all__ = ["rotary_backward"]
+__all__ = ["refuse_unsupported", "rotary_backward"]
 
 Arr = np.ndarray[Any, Any]
 
 
-def _refuse(prep: Any, functionals: tuple[Any, ...]) -> None:
-    what = []
-    if prep.ops:
-        what.append("score operations (softcap, alibi_slopes, score_mod)")
-    if prep.sinks is not None:
-        what.append("sinks")
+def refuse_unsupported(opts: Any, prep: Any, functionals: tuple[Any, ...] = ()) -> None:
+    """Refuse, for the gradients of a rotated call, what they do not cover: a variant
+    that changes the scores or adds sinks (its gradient is a functional of dS at
+    transformed scores, not derived here), and a float attn_mask."""
+    what = [f"{v.name} ({', '.join(v.keywords)})" for v in opts.active()
+            if v.scores is not None or v.sinks is not None]
     if prep.user_madd is not None or functionals:
         what.append("a float attn_mask")
     if what:
@@ -99,14 +100,15 @@ def _flat_rows(allowed: Arr, v: Arr, do: Arr) -> Arr:
     return np.asarray(zero_do | (lo == hi) | ~allowed.any(axis=-1))
 
 
-def rotary_backward(rot: Any, prep: Any, grad_output: Any, *, scale: Any, enable_gqa: bool,
+def rotary_backward(rot: Any, opts: Any, prep: Any, grad_output: Any, *, scale: Any,
+                    enable_gqa: bool,
                     masked_rows: str, progress: bool | None = None,
                     functionals: tuple[Any, ...] = ()) -> dict[str, Enclosure]:
     """The gradients' Enclosures "dq", "dk", "dv" of a rotary call (``rot`` its
     :class:`.rotary.Rotation`, ``prep`` the call's :class:`.forward.Prepared`): the
     ``backward`` hook's work (module docstring)."""
     del progress
-    _refuse(prep, functionals)
+    refuse_unsupported(opts, prep, functionals)
     st = _setup(prep.q64, prep.k64, prep.v64, grad_output, prep.keep, False, scale,
                 enable_gqa, "top_left", masked_rows, 0.0, None)
     B, L, S, E, Ev = st.B, st.L, st.S, st.E, st.Ev

@@ -34,6 +34,7 @@ from ...errors import ShapeError, SpecError
 from ...oracle.api import reference_attention_backward
 from ...oracle.variants.registry import plain_rotation
 from ...oracle.variants.rotary import KernelRotation
+from ...oracle.variants.rotary_backward import refuse_unsupported
 from ..call import AttentionCall
 from ..forward.bugs import _fits
 from ..verdict import Diagnosis, _as_array, _f64
@@ -209,12 +210,7 @@ def rotated_check(acts: dict[str, Arr], query: Any, key: Any, value: Any, grad_o
     if rule == "flash":
         raise SpecError("rule='flash' has no simulated kernel with rotary embeddings: use "
                         "rule='model', 'ulp' or 'allclose'")
-    bad = [n for n, ok in (("score operations (softcap, alibi_slopes, score_mod)", prep.ops),
-                           ("sinks", prep.sinks is not None),
-                           ("a float attn_mask", prep.user_madd is not None)) if ok]
-    if bad:
-        raise SpecError(f"gradients with rotary embeddings and {', '.join(bad)} are not "
-                        "certified yet: pass rotary with masks that only keep keys")
+    refuse_unsupported(variant, prep)
     ref = reference_attention_backward(query, key, value, grad_output, **call, **variants)
     encs = {"dq": ref.dq, "dk": ref.dk, "dv": ref.dv}
     for name, a in acts.items():
