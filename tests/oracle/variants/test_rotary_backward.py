@@ -217,3 +217,32 @@ def test_rotary_gradients_refuse_score_operations_sinks_and_float_masks():
         with pytest.raises(SpecError, match="not certified yet"):
             ms.reference_attention_backward(q[None], k[None], v[None], do[None],
                                             rotary_base=10.0, **extra)
+
+
+def test_a_variant_backward_hook_replaces_the_plain_backward_in_the_door():
+    # the protocol's ``backward`` hook, generic: a test variant whose hook hands the
+    # call's prepared inputs to the plain backward (and counts its calls)
+    from mha_symbolic.oracle.backward.attention import backward_enclosures
+    from mha_symbolic.oracle.variants import protocol
+
+    calls = []
+
+    def hook(opts, prep, grad_output, **common):
+        calls.append(common["enable_gqa"])
+        return backward_enclosures(prep.q64, prep.k64, prep.v64, grad_output,
+                                   attn_mask=prep.keep, scale=common["scale"],
+                                   masked_rows=common["masked_rows"])
+
+    protocol.register(protocol.Variant(
+        name="backward_hook_test", keywords=("hooked",), fields={"hooked": None},
+        parse=lambda hooked=None: {} if hooked is None else {"hooked": True},
+        summary="test", backward=hook))
+    try:
+        q, k, v, do = _data(3, 4, 4)
+        got = ms.reference_attention_backward(q, k, v, do, hooked=True)
+        want = ms.reference_attention_backward(q, k, v, do)
+        assert calls == [False]
+        for a, b in zip(got, want, strict=True):
+            assert np.array_equal(a.rounded("float32"), b.rounded("float32"))
+    finally:
+        protocol.unregister("backward_hook_test")
