@@ -28,10 +28,11 @@ could not be decided): rows without an allowed key, rows with one allowed key, u
 rows, rows whose dP is constant over the allowed keys (dO_i = 0, or equal value rows:
 dS_i = 0 exactly), keys only such rows see, and a zero scale.
 
-Not supported with rotary (refused with :class:`~mha_symbolic.errors.SpecError`,
-:func:`refuse_unsupported`): variants that change the scores or add sinks (softcap,
-ALiBi, score_mod biases) and a float attn_mask (their gradients are functionals of dS
-at transformed scores, not derived here).
+A float attn_mask is an additive part of the scores (exact doubles, as in the
+lowering); its gradient (``d_attn_mask``) is the functional of dS of
+:mod:`..backward.functionals`, in both tiers.  Not supported with rotary (refused with
+:class:`~mha_symbolic.errors.SpecError`, :func:`refuse_unsupported`): variants that
+change the scores or add sinks (softcap, ALiBi, score_mod biases: not derived here).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from ..arith.constants import UP
 from ..backward.arb import arb_backward
 from ..backward.attention import _Flat, _setup
 from ..backward.fast import Radii, tier1_backward
+from ..backward.functionals import arb_part, tier1_part
 from ..enclosure import Enclosure, Problem
 
 __all__ = ["refuse_unsupported", "rotary_backward"]
@@ -54,18 +56,16 @@ __all__ = ["refuse_unsupported", "rotary_backward"]
 Arr = np.ndarray[Any, Any]
 
 
-def refuse_unsupported(opts: Any, prep: Any, functionals: tuple[Any, ...] = ()) -> None:
+def refuse_unsupported(opts: Any, prep: Any) -> None:
     """Refuse, for the gradients of a rotated call, what they do not cover: a variant
     that changes the scores or adds sinks (its gradient is a functional of dS at
-    transformed scores, not derived here), and a float attn_mask."""
+    transformed scores, not derived here)."""
     what = [f"{v.name} ({', '.join(v.keywords)})" for v in opts.active()
             if v.scores is not None or v.sinks is not None]
-    if prep.user_madd is not None or functionals:
-        what.append("a float attn_mask")
     if what:
         raise SpecError(f"gradients with rotary embeddings and {', '.join(what)} are not "
-                        "certified yet: pass rotary with masks that only keep keys (bool "
-                        "attn_mask, is_causal, window, mask_mod, kv_cache)")
+                        "certified yet: pass rotary with masks (attn_mask, is_causal, "
+                        "window, mask_mod, kv_cache)")
 
 
 def _rotate_t(rot: Any, x: Arr, ex: Arr, pos: Arr, tables: tuple[Arr, ...]
@@ -100,57 +100,93 @@ def _flat_rows(allowed: Arr, v: Arr, do: Arr) -> Arr:
     return np.asarray(zero_do | (lo == hi) | ~allowed.any(axis=-1))
 
 
+def _mask(prep: Any) -> Any:
+    """The score model's mask: the kept keys, with a float attn_mask's additive part
+    (-inf off the kept keys), as the lowering builds it."""
+    if prep.user_madd is None:
+        return prep.keep
+    return prep.user_madd if prep.keep is None else np.where(prep.keep, prep.user_madd,
+                                                             -np.inf)
+
+
 def rotary_backward(rot: Any, opts: Any, prep: Any, grad_output: Any, *, scale: Any,
-                    enable_gqa: bool,
-                    masked_rows: str, progress: bool | None = None,
+                    enable_gqa: bool, masked_rows: str, progress: bool | None = None,
                     functionals: tuple[Any, ...] = ()) -> dict[str, Enclosure]:
-    """The gradients' Enclosures "dq", "dk", "dv" of a rotary call (``rot`` its
+    """The gradients' Enclosures "dq", "dk", "dv" (and "fn<n>" for ``functionals[n]``,
+    a float attn_mask's gradient) of a rotary call (``rot`` its
     :class:`.rotary.Rotation`, ``prep`` the call's :class:`.forward.Prepared`): the
     ``backward`` hook's work (module docstring)."""
     del progress
-    refuse_unsupported(opts, prep, functionals)
-    st = _setup(prep.q64, prep.k64, prep.v64, grad_output, prep.keep, False, scale,
-                enable_gqa, "top_left", masked_rows, 0.0, None)
-    B, L, S, E, Ev = st.B, st.L, st.S, st.E, st.Ev
-    tables = rot.spec.float_tables(rot.npos, rot.r)
+    refuse_unsupported(opts, prep)
+    st = _setup(prep.q64, prep.k64, prep.v64, grad_output, _mask(prep), False, scale,
+                enable_gqa, "top_left", masked_rows, 0.0, None, functionals=functionals,
+                mask_grad=False)
     outs = {kind: _Flat(*st.flat[kind], single=bool(
         np.array_equal(np.sort(st.maps[kind]), np.arange(st.flat[kind][0]))))
-        for kind in ("dq", "dk", "dv")}
-    scale_zero = st.c_f == 0.0 and st.rho_c == 0.0
-    kpos = rot.k_positions()
-    for e in range(B):
-        empty = st.empty[e]
-        nan_row = empty & (st.policy == "nan")
-        nan_all = np.full(S, bool(nan_row.any()))
-        if not (L and S):
-            for kind, n, w in (("dq", L, E), ("dk", S, E), ("dv", S, Ev)):
-                z = np.zeros((n, w))
-                outs[kind].add(int(st.maps[kind][e]), z, z, np.ones(n, bool),
-                               np.zeros(n, bool), nan_row if kind == "dq" else nan_all)
-            continue
-        q, k, v, do = st.inputs(e)
-        qpos = rot.q_positions(np.array([e]))[0]
-        qr, eq = rot.float_rotate(q, qpos, tables)
-        kr, ek = rot.float_rotate(k, kpos, tables)
-        hg = tier1_backward(qr, kr, v, do, partial(st.block, e), st.c_f, st.rho_c,
-                            radii=Radii(q=eq, k=ek))
-        allowed = st.dense(e)[0]
-        moving = ~_flat_rows(allowed, v, do) & ~st.uniform[e]
-        live_q = ~empty & (not scale_zero) & moving
-        if hg.live_rows is not None:
-            live_q = live_q & hg.live_rows
-        live_k = hg.live_k & (not scale_zero) & (allowed & live_q[:, None]).any(axis=0)
-        dq, e_dq = _rotate_t(rot, hg.dq, hg.e_dq, qpos, tables)
-        dk, e_dk = _rotate_t(rot, hg.dk, hg.e_dk, kpos, tables)
-        ok_q = hg.row_ok & np.all(np.isfinite(dq) & np.isfinite(e_dq), axis=-1)
-        ok_k = hg.all_ok and bool(np.all(np.isfinite(dk) & np.isfinite(e_dk)))
-        parts = {"dq": (dq, e_dq, ok_q, live_q, nan_row),
-                 "dk": (dk, e_dk, np.full(S, ok_k), live_k, nan_all),
-                 "dv": (hg.dv, hg.e_dv, np.full(S, hg.all_ok), hg.live_v, nan_all)}
-        for kind, (val, err, ok, live, nan) in parts.items():
-            outs[kind].add(int(st.maps[kind][e]), val, err, ok, live, nan)
-    problem = _RotaryBackwardProblem(st, rot)
+        for kind in st.maps}
+    flat_rows = {}
+    for e in range(st.B):
+        flat_rows[e] = _problem(st, rot, e, outs)
+    problem = _RotaryBackwardProblem(st, rot, flat_rows)
     return {kind: outs[kind].enclosure(problem, kind, st.shapes[kind]) for kind in outs}
+
+
+def _problem(st: Any, rot: Any, e: int, outs: dict[str, _Flat]) -> Arr:
+    """Tier 1 of problem e added to ``outs`` (module docstring, 1.); returns its rows
+    whose dS is exactly 0 (:func:`_flat_rows`)."""
+    L, S, E, Ev = st.L, st.S, st.E, st.Ev
+    empty = st.empty[e]
+    nan_row = empty & (st.policy == "nan")
+    nan_all = np.full(S, bool(nan_row.any()))
+    if not (L and S):
+        for kind, n, w in (("dq", L, E), ("dk", S, E), ("dv", S, Ev)):
+            z = np.zeros((n, w))
+            outs[kind].add(int(st.maps[kind][e]), z, z, np.ones(n, bool),
+                           np.zeros(n, bool), nan_row if kind == "dq" else nan_all)
+        for kind, fn in st.functionals.items():
+            z = np.zeros((fn.R, fn.C))
+            outs[kind].add(int(st.maps[kind][e]), z, z, np.ones(fn.R, bool),
+                           np.zeros(fn.R, bool),
+                           nan_row if fn.rowwise else np.asarray([bool(nan_row.any())]))
+        return np.ones(L, dtype=bool)
+    tables = rot.spec.float_tables(rot.npos, rot.r)
+    kpos = rot.k_positions()
+    q, k, v, do = st.inputs(e)
+    qpos = rot.q_positions(np.array([e]))[0]
+    qr, eq = rot.float_rotate(q, qpos, tables)
+    kr, ek = rot.float_rotate(k, kpos, tables)
+    hg = tier1_backward(qr, kr, v, do, partial(st.block, e), st.c_f, st.rho_c,
+                        radii=Radii(q=eq, k=ek), want_ds=bool(st.functionals))
+    allowed = st.dense(e)[0]
+    flat = _flat_rows(allowed, v, do) | st.uniform[e]
+    scale_zero = st.c_f == 0.0 and st.rho_c == 0.0
+    live_q = ~empty & (not scale_zero) & ~flat
+    if hg.live_rows is not None:
+        live_q = live_q & hg.live_rows
+    live_k = hg.live_k & (not scale_zero) & (allowed & live_q[:, None]).any(axis=0)
+    dq, e_dq = _rotate_t(rot, hg.dq, hg.e_dq, qpos, tables)
+    dk, e_dk = _rotate_t(rot, hg.dk, hg.e_dk, kpos, tables)
+    ok_q = hg.row_ok & np.all(np.isfinite(dq) & np.isfinite(e_dq), axis=-1)
+    ok_k = hg.all_ok and bool(np.all(np.isfinite(dk) & np.isfinite(e_dk)))
+    parts = {"dq": (dq, e_dq, ok_q, live_q, nan_row),
+             "dk": (dk, e_dk, np.full(S, ok_k), live_k, nan_all),
+             "dv": (hg.dv, hg.e_dv, np.full(S, hg.all_ok), hg.live_v, nan_all)}
+    for kind, (val, err, ok, live, nan) in parts.items():
+        outs[kind].add(int(st.maps[kind][e]), val, err, ok, live, nan)
+    for kind, fn in st.functionals.items():
+        # dS, as _gradients takes it; the rows whose dS is exactly 0 contribute exactly 0
+        assert hg.ds is not None and hg.e_ds is not None
+        ds = np.where(flat[:, None], 0.0, hg.ds)
+        e_ds = np.where(flat[:, None], 0.0, hg.e_ds)
+        val, err, live = tier1_part(fn, e, ds, e_ds, ~empty & ~flat)
+        if fn.rowwise:
+            ok_f, live_f, nan_f = hg.row_ok, np.asarray(live.any(axis=-1)), nan_row
+        else:
+            ok_f = np.asarray([bool(hg.row_ok.all())])
+            live_f = np.asarray([bool(live.any())])
+            nan_f = np.asarray([bool(nan_row.any())])
+        outs[kind].add(int(st.maps[kind][e]), val, err, ok_f, live_f, nan_f)
+    return flat
 
 
 class _RotaryBackwardProblem(Problem):
@@ -158,10 +194,10 @@ class _RotaryBackwardProblem(Problem):
     flat input of the gradient, ``rows`` its rows (query positions for dq, key
     positions for dk and dv), summed over the problems that share the input."""
 
-    def __init__(self, st: Any, rot: Any) -> None:
-        self.st, self.rot = st, rot
+    def __init__(self, st: Any, rot: Any, flat_rows: dict[int, Arr]) -> None:
+        self.st, self.rot, self.flat_rows = st, rot, flat_rows
         self.groups: dict[str, list[list[int]]] = {}
-        for kind in ("dq", "dk", "dv"):
+        for kind in st.maps:
             g: list[list[int]] = [[] for _ in range(st.flat[kind][0])]
             for e, t in enumerate(st.maps[kind].tolist()):
                 g[t].append(e)
@@ -218,9 +254,12 @@ class _RotaryBackwardProblem(Problem):
             g = [ents[n * S:(n + 1) * S] for n in range(len(rows))]
         else:
             g = [[arb(0)] * S for _ in rows]
-        return arb_backward(g, prec, qm, km, to_arb_mat(v), to_arb_mat(do),
-                            st.block(e, np.asarray(rows, dtype=np.int64)), rows, st.scale,
-                            st.E, st.f, prec, keys)
+        res = arb_backward(g, prec, qm, km, to_arb_mat(v), to_arb_mat(do),
+                           st.block(e, np.asarray(rows, dtype=np.int64)), rows, st.scale,
+                           st.E, st.f, prec, keys)
+        flat = self.flat_rows[e]
+        res.ds = [[arb(0)] * S if flat[i] else row for i, row in zip(rows, res.ds, strict=True)]
+        return res
 
     def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
                  cols: list[int] | None = None) -> list[list[Any]]:
@@ -238,6 +277,12 @@ class _RotaryBackwardProblem(Problem):
                     pos = [int(x) for x in self.rot.q_positions(np.array([e]))[0][rows]]
                     ctx.prec = prec
                     got = self._rot(got, pos, prec, -1)
+                elif kind in st.functionals:
+                    fn = st.functionals[kind]
+                    src = rows if fn.rowwise else list(range(st.L))
+                    got = arb_part(fn, e, self._arb(e, src, None, prec).ds, rows)
+                    if not fn.rowwise:
+                        got = got * len(rows)
                 else:
                     res = self._arb(e, list(range(st.L)), rows, prec)
                     got = res.dv

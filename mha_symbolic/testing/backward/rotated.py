@@ -86,9 +86,11 @@ class _Flat:
         self.v = np.broadcast_to(v64, (*geo.batch, S, Ev)).reshape(B, S, Ev)
         do = _f64(_as_array(grad_output, "grad_output"))
         self.do = np.broadcast_to(do, (*geo.batch, L, Ev)).reshape(B, L, Ev)
-        keep = None if prep.keep is None else np.ascontiguousarray(
-            np.broadcast_to(prep.keep, (*geo.batch, L, S)).reshape(B, L, S))
-        self.keep = keep
+        mask = prep.keep
+        if prep.user_madd is not None:   # a float attn_mask: additive, -inf off the keys
+            mask = prep.user_madd if mask is None else np.where(mask, prep.user_madd, -np.inf)
+        self.keep = None if mask is None else np.ascontiguousarray(
+            np.broadcast_to(mask, (*geo.batch, L, S)).reshape(B, L, S))
         self.scale, self.masked_rows = scale, masked_rows
         self.qpos = rot.q_positions(range(B))
         self.kpos = np.broadcast_to(rot.k_positions(), (B, S))

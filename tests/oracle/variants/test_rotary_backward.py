@@ -63,8 +63,10 @@ def mp_rotary_grads(q: Any, k: Any, v: Any, do: Any, **kw: Any
 def mp_grads(q: Any, k: Any, v: Any, do: Any, *, base: float | None = None,
              scale_pos: float = 1.0, cos: Any = None, sin: Any = None,
              interleaved: bool = False, rotary_dim: int | None = None,
-             q_offset: int | None = None, keep: Any = None) -> tuple[list[list[Any]], ...]:
-    """dq, dk, dv of one head (L, E), (S, E), (S, Ev), (L, Ev) as mpf values at DPS:
+             q_offset: int | None = None, keep: Any = None, madd: Any = None,
+             want_ds: bool = False) -> tuple[list[list[Any]], ...]:
+    """dq, dk, dv (and dS with ``want_ds``) of one head (L, E), (S, E), (S, Ev), (L, Ev)
+    as mpf values at DPS, ``madd`` (L, S) added to the scores:
     dV = Pᵀ dO, dP = dO Vᵀ, dS = P∘(dP − rowsum(dP∘P)), dQ' = c dS K', dK' = c dSᵀ Q',
     then dQ = Rᵀ dQ', dK = Rᵀ dK' (queries at q_offset + i, default S - L; keys at j)."""
     with mp.workdps(DPS):
@@ -88,7 +90,8 @@ def mp_grads(q: Any, k: Any, v: Any, do: Any, *, base: float | None = None,
             js = [j for j in range(S) if keep is None or keep[i][j]]
             if not js:
                 continue
-            sc = {j: c * mp.fsum(a * b for a, b in zip(Q[i], K[j], strict=True)) for j in js}
+            sc = {j: c * mp.fsum(a * b for a, b in zip(Q[i], K[j], strict=True))
+                  + (0 if madd is None else mp.mpf(float(madd[i][j]))) for j in js}
             top = max(sc.values())
             w = {j: mp.exp(sc[j] - top) for j in js}
             d = mp.fsum(w.values())
@@ -108,7 +111,7 @@ def mp_grads(q: Any, k: Any, v: Any, do: Any, *, base: float | None = None,
                 for j in range(S)]
         dq = [_rotate(dq_r[i], qa[i], pairs, -1) for i in range(L)]
         dk = [_rotate(dk_r[j], ka[j], pairs, -1) for j in range(S)]
-        return dq, dk, dv
+        return (dq, dk, dv, dS) if want_ds else (dq, dk, dv)
 
 
 def _data(L: int, S: int, E: int, dtype: type = np.float32) -> tuple[np.ndarray, ...]:
@@ -210,10 +213,40 @@ def test_rotary_structural_zeros_are_exact():
     assert not np.any(g4.dq.rounded()) and not np.any(g4.dk.rounded())
 
 
-def test_rotary_gradients_refuse_score_operations_sinks_and_float_masks():
+def test_rotary_gradients_with_a_float_mask_and_its_gradient():
+    # an additive float mask (exact doubles, -inf entries off) and d_attn_mask = dS
+    q, k, v, do = _data(3, 5, 4)
+    madd = RNG.standard_normal((3, 5)).astype(np.float32)
+    madd[0, 4] = -np.inf
+    g = ms.reference_attention_backward(q, k, v, do, rotary_base=300.0, attn_mask=madd)
+    keep = madd != -np.inf
+    with mp.workdps(DPS):
+        want = mp_grads(q, k, v, do, base=300.0, keep=keep,
+                        madd=np.where(keep, madd, 0.0), want_ds=True)
+        for enc, rows in zip((g.dq, g.dk, g.dv, g.d_attn_mask), want, strict=True):
+            assert np.array_equal(enc.rounded("float64"), _rnd(rows))
+    assert g.d_attn_mask.rounded()[0, 4] == 0.0
+
+
+def test_rotary_mask_gradient_broadcast_over_rows_with_a_zero_grad_output_row():
+    # a (1, S) mask: d_attn_mask sums dS over the rows; row 1 has dO = 0, so dS = 0 there
+    # exactly (its Arb balls are exact zeros, not balls around 0)
+    q, k, v, do = _data(3, 5, 4, np.float64)
+    do[1] = 0.0
+    madd = RNG.standard_normal((1, 5))
+    g = ms.reference_attention_backward(q, k, v, do, rotary_base=300.0, attn_mask=madd)
+    with mp.workdps(DPS):
+        ds = mp_grads(q, k, v, do, base=300.0, madd=np.broadcast_to(madd, (3, 5)),
+                      want_ds=True)[3]
+        want = _rnd([[mp.fsum(ds[i][j] for i in range(3)) for j in range(5)]])
+    assert np.array_equal(g.d_attn_mask.rounded("float64"), want)
+    assert g.dq.rounded()[1].tolist() == [0.0] * 4
+
+
+def test_rotary_gradients_refuse_score_operations_and_sinks():
     q, k, v, do = _data(2, 3, 4)
     for extra in ({"softcap": 5.0}, {"sinks": np.zeros(1)},
-                  {"attn_mask": np.zeros((2, 3), np.float32)}):
+                  {"alibi_slopes": np.ones(1, np.float32)}):
         with pytest.raises(SpecError, match="not certified yet"):
             ms.reference_attention_backward(q[None], k[None], v[None], do[None],
                                             rotary_base=10.0, **extra)

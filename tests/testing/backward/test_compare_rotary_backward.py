@@ -51,10 +51,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave
 
 
 def rope_attention(q, k, v, *, r, base=10000.0, interleaved=False, q_offset=None,
-                   causal=False, tables=None, key_len=None, bug=None):
+                   causal=False, tables=None, key_len=None, madd=None, bug=None):
     """RoPE then SDPA (GQA: k, v heads repeated); queries at q_offset + i (default
     S - L), keys at j, only the first ``key_len`` keys attended (a KV cache's valid
-    rows); returns (out, (q', k')) with q', k' keeping their .grad."""
+    rows), ``madd`` (L, S) a float mask added to the scores (HF's additive mask);
+    returns (out, (q', k')) with q', k' keeping their .grad."""
     L, S = q.shape[-2], k.shape[-2]
     off = S - L if q_offset is None else q_offset
     if tables is not None:
@@ -78,6 +79,8 @@ def rope_attention(q, k, v, *, r, base=10000.0, interleaved=False, q_offset=None
     if key_len is not None:
         valid = (torch.arange(S) < key_len)[None, :].expand(L, S)
         mask = valid if mask is None else mask & valid
+    if madd is not None:
+        mask = madd if mask is None else madd.masked_fill(~mask, float("-inf"))
     return F.scaled_dot_product_attention(qr, ke, ve, attn_mask=mask), (qr, kr)
 
 
@@ -143,6 +146,25 @@ def test_tables_and_kv_cache_positions_have_no_false_alarm(dtype):
                                             rotary_sin=sin.numpy(),
                                             cache_seqlens=np.array([7]))
         assert res.passed, res.report()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_an_additive_float_mask_has_no_false_alarm(dtype):
+    # an additive mask: a bias, and -inf on a padded last key (a mask of the dtype's most
+    # negative value gets no verdict, as without rotary: its score bound is vacuous)
+    L, S, E = 3, 8, 16
+    g = torch.Generator().manual_seed(5)
+    madd = (torch.rand(L, S, generator=g, dtype=torch.float64) - 0.5).to(dtype)
+    madd[:, -1] = float("-inf")
+    for seed in range(3):
+        grads, (q, k, v, do) = _grads(dtype, seed, L, S, E, r=8, madd=madd)
+        res = ms.compare_attention_backward(*grads, q, k, v, do, attn_mask=madd.numpy(),
+                                            rotary_base=10000.0, rotary_dim=8)
+        assert res.passed, res.report()
+        bad, _ = _grads(dtype, seed, L, S, E, r=8, madd=madd, bug="rotation_not_transposed")
+        res = ms.compare_attention_backward(*bad, q, k, v, do, attn_mask=madd.numpy(),
+                                            rotary_base=10000.0, rotary_dim=8)
+        assert [d.bug for d in res.diagnoses][:1] == ["rotation_not_transposed"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
