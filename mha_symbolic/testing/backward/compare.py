@@ -251,7 +251,11 @@ def compare_attention_backward(
     kernel's gradients of the sink logits and ALiBi slopes, judged against
     :func:`mha_symbolic.reference_attention_backward`'s with the sums of the mask
     gradient's bounds they add (docs/gradients.md §11.6).  Tables' gradients and
-    ``d_attn_mask`` with variants have no tolerance model here.
+    ``d_attn_mask`` with variants have no tolerance model here.  Rotary embeddings
+    (``rotary_base`` or ``rotary_cos``/``rotary_sin``, with masks): the plain model at
+    the rotated inputs with the rotation's terms and Rᵀ, worst-case propagation
+    (:mod:`.rotated`), the diagnosis naming ``rotation_not_transposed`` and
+    ``rotation_missing``.
 
     ``softmax_d``: the kernel's D = rowsum(dO ∘ O) (…, H_q, L) where it exposes it
     (FlashAttention's ``softmax_d``), judged too (:mod:`.softmax_d`; plain attention;
