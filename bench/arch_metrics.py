@@ -40,7 +40,7 @@ RANKS = {
     "testing": [("options", "tolerance", "call"), ("forward",), ("backward",),
                 ("verdict", "report"),
                 ("forward.compare", "forward.variants", "forward.mha", "forward.kvcache",
-                 "backward.compare", "backward.mha", "backward.softmax_d"),
+                 "backward.compare", "backward.mha", "backward.softmax_d", "backward.rotated"),
                 ("check", "source_items", "strategies"), ("pytest_plugin",)],
 }
 

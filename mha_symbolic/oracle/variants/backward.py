@@ -214,7 +214,12 @@ def variant_attention_backward(
     fns = _Functionals(prep, opts, attn_mask)
     common = {"scale": scale, "enable_gqa": prep.group > 1, "masked_rows": masked_rows,
               "progress": progress, "functionals": tuple(fns.items)}
-    if prep.lowerable:
+    own = [v.backward for v in opts.active() if v.backward is not None]
+    if len(own) > 1:
+        raise SpecError("two variants compute the gradients themselves")
+    if own:
+        res = own[0](opts, prep, grad_output, **common)
+    elif prep.lowerable:
         k64, v64, mask = lowered(prep)
         res = backward_enclosures(prep.q64, k64, v64, grad_output, attn_mask=mask,
                                   mask_grad=False, **common)

@@ -26,6 +26,12 @@ What a variant may contribute, each optional:
   ``error(opts, vp, b, rows, model)`` -> (independent bound, variance) per score,
   added to :class:`~mha_symbolic.testing.forward.model.ScoreExtras`;
 * ``gradients`` — False when its gradients are not certified (the backward refuses);
+* ``backward`` — the variant computes the call's gradients itself (rotary: the plain
+  tiers on the rotated q', k', then Rᵀ): ``backward(opts, prep, grad_output, **common)``
+  -> {"dq", "dk", "dv": Enclosure} in place of the plain backward's
+  (:func:`.backward.variant_attention_backward`; ``prep`` its
+  :class:`.forward.Prepared`, ``common`` the scale, GQA, masked_rows, progress and
+  functionals keywords);
 * ``bugs`` — its bug classes, as data (:class:`BugClass`): a mistake kernels make
   with it, when it applies to a call and the switches of the testing side's float64
   evaluation that reproduce it; the testing catalogue collects them from here;
@@ -109,6 +115,7 @@ class Variant:
     rotate_emulated: Callable[..., list[tuple[str, Any, Any]]] | None = None
     error: Callable[..., tuple[Any, Any]] | None = None
     gradients: bool = True
+    backward: Callable[..., dict[str, Any]] | None = None
     bugs: tuple[BugClass, ...] = field(default=())
     sequence: Callable[[VariantOptions, int, int], dict[str, Any]] | None = None
     packed: bool = True

@@ -36,7 +36,7 @@ at the working precision, precision raised until every rounding is decided.  The
 no double-double tier for rotary (undecided rows go to Arb directly).
 
 **Error model** (testing side, :func:`error_terms`, the ``error`` hook): see its
-docstring; gradients are not certified yet (refused with a clear error).
+docstring.  Gradients: :mod:`.rotary_backward` (the ``backward`` hook).
 """
 
 from __future__ import annotations
@@ -52,11 +52,12 @@ from ...errors import InputValueError, ShapeError, SpecError
 from ..arith.balls import Prec
 from ..arith.constants import ETA, UP, gamma
 from .protocol import BugClass, Variant, VariantOptions, lengths_differ, own_query_offsets, register
+from .rotary_backward import rotary_backward
 from .semantics import Geometry, float_array
 from .transformed import TransformedProblem
 
-__all__ = ["ROTARY", "RotarySpec", "Rotation", "error_terms", "rotate_emulated", "rotate_plain",
-           "rotation_of"]
+__all__ = ["ROTARY", "KernelRotation", "RotarySpec", "Rotation", "error_terms",
+           "rotate_emulated", "rotate_plain", "rotation_of"]
 
 _KEYWORDS = ("rotary_cos", "rotary_sin", "rotary_interleaved", "rotary_dim", "rotary_base",
              "rotary_position_scale")
@@ -446,6 +447,51 @@ def rotation_of(opts: VariantOptions, geo: Geometry, E: int) -> Rotation:
     return Rotation(opts.rotary, geo, E, query_offsets(opts, geo))
 
 
+class KernelRotation:
+    """A kernel's rotation errors (:func:`error_terms`' model: tables ĉ, ŝ, the angles'
+    error in fp32 for ``rotary_base``, the rotation in u_r = max(u, u_a), the store in
+    u), for the testing side: :meth:`bounds` of each rotated element."""
+
+    def __init__(self, rot: Rotation, model: Any) -> None:
+        self.rot = rot
+        self.u, ua = model.u, model.ua
+        self.ur = max(self.u, ua)
+        spec = rot.spec
+        self.c, self.s, _, _ = spec.float_tables(rot.npos, rot.r)
+        r = rot.r
+        m = np.arange(r // 2)
+        if spec.tables:
+            self.ang = np.zeros((rot.npos, r // 2))
+            self.t_store = 0.0
+        else:
+            assert spec.base is not None
+            freq = (spec.base ** (-2.0 * m / r)) / spec.scale
+            x = 2.0 * m / r
+            x_err = np.abs(x.astype(np.float32).astype(np.float64) - x)  # the exponent's rounding
+            ops = 6.0 + (2.0 if spec.scale != 1.0 else 0.0)
+            rel = abs(math.log(spec.base)) * x_err + ops * ua
+            theta = np.arange(rot.npos)[:, None] * freq[None, :]
+            self.ang = rel[None, :] * theta + 2.0 * ua
+            self.t_store = self.u
+
+    def bounds(self, x0: np.ndarray[Any, Any], xr: np.ndarray[Any, Any],
+               pos: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """(roundings, angles): the bound on each element of xr = R x0 (or of Rᵀ x0:
+        the same magnitudes) a kernel computes, split in its two kinds."""
+        rot, u, ur, t_store = self.rot, self.u, self.ur, self.t_store
+        xa, xb = np.abs(x0[..., rot.ia]), np.abs(x0[..., rot.ib])
+        cp, sp, ap = np.abs(self.c[pos]), np.abs(self.s[pos]), self.ang[pos]
+        rnd = u * np.abs(xr)
+        angle = np.zeros_like(rnd)
+        tq = xa * cp + xb * sp
+        rnd[..., rot.ia] += t_store * tq + 2.02 * ur * tq
+        angle[..., rot.ia] = ap * (xa + xb)
+        tk = xb * cp + xa * sp
+        rnd[..., rot.ib] += t_store * tk + 2.02 * ur * tk
+        angle[..., rot.ib] = ap * (xa + xb)
+        return rnd, angle
+
+
 def error_terms(opts: VariantOptions, vp: Any, b: int, rows: slice, model: Any
                 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """The kernel's rotation errors as a bound on each score's error (rows, S): the
@@ -477,48 +523,14 @@ def error_terms(opts: VariantOptions, vp: Any, b: int, rows: slice, model: Any
     the probabilistic model the per-score bound returned is min(worst case, λσ), as the
     model reads roundings (Higham & Mary); under "worst_case" the worst case."""
     rot: Rotation = vp.rotation
-    u, ua = model.u, model.ua
-    ur = max(u, ua)
-    spec = rot.spec
     q0 = vp.rotation_inputs[0][b][rows]
     k0 = vp.rotation_inputs[1][b]
     qr = vp.rotation_outputs[0][b][rows]
     kr = vp.rotation_outputs[1][b]
     pq = rot.q_positions(np.array([b]))[0][rows]
     pk = rot.k_positions()
-    c, s, _, _ = spec.float_tables(rot.npos, rot.r)
-    r = rot.r
-    m = np.arange(r // 2)
-    if spec.tables:
-        ang = np.zeros((rot.npos, r // 2))
-        t_store = 0.0
-    else:
-        assert spec.base is not None
-        freq = (spec.base ** (-2.0 * m / r)) / spec.scale
-        x = 2.0 * m / r
-        x_err = np.abs(x.astype(np.float32).astype(np.float64) - x)  # the exponent's rounding
-        ops = 6.0 + (2.0 if spec.scale != 1.0 else 0.0)
-        rel = abs(math.log(spec.base)) * x_err + ops * ua
-        theta = np.arange(rot.npos)[:, None] * freq[None, :]
-        ang = rel[None, :] * theta + 2.0 * ua
-        t_store = u
-
-    def delta(x0: np.ndarray[Any, Any], xr: np.ndarray[Any, Any], pos: np.ndarray[Any, Any]
-              ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        # (roundings, angles): the element's bound split in its two kinds
-        xa, xb = np.abs(x0[..., rot.ia]), np.abs(x0[..., rot.ib])
-        cp, sp, ap = np.abs(c[pos]), np.abs(s[pos]), ang[pos]
-        rnd = u * np.abs(xr)
-        angle = np.zeros_like(rnd)
-        tq = xa * cp + xb * sp
-        rnd[..., rot.ia] += t_store * tq + 2.02 * ur * tq
-        angle[..., rot.ia] = ap * (xa + xb)
-        tk = xb * cp + xa * sp
-        rnd[..., rot.ib] += t_store * tk + 2.02 * ur * tk
-        angle[..., rot.ib] = ap * (xa + xb)
-        return rnd, angle
-
-    (rq, aq), (rk, ak) = delta(q0, qr, pq), delta(k0, kr, pk)
+    kernel = KernelRotation(rot, model)
+    (rq, aq), (rk, ak) = kernel.bounds(q0, qr, pq), kernel.bounds(k0, kr, pk)
     dq, dk = rq + aq, rk + ak
     cc = abs(float(vp.scale))
     aqr, akr = np.abs(qr), np.abs(kr)
@@ -656,6 +668,13 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
     return out
 
 
+def _backward(opts: VariantOptions, prep: Any, grad_output: Any, **common: Any
+              ) -> dict[str, Any]:
+    """The ``backward`` hook: :func:`.rotary_backward.rotary_backward`."""
+    rot = rotation_of(opts, prep.geo, int(prep.q64.shape[-1]))
+    return rotary_backward(rot, opts, prep, grad_output, **common)
+
+
 def _rot(x: Any) -> bool:
     return x.opts.rotary is not None
 
@@ -696,5 +715,5 @@ ROTARY = register(Variant(
     summary="rotary embeddings: q, k rotated by position (tables or base), FlashAttention/"
             "HF conventions", transcendental=lambda opts: opts.rotary is not None,
     rotate=rotation_of, rotate_plain=rotate_plain, rotate_emulated=rotate_emulated,
-    error=error_terms, gradients=False,
+    error=error_terms, backward=_backward,
     packed=False, bugs=_BUGS))

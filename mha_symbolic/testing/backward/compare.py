@@ -63,6 +63,7 @@ from .bugs import (
     plain_backward,
 )
 from .model import BACKWARD_KERNEL, backward_error_bound, backward_events, natural_scales
+from .rotated import rotated_check
 from .softmax_d import with_softmax_d
 
 __all__ = [
@@ -250,7 +251,11 @@ def compare_attention_backward(
     kernel's gradients of the sink logits and ALiBi slopes, judged against
     :func:`mha_symbolic.reference_attention_backward`'s with the sums of the mask
     gradient's bounds they add (docs/gradients.md §11.6).  Tables' gradients and
-    ``d_attn_mask`` with variants have no tolerance model here.
+    ``d_attn_mask`` with variants have no tolerance model here.  Rotary embeddings
+    (``rotary_base`` or ``rotary_cos``/``rotary_sin``, with masks): the plain model at
+    the rotated inputs with the rotation's terms and Rᵀ, worst-case propagation
+    (:mod:`.rotated`), the diagnosis naming ``rotation_not_transposed`` and
+    ``rotation_missing``.
 
     ``softmax_d``: the kernel's D = rowsum(dO ∘ O) (…, H_q, L) where it exposes it
     (FlashAttention's ``softmax_d``), judged too (:mod:`.softmax_d`; plain attention;
@@ -291,6 +296,18 @@ def compare_attention_backward(
         prep = prepare(query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
                        scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
                        masked_rows=masked_rows)
+        if any(v.rotate is not None for v in variant.active()):
+            if d_sinks is not None or d_alibi_slopes is not None:
+                raise SpecError("d_sinks and d_alibi_slopes with a variant that rotates q "
+                                "and k are not supported")
+            return _compare_rotated(
+                dq, dk, dv, query, key, value, grad_output, prep, variant,
+                call={"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale,
+                      "enable_gqa": enable_gqa, "causal_alignment": causal_alignment,
+                      "masked_rows": masked_rows}, variants=variants, rule=rule,
+                accumulation_dtype=accumulation_dtype, safety=safety, rtol=rtol, atol=atol,
+                ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs,
+                error_model=error_model)
         cap = None
         if variant.has_cap:
             cap, k64, v64, mask = lowered_after_cap(prep)
@@ -326,6 +343,35 @@ def compare_attention_backward(
         safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor,
         diagnose_bugs=diagnose_bugs, error_model=error_model, sink_keys=0, softcap=None)
     return replace(result, warnings=(*result.warnings, *note)) if note else result
+
+
+def _compare_rotated(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any,
+                     grad_output: Any, prep: Any, variant: Any, *, call: dict[str, Any],
+                     variants: dict[str, Any], rule: str | None, accumulation_dtype: Any,
+                     safety: float | None, rtol: float | None, atol: float | None,
+                     ulps: float | None, factor: float | None, diagnose_bugs: bool,
+                     error_model: str) -> BackwardComparison:
+    """compare_attention_backward of a call whose variant rotates q and k: the reference
+    and tolerance of :mod:`.rotated`, judged as the plain check's."""
+    acts = {"dq": _as_actual(dq), "dk": _as_actual(dk), "dv": _as_actual(dv)}
+    base = _model_bwd(list(acts.values()), accumulation_dtype, error_model)
+    chk = rotated_check(acts, query, key, value, grad_output, prep, variant, base, rule=rule,
+                        call=call, variants=variants)
+    rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
+    rule_text = _rule_line(rule, chk.shown, safety, rtol, atol, ulps, factor,
+                           kernel=BACKWARD_KERNEL + " with rotary")
+    comps, warns, fits_truth = _judge_gradients(
+        acts, chk.encs, chk.bounds, chk.nats, chk.shown, rule=rule, rule_text=rule_text,
+        safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor, plain=None,
+        titles={n: f"{t} ({n})" for n, t in _GRADS}, masked_nan=call["masked_rows"] == "nan")
+    _refuse_vacuous(comps, chk.shown)
+    passed = all(c_.passed for c_ in comps.values())
+    result = BackwardComparison(passed, rule_text, base.fmt.name, _acc_text(base), comps,
+                                bounds=chk.bounds, warnings=tuple(warns))
+    if passed or not diagnose_bugs or fits_truth:
+        return result
+    saf = 1.0 if safety is None or rule != "model" else safety
+    return replace(result, diagnosis_run=True, diagnoses=chk.diagnose(acts, saf))
 
 
 def _exactly_scaled(x: np.ndarray, n: int) -> np.ndarray | None:

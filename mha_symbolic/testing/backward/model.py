@@ -141,7 +141,8 @@ def _rs(a: Arr) -> Arr:
 class _Parts:
     """Per-problem error magnitudes shared by both bounds (``model``'s λs set)."""
 
-    def __init__(self, pb: PlainBackward, model: ErrorModel) -> None:
+    def __init__(self, pb: PlainBackward, model: ErrorModel, score_extra: Arr | None = None
+                 ) -> None:
         u, ua = model.u, model.ua
         self.u, self.ua, self.eta = u, ua, model.eta
         q, k, v, do = pb.q, pb.k, pb.v, pb.do
@@ -169,6 +170,9 @@ class _Parts:
             size = np.abs(pb.capped) if pb.mask_add is None \
                 else np.abs(pb.capped) + np.abs(pb.mask_add)
             self.sig_s = np.where(allowed, cap * self.e_t + (K_SCORE * ua + u) * size, 0.0)
+        if score_extra is not None:
+            # a variant's own bound on each score's error (rotary: the kernel's rotation)
+            self.sig_s = self.sig_s + np.where(allowed, score_extra, 0.0)
         self.rho = K_EXP * ua + u
         self.p, self.w = pb.p, pb.w
         self.keep_f = (np.where(pb.w > 0, pb.w / np.where(pb.p > 0, pb.p, 1.0), 0.0)
@@ -189,7 +193,7 @@ class _Parts:
         fwd = batched_attention_error_bound(q, k, v, np.where(allowed, pb.p, 0.0), scale=pb.scale,
                                     allowed=allowed, mask_add=madd, out=pb.out,
                                     model=model)
-        if pb.cap is not None:
+        if pb.cap is not None or score_extra is not None:
             with np.errstate(over="ignore"):
                 spread = np.expm1(np.minimum(2.0 * np.max(self.sig_s, axis=-1, keepdims=True,
                                                           initial=0.0), 700.0))
@@ -211,12 +215,15 @@ class _Parts:
 
 def backward_error_bound(pb: PlainBackward, model: ErrorModel, *,
                          shapes: dict[str, tuple[int, ...]],
-                         events: tuple[float, float] | None = None) -> dict[str, Arr]:
+                         events: tuple[float, float] | None = None,
+                         score_extra: Arr | None = None) -> dict[str, Arr]:
     """The model's bound on |kernel − exact| for each gradient, at the inputs' shapes
     (``shapes``: "dq", "dk", "dv" and, for a float mask, "d_attn_mask"); ``model`` as
     :func:`~mha_symbolic.testing.tolerance.error_model` makes it for the gradients'
     dtype (its λs are set here for the whole check, whose events are ``events``, by
-    default :func:`backward_events` of these gradients).
+    default :func:`backward_events` of these gradients).  ``score_extra`` (shaped like
+    the scores): a further bound on each score's error, added to σs (and, as the
+    softcap's, to D's forward bound); the worst-case propagation then.
 
     >>> import numpy as np
     >>> from mha_symbolic.testing.backward.bugs import plain_backward
@@ -231,8 +238,8 @@ def backward_error_bound(pb: PlainBackward, model: ErrorModel, *,
     n_el = float(sum(math.prod(s) for s in shapes.values()))
     model = model.with_events(*(events if events is not None
                                 else backward_events(pb, max(n_el, 1.0))))
-    parts = _Parts(pb, model)
-    if model.kind == "worst_case" or pb.cap is not None:
+    parts = _Parts(pb, model, score_extra)
+    if model.kind == "worst_case" or pb.cap is not None or score_extra is not None:
         # a softcap: the worst-case propagation (its sensitivities are those of plain
         # attention with dS' ∘ (1 − t²); the probabilistic ones are not derived for it)
         per = _worst(parts)

@@ -205,14 +205,6 @@ def test_rotary_interleaved_alone_is_no_rotary_as_flashattention():
                           .rounded("float64"))
 
 
-def test_rotary_backward_is_refused_with_a_clear_error():
-    q, k, v = _qkv(2, 4, 4)
-    with pytest.raises(SpecError, match="not certified yet"):
-        ms.reference_attention_backward(q, k, v, v[..., :2, :], rotary_base=10.0)
-    with pytest.raises(SpecError, match="not certified yet"):
-        ms.compare_attention_backward(q, k, v, q, k, v, v[..., :2, :], rotary_base=10.0)
-
-
 @pytest.mark.parametrize("door", ["reference_attention", "compare_attention",
                                   "assert_attention_close", "check_attention"])
 def test_rotary_keywords_reach_every_door(door):

@@ -152,12 +152,12 @@ def test_error_hook_covers_real_fp32_rope_at_long_positions_and_the_angle_term_i
     assert np.any(err > 10 * ind2)
 
 
-def test_check_attention_judges_the_output_and_says_why_not_the_gradients():
+def test_check_attention_judges_the_output_and_the_gradients():
     q, k, v = _qkv(4, 16, 16, torch.float32, 21)
     res = ms.check_attention(lambda q, k, v: hf_attention(q, k, v, base=10000.0), q, k, v,
                              rotary_base=10000.0)
-    assert res.passed and res.backward is None
-    assert "rotary" in res.no_gradients and "gradients not checked" in res.report()
+    assert res.passed and res.backward is not None and res.backward.passed
+    assert not res.no_gradients
     with pytest.raises(AttentionMismatchError):
         ms.check_attention(lambda q, k, v: hf_attention(q, k, v, base=10000.0,
                                                         bug="rotary_interleaved_swapped"),

@@ -1,0 +1,140 @@
+"""Rotary gradients (issue 24 item 3): false alarms of compare_attention_backward on
+torch autograd through plain-torch GPT-NeoX / GPT-J RoPE + SDPA (the kernels of
+tests/testing/backward/test_compare_rotary_backward.py), in float32 and float64,
+tightness (worst observed error / tolerance), the two rotary backward bug classes
+(caught, named, and by how much they fail), and the certified reference's time
+against plain attention's gradients (one BLAS thread).
+
+    OMP_NUM_THREADS=1 python bench/bench_rotary_backward.py [--seeds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "testing" / "backward"))
+
+import torch  # noqa: E402
+from test_compare_rotary_backward import CASES, _grads  # noqa: E402
+
+import mha_symbolic as ms  # noqa: E402
+
+LONG = {  # name: (L, S, E, kernel keywords, check keywords)
+    "neox_S512": (8, 512, 64, {"r": 64}, {"rotary_base": 10000.0}),
+    "gptj_S1024_r16": (4, 1024, 32, {"r": 16, "interleaved": True},
+                       {"rotary_base": 10000.0, "rotary_dim": 16, "rotary_interleaved": True}),
+    "neox_base5e5_r32": (16, 256, 64, {"r": 32, "base": 500000.0},
+                         {"rotary_base": 500000.0, "rotary_dim": 32}),
+}
+BUGS = ("rotation_not_transposed", "rotation_missing")
+
+
+def _worst(res: object) -> float:
+    return max(c.worst.ratio for c in res.gradients.values() if c.worst)  # type: ignore[attr-defined]
+
+
+def sweep(seeds: int) -> None:
+    cases = {n: (L, S, E, H, Hkv, kern, ours) for n, (L, S, E, H, Hkv, kern, ours)
+             in CASES.items()}
+    cases.update({n: (L, S, E, 2, 2, kern, ours) for n, (L, S, E, kern, ours) in LONG.items()})
+    for dtype in (torch.float32, torch.float64):
+        t0 = time.perf_counter()
+        n = alarms = 0
+        worst = 0.0
+        bug_min = {b: np.inf for b in BUGS}
+        named = {b: 0 for b in BUGS}
+        for name, (L, S, E, H, Hkv, kern, ours) in cases.items():
+            for seed in range(seeds):
+                g, (q, k, v, do) = _grads(dtype, seed, L, S, E, H, Hkv, **kern)
+                res = ms.compare_attention_backward(*g, q, k, v, do, **ours)
+                n += 1
+                alarms += not res.passed
+                worst = max(worst, _worst(res))
+                for bug in BUGS:
+                    gb, _ = _grads(dtype, seed, L, S, E, H, Hkv, bug=bug, **kern)
+                    rb = ms.compare_attention_backward(*gb, q, k, v, do, **ours)
+                    assert not rb.passed, (name, seed, bug)
+                    named[bug] += bool(rb.diagnoses and rb.diagnoses[0].bug == bug)
+                    bug_min[bug] = min(bug_min[bug], _worst(rb))
+        print(f"{dtype!s:14s} correct calls {n}, false alarms {alarms}, worst error / "
+              f"tolerance {worst:.3g}; " + "; ".join(
+                  f"{b}: failed {n}/{n}, named {named[b]}/{n}, smallest worst ratio "
+                  f"{bug_min[b]:.3g}" for b in BUGS)
+              + f" ({time.perf_counter() - t0:.1f} s)")
+
+
+def sixteen_bit(seeds: int = 3) -> None:
+    """HF's RoPE (tests/kernels/rotary_kernels.hf_attention: fp32 angles, the rotation
+    in the input dtype) at bf16 and fp16: verdict or ToleranceError per seed."""
+    sys.path.insert(0, str(ROOT / "tests" / "kernels"))
+    from rotary_kernels import hf_attention
+
+    from mha_symbolic.errors import ToleranceError
+
+    for dt in (torch.bfloat16, torch.float16):
+        out = []
+        for seed in range(seeds):
+            g = torch.Generator().manual_seed(seed)
+            q, k, v = (torch.randn(1, 2, n, 16, generator=g).to(dt).requires_grad_(True)
+                       for n in (4, 9, 9))
+            o = hf_attention(q, k, v, base=10000.0)
+            do = torch.randn(o.shape, generator=g).to(dt)
+            o.backward(do)
+            try:
+                r = ms.compare_attention_backward(q.grad, k.grad, v.grad, q.detach(),
+                                                  k.detach(), v.detach(), do,
+                                                  rotary_base=10000.0)
+                out.append(f"{'passed' if r.passed else 'FAILED'} {_worst(r):.3g}")
+            except ToleranceError:
+                out.append("no verdict (ToleranceError)")
+        print(f"{dt!s:15s} HF RoPE (1, 2, 4/9, 16): " + "; ".join(out))
+
+
+def timing(L: int, E: int = 64, reps: int = 3) -> None:
+    rng = np.random.default_rng(0)
+    q, k, v, do = (rng.standard_normal((1, 2, L, E)).astype(np.float32) for _ in range(4))
+    for fmt in ("float32", "float64"):
+        row = []
+        for name, kw in (("plain", {}), ("rotary", {"rotary_base": 10000.0})):
+            cpu, wall = [], []
+            for _ in range(reps):
+                c0, w0 = time.process_time(), time.perf_counter()
+                g = ms.reference_attention_backward(q, k, v, do, **kw)
+                for enc in g:
+                    enc.rounded(fmt)
+                cpu.append(time.process_time() - c0)
+                wall.append(time.perf_counter() - w0)
+            row.append(f"{name} CPU min {min(cpu):.3f} s median {float(np.median(cpu)):.3f} s "
+                       f"(wall min {min(wall):.3f} s)")
+        print(f"(1, 2, {L}, {E}) gradients rounded to {fmt}: " + "; ".join(row))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--part", choices=("all", "sweep", "16bit", "timing"), default="all")
+    args = ap.parse_args()
+    print("load", Path("/proc/loadavg").read_text().split()[:3],
+          "OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"))
+    if args.part in ("all", "sweep"):
+        sweep(args.seeds)
+    if args.part in ("all", "16bit"):
+        sixteen_bit()
+    if args.part not in ("all", "timing"):
+        return
+    ms.reference_attention_backward(*(np.ones((1, 2, 2)) for _ in range(4)),
+                                    rotary_base=10.0)   # imports and tables warm
+    for L in (32, 128):
+        timing(L)
+
+
+if __name__ == "__main__":
+    main()

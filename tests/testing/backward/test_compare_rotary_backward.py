@@ -1,0 +1,186 @@
+"""compare_attention_backward with rotary embeddings: no false alarm on torch autograd
+through RoPE written as real code writes it (GPT-NeoX's ``rotate_half`` and GPT-J's
+interleaved pairs, here in plain torch, then SDPA) in float32 and float64, with partial
+rotary dims, position offsets (L < S, the KV cache), GQA, causal masks and tables; the
+two rotary backward bug classes caught and named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the kernels are torch autograd")
+F = pytest.importorskip("torch.nn.functional")
+
+import mha_symbolic as ms  # noqa: E402
+from mha_symbolic.errors import SpecError  # noqa: E402
+
+
+def neox_cos_sin(pos: torch.Tensor, r: int, base: float, dtype: torch.dtype
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPT-NeoX / Llama: inv_freq = 1 / base^(arange(0, r, 2)/r), freqs = pos · inv_freq,
+    in the model's dtype."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, r, 2, dtype=dtype) / r))
+    freqs = pos.to(dtype)[:, None] * inv_freq[None, :]
+    return freqs.cos(), freqs.sin()
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool
+               ) -> torch.Tensor:
+    """The first r = 2·cos.shape[-1] dims rotated (GPT-NeoX halves or GPT-J pairs), the
+    rest passed through (partial rotary, as GPT-NeoX's rotary_pct)."""
+    r = 2 * cos.shape[-1]
+    rot, rest = x[..., :r], x[..., r:]
+    if interleaved:
+        c2, s2 = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+        out = rot * c2 + rotate_every_two(rot) * s2
+    else:
+        c2, s2 = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+        out = rot * c2 + rotate_half(rot) * s2
+    return torch.cat((out, rest), dim=-1)
+
+
+def rope_attention(q, k, v, *, r, base=10000.0, interleaved=False, q_offset=None,
+                   causal=False, tables=None, key_len=None, madd=None, bug=None):
+    """RoPE then SDPA (GQA: k, v heads repeated); queries at q_offset + i (default
+    S - L), keys at j, only the first ``key_len`` keys attended (a KV cache's valid
+    rows), ``madd`` (L, S) a float mask added to the scores (HF's additive mask);
+    returns (out, (q', k')) with q', k' keeping their .grad."""
+    L, S = q.shape[-2], k.shape[-2]
+    off = S - L if q_offset is None else q_offset
+    if tables is not None:
+        cq, sq = tables[0][off:off + L], tables[1][off:off + L]
+        ck, sk = tables[0][:S], tables[1][:S]
+    else:
+        cq, sq = neox_cos_sin(torch.arange(off, off + L), r, base, q.dtype)
+        ck, sk = neox_cos_sin(torch.arange(S), r, base, q.dtype)
+    if bug == "rotation_missing":
+        qr, kr = q, k
+    else:
+        qr, kr = apply_rope(q, cq, sq, interleaved), apply_rope(k, ck, sk, interleaved)
+    qr.retain_grad()
+    kr.retain_grad()
+    rep = q.shape[-3] // k.shape[-3]
+    ke, ve = kr.repeat_interleave(rep, dim=-3), v.repeat_interleave(rep, dim=-3)
+    # causal with L < S: bottom-right aligned (the queries are the last positions)
+    mask = None
+    if causal:
+        mask = torch.ones(L, S, dtype=torch.bool).tril(diagonal=S - L)
+    if key_len is not None:
+        valid = (torch.arange(S) < key_len)[None, :].expand(L, S)
+        mask = valid if mask is None else mask & valid
+    if madd is not None:
+        mask = madd if mask is None else madd.masked_fill(~mask, float("-inf"))
+    return F.scaled_dot_product_attention(qr, ke, ve, attn_mask=mask), (qr, kr)
+
+
+def _grads(dtype, seed, L, S, E, H=2, Hkv=2, bug=None, **kw):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, H, L, E, generator=g, dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(1, Hkv, S, E, generator=g, dtype=dtype, requires_grad=True)
+            for _ in range(2))
+    out, (qr, kr) = rope_attention(q, k, v, bug=bug, **kw)
+    do = torch.randn(out.shape, generator=g, dtype=dtype)
+    out.backward(do)
+    if bug == "rotation_not_transposed":
+        dq, dk = qr.grad, kr.grad          # dQ', dK' returned without Rᵀ
+    else:
+        dq, dk = q.grad, k.grad
+    return (dq, dk, v.grad), (q.detach(), k.detach(), v.detach(), do)
+
+
+CASES = {
+    # name: (L, S, E, H, Hkv, kernel keywords, compare_attention_backward keywords)
+    "neox": (4, 9, 16, 2, 2, {"r": 16}, {"rotary_base": 10000.0}),
+    "gptj": (4, 9, 16, 2, 2, {"r": 16, "interleaved": True},
+             {"rotary_base": 10000.0, "rotary_interleaved": True}),
+    "neox_partial": (3, 12, 16, 2, 2, {"r": 8}, {"rotary_base": 10000.0, "rotary_dim": 8}),
+    "gptj_partial_base500": (3, 12, 16, 2, 2, {"r": 8, "base": 500.0, "interleaved": True},
+                             {"rotary_base": 500.0, "rotary_dim": 8,
+                              "rotary_interleaved": True}),
+    "decode_gqa": (1, 20, 8, 4, 2, {"r": 8}, {"rotary_base": 10000.0, "enable_gqa": True}),
+    "causal_offset": (5, 11, 16, 2, 2, {"r": 12, "causal": True},
+                      {"rotary_base": 10000.0, "rotary_dim": 12, "is_causal": True,
+                       "causal_alignment": "bottom_right"}),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", list(CASES))
+def test_torch_autograd_rope_has_no_false_alarm(dtype, case):
+    L, S, E, H, Hkv, kern, ours = CASES[case]
+    for seed in range(3):
+        grads, (q, k, v, do) = _grads(dtype, seed, L, S, E, H, Hkv, **kern)
+        res = ms.compare_attention_backward(*grads, q, k, v, do, **ours)
+        assert res.passed, res.report()
+        # not vacuous: the worst element uses a small part of its tolerance
+        assert max(c.worst.ratio for c in res.gradients.values() if c.worst) < 0.5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_tables_and_kv_cache_positions_have_no_false_alarm(dtype):
+    L, S, E = 2, 10, 8
+    g = torch.Generator().manual_seed(7)
+    ang = torch.rand(16, 3, generator=g, dtype=torch.float64) * 50   # rotary_dim 6
+    cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)
+    for seed in range(3):
+        grads, (q, k, v, do) = _grads(dtype, seed, L, S, E, r=6, tables=(cos, sin))
+        res = ms.compare_attention_backward(*grads, q, k, v, do, rotary_cos=cos.numpy(),
+                                            rotary_sin=sin.numpy())
+        assert res.passed, res.report()
+        # the KV cache: the queries are the newest rows of a 7-key sequence (positions
+        # 5, 6), the cache's other rows not attended
+        grads, (q, k, v, do) = _grads(dtype, seed, L, S, E, r=6, tables=(cos, sin),
+                                      q_offset=5, key_len=7)
+        res = ms.compare_attention_backward(*grads, q, k, v, do, rotary_cos=cos.numpy(),
+                                            rotary_sin=sin.numpy(),
+                                            cache_seqlens=np.array([7]))
+        assert res.passed, res.report()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_an_additive_float_mask_has_no_false_alarm(dtype):
+    # an additive mask: a bias, and -inf on a padded last key (a mask of the dtype's most
+    # negative value gets no verdict, as without rotary: its score bound is vacuous)
+    L, S, E = 3, 8, 16
+    g = torch.Generator().manual_seed(5)
+    madd = (torch.rand(L, S, generator=g, dtype=torch.float64) - 0.5).to(dtype)
+    madd[:, -1] = float("-inf")
+    for seed in range(3):
+        grads, (q, k, v, do) = _grads(dtype, seed, L, S, E, r=8, madd=madd)
+        res = ms.compare_attention_backward(*grads, q, k, v, do, attn_mask=madd.numpy(),
+                                            rotary_base=10000.0, rotary_dim=8)
+        assert res.passed, res.report()
+        bad, _ = _grads(dtype, seed, L, S, E, r=8, madd=madd, bug="rotation_not_transposed")
+        res = ms.compare_attention_backward(*bad, q, k, v, do, attn_mask=madd.numpy(),
+                                            rotary_base=10000.0, rotary_dim=8)
+        assert [d.bug for d in res.diagnoses][:1] == ["rotation_not_transposed"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("bug", ["rotation_not_transposed", "rotation_missing"])
+@pytest.mark.parametrize("case", ["neox", "gptj_partial_base500", "decode_gqa"])
+def test_rotary_backward_bugs_fail_and_are_named(dtype, bug, case):
+    L, S, E, H, Hkv, kern, ours = CASES[case]
+    grads, (q, k, v, do) = _grads(dtype, 11, L, S, E, H, Hkv, bug=bug, **kern)
+    res = ms.compare_attention_backward(*grads, q, k, v, do, **ours)
+    assert not res.passed
+    assert res.diagnoses and res.diagnoses[0].bug == bug, res.report()
+
+
+def test_rotary_backward_check_refuses_what_it_cannot_judge():
+    grads, (q, k, v, do) = _grads(torch.float32, 0, 2, 4, 8, r=8)
+    with pytest.raises(SpecError, match="not certified yet"):
+        ms.compare_attention_backward(*grads, q, k, v, do, rotary_base=10000.0, softcap=5.0)
+    with pytest.raises(SpecError, match="rule='flash'"):
+        ms.compare_attention_backward(*grads, q, k, v, do, rotary_base=10000.0, rule="flash")
