@@ -303,7 +303,7 @@ class ColumnTier3:
     at the precision asked for beyond that (or where tier 2's are not certified)."""
 
     T2_MAX_PREC = 128
-    KEEP = 8
+    KEEP = 2   # a problem holds its (L, S) mask arrays: only the last few are kept
 
     def __init__(self, make: Callable[[int], ColumnProblem | None],
                  tier2: Callable[[int], Any]) -> None:
