@@ -202,6 +202,43 @@ def tier2_balls(cp: ColumnProblem, t2: Any) -> RowBalls | None:
     return RowBalls(np.asarray(st.m, dtype=np.float64).copy(), ls, ds, live.copy(), 0)
 
 
+def tier2_sharp_d(cp: ColumnProblem, t2: Any, rb: RowBalls) -> RowBalls | None:
+    """``rb`` (tier 2's statistics) with D_i sharpened in double-double, or None where a
+    row's values are not certified.  Σ_j P_ij = 1 over the allowed keys of a live row,
+    so D_i = a_i + Σ_j P_ij (dP_ij − a_i) for the exact double-double a_i = D̃d_i; the
+    terms are tier 2's dS with D replaced by a_i (:func:`.dd._chain` with e_D = 0: its
+    bound is then |dS~ − P(dP − a)| without the loose bound of D̃d), summed by
+    :class:`.dd.DDSum` (its bound adds the terms' bounds):
+    D_i ∈ a_i + Σ~ ± (e_Σ)."""
+    from flint import arb
+
+    from .dd import DDSum, _chain
+
+    st = t2.st
+    rows_all = np.flatnonzero(cp.live)
+    ds = list(rb.d)
+    step = max(1, t2.chunk // max(cp.S, 1))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        for s0 in range(0, rows_all.size, step):
+            rr = rows_all[s0:s0 + step]
+            blk, p, ok_r = t2._weights_at(rr, np.arange(cp.S))
+            x, ex = t2._x(rr, None)
+            a = (st.Ddh[rr], st.Ddl[rr], np.zeros(rr.size))
+            ch = _chain(p, x, a, t2._live(blk, rr.size, cp.S), blk.keep, t2.fac)
+            if not (bool(ok_r.all()) and ex and ch.ok):
+                return None
+            acc = DDSum()
+            for j in range(cp.S):
+                acc.add(ch.sh[:, j], ch.sl[:, j], ch.se[:, j])
+            h, lo, err = acc.result((rr.size,))
+            if not bool(np.all(np.isfinite(h) & np.isfinite(lo) & np.isfinite(err))):
+                return None
+            for n, i in enumerate(rr.tolist()):
+                ds[i] = (arb(float(st.Ddh[i])) + arb(float(st.Ddl[i])) + arb(float(h[n]))
+                         + arb(float(lo[n])) + arb(0, float(err[n])))
+    return RowBalls(rb.m, rb.l, ds, rb.live, 0)
+
+
 def arb_balls(cp: ColumnProblem, prec: int) -> RowBalls:
     """The row statistics in Arb at ``prec`` bits: every live row's weights w_ij =
     exp(s_ij − m_i) (m_i = 0, or its largest float64 score beyond ±10**4), l_i = Σ_j w_ij and
@@ -319,13 +356,18 @@ class ColumnTier3:
             self._problems[e] = cp if cp is not None and cp.ok else None
         return self._problems[e]
 
-    def balls(self, e: int, cp: ColumnProblem, prec: int, tier2: bool = True) -> RowBalls:
-        """Problem e's row statistics for ``prec`` bits: tier 2's (``tier2``, at up to
-        T2_MAX_PREC bits, where certified), else Arb's at ``prec``."""
+    def balls(self, e: int, cp: ColumnProblem, prec: int, tier2: int = 1) -> RowBalls:
+        """Problem e's row statistics for ``prec`` bits: tier 2's (``tier2`` 1; 2: with
+        D sharpened, :func:`tier2_sharp_d`), at up to T2_MAX_PREC bits and where
+        certified, else Arb's at ``prec``."""
         if tier2 and prec <= self.T2_MAX_PREC:
             if (e, 0) not in self._balls:
                 self._balls[(e, 0)] = tier2_balls(cp, self.tier2(e))
             got = self._balls[(e, 0)]
+            if got is not None and tier2 == 2:
+                if (e, 1) not in self._balls:
+                    self._balls[(e, 1)] = tier2_sharp_d(cp, self.tier2(e), got)
+                got = self._balls[(e, 1)]
             if got is not None:
                 return got
         if (e, prec) not in self._balls:
@@ -348,20 +390,23 @@ class ColumnTier3:
         if any(cp is None for cp in cps):
             return None
         n_out = cps[0].E if kind == "dk" else cps[0].Ev   # type: ignore[union-attr]
-        out, used_t2 = self._sum(es, cps, keys, prec, kind, n_out, True)
-        if not used_t2 or fmt is None or not keys:
-            return out
-        bad = undecided_rows(out, cols, fmt, prec)
-        redo = [j for j, b in zip(keys, bad, strict=True) if b]
-        if redo:
-            again, _ = self._sum(es, cps, redo, prec, kind, n_out, False)
+        out, used_t2 = self._sum(es, cps, keys, prec, kind, n_out, 1)
+        # dV does not read D: its second try is Arb's statistics at once
+        for source in ((2, 0) if kind == "dk" else (0,)):
+            if not used_t2 or fmt is None or not keys:
+                return out
+            bad = undecided_rows(out, cols, fmt, prec)
+            redo = [j for j, b in zip(keys, bad, strict=True) if b]
+            if not redo:
+                return out
+            again, used_t2 = self._sum(es, cps, redo, prec, kind, n_out, source)
             pos = {j: n for n, j in enumerate(keys)}
             for j, row in zip(redo, again, strict=True):
                 out[pos[j]] = row
         return out
 
     def _sum(self, es: list[int], cps: list[Any], keys: list[int], prec: int, kind: str,
-             n_out: int, tier2: bool) -> tuple[list[list[Any]], bool]:
+             n_out: int, tier2: int) -> tuple[list[list[Any]], bool]:
         from flint import arb
 
         out: list[list[Any]] = [[arb(0)] * n_out for _ in keys]

@@ -100,9 +100,12 @@ def _columns(prob: Any, kind: str, b: int, keys: list[int], prec: int, source: s
         for e in prob.groups[kind][b]:
             cp = prob._columns.problem(e)
             assert cp is not None
-            if source == "tier2":
+            if source in ("tier2", "sharp"):
                 rb = arb_columns.tier2_balls(cp, prob._head(e))
                 assert rb is not None and rb.prec == 0
+                if source == "sharp":
+                    rb = arb_columns.tier2_sharp_d(cp, prob._head(e), rb)
+                    assert rb is not None
             else:
                 rb = arb_columns.arb_balls(cp, prec)
             got = arb_columns.column_gradients(cp, keys, prec, rb, kind)
@@ -142,6 +145,7 @@ def test_column_balls_contain_the_whole_problem_balls(name: str) -> None:
     for kind in ("dk", "dv"):
         for b in range(len(prob.groups[kind])):
             n += _check(prob, kind, b, "tier2", 128, 2.0**-70)
+            n += _check(prob, kind, b, "sharp", 128, 2.0**-70)
             n += _check(prob, kind, b, "arb", 128, 2.0**-100)
     assert n > 0
 
@@ -250,3 +254,39 @@ def test_rows_left_undecided_by_tier_2_statistics_are_formed_again_from_arb(
             assert y.contains(x.mid())
             assert y.rad() <= tight * (abs(x.mid()) + arb(2.0**-300))
     assert any(k[1] == 128 for k in prob._columns._balls)   # Arb's statistics were formed
+
+
+@pytest.mark.parametrize("name", ["plain", "float dropout gqa scale", "causal empty uniform"])
+def test_row_statistics_balls_contain_arb_s(name: str) -> None:
+    """D_i (shift-free) from tier 2, sharpened, and Arb at 256 bits: the tier-2 balls
+    contain Arb's midpoints; the sharpened ones are narrower; the sharpening's shift
+    a_i is arbitrary, so a wrong D~d (shifted by far more than its bound) still gives
+    balls that contain Arb's D."""
+    from flint import ctx
+
+    c = _case(name)
+    prob = _grads(c).dk._problem
+    ctx_old = ctx.prec
+    ctx.prec = 256
+    try:
+        for e in range(len(prob.st.maps["dq"])):
+            head = prob._head(e)
+            head.rows(np.arange(prob.st.L), "dq")
+            cp = prob._columns.problem(e)
+            ref = arb_columns.arb_balls(cp, 256)
+            t2 = arb_columns.tier2_balls(cp, head)
+            sharp = arb_columns.tier2_sharp_d(cp, head, t2)
+            assert t2 is not None and sharp is not None
+            live = np.flatnonzero(cp.live).tolist()
+            assert live
+            for i in live:
+                assert t2.d[i].contains(ref.d[i].mid()) and sharp.d[i].contains(ref.d[i].mid())
+                assert sharp.d[i].rad() < t2.d[i].rad()
+            head.st.Ddh[live] += 2.0**-20
+            wrong = arb_columns.tier2_sharp_d(cp, head, t2)
+            assert wrong is not None
+            for i in live:
+                assert wrong.d[i].contains(ref.d[i].mid())
+                assert not t2.d[i].contains(ref.d[i].mid() + 2.0**-20)
+    finally:
+        ctx.prec = ctx_old
