@@ -17,7 +17,8 @@ column products.  Two sources of statistics:
   :class:`.dd.HeadTier2` carries proved bounds — its shift m (a double), D~ = Dh + Dl
   with |Σ w~ − D~| <= eD and |Σ w / Σ w~ − 1| <= tau_d (docs/oracle.md §3.5), so
   l ∈ (D~ ± eD)(1 ± tau_d); and D_i = dO_i·O_i within Dde (:func:`.dd._row_dot`).
-  Balls about 2**-84 wide, for no Arb exponential at all;
+  Balls about 2**-84 wide, for no Arb exponential at all; D_i sharpened for a dK key
+  they leave undecided (:func:`tier2_sharp_d`, about 12× narrower);
 * **Arb** (:func:`arb_balls`): every row's exponentials at the precision asked for
   (no shift: Arb does not overflow; the row's largest float64 score where it is
   beyond ±10**4), once per problem and precision.
@@ -37,9 +38,11 @@ import numpy as np
 from ..arith.balls import EXP_FLOOR, Prec, scale_arb, to_arb_mat
 from ..arith.formats import FloatFormat
 from ..conventions import Block
+from ..enclosure import _decide_balls
+from .dd import DDSum, _chain
 
 __all__ = ["ColumnProblem", "ColumnTier3", "RowBalls", "arb_balls", "column_gradients",
-           "tier2_balls", "undecided_rows"]
+           "tier2_balls", "tier2_sharp_d", "undecided_rows"]
 
 Arr = np.ndarray[Any, Any]
 CHUNK = 1 << 16     # score entries per block of rows in :func:`arb_balls`
@@ -211,8 +214,6 @@ def tier2_sharp_d(cp: ColumnProblem, t2: Any, rb: RowBalls) -> RowBalls | None:
     :class:`.dd.DDSum` (its bound adds the terms' bounds):
     D_i ∈ a_i + Σ~ ± (e_Σ)."""
     from flint import arb
-
-    from .dd import DDSum, _chain
 
     st = t2.st
     rows_all = np.flatnonzero(cp.live)
@@ -423,8 +424,6 @@ def undecided_rows(rows: list[list[Any]], cols: list[int] | None, fmt: FloatForm
                    prec: int) -> list[bool]:
     """Per row of balls: whether one of its columns ``cols`` (all when None) does not
     decide its rounding to ``fmt`` (the Arb tier's own test, at 2·prec bits)."""
-    from ..enclosure import _decide_balls
-
     if not rows:
         return []
     need = list(range(len(rows[0]))) if cols is None else cols
