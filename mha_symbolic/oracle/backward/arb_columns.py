@@ -60,6 +60,7 @@ class RowBalls:
     d: list[Any]
     live: Arr
     prec: int
+    has_d: bool = True   # False: ``d`` not formed (statistics for dV only)
 
 
 def _fmpq_arb(x: Fraction) -> Any:
@@ -240,10 +241,11 @@ def tier2_sharp_d(cp: ColumnProblem, t2: Any, rb: RowBalls) -> RowBalls | None:
     return RowBalls(rb.m, rb.l, ds, rb.live, 0)
 
 
-def arb_balls(cp: ColumnProblem, prec: int) -> RowBalls:
+def arb_balls(cp: ColumnProblem, prec: int, want_d: bool = True) -> RowBalls:
     """The row statistics in Arb at ``prec`` bits: every live row's weights w_ij =
     exp(s_ij − m_i) (m_i = 0, or its largest float64 score beyond ±10**4), l_i = Σ_j w_ij and
-    D_i = f·dO_i·(Σ_j keep_ij w_ij v_j)/l_i = Σ_j P_ij dP_ij; blocks of rows."""
+    (``want_d``; dV does not read it) D_i = f·dO_i·(Σ_j keep_ij w_ij v_j)/l_i =
+    Σ_j P_ij dP_ij; blocks of rows."""
     from flint import arb, arb_mat, ctx
 
     L, S, Ev = cp.L, cp.S, cp.Ev
@@ -265,6 +267,10 @@ def arb_balls(cp: ColumnProblem, prec: int) -> RowBalls:
             ctx.prec = prec
             wm = arb_mat([ws[n * S:(n + 1) * S] for n in range(rr.size)])
             lsum = (wm * ones).entries()
+            if not want_d:
+                for n, i in enumerate(rr.tolist()):
+                    ls[i] = lsum[n]
+                continue
             if cp.keep is not None:
                 for n, j in zip(*np.nonzero(~cp.keep[rr]), strict=True):
                     wm[int(n), int(j)] = 0
@@ -275,7 +281,7 @@ def arb_balls(cp: ColumnProblem, prec: int) -> RowBalls:
                 ds[i] = fa * acc / lsum[n]
     finally:
         ctx.prec = old
-    return RowBalls(cp.m, ls, ds, cp.live.copy(), prec)
+    return RowBalls(cp.m, ls, ds, cp.live.copy(), prec, want_d)
 
 
 def column_gradients(cp: ColumnProblem, keys: list[int], prec: int, rb: RowBalls,
@@ -285,6 +291,7 @@ def column_gradients(cp: ColumnProblem, keys: list[int], prec: int, rb: RowBalls
     from flint import arb, arb_mat, ctx
 
     L, S, Ev, E = cp.L, cp.S, cp.Ev, cp.E
+    assert rb.has_d or kind == "dv"
     nk = len(keys)
     n_out = E if kind == "dk" else Ev
     old = ctx.prec
@@ -357,10 +364,11 @@ class ColumnTier3:
             self._problems[e] = cp if cp is not None and cp.ok else None
         return self._problems[e]
 
-    def balls(self, e: int, cp: ColumnProblem, prec: int, tier2: int = 1) -> RowBalls:
+    def balls(self, e: int, cp: ColumnProblem, prec: int, tier2: int = 1,
+              kind: str = "dk") -> RowBalls:
         """Problem e's row statistics for ``prec`` bits: tier 2's (``tier2`` 1; 2: with
         D sharpened, :func:`tier2_sharp_d`), at up to T2_MAX_PREC bits and where
-        certified, else Arb's at ``prec``."""
+        certified, else Arb's at ``prec`` (without D for ``kind`` "dv", unless formed)."""
         if tier2 and prec <= self.T2_MAX_PREC:
             if (e, 0) not in self._balls:
                 self._balls[(e, 0)] = tier2_balls(cp, self.tier2(e))
@@ -371,11 +379,16 @@ class ColumnTier3:
                 got = self._balls[(e, 1)]
             if got is not None:
                 return got
-        if (e, prec) not in self._balls:
-            if len(self._balls) > 1 << 10:
-                self._balls.clear()
-            self._balls[(e, prec)] = arb_balls(cp, prec)
-        got = self._balls[(e, prec)]
+        if len(self._balls) > 1 << 10:
+            self._balls.clear()
+        if kind == "dv" and (e, prec) not in self._balls:
+            if (e, -prec) not in self._balls:
+                self._balls[(e, -prec)] = arb_balls(cp, prec, want_d=False)
+            got = self._balls[(e, -prec)]
+        else:
+            if (e, prec) not in self._balls:
+                self._balls[(e, prec)] = arb_balls(cp, prec)
+            got = self._balls[(e, prec)]
         assert got is not None
         return got
 
@@ -413,7 +426,7 @@ class ColumnTier3:
         out: list[list[Any]] = [[arb(0)] * n_out for _ in keys]
         used_t2 = False
         for e, cp in zip(es, cps, strict=True):
-            rb = self.balls(e, cp, prec, tier2)
+            rb = self.balls(e, cp, prec, tier2, kind)
             used_t2 |= rb.prec == 0
             got = column_gradients(cp, keys, prec, rb, kind)
             out = [[a + x for a, x in zip(r, g, strict=True)] for r, g in zip(out, got, strict=True)]

@@ -107,7 +107,7 @@ def _columns(prob: Any, kind: str, b: int, keys: list[int], prec: int, source: s
                     rb = arb_columns.tier2_sharp_d(cp, prob._head(e), rb)
                     assert rb is not None
             else:
-                rb = arb_columns.arb_balls(cp, prec)
+                rb = arb_columns.arb_balls(cp, prec, want_d=source == "arb")
             got = arb_columns.column_gradients(cp, keys, prec, rb, kind)
             out = got if out is None else [[x + y for x, y in zip(a, r, strict=True)]
                                            for a, r in zip(out, got, strict=True)]
@@ -147,6 +147,8 @@ def test_column_balls_contain_the_whole_problem_balls(name: str) -> None:
             n += _check(prob, kind, b, "tier2", 128, 2.0**-70)
             n += _check(prob, kind, b, "sharp", 128, 2.0**-70)
             n += _check(prob, kind, b, "arb", 128, 2.0**-100)
+            if kind == "dv":   # dV does not read D: Arb's normalisers alone
+                n += _check(prob, kind, b, "arb_l", 128, 2.0**-100)
     assert n > 0
 
 
@@ -290,3 +292,13 @@ def test_row_statistics_balls_contain_arb_s(name: str) -> None:
                 assert not t2.d[i].contains(ref.d[i].mid() + 2.0**-20)
     finally:
         ctx.prec = ctx_old
+
+
+def test_statistics_without_d_are_refused_for_dk() -> None:
+    c = _case("plain")
+    prob = _grads(c).dk._problem
+    cp = prob._columns.problem(0)
+    rb = arb_columns.arb_balls(cp, 128, want_d=False)
+    assert not rb.has_d
+    with pytest.raises(AssertionError):
+        arb_columns.column_gradients(cp, [0], 128, rb, "dk")
