@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ShapeError, SpecError
-from ..arith.balls import scale_arb, to_arb_mat
+from ..arith.balls import exact_prec, scale_arb, to_arb_mat
 from ..arith.constants import UP, U, gamma
 from ..arith.formats import FloatFormat
 from ..conventions import (
@@ -53,6 +53,7 @@ from ..forward.attention import Stack, dropout_dd, dropout_f
 from ..inputs import as_exact_array, to_float64, validate_finite
 from ..progress import Progress, expected_seconds
 from .arb import arb_backward, exact_scores
+from .arb_columns import ColumnProblem, ColumnTier3
 from .dd import DDSum, HeadTier2
 from .exact import Accumulator, Decomposition, ExactDecisions, ExactProblem, IntMatrix, QField
 from .fast import tier1_backward
@@ -237,11 +238,13 @@ class _BackwardProblem(ExactDecisions, Problem):
         self._exact_problems: dict[int, ExactProblem] = {}
         self.encs: dict[str, Enclosure] = {}   # the gradients' Enclosures (set by the API)
         self._fmt: str | None = None
+        self._fmt_obj: FloatFormat | None = None
         self._cand: dict[str, Arr] = {}
         self._decomp: dict[tuple[str, int, int, int], Decomposition] = {}
         self.fld = QField(rational_scale(st.scale, st.E), st.E)
         if st.hooks is not None:
             self.fld = st.hooks.field(self.fld)
+        self._columns = ColumnTier3(self._column_problem, self._t2.get)
 
     # -- tier 2
     def _head(self, e: int) -> HeadTier2:
@@ -272,6 +275,7 @@ class _BackwardProblem(ExactDecisions, Problem):
         if self._fmt == fmt.name:
             return
         self._fmt = fmt.name
+        self._fmt_obj = fmt
         self._cand = {}
         for kind in ("dk", "dv"):
             enc = self.encs.get(kind)
@@ -350,6 +354,16 @@ class _BackwardProblem(ExactDecisions, Problem):
                             to_arb_mat(do), st.block(e, np.asarray(rows, dtype=np.int64)), rows,
                             st.scale, st.E, st.f, prec, keys, transformed=tr)
 
+    def _column_problem(self, e: int) -> ColumnProblem | None:
+        """Problem e for the key-column path of dK and dV (:mod:`.arb_columns`); None
+        with a transformed score (its hooks replace the scores)."""
+        st = self.st
+        if st.hooks is not None:
+            return None
+        q, k, v, do = st.inputs(e)
+        return ColumnProblem(q, k, v, do, st.block(e, np.arange(st.L)), st.scale, st.E, st.f,
+                             exact_prec(q, k, st.E))
+
     def arb_rows(self, b: int, rows: list[int], prec: int, kind: str,
                  cols: list[int] | None = None) -> list[list[Any]]:
         from flint import arb, ctx
@@ -359,6 +373,11 @@ class _BackwardProblem(ExactDecisions, Problem):
         old = ctx.prec
         ctx.prec = prec
         try:
+            if kind in ("dk", "dv"):  # by key columns (None: transformed or huge scores)
+                got_c = self._columns.summed(self.groups[kind][b], rows, prec, kind,
+                                             self._fmt_obj, cols)
+                if got_c is not None:
+                    return got_c
             out = [[arb(0)] * n_cols for _ in rows]
             for e in self.groups[kind][b]:
                 if kind == "dq":
