@@ -47,6 +47,9 @@ Bugs (``BUGS``; each a change of one step of a correct kernel, as reported):
   vllm-ascend#12765: half-split rotation where the model's convention is interleaved.
 - ``no_offset`` — the classic KV-cache decode bug (queries rotated at 0 … L-1, not at
   their positions; vllm's ``positions + offsets`` / llama's ``start_pos`` forgotten).
+- ``offset_post_append`` — the queries' offset taken from the cache length after the new
+  tokens are appended (queries at S … S+L-1): FlashAttention's ``cache_seqlens`` is the
+  length before appending (flash_attn_with_kvcache docstring), a convention easy to mix up.
 - ``rotary_on_v`` — the rotation applied to v as well.
 - ``sign_flip`` — ``rotate_half`` returning ``cat((x2, -x1))`` (a rotation by −θ).
 - ``rotary_dim_ignored`` — vllm-project/vllm#747: the whole head rotated where only the
@@ -120,6 +123,8 @@ def hf_llama(q: Any, k: Any, v: Any, spec: Spec, bug: str | None = None) -> Any:
     qpos, kpos = _positions(q, k)
     if bug == "no_offset":
         qpos = torch.arange(q.shape[2])
+    elif bug == "offset_post_append":
+        qpos = qpos + q.shape[2]
     D = q.shape[-1]
     cq, sq = _hf_cos_sin(q, qpos, D, spec, bug)
     ck, sk = _hf_cos_sin(k, kpos, D, spec, bug)
@@ -180,13 +185,13 @@ def _fa_apply_triton(x: Any, cos: Any, sin: Any, interleaved: bool) -> Any:
 
 def _fa(q: Any, k: Any, v: Any, spec: Spec, bug: str | None, apply: Callable[..., Any]) -> Any:
     S, L = k.shape[2], q.shape[2]
-    cos, sin = fa_tables(spec, S, q.dtype, q.shape[-1])
+    cos, sin = fa_tables(spec, S + L, q.dtype, q.shape[-1])
     inter = spec.interleaved if bug != "pairs_mixup" else not spec.interleaved
-    off = 0 if bug == "no_offset" else S - L
+    off = {"no_offset": 0, "offset_post_append": S}.get(bug or "", S - L)
     qe = apply(q, cos[off:off + L], sin[off:off + L], inter)
-    ke = apply(k, cos, sin, inter)
+    ke = apply(k, cos[:S], sin[:S], inter)
     if bug == "rotary_on_v":
-        v = apply(v, cos, sin, inter)
+        v = apply(v, cos[:S], sin[:S], inter)
     return _sdpa(qe, ke, v, spec)
 
 
@@ -346,6 +351,7 @@ BUGS: dict[str, tuple[str, ...]] = {
     "inv_freq_cast": ("hf_llama", "vllm_neox"),
     "pairs_mixup": ("vllm_gptj", "fa_torch"),
     "no_offset": ("hf_llama", "vllm_neox", "meta_llama", "fa_triton", "gptj"),
+    "offset_post_append": ("hf_llama", "fa_triton"),
     "rotary_on_v": ("hf_llama", "meta_llama"),
     "sign_flip": ("hf_llama",),
     "rotary_dim_ignored": ("vllm_neox", "gptj"),
@@ -403,3 +409,13 @@ __all__ = [
     "run64",
     "spec_for",
 ]
+
+
+def run_cache(kernel: Kernel, q: Any, k: Any, v: Any, spec: Spec, seqlens: list[int],
+              bug: str | None = None) -> Any:
+    """KV-cache decode: sequence b has ``seqlens[b]`` valid keys (the new L included) in a
+    cache of k.shape[2] slots; its queries are at seqlens[b] - L …, and it attends to its
+    valid keys only (each sequence run through the kernel on its own prefix)."""
+    outs = [kernel.fn(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], spec, bug)
+            for b, n in enumerate(seqlens)]
+    return torch.cat(outs, 0)
