@@ -7,7 +7,7 @@ Counts: false alarms (a correct kernel that ms fails), caught bugs (a buggy kern
 fails) and whether the report names a diagnosis.  A bug whose output is bit-identical to
 the correct kernel's (a precision bug at float32) is not counted.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=$PWD python bench/bench_rope_independent.py [--quick]
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD python bench/bench_rope_independent.py [--shapes a,b]
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ HUNT = {
     "stablelm": Shape(1, 2, 16, 2048, 80, 20, True),
     "llama3": Shape(1, 2, 8, 4096, 128, None, True, base=500000.0),
     "peaked": Shape(1, 2, 128, 512, 64, 32, True, qk_scale=3.0),
+    "decode_full": Shape(1, 2, 1, 4096, 128, None, False),
+    "qwen_1e6": Shape(1, 2, 1, 4096, 128, None, False, base=1e6),
 }
 
 
@@ -114,10 +116,10 @@ def case(kname: str, dname: str, sname: str, bug: str | None, seed: int) -> dict
             "summary": summary}
 
 
-def _rows(quick: bool, hunt: bool) -> list[dict[str, Any]]:
-    shapes = ["chunk"] if quick else list(SHAPES)
+def _rows(names: list[str]) -> list[dict[str, Any]]:
+    shapes = [n for n in names if n in SHAPES]
     rows = []
-    for si, sname in enumerate(HUNT if hunt else []):
+    for si, sname in enumerate(n for n in names if n in HUNT):
         for di, dname in enumerate(DTYPES):
             for ki, kname in enumerate(ri.KERNELS):
                 r = case(kname, dname, sname, None, 9000 + 1000 * si + 100 * di + ki)
@@ -242,14 +244,15 @@ def _ratio(summary: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="the chunk shape only")
-    ap.add_argument("--hunt", action="store_true", help="also the HUNT shapes (correct kernels)")
+    ap.add_argument("--shapes", default="decode,chunk,prefill",
+                    help=f"comma-separated, of {list(SHAPES)} (kernels and bugs) and "
+                         f"{list(HUNT)} (correct kernels only)")
     ap.add_argument("--rows", action="store_true", help="print every row")
     args = ap.parse_args()
     with open("/proc/loadavg") as f:
         print("load:", f.read().strip())
     t0, c0 = time.perf_counter(), time.process_time()
-    rows = _rows(args.quick, args.hunt)
+    rows = _rows(args.shapes.split(","))
     _print(rows, args.rows)
     print(f"wall {time.perf_counter() - t0:.1f} s, CPU {time.process_time() - c0:.1f} s, "
           f"threads {torch.get_num_threads()}")

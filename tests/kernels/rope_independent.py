@@ -31,6 +31,10 @@ Sources (the arithmetic of each is kept: which dtype each step runs in):
   (``positions + offsets``, ``index_select``, ``_apply_rotary_emb_torch``:
   ``o1 = x1 * cos - x2 * sin; o2 = x2 * cos + x1 * sin`` in x's dtype, neox or gptj style,
   partial ``rotary_dim``).
+- ``llama_cpp`` — ggml-org/llama.cpp ggml/src/ggml-cpu/ops.cpp (seen in the index through
+  ports of it, e.g. ``ggml_rope_cache_init``): ``theta_scale = powf(freq_base, -2.0f /
+  n_dims)``, ``theta *= theta_scale`` pair after pair in fp32 (pair m's angle carries m
+  roundings), cosf / sinf, the rotation in fp32; mode 0 (interleaved) and NEOX.
 - ``meta_llama`` — meta-llama/llama llama/model.py: ``precompute_freqs_cis``
   (``torch.polar`` of fp32 angles: complex64), ``apply_rotary_emb`` (``view_as_complex`` of
   ``x.float()``, complex64 product, ``type_as(x)``), ``freqs_cis[start_pos : start_pos +
@@ -317,6 +321,42 @@ def meta_llama(q: Any, k: Any, v: Any, spec: Spec, bug: str | None = None) -> An
     return _sdpa(qe, ke, v, spec)
 
 
+# --- llama.cpp (ggml) -------------------------------------------------------------------
+
+
+def _ggml_cos_sin(pos: Any, n_dims: int, base: float) -> tuple[Any, Any]:
+    """ggml_rope_cache_init: ``theta_scale = powf(freq_base, -2.0f / n_dims)``, ``theta =
+    (float) p`` then ``theta *= theta_scale`` pair after pair (fp32: the angle of pair m
+    carries m roundings), cosf / sinf of it (rope_yarn with ext_factor 0, mscale 1)."""
+    f32 = torch.float32
+    theta_scale = torch.tensor(base, dtype=f32) ** (torch.tensor(-2.0, dtype=f32) / n_dims)
+    theta = pos.to(f32)
+    cols = []
+    for _ in range(n_dims // 2):
+        cols.append(theta)
+        theta = theta * theta_scale
+    angles = torch.stack(cols, -1)
+    return torch.cos(angles), torch.sin(angles)
+
+
+def _ggml_apply(x: Any, cos: Any, sin: Any, interleaved: bool) -> Any:
+    """ggml_rope_f32 / rotate_pairs: x0·cos − x1·sin, x0·sin + x1·cos in fp32 (pairs
+    (i0, i0 + 1) in mode 0, (i, i + n_dims/2) in NEOX mode), dims ≥ n_dims copied, the
+    result stored in x's type."""
+    return _fa_apply_triton(x, cos, sin, interleaved)
+
+
+def llama_cpp(q: Any, k: Any, v: Any, spec: Spec, bug: str | None = None) -> Any:
+    """llama.cpp's ggml rope (ggml/src/ggml-cpu/ops.cpp) + SDPA."""
+    S, L, D = k.shape[2], q.shape[2], q.shape[-1]
+    rd = spec.rotary_dim or D
+    cq, sq = _ggml_cos_sin(torch.arange(S - L, S), rd, spec.base)
+    ck, sk = _ggml_cos_sin(torch.arange(S), rd, spec.base)
+    qe = _ggml_apply(q, cq, sq, spec.interleaved)
+    ke = _ggml_apply(k, ck, sk, spec.interleaved)
+    return _sdpa(qe, ke, v, spec)
+
+
 # --- the catalogue ---------------------------------------------------------------------
 
 
@@ -343,6 +383,8 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("vllm_neox", vllm, interleaved=False, partial=True),
     Kernel("vllm_gptj", vllm, interleaved=True, partial=True),
     Kernel("meta_llama", meta_llama, interleaved=True, partial=False),
+    Kernel("llama_cpp", llama_cpp, interleaved=True, partial=True),
+    Kernel("llama_cpp_neox", llama_cpp, interleaved=False, partial=True),
 )}
 
 #: bug -> the kernels it is planted in (the code path each report is about)
