@@ -82,3 +82,21 @@ def test_rotary_on_v_fails():
     q, k, v = _inputs(4, 256, 64, torch.float32, 4)
     out = ri.run(kern, q, k, v, spec, "rotary_on_v")
     assert not ms.compare_attention(out, q, k, v, **ri.ms_keywords(kern, spec, q, k))
+
+
+@pytest.mark.parametrize("seed", [1, 21])
+def test_llama_cpp_running_product_angles_are_not_a_false_alarm(seed):
+    # h24k's finding: ggml builds pair m's angle by m fp32 multiplications (theta *=
+    # theta_scale), up to ~47 u·θ against HF's ~3 u·θ; at S = 4096 it failed at 1.44×
+    # tolerance until the dtype level emulated those angles (and the model bounded them)
+    kern, spec = ri.KERNELS["llama_cpp_neox"], ri.Spec(base=10000.0, interleaved=False)
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, 2, 1, 128, generator=g)
+    k = torch.randn(1, 2, 4096, 128, generator=g)
+    v = torch.randn(1, 2, 4096, 128, generator=g)
+    out = ri.run(kern, q, k, v, spec)
+    assert ms.compare_attention(out, q, k, v, rotary_base=10000.0,
+                                rotary_interleaved=False).passed
+    # the model alone (no dtype level) is sound for it too
+    assert ms.compare_attention(out, q, k, v, rotary_base=10000.0, rotary_interleaved=False,
+                                rule="model").passed

@@ -468,8 +468,16 @@ class KernelRotation:
             freq = (spec.base ** (-2.0 * m / r)) / spec.scale
             x = 2.0 * m / r
             x_err = np.abs(x.astype(np.float32).astype(np.float64) - x)  # the exponent's rounding
-            ops = 6.0 + (2.0 if spec.scale != 1.0 else 0.0)
-            rel = abs(math.log(spec.base)) * x_err + ops * ua
+            extra = 2.0 if spec.scale != 1.0 else 0.0
+            ln_b = abs(math.log(spec.base))
+            # inv_freq by a power per pair (HF, FlashAttention, vLLM, Meta's llama)
+            rel_pow = ln_b * x_err + (6.0 + extra) * ua
+            # or by a running product θ_m = θ_{m-1}·β^(-2/r) (llama.cpp's ggml: theta *=
+            # theta_scale): pair m carries m roundings and m copies of the ratio's error
+            x1 = 2.0 / r
+            x1_err = abs(float(np.float32(x1)) - x1)
+            rel_prod = m * (ln_b * x1_err + 3.0 * ua) + (2.0 + extra) * ua
+            rel = np.maximum(rel_pow, rel_prod)
             theta = np.arange(rot.npos)[:, None] * freq[None, :]
             self.ang = rel[None, :] * theta + 2.0 * ua
             self.t_store = self.u
@@ -509,7 +517,11 @@ def error_terms(opts: VariantOptions, vp: Any, b: int, rows: slice, model: Any
       the product pos·inv_freq round once each (the position is exact below 2^24), the
       position scale adds two roundings (pos/λ): |θ̂ - θ| <= (|ln β||x̂ - x| + (6 [+2])u_a)|θ|
       (to first order; large at long positions — it is what real fp32 RoPE does, not a
-      bug); cos/sin in fp32 err by <= 2u_a absolute, and the tables are
+      bug).  Or it builds θ̂_m by a running product θ_m = θ_{m-1}·fl(β^(-2/r)) from
+      θ_0 = pos (llama.cpp's ggml ``theta *= theta_scale``): m roundings and m copies of
+      the ratio's error, |θ̂ - θ| <= (m(|ln β||x̂₁ - x₁| + 3u_a) + (2 [+2])u_a)|θ| with
+      x₁ = 2/r; the model takes the larger of the two.  cos/sin in fp32 err by <= 2u_a
+      absolute, and the tables are
       stored in the input dtype (u relative: HF's ``cos.to(x.dtype)``).  So
       |ĉ - c| <= |θ̂ - θ| + 2u_a + u(|c| + ...), likewise ŝ.
     * rotation: |x̂'_a - x'_a| <= |x_a||ĉ - c| + |x_b||ŝ - s| + γ2(u_r)(|x_a ĉ| + |x_b ŝ|),
@@ -626,6 +638,25 @@ def _fp32_tables(spec: RotarySpec, npos: int, r: int
         return np.cos(theta).astype(np.float64), np.sin(theta).astype(np.float64)
 
 
+def _fp32_running_tables(spec: RotarySpec, npos: int, r: int
+                         ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """cos, sin as llama.cpp's ggml builds them (``ggml_rope_cache_init``): theta_scale =
+    base^(-2/r), θ_0 = pos / scale, θ_m = θ_{m-1}·theta_scale pair after pair, cos and
+    sin, all in float32 (pair m's angle carries m roundings: several times HF's angle
+    error at long positions)."""
+    assert spec.base is not None
+    f32 = np.float32
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        ratio = f32(spec.base) ** (f32(-2) / f32(r))
+        theta = np.arange(npos, dtype=f32) / f32(spec.scale)
+        cols = []
+        for _ in range(r // 2):
+            cols.append(theta)
+            theta = (theta * ratio).astype(f32)
+        ang = np.stack(cols, axis=-1)
+        return np.cos(ang).astype(np.float64), np.sin(ang).astype(np.float64)
+
+
 def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
                     k: np.ndarray[Any, Any], fmt: str
                     ) -> list[tuple[str, np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
@@ -635,7 +666,8 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
     ``q * cos + rotate_half(q) * sin`` in ``fmt`` (tables cast to it, every product and
     sum rounded to it), and FlashAttention's rotary kernel (Llama's complex product
     too): the rotation in float32, q' and k' stored in ``fmt``.  Angles in float32 (HF's
-    ``LlamaRotaryEmbedding``), or the tables given.  Returns [(name, q', k')], each
+    ``LlamaRotaryEmbedding``), or the tables given; in base mode also llama.cpp's angles
+    by a running product (:func:`_fp32_running_tables`), rotated in float32.  Returns [(name, q', k')], each
     (*lead, n, E) float64 (one entry when the two coincide, ``fmt`` float32)."""
     spec: RotarySpec = opts.rotary
     E = q.shape[-1]
@@ -645,9 +677,10 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
     def rnd(x: np.ndarray[Any, Any], dt: str) -> np.ndarray[Any, Any]:
         return np.asarray(x, np.float64) if dt == "float64" else _round(x, dt)
 
-    def rotate(x: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], dt: str, store: str
+    def rotate(x: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], dt: str, store: str,
+               tables: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] = (c32, s32)
                ) -> np.ndarray[Any, Any]:
-        c, s = rnd(c32, dt)[pos], rnd(s32, dt)[pos]
+        c, s = rnd(tables[0], dt)[pos], rnd(tables[1], dt)[pos]
         xa, xb = x[..., rot.ia], x[..., rot.ib]
         out = np.array(x, dtype=np.float64, copy=True)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -665,6 +698,12 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
         qr = rotate(q0, qpos, dt, fmt).reshape(*lead, geo.L, E)
         kr = rotate(k0, kpos, dt, fmt).reshape(*lead, geo.S, E)
         out.append((name, qr, kr))
+    if not spec.tables:
+        # llama.cpp's angles (a running product), the rotation in float32
+        run = _fp32_running_tables(spec, rot.npos, rot.r)
+        qr = rotate(q0, qpos, "float32", fmt, run).reshape(*lead, geo.L, E)
+        kr = rotate(k0, kpos, "float32", fmt, run).reshape(*lead, geo.S, E)
+        out.append(("angles by a running product (llama.cpp), rotation in float32", qr, kr))
     return out
 
 
