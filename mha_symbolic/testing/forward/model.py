@@ -85,6 +85,7 @@ scale).  The derivation is repeated, with the constants, in docs/testing.md.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -98,6 +99,7 @@ from ..tolerance import (
     hoeffding_bound,
     underflow_eta,
 )
+from .model_jit import kernels
 from .moments import (
     Bound,
     HeadCache,
@@ -277,8 +279,9 @@ def _attention_error_bound(
     w.n_terms, w.j0 = n_terms, 0 if keys is None else keys.start
     _scaled_scores(w, q, k, v, scale, mask_add, hc)
     _exact_weights(w, dv)
-    sh_rel, ind, d_eval = _score_errors(w, q, k, dq, dk)
-    _finish_score_errors(w, sh_rel, ind, d_eval)
+    errs = _score_errors(w, q, k, dq, dk)
+    if errs is not None:        # None: done in one fused pass
+        _finish_score_errors(w, *errs)
     _weight_errors(w)
     _log_perturbation(w)
     # outputs and natural scales (scaled units): one matmul per weight matrix
@@ -418,7 +421,7 @@ def _exact_weights(w: _Work, dv: np.ndarray | None) -> None:
 
 
 def _score_errors(w: _Work, q: np.ndarray, k: np.ndarray, dq: np.ndarray | None,
-                  dk: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  dk: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Step 1, in score units: the shared errors Sh (the scale held in u_a, exact when
     representable; the scaled query rounded to u (eager_scaled_query; exact for a
     power-of-two scale); errors dq of a projected query), the independent ones I and
@@ -435,6 +438,13 @@ def _score_errors(w: _Work, q: np.ndarray, k: np.ndarray, dq: np.ndarray | None,
     shift_ok = extras is None or extras.centred
     need_dist = ((ker.scaled_query and not _is_pow2(c)) or dq is not None) and shift_ok
     w.top = np.argmax(w.on(s, -np.inf), axis=-1) if w.centred and S else None
+    if (dq is None and dk is None and extras is None and w.madd is None and s is t
+            and not ker.scaled_query and ker.score_stores == 0 and w.centred and S
+            and w.R and t.shape == A.shape == (w.R, S)):
+        kern = kernels()
+        if kern is not None:    # the plain path in one pass (model_jit): the same values
+            _fused_score_errors(w, kern)
+            return None
     dist = None
     if w.centred and S and shift_ok:
         top = w.top
@@ -506,6 +516,21 @@ def _score_errors(w: _Work, q: np.ndarray, k: np.ndarray, dq: np.ndarray | None,
     return sh, ind, d_eval
 
 
+def _fused_score_errors(w: _Work, kern: Any) -> None:
+    """Steps 1 and its finish on the plain path (:func:`_score_errors`' branches for a
+    fused kernel without stores, mask values, input errors or extras) in one loop:
+    w.sh, w.var_s, w.D, w.d_eval_row as the numpy steps give them."""
+    model, R, S, E = w.model, w.R, w.S, w.E
+    assert w.top is not None
+    t_top = np.ascontiguousarray(w.t[np.arange(R), w.top])
+    w.sh, w.var_s, w.D = (np.empty((R, S)) for _ in range(3))
+    d_row = np.empty(R)
+    kern.score_errors(w.t, w.A, t_top, w.allowed, model.ua, float(gamma(E, model.ua)),
+                      float(E), model.eta_a, 1.0 + 4.0 * (model.u + model.ua),
+                      float(gamma(E + 2, 2.0**-53)), w.sh, w.var_s, w.D, d_row)
+    w.d_eval_row = d_row[:, None]
+
+
 def _finish_score_errors(w: _Work, sh: np.ndarray, ind: np.ndarray, d_eval: np.ndarray
                          ) -> None:
     """D_j = (Sh_j + I_j)(1 + 4(u + u_a)) + 2 d_eval, and the row's evaluation error."""
@@ -523,15 +548,34 @@ def _weight_errors(w: _Work) -> None:
     model, ua = w.model, w.model.ua
     n_w = [K_EXP * ua, ua, model.uw] + ([model.u] if w.kappa is not None else [])
     c0 = math.expm1(sum(math.log1p(x_) for x_ in n_w))     # Π(1 + x_i) − 1
+    w.shared_n = 1 + (1 if w.kappa is not None else 0)      # reciprocal, dropout scale
+    w.g_sum_w = gamma(2 * w.n_ax, ua)
+    g_theta_w = (1.0 + w.g_sum_w) * (1.0 + float(gamma(w.shared_n, ua))) - 1.0
     arg = 2.0 * ua * w.spread
+    kern = kernels() if _fusable(w) else None
+    if kern is not None:        # the same values in one pass (model_jit)
+        arg_rel = np.expm1(np.minimum(arg, _EXP_CAP, out=arg), out=arg)
+        w.r, w.r1, w.var_w, w.F = (np.empty((w.R, w.S)) for _ in range(4))
+        kern.weight_errors(w.spread, arg_rel, ua, c0, sum(n_w), sum(x * x for x in n_w),
+                           _rows(g_theta_w, w.R), w.r, w.r1, w.var_w, w.F)
+        return
     arg_rel = np.expm1(np.minimum(arg, _EXP_CAP))           # e^{2 u_a spread} − 1
     w.r = c0 + arg_rel * (1.0 + c0)                         # (1 + c0) e^{arg} − 1
     w.r1 = sum(n_w) + arg                                   # its first-order part
     w.var_w = 2.0 * (ua * w.spread) ** 2 + sum(x * x for x in n_w)
-    w.shared_n = 1 + (1 if w.kappa is not None else 0)      # reciprocal, dropout scale
-    w.g_sum_w = gamma(2 * w.n_ax, ua)
-    g_theta_w = (1.0 + w.g_sum_w) * (1.0 + float(gamma(w.shared_n, ua))) - 1.0
     w.F = (1.0 + w.r) * (1.0 + g_theta_w) - 1.0
+
+
+def _fusable(w: _Work) -> bool:
+    """Whether the fused loops of :mod:`.model_jit` apply: softmax over the keys, at
+    least one key and one row, the spreads an (R, S) float64 array."""
+    return (w.axis == -1 and w.R > 0 and w.S > 0 and w.spread.shape == (w.R, w.S)
+            and w.spread.dtype == np.float64)
+
+
+def _rows(a: np.ndarray | float, R: int) -> np.ndarray:
+    """A per-row quantity ((R, 1), (1, 1) or a scalar) as a contiguous (R,) array."""
+    return np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), (R, 1))[:, 0])
 
 
 def _log_perturbation(w: _Work) -> None:
@@ -630,29 +674,25 @@ def _probabilistic(w: _Work, Mp: _Moments) -> tuple[np.ndarray, np.ndarray]:
     y, pv = Mp.li, Mp.ab
     assert y is not None and pv is not None
     dev_p = Mp.absdev(y)                                 # Σ_j p_j |w_j|
-    Dm = np.minimum(w.rowmax(w.D), _EXP_CAP / 4)
+    g_sum_p = np.minimum(w.g_sum_w, gamma_tilde(2 * w.n_ax, ua, model.lam_sums))
+    g_theta_p = (1.0 + g_sum_p) * (1.0 + float(gamma(w.shared_n, ua))) - 1.0
+    st = _prob_passes(w, N, g_theta_p)
+    Dm = np.minimum(st["Dmax"], _EXP_CAP / 4)
     if ker.scaled_query or w.has_dq:
         sh_term = vals.moments(w.on(p * w.sh, 0.0)).absdev(y)
     else:                                  # small shared errors: max_j Sh_j Σ p|w|
-        sh_term = w.rowmax(w.sh) * dev_p
-    Npp = N * p * p
-    ww = w.on(Npp * (w.var_s + w.var_w), 0.0)
-    hoef = hoeffding_bound(vals.moments(ww, ab=False).quad(y), lam)
-    common_det = np.sum(w.on(p * w.r, 0.0), axis=-1, keepdims=True)
-    common_h = lam * np.sqrt(np.sum(w.on(Npp * w.var_w, 0.0), axis=-1, keepdims=True))
-    g_sum_p = np.minimum(w.g_sum_w, gamma_tilde(2 * w.n_ax, ua, model.lam_sums))
-    g_theta_p = (1.0 + g_sum_p) * (1.0 + float(gamma(w.shared_n, ua))) - 1.0
+        sh_term = st["shmax"] * dev_p
+    hoef = hoeffding_bound(vals.moments(st["ww"], ab=False).quad(y), lam)
+    common_det = st["pr_sum"]
+    common_h = lam * np.sqrt(st["nvw_sum"])
     common = np.abs(y) * (np.minimum(common_det, common_h) + g_theta_p)
     rem1 = Dm * Dm * np.exp(2.0 * Dm) * dev_p
     # second order: (p̃ − p)·ρ and the products of the weights' own errors; the
     # perturbed weights: Σ_j (|p̃_j − p_j| + |p̂_j − p̃_j|)|ã_j| ≤ f pv, f the row's
     # largest expm1(x_j) + e^{x_j} F_j
-    F, ex, r = w.F, w.ex, w.r
-    F1 = w.r1 + g_theta_p
-    Fp = (1.0 + r) * (1.0 + g_theta_p) - 1.0
-    fx = w.rowmax(ex + (1.0 + ex) * F)
-    rem2 = w.rowmax(F) * w.rowmax(ex) * pv
-    rem3 = w.rowmax(np.maximum(Fp - F1, 0.0)) * pv
+    fx = st["fx"]
+    rem2 = st["Fmax"] * st["exmax"] * pv
+    rem3 = st["rem3"] * pv
     pv_hat = pv * (1.0 + fx)
     n_pv = 2.0 * w.n_row
     acc_p = np.minimum(gamma(n_pv, ua), gamma_tilde(n_pv, ua, model.lam_sums)) * pv_hat
@@ -677,6 +717,35 @@ def _probabilistic(w: _Work, Mp: _Moments) -> tuple[np.ndarray, np.ndarray]:
         tolb = P.copy()
         tolb[rows] = np.minimum(_worst(w, rows, y[rows], pv[rows]), P[rows])
     return tolb, N
+
+
+def _prob_passes(w: _Work, N: np.ndarray, g_theta_p: np.ndarray
+                 ) -> dict[str, np.ndarray]:
+    """The passes of :func:`_probabilistic` over the (R, S) arrays: ww = on(N p²(σS +
+    σW)) and the row quantities ((R, 1) each) max D, max Sh, Σ p r, Σ N p² σW,
+    max(ex + (1 + ex) F), max F, max ex, max(max(Fp − F1, 0)) (masked keys 0); one
+    fused loop (model_jit) when numba is there, the same values."""
+    p, R, S = w.p, w.R, w.S
+    kern = kernels() if _fusable(w) else None
+    if kern is not None:
+        shp = (R, S)
+        ww, stats = np.empty(shp), np.empty((8, R))
+        kern.probabilistic(*(np.broadcast_to(a, shp) for a in (
+            p, N, w.var_s, w.var_w, w.r, w.r1, w.ex, w.F, w.D, w.sh, w.allowed)),
+            _rows(g_theta_p, R), ww, stats)
+        col = [stats[i][:, None] for i in range(8)]
+        return dict(ww=ww, Dmax=col[0], shmax=col[1], pr_sum=col[2], nvw_sum=col[3],
+                    fx=col[4], Fmax=col[5], exmax=col[6], rem3=col[7])
+    F, ex, r = w.F, w.ex, w.r
+    Npp = N * p * p
+    F1 = w.r1 + g_theta_p
+    Fp = (1.0 + r) * (1.0 + g_theta_p) - 1.0
+    return dict(
+        ww=w.on(Npp * (w.var_s + w.var_w), 0.0), Dmax=w.rowmax(w.D), shmax=w.rowmax(w.sh),
+        pr_sum=np.sum(w.on(p * w.r, 0.0), axis=-1, keepdims=True),
+        nvw_sum=np.sum(w.on(Npp * w.var_w, 0.0), axis=-1, keepdims=True),
+        fx=w.rowmax(ex + (1.0 + ex) * F), Fmax=w.rowmax(F), exmax=w.rowmax(ex),
+        rem3=w.rowmax(np.maximum(Fp - F1, 0.0)))
 
 
 def _underflow(w: _Work, N: np.ndarray | None) -> np.ndarray | float:

@@ -1,0 +1,228 @@
+"""The numba kernels of :mod:`.model_jit` (imported only when numba is installed).
+
+Each kernel makes, per (row, key) element, the IEEE 754 operations of its numpy twin
+in :mod:`.model` in the same order (numba compiles without fast-math: nothing is
+reassociated or contracted into an FMA); the row maxima do not depend on the order
+(NaN propagates as in ``np.max``); the row sums are numpy's own pairwise summation
+(:func:`pairwise`, the algorithm of numpy's ``pairwise_sum`` for a contiguous row,
+started from 0 as ``np.add.reduce`` does).  So the arrays are bit-identical to the
+numpy steps' (tests/testing/forward/test_model_jit.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+
+Array = np.ndarray[Any, Any]
+
+njit = numba.njit(cache=True, nogil=True, error_model="numpy")
+
+_FMAX = float(np.finfo(np.float64).max)     # frozen into the compiled code
+_TWO_M52 = 2.0**-52
+
+
+@njit
+def _block(a: Array, lo: int, n: int) -> float:
+    """numpy's pairwise sum of a[lo:lo + n] for n <= 128: 8 accumulators (fewer than 8
+    terms: one, from -0.0)."""
+    if n < 8:
+        res = -0.0
+        for i in range(n):
+            res += a[lo + i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    m = n - (n % 8)
+    while i < m:
+        j = lo + i
+        r0 += a[j]
+        r1 += a[j + 1]
+        r2 += a[j + 2]
+        r3 += a[j + 3]
+        r4 += a[j + 4]
+        r5 += a[j + 5]
+        r6 += a[j + 6]
+        r7 += a[j + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit
+def pairwise(a: Array, lo: int, n: int, stack: Array, vals: Array) -> float:
+    """numpy's pairwise sum of a[lo:lo + n]: blocks of <= 128 terms (:func:`_block`),
+    above that sum(first n2) + sum(rest), n2 = n/2 rounded down to a multiple of 8.
+    The recursion unrolled on ``stack`` (int64 (64, 3): lo, n, state) and ``vals``
+    ((64,) the left halves' sums): numba's on-disk cache does not keep recursive
+    functions (a cached recursive kernel crashed)."""
+    if n <= 128:
+        return _block(a, lo, n)
+    top = 0
+    stack[0, 0], stack[0, 1], stack[0, 2] = lo, n, 0
+    ret = 0.0
+    while True:
+        m = stack[top, 1]
+        if stack[top, 2] == 0 and m > 128:          # split: the left half first
+            stack[top, 2] = 1
+            h = m // 2
+            h -= h % 8
+            stack[top + 1, 0], stack[top + 1, 1], stack[top + 1, 2] = stack[top, 0], h, 0
+            top += 1
+            continue
+        ret = _block(a, stack[top, 0], m)           # a leaf
+        top -= 1
+        while top >= 0:                             # hand the sum up
+            if stack[top, 2] == 1:                  # left half done: the right one next
+                vals[top] = ret
+                stack[top, 2] = 2
+                h = stack[top, 1] // 2
+                h -= h % 8
+                stack[top + 1, 0] = stack[top, 0] + h
+                stack[top + 1, 1] = stack[top, 1] - h
+                stack[top + 1, 2] = 0
+                top += 1
+                break
+            ret = vals[top] + ret                   # both halves: their sum
+            top -= 1
+        if top < 0:
+            return ret
+
+
+@njit
+def row_sums(a: Array) -> Array:
+    """np.sum(a, axis=-1) of a C-contiguous (R, S) array."""
+    R, S = a.shape
+    out = np.empty(R)
+    stack, vals = np.empty((64, 3), np.int64), np.empty(64)
+    for i in range(R):
+        out[i] = 0.0 + pairwise(a[i], 0, S, stack, vals)
+    return out
+
+
+@njit
+def _mx(m: float, x: float) -> float:
+    """One step of np.max: NaN wins."""
+    return x if (x > m or x != x) else m
+
+
+@njit
+def weight_errors(spread: Array, arg_rel: Array, ua: float, c0: float, s_nw: float,
+                  sq_nw: float, g_theta_w: Array, r: Array, r1: Array, var_w: Array,
+                  F: Array) -> None:
+    """model._weight_errors' per-key arrays (its formulas, operation by operation)."""
+    R, S = spread.shape
+    a2 = 2.0 * ua
+    c1 = 1.0 + c0
+    for i in range(R):
+        gt = 1.0 + g_theta_w[i]
+        for j in range(S):
+            sp = spread[i, j]
+            rr = c0 + arg_rel[i, j] * c1
+            r[i, j] = rr
+            r1[i, j] = s_nw + a2 * sp
+            t = ua * sp
+            var_w[i, j] = 2.0 * (t * t) + sq_nw
+            F[i, j] = (1.0 + rr) * gt - 1.0
+
+
+@njit
+def probabilistic(p: Array, N: Array, var_s: Array, var_w: Array, r: Array, r1: Array,
+                  ex: Array, F: Array, D: Array, sh: Array, allowed: Array,
+                  g_theta_p: Array, ww: Array, stats: Array) -> None:
+    """model._probabilistic's passes over the keys: ww = on(N p p (σS + σW)) and, per
+    row (``stats`` (8, R)): max D, max Sh, Σ on(p r), Σ on(N p p σW), max on(ex + (1 +
+    ex) F), max F, max ex, max on(max(Fp − F1, 0)), with Fp = (1 + r)(1 + g_θp) − 1 and
+    F1 = r1 + g_θp; masked keys count 0 in the maxima (model._rowmax)."""
+    R, S = p.shape
+    b1 = np.empty(S)
+    b2 = np.empty(S)
+    stack, vals = np.empty((64, 3), np.int64), np.empty(64)
+    for i in range(R):
+        g = g_theta_p[i]
+        g1 = 1.0 + g
+        mD = mS = mfx = mF = mex = m3 = 0.0
+        for j in range(S):
+            if allowed[i, j]:
+                pj = p[i, j]
+                npp = N[i, j] * pj * pj
+                vw = var_w[i, j]
+                ww[i, j] = npp * (var_s[i, j] + vw)
+                b1[j] = pj * r[i, j]
+                b2[j] = npp * vw
+                e = ex[i, j]
+                f = F[i, j]
+                dd = D[i, j]
+                ss = sh[i, j]
+                fxv = e + (1.0 + e) * f
+                d3 = ((1.0 + r[i, j]) * g1 - 1.0) - (r1[i, j] + g)
+                d3 = d3 if (d3 >= 0.0 or d3 != d3) else 0.0
+            else:
+                ww[i, j] = 0.0
+                b1[j] = 0.0
+                b2[j] = 0.0
+                dd = ss = fxv = f = e = d3 = 0.0
+            if j == 0:
+                mD, mS, mfx, mF, mex, m3 = dd, ss, fxv, f, e, d3
+            else:
+                mD = _mx(mD, dd)
+                mS = _mx(mS, ss)
+                mfx = _mx(mfx, fxv)
+                mF = _mx(mF, f)
+                mex = _mx(mex, e)
+                m3 = _mx(m3, d3)
+        stats[0, i] = mD
+        stats[1, i] = mS
+        stats[2, i] = 0.0 + pairwise(b1, 0, S, stack, vals)
+        stats[3, i] = 0.0 + pairwise(b2, 0, S, stack, vals)
+        stats[4, i] = mfx
+        stats[5, i] = mF
+        stats[6, i] = mex
+        stats[7, i] = m3
+
+
+@njit
+def score_errors(t: Array, A: Array, t_top: Array, allowed: Array, ua: float, gE: float,
+                 n_dot: float, eta_a: float, c4: float, g_eval: float, sh: Array,
+                 var_s: Array, D: Array, d_eval_row: Array) -> None:
+    """model._score_errors and _finish_score_errors on their plain path (a fused
+    kernel without stores, mask values, input errors or variant extras; scores
+    centred at the top key): Sh = u_a|t − t_top| (FMAX where not finite, 0 where
+    masked), σS = n_dot (u_a A (1 + γ_E))² + (u_a t)², I = γ_E A + u_a|t| + η_a,
+    d_eval = g_eval A + 2^-52 |t|, D = on((Sh + I) c4 + 2 d_eval) (FMAX/4 where not
+    finite) and the row maxima of d_eval (masked keys 0)."""
+    R, S = t.shape
+    g1 = 1.0 + gE
+    for i in range(R):
+        tt = t_top[i]
+        m = 0.0
+        for j in range(S):
+            tj = t[i, j]
+            aj = A[i, j]
+            s0 = abs(tj - tt) * ua
+            at = abs(tj)
+            x = ua * aj * g1
+            y = ua * tj
+            var_s[i, j] = n_dot * (x * x) + y * y
+            ind = (gE * aj + ua * at) + eta_a
+            de = g_eval * aj + _TWO_M52 * at
+            if allowed[i, j]:
+                if not np.isfinite(s0):
+                    s0 = _FMAX
+                dd = (s0 + ind) * c4 + 2.0 * de
+                if not np.isfinite(dd):
+                    dd = _FMAX / 4
+                dv = de
+            else:
+                s0 = 0.0
+                dd = 0.0
+                dv = 0.0
+            sh[i, j] = s0
+            D[i, j] = dd
+            m = dv if j == 0 else _mx(m, dv)
+        d_eval_row[i] = m
