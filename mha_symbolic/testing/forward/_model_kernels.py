@@ -226,3 +226,31 @@ def score_errors(t: Array, A: Array, t_top: Array, allowed: Array, ua: float, gE
             D[i, j] = dd
             m = dv if j == 0 else _mx(m, dv)
         d_eval_row[i] = m
+
+
+@njit
+def log_weights(s: Array, lse: Array, D: Array, allowed: Array, logp: Array, ld: Array,
+                stats: Array) -> None:
+    """model._log_perturbation's first passes: logp = on(s − lse, −inf), ld = on(logp +
+    D, −inf) and per row (``stats`` (2, R)) max ld and max(0, max on(|s|, 0))."""
+    R, S = s.shape
+    for i in range(R):
+        li = lse[i]
+        m = -np.inf
+        mag = 0.0
+        for j in range(S):
+            if allowed[i, j]:
+                sj = s[i, j]
+                lp = sj - li
+                x = lp + D[i, j]
+                a = abs(sj)
+            else:
+                lp = -np.inf
+                x = -np.inf
+                a = 0.0
+            logp[i, j] = lp
+            ld[i, j] = x
+            m = x if j == 0 else _mx(m, x)
+            mag = _mx(mag, a)
+        stats[0, i] = m
+        stats[1, i] = mag

@@ -584,20 +584,31 @@ def _log_perturbation(w: _Work) -> None:
     perturbation, and nothing is capped.  x_j = D_j + Λ and expm1(x_j)."""
     ax = w.axis
     lse = w.smax + np.log(np.where(w.tot > 0, w.tot, 1.0))
-    w.logp = logp = w.on(w.s - lse, -np.inf)
-    ld = w.on(logp + w.D, -np.inf)
-    mld = np.max(ld, axis=ax, keepdims=True) if ld.shape[ax] else ld
-    mld = np.where(np.isfinite(mld), mld, 0.0)
-    lam_s = mld + np.log(np.maximum(w.key_sum(np.exp(ld - mld)), 1e-300))
+    kern = kernels() if _fusable(w) and w.s.shape == w.D.shape == (w.R, w.S) else None
+    smag = None
+    if kern is not None:        # the same values, the passes fused (model_jit)
+        w.logp, ld, st = np.empty((w.R, w.S)), np.empty((w.R, w.S)), np.empty((2, w.R))
+        kern.log_weights(w.s, _rows(lse, w.R), w.D, w.allowed, w.logp, ld, st)
+        mld, smag = st[0][:, None], st[1][:, None]
+        mld = np.where(np.isfinite(mld), mld, 0.0)
+        ee = np.exp(np.subtract(ld, mld, out=ld), out=ld)
+    else:
+        w.logp = logp = w.on(w.s - lse, -np.inf)
+        ld = w.on(logp + w.D, -np.inf)
+        mld = np.max(ld, axis=ax, keepdims=True) if ld.shape[ax] else ld
+        mld = np.where(np.isfinite(mld), mld, 0.0)
+        ee = np.exp(ld - mld)
+    lam_s = mld + np.log(np.maximum(w.key_sum(ee), 1e-300))
     lam_s = np.maximum(lam_s, 0.0)                       # Λ ≥ 0 (Jensen: Σ p e^D ≥ 1)
     # Λ is near 0 but computed from terms near log p (lse, the shifted sum): its float64
     # evaluation errs absolutely, by at most (2n + 10)·2^-52·(1 + max|s| + |lse|) (the
     # sums' and logs' roundings, the ulps of the scores and of lse), not relatively
     n = float(w.n_terms if w.n_terms is not None else w.s.shape[ax])
-    smag = np.max(np.abs(w.on(w.s, 0.0)), axis=ax, keepdims=True, initial=0.0)
+    if smag is None:
+        smag = np.max(np.abs(w.on(w.s, 0.0)), axis=ax, keepdims=True, initial=0.0)
     lam_s = lam_s + (2.0 * n + 10.0) * 2.0**-52 * (1.0 + smag + np.abs(lse))
     w.x = w.D + lam_s                                    # ≥ 0
-    w.ex = np.expm1(np.minimum(w.x, _EXP_CAP))
+    w.ex = np.expm1(np.minimum(w.x, _EXP_CAP), out=None if kern is None else ld)
 
 
 def _perturbed_weights(w: _Work, rows: np.ndarray
