@@ -254,3 +254,31 @@ def log_weights(s: Array, lse: Array, D: Array, allowed: Array, logp: Array, ld:
             mag = _mx(mag, a)
         stats[0, i] = m
         stats[1, i] = mag
+
+
+@njit
+def shifted_scores(s: Array, allowed: Array, a2ua: float, cap: float, d: Array,
+                   spread: Array, arg: Array, smax: Array) -> None:
+    """model._exact_weights' passes before the exp and _weight_errors' before the
+    expm1: the row maximum m of on(s, −inf) (0 when not finite), d = on(s, −inf) − m,
+    spread = on(m − s, 0), arg = min(2u_a spread, cap) (np.minimum: NaN kept)."""
+    R, S = s.shape
+    for i in range(R):
+        m = -np.inf
+        for j in range(S):
+            x = s[i, j] if allowed[i, j] else -np.inf
+            m = x if j == 0 else _mx(m, x)
+        if not np.isfinite(m):
+            m = 0.0
+        smax[i] = m
+        for j in range(S):
+            if allowed[i, j]:
+                sj = s[i, j]
+                d[i, j] = sj - m
+                sp = m - sj
+            else:
+                d[i, j] = -np.inf - m
+                sp = 0.0
+            spread[i, j] = sp
+            a = a2ua * sp
+            arg[i, j] = a if (a <= cap or a != a) else cap

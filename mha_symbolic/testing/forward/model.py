@@ -211,6 +211,7 @@ class _Work:
     tot: np.ndarray
     p: np.ndarray
     spread: np.ndarray
+    arg_m: np.ndarray | None    # min(2 u_a spread, cap) when the fused loops made it
     n_ax: np.ndarray
     n_row: np.ndarray
     vals: _Values
@@ -400,10 +401,21 @@ def _scaled_scores(w: _Work, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale:
 def _exact_weights(w: _Work, dv: np.ndarray | None) -> None:
     """The exact weights p (float64), the row maxima and the spreads s_max − s_j."""
     ax, s = w.axis, w.s
-    sm = w.on(s, -np.inf)
-    smax = np.max(sm, axis=ax, keepdims=True) if sm.shape[ax] else sm
-    smax = np.where(np.isfinite(smax), smax, 0.0)
-    e = w.on(np.exp(sm - smax), 0.0)
+    R, S = w.R, w.S
+    kern = kernels() if ax == -1 and R and S and s.shape == (R, S) else None
+    w.arg_m = None
+    if kern is not None:        # the passes before the exps fused (model_jit)
+        d, w.spread, w.arg_m = (np.empty((R, S)) for _ in range(3))
+        smax = np.empty(R)
+        kern.shifted_scores(s, w.allowed, 2.0 * w.model.ua, _EXP_CAP, d, w.spread,
+                            w.arg_m, smax)
+        smax = smax[:, None]
+        e = np.exp(d, out=d)    # masked keys: exp(−inf) = 0, as on(·, 0) gives
+    else:
+        sm = w.on(s, -np.inf)
+        smax = np.max(sm, axis=ax, keepdims=True) if sm.shape[ax] else sm
+        smax = np.where(np.isfinite(smax), smax, 0.0)
+        e = w.on(np.exp(sm - smax), 0.0)
     tot = w.key_sum(e)
     w.smax, w.tot = smax, tot
     pos = tot > 0
@@ -411,7 +423,8 @@ def _exact_weights(w: _Work, dv: np.ndarray | None) -> None:
         w.p = np.divide(e, tot, out=e)
     else:
         w.p = np.where(pos, np.divide(e, np.where(pos, tot, 1.0), out=e), 0.0)
-    w.spread = w.on(smax - s, 0.0)
+    if kern is None:
+        w.spread = w.on(smax - s, 0.0)
     # key counts (exact in float64); along the keys the two counts are one array
     w.n_ax = (np.full(pos.shape, float(w.allowed.shape[ax])) if w.full else
               np.sum(w.allowed, axis=ax, keepdims=True).astype(np.float64))
@@ -551,14 +564,18 @@ def _weight_errors(w: _Work) -> None:
     w.shared_n = 1 + (1 if w.kappa is not None else 0)      # reciprocal, dropout scale
     w.g_sum_w = gamma(2 * w.n_ax, ua)
     g_theta_w = (1.0 + w.g_sum_w) * (1.0 + float(gamma(w.shared_n, ua))) - 1.0
-    arg = 2.0 * ua * w.spread
     kern = kernels() if _fusable(w) else None
     if kern is not None:        # the same values in one pass (model_jit)
-        arg_rel = np.expm1(np.minimum(arg, _EXP_CAP, out=arg), out=arg)
+        if w.arg_m is not None:     # min(2 u_a spread, cap), from _exact_weights
+            arg_rel = np.expm1(w.arg_m, out=w.arg_m)
+        else:
+            arg = 2.0 * ua * w.spread
+            arg_rel = np.expm1(np.minimum(arg, _EXP_CAP, out=arg), out=arg)
         w.r, w.r1, w.var_w, w.F = (np.empty((w.R, w.S)) for _ in range(4))
         kern.weight_errors(w.spread, arg_rel, ua, c0, sum(n_w), sum(x * x for x in n_w),
                            _rows(g_theta_w, w.R), w.r, w.r1, w.var_w, w.F)
         return
+    arg = 2.0 * ua * w.spread
     arg_rel = np.expm1(np.minimum(arg, _EXP_CAP))           # e^{2 u_a spread} − 1
     w.r = c0 + arg_rel * (1.0 + c0)                         # (1 + c0) e^{arg} − 1
     w.r1 = sum(n_w) + arg                                   # its first-order part
