@@ -282,3 +282,41 @@ def shifted_scores(s: Array, allowed: Array, a2ua: float, cap: float, d: Array,
             spread[i, j] = sp
             a = a2ua * sp
             arg[i, j] = a if (a <= cap or a != a) else cap
+
+
+@njit
+def level_errors(o: Array, m: Array, a: Array, all_pos: bool, ok_any: Array,
+                 res: Array) -> None:
+    """One emulation's pass of emulated.DtypeLevel._tolerance, (N, Ev) arrays: fin =
+    o and m finite, err = |o − m| (0 where not fin), rel = err / a (all a > 0) or err
+    / a where fin and a > 0, else 0; ``ok_any`` (N,) |= every element fin or m NaN, and
+    not every o NaN; ``res`` = (max err, max rel: NaN when some rel is, as np.max)."""
+    N, Ev = o.shape
+    emax = -np.inf
+    rmax = -np.inf
+    rnan = False
+    for i in range(N):
+        all_ok = True
+        all_nan = True
+        for j in range(Ev):
+            oi = o[i, j]
+            mi = m[i, j]
+            f = np.isfinite(oi) and np.isfinite(mi)
+            e = abs(oi - mi) if f else 0.0
+            if all_pos:
+                rel = e / a[i, j]
+            else:
+                ai = a[i, j]
+                rel = e / ai if (f and ai > 0) else 0.0
+            if e > emax:
+                emax = e
+            if rel != rel:
+                rnan = True
+            elif rel > rmax:
+                rmax = rel
+            all_ok = all_ok and (f or mi != mi)
+            all_nan = all_nan and oi != oi
+        if all_ok and not all_nan:
+            ok_any[i] = True
+    res[0] = emax
+    res[1] = np.nan if rnan else rmax

@@ -53,6 +53,7 @@ import numpy as np
 from ...oracle.arith.formats import FloatFormat
 from ..call import AttentionCall
 from ..tolerance import ErrorModel, ulp, unit_roundoff
+from .model_jit import kernels
 from .plain import Chunk, Plain
 
 __all__ = ["BLOCK", "DTYPE_FACTOR", "FLOOR_P", "FLOOR_UA", "DtypeLevel", "dtype_level"]
@@ -135,6 +136,16 @@ class DtypeLevel:
             a_pos = a > 0
             all_pos = bool(np.all(a_pos))
             a_safe = a if all_pos else np.where(a_pos, a, 1.0)
+            kern = kernels() if a.size else None
+            if kern is not None:    # the same values, one pass per emulation (model_jit)
+                ok_flat, res = ok_any.reshape(-1), np.empty(2)
+                m2, a2 = (np.ascontiguousarray(x_).reshape(B * L, Ev) for x_ in (m, a))
+                for o in outs:
+                    kern.level_errors(np.ascontiguousarray(o).reshape(B * L, Ev), m2, a2,
+                                      all_pos, ok_flat, res)
+                    worst = max(worst, float(res[0]))
+                    r = max(r, float(res[1]))
+                outs = []
             for o in outs:
                 fin = np.isfinite(o) & m_fin
                 ok_any |= np.all(fin | m_nan, axis=-1) & ~np.all(np.isnan(o), axis=-1)

@@ -90,3 +90,35 @@ def test_the_row_sums_are_numpys_pairwise_sums(S: int) -> None:
     a = rng.standard_normal((6, S)) * np.exp(rng.standard_normal((6, S)) * 8)
     a[0, :3] = -0.0
     np.testing.assert_array_equal(kern.row_sums(a), np.sum(a, axis=-1))
+
+
+@pytest.mark.parametrize("dtype,mask", [("bfloat16", None), ("float16", "bool"),
+                                        ("float16", "huge")])
+def test_the_dtype_levels_fused_pass_gives_the_numpy_tolerance(monkeypatch: Any, dtype: str,
+                                                               mask: str | None) -> None:
+    from mha_symbolic.testing.call import AttentionCall
+    from mha_symbolic.testing.forward.emulated import dtype_level
+    from mha_symbolic.testing.forward.plain import Plain
+
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((2, 3, n, 16)).astype(DTYPES[dtype]).astype(np.float64)
+               for n in (40, 90, 90))
+    attn = None
+    if mask == "bool":
+        attn = rng.random((40, 90)) < 0.5
+        attn[3] = False                               # a fully masked row (NaN policy)
+    if mask == "huge":
+        q[0, 1, 5] *= 2000.0                          # fp16 scores overflow in that row
+    x = AttentionCall(q, k, v, attn_mask=attn, masked_rows="nan" if attn is not None else "zero")
+    pl = Plain(x)
+    model = error_model(dtype).with_events(*pl.events())
+    lev = dtype_level(x, model)
+    assert lev is not None
+    mid = pl.out
+    monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", "1")
+    fused = lev._tolerance(mid, 4.0)
+    monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", "0")
+    plain = lev._tolerance(mid, 4.0)
+    np.testing.assert_array_equal(fused[0], plain[0])
+    np.testing.assert_array_equal(fused[1], plain[1])
+    assert fused[2] == plain[2]
