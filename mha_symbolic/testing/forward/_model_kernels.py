@@ -320,3 +320,40 @@ def level_errors(o: Array, m: Array, a: Array, all_pos: bool, ok_any: Array,
             ok_any[i] = True
     res[0] = emax
     res[1] = np.nan if rnan else rmax
+
+
+@njit
+def _min1(v: float) -> float:
+    """np.minimum(v, 1.0) (NaN kept)."""
+    return v if (v <= 1.0 or v != v) else 1.0
+
+
+@njit
+def perturbed_weights(rows: Array, allowed: Array, p: Array, ex: Array, x: Array,
+                      F: Array, cap: float, dps: Array, ptil: Array, dpw: Array) -> bool:
+    """model._perturbed_weights for the rows ``rows`` when no allowed key has p = 0 or
+    x >= cap (returns False, the arrays unfinished, when one has: the log-space
+    branch is numpy's): dps = min(p ex, 1), p̃ = min(p (1 + ex), 1) (NaN → 1), dpw =
+    min(p̃ F, 1); masked keys 0."""
+    n = rows.shape[0]
+    S = p.shape[1]
+    for a in range(n):
+        i = rows[a]
+        for j in range(S):
+            if allowed[i, j]:
+                pj = p[i, j]
+                if not (pj > 0 and x[i, j] < cap):
+                    return False
+                e = ex[i, j]
+                d = _min1(pj * e)
+                t = _min1(pj * (1.0 + e))
+                d = 1.0 if d != d else d
+                t = 1.0 if t != t else t
+                dps[a, j] = d
+                ptil[a, j] = t
+                dpw[a, j] = _min1(t * F[i, j])
+            else:
+                dps[a, j] = 0.0
+                ptil[a, j] = 0.0
+                dpw[a, j] = 0.0
+    return True
