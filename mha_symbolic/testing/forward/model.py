@@ -634,11 +634,11 @@ def _perturbed_weights(w: _Work, rows: np.ndarray
     evaluation errors of the perturbed weights |p̂_j − p̃_j| ≤ p̃_j F_j, each capped at 1."""
     kern = kernels() if _fusable(w) and w.p.shape == w.ex.shape == w.F.shape else None
     if kern is not None:        # one pass (model_jit) unless a key needs log space
-        out = tuple(np.empty((len(rows), w.S)) for _ in range(3))
+        dps, ptil, dpw = (np.empty((len(rows), w.S)) for _ in range(3))
         if kern.perturbed_weights(np.ascontiguousarray(rows, dtype=np.int64), w.allowed,
                                   w.p, w.ex, np.broadcast_to(w.x, w.p.shape), w.F,
-                                  _EXP_CAP, *out):
-            return out
+                                  _EXP_CAP, dps, ptil, dpw):
+            return dps, ptil, dpw
     allowed = w.allowed[rows]
     p, ex, x = w.p[rows], w.ex[rows], w.x[rows]
     p_ok = (p > 0) & (x < _EXP_CAP)
