@@ -85,7 +85,6 @@ scale).  The derivation is repeated, with the constants, in docs/testing.md.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
@@ -99,7 +98,7 @@ from ..tolerance import (
     hoeffding_bound,
     underflow_eta,
 )
-from .model_jit import kernels
+from . import model_jit as jit
 from .moments import (
     Bound,
     HeadCache,
@@ -401,16 +400,10 @@ def _scaled_scores(w: _Work, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale:
 def _exact_weights(w: _Work, dv: np.ndarray | None) -> None:
     """The exact weights p (float64), the row maxima and the spreads s_max − s_j."""
     ax, s = w.axis, w.s
-    R, S = w.R, w.S
-    kern = kernels() if ax == -1 and R and S and s.shape == (R, S) else None
     w.arg_m = None
-    if kern is not None:        # the passes before the exps fused (model_jit)
-        d, w.spread, w.arg_m = (np.empty((R, S)) for _ in range(3))
-        smax = np.empty(R)
-        kern.shifted_scores(s, w.allowed, 2.0 * w.model.ua, _EXP_CAP, d, w.spread,
-                            w.arg_m, smax)
-        smax = smax[:, None]
-        e = np.exp(d, out=d)    # masked keys: exp(−inf) = 0, as on(·, 0) gives
+    fused = jit.shifted_scores(w)       # the passes before the exps fused, or None
+    if fused is not None:
+        e, smax = fused
     else:
         sm = w.on(s, -np.inf)
         smax = np.max(sm, axis=ax, keepdims=True) if sm.shape[ax] else sm
@@ -423,7 +416,7 @@ def _exact_weights(w: _Work, dv: np.ndarray | None) -> None:
         w.p = np.divide(e, tot, out=e)
     else:
         w.p = np.where(pos, np.divide(e, np.where(pos, tot, 1.0), out=e), 0.0)
-    if kern is None:
+    if fused is None:
         w.spread = w.on(smax - s, 0.0)
     # key counts (exact in float64); along the keys the two counts are one array
     w.n_ax = (np.full(pos.shape, float(w.allowed.shape[ax])) if w.full else
@@ -451,13 +444,8 @@ def _score_errors(w: _Work, q: np.ndarray, k: np.ndarray, dq: np.ndarray | None,
     shift_ok = extras is None or extras.centred
     need_dist = ((ker.scaled_query and not _is_pow2(c)) or dq is not None) and shift_ok
     w.top = np.argmax(w.on(s, -np.inf), axis=-1) if w.centred and S else None
-    if (dq is None and dk is None and extras is None and w.madd is None and s is t
-            and not ker.scaled_query and ker.score_stores == 0 and w.centred and S
-            and w.R and t.shape == A.shape == (w.R, S)):
-        kern = kernels()
-        if kern is not None:    # the plain path in one pass (model_jit): the same values
-            _fused_score_errors(w, kern)
-            return None
+    if dq is None and dk is None and jit.score_errors(w):
+        return None             # the plain path in one fused pass: the same values
     dist = None
     if w.centred and S and shift_ok:
         top = w.top
@@ -529,21 +517,6 @@ def _score_errors(w: _Work, q: np.ndarray, k: np.ndarray, dq: np.ndarray | None,
     return sh, ind, d_eval
 
 
-def _fused_score_errors(w: _Work, kern: Any) -> None:
-    """Steps 1 and its finish on the plain path (:func:`_score_errors`' branches for a
-    fused kernel without stores, mask values, input errors or extras) in one loop:
-    w.sh, w.var_s, w.D, w.d_eval_row as the numpy steps give them."""
-    model, R, S, E = w.model, w.R, w.S, w.E
-    assert w.top is not None
-    t_top = np.ascontiguousarray(w.t[np.arange(R), w.top])
-    w.sh, w.var_s, w.D = (np.empty((R, S)) for _ in range(3))
-    d_row = np.empty(R)
-    kern.score_errors(w.t, w.A, t_top, w.allowed, model.ua, float(gamma(E, model.ua)),
-                      float(E), model.eta_a, 1.0 + 4.0 * (model.u + model.ua),
-                      float(gamma(E + 2, 2.0**-53)), w.sh, w.var_s, w.D, d_row)
-    w.d_eval_row = d_row[:, None]
-
-
 def _finish_score_errors(w: _Work, sh: np.ndarray, ind: np.ndarray, d_eval: np.ndarray
                          ) -> None:
     """D_j = (Sh_j + I_j)(1 + 4(u + u_a)) + 2 d_eval, and the row's evaluation error."""
@@ -564,17 +537,8 @@ def _weight_errors(w: _Work) -> None:
     w.shared_n = 1 + (1 if w.kappa is not None else 0)      # reciprocal, dropout scale
     w.g_sum_w = gamma(2 * w.n_ax, ua)
     g_theta_w = (1.0 + w.g_sum_w) * (1.0 + float(gamma(w.shared_n, ua))) - 1.0
-    kern = kernels() if _fusable(w) else None
-    if kern is not None:        # the same values in one pass (model_jit)
-        if w.arg_m is not None:     # min(2 u_a spread, cap), from _exact_weights
-            arg_rel = np.expm1(w.arg_m, out=w.arg_m)
-        else:
-            arg = 2.0 * ua * w.spread
-            arg_rel = np.expm1(np.minimum(arg, _EXP_CAP, out=arg), out=arg)
-        w.r, w.r1, w.var_w, w.F = (np.empty((w.R, w.S)) for _ in range(4))
-        kern.weight_errors(w.spread, arg_rel, ua, c0, sum(n_w), sum(x * x for x in n_w),
-                           _rows(g_theta_w, w.R), w.r, w.r1, w.var_w, w.F)
-        return
+    if jit.weight_errors(w, c0, n_w, g_theta_w):
+        return                  # the same values in one fused pass
     arg = 2.0 * ua * w.spread
     arg_rel = np.expm1(np.minimum(arg, _EXP_CAP))           # e^{2 u_a spread} − 1
     w.r = c0 + arg_rel * (1.0 + c0)                         # (1 + c0) e^{arg} − 1
@@ -583,32 +547,17 @@ def _weight_errors(w: _Work) -> None:
     w.F = (1.0 + w.r) * (1.0 + g_theta_w) - 1.0
 
 
-def _fusable(w: _Work) -> bool:
-    """Whether the fused loops of :mod:`.model_jit` apply: softmax over the keys, at
-    least one key and one row, the spreads an (R, S) float64 array."""
-    return (w.axis == -1 and w.R > 0 and w.S > 0 and w.spread.shape == (w.R, w.S)
-            and w.spread.dtype == np.float64)
-
-
-def _rows(a: np.ndarray | float, R: int) -> np.ndarray:
-    """A per-row quantity ((R, 1), (1, 1) or a scalar) as a contiguous (R,) array."""
-    return np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), (R, 1))[:, 0])
-
-
 def _log_perturbation(w: _Work) -> None:
     """Step 2 (exact): |p̃_j − p_j| ≤ p_j expm1(D_j + Λ), Λ = log Σ_k p_k e^{D_k},
     evaluated in log space (log p_j = s_j − lse): no underflow of p hides a large
     perturbation, and nothing is capped.  x_j = D_j + Λ and expm1(x_j)."""
     ax = w.axis
     lse = w.smax + np.log(np.where(w.tot > 0, w.tot, 1.0))
-    kern = kernels() if _fusable(w) and w.s.shape == w.D.shape == (w.R, w.S) else None
-    smag = None
-    if kern is not None:        # the same values, the passes fused (model_jit)
-        w.logp, ld, st = np.empty((w.R, w.S)), np.empty((w.R, w.S)), np.empty((2, w.R))
-        kern.log_weights(w.s, _rows(lse, w.R), w.D, w.allowed, w.logp, ld, st)
-        mld, smag = st[0][:, None], st[1][:, None]
-        mld = np.where(np.isfinite(mld), mld, 0.0)
-        ee = np.exp(np.subtract(ld, mld, out=ld), out=ld)
+    fused = jit.log_weights(w, lse)     # the passes fused, or None
+    smag = buf = None
+    if fused is not None:
+        mld, smag, ee = fused
+        buf = ee                        # free once Λ is summed: expm1(x) goes there
     else:
         w.logp = logp = w.on(w.s - lse, -np.inf)
         ld = w.on(logp + w.D, -np.inf)
@@ -625,20 +574,16 @@ def _log_perturbation(w: _Work) -> None:
         smag = np.max(np.abs(w.on(w.s, 0.0)), axis=ax, keepdims=True, initial=0.0)
     lam_s = lam_s + (2.0 * n + 10.0) * 2.0**-52 * (1.0 + smag + np.abs(lse))
     w.x = w.D + lam_s                                    # ≥ 0
-    w.ex = np.expm1(np.minimum(w.x, _EXP_CAP), out=None if kern is None else ld)
+    w.ex = np.expm1(np.minimum(w.x, _EXP_CAP), out=buf)
 
 
 def _perturbed_weights(w: _Work, rows: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For the rows ``rows``: |p̃_j − p_j| ≤ p_j expm1(x_j), p̃_j ≤ p_j e^{x_j}, and the
     evaluation errors of the perturbed weights |p̂_j − p̃_j| ≤ p̃_j F_j, each capped at 1."""
-    kern = kernels() if _fusable(w) and w.p.shape == w.ex.shape == w.F.shape else None
-    if kern is not None:        # one pass (model_jit) unless a key needs log space
-        dps, ptil, dpw = (np.empty((len(rows), w.S)) for _ in range(3))
-        if kern.perturbed_weights(np.ascontiguousarray(rows, dtype=np.int64), w.allowed,
-                                  w.p, w.ex, np.broadcast_to(w.x, w.p.shape), w.F,
-                                  _EXP_CAP, dps, ptil, dpw):
-            return dps, ptil, dpw
+    fused = jit.perturbed_weights(w, rows)  # one pass unless a key needs log space
+    if fused is not None:
+        return fused
     allowed = w.allowed[rows]
     p, ex, x = w.p[rows], w.ex[rows], w.x[rows]
     p_ok = (p > 0) & (x < _EXP_CAP)
@@ -760,17 +705,10 @@ def _prob_passes(w: _Work, N: np.ndarray, g_theta_p: np.ndarray
     σW)) and the row quantities ((R, 1) each) max D, max Sh, Σ p r, Σ N p² σW,
     max(ex + (1 + ex) F), max F, max ex, max(max(Fp − F1, 0)) (masked keys 0); one
     fused loop (model_jit) when numba is there, the same values."""
-    p, R, S = w.p, w.R, w.S
-    kern = kernels() if _fusable(w) else None
-    if kern is not None:
-        shp = (R, S)
-        ww, stats = np.empty(shp), np.empty((8, R))
-        kern.probabilistic(*(np.broadcast_to(a, shp) for a in (
-            p, N, w.var_s, w.var_w, w.r, w.r1, w.ex, w.F, w.D, w.sh, w.allowed)),
-            _rows(g_theta_p, R), ww, stats)
-        col = [stats[i][:, None] for i in range(8)]
-        return dict(ww=ww, Dmax=col[0], shmax=col[1], pr_sum=col[2], nvw_sum=col[3],
-                    fx=col[4], Fmax=col[5], exmax=col[6], rem3=col[7])
+    p = w.p
+    fused = jit.prob_passes(w, N, g_theta_p)
+    if fused is not None:
+        return fused
     F, ex, r = w.F, w.ex, w.r
     Npp = N * p * p
     F1 = w.r1 + g_theta_p
