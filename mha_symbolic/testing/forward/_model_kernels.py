@@ -10,6 +10,7 @@ numpy steps' (tests/testing/forward/test_model_jit.py)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numba
@@ -357,3 +358,75 @@ def perturbed_weights(rows: Array, allowed: Array, p: Array, ex: Array, x: Array
                 ptil[a, j] = 0.0
                 dpw[a, j] = 0.0
     return True
+
+
+@njit
+def verdict_pass(a: Array, lower: Array, upper: Array, tol: Array, mid: Array, vac: Array,
+                 hull: Array, has_hull: bool, tiny: float, ulp_scale: float, bad: Array,
+                 counts: Array, where: Array, vals: Array) -> None:
+    """testing.verdict._verdict's elementwise pass over flat arrays: ``bad``, and
+    counts = (bad, vacuous not bad, non-finite, missing NaN, outside the hull),
+    where = (first non-finite, worst ratio, largest error; -1 for none), vals = (the
+    largest ulp count over the counted elements, NaN for none), with the
+    definitions, maxima and first-index argmaxima of the numpy code."""
+    n = a.shape[0]
+    n_bad = n_vac = n_nf = n_miss = n_hull = 0
+    first_nf = worst_i = maxe_i = -1
+    best_r = -1.0
+    best_e = -1.0
+    max_u = -np.inf
+    any_counted = False
+    for i in range(n):
+        x = a[i]
+        lo = lower[i]
+        hi = upper[i]
+        m = mid[i]
+        exact_nan = lo != lo or hi != hi
+        xfin = np.isfinite(x)
+        nonfinite = (not xfin) and not exact_nan
+        missing = exact_nan and x == x
+        finite = xfin and not exact_nan
+        judged = finite and not vac[i]
+        err = abs(x - m)
+        b = nonfinite or missing
+        if judged:
+            d1 = x - hi
+            d2 = lo - x
+            d = d1 if (d1 >= d2 or d1 != d1) else d2
+            d = d if (d >= 0.0 or d != d) else 0.0
+            t = tol[i]
+            if d > t:
+                b = True
+            r = err / (t if t > 0 else 0.0) if err > 0 else 0.0
+            if r != r:
+                r = np.inf
+            if r > best_r:
+                best_r = r
+                worst_i = i
+        if has_hull and hull[i] and finite:
+            b = True
+            n_hull += 1
+        bad[i] = b
+        if b:
+            n_bad += 1
+        elif finite and vac[i]:
+            n_vac += 1
+        if nonfinite:
+            n_nf += 1
+            if first_nf < 0:
+                first_nf = i
+        if missing:
+            n_miss += 1
+        if finite:
+            if err > best_e or maxe_i < 0:
+                best_e = err
+                maxe_i = i
+            if abs(m) >= tiny:
+                _fr, ex = math.frexp(abs(m))
+                u = err / (math.ldexp(1.0, ex - 1) * ulp_scale)
+                any_counted = True
+                if u > max_u or u != u:
+                    max_u = u
+    counts[0], counts[1], counts[2], counts[3], counts[4] = n_bad, n_vac, n_nf, n_miss, n_hull
+    where[0], where[1], where[2] = first_nf, worst_i, maxe_i
+    vals[0] = max_u if any_counted else np.nan

@@ -122,3 +122,41 @@ def test_the_dtype_levels_fused_pass_gives_the_numpy_tolerance(monkeypatch: Any,
     np.testing.assert_array_equal(fused[0], plain[0])
     np.testing.assert_array_equal(fused[1], plain[1])
     assert fused[2] == plain[2]
+
+
+def _same(x: Any, y: Any) -> bool:
+    if isinstance(x, np.ndarray):
+        return bool(np.array_equal(x, y))
+    if isinstance(x, float) and isinstance(y, float) and np.isnan(x):
+        return bool(np.isnan(y))
+    if hasattr(x, "__dataclass_fields__"):
+        return all(_same(getattr(x, f), getattr(y, f)) for f in x.__dataclass_fields__)
+    return bool(x == y)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_verdicts_fused_pass_gives_the_numpy_findings(seed: int) -> None:
+    from mha_symbolic.testing.tolerance import format_of
+    from mha_symbolic.testing.verdict import _elements, _elements_fused, mid_of
+
+    rng = np.random.default_rng(seed)
+    shape = (2, 3, int(rng.integers(1, 40)), 8)
+    lower = rng.standard_normal(shape) * 10.0 ** rng.integers(-40, 3)
+    upper = lower + np.abs(rng.standard_normal(shape)) * 1e-3 * (seed % 3)
+    a = (lower + upper) / 2 + rng.standard_normal(shape) * 1e-3 * (seed % 4)
+    tol = np.abs(rng.standard_normal(shape)) * 1e-3 * (seed % 5 != 0)
+    if seed % 2:
+        pick = rng.random(shape)
+        a[pick < 0.05] = np.nan
+        a[(pick > 0.05) & (pick < 0.08)] = np.inf
+        lower[pick > 0.95] = upper[pick > 0.95] = np.nan        # NaN by policy
+        a[pick > 0.98] = 1.0                                     # a missing NaN
+        a[(pick > 0.4) & (pick < 0.42)] = 0.0
+    vac = rng.random(shape) < 0.1 * (seed % 3)
+    hull = rng.random(shape) < 0.05 if seed % 4 == 1 else None
+    mid = mid_of(lower, upper)
+    fmt = format_of(["bfloat16", "float16", "float32"][seed % 3])
+    got = _elements_fused(a, lower, upper, tol, vac, hull, mid, fmt)
+    assert got is not None
+    want = _elements(a, lower, upper, tol, vac, hull, mid, fmt)
+    assert all(_same(x, y) for x, y in zip(got, want, strict=True)), (got[1:], want[1:])
