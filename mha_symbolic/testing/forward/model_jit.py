@@ -1,5 +1,5 @@
-"""Fused loops of the tolerance model (:mod:`.model`) and the dtype level
-(:mod:`.emulated`), compiled with numba when it is installed (issue 29: the model's
+"""Fused loops of the tolerance model (:mod:`.model`), the dtype level
+(:mod:`.emulated`) and the verdict's element-wise pass (:mod:`..verdict`), compiled with numba when it is installed (issue 29: the model's
 ~100 elementwise passes over the (rows × keys) arrays of a chunk are most of a
 check's time).
 
