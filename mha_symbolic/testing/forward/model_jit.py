@@ -1,7 +1,7 @@
 """Fused loops of the tolerance model (:mod:`.model`), the dtype level
-(:mod:`.emulated`) and the verdict's element-wise pass (:mod:`..verdict`), compiled with numba when it is installed (issue 29: the model's
-~100 elementwise passes over the (rows × keys) arrays of a chunk are most of a
-check's time).
+(:mod:`.emulated`) and the verdict's element-wise pass (:mod:`..verdict`), compiled
+with numba when it is installed (issue 29: the model's ~100 elementwise passes over
+the (rows × keys) arrays of a chunk are most of a check's time).
 
 Each kernel (:mod:`._model_kernels`) computes the arrays of a numpy step with the same
 IEEE 754 operations in the same order (numba compiles without fast-math: nothing is
