@@ -430,3 +430,48 @@ def verdict_pass(a: Array, lower: Array, upper: Array, tol: Array, mid: Array, v
     counts[0], counts[1], counts[2], counts[3], counts[4] = n_bad, n_vac, n_nf, n_miss, n_hull
     where[0], where[1], where[2] = first_nf, worst_i, maxe_i
     vals[0] = max_u if any_counted else np.nan
+
+
+@njit
+def level_tolerance(a: Array, a2: Array, has_a2: bool, m: Array, ok_any: Array,
+                    covered: Array, flush_t: Array, has_flush: bool, rows_per_b: int,
+                    c1: float, c2: float,
+                    tiny: float, ulp_lo: float, ulp_scale: float, tol: Array,
+                    und: Array) -> None:
+    """emulated.DtypeLevel._tolerance after its emulations' pass, (N, Ev) arrays: t =
+    c1 a (+ c2 a2) (+ the flushing term of the row's batch element), bad scale = t not
+    finite or a = 0 ≠ m (m not NaN), und = row not run or t ≥ a > 0 or bad scale, tol =
+    0 where bad scale, rows outside every group 0 / decided, plus ulp(m) (tolerance.ulp:
+    2^⌊log2|m|⌋ clamped at 2^emin ``tiny``, ``ulp_lo`` for inf and NaN, times 2^(1−p))."""
+    N, Ev = a.shape
+    for i in range(N):
+        ft = flush_t[i // rows_per_b]
+        run = ok_any[i]
+        cov = covered[i]
+        for j in range(Ev):
+            aj = a[i, j]
+            mj = m[i, j]
+            t = c1 * aj
+            if has_a2:
+                t = t + c2 * a2[i, j]
+            if has_flush:
+                t = t + ft
+            bad_scale = (not np.isfinite(t)) or (aj == 0 and mj != 0 and mj == mj)
+            u = (not run) or (t >= aj and aj > 0) or bad_scale
+            x = 0.0 if bad_scale else t
+            if not cov:
+                x = 0.0
+                u = False
+            am = abs(mj)
+            if not np.isfinite(am):
+                pw = ulp_lo
+            else:
+                if am >= 2.0**-1022:
+                    _fr, ex = math.frexp(am)
+                    pw = math.ldexp(1.0, ex - 1)
+                else:
+                    pw = 0.0
+                if pw < tiny:
+                    pw = tiny
+            tol[i, j] = x + pw * ulp_scale
+            und[i, j] = u

@@ -93,7 +93,8 @@ def test_the_row_sums_are_numpys_pairwise_sums(S: int) -> None:
 
 
 @pytest.mark.parametrize("dtype,mask", [("bfloat16", None), ("float16", "bool"),
-                                        ("float16", "huge")])
+                                        ("float16", "huge"), ("bfloat16", "flush"),
+                                        ("float32", "tiny")])
 def test_the_dtype_levels_fused_pass_gives_the_numpy_tolerance(monkeypatch: Any, dtype: str,
                                                                mask: str | None) -> None:
     from mha_symbolic.testing.call import AttentionCall
@@ -109,12 +110,18 @@ def test_the_dtype_levels_fused_pass_gives_the_numpy_tolerance(monkeypatch: Any,
         attn[3] = False                               # a fully masked row (NaN policy)
     if mask == "huge":
         q[0, 1, 5] *= 2000.0                          # fp16 scores overflow in that row
+    if mask == "tiny":
+        v[0, 0] *= 1e-40                              # outputs near float32's subnormals
     x = AttentionCall(q, k, v, attn_mask=attn, masked_rows="nan" if attn is not None else "zero")
     pl = Plain(x)
-    model = error_model(dtype).with_events(*pl.events())
+    model = error_model(dtype, subnormals="flush" if mask == "flush" else "keep").with_events(
+        *pl.events())
     lev = dtype_level(x, model)
     assert lev is not None
-    mid = pl.out
+    mid = pl.out.copy()
+    if mask == "huge":
+        mid[0, 0, 0, 0] = np.nan                      # a NaN exact value, an infinite one
+        mid[0, 0, 1, 1] = np.inf
     monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", "1")
     fused = lev._tolerance(mid, 4.0)
     monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", "0")
