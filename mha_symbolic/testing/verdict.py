@@ -21,6 +21,7 @@ from .forward.bugs import Candidate
 from .forward.levels import (
     DEFAULT_FLASH_FACTOR,
 )
+from .forward.model_jit import kernels
 from .pattern import describe_pattern
 from .report import _idx_text, _render, _summary, _table
 from .tolerance import DEFAULT_SAFETY, ErrorModel, FloatFormat, error_model, ulp
@@ -273,55 +274,43 @@ def _verdict(
     if mid is None:
         mid = mid_of(lower, upper)
     vac = np.zeros(a.shape, bool) if vacuous is None else np.asarray(vacuous, bool)
-    el = _elements(a, lower, upper, tol, mid, vac, hull, fmt)
-    bad, nonfinite, missing_nan, finite = el.bad, el.nonfinite, el.missing_nan, el.finite
-    worst, max_err, max_idx, max_ulps = _extremes(a, lower, upper, tol, el.err, el.ulps,
-                                                  el.ratio, el.judged, finite, el.counted)
-    first_nf = None
-    if np.any(nonfinite):
-        first_nf = tuple(int(i) for i in np.argwhere(nonfinite)[0])
-    n_bad = int(np.sum(bad))
-    n_vac = int(np.sum(finite & vac & ~bad))
+    el = _elements_fused(a, lower, upper, tol, vac, hull, mid, fmt)
+    if el is None:
+        el = _elements(a, lower, upper, tol, vac, hull, mid, fmt)
+    bad, n_bad, n_vac, n_nf, n_miss, n_hull, first_nf, worst, max_err, max_idx, max_ulps = el
     if n_bad and not model.flush:
         notes = (*notes, *_flush_note(a, mid, bad, model))
-    if hull is not None and np.any(hull & finite):
-        n_hull = int(np.sum(hull & finite))
+    if n_hull:
         notes = (*notes, f"{n_hull} element(s) lie outside the hull of their row's values "
                  "(an attention output is a convex combination of them): wrong whatever the "
                  "kernel's rounding")
     comp = AttentionComparison(
         passed=n_bad == 0, rule=rule, shape=tuple(a.shape), dtype=fmt.name,
         accumulation=_acc_text(model), index_names=index_names, n_elements=int(a.size),
-        n_mismatched=n_bad, n_nonfinite=int(np.sum(nonfinite)), first_nonfinite=first_nf,
-        n_missing_nan=int(np.sum(missing_nan)), worst=worst, max_error=max_err,
+        n_mismatched=n_bad, n_nonfinite=n_nf, first_nonfinite=first_nf,
+        n_missing_nan=n_miss, worst=worst, max_error=max_err,
         max_error_index=max_idx, max_ulps=max_ulps, mismatched=bad, title=title,
         n_vacuous=n_vac, notes=notes, pattern=describe_pattern(bad, index_names) if n_bad else "",
     )
     if comp.passed and n_vac and raise_vacuous:
+        with np.errstate(invalid="ignore"):
+            finite = np.isfinite(a) & ~(np.isnan(lower) | np.isnan(upper))
         idx = tuple(int(i) for i in np.argwhere(finite & vac & ~bad)[0])
         raise _vacuous_error(title, n_vac, a.size, _idx_text(idx, index_names), model)
     return comp
 
 
-@dataclass(frozen=True)
-class _Elements:
-    """Each element's judgement (arrays of ``actual``'s shape)."""
-
-    err: np.ndarray          # |actual - midpoint|
-    ulps: np.ndarray         # err in ulps of the midpoint (NaN where not counted)
-    ratio: np.ndarray        # err / tolerance where judged
-    bad: np.ndarray          # mismatched
-    nonfinite: np.ndarray    # inf/NaN where the exact value is finite
-    missing_nan: np.ndarray  # finite where the exact value is NaN
-    finite: np.ndarray       # finite, and so is the exact value
-    judged: np.ndarray       # finite and not vacuous
-    counted: np.ndarray      # finite with an exact value of at least the smallest normal
+_Elements = tuple[np.ndarray, int, int, int, int, int, tuple[int, ...] | None,
+                  "ElementFinding | None", float, tuple[int, ...] | None, float]
 
 
 def _elements(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray,
-              mid: np.ndarray, vac: np.ndarray, hull: np.ndarray | None, fmt: Any
-              ) -> _Elements:
-    """Every element of ``a`` against its enclosure ``[lower, upper]`` and tolerance."""
+              vac: np.ndarray, hull: np.ndarray | None, mid: np.ndarray,
+              fmt: FloatFormat) -> _Elements:
+    """The element-wise findings of :func:`_verdict`: (bad, the counts of bad, vacuous
+    not bad, non-finite, missing NaN and outside-the-hull elements, the first
+    non-finite index, the worst judged element, the largest error, its index, the
+    largest ulp count)."""
     exact_nan = np.isnan(lower) | np.isnan(upper)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         # certified lower bound of |actual - exact|: distance to the enclosure
@@ -340,7 +329,51 @@ def _elements(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarr
         ulps = np.where(counted, err / ulp(mid, fmt), np.where(finite, np.nan, 0.0))
         ratio = np.where(judged & (err > 0), err / np.where(tol > 0, tol, 0.0), 0.0)
         ratio = np.where(np.isnan(ratio), np.inf, ratio)
-    return _Elements(err, ulps, ratio, bad, nonfinite, missing_nan, finite, judged, counted)
+    worst, max_err, max_idx, max_ulps = _extremes(a, lower, upper, tol, err, ulps, ratio,
+                                                  judged, finite, counted)
+    first_nf = None
+    if np.any(nonfinite):
+        first_nf = tuple(int(i) for i in np.argwhere(nonfinite)[0])
+    n_hull = 0 if hull is None else int(np.sum(hull & finite))
+    return (bad, int(np.sum(bad)), int(np.sum(finite & vac & ~bad)), int(np.sum(nonfinite)),
+            int(np.sum(missing_nan)), n_hull, first_nf, worst, max_err, max_idx, max_ulps)
+
+
+def _elements_fused(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray,
+                    vac: np.ndarray, hull: np.ndarray | None, mid: np.ndarray,
+                    fmt: FloatFormat) -> _Elements | None:
+    """:func:`_elements` in one compiled pass (forward/model_jit.py: the same
+    definitions, maxima and first-index argmaxima); None without numba or for arrays
+    that are not all float64 (bool) C-contiguous of ``a``'s shape."""
+    arrs = (a, lower, upper, tol, mid, vac) + (() if hull is None else (hull,))
+    kern = kernels() if a.size else None
+    if kern is None or any(x.shape != a.shape or not x.flags.c_contiguous for x in arrs) or any(
+            x.dtype != np.float64 for x in arrs[:5]) or vac.dtype != bool or (
+            hull is not None and hull.dtype != bool):
+        return None
+    bad = np.empty(a.shape, bool)
+    counts, where_, vals = np.empty(5, np.int64), np.empty(3, np.int64), np.empty(1)
+    kern.verdict_pass(*(x.reshape(-1) for x in arrs[:6]),
+                      vac.reshape(-1) if hull is None else hull.reshape(-1), hull is not None,
+                      math.ldexp(1.0, fmt.emin), math.ldexp(1.0, 1 - fmt.p),
+                      bad.reshape(-1), counts, where_, vals)
+
+    def at(i: int) -> tuple[int, ...] | None:
+        return None if i < 0 else tuple(int(j) for j in np.unravel_index(i, a.shape))
+
+    first_nf, w_idx, e_idx = at(int(where_[0])), at(int(where_[1])), at(int(where_[2]))
+    worst = None
+    if w_idx is not None:
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            e = float(np.abs(a[w_idx] - mid[w_idx]))
+            m = mid[w_idx]
+            u = e / float(ulp(m, fmt)) if abs(m) >= math.ldexp(1.0, fmt.emin) else math.nan
+        worst = ElementFinding(w_idx, float(lower[w_idx]), float(upper[w_idx]),
+                               float(a[w_idx]), e, u, float(tol[w_idx]))
+    max_err = 0.0 if e_idx is None else float(np.abs(a[e_idx] - mid[e_idx]))
+    max_ulps = float(vals[0]) if e_idx is not None else 0.0
+    return (bad, int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3]),
+            int(counts[4]), first_nf, worst, max_err, e_idx, max_ulps)
 
 
 def _vacuous_error(title: str, n_vac: int, size: int, where: str, model: ErrorModel

@@ -53,6 +53,7 @@ import numpy as np
 from ...oracle.arith.formats import FloatFormat
 from ..call import AttentionCall
 from ..tolerance import ErrorModel, ulp, unit_roundoff
+from .model_jit import kernels
 from .plain import Chunk, Plain
 
 __all__ = ["BLOCK", "DTYPE_FACTOR", "FLOOR_P", "FLOOR_UA", "DtypeLevel", "dtype_level"]
@@ -129,6 +130,9 @@ class DtypeLevel:
             # r: the worst relative error of every emulation over the whole check
             # (pooled: one row's features share its weights' errors, so a group of few
             # rows is few samples)
+            fused = self._fused(m, a, outs, factor, ua)
+            if fused is not None:   # the same values in compiled passes (model_jit)
+                return fused
             r = 0.0
             ok_any = np.zeros((B, L), bool)
             m_fin, m_nan = np.isfinite(m), np.isnan(m)       # the same for every emulation
@@ -152,11 +156,9 @@ class DtypeLevel:
             t = (factor * r + FLOOR_UA * ua) * a
             if self.a2 is not None:
                 t = t + FLOOR_P * self.u_p * self.a2.reshape(B, L, Ev)
-            if self.model.flush and self.vmax is not None:   # each term may lose a normal
-                # (the model's term: 4 η_a (n (max|v| + 1) + 1), η_a the smallest normal)
-                t = t + (4 * math.ldexp(1.0, self.model.acc.emin) * (
-                    self.n_keys * (np.asarray(self.vmax, np.float64) + 1) + 1) + math.ldexp(
-                    1.0, self.model.fmt.emin))[:, None, None]
+            flush_t = self._flush_term()
+            if flush_t is not None:
+                t = t + flush_t[:, None, None]
             # undecided: no emulation ran the row; a level that allows the whole
             # natural scale is no test; a scale the emulation could not give (NaN
             # from an overflow, 0 from weights that underflowed where the exact
@@ -164,13 +166,56 @@ class DtypeLevel:
             bad_scale = ~np.isfinite(t) | (a == 0) & (m != 0) & ~m_nan
             und = ~ok_any[:, :, None] | (t >= a) & (a > 0) | bad_scale
             tol = np.where(bad_scale, 0.0, t)
-            covered = np.zeros((B, L), bool)
-            for b, rows in self.groups:
-                covered[b, rows] = True
+            covered = self._covered(B, L)
             if not np.all(covered):
                 tol = np.where(covered[:, :, None], tol, 0.0)
                 und = und & covered[:, :, None]
             tol += ulp(m, self.model.fmt)
+        return tol.reshape(self.shape), und.reshape(self.shape), worst
+
+    def _flush_term(self) -> np.ndarray | None:
+        """Per flat batch element, what a kernel flushing subnormals may lose on top
+        (the model's term: 4 η_a (n (max|v| + 1) + 1), η_a the smallest normal, plus the
+        output's smallest normal); None when it does not flush."""
+        if not (self.model.flush and self.vmax is not None):
+            return None
+        return np.asarray(4 * math.ldexp(1.0, self.model.acc.emin) * (
+            self.n_keys * (np.asarray(self.vmax, np.float64) + 1) + 1) + math.ldexp(
+            1.0, self.model.fmt.emin))
+
+    def _covered(self, B: int, L: int) -> np.ndarray:
+        covered = np.zeros((B, L), bool)
+        for b, rows in self.groups:
+            covered[b, rows] = True
+        return covered
+
+    def _fused(self, m: np.ndarray, a: np.ndarray, outs: list[np.ndarray], factor: float,
+               ua: float) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """:meth:`_tolerance` in compiled passes (forward/model_jit: one per emulation,
+        one for the tolerance; the same operations), or None without numba."""
+        B, L, Ev = a.shape
+        kern = kernels() if a.size else None
+        if kern is None:
+            return None
+        N = B * L
+        m2, a2 = (np.ascontiguousarray(x_).reshape(N, Ev) for x_ in (m, a))
+        all_pos = bool(np.all(a2 > 0))
+        ok_any, res = np.zeros(N, bool), np.empty(2)
+        worst, r = 0.0, 0.0
+        for o in outs:
+            kern.level_errors(np.ascontiguousarray(o).reshape(N, Ev), m2, a2, all_pos,
+                              ok_any, res)
+            worst = max(worst, float(res[0]))
+            r = max(r, float(res[1]))
+        fmt = self.model.fmt
+        flush_t = self._flush_term()
+        tol, und = np.empty((N, Ev)), np.empty((N, Ev), bool)
+        kern.level_tolerance(
+            a2, a2 if self.a2 is None else np.ascontiguousarray(self.a2).reshape(N, Ev),
+            self.a2 is not None, m2, ok_any, self._covered(B, L).reshape(N),
+            np.zeros(B) if flush_t is None else np.ascontiguousarray(flush_t, np.float64),
+            flush_t is not None, L, factor * r + FLOOR_UA * ua, FLOOR_P * self.u_p, math.ldexp(1.0, fmt.emin),
+            math.ldexp(1.0, max(-1, fmt.emin)), math.ldexp(1.0, 1 - fmt.p), tol, und)
         return tol.reshape(self.shape), und.reshape(self.shape), worst
 
 

@@ -98,6 +98,7 @@ from ..tolerance import (
     hoeffding_bound,
     underflow_eta,
 )
+from . import model_jit as jit
 from .moments import (
     Bound,
     HeadCache,
@@ -209,6 +210,7 @@ class _Work:
     tot: np.ndarray
     p: np.ndarray
     spread: np.ndarray
+    arg_m: np.ndarray | None    # min(2 u_a spread, cap) when the fused loops made it
     n_ax: np.ndarray
     n_row: np.ndarray
     vals: _Values
@@ -277,8 +279,9 @@ def _attention_error_bound(
     w.n_terms, w.j0 = n_terms, 0 if keys is None else keys.start
     _scaled_scores(w, q, k, v, scale, mask_add, hc)
     _exact_weights(w, dv)
-    sh_rel, ind, d_eval = _score_errors(w, q, k, dq, dk)
-    _finish_score_errors(w, sh_rel, ind, d_eval)
+    errs = _score_errors(w, q, k, dq, dk)
+    if errs is not None:        # None: done in one fused pass
+        _finish_score_errors(w, *errs)
     _weight_errors(w)
     _log_perturbation(w)
     # outputs and natural scales (scaled units): one matmul per weight matrix
@@ -397,10 +400,15 @@ def _scaled_scores(w: _Work, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale:
 def _exact_weights(w: _Work, dv: np.ndarray | None) -> None:
     """The exact weights p (float64), the row maxima and the spreads s_max − s_j."""
     ax, s = w.axis, w.s
-    sm = w.on(s, -np.inf)
-    smax = np.max(sm, axis=ax, keepdims=True) if sm.shape[ax] else sm
-    smax = np.where(np.isfinite(smax), smax, 0.0)
-    e = w.on(np.exp(sm - smax), 0.0)
+    w.arg_m = None
+    fused = jit.shifted_scores(w)       # the passes before the exps fused, or None
+    if fused is not None:
+        e, smax = fused
+    else:
+        sm = w.on(s, -np.inf)
+        smax = np.max(sm, axis=ax, keepdims=True) if sm.shape[ax] else sm
+        smax = np.where(np.isfinite(smax), smax, 0.0)
+        e = w.on(np.exp(sm - smax), 0.0)
     tot = w.key_sum(e)
     w.smax, w.tot = smax, tot
     pos = tot > 0
@@ -408,7 +416,8 @@ def _exact_weights(w: _Work, dv: np.ndarray | None) -> None:
         w.p = np.divide(e, tot, out=e)
     else:
         w.p = np.where(pos, np.divide(e, np.where(pos, tot, 1.0), out=e), 0.0)
-    w.spread = w.on(smax - s, 0.0)
+    if fused is None:
+        w.spread = w.on(smax - s, 0.0)
     # key counts (exact in float64); along the keys the two counts are one array
     w.n_ax = (np.full(pos.shape, float(w.allowed.shape[ax])) if w.full else
               np.sum(w.allowed, axis=ax, keepdims=True).astype(np.float64))
@@ -418,7 +427,7 @@ def _exact_weights(w: _Work, dv: np.ndarray | None) -> None:
 
 
 def _score_errors(w: _Work, q: np.ndarray, k: np.ndarray, dq: np.ndarray | None,
-                  dk: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  dk: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Step 1, in score units: the shared errors Sh (the scale held in u_a, exact when
     representable; the scaled query rounded to u (eager_scaled_query; exact for a
     power-of-two scale); errors dq of a projected query), the independent ones I and
@@ -435,6 +444,8 @@ def _score_errors(w: _Work, q: np.ndarray, k: np.ndarray, dq: np.ndarray | None,
     shift_ok = extras is None or extras.centred
     need_dist = ((ker.scaled_query and not _is_pow2(c)) or dq is not None) and shift_ok
     w.top = np.argmax(w.on(s, -np.inf), axis=-1) if w.centred and S else None
+    if dq is None and dk is None and jit.score_errors(w):
+        return None             # the plain path in one fused pass: the same values
     dist = None
     if w.centred and S and shift_ok:
         top = w.top
@@ -523,14 +534,16 @@ def _weight_errors(w: _Work) -> None:
     model, ua = w.model, w.model.ua
     n_w = [K_EXP * ua, ua, model.uw] + ([model.u] if w.kappa is not None else [])
     c0 = math.expm1(sum(math.log1p(x_) for x_ in n_w))     # Π(1 + x_i) − 1
+    w.shared_n = 1 + (1 if w.kappa is not None else 0)      # reciprocal, dropout scale
+    w.g_sum_w = gamma(2 * w.n_ax, ua)
+    g_theta_w = (1.0 + w.g_sum_w) * (1.0 + float(gamma(w.shared_n, ua))) - 1.0
+    if jit.weight_errors(w, c0, n_w, g_theta_w):
+        return                  # the same values in one fused pass
     arg = 2.0 * ua * w.spread
     arg_rel = np.expm1(np.minimum(arg, _EXP_CAP))           # e^{2 u_a spread} − 1
     w.r = c0 + arg_rel * (1.0 + c0)                         # (1 + c0) e^{arg} − 1
     w.r1 = sum(n_w) + arg                                   # its first-order part
     w.var_w = 2.0 * (ua * w.spread) ** 2 + sum(x * x for x in n_w)
-    w.shared_n = 1 + (1 if w.kappa is not None else 0)      # reciprocal, dropout scale
-    w.g_sum_w = gamma(2 * w.n_ax, ua)
-    g_theta_w = (1.0 + w.g_sum_w) * (1.0 + float(gamma(w.shared_n, ua))) - 1.0
     w.F = (1.0 + w.r) * (1.0 + g_theta_w) - 1.0
 
 
@@ -540,26 +553,37 @@ def _log_perturbation(w: _Work) -> None:
     perturbation, and nothing is capped.  x_j = D_j + Λ and expm1(x_j)."""
     ax = w.axis
     lse = w.smax + np.log(np.where(w.tot > 0, w.tot, 1.0))
-    w.logp = logp = w.on(w.s - lse, -np.inf)
-    ld = w.on(logp + w.D, -np.inf)
-    mld = np.max(ld, axis=ax, keepdims=True) if ld.shape[ax] else ld
-    mld = np.where(np.isfinite(mld), mld, 0.0)
-    lam_s = mld + np.log(np.maximum(w.key_sum(np.exp(ld - mld)), 1e-300))
+    fused = jit.log_weights(w, lse)     # the passes fused, or None
+    smag = buf = None
+    if fused is not None:
+        mld, smag, ee = fused
+        buf = ee                        # free once Λ is summed: expm1(x) goes there
+    else:
+        w.logp = logp = w.on(w.s - lse, -np.inf)
+        ld = w.on(logp + w.D, -np.inf)
+        mld = np.max(ld, axis=ax, keepdims=True) if ld.shape[ax] else ld
+        mld = np.where(np.isfinite(mld), mld, 0.0)
+        ee = np.exp(ld - mld)
+    lam_s = mld + np.log(np.maximum(w.key_sum(ee), 1e-300))
     lam_s = np.maximum(lam_s, 0.0)                       # Λ ≥ 0 (Jensen: Σ p e^D ≥ 1)
     # Λ is near 0 but computed from terms near log p (lse, the shifted sum): its float64
     # evaluation errs absolutely, by at most (2n + 10)·2^-52·(1 + max|s| + |lse|) (the
     # sums' and logs' roundings, the ulps of the scores and of lse), not relatively
     n = float(w.n_terms if w.n_terms is not None else w.s.shape[ax])
-    smag = np.max(np.abs(w.on(w.s, 0.0)), axis=ax, keepdims=True, initial=0.0)
+    if smag is None:
+        smag = np.max(np.abs(w.on(w.s, 0.0)), axis=ax, keepdims=True, initial=0.0)
     lam_s = lam_s + (2.0 * n + 10.0) * 2.0**-52 * (1.0 + smag + np.abs(lse))
     w.x = w.D + lam_s                                    # ≥ 0
-    w.ex = np.expm1(np.minimum(w.x, _EXP_CAP))
+    w.ex = np.expm1(np.minimum(w.x, _EXP_CAP), out=buf)
 
 
 def _perturbed_weights(w: _Work, rows: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For the rows ``rows``: |p̃_j − p_j| ≤ p_j expm1(x_j), p̃_j ≤ p_j e^{x_j}, and the
     evaluation errors of the perturbed weights |p̂_j − p̃_j| ≤ p̃_j F_j, each capped at 1."""
+    fused = jit.perturbed_weights(w, rows)  # one pass unless a key needs log space
+    if fused is not None:
+        return fused
     allowed = w.allowed[rows]
     p, ex, x = w.p[rows], w.ex[rows], w.x[rows]
     p_ok = (p > 0) & (x < _EXP_CAP)
@@ -630,29 +654,25 @@ def _probabilistic(w: _Work, Mp: _Moments) -> tuple[np.ndarray, np.ndarray]:
     y, pv = Mp.li, Mp.ab
     assert y is not None and pv is not None
     dev_p = Mp.absdev(y)                                 # Σ_j p_j |w_j|
-    Dm = np.minimum(w.rowmax(w.D), _EXP_CAP / 4)
+    g_sum_p = np.minimum(w.g_sum_w, gamma_tilde(2 * w.n_ax, ua, model.lam_sums))
+    g_theta_p = (1.0 + g_sum_p) * (1.0 + float(gamma(w.shared_n, ua))) - 1.0
+    st = _prob_passes(w, N, g_theta_p)
+    Dm = np.minimum(st["Dmax"], _EXP_CAP / 4)
     if ker.scaled_query or w.has_dq:
         sh_term = vals.moments(w.on(p * w.sh, 0.0)).absdev(y)
     else:                                  # small shared errors: max_j Sh_j Σ p|w|
-        sh_term = w.rowmax(w.sh) * dev_p
-    Npp = N * p * p
-    ww = w.on(Npp * (w.var_s + w.var_w), 0.0)
-    hoef = hoeffding_bound(vals.moments(ww, ab=False).quad(y), lam)
-    common_det = np.sum(w.on(p * w.r, 0.0), axis=-1, keepdims=True)
-    common_h = lam * np.sqrt(np.sum(w.on(Npp * w.var_w, 0.0), axis=-1, keepdims=True))
-    g_sum_p = np.minimum(w.g_sum_w, gamma_tilde(2 * w.n_ax, ua, model.lam_sums))
-    g_theta_p = (1.0 + g_sum_p) * (1.0 + float(gamma(w.shared_n, ua))) - 1.0
+        sh_term = st["shmax"] * dev_p
+    hoef = hoeffding_bound(vals.moments(st["ww"], ab=False).quad(y), lam)
+    common_det = st["pr_sum"]
+    common_h = lam * np.sqrt(st["nvw_sum"])
     common = np.abs(y) * (np.minimum(common_det, common_h) + g_theta_p)
     rem1 = Dm * Dm * np.exp(2.0 * Dm) * dev_p
     # second order: (p̃ − p)·ρ and the products of the weights' own errors; the
     # perturbed weights: Σ_j (|p̃_j − p_j| + |p̂_j − p̃_j|)|ã_j| ≤ f pv, f the row's
     # largest expm1(x_j) + e^{x_j} F_j
-    F, ex, r = w.F, w.ex, w.r
-    F1 = w.r1 + g_theta_p
-    Fp = (1.0 + r) * (1.0 + g_theta_p) - 1.0
-    fx = w.rowmax(ex + (1.0 + ex) * F)
-    rem2 = w.rowmax(F) * w.rowmax(ex) * pv
-    rem3 = w.rowmax(np.maximum(Fp - F1, 0.0)) * pv
+    fx = st["fx"]
+    rem2 = st["Fmax"] * st["exmax"] * pv
+    rem3 = st["rem3"] * pv
     pv_hat = pv * (1.0 + fx)
     n_pv = 2.0 * w.n_row
     acc_p = np.minimum(gamma(n_pv, ua), gamma_tilde(n_pv, ua, model.lam_sums)) * pv_hat
@@ -677,6 +697,28 @@ def _probabilistic(w: _Work, Mp: _Moments) -> tuple[np.ndarray, np.ndarray]:
         tolb = P.copy()
         tolb[rows] = np.minimum(_worst(w, rows, y[rows], pv[rows]), P[rows])
     return tolb, N
+
+
+def _prob_passes(w: _Work, N: np.ndarray, g_theta_p: np.ndarray
+                 ) -> dict[str, np.ndarray]:
+    """The passes of :func:`_probabilistic` over the (R, S) arrays: ww = on(N p²(σS +
+    σW)) and the row quantities ((R, 1) each) max D, max Sh, Σ p r, Σ N p² σW,
+    max(ex + (1 + ex) F), max F, max ex, max(max(Fp − F1, 0)) (masked keys 0); one
+    fused loop (model_jit) when numba is there, the same values."""
+    p = w.p
+    fused = jit.prob_passes(w, N, g_theta_p)
+    if fused is not None:
+        return fused
+    F, ex, r = w.F, w.ex, w.r
+    Npp = N * p * p
+    F1 = w.r1 + g_theta_p
+    Fp = (1.0 + r) * (1.0 + g_theta_p) - 1.0
+    return dict(
+        ww=w.on(Npp * (w.var_s + w.var_w), 0.0), Dmax=w.rowmax(w.D), shmax=w.rowmax(w.sh),
+        pr_sum=np.sum(w.on(p * w.r, 0.0), axis=-1, keepdims=True),
+        nvw_sum=np.sum(w.on(Npp * w.var_w, 0.0), axis=-1, keepdims=True),
+        fx=w.rowmax(ex + (1.0 + ex) * F), Fmax=w.rowmax(F), exmax=w.rowmax(ex),
+        rem3=w.rowmax(np.maximum(Fp - F1, 0.0)))
 
 
 def _underflow(w: _Work, N: np.ndarray | None) -> np.ndarray | float:

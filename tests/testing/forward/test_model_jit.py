@@ -1,0 +1,169 @@
+"""The fused loops of the tolerance model (testing/forward/model_jit.py, numba) against
+the numpy steps they replace: the same tolerance and vacuity, bit for bit.
+
+The numpy steps are themselves checked bit for bit against the verbatim plain
+evaluation (test_attention_bound_fast.py); here the two paths of the package are run
+on the same chunks with ``MHA_SYMBOLIC_NUMBA`` on and off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from mha_symbolic.testing.forward.model import attention_error_bound
+from mha_symbolic.testing.forward.model_jit import kernels
+from mha_symbolic.testing.tolerance import error_model
+
+pytestmark = pytest.mark.skipif(kernels() is None, reason="numba is not installed")
+
+DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32,
+          "float64": np.float64}
+
+
+def _both(monkeypatch: Any, *args: Any, **kw: Any) -> None:
+    monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", "1")
+    fused = attention_error_bound(*args, **kw)
+    monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", "0")
+    plain = attention_error_bound(*args, **kw)
+    assert np.array_equal(fused.vacuous, plain.vacuous)
+    np.testing.assert_array_equal(fused.tol, plain.tol)
+
+
+CASES = [
+    # (dtype, kernel, kind, R, S, E, mask)
+    ("bfloat16", "fused", "probabilistic", 16, 512, 64, None),
+    ("bfloat16", "fused", "probabilistic", 33, 777, 16, "causal"),
+    ("float16", "fused", "probabilistic", 9, 3000, 8, "bool"),
+    ("float32", "fused", "probabilistic", 5, 129, 8, "float"),
+    ("float16", "eager", "probabilistic", 6, 200, 8, None),
+    ("float32", "fused", "worst_case", 7, 300, 8, "causal"),
+    ("float64", "fused", "probabilistic", 4, 70, 4, None),
+    ("bfloat16", "fused", "probabilistic", 3, 1, 8, None),
+    ("float16", "fused", "probabilistic", 4, 7, 8, "bool"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_the_fused_loops_give_the_numpy_steps_bound_bit_for_bit(monkeypatch: Any,
+                                                                  case: tuple) -> None:
+    dtype, kernel, kind, R, S, E, mask = case
+    rng = np.random.default_rng(sum(map(ord, str(case))))
+    q, k, v = (np.asarray(rng.standard_normal((n, E)) * 2.0).astype(DTYPES[dtype])
+               .astype(np.float64) for n in (R, S, S))
+    allowed = np.ones((R, S), bool)
+    madd = None
+    if mask == "causal":
+        allowed = np.arange(S)[None, :] <= np.arange(R)[:, None] + (S - R) // 2
+    elif mask == "bool":
+        allowed = rng.random((R, S)) < 0.7
+        allowed[0] = False                                # a fully masked row
+    elif mask == "float":
+        madd = np.round(rng.standard_normal((R, S)) * 4) / 4
+    model = error_model(dtype, kernel=kernel, kind=kind).with_events(R * E, 2 * S * R * E)
+    _both(monkeypatch, q, k, v, scale=0.3, allowed=allowed, model=model, mask_add=madd)
+
+
+def test_ties_overflow_and_huge_scores_agree(monkeypatch: Any) -> None:
+    rng = np.random.default_rng(4)
+    R, S, E = 8, 160, 8
+    q = rng.standard_normal((R, E)).astype(np.float16).astype(np.float64)
+    k = np.repeat(rng.standard_normal((S // 8, E)), 8, axis=0)      # tied scores
+    v = rng.standard_normal((S, E))
+    model = error_model("float16").with_events(R * E, 2 * S * R * E)
+    _both(monkeypatch, q, k, v, scale=0.5, allowed=np.ones((R, S), bool), model=model)
+    q[2] *= 3000.0                                   # a row beyond fp16's range (vacuous)
+    q[3] *= 1e150                                    # scores near float64's limit
+    _both(monkeypatch, q, k, v, scale=1.0, allowed=np.ones((R, S), bool), model=model)
+    v[5] = 0.0
+    _both(monkeypatch, q, k, v * 1e-300, scale=1.0, allowed=np.ones((R, S), bool),
+          model=error_model("float32", subnormals="flush").with_events(10, 10))
+
+
+@pytest.mark.parametrize("S", [0, 1, 7, 8, 9, 127, 128, 129, 255, 256, 1000, 4097, 20000])
+def test_the_row_sums_are_numpys_pairwise_sums(S: int) -> None:
+    from mha_symbolic.testing.forward import _model_kernels as kern
+
+    rng = np.random.default_rng(S)
+    a = rng.standard_normal((6, S)) * np.exp(rng.standard_normal((6, S)) * 8)
+    a[0, :3] = -0.0
+    np.testing.assert_array_equal(kern.row_sums(a), np.sum(a, axis=-1))
+
+
+@pytest.mark.parametrize("dtype,mask", [("bfloat16", None), ("float16", "bool"),
+                                        ("float16", "huge"), ("bfloat16", "flush"),
+                                        ("float32", "tiny")])
+def test_the_dtype_levels_fused_pass_gives_the_numpy_tolerance(monkeypatch: Any, dtype: str,
+                                                               mask: str | None) -> None:
+    from mha_symbolic.testing.call import AttentionCall
+    from mha_symbolic.testing.forward.emulated import dtype_level
+    from mha_symbolic.testing.forward.plain import Plain
+
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((2, 3, n, 16)).astype(DTYPES[dtype]).astype(np.float64)
+               for n in (40, 90, 90))
+    attn = None
+    if mask == "bool":
+        attn = rng.random((40, 90)) < 0.5
+        attn[3] = False                               # a fully masked row (NaN policy)
+    if mask == "huge":
+        q[0, 1, 5] *= 2000.0                          # fp16 scores overflow in that row
+    if mask == "tiny":
+        v[0, 0] *= 1e-40                              # outputs near float32's subnormals
+    x = AttentionCall(q, k, v, attn_mask=attn, masked_rows="nan" if attn is not None else "zero")
+    pl = Plain(x)
+    model = error_model(dtype, subnormals="flush" if mask == "flush" else "keep").with_events(
+        *pl.events())
+    lev = dtype_level(x, model)
+    assert lev is not None
+    mid = pl.out.copy()
+    if mask == "huge":
+        mid[0, 0, 0, 0] = np.nan                      # a NaN exact value, an infinite one
+        mid[0, 0, 1, 1] = np.inf
+    monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", "1")
+    fused = lev._tolerance(mid, 4.0)
+    monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", "0")
+    plain = lev._tolerance(mid, 4.0)
+    np.testing.assert_array_equal(fused[0], plain[0])
+    np.testing.assert_array_equal(fused[1], plain[1])
+    assert fused[2] == plain[2]
+
+
+def _same(x: Any, y: Any) -> bool:
+    if isinstance(x, np.ndarray):
+        return bool(np.array_equal(x, y))
+    if isinstance(x, float) and isinstance(y, float) and np.isnan(x):
+        return bool(np.isnan(y))
+    if hasattr(x, "__dataclass_fields__"):
+        return all(_same(getattr(x, f), getattr(y, f)) for f in x.__dataclass_fields__)
+    return bool(x == y)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_verdicts_fused_pass_gives_the_numpy_findings(seed: int) -> None:
+    from mha_symbolic.testing.tolerance import format_of
+    from mha_symbolic.testing.verdict import _elements, _elements_fused, mid_of
+
+    rng = np.random.default_rng(seed)
+    shape = (2, 3, int(rng.integers(1, 40)), 8)
+    lower = rng.standard_normal(shape) * 10.0 ** rng.integers(-40, 3)
+    upper = lower + np.abs(rng.standard_normal(shape)) * 1e-3 * (seed % 3)
+    a = (lower + upper) / 2 + rng.standard_normal(shape) * 1e-3 * (seed % 4)
+    tol = np.abs(rng.standard_normal(shape)) * 1e-3 * (seed % 5 != 0)
+    if seed % 2:
+        pick = rng.random(shape)
+        a[pick < 0.05] = np.nan
+        a[(pick > 0.05) & (pick < 0.08)] = np.inf
+        lower[pick > 0.95] = upper[pick > 0.95] = np.nan        # NaN by policy
+        a[pick > 0.98] = 1.0                                     # a missing NaN
+        a[(pick > 0.4) & (pick < 0.42)] = 0.0
+    vac = rng.random(shape) < 0.1 * (seed % 3)
+    hull = rng.random(shape) < 0.05 if seed % 4 == 1 else None
+    mid = mid_of(lower, upper)
+    fmt = format_of(["bfloat16", "float16", "float32"][seed % 3])
+    got = _elements_fused(a, lower, upper, tol, vac, hull, mid, fmt)
+    assert got is not None
+    want = _elements(a, lower, upper, tol, vac, hull, mid, fmt)
+    assert all(_same(x, y) for x, y in zip(got, want, strict=True)), (got[1:], want[1:])
