@@ -79,91 +79,113 @@ class _Functionals:
     result goes."""
 
     def __init__(self, prep: Prepared, opts: VariantOptions, attn_mask: Any) -> None:
-
-        geo, lead = prep.geo, prep.lead
-        L, S, H = geo.L, geo.S, geo.heads
-        B = geo.B
-        flat_lead = lead if lead else (1,)
+        geo = prep.geo
+        flat_lead = prep.lead if prep.lead else (1,)
         self.items: list[ScoreFunctional] = []
         self.sinks: int | None = None
         self.slopes: int | None = None
         self.mods: list[int | None] = []
         self.mask: int | None = None
-        n_keys = S + (0 if prep.sinks is None else 1)
-        cols = np.arange(n_keys)
-
-        def rel(rows: Arr, offset: int) -> Arr:
-            return cols[None, :] - (rows[:, None] + offset)
+        n_keys = geo.S + (0 if prep.sinks is None else 1)
 
         def add(fn: ScoreFunctional) -> int:
             self.items.append(fn)
             return len(self.items) - 1
 
         if prep.sinks is not None:
-            def sink_index(e: int, rows: Arr) -> tuple[Arr, Arr]:
-                col = np.where(cols == S, 0, -1)
-                return np.broadcast_to(col, (rows.size, n_keys)), np.ones((rows.size, n_keys))
-
-            self.sinks = add(ScoreFunctional("grad_sinks", (H,), H, 1, 1,
-                                             np.arange(B, dtype=np.int64) % H, False,
-                                             sink_index))
-
-        def alibi(name: str, slopes: Arr, offset: Any) -> ScoreFunctional:
-            if slopes.ndim == 2 and slopes.shape == (geo.n_outer, H):
-                # (batch, heads) over the flattened outer dimensions, as the forward
-                target = np.arange(B, dtype=np.int64)
-            else:
-                target = _target(slopes.shape, flat_lead, name)
-
-            def index(e: int, rows: Arr) -> tuple[Arr, Arr]:
-                # a KV cache's own offset per sequence (an array over the outer batch)
-                d = rel(rows, int(offset[e // H]) if np.ndim(offset) else offset)
-                return (np.broadcast_to(np.where(cols < S, 0, -1), d.shape),
-                        -np.abs(d).astype(np.float64))
-
-            return ScoreFunctional(f"grad_{name}", tuple(slopes.shape), int(slopes.size), 1, 1,
-                                   target, False, index)
-
+            self.sinks = add(_sink_functional(geo, n_keys))
         if opts.alibi_slopes is not None:
             own = own_query_offsets(opts, geo)
-            self.slopes = add(alibi("alibi_slopes", opts.alibi_slopes,
-                                    geo.offset if own is None else np.asarray(own)))
+            self.slopes = add(_alibi_functional(
+                "alibi_slopes", opts.alibi_slopes, geo.offset if own is None
+                else np.asarray(own), geo, flat_lead, n_keys))
         for m in opts.score_mods:
             if isinstance(m, AlibiScoreMod):
-                self.mods.append(add(alibi("score_mod_slopes", np.asarray(m.slopes), m.offset)))
+                self.mods.append(add(_alibi_functional("score_mod_slopes", np.asarray(m.slopes),
+                                                       m.offset, geo, flat_lead, n_keys)))
             elif isinstance(m, RelativeBiasScoreMod):
-                tab = np.asarray(m.table)
-                W = (tab.shape[-1] - 1) // 2
-                per_head = tab.ndim == 2 and tab.shape[0] > 1
-                target = (np.arange(B, dtype=np.int64) % H if per_head
-                          else np.zeros(B, dtype=np.int64))
-
-                def t_index(e: int, rows: Arr, _w: int = W, _off: int = m.offset
-                            ) -> tuple[Arr, Arr]:
-                    d = rel(rows, _off)
-                    col = np.where(cols[None, :] < S, np.clip(d, -_w, _w) + _w, -1)
-                    return col, np.ones(col.shape)
-
-                self.mods.append(add(ScoreFunctional(
-                    "grad_score_mod_table", tuple(tab.shape), tab.shape[0] if per_head else 1,
-                    1, tab.shape[-1], target, False, t_index)))
+                self.mods.append(add(_table_functional(m, geo, n_keys)))
             else:
                 assert isinstance(m, SoftcapScoreMod)
                 self.mods.append(None)
         if prep.user_madd is not None:
+            self.mask = add(_mask_functional(attn_mask, geo, flat_lead, n_keys))
 
-            shape = tuple(read_mask(attn_mask, "attn_mask").shape)
-            m2 = (1,) * max(0, 2 - len(shape)) + shape
-            bl, bs = m2[-2] == 1 and L != 1, m2[-1] == 1 and S != 1
-            target = _target(m2[:-2], flat_lead, "attn_mask")
 
-            def m_index(e: int, rows: Arr, _bs: bool = bs) -> tuple[Arr, Arr]:
-                col = np.where(cols < S, 0 if _bs else cols, -1)
-                return np.broadcast_to(col, (rows.size, n_keys)), np.ones((rows.size, n_keys))
+def _rel(n_keys: int, rows: Arr, offset: int) -> Arr:
+    """d = j - (i + offset) for the rows, over every key column (the sink's included)."""
+    return np.arange(n_keys)[None, :] - (rows[:, None] + offset)
 
-            self.mask = add(ScoreFunctional("grad_attn_mask", shape, math.prod(m2[:-2]),
-                                            1 if bl else L, 1 if bs else S, target, not bl,
-                                            m_index))
+
+def _sink_functional(geo: Any, n_keys: int) -> ScoreFunctional:
+    """∂/∂σ_h: the sink's column (index S) of dS, per head."""
+    S, H = geo.S, geo.heads
+    cols = np.arange(n_keys)
+
+    def sink_index(e: int, rows: Arr) -> tuple[Arr, Arr]:
+        col = np.where(cols == S, 0, -1)
+        return np.broadcast_to(col, (rows.size, n_keys)), np.ones((rows.size, n_keys))
+
+    return ScoreFunctional("grad_sinks", (H,), H, 1, 1, np.arange(geo.B, dtype=np.int64) % H,
+                           False, sink_index)
+
+
+def _alibi_functional(name: str, slopes: Arr, offset: Any, geo: Any,
+                      flat_lead: tuple[int, ...], n_keys: int) -> ScoreFunctional:
+    """∂/∂slope: −|j − (i + off)| against dS; ``offset`` one for the call or an array of
+    each outer batch element's own offset (a KV cache's)."""
+    S, H = geo.S, geo.heads
+    cols = np.arange(n_keys)
+    if slopes.ndim == 2 and slopes.shape == (geo.n_outer, H):
+        # (batch, heads) over the flattened outer dimensions, as the forward
+        target = np.arange(geo.B, dtype=np.int64)
+    else:
+        target = _target(slopes.shape, flat_lead, name)
+
+    def index(e: int, rows: Arr) -> tuple[Arr, Arr]:
+        d = _rel(n_keys, rows, int(offset[e // H]) if np.ndim(offset) else offset)
+        return (np.broadcast_to(np.where(cols < S, 0, -1), d.shape),
+                -np.abs(d).astype(np.float64))
+
+    return ScoreFunctional(f"grad_{name}", tuple(slopes.shape), int(slopes.size), 1, 1,
+                           target, False, index)
+
+
+def _table_functional(m: RelativeBiasScoreMod, geo: Any, n_keys: int) -> ScoreFunctional:
+    """∂/∂table[h, w]: dS summed over the scores at clipped distance w − W."""
+    S, H, B = geo.S, geo.heads, geo.B
+    cols = np.arange(n_keys)
+    tab = np.asarray(m.table)
+    W = (tab.shape[-1] - 1) // 2
+    per_head = tab.ndim == 2 and tab.shape[0] > 1
+    target = np.arange(B, dtype=np.int64) % H if per_head else np.zeros(B, dtype=np.int64)
+
+    def t_index(e: int, rows: Arr) -> tuple[Arr, Arr]:
+        d = _rel(n_keys, rows, m.offset)
+        col = np.where(cols[None, :] < S, np.clip(d, -W, W) + W, -1)
+        return col, np.ones(col.shape)
+
+    return ScoreFunctional("grad_score_mod_table", tuple(tab.shape),
+                           tab.shape[0] if per_head else 1, 1, tab.shape[-1], target, False,
+                           t_index)
+
+
+def _mask_functional(attn_mask: Any, geo: Any, flat_lead: tuple[int, ...], n_keys: int
+                     ) -> ScoreFunctional:
+    """∂/∂(float mask): dS itself, summed where the mask broadcasts."""
+    L, S = geo.L, geo.S
+    cols = np.arange(n_keys)
+    shape = tuple(read_mask(attn_mask, "attn_mask").shape)
+    m2 = (1,) * max(0, 2 - len(shape)) + shape
+    bl, bs = m2[-2] == 1 and L != 1, m2[-1] == 1 and S != 1
+    target = _target(m2[:-2], flat_lead, "attn_mask")
+
+    def m_index(e: int, rows: Arr) -> tuple[Arr, Arr]:
+        col = np.where(cols < S, 0 if bs else cols, -1)
+        return np.broadcast_to(col, (rows.size, n_keys)), np.ones((rows.size, n_keys))
+
+    return ScoreFunctional("grad_attn_mask", shape, math.prod(m2[:-2]), 1 if bl else L,
+                           1 if bs else S, target, not bl, m_index)
 
 
 def _descale_factor(d: Arr | None, x_lead: tuple[int, ...], prep: Prepared, kv: bool
