@@ -270,7 +270,9 @@ def _gap_weight_error(s_all: Arr, sig_s: Arr, n_row: Arr, model: ErrorModel
     score errors (σ_j + σ_*), the float64 scores' own (at most σ each) and the
     subtractions' roundings (u|ŝ_* − ŝ_j| <= σ_j + σ_*).  So for j != *
 
-        |P̃_j − P_j| <= max(P̃_j, P_j) <= G_j (1 + 3ρ) + η,   G_j = e^{−max(x_j, 0)},
+        |P̃_j − P_j| <= max(P̃_j, P_j) <= G_j (1 + 3ρ) + η,   G_j = e^{−max(x_j, 0)}
+
+    (η at least the least double),
 
     which holds whatever scores the backward recomputes.  For the top key, P_* and the
     weight Q_* = softmax(s̃)_* both lie in [1/(1 + X), 1] with X = Σ_{j≠*} G_j; the
@@ -296,7 +298,9 @@ def _gap_weight_error(s_all: Arr, sig_s: Arr, n_row: Arr, model: ErrorModel
         big_x = np.minimum(_rs(g), 1.0)
         xbar = (big_x + rho + model.gamma_sum(np.maximum(n_row, 1.0)) + (n_row + K_SOFTMAX) * ua) \
             * (1.0 + K_SOFTMAX * ua)
-    err = np.where(top, big_x + 2.01 * xbar + 2.0 * rho, g * (1.0 + 3.0 * rho) + model.eta)
+    # (+ the least double: e^{-x} underflows to 0 while the weight itself need not)
+    floor = max(model.eta, math.ulp(0.0))
+    err = np.where(top, big_x + 2.01 * xbar + 2.0 * rho, g * (1.0 + 3.0 * rho) + floor)
     return top, err
 
 
