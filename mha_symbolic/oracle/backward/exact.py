@@ -49,7 +49,6 @@ random or measured data do not produce.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from fractions import Fraction
@@ -307,26 +306,13 @@ def _coef_ball(cf: Coef, c: Any) -> Any:
     return ball + c * arb(fmpq(b.numerator, b.denominator)) if b != 0 else ball
 
 
-def _key_cmp(fld: QField, x: Key, y: Key) -> int:
-    """sign(x − y) of two exponent keys, exactly (c = 1/sqrt(E) > 0 irrational:
-    sign(g c + m) from g²/E against m² when g and m differ in sign)."""
-    d = fld.key_sub(x, y)
-    if not fld.irrational:
-        return (d > 0) - (d < 0)
-    g, m = d
-    sg, sm = (g > 0) - (g < 0), (m > 0) - (m < 0)
-    if sg == 0 or sm == 0 or sg == sm:
-        return sg or sm
-    return sg if g * g / fld.E > m * m else sm
-
-
 def _dominant_sign(dec: Decomposition, boundary: Fraction, c_arb: Callable[[], Any]
                    ) -> int | None:
     """sign(y − boundary) when one term outweighs all the others, without expanding F
     (issue 30: gradients of e^(−1e200) whose expansion took minutes); None otherwise.
 
     y − T = (R − T) + Σ_C Σ_α β_α e^α / Z_C^d, each term of known sign (Z_C > 0):
-    with a_C a largest exponent of Z_C (exact comparison), n_top its count and n_C
+    with a_C a largest exponent of Z_C (certified in Arb), n_top its count and n_C
     all of Z_C's, n_top e^{a_C} <= Z_C <= n_C e^{a_C}, so
 
         log|term| ∈ [log|β| + (α − d a_C) − d log n_C,  log|β| + (α − d a_C) − d log n_top]
@@ -346,7 +332,9 @@ def _dominant_sign(dec: Decomposition, boundary: Fraction, c_arb: Callable[[], A
             lg = abs(b).log() if not b.contains(0) else None
             spans.append((lg, abs(b).upper().log() if lg is None else lg, b))
         for t in dec.classes:
-            top = functools.reduce(lambda x, y: x if _key_cmp(fld, x, y) >= 0 else y, t.z)
+            top = max(t.z, key=lambda kk: float(fld.key_arb(kk, c).mid()))
+            if any(kk != top and not fld.key_arb(fld.key_sub(kk, top), c) <= 0 for kk in t.z):
+                return None   # a largest exponent not certified
             shift = fld.key_zero()
             for _ in range(t.d):
                 shift = fld.key_add(shift, top)

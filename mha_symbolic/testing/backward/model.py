@@ -65,6 +65,12 @@ only, with the cap's errors — e_t = (σ⁰ + u_a(|s⁰| + σ⁰))/C + (K_TANH 
 factor's (2|t| + e_t) e_t + 2u_a + u, and D's forward bound widened by
 (e^{2 max σ_s} − 1) Σ_j P|v| (docs/gradients.md §11.6).
 
+**Huge scores** (issue 30: queries of 1e100–1e300, σ ≈ 1e84–1e284): where the
+relative weight bound P(e^{σ+δ} − 1) admits any weight, the gap form of
+:func:`_gap_weight_error` (the others' weights below e^{−(gap − 4σ)}, the top key's
+error from the row sum's log) replaces it, and the forward error inside D is formed
+from the same weight bounds (docs/testing.md, "Scores of 1e100–1e300").
+
 **Vacuity** (:func:`natural_scales`): the natural size of a gradient element (the sum
 of the absolute values of the terms it adds, down to the inputs: for dQ
 ``|c| Σ_j P_ij(N_ij + Σ_j' P_ij' N_ij')|k_j|`` with ``N = |dO||V|ᵀ``, and so on).  A
