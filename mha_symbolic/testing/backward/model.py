@@ -344,8 +344,18 @@ def backward_error_bound(pb: PlainBackward, model: ErrorModel, *,
     worst = _worst(parts)
     # (fmin: where the probabilistic bound is NaN, e.g. its e^(score error) terms at
     # scores of 1e300 giving inf · 0, the worst-case one stands alone; issue 30)
-    per = {key: (val, np.fmin(err, worst[key][1])) for key, (val, err) in per.items()}
+    # (where the worst-case bound is below 2^-440 the probabilistic one's squared terms,
+    # (sensitivity · bound)² < 2^-880, reach float64's subnormals and are lost: a dk of
+    # 1e-161 from weights of e^-370 (queries × 1e3) got 1/150 of its rounding error
+    # from them; the worst-case bound, linear in every term, stands alone there)
+    per = {key: (val, np.where(worst[key][1] < _SQUARES_UNDERFLOW, worst[key][1],
+                               np.fmin(err, worst[key][1])))
+           for key, (val, err) in per.items()}
     return {name: _reduce(name, per, pb, shapes, model) for name in shapes}
+
+
+#: below this a bound's squared terms leave float64's normal range (see above)
+_SQUARES_UNDERFLOW = 2.0 ** -440
 
 
 def _copies(name: str, pb: PlainBackward, shape: tuple[int, ...], size: int
