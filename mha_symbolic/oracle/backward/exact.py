@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import PrecisionError
+from ..arith.balls import Prec
 from ..arith.ties import sign_of_sum
 
 __all__ = ["TERM_BUDGET", "Accumulator", "ExactDecisions", "ExactProblem", "IntMatrix", "QField",
@@ -292,26 +293,91 @@ def _expand(dec: Decomposition, boundary: Fraction, what: Callable[[], str]) -> 
     return total
 
 
+#: working precision (bits) of the dominant-term rule: the log-magnitudes it compares
+#: are exact key differences (up to ~1e300) evaluated to 2**-192 relative
+DOMINANT_PREC = 192
+
+
+def _coef_ball(cf: Coef, c: Any) -> Any:
+    from flint import arb, fmpq
+
+    a, b = cf
+    ball = arb(fmpq(a.numerator, a.denominator))
+    return ball + c * arb(fmpq(b.numerator, b.denominator)) if b != 0 else ball
+
+
+def _dominant_sign(dec: Decomposition, boundary: Fraction, c_arb: Callable[[], Any]
+                   ) -> int | None:
+    """sign(y − boundary) when one term outweighs all the others, without expanding F
+    (issue 30: gradients of e^(−1e200) whose expansion took minutes); None otherwise.
+
+    y − T = (R − T) + Σ_C Σ_α β_α e^α / Z_C^d, each term of known sign (Z_C > 0):
+    with a_C a largest exponent of Z_C (certified in Arb), n_top its count and n_C
+    all of Z_C's, n_top e^{a_C} <= Z_C <= n_C e^{a_C}, so
+
+        log|term| ∈ [log|β| + (α − d a_C) − d log n_C,  log|β| + (α − d a_C) − d log n_top]
+
+    with α − d a_C an exact key (evaluated in Arb).  If the largest term's lower end
+    exceeds log(m − 1) + the others' largest upper end (m terms), it outweighs
+    their sum and the sign is its β's."""
+    from flint import arb
+
+    fld = dec.fld
+    with Prec(DOMINANT_PREC):
+        c = c_arb()
+        spans: list[tuple[Any, Any, Any]] = []   # (log lower, log upper, β ball)
+        r = (dec.const[0] - boundary, dec.const[1])
+        if not _is_zero(r):
+            b = _coef_ball(r, c)
+            lg = abs(b).log() if not b.contains(0) else None
+            spans.append((lg, abs(b).upper().log() if lg is None else lg, b))
+        for t in dec.classes:
+            top = max(t.z, key=lambda kk: float(fld.key_arb(kk, c).mid()))
+            if any(kk != top and not fld.key_arb(fld.key_sub(kk, top), c) <= 0 for kk in t.z):
+                return None   # a largest exponent not certified
+            shift = fld.key_zero()
+            for _ in range(t.d):
+                shift = fld.key_add(shift, top)
+            log_lo = t.d * arb(sum(t.z.values())).log()
+            log_hi = t.d * arb(t.z[top]).log()
+            for kk, cf in t.n.items():
+                if _is_zero(cf):
+                    continue
+                b = _coef_ball(cf, c)
+                x = fld.key_arb(fld.key_sub(kk, shift), c)
+                lg = None if b.contains(0) else abs(b).log() + x - log_lo
+                spans.append((lg, abs(b).upper().log() + x - log_hi, b))
+        if not spans:
+            return 0
+        dom = max(range(len(spans)), key=lambda i: float(spans[i][1].mid()))
+        lo, _, b = spans[dom]
+        if lo is None:
+            return None
+        if len(spans) == 1:
+            return 1 if b > 0 else -1
+        others_hi = max((s[1] for i, s in enumerate(spans) if i != dom),
+                        key=lambda a: float(a.upper()))
+        if lo > others_hi.upper() + arb(len(spans) - 1).log():
+            return 1 if b > 0 else -1
+    return None
+
+
 def decide_sign(dec: Decomposition, boundary: Fraction, c_arb: Callable[[], Any],
                 what: Callable[[], str]) -> int | None:
     """sign(y − boundary) exactly: 0 on a tie, ±1 otherwise, None when Arb cannot
-    separate the sum from 0 within 2**16 bits (a nonzero F, so never a tie).  The
-    sign of F = Σ β_α e^α is the forward's exponential-sum sign
-    (:func:`..ties.sign_of_sum`), with keys and coefficients in Q(c)."""
-    from flint import arb, fmpq
-
-
+    separate the sum from 0 within 2**16 bits (a nonzero F, so never a tie).  First
+    the dominant-term rule (:func:`_dominant_sign`, no expansion); else the sign of
+    F = Σ β_α e^α, the forward's exponential-sum sign (:func:`..ties.sign_of_sum`),
+    with keys and coefficients in Q(c)."""
+    quick = _dominant_sign(dec, boundary, c_arb)
+    if quick is not None:
+        return quick
     fld = dec.fld
     f_poly = _expand(dec, boundary, what)
     if not f_poly:
         return 0
 
-    def coef_ball(cf: Coef, c: Any) -> Any:
-        a, b = cf
-        ball = arb(fmpq(a.numerator, a.denominator))
-        return ball + c * arb(fmpq(b.numerator, b.denominator)) if b != 0 else ball
-
-    return sign_of_sum(list(f_poly.items()), c_arb, key_ball=fld.key_arb, coef_ball=coef_ball,
+    return sign_of_sum(list(f_poly.items()), c_arb, key_ball=fld.key_arb, coef_ball=_coef_ball,
                        max_prec=MAX_SIGN_PREC)
 
 

@@ -670,7 +670,10 @@ def _judge_gradients(
         vac = None
         if nats is not None and name in nats and rule in ("model", "flash"):
             vac = np.broadcast_to(_vacuity(bounds[name], nats[name]), a.shape)
-        zero_passes = bool(np.any(np.isfinite(mid) & (mid != 0))
+        # "the exact one is not zero": certifiably so somewhere (its enclosure excludes
+        # 0); an exact gradient of e^(−1e200), enclosed as [−1e-38, 1e-38], is zero to
+        # every float and a zero gradient is then right (issue 30), not undetectable
+        zero_passes = bool(np.any(np.isfinite(mid) & ((lower > 0) | (upper < 0)))
                            and _within(np.zeros_like(a), lower, upper, tol))
         if zero_passes:
             warns.append(f"the {title} tolerance admits an all-zero gradient: this check cannot "

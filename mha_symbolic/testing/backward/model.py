@@ -65,6 +65,12 @@ only, with the cap's errors — e_t = (σ⁰ + u_a(|s⁰| + σ⁰))/C + (K_TANH 
 factor's (2|t| + e_t) e_t + 2u_a + u, and D's forward bound widened by
 (e^{2 max σ_s} − 1) Σ_j P|v| (docs/gradients.md §11.6).
 
+**Huge scores** (issue 30: queries of 1e100–1e300, σ ≈ 1e84–1e284): where the
+relative weight bound P(e^{σ+δ} − 1) admits any weight, the gap form of
+:func:`_gap_weight_error` (the others' weights below e^{−(gap − 4σ)}, the top key's
+error from the row sum's log) replaces it, and the forward error inside D is formed
+from the same weight bounds (docs/testing.md, "Scores of 1e100–1e300").
+
 **Vacuity** (:func:`natural_scales`): the natural size of a gradient element (the sum
 of the absolute values of the terms it adds, down to the inputs: for dQ
 ``|c| Σ_j P_ij(N_ij + Σ_j' P_ij' N_ij')|k_j|`` with ``N = |dO||V|ᵀ``, and so on).  A
@@ -177,6 +183,8 @@ class _Parts:
         self.p, self.w = pb.p, pb.w
         self.keep_f = (np.where(pb.w > 0, pb.w / np.where(pb.p > 0, pb.p, 1.0), 0.0)
                        if pb.f != 1.0 else None)
+        self.dP_w = _weight_error(pb, self.sig_s, model)
+        self.dW = self.dP_w if self.keep_f is None else self.keep_f * self.dP_w + (ua + u) * pb.w
         self.dp, self.d, self.ds = pb.dp, pb.d, pb.ds
         self.y = pb.dp - pb.d
         base = self.gam(Ev) * _mm(self.ado, _t(np.abs(v)))
@@ -206,11 +214,104 @@ class _Parts:
         with np.errstate(over="ignore"):
             hull = (2.0 * max(1.0, abs(float(pb.f))) * vtop
                     * (1.0 + 2.0 * self.gam(max(self.S, 1)) + 4.0 * ua) + model.eta)
-        fwd = np.minimum(np.where(np.isfinite(fwd), fwd, np.inf), hull)
+        fwd = np.where(np.isfinite(fwd), fwd, np.inf)
+        # where the forward model reaches the hull (its e^(score error) overflowed), the
+        # output's error in the weights' own bound: |Õ − O| <= Σ_j (ΔW + γ̃ (W + ΔW))|v_j|
+        # (accumulated in u_a, divided, stored), finite in the gap form at any score
+        with np.errstate(over="ignore", invalid="ignore"):
+            gap_fwd = (_mm(self.dW + (self.gam(max(self.S, 1)) + 2.0 * ua + u)
+                           * (np.abs(pb.w) + self.dW), np.abs(v))
+                       + model.eta * (self.S * vtop + 1.0))
+            fwd = np.where(fwd < hull, fwd, np.minimum(hull, gap_fwd))
         fwd = np.where(np.isfinite(fwd), fwd, 0.0)
         self.d_fa = (_rs(self.ado * fwd) + self.gam(Ev) * _rs(self.ado * (np.abs(pb.out) + fwd)))
         self.pb = pb
-        self.live = allowed & (pb.p > 0)
+        # the weights that may be non-zero: the exact ones, and where the weight bound
+        # admits a kernel's weight above an exact one that underflowed to 0
+        self.live = allowed & ((pb.p > 0) | (self.dP_w > 0))
+
+
+def _weight_error(pb: PlainBackward, sig_s: Arr, model: ErrorModel) -> Arr:
+    """A bound on |P̃_ij − P_ij|, a kernel's weight against the exact one, for every
+    (query, key): the relative form where it says something, the gap form of
+    :func:`_gap_weight_error` where it does not (or is smaller, for the other keys).
+
+    Relative form: the scores err by σ_ij and the row's shift (its max or the lse the
+    forward stored, itself of error u_a|lse| and the sum's (n + K_SOFTMAX) u_a) by
+    δ_i = max_j σ_ij + …, so P̃_ij / P_ij ∈ e^{±(σ_ij + δ_i)} (1 ± ρ): |ΔP| <= P ρ_ij,
+    ρ_ij = e^{σ_ij + δ_i} − 1 + ρ, capped at 1.  Where σ + δ reaches 700 (e^700 is near
+    float64's top: queries of 1e100 give σ ≈ 1e84) it is taken as 1 (it says nothing,
+    and P ρ with an underflowed P would not bound it)."""
+    ua = model.ua
+    allowed = pb.allowed
+    S = allowed.shape[-1]
+    sig_max = np.max(sig_s, axis=-1, keepdims=True, initial=0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s_all = np.where(allowed, _scores(pb), -np.inf)
+        smax = np.max(s_all, axis=-1, keepdims=True) if S else np.zeros((*s_all.shape[:-1], 1))
+        smax = np.where(np.isfinite(smax), smax, 0.0)
+        n_row = _rs(allowed.astype(np.float64))
+        lse = smax + np.log(np.maximum(n_row, 1))
+        d_lse = sig_max + (n_row + K_SOFTMAX) * ua + ua * np.abs(lse)
+        expo = sig_s + d_lse
+        rho = np.expm1(np.minimum(expo, 700.0)) + (K_EXP * ua + model.u)
+    p = pb.p
+    rel = np.where(allowed | (p > 0), np.minimum(p * rho, 1.0), 0.0)
+    rel = np.where(allowed & (expo >= 700.0), 1.0, rel)
+    if not S or not np.any(allowed & (rel >= 1.0)):
+        return rel
+    top, gap = _gap_weight_error(s_all, sig_s, n_row, model)
+    # the other keys: the smaller bound (both hold); the top key: the gap form only
+    # where the relative one admits any weight (its assumption, below, is needed there)
+    return np.where(allowed & ~top, np.minimum(rel, gap),
+                    np.where(allowed & top & (rel >= 1.0), np.minimum(gap, 1.0), rel))
+
+
+def _gap_weight_error(s_all: Arr, sig_s: Arr, n_row: Arr, model: ErrorModel
+                      ) -> tuple[Arr, Arr]:
+    """(the top key of each row, a bound on |P̃_ij − P_ij|) in the gap form, for rows
+    whose scores are far apart (issue 30: queries of 1e100–1e300, σ ≈ 1e84–1e284,
+    gaps ≈ 1e100–1e300), never forming e^(+large).
+
+    With * the row's largest float64 score ŝ_* and ĝ_j = ŝ_* − ŝ_j >= 0, every
+    exponent a weight takes is at most −(ĝ_j − 4(σ_j + σ_*)) =: −x_j: the exact
+    P_j <= e^{s_j − s_*}, the kernel's P̃_j <= e^{s̃_j − s̃_*}(1 + ρ) (its shift, the
+    computed max or an lse above it, is at least s̃_*), and 4σ covers the kernel's
+    score errors (σ_j + σ_*), the float64 scores' own (at most σ each) and the
+    subtractions' roundings (u|ŝ_* − ŝ_j| <= σ_j + σ_*).  So for j != *
+
+        |P̃_j − P_j| <= max(P̃_j, P_j) <= G_j (1 + 3ρ) + η,   G_j = e^{−max(x_j, 0)}
+
+    (η at least the least double),
+
+    which holds whatever scores the backward recomputes.  For the top key, P_* and the
+    weight Q_* = softmax(s̃)_* both lie in [1/(1 + X), 1] with X = Σ_{j≠*} G_j; the
+    kernel's P̃_* = e^{s̃_* − shift}(1 ± ρ) with a shift above s̃_* by at most 2x̃, x̃ the
+    computed log of the row sum l̃ <= (1 + X)(1 + ρ)(1 + γ̃_n) (log(1 + a) <= a; an lse
+    m + x̃ rounded to nearest errs by at most x̃, the float m being a candidate), so
+
+        |P̃_* − P_*| <= X + 2.01 x̄ + 2ρ,   x̄ = (X + ρ + γ̃_n + (n + K_SOFTMAX) u_a)(1 + K_SOFTMAX u_a).
+
+    This assumes the backward's top score is the forward's (autograd stores P; a
+    FlashAttention backward recomputes the same dot product in the same order): a
+    recomputation that differs by up to 2σ_* moves P̃_* by e^{±2σ_*}, which no
+    tolerance short of the natural size covers.  It is used only where the relative
+    form admits any weight (:func:`_weight_error`)."""
+    ua, rho = model.ua, K_EXP * model.ua + model.u
+    idx = np.argmax(s_all, axis=-1)[..., None]
+    top = np.arange(s_all.shape[-1]) == idx
+    s_top = np.take_along_axis(s_all, idx, axis=-1)
+    sig_top = np.take_along_axis(sig_s, idx, axis=-1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = (s_top - s_all) - 4.0 * (sig_s + sig_top)
+        g = np.where(np.isfinite(s_all) & ~top, np.exp(-np.maximum(np.nan_to_num(x), 0.0)), 0.0)
+        big_x = np.minimum(_rs(g), 1.0)
+        xbar = (big_x + rho + model.gamma_sum(np.maximum(n_row, 1.0)) + (n_row + K_SOFTMAX) * ua) \
+            * (1.0 + K_SOFTMAX * ua)
+    # (+ the least double: e^{-x} underflows to 0 while the weight itself need not)
+    floor = max(model.eta, math.ulp(0.0))
+    err = np.where(top, big_x + 2.01 * xbar + 2.0 * rho, g * (1.0 + 3.0 * rho) + floor)
+    return top, err
 
 
 def backward_error_bound(pb: PlainBackward, model: ErrorModel, *,
@@ -250,8 +351,18 @@ def backward_error_bound(pb: PlainBackward, model: ErrorModel, *,
     worst = _worst(parts)
     # (fmin: where the probabilistic bound is NaN, e.g. its e^(score error) terms at
     # scores of 1e300 giving inf · 0, the worst-case one stands alone; issue 30)
-    per = {key: (val, np.fmin(err, worst[key][1])) for key, (val, err) in per.items()}
+    # (where the worst-case bound is below 2^-440 the probabilistic one's squared terms,
+    # (sensitivity · bound)² < 2^-880, reach float64's subnormals and are lost: a dk of
+    # 1e-161 from weights of e^-370 (queries × 1e3) got 1/150 of its rounding error
+    # from them; the worst-case bound, linear in every term, stands alone there)
+    per = {key: (val, np.where(worst[key][1] < _SQUARES_UNDERFLOW, worst[key][1],
+                               np.fmin(err, worst[key][1])))
+           for key, (val, err) in per.items()}
     return {name: _reduce(name, per, pb, shapes, model) for name in shapes}
+
+
+#: below this a bound's squared terms leave float64's normal range (see above)
+_SQUARES_UNDERFLOW = 2.0 ** -440
 
 
 def _copies(name: str, pb: PlainBackward, shape: tuple[int, ...], size: int
@@ -337,19 +448,7 @@ def _worst(pt: _Parts) -> dict[str, tuple[Arr, Arr]]:
     u, ua, eta = pt.u, pt.ua, pt.eta
     L, S = pt.L, pt.S
     allowed = pb.allowed
-    with np.errstate(invalid="ignore", over="ignore"):
-        s_all = np.where(allowed, _scores(pb), -np.inf)
-        smax = np.max(s_all, axis=-1, keepdims=True) if S else np.zeros((*s_all.shape[:-1], 1))
-        smax = np.where(np.isfinite(smax), smax, 0.0)
-        n_row = _rs(allowed.astype(np.float64))
-        lse = smax + np.log(np.maximum(n_row, 1))
-        d_lse = (np.max(pt.sig_s, axis=-1, keepdims=True, initial=0.0)
-                 + (n_row + K_SOFTMAX) * ua + ua * np.abs(lse))
-        rho = np.expm1(np.minimum(pt.sig_s + d_lse, 700.0)) + pt.rho
-    p = pt.p
-    dP_w = np.where(allowed | (p > 0), np.minimum(p * rho, 1.0), 0.0)
-    w = pt.w
-    dW = dP_w if pt.keep_f is None else pt.keep_f * dP_w + (ua + u) * w
+    p, w, dP_w, dW = pt.p, pt.w, pt.dP_w, pt.dW
     t_q, t_k, dq, dk, dv = _structure(pt)
     tw = _t if pb.dv_p_transposed else (lambda a: a)
     e_dv = _mm(tw(dW + pt.gam(L) * (w + dW)), pt.ado) + u * np.abs(dv)
