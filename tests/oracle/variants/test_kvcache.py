@@ -161,11 +161,10 @@ def test_bad_cache_arguments_are_one_clear_error() -> None:
 
 # -- ALiBi in a decode step: each sequence's own positions --------------------------------
 
-def _alibi_by_hand(q, k, v, seqlens, slopes, causal):
+def _alibi_mask(seqlens, slopes, L, S, causal):
     """flash_attn_with_kvcache's ALiBi, written out as a float mask: query i of sequence
     b at position n_b - L + i, bias -slope_h·|j - (n_b - L + i)| on its n_b valid keys
-    (causal: j <= n_b - L + i), -inf elsewhere; plain attention with that mask."""
-    L, S = q.shape[-2], k.shape[-2]
+    (causal: j <= n_b - L + i), -inf elsewhere."""
     mask = np.full((B, H, L, S), -np.inf)
     for b, n in enumerate(seqlens):
         for h in range(H):
@@ -174,6 +173,12 @@ def _alibi_by_hand(q, k, v, seqlens, slopes, causal):
                 for j in range(int(n)):
                     if not causal or j <= pos:
                         mask[b, h, i, j] = -float(slopes[h]) * abs(j - pos)
+    return mask
+
+
+def _alibi_by_hand(q, k, v, seqlens, slopes, causal):
+    """Plain attention with :func:`_alibi_mask`."""
+    mask = _alibi_mask(seqlens, slopes, q.shape[-2], k.shape[-2], causal)
     return ms.reference_attention(q, k, v, enable_gqa=True, attn_mask=mask)
 
 
@@ -207,13 +212,7 @@ def test_alibi_gradients_in_a_decode_step_match_the_hand_built_mask() -> None:
     got = ms.reference_attention_backward(q, k, v, do, enable_gqa=True, cache_seqlens=seqlens,
                                           alibi_slopes=slopes, is_causal=True,
                                           causal_alignment="bottom_right")
-    L, S = 2, k.shape[-2]
-    mask = np.full((B, H, L, S), -np.inf)
-    for b, n in enumerate(seqlens):
-        for h in range(H):
-            for i in range(L):
-                pos = int(n) - L + i
-                mask[b, h, i, :pos + 1] = -slopes[h] * np.abs(np.arange(pos + 1) - pos)
+    mask = _alibi_mask(seqlens, slopes, 2, k.shape[-2], True)
     want = ms.reference_attention_backward(q, k, v, do, enable_gqa=True, attn_mask=mask)
     for name in ("dq", "dk", "dv"):
         np.testing.assert_array_equal(getattr(got, name).rounded("float32"),
@@ -261,12 +260,6 @@ def test_alibi_with_a_softcap_in_a_decode_step_through_the_transformed_tiers() -
     got = ms.reference_attention(q, k, v, enable_gqa=True, cache_seqlens=seqlens,
                                  alibi_slopes=slopes, softcap=2.5, is_causal=True,
                                  causal_alignment="bottom_right")
-    L, S = 2, k.shape[-2]
-    mask = np.full((B, H, L, S), -np.inf)
-    for b, n in enumerate(seqlens):
-        for h in range(H):
-            for i in range(L):
-                pos = int(n) - L + i
-                mask[b, h, i, :pos + 1] = -slopes[h] * np.abs(np.arange(pos + 1) - pos)
+    mask = _alibi_mask(seqlens, slopes, 2, k.shape[-2], True)
     want = ms.reference_attention(q, k, v, enable_gqa=True, attn_mask=mask, softcap=2.5)
     np.testing.assert_array_equal(got.rounded("float64"), want.rounded("float64"))
