@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 
 from mha_symbolic import assert_attention_close
+from mha_symbolic.errors import ToleranceError
 from mha_symbolic.strategies import AttentionCase, attention_inputs
 
 EXAMPLES = settings(max_examples=15, deadline=None,
@@ -71,8 +72,16 @@ def test_torch_sdpa_on_adversarial_inputs() -> None:
         q, k, v, kw = case.torch()
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw)
         # torch's bfloat16 SDPA flushes subnormal results to zero on AVX-512 CPUs (the
-        # subnormal family shows it): the model is told so
-        assert_attention_close(out, case.query, case.key, case.value, **case.options,
-                               subnormals="flush")
+        # subnormal family shows it): the model is told so.  Then an output within a few
+        # smallest normals of zero may have lost every digit to flushing (a weight below 1
+        # times a value of 3e-38 flushes): such a case gets no verdict, and is discarded
+        # here, never counted as passing
+        try:
+            assert_attention_close(out, case.query, case.key, case.value, **case.options,
+                                   subnormals="flush")
+        except ToleranceError as exc:
+            if "would pass, but" not in str(exc):
+                raise
+            reject()
 
     check()
