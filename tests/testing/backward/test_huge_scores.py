@@ -62,7 +62,7 @@ def _inputs(scale: float, dtype: Any, *, mixed: bool = False, seed: int = 0
 
 def _torch_grads(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray
                  ) -> list[np.ndarray]:
-    import torch
+    torch = pytest.importorskip("torch")
 
     t = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
     torch.nn.functional.scaled_dot_product_attention(*t).backward(torch.tensor(do))
@@ -161,7 +161,7 @@ def test_weights_of_e_to_the_minus_370_do_not_raise_a_false_alarm() -> None:
     """Queries × 1e3 (float64, causal): dk elements of 1e-161 from weights of e^-370,
     whose probabilistic bound lost its squared terms to float64's subnormals (a false
     alarm on torch SDPA, 155 × the tolerance); a dK or dV scaled by 1.01 still fails."""
-    import torch
+    torch = pytest.importorskip("torch")
 
     rng = np.random.default_rng(1)
     for _ in range(5):      # the sixth draw of the identity check (bench/RESULTS.md)
