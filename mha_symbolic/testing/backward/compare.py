@@ -281,54 +281,18 @@ def compare_attention_backward(
                                    for f in ("q_descale", "k_descale", "v_descale")):
         raise SpecError("FP8 descale factors are not supported by compare_attention_backward "
                         "(reference_attention_backward computes those gradients)")
+    judge = {"rule": rule, "accumulation_dtype": accumulation_dtype, "safety": safety,
+             "rtol": rtol, "atol": atol, "ulps": ulps, "factor": factor,
+             "diagnose_bugs": diagnose_bugs, "error_model": error_model}
     if variant is not None:
-        # the variants as plain attention of exact inputs (oracle/variant_forward.py):
-        # the gradients, the model and the bug catalogue are the plain ones
-
-        if d_attn_mask is not None:
-            raise SpecError("d_attn_mask with attention variants is not available "
-                            "(reference_attention_backward computes that gradient)")
-        if (d_sinks is not None or d_alibi_slopes is not None) and rule == "flash":
-            raise SpecError("rule='flash' has no simulated kernel for d_sinks and "
-                            "d_alibi_slopes: use rule='model', 'ulp' or 'allclose'")
         if dropout_mask is not None or dropout_p:
             raise SpecError("dropout with attention variants is not supported")
-        prep = prepare(query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
-                       scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
-                       masked_rows=masked_rows)
-        if any(v.rotate is not None for v in variant.active()):
-            if d_sinks is not None or d_alibi_slopes is not None:
-                raise SpecError("d_sinks and d_alibi_slopes with a variant that rotates q "
-                                "and k are not supported")
-            return _compare_rotated(
-                dq, dk, dv, query, key, value, grad_output, prep, variant,
-                call={"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale,
-                      "enable_gqa": enable_gqa, "causal_alignment": causal_alignment,
-                      "masked_rows": masked_rows}, variants=variants, rule=rule,
-                accumulation_dtype=accumulation_dtype, safety=safety, rtol=rtol, atol=atol,
-                ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs,
-                error_model=error_model)
-        cap = None
-        if variant.has_cap:
-            cap, k64, v64, mask = lowered_after_cap(prep)
-        else:
-            require_lowerable(prep)
-            k64, v64, mask = lowered(prep)
-        return _compare_backward(
-            dq, dk, dv, prep.q64, k64, v64, grad_output, attn_mask=mask, is_causal=False,
-            scale=scale, enable_gqa=prep.group > 1, causal_alignment="top_left",
-            masked_rows=masked_rows, dropout_p=0.0, dropout_mask=None, d_attn_mask=None,
-            rule=rule, accumulation_dtype=accumulation_dtype, safety=safety, rtol=rtol,
-            atol=atol, ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs,
-            error_model=error_model, sink_keys=0 if prep.sinks is None else 1, softcap=cap,
-            extra_bugs=_variant_backward_bugs(
-                query, key, value, variant, attn_mask=attn_mask, is_causal=is_causal,
-                scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
-                masked_rows=masked_rows),
-            params=_parameter_gradients(
-                d_sinks, d_alibi_slopes, prep, query, key, value, grad_output,
-                attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
-                causal_alignment=causal_alignment, masked_rows=masked_rows, **variants))
+        return _compare_variant(
+            dq, dk, dv, query, key, value, grad_output, variant, variants,
+            {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale,
+             "enable_gqa": enable_gqa, "causal_alignment": causal_alignment,
+             "masked_rows": masked_rows}, judge, d_attn_mask=d_attn_mask, d_sinks=d_sinks,
+            d_alibi_slopes=d_alibi_slopes)
     if d_sinks is not None or d_alibi_slopes is not None:
         raise SpecError("d_sinks and d_alibi_slopes need sinks= and alibi_slopes=")
     shifted = power_of_two_form(value, grad_output, dq, dk, dv, d_attn_mask)
@@ -339,10 +303,45 @@ def compare_attention_backward(
         dq, dk, dv, query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal,
         scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
         masked_rows=masked_rows, dropout_p=dropout_p, dropout_mask=dropout_mask,
-        d_attn_mask=d_attn_mask, rule=rule, accumulation_dtype=accumulation_dtype,
-        safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor,
-        diagnose_bugs=diagnose_bugs, error_model=error_model, sink_keys=0, softcap=None)
+        d_attn_mask=d_attn_mask, **judge, sink_keys=0, softcap=None)
     return replace(result, warnings=(*result.warnings, *note)) if note else result
+
+
+def _compare_variant(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any,
+                     grad_output: Any, variant: Any, variants: dict[str, Any],
+                     call: dict[str, Any], judge: dict[str, Any], *, d_attn_mask: Any,
+                     d_sinks: Any, d_alibi_slopes: Any) -> BackwardComparison:
+    """:func:`compare_attention_backward` of a call with variants: as plain attention of
+    exact inputs (:mod:`mha_symbolic.oracle.variants.forward`), so that the gradients,
+    the model and the bug catalogue are the plain ones; a rotating variant through
+    :func:`_compare_rotated`.  ``call``: the SDPA options; ``judge``: the rule's."""
+    if d_attn_mask is not None:
+        raise SpecError("d_attn_mask with attention variants is not available "
+                        "(reference_attention_backward computes that gradient)")
+    if (d_sinks is not None or d_alibi_slopes is not None) and judge["rule"] == "flash":
+        raise SpecError("rule='flash' has no simulated kernel for d_sinks and "
+                        "d_alibi_slopes: use rule='model', 'ulp' or 'allclose'")
+    prep = prepare(query, key, value, variant, **call)
+    if any(v.rotate is not None for v in variant.active()):
+        if d_sinks is not None or d_alibi_slopes is not None:
+            raise SpecError("d_sinks and d_alibi_slopes with a variant that rotates q "
+                            "and k are not supported")
+        return _compare_rotated(dq, dk, dv, query, key, value, grad_output, prep, variant,
+                                call=call, variants=variants, **judge)
+    cap = None
+    if variant.has_cap:
+        cap, k64, v64, mask = lowered_after_cap(prep)
+    else:
+        require_lowerable(prep)
+        k64, v64, mask = lowered(prep)
+    return _compare_backward(
+        dq, dk, dv, prep.q64, k64, v64, grad_output, attn_mask=mask, is_causal=False,
+        scale=call["scale"], enable_gqa=prep.group > 1, causal_alignment="top_left",
+        masked_rows=call["masked_rows"], dropout_p=0.0, dropout_mask=None, d_attn_mask=None,
+        **judge, sink_keys=0 if prep.sinks is None else 1, softcap=cap,
+        extra_bugs=_variant_backward_bugs(query, key, value, variant, **call),
+        params=_parameter_gradients(d_sinks, d_alibi_slopes, prep, query, key, value,
+                                    grad_output, **call, **variants))
 
 
 def _compare_rotated(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any,
