@@ -153,29 +153,14 @@ class _Parts:
         self.u, self.ua, self.eta = u, ua, model.eta
         q, k, v, do = pb.q, pb.k, pb.v, pb.do
         self.c = abs(pb.scale)
-        E, Ev = q.shape[-1], v.shape[-1]
+        Ev = v.shape[-1]
         self.L, self.S = q.shape[-2], k.shape[-2]
         allowed = pb.allowed
         self.gam = model.gamma_sum
         self.aq, self.ak, self.ado = np.abs(q), np.abs(k), np.abs(do)
         A = self.c * _mm(self.aq, _t(self.ak))
         qk = pb.scale * _mm(q, _t(k))
-        self.e_t: Arr | None = None
-        if pb.cap is None:
-            size = np.abs(qk) if pb.mask_add is None else np.abs(qk) + np.abs(pb.mask_add)
-            self.sig_s = np.where(allowed, self.gam(E) * A + (K_SCORE * ua + u) * size, 0.0)
-        else:
-            # softcap t = tanh(s0/C), s' = C t (+ mask): s0 = c q·k errs by σ0; the
-            # division by C adds u_a|s0/C|, tanh is 1-Lipschitz and its evaluation errs
-            # by K_TANH u_a|t|, the store u|t|; then C·t and the mask as a score
-            cap = abs(float(pb.cap))
-            assert pb.cap_t is not None and pb.capped is not None
-            sig0 = self.gam(E) * A + (K_SCORE * ua + u) * np.abs(qk)
-            self.e_t = ((sig0 + ua * (np.abs(qk) + sig0)) / cap
-                        + (K_TANH * ua + u) * np.abs(pb.cap_t))
-            size = np.abs(pb.capped) if pb.mask_add is None \
-                else np.abs(pb.capped) + np.abs(pb.mask_add)
-            self.sig_s = np.where(allowed, cap * self.e_t + (K_SCORE * ua + u) * size, 0.0)
+        self.sig_s, self.e_t = self._score_errors(pb, model, A, qk)
         if score_extra is not None:
             # a variant's own bound on each score's error (rotary: the kernel's rotation)
             self.sig_s = self.sig_s + np.where(allowed, score_extra, 0.0)
@@ -192,16 +177,52 @@ class _Parts:
                       + (u + ua) * np.abs(pb.dp))
         self.sig_ds = (u + ua) * np.abs(pb.ds)
         # D: the kernel's own forward output error (FA) or the row sum's errors (MATH)
+        fwd = self._forward_error(pb, model, qk, score_extra is not None)
+        self.d_fa = (_rs(self.ado * fwd) + self.gam(Ev) * _rs(self.ado * (np.abs(pb.out) + fwd)))
+        self.pb = pb
+        # the weights that may be non-zero: the exact ones, and where the weight bound
+        # admits a kernel's weight above an exact one that underflowed to 0
+        self.live = allowed & ((pb.p > 0) | (self.dP_w > 0))
+
+
+    def _score_errors(self, pb: PlainBackward, model: ErrorModel, A: Arr, qk: Arr
+                      ) -> tuple[Arr, Arr | None]:
+        """σ_s, the bound on each score's error, and (softcap) e_t, on its tanh's."""
+        u, ua, allowed = model.u, model.ua, pb.allowed
+        E = pb.q.shape[-1]
+        e_t: Arr | None = None
+        if pb.cap is None:
+            size = np.abs(qk) if pb.mask_add is None else np.abs(qk) + np.abs(pb.mask_add)
+            sig_s = np.where(allowed, self.gam(E) * A + (K_SCORE * ua + u) * size, 0.0)
+        else:
+            # softcap t = tanh(s0/C), s' = C t (+ mask): s0 = c q·k errs by σ0; the
+            # division by C adds u_a|s0/C|, tanh is 1-Lipschitz and its evaluation errs
+            # by K_TANH u_a|t|, the store u|t|; then C·t and the mask as a score
+            cap = abs(float(pb.cap))
+            assert pb.cap_t is not None and pb.capped is not None
+            sig0 = self.gam(E) * A + (K_SCORE * ua + u) * np.abs(qk)
+            e_t = ((sig0 + ua * (np.abs(qk) + sig0)) / cap
+                   + (K_TANH * ua + u) * np.abs(pb.cap_t))
+            size = np.abs(pb.capped) if pb.mask_add is None \
+                else np.abs(pb.capped) + np.abs(pb.mask_add)
+            sig_s = np.where(allowed, cap * e_t + (K_SCORE * ua + u) * size, 0.0)
+        return sig_s, e_t
+
+    def _forward_error(self, pb: PlainBackward, model: ErrorModel, qk: Arr, extra: bool
+                       ) -> Arr:
+        """A bound on the kernel's own forward output error |Õ − O| (finite: the value
+        hull and the gap form where the model's e^(score error) overflows)."""
+        q, k, v, allowed, ua, u = pb.q, pb.k, pb.v, pb.allowed, model.ua, model.u
         madd = pb.mask_add
         if pb.capped is not None:
             # the forward's scores are the capped ones: the plain bound of q·k plus the
             # difference s' − c q·k as an additive part, and the cap's own errors (sig_s:
             # each weight moves by at most a factor e^{±2 max_j sig_s_ij}) on Σ_j P|v|
             madd = pb.capped - qk + (0.0 if pb.mask_add is None else pb.mask_add)
-        fwd = batched_attention_error_bound(q, k, v, np.where(allowed, pb.p, 0.0), scale=pb.scale,
-                                    allowed=allowed, mask_add=madd, out=pb.out,
-                                    model=model)
-        if pb.cap is not None or score_extra is not None:
+        fwd = batched_attention_error_bound(q, k, v, np.where(allowed, pb.p, 0.0),
+                                            scale=pb.scale, allowed=allowed, mask_add=madd,
+                                            out=pb.out, model=model)
+        if pb.cap is not None or extra:
             with np.errstate(over="ignore"):
                 spread = np.expm1(np.minimum(2.0 * np.max(self.sig_s, axis=-1, keepdims=True,
                                                           initial=0.0), 700.0))
@@ -224,11 +245,7 @@ class _Parts:
                        + model.eta * (self.S * vtop + 1.0))
             fwd = np.where(fwd < hull, fwd, np.minimum(hull, gap_fwd))
         fwd = np.where(np.isfinite(fwd), fwd, 0.0)
-        self.d_fa = (_rs(self.ado * fwd) + self.gam(Ev) * _rs(self.ado * (np.abs(pb.out) + fwd)))
-        self.pb = pb
-        # the weights that may be non-zero: the exact ones, and where the weight bound
-        # admits a kernel's weight above an exact one that underflowed to 0
-        self.live = allowed & ((pb.p > 0) | (self.dP_w > 0))
+        return fwd
 
 
 def _weight_error(pb: PlainBackward, sig_s: Arr, model: ErrorModel) -> Arr:
