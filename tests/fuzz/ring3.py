@@ -5,7 +5,9 @@ to the float maximum, mixed signs, equal rows): the forward enclosure is finite,
 the value hull and ordered; no gradient bound is +inf below or -inf above; a correct
 answer (the oracle's own rounding) passes ``compare_attention`` /
 ``compare_attention_backward`` and a perturbed one fails, both decided (no
-ToleranceError where values or dO are huge); no RuntimeWarning, never "please report".
+ToleranceError where values or dO are huge; at queries of 1e100–1e300 the exact
+gradients never fail, and a verdict may be refused only for a near tie at the top); no
+RuntimeWarning, never "please report".
 
 ``bounded``: the over-time classes of seed 41: powers with exponents n ± e, exponentials
 with large rational coefficients, softcaps far below the scores: ``describe``,
@@ -102,13 +104,17 @@ def run_limits(payload: tuple[int, int, int, int, int, int, int]) -> Problems:
                     problems.append(("foreign-exception", f"{name} bounds beyond the exact "
                                      f"value: {call}"))
             grads = [e.rounded("float64") for e in g]
-            if all(np.all(np.isfinite(x)) for x in grads) and iq == 0:
+            if all(np.all(np.isfinite(x)) for x in grads):
+                # the exact gradients always pass; at huge queries (the gap form of the
+                # weights' error, issue 30) a verdict may be refused (a near tie at the
+                # top), never failed
                 try:
                     if not ms.compare_attention_backward(*grads, q, k, v, do).passed:
                         problems.append(("foreign-exception", f"exact gradients fail: {call}"))
                 except ToleranceError as exc:
-                    problems.append(("foreign-exception", f"no verdict at the limits: {call}: "
-                                     f"{str(exc)[:160]}"))
+                    if iq == 0 or "please report" in str(exc):
+                        problems.append(("foreign-exception", f"no verdict at the limits: "
+                                         f"{call}: {str(exc)[:160]}"))
     except ToleranceError as exc:
         if iq == 0 or "please report" in str(exc):
             problems.append(("foreign-exception", f"no verdict: {call}: {str(exc)[:200]}"))
