@@ -504,22 +504,20 @@ class _Parser:
     def _bound_integer_part(self, base: Any, exponent: Any, shown: str, what: str) -> None:
         """Refuse a^x (x irrational) whose a^⌊|x|⌋ is beyond the bounds on a^n."""
         try:
-            ball = to_arb(exponent, 64)
+            excess = _integer_part_excess(base, exponent, 10 * MAX_POWER_DIGITS)
         except MhaSymbolicError:
             return  # not a number we can bound here: left to later stages
-        if not ball.is_finite() or abs(ball) > 10 * MAX_POWER_DIGITS:
+        if excess is None:
+            return
+        kind, size = excess
+        if kind == "exponent":
             raise ParseError(f"the exponent of {shown} is beyond ±{MAX_POWER_DIGITS}"
                              f"{self.within(what)}")
-        top = abs(ball).upper().floor().unique_fmpz()
-        n = MAX_POWER_DIGITS if top is None else int(top)
-        if base.is_Rational:
-            size = n * max(decimal_digits(base.p), decimal_digits(base.q))
-            if size > MAX_POWER_DIGITS:
-                raise ParseError(f"{shown} would have about {int_text(size)} digits "
-                                 f"(limit {MAX_POWER_DIGITS}){self.within(what)}")
-        elif n > 1 and power_cost(expansion_cost(base), n) > MAX_EXPANSION_WORK:
-            raise ParseError(f"{shown} is too costly to expand exactly (terms × "
-                             f"exponent exceeds {MAX_EXPANSION_WORK:,}){self.within(what)}")
+        if kind == "digits":
+            raise ParseError(f"{shown} would have about {int_text(size)} digits "
+                             f"(limit {MAX_POWER_DIGITS}){self.within(what)}")
+        raise ParseError(f"{shown} is too costly to expand exactly (terms × "
+                         f"exponent exceeds {MAX_EXPANSION_WORK:,}){self.within(what)}")
 
     def _bound_magnitude(self, base: Any, exponent: Any, what: str) -> None:
         """Refuse |base|^exponent beyond e^±MAX_LOG, with Arb (base must be non-zero)."""
@@ -587,26 +585,35 @@ def costly_power(x: Any) -> bool:
     if not isinstance(x, sp.Basic):
         return False
     for p in x.atoms(sp.Pow):
-        y = p.exp
-        if y.is_Integer:
+        if p.exp.is_Integer:
             continue  # bounded by the grammar itself
         try:
-            ball = to_arb(y, 64)
+            if _integer_part_excess(p.base, p.exp, 10**9) is not None:
+                return True
         except MhaSymbolicError:
             return True
-        if not ball.is_finite() or abs(ball) > 10**9:
-            return True
-        top = abs(ball).upper().floor().unique_fmpz()
-        if top is None:
-            return True
-        n = int(top)
-        b = p.base
-        if b.is_Rational:
-            if n * max(decimal_digits(b.p), decimal_digits(b.q)) > MAX_POWER_DIGITS:
-                return True
-        elif n > 1 and power_cost(expansion_cost(b), n) > MAX_EXPANSION_WORK:
-            return True
     return False
+
+
+def _integer_part_excess(base: Any, y: Any, cap: int) -> tuple[str, int] | None:
+    """Why a^⌊|y|⌋ (y not an integer) is beyond the bounds on an exact power a^n:
+    ("exponent", 0) for |y| beyond ``cap`` (or not finite), ("digits", size) for a
+    rational a of more than MAX_POWER_DIGITS digits, ("terms", 0) for an expansion
+    costlier than MAX_EXPANSION_WORK; None within them.  Raises the library's error when
+    y cannot be enclosed (one 64-bit Arb enclosure)."""
+    ball = to_arb(y, 64)
+    if not ball.is_finite() or abs(ball) > cap:
+        return "exponent", 0
+    top = abs(ball).upper().floor().unique_fmpz()
+    if top is None:
+        return "exponent", 0
+    n = int(top)
+    if base.is_Rational:
+        size = n * max(decimal_digits(base.p), decimal_digits(base.q))
+        return ("digits", size) if size > MAX_POWER_DIGITS else None
+    if n > 1 and power_cost(expansion_cost(base), n) > MAX_EXPANSION_WORK:
+        return "terms", 0
+    return None
 
 
 def expansion_cost(x: Any, cap: int = MAX_EXPANSION_WORK) -> int:
