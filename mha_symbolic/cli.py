@@ -41,7 +41,7 @@ _HANDLERS: dict[str, tuple[str, str]] = {
     "examples": ("textbook.bundled", "cli_examples"),
     "derive": ("textbook.selection", "cli_derive"),
     "plot": ("textbook.selection", "cli_plot"),
-    "prove": ("exact.prove", "cli_prove"),
+    "prove": ("exact.prove_cli", "cli_prove"),
 }
 
 
