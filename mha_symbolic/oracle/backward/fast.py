@@ -285,6 +285,80 @@ def _apply_factor(ds: Arr, e_ds: Arr, phi: Arr, e_phi: Arr, g_q: float, g_r: flo
     return ds0, e0, e0 + g_q * np.abs(ds0), e0 + g_r * np.abs(ds0)
 
 
+def _live_keys(blk: Block, r: int, S: int) -> tuple[Arr, Arr]:
+    """The block's keys whose dS can be nonzero (allowed, not on a uniform row, whose
+    output does not depend on the scores, nor on a row with one allowed key, whose P = 1
+    exactly whatever its score, so D = dP and dS = 0 exactly: a causal mask's first row,
+    a narrow window), and the keys whose V receives a weight."""
+    allowed = blk.allowed
+    uni = np.zeros(r, dtype=bool) if blk.uniform is None else blk.uniform
+    live = (np.ones((r, S), dtype=bool) if allowed is None else allowed) & ~uni[:, None]
+    single = live.sum(axis=-1) == 1
+    if single.any():
+        live &= ~single[:, None]
+    wk = (np.ones((r, S), dtype=bool) if allowed is None else allowed)
+    return live, (wk if blk.keep is None else wk & blk.keep).any(axis=0)
+
+
+def _x_block(dob: Arr, abs_do: Arr, vt: Arr, abs_vt: Arr, vr_t: Arr | None,
+             do_r: Arr | None, Ev: int) -> tuple[Arr, Arr]:
+    """(2) X = dO Vᵀ: (H1) elementwise, γ_Ev (|dO||V|ᵀ) + Ev η; radii add
+    |dO~| vrᵀ + dor (|V~| + vr)ᵀ."""
+    x = dob @ vt
+    e_x = gamma(max(Ev, 1)) * mm_up(abs_do, abs_vt) + Ev * ETA
+    if vr_t is not None:
+        e_x = e_x + mm_up(abs_do, vr_t)
+    if do_r is not None:
+        e_x = e_x + mm_up(do_r, abs_vt + (0.0 if vr_t is None else vr_t))
+    return x, e_x * UP
+
+
+def _d_block(p: Arr, e_p: Arr, x: Arr, e_x: Arr, keep: Arr | None, live: Arr, f_f: float,
+             rho_f: float, S: int, key_block: int) -> tuple[Arr, Arr, Arr, Arr]:
+    """(1), (3): W = f·keep∘P, |W − W~| <= ρ_f(P~ + e_P) + f~ e_P + u W~ + η;
+    dP = f·keep∘X, |dP − dP~| <= ρ_f(|X~| + e_X) + f~ e_X + u|dP~| + η (both exact
+    without dropout); (4) D_i = Σ_j P_ij dP_ij (live keys), in key blocks
+    (blocked_rowdot, g_d): |D − D~| <= Σ_j [e_P(|dP~| + e_dP) + P~ e_dP] + g_d Σ_j P~|dP~|
+    + Sη.  Returns dP, its bound, D, its bound."""
+    g_d = rowdot_g(S, key_block)
+    dp, e_dp, t, pl = step_dp(p, e_p, x, e_x, keep, live, f_f, rho_f, g_d)
+    d, _ = blocked_rowdot(pl, dp, key_block)
+    e_d = (np.sum(t, axis=-1) + 2 * S * ETA) / (1.0 - gamma(max(S, 1) + 1)) * UP
+    return dp, e_dp, d, e_d
+
+
+def _dv_term(w: Arr, e_w: Arr, a_w: Arr, dob: Arr, abs_do: Arr, do_r: Arr | None,
+             r: int) -> tuple[Arr, Arr]:
+    """(7) the block's term of dV = Wᵀ dO: (e_W + γ_r W~)ᵀ(|dO~| + dor) + W~ᵀ dor + rη."""
+    tv = w.T @ dob
+    etv = mm_up(a_w.T, abs_do) + r * ETA
+    if do_r is not None:
+        etv = etv + mm_up((e_w + w).T, do_r)
+    return tv, etv * UP
+
+
+def _dk_term(ds: Arr, e_ds: Arr, a_k: Arr, qb: Arr, q_r: Arr | None,
+             r: int) -> tuple[Arr, Arr]:
+    """(9) the block's term of dSᵀ Q: (e_dS + γ_r|dS~|)ᵀ|Q~| + (e_dS + |dS~|)ᵀ qr + rη."""
+    tk = ds.T @ qb
+    etk = mm_up(a_k.T, np.abs(qb)) + r * ETA
+    if q_r is not None:
+        etk = etk + mm_up((e_ds + np.abs(ds)).T, q_r)
+    return tk, etk * UP
+
+
+def _dq_block(ds: Arr, e_ds: Arr, a_q: Arr, k: Arr, abs_k: Arr, k_r: Arr | None,
+              key_block: int, c_f: float, rho_c: float) -> tuple[Arr, Arr]:
+    """(8) dQ = c·dS K: G = dS~ K~ in key blocks, |dS K − G| <= (e_dS + g|dS~|)|K~| + Sη
+    (+ (e_dS + |dS~|) kr); then the scale (_scale_err)."""
+    gq, _ = blocked_matmul(ds, k, key_block)
+    e_gq = mm_up(a_q, abs_k) + k.shape[0] * ETA
+    if k_r is not None:
+        e_gq = e_gq + mm_up(e_ds + np.abs(ds), k_r)
+    dq_b = c_f * gq
+    return dq_b, _scale_err(gq, e_gq, dq_b, c_f, rho_c)
+
+
 def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Block],
                     c_f: float, rho_c: float, f_f: float, rho_f: float, rad: Radii,
                     want_ds: bool, chunk: int, key_block: int,
@@ -299,7 +373,6 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
     abs_k, abs_vt = np.abs(k), np.abs(v).T
     vt = np.ascontiguousarray(v.T)
     vr_t = None if rad.v is None else np.ascontiguousarray(rad.v.T)
-    gEv = gamma(max(Ev, 1))
     dq = np.zeros((L, E))
     e_dq = np.zeros((L, E))
     ds_all = np.zeros((L, S)) if want_ds else None
@@ -333,52 +406,23 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
         p = np.where(ok[:, None], res.p, 0.0)
         e_p = np.where(ok[:, None], res.err_p, 0.0)
         o[i0:i1], e_o[i0:i1] = res.y, res.err
-        uni = np.zeros(r, dtype=bool) if blk.uniform is None else blk.uniform
-        # keys whose dS can be nonzero: allowed, not on a uniform row (whose output does
-        # not depend on the scores)
-        live = (np.ones((r, S), dtype=bool) if allowed is None else allowed) & ~uni[:, None]
-        # a row with one allowed key has P = 1 exactly whatever its score, so D = dP and
-        # dS = 0 exactly (a causal mask's first row, a narrow window): no live key
-        single = live.sum(axis=-1) == 1
-        if single.any():
-            live &= ~single[:, None]
+        live, kept_v = _live_keys(blk, r, S)
         live_rows[i0:i1] = live.any(axis=-1)
-        keep = blk.keep
         live_k |= live.any(axis=0)
-        wk = (np.ones((r, S), dtype=bool) if allowed is None else allowed)
-        live_v |= (wk if keep is None else wk & keep).any(axis=0)
-
-        # (2) X = dO Vᵀ: (H1) elementwise, γ_Ev (|dO||V|ᵀ) + Ev η; radii add
-        # |dO~| vrᵀ + dor (|V~| + vr)ᵀ
+        live_v |= kept_v
         dob = np.ascontiguousarray(do[i0:i1])
         abs_do = np.abs(dob)
-        x = dob @ vt
-        e_x = gEv * mm_up(abs_do, abs_vt) + Ev * ETA
-        if rad.v is not None:
-            assert vr_t is not None
-            e_x = e_x + mm_up(abs_do, vr_t)
-        if rad.do is not None:
-            e_x = e_x + mm_up(rad.do[i0:i1], abs_vt + (0.0 if vr_t is None else vr_t))
-        e_x = e_x * UP
-
-        # (1), (3): W = f·keep∘P, |W − W~| <= ρ_f(P~ + e_P) + f~ e_P + u W~ + η;
-        # dP = f·keep∘X, |dP − dP~| <= ρ_f(|X~| + e_X) + f~ e_X + u|dP~| + η (both exact
-        # without dropout)
-        # (4) D_i = Σ_j P_ij dP_ij (live keys), in key blocks (blocked_rowdot, g_d):
-        # |D − D~| <= Σ_j [e_P(|dP~| + e_dP) + P~ e_dP] + g_d Σ_j P~|dP~| + Sη
-        g_d = rowdot_g(S, key_block)
-        dp, e_dp, t, pl = step_dp(p, e_p, x, e_x, keep, live, f_f, rho_f, g_d)
+        do_r = None if rad.do is None else rad.do[i0:i1]
+        x, e_x = _x_block(dob, abs_do, vt, abs_vt, vr_t, do_r, Ev)
+        dp, e_dp, d, e_d = _d_block(p, e_p, x, e_x, blk.keep, live, f_f, rho_f, S, key_block)
         del x, e_x
-        d, _ = blocked_rowdot(pl, dp, key_block)
-        e_d = (np.sum(t, axis=-1) + 2 * S * ETA) / (1.0 - gamma(max(S, 1) + 1)) * UP
-        del t, pl
         # (5) Y = dP − D: |Y − Y~| <= e_dP + e_D + u|Y~|(1 + 2u)
         # (6) dS = P∘Y: |dS − dS~| <= e_P(|Y~| + e_Y) + P~ e_Y + u|dS~| + η; exactly 0 off
         # the live keys
         gr = gamma(max(r, 1))
         g_q = matmul_g(S, key_block)
-        ds, e_ds, a_q, a_k, w, e_w, a_w = step_ds(p, e_p, dp, e_dp, d, e_d, keep, live, f_f,
-                                                  rho_f, g_q, gr)
+        ds, e_ds, a_q, a_k, w, e_w, a_w = step_ds(p, e_p, dp, e_dp, d, e_d, blk.keep, live,
+                                                  f_f, rho_f, g_q, gr)
         del dp, e_dp
         if want_ds:
             assert ds_all is not None and e_ds_all is not None
@@ -387,47 +431,32 @@ def _tier1_backward(q: Arr, k: Arr, v: Arr, do: Arr, block: Callable[[slice], Bl
         fac = None if factor is None else factor(i0, i1)
         if fac is not None:
             ds, e_ds, a_q, a_k = _apply_factor(ds, e_ds, fac[0], fac[1], g_q, gr)
+        acc_v.add(*_dv_term(w, e_w, a_w, dob, abs_do, do_r, r))
+        dq[i0:i1], e_dq[i0:i1] = _dq_block(ds, e_ds, a_q, k, abs_k, rad.k, key_block, c_f,
+                                           rho_c)
+        acc_k.add(*_dk_term(ds, e_ds, a_k, qb, None if rad.q is None else rad.q[i0:i1], r))
+    return _head_grads(acc_k, acc_v, dq, e_dq, ds_all, e_ds_all, o, e_o, row_ok, c_f, rho_c,
+                       (S, E), (S, Ev), has_key_all, live_k, live_v, live_rows)
 
-        # (7) dV = Wᵀ dO, accumulated over row blocks: per block
-        # (e_W + γ_r W~)ᵀ(|dO~| + dor) + W~ᵀ dor + rη
-        tv = w.T @ dob
-        etv = mm_up(a_w.T, abs_do) + r * ETA
-        if rad.do is not None:
-            etv = etv + mm_up((e_w + w).T, rad.do[i0:i1])
-        acc_v.add(tv, etv * UP)
 
-        # (8) dQ = c·dS K: G = dS~ K~ in key blocks, |dS K − G| <= (e_dS + g|dS~|)|K~| + Sη
-        # (+ (e_dS + |dS~|) kr); then the scale (_scale_err)
-        gq, _ = blocked_matmul(ds, k, key_block)
-        e_gq = mm_up(a_q, abs_k) + S * ETA
-        if rad.k is not None:
-            e_gq = e_gq + mm_up(e_ds + np.abs(ds), rad.k)
-        dq_b = c_f * gq
-        dq[i0:i1] = dq_b
-        e_dq[i0:i1] = _scale_err(gq, e_gq, dq_b, c_f, rho_c)
-
-        # (9) dK = c·dSᵀ Q, accumulated over row blocks: per block
-        # (e_dS + γ_r|dS~|)ᵀ|Q~| + (e_dS + |dS~|)ᵀ qr + rη
-        tk = ds.T @ qb
-        etk = mm_up(a_k.T, np.abs(qb)) + r * ETA
-        if rad.q is not None:
-            etk = etk + mm_up((e_ds + np.abs(ds)).T, rad.q[i0:i1])
-        acc_k.add(tk, etk * UP)
-
-    # (7), (9): the row blocks' sums (BlockSum), then the scale for dK
-    gk, e_gk = acc_k.result((S, E))
+def _head_grads(acc_k: BlockSum, acc_v: BlockSum, dq: Arr, e_dq: Arr, ds_all: Arr | None,
+                e_ds_all: Arr | None, o: Arr, e_o: Arr, row_ok: Arr, c_f: float,
+                rho_c: float, k_shape: tuple[int, int], v_shape: tuple[int, int],
+                has_key: Arr, live_k: Arr, live_v: Arr, live_rows: Arr) -> HeadGrads:
+    """(7), (9): the row blocks' sums (BlockSum), the scale for dK, and which rows and
+    gradients tier 1 decided (finite values and bounds)."""
+    gk, e_gk = acc_k.result(k_shape)
     dk = c_f * gk
     e_dk = _scale_err(gk, e_gk, dk, c_f, rho_c)
-    dv, e_dv = acc_v.result((S, Ev))
+    dv, e_dv = acc_v.result(v_shape)
     all_ok = bool(row_ok.all())
-    fin_q = np.all(np.isfinite(dq) & np.isfinite(e_dq), axis=-1)
-    row_ok &= fin_q
-    if want_ds:
-        assert ds_all is not None and e_ds_all is not None
+    row_ok &= np.all(np.isfinite(dq) & np.isfinite(e_dq), axis=-1)
+    if ds_all is not None:
+        assert e_ds_all is not None
         row_ok &= np.all(np.isfinite(ds_all) & np.isfinite(e_ds_all), axis=-1)
     all_ok = all_ok and bool(row_ok.all()) and bool(
         np.all(np.isfinite(dk) & np.isfinite(e_dk)) and np.all(np.isfinite(dv) & np.isfinite(e_dv)))
     # FLOOR covers underflow inside the bound formulas (see the module docstring)
     return HeadGrads(dq, e_dq + FLOOR, dk, e_dk + FLOOR, dv, e_dv + FLOOR,
-                     ds_all, e_ds_all,
-                     o, e_o, row_ok, all_ok, has_key_all, live_k, live_v, live_rows)
+                     ds_all, e_ds_all, o, e_o, row_ok, all_ok, has_key, live_k, live_v,
+                     live_rows)
