@@ -160,16 +160,16 @@ def tier1_block(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_
         return _tier1(q, qr, kv, blk, c_f, rho_c, r_f, rho_r, want_weights, ws, want_abs)
 
 
-def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: float,
-           r_f: float, rho_r: float, want_weights: bool, ws: Workspace | None,
-           want_abs: bool = False) -> Tier1:
+def _scores(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: float,
+            ws: Workspace | None) -> tuple[Array, Array]:
+    """Steps (1)-(2) of tier 1: G = fl(q kᵀ) (into the workspace when one is given) and
+    the row constant alpha of the scores' error."""
     r, E = q.shape
     S = kv.S
     gE = gamma(max(E, 1))
     # (1) G = fl(q kᵀ): |G_ij - q_i·k_j| <= gamma_E ||q_i|| ||k_j|| + E·ETA =: eg (row bound
     # with K = max_j ||k_j||), plus the input radii ||qr_i||(K + Kr) + ||q_i|| Kr.
-    G = q @ kv.k.T if ws is None or want_weights else np.matmul(
-        q, kv.k.T, out=ws.get("t1_G", (r, S)))
+    G = q @ kv.k.T if ws is None else np.matmul(q, kv.k.T, out=ws.get("t1_G", (r, S)))
     qn = norm_up(q)
     eg = gE * qn * kv.kmax + E * ETA
     if qr is not None or kv.kr is not None:
@@ -177,11 +177,65 @@ def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: fl
         eg = eg + qrv * (kv.kmax + kv.krmax) + qn * kv.krmax
     # (2) s~ = fl(fl(c_f G) + M): |s~_j - s_j| <= alpha + u|s~_j| with the row constant
     # alpha = (u|c_f| + rho_c)(||q|| K + eg) + (|c_f| + rho_c) eg + ETA/2.
-    notallowed = None if blk.allowed is None else ~blk.allowed
     ac = abs(c_f)
     alpha = (U * ac + rho_c) * (qn * (kv.kmax + kv.krmax) + eg) + (ac + rho_c) * eg + ETA
     if blk.uniform is not None:
         alpha[blk.uniform] = 0.0
+    return G, alpha
+
+
+def _abs_weighted(a_f: Array, d_low: Array, tau0: Array, twt0: Array, tau_d: Array, kv: KV,
+                  S: int, ascale: float) -> Array:
+    """An upper bound of Σ_j P_j|v_j| per row and value column (``want_abs``)."""
+    # Σ_j P_j|v_j| = Σ_j w_j|v_j|/D with w_j = w~_j(1 + theta_j), |theta_j| <= tau0 +
+    # tau1|t~_j| (cut keys: |w_j - w~_j| <= TINY1) and D >= D~(1 - tau_d):
+    # <= [A(1 + tau0) + (tau1 Tw + S·TINY1·D~)Vmax]/(D~(1 - tau_d)) with the exact
+    # A = Σ w~|v| <= (fl(A) + S ETA)·ascale, D~ >= d_low >= 1 (the argmax key has
+    # w~ = 1): <= [(fl(A) + S ETA)·ascale/d_low·(1 + tau0) + twt0·Vmax]/(1 - tau_d),
+    # in the values' scaled units; times 2**F_l (exact).
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return (((a_f + S * ETA) * ascale / d_low[:, None] * (1.0 + tau0[:, None])
+                 + twt0[:, None] * kv.vmax[None, :]) / (1.0 - tau_d[:, None])
+                * UP * kv.vscale[None, :])
+
+
+def _weights(w: Array, t: Array, d_f: Array, tau0: Array, tau1: Array, tau_d: Array, g: float,
+             keep: Array | None, notallowed: Array | None, r_f: float,
+             rho_r: float) -> tuple[Array, Array]:
+    """The weights p and their bounds (``want_weights``)."""
+    # p_j = k_j r w_j / D.  |p_j - w~_j/D~| <= (w~_j/D~)(tau_j + tau_d)/(1 - tau_d) for
+    # uncut keys (tau_d bounds |D/D~ - 1|), <= 2 TINY1/(1 - tau_d) for cut
+    # keys; fl(w~/fl(D~)) adds u p~(1+2u) + ETA + (w~/D~) g/(1 - g).
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        p = w / d_f[:, None]
+        if keep is not None:
+            p *= keep
+        # per key |theta_j| <= tau_j = tau0 + tau1 |t~_j| (step 4: the key's own score
+        # error, not the row's largest, which counts 2u·708 for every key); D's
+        # relative error <= tau_d
+        tau_k = tau0[:, None] + tau1[:, None] * np.abs(t)
+        tdd = tau_d[:, None]
+        pb = (p * (1.0 + U) + ETA) * (1.0 + g)
+        rel = (tau_k + tdd) / (1.0 - tdd) + 2 * g / (1.0 - g)
+        err_p = (pb * rel + U * p * (1.0 + 2 * U) + ETA + 2.0 * TINY1) * UP + FLOOR
+        if r_f != 1.0 or rho_r:
+            p2 = p * r_f
+            err_p = (abs(r_f) * err_p * (1 + U) + rho_r * (np.abs(p) + err_p)
+                     + U * np.abs(p2) + ETA) * UP
+            p = p2
+        if notallowed is not None:
+            np.putmask(err_p, notallowed, 0.0)
+            np.putmask(p, notallowed, 0.0)  # exactly 0 (also in rows without a key)
+    return p, err_p
+
+
+def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: float,
+           r_f: float, rho_r: float, want_weights: bool, ws: Workspace | None,
+           want_abs: bool = False) -> Tier1:
+    r = q.shape[0]
+    S = kv.S
+    G, alpha = _scores(q, qr, kv, blk, c_f, rho_c, None if want_weights else ws)
+    notallowed = None if blk.allowed is None else ~blk.allowed
     has_key = np.ones(r, dtype=bool) if blk.allowed is None else np.asarray(blk.allowed.any(axis=-1))
     # (3) t~ = fl(s~ - m) <= 0 with m the row maximum of s~ (masked keys -inf); for keys
     # with t~ >= EXP1_CUT: |t~ - t| <= alpha + u|m| + 2u|t~| =: eps0 + 2u|t~|.  Keys below
@@ -233,43 +287,10 @@ def _tier1(q: Array, qr: Array | None, kv: KV, blk: Block, c_f: float, rho_c: fl
     y, err, fin = t1_finish(n_f, a_f, d_f, d_low, tau0, twt0, tau_d, kv.vmax, vr, g, ascale,
                             S * TINY_N, r_f, rho_r, bool(r_f != 1.0 or rho_r), kv.vscale)
     ok = has_key & (e_t <= MAX_SCORE_ERR) & (tau_d < 2.0**-10) & fin & (d_low > 0)
-    a_up = None
-    if want_abs:
-        # Σ_j P_j|v_j| = Σ_j w_j|v_j|/D with w_j = w~_j(1 + theta_j), |theta_j| <= tau0 +
-        # tau1|t~_j| (cut keys: |w_j - w~_j| <= TINY1) and D >= D~(1 - tau_d):
-        # <= [A(1 + tau0) + (tau1 Tw + S·TINY1·D~)Vmax]/(D~(1 - tau_d)) with the exact
-        # A = Σ w~|v| <= (fl(A) + S ETA)·ascale, D~ >= d_low >= 1 (the argmax key has
-        # w~ = 1): <= [(fl(A) + S ETA)·ascale/d_low·(1 + tau0) + twt0·Vmax]/(1 - tau_d),
-        # in the values' scaled units; times 2**F_l (exact).
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            a_up = (((a_f + S * ETA) * ascale / d_low[:, None] * (1.0 + tau0[:, None])
-                     + twt0[:, None] * kv.vmax[None, :]) / (1.0 - tau_d[:, None])
-                    * UP * kv.vscale[None, :])
+    a_up = _abs_weighted(a_f, d_low, tau0, twt0, tau_d, kv, S, ascale) if want_abs else None
     p = err_p = None
     if want_weights:
-        # p_j = k_j r w_j / D.  |p_j - w~_j/D~| <= (w~_j/D~)(tau_j + tau_d)/(1 - tau_d) for
-        # uncut keys (tau_d bounds |D/D~ - 1|), <= 2 TINY1/(1 - tau_d) for cut
-        # keys; fl(w~/fl(D~)) adds u p~(1+2u) + ETA + (w~/D~) g/(1 - g).
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            p = w / d_f[:, None]
-            if blk.keep is not None:
-                p *= blk.keep
-            # per key |theta_j| <= tau_j = tau0 + tau1 |t~_j| (step 4: the key's own score
-            # error, not the row's largest, which counts 2u·708 for every key); D's
-            # relative error <= tau_d
-            tau_k = tau0[:, None] + tau1[:, None] * np.abs(t)
-            tdd = tau_d[:, None]
-            pb = (p * (1.0 + U) + ETA) * (1.0 + g)
-            rel = (tau_k + tdd) / (1.0 - tdd) + 2 * g / (1.0 - g)
-            err_p = (pb * rel + U * p * (1.0 + 2 * U) + ETA + 2.0 * TINY1) * UP + FLOOR
-            if r_f != 1.0 or rho_r:
-                p2 = p * r_f
-                err_p = (abs(r_f) * err_p * (1 + U) + rho_r * (np.abs(p) + err_p)
-                         + U * np.abs(p2) + ETA) * UP
-                p = p2
-            if notallowed is not None:
-                np.putmask(err_p, notallowed, 0.0)
-                np.putmask(p, notallowed, 0.0)  # exactly 0 (also in rows without a key)
+        p, err_p = _weights(w, t, d_f, tau0, tau1, tau_d, g, blk.keep, notallowed, r_f, rho_r)
         ok &= np.all(np.isfinite(p) & np.isfinite(err_p), axis=-1)
     return Tier1(y, err, ok, p, err_p, a_up)
 
