@@ -375,6 +375,83 @@ def value_hull(stack: Stack, B: int) -> tuple[Array, Array]:
     return lo, hi
 
 
+class _Rows:
+    """Tier 1's results for every flat problem (…, L, ·), filled block by block."""
+
+    def __init__(self, B: int, L: int, S: int, Ev: int, weights: bool) -> None:
+        self.y = np.zeros((B, L, Ev))
+        self.err = np.zeros((B, L, Ev))
+        self.ok = np.zeros((B, L), dtype=bool)
+        self.p = np.zeros((B, L, S)) if weights else None
+        self.err_p = np.zeros((B, L, S)) if weights else None
+
+    def store(self, c: int, n: int, rows: slice, j0: int, j1: int, res: Any) -> None:
+        """Problems c … c + n − 1, rows ``rows``, keys j0 … j1 − 1 from one tier-1 block."""
+        r, Ev = rows.stop - rows.start, self.y.shape[-1]
+        self.y[c:c + n, rows] = res.y.reshape(n, r, Ev)
+        self.err[c:c + n, rows] = res.err.reshape(n, r, Ev)
+        self.ok[c:c + n, rows] = res.ok.reshape(n, r)
+        if self.p is not None:
+            assert self.err_p is not None and res.p is not None and res.err_p is not None
+            self.p[c:c + n, rows, j0:j1] = res.p.reshape(n, r, j1 - j0)
+            self.err_p[c:c + n, rows, j0:j1] = res.err_p.reshape(n, r, j1 - j0)
+
+
+def _decode_group(stack: Stack, c: int, kidx: Any, B: int, L: int, step: int) -> list[int]:
+    """Short rows (decode): the query heads that follow problem c on the same key/value
+    head (a GQA group, a broadcast batch), as one tier-1 block of at most ``step`` rows;
+    rows are independent, the per-head set-up shared."""
+    group = [c]
+    while (step >= 2 * L and c + len(group) < B and (len(group) + 1) * L <= step
+           and stack.index(c + len(group))[1] == kidx):
+        group.append(c + len(group))
+    return group
+
+
+def _run_tier1(stack: Stack, model: ScoreModel, out: _Rows, c_f: float, rho_c: float,
+               r_f: float, rho_r: float, prog: Progress) -> None:
+    """Tier 1 over every flat problem, by blocks of query rows (or of decode heads)."""
+    (B, L), S = out.ok.shape, stack.v.shape[-2]
+    weights = out.p is not None
+    step = max(1, CHUNK_ELEMS // S)
+    bar = prog.bar(B * (-(-L // step)), "certified attention")
+    kv_cache: OrderedDict[tuple[int, ...], KV] = OrderedDict()
+    ws = Workspace()
+    c = 0
+    while c < B:
+        qc, kc, vc, kidx = stack.qkv(c)
+        kv = _AttentionProblem._cached(kv_cache, kidx, lambda kc=kc, vc=vc: KV(
+            np.ascontiguousarray(kc), np.ascontiguousarray(vc)), size=2)
+        group = _decode_group(stack, c, kidx, B, L, step)
+        if len(group) > 1:
+            n = len(group)
+            blk, j0, j1 = restrict_keys(concat_blocks(
+                [model.block(g, slice(0, L)) for g in group], [L] * n, S), S)
+            if j1 > j0:
+                out.store(c, n, slice(0, L), j0, j1, tier1_block(np.ascontiguousarray(
+                    np.concatenate([stack.qkv(g)[0] for g in group])), None, kv.keys(j0, j1),
+                    blk, c_f, rho_c, r_f, rho_r, weights, ws))
+            if bar is not None:
+                bar.update(n)
+            c += n
+            continue
+        for i0 in range(0, L, step):
+            i1 = min(L, i0 + step)
+            # only the keys some row of the block may see (causal, window and
+            # block-sparse masks: ScoreModel.block_keys); a block without any
+            # key is left to the masked-row policy (ok = False, y = 0)
+            blk, j0, j1 = model.block_keys(c, slice(i0, i1))
+            if j1 > j0:
+                out.store(c, 1, slice(i0, i1), j0, j1, tier1_block(
+                    np.ascontiguousarray(qc[i0:i1]), None, kv.keys(j0, j1), blk, c_f, rho_c,
+                    r_f, rho_r, weights, ws))
+            if bar is not None:
+                bar.update(1)
+        c += 1
+    if bar is not None:
+        bar.close()
+
+
 def plain_attention(
     query: Any, key: Any, value: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
@@ -401,67 +478,11 @@ def plain_attention(
     zero_rows, nan_rows = rows.zero, rows.nan  # uniform rows are computed (ScoreModel)
 
     prog = Progress(progress, expected_seconds(B * L * S * max(1, (E + Ev) // 64), "tier1"))
-    y = np.zeros((B, L, Ev))
-    err_y = np.zeros((B, L, Ev))
-    ok = np.zeros((B, L), dtype=bool)
-    p = np.zeros((B, L, S)) if return_weights else None
-    err_p = np.zeros((B, L, S)) if return_weights else None
+    res = _Rows(B, L, S, Ev, return_weights)
     r_f, rho_r = dropout_f(model.dropout_factor)
     if B and L and S:
-        step = max(1, CHUNK_ELEMS // S)
-        bar = prog.bar(B * (-(-L // step)), "certified attention")
-        kv_cache: OrderedDict[tuple[int, ...], KV] = OrderedDict()
-        ws = Workspace()
-        c = 0
-        while c < B:
-            qc, kc, vc, kidx = stack.qkv(c)
-            kv = _AttentionProblem._cached(kv_cache, kidx, lambda kc=kc, vc=vc: KV(
-                np.ascontiguousarray(kc), np.ascontiguousarray(vc)), size=2)
-            # short rows (decode): the query heads that follow on the same key/value
-            # head (a GQA group, a broadcast batch) go through tier 1 as one block of
-            # at most `step` rows; rows are independent, the per-head set-up shared
-            group = [c]
-            while (step >= 2 * L and c + len(group) < B and (len(group) + 1) * L <= step
-                   and stack.index(c + len(group))[1] == kidx):
-                group.append(c + len(group))
-            if len(group) > 1:
-                n = len(group)
-                blk, j0, j1 = restrict_keys(concat_blocks(
-                    [model.block(g, slice(0, L)) for g in group], [L] * n, S), S)
-                if j1 > j0:
-                    res = tier1_block(np.ascontiguousarray(np.concatenate(
-                        [stack.qkv(g)[0] for g in group])), None, kv.keys(j0, j1), blk,
-                        c_f, rho_c, r_f, rho_r, return_weights, ws)
-                    y[c:c + n] = res.y.reshape(n, L, Ev)
-                    err_y[c:c + n] = res.err.reshape(n, L, Ev)
-                    ok[c:c + n] = res.ok.reshape(n, L)
-                    if return_weights:
-                        assert p is not None and err_p is not None
-                        assert res.p is not None and res.err_p is not None
-                        p[c:c + n, :, j0:j1] = res.p.reshape(n, L, j1 - j0)
-                        err_p[c:c + n, :, j0:j1] = res.err_p.reshape(n, L, j1 - j0)
-                if bar is not None:
-                    bar.update(n)
-                c += n
-                continue
-            for i0 in range(0, L, step):
-                i1 = min(L, i0 + step)
-                # only the keys some row of the block may see (causal, window and
-                # block-sparse masks: ScoreModel.block_keys); a block without any
-                # key is left to the masked-row policy (ok = False, y = 0)
-                blk, j0, j1 = model.block_keys(c, slice(i0, i1))
-                if j1 > j0:
-                    res = tier1_block(np.ascontiguousarray(qc[i0:i1]), None, kv.keys(j0, j1),
-                                      blk, c_f, rho_c, r_f, rho_r, return_weights, ws)
-                    y[c, i0:i1], err_y[c, i0:i1], ok[c, i0:i1] = res.y, res.err, res.ok
-                    if return_weights:
-                        assert p is not None and err_p is not None
-                        p[c, i0:i1, j0:j1], err_p[c, i0:i1, j0:j1] = res.p, res.err_p
-                if bar is not None:
-                    bar.update(1)
-            c += 1
-        if bar is not None:
-            bar.close()
+        _run_tier1(stack, model, res, c_f, rho_c, r_f, rho_r, prog)
+    y, err_y, ok, p, err_p = res.y, res.err, res.ok, res.p, res.err_p
     ok &= ~(zero_rows | nan_rows)
     problem = _AttentionProblem(stack, model, scale_exact, E,
                                 narrow=all(float32_dtype(x) for x in (query, key, value)))
