@@ -65,6 +65,73 @@ def exact_scores(q: Arr, k: Arr, E: int) -> tuple[list[list[Any]], int]:
     return exact_score_rows(q, kmT, k_prec), k_prec
 
 
+def _arb_weights(g_rows: list[list[Any]], g_prec: int, blk: Block, allowed: Arr, uni: Arr,
+                 has_key: Arr, r: int, S: int, scale: Fraction | None, E: int, prec: int,
+                 transformed: Any) -> tuple[list[list[Any]], list[list[Any]] | None]:
+    """P: the forward's Arb weights for rows with a key (uniform rows: 1/S), and the
+    transformed score's factor rows Φ (None for plain scores)."""
+    from flint import arb, arb_mat
+
+    zero = arb(0)
+    pos = [n for n in range(r) if has_key[n]]
+    p_rows: list[list[Any]] = [[zero] * S for _ in range(r)]
+    phi_rows: list[list[Any]] | None = None
+    if transformed is not None:
+        got_p, phi_rows = transformed(prec)
+        for n in pos:
+            p_rows[n] = got_p[n]
+    elif pos and S:
+        sub = Block(None if blk.allowed is None else allowed[pos],
+                    None if blk.madd is None else np.asarray(blk.madd)[pos], None,
+                    None if blk.uniform is None else uni[pos])
+        got = attention_rows([g_rows[n] for n in pos], arb_mat(S, 0), g_prec, scale, E, sub,
+                             None, "weights", prec)
+        for n, row in zip(pos, got, strict=True):
+            p_rows[n] = row
+    return p_rows, phi_rows
+
+
+def _arb_ds(p_rows: list[list[Any]], x_ents: list[Any], allowed: Arr, keep: Arr | None,
+            uni: Arr, has_key: Arr, fa: Any, S: int) -> tuple[list[list[Any]], list[list[Any]]]:
+    """dP = f·keep∘X, D = Σ P dP, dS = P∘(dP − D) on the live keys (0 on uniform rows and
+    rows without a key), and the weights W = f·keep∘P, row by row."""
+    from flint import arb
+
+    zero = arb(0)
+    ds_rows: list[list[Any]] = []
+    w_rows: list[list[Any]] = []
+    for n, p in enumerate(p_rows):
+        base = n * S
+        krow = None if keep is None else keep[n]
+        dp = [zero] * S
+        for j in range(S):
+            if not allowed[n, j] or (krow is not None and not krow[j]):
+                continue
+            x = x_ents[base + j]
+            dp[j] = x * fa if fa is not None else x
+        w_rows.append([zero if (krow is not None and not krow[j]) else
+                       (p[j] * fa if fa is not None else p[j]) for j in range(S)])
+        if uni[n] or not has_key[n]:
+            ds_rows.append([zero] * S)
+            continue
+        d_i = sum((p[j] * dp[j] for j in range(S) if allowed[n, j]), zero)
+        ds_rows.append([p[j] * (dp[j] - d_i) if allowed[n, j] else zero for j in range(S)])
+    return ds_rows, w_rows
+
+
+def _arb_product(rows_: list[list[Any]], m: Any, c: Any, n: int, inner: int) -> list[list[Any]]:
+    """The n rows (each of ``inner`` balls) times the arb_mat m, times c when given;
+    zeros when a dimension is empty."""
+    from flint import arb, arb_mat
+
+    cols = m.ncols()
+    if not (n and inner and cols):
+        return [[arb(0)] * cols for _ in range(n)]
+    prod = arb_mat(rows_) * m
+    ents = (prod * c if c is not None else prod).entries()
+    return [ents[k * cols:(k + 1) * cols] for k in range(n)]
+
+
 def arb_backward(g_rows: list[list[Any]], g_prec: int, qm: Any, km: Any, vm: Any, dom: Any,
                  blk: Block, rows: list[int], scale: Fraction | None, E: int, f: Fraction,
                  prec: int, keys: list[int] | None = None, want_out: bool = False,
@@ -88,88 +155,34 @@ def arb_backward(g_rows: list[list[Any]], g_prec: int, qm: Any, km: Any, vm: Any
         r = len(rows)
         S = km.nrows()
         Ev = vm.ncols()
-        zero = arb(0)
         allowed = np.ones((r, S), dtype=bool) if blk.allowed is None else np.asarray(blk.allowed)
         uni: Arr = np.zeros(r, dtype=bool) if blk.uniform is None else np.asarray(blk.uniform)
         has_key: Arr = np.asarray(allowed.any(axis=-1)) if S else np.zeros(r, dtype=bool)
-        # P: the forward's Arb weights for rows with a key (uniform rows: 1/S)
-        pos = [n for n in range(r) if has_key[n]]
-        p_rows: list[list[Any]] = [[zero] * S for _ in range(r)]
-        phi_rows: list[list[Any]] | None = None
-        if transformed is not None:
-            got_p, phi_rows = transformed(prec)
-            for n in pos:
-                p_rows[n] = got_p[n]
-        elif pos and S:
-            sub = Block(None if blk.allowed is None else allowed[pos],
-                        None if blk.madd is None else np.asarray(blk.madd)[pos], None,
-                        None if blk.uniform is None else uni[pos])
-            got = attention_rows([g_rows[n] for n in pos], arb_mat(S, 0), g_prec, scale, E, sub,
-                                 None, "weights", prec)
-            for n, row in zip(pos, got, strict=True):
-                p_rows[n] = row
+        p_rows, phi_rows = _arb_weights(g_rows, g_prec, blk, allowed, uni, has_key, r, S,
+                                        scale, E, prec, transformed)
         ctx.prec = prec
         c = scale_arb(scale, E)
         fa = _fmpq_arb(f) if f != 1 else None
-        keep = None if blk.keep is None else np.asarray(blk.keep)
+        zero = arb(0)
         # X = dO Vᵀ for the rows; dP = f·keep∘X; D = Σ P dP; dS = P∘(dP − D) on live keys
         if Ev and r and S:
             dsub = arb_mat([[dom[i, col] for col in range(Ev)] for i in rows])
             x_ents = (dsub * vm.transpose()).entries()
         else:
             x_ents = [zero] * (r * S)
-        ds_rows: list[list[Any]] = []
-        w_rows: list[list[Any]] = []
-        for n in range(r):
-            p = p_rows[n]
-            base = n * S
-            krow = None if keep is None else keep[n]
-            dp = [zero] * S
-            for j in range(S):
-                if not allowed[n, j] or (krow is not None and not krow[j]):
-                    continue
-                x = x_ents[base + j]
-                dp[j] = x * fa if fa is not None else x
-            w_rows.append([zero if (krow is not None and not krow[j]) else
-                           (p[j] * fa if fa is not None else p[j]) for j in range(S)])
-            if uni[n] or not has_key[n]:
-                ds_rows.append([zero] * S)
-                continue
-            d_i = sum((p[j] * dp[j] for j in range(S) if allowed[n, j]), zero)
-            ds_rows.append([p[j] * (dp[j] - d_i) if allowed[n, j] else zero for j in range(S)])
-        E_ = km.ncols()
+        ds_rows, w_rows = _arb_ds(p_rows, x_ents, allowed, None if blk.keep is None else
+                                  np.asarray(blk.keep), uni, has_key, fa, S)
         ds0_rows = ds_rows
         if phi_rows is not None:
             ds0_rows = [[x * y for x, y in zip(dr, fr, strict=True)]
                         for dr, fr in zip(ds_rows, phi_rows, strict=True)]
-        if E_ and S and r:
-            ents = ((arb_mat(ds0_rows) * km) * c).entries()
-            dq = [ents[n * E_:(n + 1) * E_] for n in range(r)]
-        else:
-            dq = [[zero] * E_ for _ in range(r)]
-        out = None
-        if want_out:
-            if S and Ev and r:
-                ents = (arb_mat(w_rows) * vm).entries()
-                out = [ents[n * Ev:(n + 1) * Ev] for n in range(r)]
-            else:
-                out = [[zero] * Ev for _ in range(r)]
+        dq = _arb_product(ds0_rows, km, c, r, S)
+        out = _arb_product(w_rows, vm, None, r, S) if want_out else None
         if keys is None:
             return ArbGradients(dq, ds_rows, None, None, out)
         # dK = c·dS[:, keys]ᵀ Q, dV = W[:, keys]ᵀ dO (rows = every row)
-        nk = len(keys)
-        if nk and r and E_:
-            dsk = arb_mat([[ds0_rows[n][j] for n in range(r)] for j in keys])
-            ents = ((dsk * qm) * c).entries()
-            dk = [ents[m * E_:(m + 1) * E_] for m in range(nk)]
-        else:
-            dk = [[zero] * E_ for _ in range(nk)]
-        if nk and r and Ev:
-            wk = arb_mat([[w_rows[n][j] for n in range(r)] for j in keys])
-            ents = (wk * dom).entries()
-            dv = [ents[m * Ev:(m + 1) * Ev] for m in range(nk)]
-        else:
-            dv = [[zero] * Ev for _ in range(nk)]
+        dk = _arb_product([[ds0_rows[n][j] for n in range(r)] for j in keys], qm, c, len(keys), r)
+        dv = _arb_product([[w_rows[n][j] for n in range(r)] for j in keys], dom, None, len(keys), r)
         return ArbGradients(dq, ds_rows, dk, dv, out)
     finally:
         ctx.prec = old
