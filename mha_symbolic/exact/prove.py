@@ -716,11 +716,3 @@ def write_pdf(results: Sequence[ProofResult], pdf: str | Path) -> Path:
         shutil.copyfile(built, target)
     return target
 
-
-def __getattr__(name: str) -> Any:
-    # the CLI driver lives in prove_cli.py (it imports this module); the name stays here
-    if name == "cli_prove":
-        from .prove_cli import cli_prove
-
-        return cli_prove
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
