@@ -85,6 +85,8 @@ class Stack:
         # keys and values widened to float64 one key/value head at a time, when first
         # asked for (issue 29, decode: no full-size float64 copy of a float32 KV cache)
         self._kv64: OrderedDict[tuple[int, ...], tuple[Any, Any]] = OrderedDict()
+        # per key/value head, from tier 1's set-up: max_j norm_up(k_j), max_j |v_jl|
+        self.head_stats: dict[tuple[int, ...], tuple[float, Any]] = {}
 
     def index(self, c: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         idx = tuple(int(x) for x in np.unravel_index(c, self.batch)) if self.batch else ()
@@ -157,7 +159,8 @@ class _AttentionProblem(Problem):
         if not self._f32_kv(b):
             return None
         _, k, v, kidx = self.stack.qkv(b)
-        return self._cached(self._kvr, kidx, lambda: KVrows(np.asarray(k), np.asarray(v)),
+        return self._cached(self._kvr, kidx, lambda: KVrows(np.asarray(k), np.asarray(v),
+                                                             self.stack.head_stats.get(kidx)),
                             size=8)
 
     def _f32_kv(self, b: int) -> bool:
@@ -384,6 +387,8 @@ class _Rows:
         self.ok = np.zeros((B, L), dtype=bool)
         self.p = np.zeros((B, L, S)) if weights else None
         self.err_p = np.zeros((B, L, S)) if weights else None
+        # the value hull (value_hull), filled from each head's KV as tier 1 builds it
+        self.hull: tuple[Array, Array] | None = None
 
     def store(self, c: int, n: int, rows: slice, j0: int, j1: int, res: Any) -> None:
         """Problems c … c + n − 1, rows ``rows``, keys j0 … j1 − 1 from one tier-1 block."""
@@ -395,6 +400,20 @@ class _Rows:
             assert self.err_p is not None and res.p is not None and res.err_p is not None
             self.p[c:c + n, rows, j0:j1] = res.p.reshape(n, r, j1 - j0)
             self.err_p[c:c + n, rows, j0:j1] = res.err_p.reshape(n, r, j1 - j0)
+
+
+def _head_kv(cache: OrderedDict[tuple[int, ...], KV], kidx: tuple[int, ...], k: Array,
+             v: Array, size: int = 2) -> KV:
+    """Tier 1's set-up of key/value head ``kidx`` (the last ``size`` kept, least recently
+    used out first); a new head builds its [v', |v'|] in the buffer of the head it
+    evicts (no fresh pages per head: decode sets up one head per GQA group)."""
+    kv = cache.get(kidx)
+    if kv is not None:
+        cache.move_to_end(kidx)
+        return kv
+    buf = cache.popitem(last=False)[1].vcat if len(cache) >= size else None
+    kv = cache[kidx] = KV(np.ascontiguousarray(k), np.ascontiguousarray(v), buf=buf)
+    return kv
 
 
 def _decode_group(stack: Stack, c: int, kidx: Any, B: int, L: int, step: int) -> list[int]:
@@ -417,12 +436,17 @@ def _run_tier1(stack: Stack, model: ScoreModel, out: _Rows, c_f: float, rho_c: f
     bar = prog.bar(B * (-(-L // step)), "certified attention")
     kv_cache: OrderedDict[tuple[int, ...], KV] = OrderedDict()
     ws = Workspace()
+    Ev = out.y.shape[-1]
+    out.hull = (np.empty((B, Ev)), np.empty((B, Ev)))
     c = 0
     while c < B:
         qc, kc, vc, kidx = stack.qkv(c)
-        kv = _AttentionProblem._cached(kv_cache, kidx, lambda kc=kc, vc=vc: KV(
-            np.ascontiguousarray(kc), np.ascontiguousarray(vc)), size=2)
+        kv = _head_kv(kv_cache, kidx, kc, vc)
+        if kidx not in stack.head_stats:
+            stack.head_stats[kidx] = (kv.kmax, np.maximum(np.abs(kv.vhi), np.abs(kv.vlo)))
         group = _decode_group(stack, c, kidx, B, L, step)
+        out.hull[0][c:c + len(group)] = kv.vlo
+        out.hull[1][c:c + len(group)] = kv.vhi
         if len(group) > 1:
             n = len(group)
             blk, j0, j1 = restrict_keys(concat_blocks(
@@ -487,7 +511,7 @@ def plain_attention(
     problem = _AttentionProblem(stack, model, scale_exact, E,
                                 narrow=all(float32_dtype(x) for x in (query, key, value)))
     out = Enclosure(problem, "output", (*batch, L, Ev), y, err_y, ok, zero_rows, nan_rows,
-                    owned=True, hull=value_hull(stack, B) if model.dropout_factor is None
+                    owned=True, hull=(res.hull or value_hull(stack, B)) if model.dropout_factor is None
                     and S else None,
                     progress=prog if prog.enabled else Progress(progress, expected_seconds(
                         B * L * S, "tier2")))

@@ -12,7 +12,7 @@ the numbered steps below follow it.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,9 @@ class KV:
     v: Array
     kr: Array | None = None
     vr: Array | None = None
+    #: an (S, 2·Ev) float64 buffer to build [v', |v'|] in (a head's set-up reuses the
+    #: memory of a head no longer in use: no fresh pages per head), or None
+    buf: Array | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         S = self.k.shape[0]
@@ -59,13 +62,17 @@ class KV:
         # the bounds below never underflow for tiny values; exact unless a value
         # would become subnormal (checked: then the scaling is 1)
         Ev = self.v.shape[1]
-        vm = (np.maximum(np.max(self.v, axis=0), -np.min(self.v, axis=0)) if S
-              else np.zeros(Ev))
+        # the values' hull per column (plain attention's output lies in it: value_hull)
+        self.vlo = np.min(self.v, axis=0) if S else np.zeros(Ev)
+        self.vhi = np.max(self.v, axis=0) if S else np.zeros(Ev)
+        vm = np.maximum(self.vhi, -self.vlo) if S else np.zeros(Ev)
         _, F = np.frexp(vm)
         F = np.where((vm > 0) & (F >= -1021) & (F <= 1023), F, 0).astype(np.int64)
         sc = np.ldexp(1.0, -F)
         # [v', |v'|] written in place (one buffer: decode builds one per key head)
-        vcat = np.empty((S, 2 * Ev))
+        vcat = (self.buf if self.buf is not None and self.buf.shape == (S, 2 * Ev)
+                else np.empty((S, 2 * Ev)))
+        self.buf = None
         v2, absv = vcat[:, :Ev], vcat[:, Ev:]
         np.multiply(self.v, sc, out=v2)
         np.abs(v2, out=absv)
@@ -80,7 +87,8 @@ class KV:
             np.abs(v2, out=absv)
         self.vexp = F
         self.vscale = np.ldexp(1.0, F)  # 2**F_l: multiplying by it is exact (normal range)
-        self.vmax = np.max(absv, axis=0) if S else np.zeros(Ev)
+        # max_j |v'_jl| = max_j |v_jl|·2**-F_l exactly (the scaling is exact, or 1)
+        self.vmax = np.abs(vm) * sc if S else np.zeros(Ev)
         self.vr2 = None if self.vr is None else self.vr * sc * UP
         if self.vr2 is not None:
             self.vmax = (self.vmax + self.vr2) * UP

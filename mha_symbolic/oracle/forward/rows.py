@@ -29,7 +29,7 @@ one row and for a whole head alike.  :func:`rows_path_pays` chooses.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -84,15 +84,23 @@ class KVrows:
 
     k: Array
     v: Array
+    #: max_j of :func:`norm_up` (k_j) and max_j |v_jl|, when tier 1 already has them
+    #: (the same values: :class:`.fast.KV`), else computed here
+    known: tuple[float, Array] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.S, self.E = self.k.shape
         self.Ev = self.v.shape[1]
         self.kT = np.ascontiguousarray(self.k.T)  # (E, S): the dot kernel walks keys inner
         self.vc = np.ascontiguousarray(self.v)
-        self.kmax = float(np.max(norm_up(self.k))) if self.S else 0.0
-        self.colmax = (np.max(np.abs(self.v), axis=0) * UP if self.S
-                       else np.zeros(self.Ev))
+        if self.known is not None and self.S:
+            self.kmax = self.known[0]
+            self.colmax = self.known[1] * UP
+        else:
+            self.kmax = float(np.max(norm_up(self.k))) if self.S else 0.0
+            self.colmax = (np.max(np.abs(self.v), axis=0) * UP if self.S
+                           else np.zeros(self.Ev))
+        self.known = None
 
     def keys(self, j0: int, j1: int) -> KVrows:
         """The keys ``j0:j1`` only, for a block whose other keys are all masked (issue
