@@ -107,8 +107,10 @@ class BugClass:
     (:class:`mha_symbolic.testing.call.AttentionCall`: q, k, v, ``opts``, ``is_causal``,
     ``causal_alignment``, ``attn_mask``, ``mod_keep``); ``switches`` returns keywords of
     its float64 evaluation (:func:`mha_symbolic.testing.forward.bugs_variants.plain_variant`:
-    ``window``, ``softcap_mode``, ``keep_changes`` — a kept-key variant's options
-    changed —, ``rotate_changes`` — the ``rotate_plain`` hook's switches —, …).  A class
+    the switches of the variant's own testing hooks — ``plain_inputs``, ``plain_keep``,
+    ``plain_scores``: their keyword-only parameters —, ``sink_mode``, ``keep_changes`` —
+    a kept-key variant's options changed —, ``rotate_changes`` — the ``rotate_plain``
+    hook's switches —, ``scale``, ``causal_offset``).  A class
     is only *named* once checked: the kernel's output fits the buggy evaluation's own
     tolerance and not the truth's."""
 
