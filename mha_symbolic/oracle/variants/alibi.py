@@ -37,6 +37,30 @@ def _sequence(opts: VariantOptions, b: int, n: int) -> dict[str, Any]:
     return {"alibi_slopes": sequence_row(opts.alibi_slopes, b, n, "alibi_slopes", "H")}
 
 
+def _plain_scores(opts: VariantOptions, geo: Geometry, *, alibi_sign: float = 1.0,
+                  alibi_reverse: bool = False, flip_alibi_alignment: bool = False
+                  ) -> tuple[tuple[str, Bias], ...]:
+    """The testing side's bias (``plain_scores``), as the bug classes make it: slopes
+    times ``alibi_sign`` (-1 flipped, 0 missing), in reversed head order, or measured
+    from the other corner."""
+    slopes = per_problem(opts.alibi_slopes, geo, "alibi_slopes") * alibi_sign
+    if alibi_reverse:
+        slopes = slopes[:, ::-1]
+    own = own_query_offsets(opts, geo)
+    if own is None:
+        aoff: Any = (geo.S - geo.L) - geo.offset if flip_alibi_alignment else geo.offset
+    else:   # each sequence's own query positions (the KV cache's), or the other corner:
+        # queries at 0 … L-1 (not offset by the cache; from the cache's end the bias
+        # would change by a constant per row: no bug)
+        aoff = np.zeros_like(own) if flip_alibi_alignment else np.asarray(own)
+    return (("scores", Bias("alibi", np.ascontiguousarray(slopes), aoff)),)
+
+
+def _whole(opts: VariantOptions) -> dict[str, Any]:
+    """A packed call read as one sequence (``packed_whole``): sequence 0's slopes[0]."""
+    return {"alibi_slopes": opts.alibi_slopes[0]}
+
+
 def _alibi(x: Any) -> bool:
     return x.opts.alibi_slopes is not None
 
@@ -62,4 +86,5 @@ _BUGS = (
 ALIBI = register(Variant(
     name="alibi", keywords=("alibi_slopes",), fields={"alibi_slopes": None}, parse=_parse,
     summary="ALiBi slopes: -slope·|j - (i + off)| added", scores=_scores, order=30, sequence=_sequence,
-    bugs=_BUGS, positional=lambda opts: False))
+    bugs=_BUGS, positional=lambda opts: False, plain_scores=_plain_scores,
+    packed_whole=_whole))

@@ -78,6 +78,36 @@ def _sequence(opts: VariantOptions, b: int, n: int) -> dict[str, Any]:
             for name in _NAMES if getattr(opts, name) is not None}
 
 
+def _plain_descale(x: np.ndarray[Any, Any], d: np.ndarray[Any, Any] | None, power: int,
+                   heads_kv: int, group: int, outer: tuple[int, ...]) -> np.ndarray[Any, Any]:
+    if d is None or power == 0:
+        return x
+    dd = np.broadcast_to(d, (*outer, heads_kv))
+    if group > 1:
+        dd = np.repeat(dd, group, axis=-1)
+    return x * (dd ** power)[..., None, None]
+
+
+def _plain_inputs(opts: VariantOptions, q: Any, k: Any, v: Any, outer: tuple[int, ...],
+                  H: int, group: int, *, descale_power: tuple[int, int, int] = (1, 1, 1)
+                  ) -> tuple[Any, Any, Any, bool, bool]:
+    """The testing side's float64 descale (``plain_inputs``): q, k, v times their factors
+    to the powers ``descale_power`` (the bug classes': 0 missing, 2 applied twice); the
+    kernel folds d_q·d_k into the scale and d_v into the output."""
+    pq, pk, pv = descale_power
+    hk = H // group
+    return (_plain_descale(q, opts.q_descale, pq, hk, group, outer),
+            _plain_descale(k, opts.k_descale, pk, hk, 1, outer),
+            _plain_descale(v, opts.v_descale, pv, hk, 1, outer),
+            opts.q_descale is not None or opts.k_descale is not None,
+            opts.v_descale is not None)
+
+
+def _whole(opts: VariantOptions) -> dict[str, Any]:
+    """A packed call read as one sequence (``packed_whole``): no descale factors."""
+    return dict.fromkeys(_NAMES)
+
+
 def _has(name: str) -> Any:
     return lambda x: getattr(x.opts, name) is not None
 
@@ -102,4 +132,4 @@ _BUGS = (
 FP8 = register(Variant(
     name="fp8_descale", keywords=_NAMES, fields=dict.fromkeys(_NAMES), parse=_parse,
     summary="FP8 descale factors (batch, H_kv), FlashAttention-3", inputs=_inputs, sequence=_sequence,
-    bugs=_BUGS))
+    bugs=_BUGS, plain_inputs=_plain_inputs, packed_whole=_whole))

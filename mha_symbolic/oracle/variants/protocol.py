@@ -51,6 +51,35 @@ What a variant may contribute, each optional:
   A variant that reads the positions itself (rotary; ALiBi's keyword, whose
   :class:`~.semantics.Bias` takes one offset per batch element) is not ``positional``.
 
+The testing side's float64 evaluation (:func:`mha_symbolic.testing.forward.bugs_variants.plain_variant`,
+the input of its error model and of its bug catalogue) uses the oracle hooks above, and
+these four where it needs more (each optional; their keyword-only parameters are the
+variant's *switches*, which its ``bugs`` entries return and ``plain_variant`` routes to
+the hook that names them):
+
+* ``plain_inputs`` — the inputs changed in float64, as a kernel (or a buggy one) does:
+  ``plain_inputs(opts, q, k, v, outer, H, group, **switches)`` -> (q', k', v',
+  qk_changed, v_changed), k and v with their own heads (GQA ``group`` query heads per
+  key head); the two flags tell the error model that the kernel folds a factor into
+  the scale (two more roundings) and one into the output (FP8 descale);
+* ``plain_keep`` — the variant's kept keys in float64, in place of ``keep`` (and left
+  out of the call record's ``mod_keep``), so that its switches can move them:
+  ``plain_keep(opts, **switches)`` -> (keep, misaligned), ``keep(geo)`` a bool array or
+  None, evaluated at the call's query positions (each sequence's own, where a variant
+  sets them) or, ``misaligned``, at the other corner's (with own positions: the keys'
+  end) — the window's edges and alignment;
+* ``plain_scores`` — its score operations with their stage, in place of ``scores``:
+  ``plain_scores(opts, geo, **switches)`` -> ((stage, op), ...), stage ``"scores"`` (in
+  pipeline ``order``), ``"unscaled"`` (a :class:`~.semantics.Cap` applied to q·k before
+  the scale) or ``"masked"`` (a ``Cap`` applied after the masks: a masked score -inf
+  becomes -C and its key takes part) — softcap's and ALiBi's bug classes;
+* ``packed_whole`` — the changes of its fields when the sequences of a packed varlen
+  call are read as one (the ``varlen_no_boundaries`` bug): ``packed_whole(opts)`` ->
+  {field: value} for sequence 0's options.
+
+A variant that changes the inputs (``inputs``) voids the value-hull check, which reads
+the values as given.
+
 Its gradients follow from the same pieces (:mod:`.backward`: a bias's parameters are
 linear functionals of dS, :mod:`..backward.functionals`) and its term in the error
 model from its kind (:mod:`mha_symbolic.testing.forward.model_variants`).  The
@@ -78,8 +107,10 @@ class BugClass:
     (:class:`mha_symbolic.testing.call.AttentionCall`: q, k, v, ``opts``, ``is_causal``,
     ``causal_alignment``, ``attn_mask``, ``mod_keep``); ``switches`` returns keywords of
     its float64 evaluation (:func:`mha_symbolic.testing.forward.bugs_variants.plain_variant`:
-    ``window``, ``softcap_mode``, ``keep_changes`` — a kept-key variant's options
-    changed —, ``rotate_changes`` — the ``rotate_plain`` hook's switches —, …).  A class
+    the switches of the variant's own testing hooks — ``plain_inputs``, ``plain_keep``,
+    ``plain_scores``: their keyword-only parameters —, ``sink_mode``, ``keep_changes`` —
+    a kept-key variant's options changed —, ``rotate_changes`` — the ``rotate_plain``
+    hook's switches —, ``scale``, ``causal_offset``).  A class
     is only *named* once checked: the kernel's output fits the buggy evaluation's own
     tolerance and not the truth's."""
 
@@ -121,6 +152,11 @@ class Variant:
     packed: bool = True
     positional: Callable[[VariantOptions], bool] | None = None
     own_positions: Callable[[VariantOptions, Any], Any] | None = None
+    # testing-side forward hooks (h23f)
+    plain_inputs: Callable[..., tuple[Any, Any, Any, bool, bool]] | None = None
+    plain_keep: Callable[..., tuple[Callable[[Any], Any], bool]] | None = None
+    plain_scores: Callable[..., tuple[tuple[str, Any], ...]] | None = None
+    packed_whole: Callable[[VariantOptions], dict[str, Any]] | None = None
 
 
 _REGISTRY: dict[str, Variant] = {}

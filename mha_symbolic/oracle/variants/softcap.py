@@ -30,13 +30,28 @@ def _scores(opts: VariantOptions, geo: Geometry) -> tuple[Cap, ...]:
     return (Cap(opts.softcap),)
 
 
+#: where ``softcap_mode`` puts the cap in the testing side's float64 evaluation
+_STAGES = {"right": "scores", "before_scale": "unscaled", "after_mask": "masked"}
+
+
+def _plain_scores(opts: VariantOptions, geo: Geometry, *, softcap_mode: str = "right"
+                  ) -> tuple[tuple[str, Cap], ...]:
+    """The testing side's cap (``plain_scores``): after the scale (right), before it, after
+    the masks, or not at all (``softcap_mode="none"``)."""
+    if softcap_mode == "none":
+        return ()
+    return ((_STAGES[softcap_mode], Cap(opts.softcap)),)
+
+
 def _has_cap(x: Any) -> bool:
     return x.opts.softcap is not None
 
 
 def _cap_and_mask(x: Any) -> bool:
-    return _has_cap(x) and (x.is_causal or x.opts.window is not None
-                            or x.mod_keep is not None or x.attn_mask is not None)
+    # a mask of any kind: causal, the user's, the kept-key variants' (in the call's
+    # mod_keep, or kept by the testing side itself: plain_keep)
+    return _has_cap(x) and (x.is_causal or x.mod_keep is not None or x.attn_mask is not None
+                            or any(v.plain_keep is not None for v in x.opts.active()))
 
 
 _BUGS = (
@@ -54,4 +69,4 @@ SOFTCAP = register(Variant(
     name="softcap", keywords=("softcap",), fields={"softcap": None}, parse=_softcap,
     summary="softcap C: s -> C·tanh(s/C) after the scale", scores=_scores, order=10,
     transcendental=lambda opts: opts.softcap is not None,
-    bugs=_BUGS))
+    bugs=_BUGS, plain_scores=_plain_scores))

@@ -4,6 +4,7 @@ unbounded; ``is_causal`` caps the right edge at 0."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,15 @@ def _has_side(side: int, positive: bool = False) -> Any:
     return test
 
 
+def _plain_keep(opts: VariantOptions, *, window: Any = None,
+                flip_window_alignment: bool = False) -> tuple[Any, bool]:
+    """The testing side's float64 kept keys (``plain_keep``): the window, or ``window``
+    (the off-by-one bug classes' edges), causal apart, and whether it is measured from
+    the other corner (``flip_window_alignment``)."""
+    win = opts.window if window is None else window
+    return partial(window_allowed, win, False), flip_window_alignment
+
+
 _BUGS = (
     BugClass("window_left_off_by_one_wide",
              "sliding window one key too wide on the left (sees key i - left - 1)",
@@ -86,4 +96,4 @@ _BUGS = (
 WINDOW = register(Variant(
     name="window", keywords=("window",), fields={"window": None}, parse=_window,
     summary="sliding window (left, right), FlashAttention's window_size",
-    keep=_keep, bugs=_BUGS, positional=lambda opts: True))
+    keep=_keep, bugs=_BUGS, positional=lambda opts: True, plain_keep=_plain_keep))

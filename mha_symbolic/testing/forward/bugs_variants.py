@@ -15,6 +15,8 @@ within the model tolerance of the buggy variant and not within tolerance of the 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,22 +24,28 @@ from typing import Any
 
 import numpy as np
 
-from ...oracle.variants.protocol import BugClass, VariantOptions, own_query_offsets
+from ...errors import SpecError
+from ...oracle.variants.protocol import (
+    BugClass,
+    VariantOptions,
+    own_query_offsets,
+    registered,
+)
 from ...oracle.variants.registry import (
     bug_classes,
     kept,
     per_sequence,
     plain_rotation,
-    score_pipeline,
+    sink_logits,
 )
-from ...oracle.variants.semantics import Bias, Cap, Geometry, per_problem, window_allowed
+from ...oracle.variants.semantics import Cap, Geometry
 from ..call import AttentionCall
 from ..tolerance import ErrorModel
 from .bugs import _matching
 from .model_variants import variant_error_bound
 from .plain import fit_ratio
 
-__all__ = ["VariantPlain", "diagnose_variant", "plain_variant", "variant_bug_classes"]
+__all__ = ["VariantPlain", "diagnose_variant", "own_kept", "plain_variant", "variant_bug_classes"]
 
 
 @dataclass(frozen=True)
@@ -83,32 +91,26 @@ class VariantPlain:
         return w <= 1.0, w
 
 
-def _descale(x: np.ndarray, d: np.ndarray | None, power: int, heads_kv: int, group: int,
-             outer: tuple[int, ...]) -> np.ndarray:
-    if d is None or power == 0:
-        return x
-    dd = np.broadcast_to(d, (*outer, heads_kv))
-    if group > 1:
-        dd = np.repeat(dd, group, axis=-1)
-    return x * (dd ** power)[..., None, None]
-
-
 def plain_variant(
-    x: AttentionCall, *, window: Any = "same", flip_window_alignment: bool = False,
-    softcap_mode: str = "right", alibi_sign: float = 1.0, alibi_reverse: bool = False,
-    flip_alibi_alignment: bool = False, sink_mode: str = "denominator",
-    descale_power: tuple[int, int, int] = (1, 1, 1), scale: float | None = None,
+    x: AttentionCall, *, sink_mode: str = "denominator", scale: float | None = None,
     causal_offset: int = 0, store: Callable[[np.ndarray], np.ndarray] | None = None,
     keep_changes: dict[str, Any] | None = None, rotate_changes: dict[str, Any] | None = None,
+    **switches: Any,
 ) -> VariantPlain:
     """Attention with the variants of ``x`` in float64; the keyword switches make the
     buggy variants of the catalogue (the defaults are the correct semantics of
-    :mod:`mha_symbolic.oracle.variants.semantics`).  ``store`` (rounding to a dtype) is applied
-    wherever a plain kernel stores a tensor — the scaled scores, after each softcap
-    and bias, the weights P before P·V, the output — for FlashAttention's rule."""
+    :mod:`mha_symbolic.oracle.variants.semantics`): the plain pipeline's (``scale``,
+    ``causal_offset``), the protocol's (``sink_mode``: the sinks' logit ignored or also
+    in the numerator; ``keep_changes``, ``rotate_changes``) and, in ``switches``, those
+    of the variants' testing hooks (``plain_inputs``, ``plain_keep``, ``plain_scores``:
+    each takes the switches its keyword parameters name).  ``store`` (rounding to a
+    dtype) is applied wherever a plain kernel stores a tensor — the scaled scores, after
+    each softcap and bias, the weights P before P·V, the output — for FlashAttention's
+    rule."""
     st = store if store is not None else (lambda a: a)
     o = x.opts
-    q, k, v, lead, H = _heads(x, descale_power)
+    hooks = _Hooks(o, switches)
+    q, k, v, lead, H, qk_changed, v_changed = _heads(x, hooks)
     L, E = q.shape[-2:]
     S = k.shape[-2]
     off = 0 if x.causal_alignment == "top_left" else S - L
@@ -120,22 +122,21 @@ def plain_variant(
     c = (1.0 / math.sqrt(E) if x.scale is None else float(x.scale)) if scale is None else scale
     G = q @ np.swapaxes(k, -1, -2)
     A = abs(c) * (np.abs(q) @ np.swapaxes(np.abs(k), -1, -2))
-    allowed, madd = _kept_keys(x, geo, G.shape, window, flip_window_alignment,
-                               causal_offset, keep_changes)
+    allowed, madd = _kept_keys(x, geo, G.shape, hooks, causal_offset, keep_changes)
     sc = _Scores(np.abs(c * G), [], 0)
-    s = _scores(o, geo, G, c, st, madd, sc, softcap_mode, alibi_sign, alibi_reverse,
-                flip_alibi_alignment)
-    if o.softcap is not None and softcap_mode == "after_mask":
-        # the mask applied first, then the softcap: a masked score -inf becomes -C,
-        # so masked keys take part (the bug FlashAttention's order avoids)
-        cap = o.softcap
-        s = np.where(allowed, cap * np.tanh(s / cap), -cap)
+    stages = hooks.score_stages(geo)
+    s = _scores(stages, geo, G, c, st, madd, sc)
+    for cap in stages["masked"]:
+        # the mask applied first, then the cap: a masked score -inf becomes -C, so
+        # masked keys take part (the bug FlashAttention's order avoids)
+        s = np.where(allowed, cap.C * np.tanh(s / cap.C), -cap.C)
         sc.caps.append((np.where(allowed, np.abs(s), 0.0), np.abs(s)))
         allowed = np.ones_like(allowed)
     sink = None
-    if o.sinks is not None and sink_mode != "ignored":
-        sink = np.broadcast_to(o.sinks.reshape(H, 1), (*lead, L)) if lead else np.broadcast_to(
-            o.sinks.reshape(1), (L,))
+    logits = sink_logits(o, geo) if sink_mode != "ignored" else None
+    if logits is not None:
+        sink = (np.broadcast_to(logits.reshape(*lead, 1), (*lead, L)) if lead
+                else np.broadcast_to(logits.reshape(1), (L,)))
     # the rows with no key (none with a sink: its logit is in every row's softmax)
     dead = (~np.any(allowed, axis=-1) if sink is None
             else np.zeros(allowed.shape[:-1], dtype=bool))
@@ -152,18 +153,67 @@ def plain_variant(
         out = np.where(policy.nan[..., None], np.nan, out)
     return VariantPlain(out, p, p_sink, None if sink is None else np.asarray(sink, float),
                         q, v, allowed, np.where(allowed, s, 0.0), A, sc.size, sc.caps,
-                        v_descaled=o.v_descale is not None, k=k, scale=c, n_add=sc.n_add,
-                        qk_descaled=o.q_descale is not None or o.k_descale is not None,
-                        uniform=uniform, opts=o, rotation=rot,
+                        v_descaled=v_changed, k=k, scale=c, n_add=sc.n_add,
+                        qk_descaled=qk_changed, uniform=uniform, opts=o, rotation=rot,
                         rotation_inputs=None if rot_io is None else rot_io[:2],
                         rotation_outputs=None if rot_io is None else rot_io[2:])
 
 
-def _heads(x: AttentionCall, descale_power: tuple[int, int, int]
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...], int]:
-    """q, k, v descaled (fp8's per-head factors) with the key heads repeated to the
-    query heads (GQA), the leading shape and the number of heads."""
-    o = x.opts
+#: the testing hooks of the protocol whose keyword-only parameters are switches
+_SWITCHED = ("plain_inputs", "plain_keep", "plain_scores")
+
+
+@functools.cache
+def _switch_names(hook: Callable[..., Any]) -> frozenset[str]:
+    """The switches a testing hook takes: its keyword-only parameters."""
+    return frozenset(p.name for p in inspect.signature(hook).parameters.values()
+                     if p.kind is p.KEYWORD_ONLY)
+
+
+class _Hooks:
+    """The active variants (in pipeline order) and their testing hooks, each hook given
+    the switches it names; a switch no registered variant's hook names is refused."""
+
+    def __init__(self, opts: VariantOptions, switches: dict[str, Any]) -> None:
+        if switches:
+            known = {n for v in registered() for h in _SWITCHED
+                     if getattr(v, h) is not None for n in _switch_names(getattr(v, h))}
+            unknown = sorted(set(switches) - known)
+            if unknown:
+                raise TypeError(f"plain_variant() got unexpected switch(es) {unknown}")
+        self.opts, self.switches = opts, switches
+        self.active = sorted(opts.active(), key=lambda v: v.order)
+
+    def call(self, hook: Callable[..., Any], *args: Any) -> Any:
+        names = _switch_names(hook)
+        return hook(self.opts, *args, **{n: w for n, w in self.switches.items() if n in names})
+
+    def score_stages(self, geo: Geometry) -> dict[str, list[Any]]:
+        """The score operations by stage (``"unscaled"``, ``"scores"`` in pipeline
+        order, ``"masked"``): each variant's ``plain_scores``, else its ``scores``."""
+        stages: dict[str, list[Any]] = {"unscaled": [], "scores": [], "masked": []}
+        for v in self.active:
+            if v.plain_scores is not None:
+                for stage, op in self.call(v.plain_scores, geo):
+                    if stage != "scores" and not isinstance(op, Cap):
+                        raise SpecError(f"{v.name}: only a Cap may be applied {stage}")
+                    stages[stage].append(op)
+            elif v.scores is not None:
+                stages["scores"].extend(v.scores(self.opts, geo))
+        return stages
+
+
+def own_kept(opts: VariantOptions) -> tuple[str, ...]:
+    """The variants whose kept keys the float64 evaluation makes itself (``plain_keep``):
+    left out of the call record's ``mod_keep``."""
+    return tuple(v.name for v in opts.active() if v.plain_keep is not None)
+
+
+def _heads(x: AttentionCall, hooks: _Hooks) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                     tuple[int, ...], int, bool, bool]:
+    """q, k, v changed by the variants' ``plain_inputs`` (fp8's per-head factors) with
+    the key heads repeated to the query heads (GQA), the leading shape, the number of
+    heads and whether a factor is folded into the scale and into the output."""
     q, k, v = x.q, x.k, x.v
     hq = q.shape[-3] if q.ndim >= 3 else 1
     hk = k.shape[-3] if k.ndim >= 3 else 1
@@ -171,21 +221,22 @@ def _heads(x: AttentionCall, descale_power: tuple[int, int, int]
     lead = tuple(np.broadcast_shapes(q.shape[:-2], (*k.shape[:-3], hq) if k.ndim >= 3
                                      else (), (*v.shape[:-3], hq) if v.ndim >= 3 else ()))
     H = lead[-1] if lead else 1
-    outer = lead[:-1]
-    pq, pk, pv = descale_power
-    q = _descale(q, o.q_descale, pq, H // group, group, outer)
-    k = _descale(k, o.k_descale, pk, H // group, 1, outer)
-    v = _descale(v, o.v_descale, pv, H // group, 1, outer)
+    qk_changed = v_changed = False
+    for var in hooks.active:
+        if var.plain_inputs is not None:
+            q, k, v, f_qk, f_v = hooks.call(var.plain_inputs, q, k, v, lead[:-1], H, group)
+            qk_changed, v_changed = qk_changed or f_qk, v_changed or f_v
     if group > 1:
         k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
-    return q, k, v, lead, H
+    return q, k, v, lead, H, qk_changed, v_changed
 
 
-def _kept_keys(x: AttentionCall, geo: Geometry, shape: tuple[int, ...], window: Any,
-               flip_window_alignment: bool, causal_offset: int,
-               keep_changes: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """The keys each query keeps (mask, causal, window, the registered variants' kept
-    keys) and the additive part of a float mask (``None`` without one)."""
+def _kept_keys(x: AttentionCall, geo: Geometry, shape: tuple[int, ...], hooks: _Hooks,
+               causal_offset: int, keep_changes: dict[str, Any] | None
+               ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The keys each query keeps (mask, causal, the ``plain_keep`` variants', the other
+    registered variants' kept keys) and the additive part of a float mask (``None``
+    without one)."""
     o = x.opts
     L, S, off = geo.L, geo.S, geo.offset
     allowed = np.ones(shape, dtype=bool)
@@ -197,26 +248,28 @@ def _kept_keys(x: AttentionCall, geo: Geometry, shape: tuple[int, ...], window: 
         else:
             allowed = allowed & (m != -np.inf)
             madd = np.where(m == -np.inf, 0.0, m)
-    win = o.window if window == "same" else window
     if x.is_causal:
         allowed = allowed & (np.arange(S)[None, :] <= np.arange(L)[:, None] + off
                              + causal_offset)
-    own = None if win is None else own_query_offsets(o, geo)
-    if own is None:
-        woff = (S - L) - off if flip_window_alignment else off
-        wk = window_allowed(win, False, Geometry(geo.batch, geo.heads, L, S, woff))
-    else:
-        # each sequence's own query positions (the KV cache's); misaligned: measured
-        # from the cache's end instead
-        wk = per_sequence(lambda g: window_allowed(win, False, g), geo,
-                          np.full_like(own, S - L) if flip_window_alignment else own)
-    if wk is not None:
-        allowed = allowed & wk
+    for var in hooks.active:
+        if var.plain_keep is None:
+            continue
+        keep, misaligned = hooks.call(var.plain_keep)
+        own = own_query_offsets(o, geo)
+        if own is None:
+            koff = (S - L) - off if misaligned else off
+            part = keep(Geometry(geo.batch, geo.heads, L, S, koff))
+        else:
+            # each sequence's own query positions (the KV cache's); misaligned: measured
+            # from the keys' end instead
+            part = per_sequence(keep, geo, np.full_like(own, S - L) if misaligned else own)
+        if part is not None:
+            allowed = allowed & part
     if keep_changes is not None:
         # the registered variants' kept keys with some of their options changed (the
         # bug classes of the kept-key variants: KV-cache lengths, chunk boundaries);
-        # the window is applied above, as for the correct call
-        for part in kept(o.replace(**keep_changes), geo, x.is_causal, exclude=("window",)):
+        # the plain_keep variants' are applied above, as for the correct call
+        for part in kept(o.replace(**keep_changes), geo, x.is_causal, exclude=own_kept(o)):
             allowed = allowed & part
     elif x.mod_keep is not None:
         allowed = allowed & x.mod_keep
@@ -232,37 +285,19 @@ class _Scores:
     n_add: int                                         # additive terms (biases, mask)
 
 
-def _scores(o: VariantOptions, geo: Geometry, G: np.ndarray, c: float,
-            st: Callable[[np.ndarray], np.ndarray], madd: np.ndarray | None, sc: _Scores,
-            softcap_mode: str, alibi_sign: float, alibi_reverse: bool,
-            flip_alibi_alignment: bool) -> np.ndarray:
-    """The scores: the keyword softcap (where the mode puts it), the menu, ALiBi, the
-    mask; each stored by ``st``; ``sc`` collects their sizes and softcaps."""
-    lead, L, S, off = geo.batch, geo.L, geo.S, geo.offset
-    ops = list(score_pipeline(o.replace(softcap=None, alibi_slopes=None), geo))
-    cap = o.softcap
-    if cap is not None and softcap_mode == "before_scale":
-        t = cap * np.tanh(G / cap)
+def _scores(stages: dict[str, list[Any]], geo: Geometry, G: np.ndarray, c: float,
+            st: Callable[[np.ndarray], np.ndarray], madd: np.ndarray | None, sc: _Scores
+            ) -> np.ndarray:
+    """The scores: the caps before the scale, the scale, the pipeline's operations (caps
+    and biases), the mask; each stored by ``st``; ``sc`` collects their sizes and caps."""
+    lead, L, S = geo.batch, geo.L, geo.S
+    for cap in stages["unscaled"]:
+        t = cap.C * np.tanh(G / cap.C)
         sc.caps.append((np.abs(G), np.abs(t)))
-        s = st(c * t)
-    else:
-        s = st(c * G)
-        if cap is not None and softcap_mode == "right":
-            ops.insert(0, Cap(cap))
-    if o.alibi_slopes is not None:
-        slopes = per_problem(o.alibi_slopes, geo, "alibi_slopes") * alibi_sign
-        if alibi_reverse:
-            slopes = slopes[:, ::-1]
-        own = own_query_offsets(o, geo)
-        if own is None:
-            aoff: Any = (S - L) - off if flip_alibi_alignment else off
-        else:   # each sequence's own query positions (the KV cache's), or the other
-            # corner: queries at 0 … L-1 (not offset by the cache; from the cache's end
-            # the bias would change by a constant per row: no bug)
-            aoff = np.zeros_like(own) if flip_alibi_alignment else np.asarray(own)
-        ops.append(Bias("alibi", np.ascontiguousarray(slopes), aoff))
+        G = t
+    s = st(c * G)
     B = math.prod(lead)
-    for op in ops:
+    for op in stages["scores"]:
         if isinstance(op, Cap):
             t = op.C * np.tanh(s / op.C)
             sc.caps.append((np.abs(s), np.abs(t)))

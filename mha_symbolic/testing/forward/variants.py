@@ -56,7 +56,7 @@ from ..verdict import (
 )
 from ..verdict import _verdict as _judge
 from .bugs import Candidate, _fits
-from .bugs_variants import diagnose_variant, plain_variant, variant_bug_classes
+from .bugs_variants import diagnose_variant, own_kept, plain_variant, variant_bug_classes
 from .emulated import hull_violations
 from .levels import dtype_factor, two_levels, variant_dtype_level
 from .model_variants import FP8_FORMATS, variant_events
@@ -103,10 +103,10 @@ def _variant_inputs(query: Any, key: Any, value: Any, opts: VariantOptions, *,
     L, S = q.shape[-2], k.shape[-2]
     geo = Geometry(lead, lead[-1] if lead else 1, L, S,
                    0 if causal_alignment == "top_left" else S - L)
-    # every registered variant's kept keys but the window's, which the bug catalogue
-    # moves edge by edge itself (bugs_variants.py)
+    # every registered variant's kept keys but those the float64 evaluation makes itself
+    # (plain_keep: the bug catalogue moves their edges, bugs_variants.py)
     keep = None
-    for part in kept(opts, geo, is_causal, exclude=("window",)):
+    for part in kept(opts, geo, is_causal, exclude=own_kept(opts)):
         part = np.broadcast_to(part, (*lead, L, S))
         keep = part if keep is None else keep & part
     mask = None
@@ -242,6 +242,16 @@ def _dtype_only_bugs(a: np.ndarray, x: AttentionCall, dtol: np.ndarray
 # varlen
 
 
+def _packed_whole(opts: VariantOptions) -> VariantOptions:
+    """Sequence 0's options for the packed sequences read as one (each active variant's
+    ``packed_whole`` changes)."""
+    changes: dict[str, Any] = {}
+    for v in opts.active():
+        if v.packed_whole is not None:
+            changes.update(v.packed_whole(opts))
+    return opts.replace(**changes)
+
+
 def _packed_bugs(x_parts: list[AttentionCall], cq: list[int], ck: list[int],
                  qp: np.ndarray, kp: np.ndarray, vp_: np.ndarray, base: AttentionCall,
                  actual: np.ndarray, model: ErrorModel, safety: float) -> tuple[Any, ...]:
@@ -273,10 +283,7 @@ def _packed_bugs(x_parts: list[AttentionCall], cq: list[int], ck: list[int],
     if nb > 1:
         # one sequence: the packed tokens attend to each other (cu_seqlens ignored)
         whole = replace(base, q=np.swapaxes(qp, 0, 1)[None], k=np.swapaxes(kp, 0, 1)[None],
-                        v=np.swapaxes(vp_, 0, 1)[None],
-                        opts=base.opts.replace(alibi_slopes=None if base.opts.alibi_slopes
-                                     is None else base.opts.alibi_slopes[0],
-                                     q_descale=None, k_descale=None, v_descale=None))
+                        v=np.swapaxes(vp_, 0, 1)[None], opts=_packed_whole(base.opts))
         try:
             o = plain_variant(whole)
             ok, ratio = _fits(actual, np.swapaxes(o.out[0], 0, 1),
@@ -399,11 +406,11 @@ def assert_attention_varlen_close(actual: Any, query: Any, key: Any, value: Any,
 def _hull(a: np.ndarray, x: Any, model: ErrorModel) -> np.ndarray | None:
     """The value-hull verdict (emulated.hull_violations) of a call with variants: over
     every key of the row (a superset of the hull the masks, windows and block masks
-    leave; a sink adds the value 0, which the hull holds); None with FP8 descale
-    factors (they scale the values) or for packed varlen calls."""
+    leave; a sink adds the value 0, which the hull holds); None when a variant changes
+    the inputs (the protocol's ``inputs``: FP8 descale factors scale the values) or for
+    packed varlen calls."""
     o = getattr(x, "opts", None)
-    if o is None or any(getattr(o, n, None) is not None
-                        for n in ("q_descale", "k_descale", "v_descale")):
+    if o is None or any(v.inputs is not None for v in o.active()):
         return None
     try:
         xi = AttentionCall(x.q, x.k, x.v, enable_gqa=x.enable_gqa)
