@@ -26,6 +26,7 @@ each tier, with a bound:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -33,11 +34,12 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import ShapeError
 from ..arith.constants import ETA, FLOOR, UP, U, gamma
 from ..arith.dd import two_prod, two_sum
 
-__all__ = ["ScoreFunctional", "arb_part", "bin_sum_dd", "dd_part", "exact_part",
-           "tier1_part"]
+__all__ = ["ScoreFunctional", "arb_part", "bin_sum_dd", "broadcast_target", "dd_part",
+           "exact_part", "relative_distances", "tier1_part"]
 
 Arr = np.ndarray[Any, Any]
 
@@ -70,6 +72,22 @@ class ScoreFunctional:
         else:
             b = col
         return b, np.asarray(w, dtype=np.float64)
+
+
+def broadcast_target(shape: tuple[int, ...], lead: tuple[int, ...], name: str) -> Arr:
+    """For every flat problem over ``lead``, the flat index of a parameter of ``shape``
+    broadcast against it (a parameter shared by broadcast copies sums their terms)."""
+    idx = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    try:
+        return np.broadcast_to(idx, lead).reshape(-1).copy()
+    except ValueError:
+        raise ShapeError(f"{name}.shape={shape} does not broadcast to (batch..., heads) = "
+                         f"{lead}") from None
+
+
+def relative_distances(n_keys: int, rows: Arr, offset: int) -> Arr:
+    """d = j - (i + offset) for the rows, over every key column (the sink's included)."""
+    return np.arange(n_keys)[None, :] - (rows[:, None] + offset)
 
 
 def tier1_part(fn: ScoreFunctional, e: int, ds: Arr, e_ds: Arr, live_rows: Arr

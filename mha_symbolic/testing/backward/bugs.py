@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ...oracle.variants.registry import backward_bug_classes, plain_cap
 from ..call import AttentionCall
 
 __all__ = [
@@ -66,7 +67,7 @@ class PlainBackward:
     ds_transposed: bool = False
     dv_p_transposed: bool = True
     gqa_reduce: str = "sum"
-    # a softcap (AttentionCall.softcap): C, t = tanh(c q·k / C), the capped scores
+    # a cap first on the scaled score (a variant's ``cap_of`` hook: softcap's): C, t = tanh(c q·k / C), the capped scores
     # C·t, and dS' = P ∘ (dP − D) before the factor 1 − t² (``ds`` holds dS' ∘ (1 − t²),
     # what dQ and dK take)
     cap: float | None = None
@@ -118,9 +119,10 @@ def _scores_and_masks(x: AttentionCall, qe: Arr, ke: Arr, c: float, st: Callable
         rc = wk.type(math.sqrt(abs(c)))
         raw = st(st(qe * rc) @ np.swapaxes(st(ke * (rc if c >= 0 else -rc)), -1, -2))
     cap_t = capped = None
-    if x.softcap is not None:
+    cap = plain_cap(x.opts)
+    if cap is not None:
         # FlashAttention's softcap: C·tanh(s/C) on the scaled score, masks added after
-        C = float(x.softcap)
+        C = cap
         cap_t = st(np.tanh(raw / wk.type(C)))
         capped = st(wk.type(C) * cap_t)
         raw = capped
@@ -302,7 +304,7 @@ def plain_backward(
                          f64(pb), f64(wb), f64(dp), f64(d), f64(ds), f64(out), allowed,
                          None if mask_add is None else f64(mask_add), c, rep, f,
                          c ** dq_scale_power, c ** dk_scale_power, ds_transposed,
-                         dv_p_transposed, gqa_reduce, x.softcap,
+                         dv_p_transposed, gqa_reduce, plain_cap(x.opts),
                          None if cap_t is None else f64(cap_t),
                          None if capped is None else f64(capped),
                          None if ds_pre is None else f64(ds_pre), softcap_derivative)
@@ -394,10 +396,6 @@ BACKWARD_BUG_CLASSES: tuple[BackwardBugClass, ...] = (
     BackwardBugClass("softmax_jacobian_diagonal_only",
                      "softmax Jacobian's diagonal only: dS = P(1 − P) ∘ dP, the cross terms "
                      "−P_i P_j dropped", _always, _v(jacobian="diagonal")),
-    BackwardBugClass("softcap_derivative_missing",
-                     "softcap's derivative 1 − tanh²(s/C) left out: dQ, dK take dS' = "
-                     "P ∘ (dP − D) of the capped scores", lambda x: x.softcap is not None,
-                     _v(softcap_derivative=False)),
     BackwardBugClass("dropout_missing_in_backward",
                      "dropout keep-mask and 1/(1 − p) not applied in the backward",
                      lambda x: x.dropout_mask is not None, _v(dropout_in_backward=False)),
@@ -405,7 +403,8 @@ BACKWARD_BUG_CLASSES: tuple[BackwardBugClass, ...] = (
 
 
 def describe_backward(name: str) -> str:
-    for bug in BACKWARD_BUG_CLASSES:
+    """The description of a backward bug class: the catalogue's or a variant's."""
+    for bug in (*BACKWARD_BUG_CLASSES, *backward_bug_classes()):
         if bug.name == name:
             return bug.description
     raise KeyError(name)
