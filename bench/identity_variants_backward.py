@@ -166,6 +166,7 @@ def run(path: str) -> None:
         print(label, refusals[label])
     res["_refusals"] = refusals
     res["_oracle"] = _oracle_cases(ms, rng)
+    res["_plain"] = _plain_cases(ms, rng)
     with open(path, "wb") as f:
         pickle.dump(res, f)
 
@@ -203,6 +204,38 @@ def _oracle_cases(ms: Any, rng: Any) -> dict[str, Any]:
         out[name] = grads(ms.reference_attention_varlen_backward(qp, kp, vp, dop, cu, cu,
                                                                  is_causal=True, **kw))
         print(name, "done", flush=True)
+    return out
+
+
+def _plain_cases(ms: Any, rng: Any) -> dict[str, Any]:
+    """Plain calls through the float64 backward the catalogue shares (plain_backward):
+    rule='flash' (its simulated kernel), masked_rows='nan' with an empty row, a wrong
+    dk (the diagnosis over the whole catalogue), a float mask's gradient."""
+    out: dict[str, Any] = {}
+    q, do = (rng.standard_normal((2, 2, 4, 4)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((2, 2, 5, 4)).astype(np.float32) for _ in range(2))
+    mask = np.ones((4, 5), dtype=bool)
+    mask[1] = False
+    fmask = rng.standard_normal((4, 5)).astype(np.float32)
+    for name, kw in (("flash", {"rule": "flash", "is_causal": True}),
+                     ("nan rows", {"attn_mask": mask, "masked_rows": "nan"}),
+                     ("zero rows", {"attn_mask": mask}),
+                     ("float mask", {"attn_mask": fmask, "_dmask": 1}),
+                     ("wrong dk", {"is_causal": True, "_bad": 1})):
+        kw = dict(kw)
+        dmask, bad = kw.pop("_dmask", None), kw.pop("_bad", None)
+        r = ms.reference_attention_backward(q, k, v, do, **{a: b for a, b in kw.items()
+                                                            if a != "rule"})
+        g = [e.rounded("float32") for e in (r.dq, r.dk, r.dv)]
+        if bad:
+            g[1] = 2 * g[1]
+        extra = {"d_attn_mask": r.d_attn_mask.rounded("float32")} if dmask else {}
+        try:
+            out[name] = _comp(ms.compare_attention_backward(*g, q, k, v, do, **kw, **extra))
+        except Exception as exc:
+            out[name] = ("raised", type(exc).__name__, str(exc))
+        print(name, out[name]["passed"] if isinstance(out[name], dict) else out[name][:2],
+              flush=True)
     return out
 
 

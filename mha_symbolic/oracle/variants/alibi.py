@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backward.functionals import ScoreFunctional, broadcast_target, relative_distances
+from ..backward.functionals import ScoreFunctional, distance_functional
 from .protocol import (
     BugClass,
     GradParam,
@@ -61,32 +61,11 @@ _BUGS = (
              lambda x: {"alibi_sign": 0.0}),
 )
 
-def alibi_functional(name: str, slopes: np.ndarray[Any, Any], offset: Any, geo: Any,
-                     flat_lead: tuple[int, ...], n_keys: int) -> ScoreFunctional:
-    """∂/∂slope: −|j − (i + off)| against dS; ``offset`` one for the call or an array of
-    each outer batch element's own offset (a KV cache's)."""
-    S, H = geo.S, geo.heads
-    cols = np.arange(n_keys)
-    if slopes.ndim == 2 and slopes.shape == (geo.n_outer, H):
-        # (batch, heads) over the flattened outer dimensions, as the forward
-        target = np.arange(geo.B, dtype=np.int64)
-    else:
-        target = broadcast_target(slopes.shape, flat_lead, name)
-
-    def index(e: int, rows: np.ndarray[Any, Any]) -> tuple[Any, Any]:
-        d = relative_distances(n_keys, rows, int(offset[e // H]) if np.ndim(offset) else offset)
-        return (np.broadcast_to(np.where(cols < S, 0, -1), d.shape),
-                -np.abs(d).astype(np.float64))
-
-    return ScoreFunctional(f"grad_{name}", tuple(slopes.shape), int(slopes.size), 1, 1,
-                           target, False, index)
-
-
 def _functionals(opts: VariantOptions, prep: Any, flat_lead: tuple[int, ...], n_keys: int
                  ) -> tuple[ScoreFunctional, ...]:
     geo = prep.geo
     own = own_query_offsets(opts, geo)
-    return (alibi_functional("alibi_slopes", opts.alibi_slopes, geo.offset if own is None
+    return (distance_functional("alibi_slopes", opts.alibi_slopes, geo.offset if own is None
                              else np.asarray(own), geo, flat_lead, n_keys),)
 
 

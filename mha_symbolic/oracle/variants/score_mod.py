@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ShapeError, SpecError
-from ..backward.functionals import ScoreFunctional, relative_distances
-from .alibi import alibi_functional
+from ..backward.functionals import ScoreFunctional, distance_functional, relative_distances
 from .protocol import GradParam, Variant, VariantOptions, register
 from .score_mods import AlibiScoreMod, RelativeBiasScoreMod, ScoreMod, SoftcapScoreMod
 from .semantics import Bias, Cap, Geometry, _outer_heads, per_problem
@@ -77,7 +76,7 @@ def _functionals(opts: VariantOptions, prep: Any, flat_lead: tuple[int, ...], n_
     out: list[ScoreFunctional | None] = []
     for m in opts.score_mods:
         if isinstance(m, AlibiScoreMod):
-            out.append(alibi_functional("score_mod_slopes", np.asarray(m.slopes), m.offset,
+            out.append(distance_functional("score_mod_slopes", np.asarray(m.slopes), m.offset,
                                         geo, flat_lead, n_keys))
         elif isinstance(m, RelativeBiasScoreMod):
             out.append(_table_functional(m, geo, n_keys))

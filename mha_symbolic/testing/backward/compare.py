@@ -279,32 +279,33 @@ def compare_attention_backward(
 
     split_variant_keywords(variants, door=compare_attention_backward)
     variant = variant_options(**variants)
-    require_gradients(variant)
-    refuse_backward_check(variant, "compare_attention_backward")
-    # the kernel's gradients of variant parameters (protocol.py: ``grad_params``)
-    kernel_params = {"d_sinks": d_sinks, "d_alibi_slopes": d_alibi_slopes}
+    kernel_params = {"d_sinks": d_sinks, "d_alibi_slopes": d_alibi_slopes}  # grad_params
     judge = {"rule": rule, "accumulation_dtype": accumulation_dtype, "safety": safety,
              "rtol": rtol, "atol": atol, "ulps": ulps, "factor": factor,
              "diagnose_bugs": diagnose_bugs, "error_model": error_model}
+    call = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale,
+            "enable_gqa": enable_gqa, "causal_alignment": causal_alignment,
+            "masked_rows": masked_rows}
     if variant is not None:
-        if dropout_mask is not None or dropout_p:
-            raise SpecError("dropout with attention variants is not supported")
-        return _compare_variant(
-            dq, dk, dv, query, key, value, grad_output, variant, variants,
-            {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale,
-             "enable_gqa": enable_gqa, "causal_alignment": causal_alignment,
-             "masked_rows": masked_rows}, judge, d_attn_mask=d_attn_mask,
-            kernel_params=kernel_params)
+        return _compare_variant(dq, dk, dv, query, key, value, grad_output, variant, variants,
+                                call, judge, d_attn_mask=d_attn_mask,
+                                dropout=(dropout_p, dropout_mask), kernel_params=kernel_params)
     _refuse_params_without_variants(kernel_params)
+    return _compare_plain(dq, dk, dv, query, key, value, grad_output, d_attn_mask, call,
+                          judge, dropout_p=dropout_p, dropout_mask=dropout_mask)
+
+
+def _compare_plain(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any,
+                   grad_output: Any, d_attn_mask: Any, call: dict[str, Any],
+                   judge: dict[str, Any], **dropout: Any) -> BackwardComparison:
+    """:func:`compare_attention_backward` of plain attention, in power-of-two units for
+    huge values or grad_output (:func:`power_of_two_form`)."""
     shifted = power_of_two_form(value, grad_output, dq, dk, dv, d_attn_mask)
     note: tuple[str, ...] = ()
     if shifted is not None:
         value, grad_output, dq, dk, dv, d_attn_mask, note = shifted
-    result = _compare_backward(
-        dq, dk, dv, query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal,
-        scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
-        masked_rows=masked_rows, dropout_p=dropout_p, dropout_mask=dropout_mask,
-        d_attn_mask=d_attn_mask, **judge, sink_keys=0, cap=None)
+    result = _compare_backward(dq, dk, dv, query, key, value, grad_output, **call, **dropout,
+                               d_attn_mask=d_attn_mask, **judge, sink_keys=0, cap=None)
     return replace(result, warnings=(*result.warnings, *note)) if note else result
 
 
@@ -324,12 +325,17 @@ def _refuse_params_without_variants(kernel_params: dict[str, Any]) -> None:
 def _compare_variant(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any,
                      grad_output: Any, variant: Any, variants: dict[str, Any],
                      call: dict[str, Any], judge: dict[str, Any], *, d_attn_mask: Any,
-                     kernel_params: dict[str, Any]) -> BackwardComparison:
+                     dropout: tuple[Any, Any], kernel_params: dict[str, Any]
+                     ) -> BackwardComparison:
     """:func:`compare_attention_backward` of a call with variants: as plain attention of
     exact inputs (:mod:`mha_symbolic.oracle.variants.forward`), so that the gradients,
     the model and the bug catalogue are the plain ones; a rotating variant through
     :func:`_compare_rotated`.  ``call``: the SDPA options; ``judge``: the rule's;
     ``kernel_params``: the kernel's variant-parameter gradients by keyword."""
+    require_gradients(variant)
+    refuse_backward_check(variant, "compare_attention_backward")
+    if dropout[1] is not None or dropout[0]:
+        raise SpecError("dropout with attention variants is not supported")
     if d_attn_mask is not None:
         raise SpecError("d_attn_mask with attention variants is not available "
                         "(reference_attention_backward computes that gradient)")
