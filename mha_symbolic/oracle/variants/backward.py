@@ -14,26 +14,13 @@ Two routes, as the forward (:mod:`.variant_forward`):
    :mod:`.transformed_backward` — dQ = c·(Φ∘dS)K and dK = c·(Φ∘dS)ᵀQ with Φ the
    product of sech²(s/C) over the softcaps.
 
-Gradients of the variant parameters (linear functionals of dS, the gradient of the
-final scores; :mod:`.backward.functionals`):
-
-* ``d_sinks`` (H,): σ_h enters row i's softmax as a key of value 0, so
-  ∂L/∂σ_h = Σ_{batch, i} dS_{i,sink} = Σ_i P_{i,sink}(dP_{i,sink} − D_i) = −Σ_i P_{i,sink} D_i
-  (dP_{i,sink} = dO_i·v_sink = 0; P_sink = e^σ/(Σ_j e^{s_ij} + e^σ), D_i = dO_i·O_i);
-* ``d_alibi_slopes`` (the slopes' shape): ∂s_ij/∂slope = −|j − (i + off)|;
-* ``d_score_mod``: per score_mod item, the gradient of its tensor — an ALiBi
-  score_mod's slopes as above, a relative bias table's entries Σ of dS over the
-  (i, j) whose clipped distance selects the entry; None for a softcap (a constant);
-* ``d_attn_mask``: a float mask's gradient, dS summed over its broadcast dimensions.
-
-FP8 descale factors (FlashAttention-3's ``q_descale``, ``k_descale``, ``v_descale``):
-the exact inputs are q·d_q, k·d_k, v·d_v, so the gradients with respect to the fp8
-tensors themselves are, by the chain rule, d_q·dq', d_k·dk', d_v·dv' (dq' the
-gradient with respect to the descaled query; the query heads of a GQA group share
-their kv head's d_q).  FlashAttention-3's own backward takes no descale factors and
-refuses fp8 inputs (``mha_bwd``: "FlashAttention only support fp16 and bf16 data
-type"), and its autograd returns None for the descale arguments: here, likewise, no
-gradient of the descale factors is given.
+Gradients of the variant parameters are linear functionals of dS, the gradient of
+the final scores (:mod:`.backward.functionals`), each declared by its variant (the
+``grad_params`` hook, :class:`.protocol.GradParam`): the sink logits' (:mod:`.sinks`),
+the ALiBi slopes' (:mod:`.alibi`), a score_mod's tensors (:mod:`.score_mod`); here
+only ``d_attn_mask``, a float mask's gradient (dS summed over its broadcast
+dimensions).  An exact input change is undone by its variant's chain rule (the
+``backward_inputs`` hook: FP8 descale, :mod:`.fp8`).  This module names no variant.
 """
 
 from __future__ import annotations
