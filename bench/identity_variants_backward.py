@@ -9,6 +9,7 @@ pickles everything they return.  Usage, one tree each, then compare:
     PYTHONPATH=/tmp/h23b-old python bench/identity_variants_backward.py /tmp/old.pkl
     PYTHONPATH=$PWD python bench/identity_variants_backward.py /tmp/new.pkl
     python bench/identity_variants_backward.py --compare /tmp/old.pkl /tmp/new.pkl
+    OMP_NUM_THREADS=1 PYTHONPATH=<tree> python bench/identity_variants_backward.py --time
 """
 
 from __future__ import annotations
@@ -271,7 +272,52 @@ def compare(old: str, new: str) -> int:
     return 1 if bad else 0
 
 
+def _rounded(g: Any) -> Any:
+    return [x.rounded("float32") for x in (g.dq, g.dk, g.dv, g.d_sinks)]
+
+
+def timing(repeat: int = 7) -> None:
+    """CPU and wall seconds (min, median of ``repeat``) of three backward checks with
+    variants: compare_attention_backward with window + ALiBi + d_alibi_slopes and with
+    softcap + sinks + d_sinks (float32, (2, 4, 64, 32)), the varlen backward with sinks."""
+    import statistics
+    import time
+
+    import mha_symbolic as ms
+    rng = np.random.default_rng(1)
+    q, k, v, do = (rng.standard_normal((2, 4, 64, 32)).astype(np.float32) for _ in range(4))
+    slopes, sinks = np.array([0.5, 0.25, 0.125, 0.0625]), np.array([0.1, -0.2, 0.3, 0.0])
+    g1 = ms.reference_attention_backward(q, k, v, do, window=(8, 0), alibi_slopes=slopes)
+    e1 = [x.rounded("float32") for x in (g1.dq, g1.dk, g1.dv)]
+    d1 = g1.d_alibi_slopes.rounded("float32")
+    g2 = ms.reference_attention_backward(q, k, v, do, softcap=5.0, sinks=sinks)
+    e2 = [x.rounded("float32") for x in (g2.dq, g2.dk, g2.dv)]
+    d2 = g2.d_sinks.rounded("float32")
+    qp, kp, vp, dop = (rng.standard_normal((96, 4, 32)) for _ in range(4))
+    jobs = {
+        "compare window+alibi+d": lambda: ms.compare_attention_backward(
+            *e1, q, k, v, do, window=(8, 0), alibi_slopes=slopes, d_alibi_slopes=d1),
+        "compare softcap+sinks+d": lambda: ms.compare_attention_backward(
+            *e2, q, k, v, do, softcap=5.0, sinks=sinks, d_sinks=d2),
+        "varlen backward sinks": lambda: _rounded(ms.reference_attention_varlen_backward(
+            qp, kp, vp, dop, [0, 40, 96], [0, 40, 96], is_causal=True, sinks=sinks)),
+    }
+    for name, job in jobs.items():
+        job()
+        cpu, wall = [], []
+        for _ in range(repeat):
+            c0, w0 = time.process_time(), time.perf_counter()
+            job()
+            cpu.append(time.process_time() - c0)
+            wall.append(time.perf_counter() - w0)
+        print(f"{name:26s} cpu min {min(cpu):.3f} med {statistics.median(cpu):.3f}  "
+              f"wall min {min(wall):.3f} med {statistics.median(wall):.3f}")
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--time":
+        timing()
+        sys.exit(0)
     if sys.argv[1] == "--compare":
         sys.exit(compare(sys.argv[2], sys.argv[3]))
     run(sys.argv[1])

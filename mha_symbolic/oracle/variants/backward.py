@@ -61,7 +61,7 @@ class _Functionals:
         #: keyword -> (index per item, or None for an item without a gradient; many)
         self.params: dict[str, tuple[list[int | None], bool]] = {}
         self.mask: int | None = None
-        n_keys = geo.S + (0 if prep.sinks is None else 1)
+        n_keys = geo.S + prep.extra_keys
 
         def add(fn: ScoreFunctional | None) -> int | None:
             if fn is None:
@@ -134,7 +134,7 @@ def variant_attention_backward(
     for chain in chains:
         grads = chain(grads)
     dq, dk, dv = grads["dq"], grads["dk"], grads["dv"]
-    if prep.sinks is not None:  # the views offer the Enclosure API without the sink key
+    if prep.extra_keys:  # the views offer the Enclosure API without the sink key
         dk, dv = DropLast(dk, axis=-2), DropLast(dv, axis=-2)
     d_mask = None if fns.mask is None else res[f"fn{fns.mask}"]
     return AttentionGradients(dq, dk, dv, d_mask, **fns.results(res))
@@ -163,7 +163,7 @@ def _transformed_inputs(prep: Prepared, scale: Any, masked_rows: str
         np.broadcast_to(prep.user_madd, (*lead, L, S)).reshape(B, L, S)))
     uniform = None
     # a sink's logit is in every row: no row is empty then
-    empty: Arr = (np.asarray(~allowed.any(axis=-1)) if prep.sinks is None
+    empty: Arr = (np.asarray(~allowed.any(axis=-1)) if not prep.extra_keys
                   else np.zeros(allowed.shape[:-1], dtype=bool))
     rows = masked_rows_of(masked_rows, empty, S, lead, what="", check=False)
     if rows.uniform.any():
@@ -174,7 +174,7 @@ def _transformed_inputs(prep: Prepared, scale: Any, masked_rows: str
     tp = TransformedProblem(qf, kf, vf, allowed, madd, prep.ops, prep.sinks, scale_exact, E, geo,
                             uniform)
     mask = keep if keep is not None else np.ones((L, S), dtype=bool)
-    if prep.sinks is not None:
+    if prep.extra_keys:
         k64 = np.concatenate([k64, np.zeros((*k64.shape[:-2], 1, E))], axis=-2)
         v64 = np.concatenate([v64, np.zeros((*v64.shape[:-2], 1, Ev))], axis=-2)
         mask = np.concatenate([mask, np.ones((*mask.shape[:-1], 1), dtype=bool)], axis=-1)

@@ -360,7 +360,7 @@ def _compare_variant(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any
         dq, dk, dv, prep.q64, k64, v64, grad_output, attn_mask=mask, is_causal=False,
         scale=call["scale"], enable_gqa=prep.group > 1, causal_alignment="top_left",
         masked_rows=call["masked_rows"], dropout_p=0.0, dropout_mask=None, d_attn_mask=None,
-        **judge, sink_keys=0 if prep.sinks is None else 1, cap=cap,
+        **judge, sink_keys=prep.extra_keys, cap=cap,
         extra_bugs=_variant_backward_bugs(query, key, value, variant, **call),
         params=_parameter_gradients(kernel_params, prep, variant, query, key, value,
                                     grad_output, **call, **variants))
