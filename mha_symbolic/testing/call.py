@@ -68,12 +68,6 @@ class AttentionCall:
             return float(self.scale)
         return 1.0 / math.sqrt(E) if E else 0.0
 
-    @property
-    def softcap(self) -> float | None:
-        """The softcap C of s -> C tanh(s/C), if the call has one."""
-        c = self.opts.softcap
-        return None if c is None else float(c)
-
     def masked(self, empty: np.ndarray[Any, Any], S: int) -> MaskedRows:
         """What the call's ``masked_rows`` policy makes of the rows ``empty`` (rows
         with no key) of a float64 evaluation: the oracle's one reading, with

@@ -297,7 +297,7 @@ def _live_keys(blk: Block, r: int, S: int) -> tuple[Arr, Arr]:
     if single.any():
         live &= ~single[:, None]
     wk = (np.ones((r, S), dtype=bool) if allowed is None else allowed)
-    return live, (wk if blk.keep is None else wk & blk.keep).any(axis=0)
+    return live, np.asarray((wk if blk.keep is None else wk & blk.keep).any(axis=0))
 
 
 def _x_block(dob: Arr, abs_do: Arr, vt: Arr, abs_vt: Arr, vr_t: Arr | None,

@@ -26,6 +26,7 @@ each tier, with a bound:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -33,11 +34,12 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import ShapeError
 from ..arith.constants import ETA, FLOOR, UP, U, gamma
 from ..arith.dd import two_prod, two_sum
 
-__all__ = ["ScoreFunctional", "arb_part", "bin_sum_dd", "dd_part", "exact_part",
-           "tier1_part"]
+__all__ = ["ScoreFunctional", "arb_part", "bin_sum_dd", "broadcast_target", "dd_part",
+           "distance_functional", "exact_part", "relative_distances", "tier1_part"]
 
 Arr = np.ndarray[Any, Any]
 
@@ -70,6 +72,45 @@ class ScoreFunctional:
         else:
             b = col
         return b, np.asarray(w, dtype=np.float64)
+
+
+def broadcast_target(shape: tuple[int, ...], lead: tuple[int, ...], name: str) -> Arr:
+    """For every flat problem over ``lead``, the flat index of a parameter of ``shape``
+    broadcast against it (a parameter shared by broadcast copies sums their terms)."""
+    idx = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    try:
+        return np.broadcast_to(idx, lead).reshape(-1).copy()
+    except ValueError:
+        raise ShapeError(f"{name}.shape={shape} does not broadcast to (batch..., heads) = "
+                         f"{lead}") from None
+
+
+def relative_distances(n_keys: int, rows: Arr, offset: int) -> Arr:
+    """d = j - (i + offset) for the rows, over every key column (the sink's included)."""
+    return np.arange(n_keys)[None, :] - (rows[:, None] + offset)
+
+
+def distance_functional(name: str, slopes: Arr, offset: Any, geo: Any,
+                     flat_lead: tuple[int, ...], n_keys: int) -> ScoreFunctional:
+    """Σ −|j − (i + off)| dS_ij per flat problem into a parameter of ``slopes``' shape
+    (ALiBi's slopes, a slope score_mod's: ∂s_ij/∂slope = −|j − (i + off)|); ``offset``
+    one for the call or an array of each outer batch element's own offset (a KV
+    cache's); a (n_outer, H) parameter takes each flat problem's own entry."""
+    S, H = geo.S, geo.heads
+    cols = np.arange(n_keys)
+    if slopes.ndim == 2 and slopes.shape == (geo.n_outer, H):
+        # (batch, heads) over the flattened outer dimensions, as the forward
+        target = np.arange(geo.B, dtype=np.int64)
+    else:
+        target = broadcast_target(tuple(slopes.shape), flat_lead, name)
+
+    def index(e: int, rows: Arr) -> tuple[Any, Any]:
+        d = relative_distances(n_keys, rows, int(offset[e // H]) if np.ndim(offset) else offset)
+        return (np.broadcast_to(np.where(cols < S, 0, -1), d.shape),
+                -np.abs(d).astype(np.float64))
+
+    return ScoreFunctional(f"grad_{name}", tuple(slopes.shape), int(slopes.size), 1, 1,
+                           target, False, index)
 
 
 def tier1_part(fn: ScoreFunctional, e: int, ds: Arr, e_ds: Arr, live_rows: Arr

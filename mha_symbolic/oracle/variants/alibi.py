@@ -10,8 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from ..backward.functionals import ScoreFunctional, distance_functional
 from .protocol import (
     BugClass,
+    GradParam,
     Variant,
     VariantOptions,
     lengths_differ,
@@ -83,8 +85,48 @@ _BUGS = (
              lambda x: {"alibi_sign": 0.0}),
 )
 
+def _functionals(opts: VariantOptions, prep: Any, flat_lead: tuple[int, ...], n_keys: int
+                 ) -> tuple[ScoreFunctional, ...]:
+    geo = prep.geo
+    own = own_query_offsets(opts, geo)
+    return (distance_functional("alibi_slopes", opts.alibi_slopes, geo.offset if own is None
+                             else np.asarray(own), geo, flat_lead, n_keys),)
+
+
+def _reduce(geo: Geometry, shape: tuple[int, ...]) -> Any:
+    """Σ |j − (i + off)| x_ij per flat problem, summed to the slopes' shape."""
+    L, S, H = geo.L, geo.S, geo.heads
+    dist = np.abs(np.arange(S)[None, :] - (np.arange(L)[:, None] + geo.offset)).astype(
+        np.float64)
+
+    def slope_sum(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        per = (x[..., :S] * dist).sum(axis=(-2, -1)).reshape(-1, H)
+        return per.sum(axis=0).reshape(shape) if len(shape) == 1 else per.reshape(shape)
+    return slope_sum
+
+
+def _without(**changes: Any) -> Any:
+    return lambda x: {"variant_changes": changes}
+
+
+def _reversed_slopes(x: Any) -> dict[str, Any]:
+    sl = x.opts.alibi_slopes
+    return {"variant_changes": {"alibi_slopes": np.ascontiguousarray(sl[..., ::-1])}}
+
+
+_BACKWARD_BUGS = (
+    BugClass("alibi_missing_in_backward", "ALiBi bias not added when the backward "
+             "recomputes P = exp(S − lse)", _alibi, _without(alibi_slopes=None)),
+    BugClass("alibi_slopes_reversed_in_backward", "ALiBi slopes in reversed head order "
+             "when the backward recomputes P = exp(S − lse)", _alibi_asym, _reversed_slopes),
+)
+
 ALIBI = register(Variant(
     name="alibi", keywords=("alibi_slopes",), fields={"alibi_slopes": None}, parse=_parse,
     summary="ALiBi slopes: -slope·|j - (i + off)| added", scores=_scores, order=30, sequence=_sequence,
     bugs=_BUGS, positional=lambda opts: False, plain_scores=_plain_scores,
-    packed_whole=_whole))
+    packed_whole=_whole,
+    grad_params=(GradParam("d_alibi_slopes", "grad_alibi_slopes", _functionals,
+                           stacked=lambda opts: opts.alibi_slopes.ndim == 2,
+                           reduce=_reduce),),
+    backward_bugs=_BACKWARD_BUGS))

@@ -97,6 +97,11 @@ class Prepared:
     total: np.ndarray[Any, Any] | None  # Σ additive parts, exact doubles (lowerable)
     lowerable: bool  # no softcap and every additive part a double
 
+    @property
+    def extra_keys(self) -> int:
+        """The keys the lowering appends (the sink logit's one key, k = v = 0)."""
+        return 0 if self.sinks is None else 1
+
 
 def prepare(query: Any, key: Any, value: Any, opts: VariantOptions, *, attn_mask: Any,
             is_causal: bool, scale: Any, enable_gqa: bool, causal_alignment: str,

@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InputValueError, ShapeError
-from ..inputs import to_float64
+from ...errors import InputValueError, ShapeError, SpecError
+from ..inputs import as_exact_array, to_float64
 from .protocol import BugClass, Variant, VariantOptions, register
 from .semantics import Geometry, float_array, products_exact, sequence_row
+from .views import scaled
 
 _NAMES = ("q_descale", "k_descale", "v_descale")
 
@@ -129,7 +130,53 @@ _BUGS = (
              _any_descale, lambda x: {"descale_power": (2, 2, 2)}),
 )
 
+def _descale_factor(d: Any, x_lead: tuple[int, ...], prep: Any, kv: bool) -> Any:
+    """The descale factor of every flat problem of an input with leading shape x_lead
+    (FlashAttention-3: (batch, nheads_k), the query heads of a group sharing their kv
+    head's factor)."""
+    if d is None:
+        return None
+    geo = prep.geo
+    hk = geo.heads // prep.group
+    full = np.broadcast_to(d, (*geo.outer, hk))
+    if not kv and prep.group > 1:
+        full = np.repeat(full, prep.group, axis=-1)
+    try:
+        return np.broadcast_to(full, x_lead).reshape(-1)
+    except ValueError:  # pragma: no cover - the forward's checks refuse it first
+        raise ShapeError(f"descale factors of shape {d.shape} do not match {x_lead}") from None
+
+
+def _backward_inputs(opts: VariantOptions, prep: Any, query: Any, key: Any, value: Any
+                     ) -> Any:
+    """The chain rule through q·d_q, k·d_k, v·d_v: the gradients with respect to the
+    fp8 tensors are d_q·dq', d_k·dk', d_v·dv' (the query heads of a GQA group share
+    their kv head's d_q).  The gradient of an fp8 input broadcast over batches with
+    different descale factors would be a sum of differently scaled copies: refused.
+    No gradient of the descale factors is given (FlashAttention-3's autograd returns
+    None for them)."""
+    for name, x, x64, d in (("query", query, prep.q64, opts.q_descale),
+                            ("key", key, prep.k64, opts.k_descale),
+                            ("value", value, prep.v64, opts.v_descale)):
+        if d is not None and tuple(as_exact_array(x, name).shape) != tuple(x64.shape):
+            raise SpecError(f"{name}.shape does not cover the descale factors' batch: pass "
+                            f"{name} with its batch dimension (shape {x64.shape}) for the "
+                            "backward with descale factors")
+
+    def chain(res: dict[str, Any]) -> dict[str, Any]:
+        out = dict(res)
+        for name, d, x64, kv in (("dq", opts.q_descale, prep.q64, False),
+                                 ("dk", opts.k_descale, prep.k64, True),
+                                 ("dv", opts.v_descale, prep.v64, True)):
+            f = _descale_factor(d, tuple(x64.shape[:-2]), prep, kv)
+            if f is not None:
+                out[name] = scaled(res[name], f)
+        return out
+    return chain
+
+
 FP8 = register(Variant(
     name="fp8_descale", keywords=_NAMES, fields=dict.fromkeys(_NAMES), parse=_parse,
     summary="FP8 descale factors (batch, H_kv), FlashAttention-3", inputs=_inputs, sequence=_sequence,
-    bugs=_BUGS, plain_inputs=_plain_inputs, packed_whole=_whole))
+    bugs=_BUGS, plain_inputs=_plain_inputs, packed_whole=_whole,
+    backward_inputs=_backward_inputs, backward_check="FP8 descale factors"))

@@ -80,6 +80,32 @@ the hook that names them):
 A variant that changes the inputs (``inputs``) voids the value-hull check, which reads
 the values as given.
 
+The backward hooks (each optional; the backward side loops over them and never names
+a variant):
+
+* ``grad_params`` — its parameters' gradients (:class:`GradParam`: the sink logits',
+  the ALiBi slopes', a score_mod's tensors), as linear functionals of dS for the
+  oracle (:func:`.backward.variant_attention_backward`) and as reducers of the mask
+  gradient's bounds for the comparison door's tolerance;
+* ``backward_bugs`` — its backward bug classes (:class:`BugClass`) of the testing
+  side's catalogue: ``applies(call)`` reads the call record of the lowered problem
+  whose ``opts`` are the call's own options; ``switches(call)`` -> keywords of
+  :func:`mha_symbolic.testing.backward.bugs.plain_backward` (``softcap_derivative``),
+  or ``{"variant_changes": {...}}``: the backward recomputes P = exp(S − lse) with the
+  forward's lse but the scores of the call with those options changed (the window
+  or ALiBi missing in the backward);
+* ``backward_inputs`` — the chain rule through its exact input change (FP8 descale):
+  ``backward_inputs(opts, prep, query, key, value)`` checks the call and returns
+  grads -> grads, the {"dq", "dk", "dv"} Enclosures with respect to the changed
+  inputs mapped to those with respect to the caller's;
+* ``backward_check`` — what the variant is, when the comparison door has no
+  tolerance for its gradients (``compare_attention_backward`` refuses it: "<this> are
+  not supported by compare_attention_backward");
+* ``cap_of`` and ``cap_keywords`` — the cap C of s -> C·tanh(s/C) the variant's options
+  put first on the scaled score (None: none), and the door keywords that put a cap C
+  there: the testing side's float64 backward and the backward check's lowering
+  (:func:`.forward.lowered_after_cap`) use them.
+
 Its gradients follow from the same pieces (:mod:`.backward`: a bias's parameters are
 linear functionals of dS, :mod:`..backward.functionals`) and its term in the error
 model from its kind (:mod:`mha_symbolic.testing.forward.model_variants`).  The
@@ -95,7 +121,7 @@ from typing import Any
 
 from ...errors import SpecError
 
-__all__ = ["BugClass", "Variant", "VariantOptions", "lengths_differ", "own_query_offsets",
+__all__ = ["BugClass", "GradParam", "Variant", "VariantOptions", "lengths_differ", "own_query_offsets",
            "register", "registered", "unregister"]
 
 
@@ -123,6 +149,32 @@ class BugClass:
 def lengths_differ(call: Any) -> bool:
     """L != S: the bug classes that only show when the two corners differ."""
     return bool(call.q.shape[-2] != call.k.shape[-2])
+
+
+@dataclass(frozen=True)
+class GradParam:
+    """The gradient of a variant parameter, as data (the backward hooks, issue 23).
+
+    ``keyword``: its name in :class:`~mha_symbolic.oracle.backward.attention.AttentionGradients`
+    and, when the comparison door judges it, that door's keyword (``d_sinks``);
+    ``title``: its name in the reports (``grad_sinks``).  ``functionals(opts, prep,
+    flat_lead, n_keys)`` -> one :class:`~mha_symbolic.oracle.backward.functionals.ScoreFunctional`
+    (or None: no gradient, a constant) per item: the parameter's gradient as linear
+    functionals of dS (``prep`` the call's :class:`.forward.Prepared`, ``flat_lead`` its
+    flat-problem lead shape, ``n_keys`` the keys with the sink's); ``many``: the result
+    is a tuple, one per item (a score_mod's), else the one item.  ``stacked(opts)``: a
+    packed varlen batch stacks the sequences' gradients as (batch, ·) rather than
+    summing them (a (batch, H) parameter).  ``reduce(geo, shape)``: the testing side's
+    reducer, x -> the parameter's shape, of a nonnegative weighted sum of the lowered
+    mask gradient's elements (…, L, S + sinks) whose weights are the functional's
+    absolute values (its tolerance: docs/gradients.md §11.6); None: not judged."""
+
+    keyword: str
+    title: str
+    functionals: Callable[..., tuple[Any, ...]]
+    many: bool = False
+    stacked: Callable[[VariantOptions], bool] | None = None
+    reduce: Callable[[Any, tuple[int, ...]], Callable[[Any], Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +209,13 @@ class Variant:
     plain_keep: Callable[..., tuple[Callable[[Any], Any], bool]] | None = None
     plain_scores: Callable[..., tuple[tuple[str, Any], ...]] | None = None
     packed_whole: Callable[[VariantOptions], dict[str, Any]] | None = None
+    # backward hooks (h23b)
+    grad_params: tuple[GradParam, ...] = field(default=())
+    backward_bugs: tuple[BugClass, ...] = field(default=())
+    backward_inputs: Callable[..., Callable[[dict[str, Any]], dict[str, Any]]] | None = None
+    backward_check: str | None = None
+    cap_of: Callable[[VariantOptions], float | None] | None = None
+    cap_keywords: Callable[[float], dict[str, Any]] | None = None
 
 
 _REGISTRY: dict[str, Variant] = {}

@@ -18,16 +18,21 @@ from ..._text import echo
 from ...errors import SpecError, UnknownOptionError
 from ..inputs import to_float64
 from . import alibi, chunk, flex, fp8, kvcache, rotary, score_mod, sinks, softcap, window  # noqa: F401  (registration)
-from .protocol import VariantOptions, keyword_owner, own_query_offsets, registered
+from .protocol import GradParam, Variant, VariantOptions, keyword_owner, own_query_offsets, registered
 from .semantics import Bias, Cap, Geometry
 
 __all__ = [
     "VariantOptions",
+    "backward_bug_classes",
     "bug_classes",
+    "cap_keywords",
     "emulated_inputs",
+    "grad_params",
     "kept",
     "per_sequence",
+    "plain_cap",
     "plain_rotation",
+    "refuse_backward_check",
     "require_gradients",
     "rotation",
     "score_pipeline",
@@ -255,3 +260,50 @@ def require_gradients(opts: VariantOptions | None) -> None:
                             f"({', '.join(v.keywords)}): only its forward is; "
                             "reference_attention_backward and compare_attention_backward "
                             "refuse it rather than return an unproved enclosure")
+
+
+# --------------------------------------------------------------------------------------
+# the backward hooks (protocol.py: grad_params, backward_bugs, backward_check, cap_*)
+
+
+def grad_params(opts: VariantOptions | None = None) -> tuple[tuple[Variant, GradParam], ...]:
+    """(variant, parameter gradient) of the registered variants (of those ``opts``
+    uses, when given), in registration order."""
+    vs = registered() if opts is None else iter(opts.active())
+    return tuple((v, p) for v in vs for p in v.grad_params)
+
+
+def backward_bug_classes() -> tuple[Any, ...]:
+    """The registered variants' backward bug classes (:class:`.protocol.BugClass`)."""
+    return tuple(b for v in registered() for b in v.backward_bugs)
+
+
+def refuse_backward_check(opts: VariantOptions | None, door: str) -> None:
+    """Refuse a variant whose gradients the comparison door ``door`` has no tolerance
+    for (the ``backward_check`` hook)."""
+    if opts is None:
+        return
+    for v in opts.active():
+        if v.backward_check is not None:
+            raise SpecError(f"{v.backward_check} are not supported by {door} "
+                            "(reference_attention_backward computes those gradients)")
+
+
+def plain_cap(opts: VariantOptions) -> float | None:
+    """The cap C of s -> C·tanh(s/C) on the scaled score a variant puts first (the
+    ``cap_of`` hook), or None."""
+    got = [c for v in opts.active() if v.cap_of is not None
+           for c in (v.cap_of(opts),) if c is not None]
+    if len(got) > 1:
+        raise SpecError("two variants cap the scaled score first")
+    return got[0] if got else None
+
+
+def cap_keywords(cap: float | None) -> dict[str, Any]:
+    """The door keywords that put the cap C first on the scaled score ({} for None)."""
+    if cap is None:
+        return {}
+    for v in registered():
+        if v.cap_keywords is not None:
+            return v.cap_keywords(cap)
+    raise SpecError("no registered variant caps the scaled score")  # pragma: no cover

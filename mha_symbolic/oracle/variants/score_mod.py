@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ...errors import ShapeError, SpecError
-from .protocol import Variant, VariantOptions, register
+from ..backward.functionals import ScoreFunctional, distance_functional, relative_distances
+from .protocol import GradParam, Variant, VariantOptions, register
 from .score_mods import AlibiScoreMod, RelativeBiasScoreMod, ScoreMod, SoftcapScoreMod
 from .semantics import Bias, Cap, Geometry, _outer_heads, per_problem
 
@@ -46,10 +49,48 @@ def _scores(opts: VariantOptions, geo: Geometry) -> tuple[Cap | Bias, ...]:
     return tuple(ops)
 
 
+def _table_functional(m: RelativeBiasScoreMod, geo: Any, n_keys: int) -> ScoreFunctional:
+    """∂/∂table[h, w]: dS summed over the scores at clipped distance w − W."""
+    S, H, B = geo.S, geo.heads, geo.B
+    cols = np.arange(n_keys)
+    tab = np.asarray(m.table)
+    W = (tab.shape[-1] - 1) // 2
+    per_head = tab.ndim == 2 and tab.shape[0] > 1
+    target = np.arange(B, dtype=np.int64) % H if per_head else np.zeros(B, dtype=np.int64)
+
+    def t_index(e: int, rows: np.ndarray[Any, Any]) -> tuple[Any, Any]:
+        d = relative_distances(n_keys, rows, m.offset)
+        col = np.where(cols[None, :] < S, np.clip(d, -W, W) + W, -1)
+        return col, np.ones(col.shape)
+
+    return ScoreFunctional("grad_score_mod_table", tuple(tab.shape),
+                           tab.shape[0] if per_head else 1, 1, tab.shape[-1], target, False,
+                           t_index)
+
+
+def _functionals(opts: VariantOptions, prep: Any, flat_lead: tuple[int, ...], n_keys: int
+                 ) -> tuple[ScoreFunctional | None, ...]:
+    """Per score_mod item, the gradient of its tensor: an ALiBi score_mod's slopes, a
+    relative bias table's entries; None for a softcap (a constant)."""
+    geo = prep.geo
+    out: list[ScoreFunctional | None] = []
+    for m in opts.score_mods:
+        if isinstance(m, AlibiScoreMod):
+            out.append(distance_functional("score_mod_slopes", np.asarray(m.slopes), m.offset,
+                                        geo, flat_lead, n_keys))
+        elif isinstance(m, RelativeBiasScoreMod):
+            out.append(_table_functional(m, geo, n_keys))
+        else:
+            assert isinstance(m, SoftcapScoreMod)
+            out.append(None)
+    return tuple(out)
+
+
 SCORE_MOD = register(Variant(
     name="score_mod", keywords=("score_mod",), fields={"score_mods": ()},
     parse=_score_mods, summary="FlexAttention score_mod from the certified menu",
     scores=_scores, order=20,
     transcendental=lambda opts: any(isinstance(m, SoftcapScoreMod)
                                     for m in opts.score_mods),
-    positional=lambda opts: any(not isinstance(m, SoftcapScoreMod) for m in opts.score_mods)))
+    positional=lambda opts: any(not isinstance(m, SoftcapScoreMod) for m in opts.score_mods),
+    grad_params=(GradParam("d_score_mod", "grad_score_mod", _functionals, many=True),)))

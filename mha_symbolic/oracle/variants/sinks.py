@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import ShapeError
-from .protocol import BugClass, Variant, VariantOptions, register
+from ..backward.functionals import ScoreFunctional
+from .protocol import BugClass, GradParam, Variant, VariantOptions, register
 from .semantics import Geometry, float_array
 
 
@@ -37,7 +38,33 @@ _BUGS = (
              lambda x: {"sink_mode": "numerator"}),
 )
 
+def _functionals(opts: VariantOptions, prep: Any, flat_lead: tuple[int, ...], n_keys: int
+                 ) -> tuple[ScoreFunctional, ...]:
+    """∂/∂σ_h: the sink's column (index S) of dS, per head: σ_h enters row i's softmax
+    as a key of value 0, so ∂L/∂σ_h = Σ_{batch, i} dS_{i,sink} = −Σ_i P_{i,sink} D_i."""
+    geo = prep.geo
+    S, H = geo.S, geo.heads
+    cols = np.arange(n_keys)
+
+    def sink_index(e: int, rows: np.ndarray[Any, Any]) -> tuple[Any, Any]:
+        col = np.where(cols == S, 0, -1)
+        return np.broadcast_to(col, (rows.size, n_keys)), np.ones((rows.size, n_keys))
+
+    return (ScoreFunctional("grad_sinks", (H,), H, 1, 1, np.arange(geo.B, dtype=np.int64) % H,
+                            False, sink_index),)
+
+
+def _reduce(geo: Geometry, shape: tuple[int, ...]) -> Any:
+    """The sink column of the lowered mask gradient, summed per head."""
+    S, H = geo.S, geo.heads
+
+    def sink_sum(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return np.asarray(x[..., S].sum(axis=-1)).reshape(-1, H).sum(axis=0)
+    return sink_sum
+
+
 SINKS = register(Variant(
     name="sinks", keywords=("sinks",), fields={"sinks": None}, parse=_parse,
     summary="a logit per head in the denominator only (gpt-oss)", sinks=_sinks,
-    bugs=_BUGS))
+    bugs=_BUGS,
+    grad_params=(GradParam("d_sinks", "grad_sinks", _functionals, reduce=_reduce),)))

@@ -65,8 +65,23 @@ _BUGS = (
              lambda x: {"softcap_mode": "none"}),
 )
 
+def _has_plain_cap(x: Any) -> bool:
+    # the lowered problem's cap (softcap= or a softcap score_mod applied first)
+    return x.opts.has_cap
+
+
+_BACKWARD_BUGS = (
+    BugClass("softcap_derivative_missing",
+             "softcap's derivative 1 − tanh²(s/C) left out: dQ, dK take dS' = "
+             "P ∘ (dP − D) of the capped scores", _has_plain_cap,
+             lambda x: {"softcap_derivative": False}),
+)
+
 SOFTCAP = register(Variant(
     name="softcap", keywords=("softcap",), fields={"softcap": None}, parse=_softcap,
     summary="softcap C: s -> C·tanh(s/C) after the scale", scores=_scores, order=10,
     transcendental=lambda opts: opts.softcap is not None,
-    bugs=_BUGS, plain_scores=_plain_scores))
+    bugs=_BUGS, plain_scores=_plain_scores,
+    backward_bugs=_BACKWARD_BUGS,
+    cap_of=lambda opts: None if opts.softcap is None else float(opts.softcap),
+    cap_keywords=lambda C: {"softcap": C}))

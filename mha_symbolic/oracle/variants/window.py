@@ -93,7 +93,14 @@ _BUGS = (
              lambda x: {"flip_window_alignment": True}),
 )
 
+_BACKWARD_BUGS = (
+    BugClass("window_missing_in_backward", "sliding window not applied when the "
+             "backward recomputes P = exp(S − lse)", lambda x: x.opts.window is not None,
+             lambda x: {"variant_changes": {"window": None}}),
+)
+
 WINDOW = register(Variant(
     name="window", keywords=("window",), fields={"window": None}, parse=_window,
     summary="sliding window (left, right), FlashAttention's window_size",
-    keep=_keep, bugs=_BUGS, positional=lambda opts: True, plain_keep=_plain_keep))
+    keep=_keep, bugs=_BUGS, positional=lambda opts: True, plain_keep=_plain_keep,
+    backward_bugs=_BACKWARD_BUGS))

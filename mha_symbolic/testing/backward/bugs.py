@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ...oracle.variants.registry import backward_bug_classes, plain_cap
 from ..call import AttentionCall
 
 __all__ = [
@@ -66,9 +67,9 @@ class PlainBackward:
     ds_transposed: bool = False
     dv_p_transposed: bool = True
     gqa_reduce: str = "sum"
-    # a softcap (AttentionCall.softcap): C, t = tanh(c q·k / C), the capped scores
-    # C·t, and dS' = P ∘ (dP − D) before the factor 1 − t² (``ds`` holds dS' ∘ (1 − t²),
-    # what dQ and dK take)
+    # a cap first on the scaled score (a variant's ``cap_of`` hook: softcap's): C,
+    # t = tanh(c q·k / C), the capped scores C·t, and dS' = P ∘ (dP − D) before the
+    # factor 1 − t² (``ds`` holds dS' ∘ (1 − t²), what dQ and dK take)
     cap: float | None = None
     cap_t: Arr | None = None
     capped: Arr | None = None
@@ -118,9 +119,10 @@ def _scores_and_masks(x: AttentionCall, qe: Arr, ke: Arr, c: float, st: Callable
         rc = wk.type(math.sqrt(abs(c)))
         raw = st(st(qe * rc) @ np.swapaxes(st(ke * (rc if c >= 0 else -rc)), -1, -2))
     cap_t = capped = None
-    if x.softcap is not None:
+    cap = plain_cap(x.opts)
+    if cap is not None:
         # FlashAttention's softcap: C·tanh(s/C) on the scaled score, masks added after
-        C = float(x.softcap)
+        C = cap
         cap_t = st(np.tanh(raw / wk.type(C)))
         capped = st(wk.type(C) * cap_t)
         raw = capped
@@ -192,6 +194,63 @@ def _row_term(d_term: str, pb: Arr, dp: Arr, do: Arr, out: Arr, allowed: Arr,
     return np.asarray(d)
 
 
+def _storage(dtype: Any) -> tuple[Callable[[Any], Arr], np.dtype]:
+    """(store, work dtype): a simulated kernel's rounding of what it stores to ``dtype``
+    (kept in its work dtype), or float64 throughout (dtype None)."""
+    if dtype is not None:
+        dt = np.dtype(dtype)
+        wk = np.dtype(_WORK.get(dt.name, "float64"))
+
+        def st(a: Any) -> Arr:
+            return np.asarray(a).astype(dt).astype(wk)
+        return st, wk
+
+    def st64(a: Any) -> Arr:
+        return np.asarray(a, dtype=np.float64)
+    return st64, np.dtype(np.float64)
+
+
+def _f64(a: Any) -> Arr:
+    return np.asarray(a, dtype=np.float64)
+
+
+def _forward_weights(x: AttentionCall, raw: Arr, s: Arr, allowed: Arr,
+                     st: Callable[[Any], Arr], S: int) -> tuple[Arr, Arr, Arr, Any]:
+    """The forward's softmax of the scores s over the allowed keys: (P stored, lse,
+    the rows without a key (…, L, 1), the call's masked-row policy for them); a
+    uniform row's P is 1/S."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        sm = np.where(allowed, s, -np.inf)
+        mx = np.max(sm, axis=-1, keepdims=True) if S else np.zeros((*raw.shape[:-1], 1))
+        mx = np.where(np.isfinite(mx), mx, 0.0)
+        e = np.where(allowed, np.exp(sm - mx), 0.0)
+        tot = np.sum(e, axis=-1, keepdims=True)
+        empty = tot == 0
+        p = st(np.where(empty, 0.0, e / np.where(empty, 1.0, tot)))
+        lse = mx + np.log(np.where(empty, 1.0, tot))
+    policy = x.masked(empty[..., 0], S)
+    if policy.uniform.any():
+        p = np.where(policy.uniform[..., None], st(1.0 / S), p)
+    return p, lse, empty, policy
+
+
+def _score_gradient(pb: Arr, dp: Arr, d: Arr, policy: Any, cap_t: Arr | None,
+                    st: Callable[[Any], Arr], jacobian: str, softcap_derivative: bool
+                    ) -> tuple[Arr, Arr | None]:
+    """(dS, dS before the cap's factor or None): the softmax Jacobian diag(P) − P Pᵀ
+    applied to dP ("diagonal": its diagonal only), zero on uniform rows; with a cap,
+    times d(C tanh(s/C))/ds = 1 − tanh²(s/C) ("softcap_derivative=False": forgotten)."""
+    ds = st(pb * (1.0 - pb) * dp) if jacobian == "diagonal" else st(pb * (dp - d))
+    if policy.uniform.any():
+        ds = np.where(policy.uniform[..., None], 0.0, ds)
+    ds_pre = None
+    if cap_t is not None:
+        ds_pre = ds
+        if softcap_derivative:
+            ds = st(ds_pre * st(1.0 - cap_t * cap_t))
+    return ds, ds_pre
+
+
 def plain_backward(
     x: AttentionCall, *,
     d_term: str = "correct",
@@ -219,17 +278,7 @@ def plain_backward(
     ``backward_attn_mask`` (a variant kernel's bug: the attention mask, bool or float,
     with which the backward recomputes P = exp(S − lse), the forward's lse kept, e.g. a
     window or ALiBi slopes lowered differently than in the forward)."""
-    if dtype is not None:
-        dt = np.dtype(dtype)
-        wk = np.dtype(_WORK.get(dt.name, "float64"))
-
-        def st(a: Any) -> Arr:
-            return np.asarray(a).astype(dt).astype(wk)
-    else:
-        wk = np.dtype(np.float64)
-
-        def st(a: Any) -> Arr:
-            return np.asarray(a, dtype=np.float64)
+    st, wk = _storage(dtype)
     q, k, v, do = st(x.q), st(x.k), st(x.v), st(x.do)
     rep = 1
     if x.enable_gqa and q.ndim >= 3 and k.ndim >= 3 and k.shape[-3] != q.shape[-3]:
@@ -243,18 +292,7 @@ def plain_backward(
     S = k.shape[-2]
     raw, cap_t, capped, user, mask_add, allowed, s = _scores_and_masks(
         x, qe, ke, c, st, wk, simulated=dtype is not None)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        sm = np.where(allowed, s, -np.inf)
-        mx = np.max(sm, axis=-1, keepdims=True) if S else np.zeros((*raw.shape[:-1], 1))
-        mx = np.where(np.isfinite(mx), mx, 0.0)
-        e = np.where(allowed, np.exp(sm - mx), 0.0)
-        tot = np.sum(e, axis=-1, keepdims=True)
-        empty = tot == 0
-        p = st(np.where(empty, 0.0, e / np.where(empty, 1.0, tot)))
-        lse = mx + np.log(np.where(empty, 1.0, tot))
-    policy = x.masked(empty[..., 0], S)
-    if policy.uniform.any():
-        p = np.where(policy.uniform[..., None], st(1.0 / S), p)
+    p, lse, empty, policy = _forward_weights(x, raw, s, allowed, st, S)
     keep = None if x.dropout_mask is None else np.broadcast_to(x.dropout_mask, raw.shape)
     f = 1.0 / (1.0 - x.dropout_p)
     w = p if keep is None else st(np.where(keep, wk.type(f) * p, 0.0))
@@ -266,43 +304,30 @@ def plain_backward(
     dp = dpo if keep is None or not dropout_in_backward else st(np.where(keep, wk.type(f) * dpo, 0.0))
     d = _row_term(d_term, pb, dp, do, out, allowed, mask_in_backward, dropout_in_backward,
                   backward_attn_mask)
-    # the softmax Jacobian diag(P) − P Pᵀ applied to dP; "diagonal": its diagonal only
-    ds = st(pb * (1.0 - pb) * dp) if jacobian == "diagonal" else st(pb * (dp - d))
-    if policy.uniform.any():
-        ds = np.where(policy.uniform[..., None], 0.0, ds)
-    ds_pre = None
-    if cap_t is not None:
-        # d(C tanh(s/C))/ds = 1 − tanh²(s/C); "softcap_derivative=False": forgotten
-        ds_pre = ds
-        if softcap_derivative:
-            ds = st(ds_pre * st(1.0 - cap_t * cap_t))
+    ds, ds_pre = _score_gradient(pb, dp, d, policy, cap_t, st, jacobian, softcap_derivative)
     dst = np.swapaxes(ds, -1, -2)
     cq, ck = wk.type(c ** dq_scale_power), wk.type(c ** dk_scale_power)
     dq = st(cq * st((dst if ds_transposed else ds) @ ke))
     dk = st(ck * st((ds if ds_transposed else dst) @ qe))
     dv = st((np.swapaxes(wb, -1, -2) if dv_p_transposed else wb) @ do)
-    if policy.nan.any():
-        dead = policy.nan
-        dq = np.where(dead[..., None], np.nan, dq)
-        bad = np.any(dead, axis=-1)[..., None, None]
-        dk = np.where(bad, np.nan, dk)
-        dv = np.where(bad, np.nan, dv)
-    def f64(a: Any) -> Arr:
-        return np.asarray(a, dtype=np.float64)
-
-    dq_in = f64(st(reduce_to(dq, q.shape, 1)))
-    dk_in = f64(st(reduce_to(dk, k.shape, rep, gqa_reduce)))
-    dv_in = f64(st(reduce_to(dv, v.shape, rep, gqa_reduce)))
+    if policy.nan.any():  # NaN rows: their dq, and dk, dv of the problems holding one
+        bad = np.any(policy.nan, axis=-1)[..., None, None]
+        dq, dk, dv = (np.where(policy.nan[..., None], np.nan, dq), np.where(bad, np.nan, dk),
+                      np.where(bad, np.nan, dv))
+    dq_in = _f64(st(reduce_to(dq, q.shape, 1)))
+    dk_in = _f64(st(reduce_to(dk, k.shape, rep, gqa_reduce)))
+    dv_in = _f64(st(reduce_to(dv, v.shape, rep, gqa_reduce)))
     d_mask = None
     m = x.attn_mask
     if mask_add is not None and m is not None:
-        d_mask = f64(st(reduce_to(np.where(allowed, ds if ds_pre is None else ds_pre, 0.0),
-                                  m.shape, 1)))
+        d_mask = _f64(st(reduce_to(np.where(allowed, ds if ds_pre is None else ds_pre, 0.0),
+                                   m.shape, 1)))
+    f64 = _f64
     return PlainBackward(dq_in, dk_in, dv_in, d_mask, f64(qe), f64(ke), f64(ve), f64(do),
                          f64(pb), f64(wb), f64(dp), f64(d), f64(ds), f64(out), allowed,
                          None if mask_add is None else f64(mask_add), c, rep, f,
                          c ** dq_scale_power, c ** dk_scale_power, ds_transposed,
-                         dv_p_transposed, gqa_reduce, x.softcap,
+                         dv_p_transposed, gqa_reduce, plain_cap(x.opts),
                          None if cap_t is None else f64(cap_t),
                          None if capped is None else f64(capped),
                          None if ds_pre is None else f64(ds_pre), softcap_derivative)
@@ -394,10 +419,6 @@ BACKWARD_BUG_CLASSES: tuple[BackwardBugClass, ...] = (
     BackwardBugClass("softmax_jacobian_diagonal_only",
                      "softmax Jacobian's diagonal only: dS = P(1 − P) ∘ dP, the cross terms "
                      "−P_i P_j dropped", _always, _v(jacobian="diagonal")),
-    BackwardBugClass("softcap_derivative_missing",
-                     "softcap's derivative 1 − tanh²(s/C) left out: dQ, dK take dS' = "
-                     "P ∘ (dP − D) of the capped scores", lambda x: x.softcap is not None,
-                     _v(softcap_derivative=False)),
     BackwardBugClass("dropout_missing_in_backward",
                      "dropout keep-mask and 1/(1 − p) not applied in the backward",
                      lambda x: x.dropout_mask is not None, _v(dropout_in_backward=False)),
@@ -405,7 +426,8 @@ BACKWARD_BUG_CLASSES: tuple[BackwardBugClass, ...] = (
 
 
 def describe_backward(name: str) -> str:
-    for bug in BACKWARD_BUG_CLASSES:
+    """The description of a backward bug class: the catalogue's or a variant's."""
+    for bug in (*BACKWARD_BUG_CLASSES, *backward_bug_classes()):
         if bug.name == name:
             return bug.description
     raise KeyError(name)

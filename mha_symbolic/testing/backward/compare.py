@@ -29,6 +29,10 @@ from ...oracle.shifted import SHIFT_ABOVE, shift_of
 from ...oracle.variants.forward import lowered, lowered_after_cap, prepare, require_lowerable
 from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import (
+    backward_bug_classes,
+    cap_keywords,
+    grad_params,
+    refuse_backward_check,
     require_gradients,
     split_variant_keywords,
     variant_options,
@@ -75,7 +79,6 @@ __all__ = [
 
 _GRADS = (("dq", "grad_query"), ("dk", "grad_key"), ("dv", "grad_value"),
           ("d_attn_mask", "grad_attn_mask"))
-_PARAMS = (("d_sinks", "grad_sinks"), ("d_alibi_slopes", "grad_alibi_slopes"))
 
 
 # --------------------------------------------------------------------------------------
@@ -276,55 +279,74 @@ def compare_attention_backward(
 
     split_variant_keywords(variants, door=compare_attention_backward)
     variant = variant_options(**variants)
-    require_gradients(variant)
-    if variant is not None and any(getattr(variant, f) is not None
-                                   for f in ("q_descale", "k_descale", "v_descale")):
-        raise SpecError("FP8 descale factors are not supported by compare_attention_backward "
-                        "(reference_attention_backward computes those gradients)")
+    kernel_params = {"d_sinks": d_sinks, "d_alibi_slopes": d_alibi_slopes}  # grad_params
     judge = {"rule": rule, "accumulation_dtype": accumulation_dtype, "safety": safety,
              "rtol": rtol, "atol": atol, "ulps": ulps, "factor": factor,
              "diagnose_bugs": diagnose_bugs, "error_model": error_model}
+    call = {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale,
+            "enable_gqa": enable_gqa, "causal_alignment": causal_alignment,
+            "masked_rows": masked_rows}
     if variant is not None:
-        if dropout_mask is not None or dropout_p:
-            raise SpecError("dropout with attention variants is not supported")
-        return _compare_variant(
-            dq, dk, dv, query, key, value, grad_output, variant, variants,
-            {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale,
-             "enable_gqa": enable_gqa, "causal_alignment": causal_alignment,
-             "masked_rows": masked_rows}, judge, d_attn_mask=d_attn_mask, d_sinks=d_sinks,
-            d_alibi_slopes=d_alibi_slopes)
-    if d_sinks is not None or d_alibi_slopes is not None:
-        raise SpecError("d_sinks and d_alibi_slopes need sinks= and alibi_slopes=")
+        return _compare_variant(dq, dk, dv, query, key, value, grad_output, variant, variants,
+                                call, judge, d_attn_mask=d_attn_mask,
+                                dropout=(dropout_p, dropout_mask), kernel_params=kernel_params)
+    _refuse_params_without_variants(kernel_params)
+    return _compare_plain(dq, dk, dv, query, key, value, grad_output, d_attn_mask, call,
+                          judge, dropout_p=dropout_p, dropout_mask=dropout_mask)
+
+
+def _compare_plain(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any,
+                   grad_output: Any, d_attn_mask: Any, call: dict[str, Any],
+                   judge: dict[str, Any], **dropout: Any) -> BackwardComparison:
+    """:func:`compare_attention_backward` of plain attention, in power-of-two units for
+    huge values or grad_output (:func:`power_of_two_form`)."""
     shifted = power_of_two_form(value, grad_output, dq, dk, dv, d_attn_mask)
     note: tuple[str, ...] = ()
     if shifted is not None:
         value, grad_output, dq, dk, dv, d_attn_mask, note = shifted
-    result = _compare_backward(
-        dq, dk, dv, query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal,
-        scale=scale, enable_gqa=enable_gqa, causal_alignment=causal_alignment,
-        masked_rows=masked_rows, dropout_p=dropout_p, dropout_mask=dropout_mask,
-        d_attn_mask=d_attn_mask, **judge, sink_keys=0, softcap=None)
+    result = _compare_backward(dq, dk, dv, query, key, value, grad_output, **call, **dropout,
+                               d_attn_mask=d_attn_mask, **judge, sink_keys=0, cap=None)
     return replace(result, warnings=(*result.warnings, *note)) if note else result
+
+
+def _judged_params() -> dict[str, tuple[Any, Any]]:
+    """keyword -> (variant, GradParam) of the parameter gradients the door judges (those
+    with a ``reduce``: a tolerance model)."""
+    return {p.keyword: (v, p) for v, p in grad_params() if p.reduce is not None}
+
+
+def _refuse_params_without_variants(kernel_params: dict[str, Any]) -> None:
+    if any(x is not None for x in kernel_params.values()):
+        owners = _judged_params()
+        raise SpecError(f"{' and '.join(kernel_params)} need "
+                        f"{' and '.join(owners[kw][0].keywords[0] + '=' for kw in kernel_params)}")
 
 
 def _compare_variant(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any,
                      grad_output: Any, variant: Any, variants: dict[str, Any],
                      call: dict[str, Any], judge: dict[str, Any], *, d_attn_mask: Any,
-                     d_sinks: Any, d_alibi_slopes: Any) -> BackwardComparison:
+                     dropout: tuple[Any, Any], kernel_params: dict[str, Any]
+                     ) -> BackwardComparison:
     """:func:`compare_attention_backward` of a call with variants: as plain attention of
     exact inputs (:mod:`mha_symbolic.oracle.variants.forward`), so that the gradients,
     the model and the bug catalogue are the plain ones; a rotating variant through
-    :func:`_compare_rotated`.  ``call``: the SDPA options; ``judge``: the rule's."""
+    :func:`_compare_rotated`.  ``call``: the SDPA options; ``judge``: the rule's;
+    ``kernel_params``: the kernel's variant-parameter gradients by keyword."""
+    require_gradients(variant)
+    refuse_backward_check(variant, "compare_attention_backward")
+    if dropout[1] is not None or dropout[0]:
+        raise SpecError("dropout with attention variants is not supported")
     if d_attn_mask is not None:
         raise SpecError("d_attn_mask with attention variants is not available "
                         "(reference_attention_backward computes that gradient)")
-    if (d_sinks is not None or d_alibi_slopes is not None) and judge["rule"] == "flash":
-        raise SpecError("rule='flash' has no simulated kernel for d_sinks and "
-                        "d_alibi_slopes: use rule='model', 'ulp' or 'allclose'")
+    given = any(x is not None for x in kernel_params.values())
+    if given and judge["rule"] == "flash":
+        raise SpecError(f"rule='flash' has no simulated kernel for {' and '.join(kernel_params)}"
+                        ": use rule='model', 'ulp' or 'allclose'")
     prep = prepare(query, key, value, variant, **call)
     if any(v.rotate is not None for v in variant.active()):
-        if d_sinks is not None or d_alibi_slopes is not None:
-            raise SpecError("d_sinks and d_alibi_slopes with a variant that rotates q "
+        if given:
+            raise SpecError(f"{' and '.join(kernel_params)} with a variant that rotates q "
                             "and k are not supported")
         return _compare_rotated(dq, dk, dv, query, key, value, grad_output, prep, variant,
                                 call=call, variants=variants, **judge)
@@ -338,9 +360,9 @@ def _compare_variant(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any
         dq, dk, dv, prep.q64, k64, v64, grad_output, attn_mask=mask, is_causal=False,
         scale=call["scale"], enable_gqa=prep.group > 1, causal_alignment="top_left",
         masked_rows=call["masked_rows"], dropout_p=0.0, dropout_mask=None, d_attn_mask=None,
-        **judge, sink_keys=0 if prep.sinks is None else 1, softcap=cap,
+        **judge, sink_keys=prep.extra_keys, cap=cap,
         extra_bugs=_variant_backward_bugs(query, key, value, variant, **call),
-        params=_parameter_gradients(d_sinks, d_alibi_slopes, prep, query, key, value,
+        params=_parameter_gradients(kernel_params, prep, variant, query, key, value,
                                     grad_output, **call, **variants))
 
 
@@ -438,42 +460,33 @@ def power_of_two_form(value: Any, grad_output: Any, *actual: Any) -> tuple[Any, 
 
 def _variant_backward_bugs(query: Any, key: Any, value: Any, variant: Any, **call: Any
                            ) -> tuple[BackwardBugClass, ...]:
-    """The variant kernels' backward bugs of this call, as catalogue entries: the
-    backward recomputes P = exp(S − lse) with the forward's lse but scores lowered
-    without the window, without ALiBi, or with the slopes in reversed head order
-    (plain_backward's ``backward_attn_mask``).  Built lazily, only when a diagnosis
-    runs."""
+    """The registered variants' backward bug classes (their ``backward_bugs`` hooks) as
+    catalogue entries for this call: each reads the call record of the lowered problem
+    with the call's own options; a class whose switches change the options
+    (``variant_changes``) recomputes P = exp(S − lse) with the forward's lse but the
+    scores of the changed call (plain_backward's ``backward_attn_mask``: the window or
+    ALiBi missing in the backward).  Built lazily, only when a diagnosis runs."""
 
-
-    def bwd_mask(**changes: Any) -> Any:
+    def bwd_mask(changes: dict[str, Any]) -> Any:
         other = prepare(query, key, value, variant.replace(**changes), **call)
         return (lowered_after_cap(other)[3] if variant.has_cap else lowered(other)[2])
 
-    def entry(name: str, description: str, **changes: Any) -> BackwardBugClass:
+    def entry(bug: Any) -> BackwardBugClass:
         memo: list[Any] = []
 
         def make(x: AttentionCall, dtype: Any = None) -> PlainBackward:
-            if not memo:
-                memo.append(bwd_mask(**changes))
-            m = memo[0]
-            if m is None:
-                m = np.ones((1, 1), dtype=bool)
-            return plain_backward(x, dtype=dtype, backward_attn_mask=m)
-        return BackwardBugClass(name, description, lambda x: True, make)
+            switches = dict(bug.switches(replace(x, opts=variant)))
+            changes = switches.pop("variant_changes", None)
+            if changes is not None:
+                if not memo:
+                    memo.append(bwd_mask(changes))
+                m = memo[0]
+                switches["backward_attn_mask"] = np.ones((1, 1), dtype=bool) if m is None else m
+            return plain_backward(x, dtype=dtype, **switches)
+        return BackwardBugClass(bug.name, bug.description,
+                                lambda x: bool(bug.applies(replace(x, opts=variant))), make)
 
-    out = []
-    if variant.window is not None:
-        out.append(entry("window_missing_in_backward", "sliding window not applied when the "
-                         "backward recomputes P = exp(S − lse)", window=None))
-    sl = variant.alibi_slopes
-    if sl is not None:
-        out.append(entry("alibi_missing_in_backward", "ALiBi bias not added when the "
-                         "backward recomputes P = exp(S − lse)", alibi_slopes=None))
-        if sl.shape[-1] > 1 and not np.array_equal(sl, sl[..., ::-1]):
-            out.append(entry("alibi_slopes_reversed_in_backward", "ALiBi slopes in reversed "
-                             "head order when the backward recomputes P = exp(S − lse)",
-                             alibi_slopes=np.ascontiguousarray(sl[..., ::-1])))
-    return tuple(out)
+    return tuple(entry(b) for b in backward_bug_classes())
 
 
 #: (actual, reference enclosure, reducer): a parameter's gradient is a nonnegative
@@ -481,36 +494,28 @@ def _variant_backward_bugs(query: Any, key: Any, value: Any, variant: Any, **cal
 _Param = tuple[np.ndarray, Any, Any]
 
 
-def _parameter_gradients(d_sinks: Any, d_slopes: Any, prep: Any, query: Any, key: Any,
-                         value: Any, grad_output: Any, **call: Any) -> dict[str, _Param]:
-    """The sink logits' and ALiBi slopes' gradients as linear functionals of dS (the
-    lowered mask's gradient): ∂/∂σ_h = Σ_{batch, i} dS_{i,sink}; ∂/∂m_h = −Σ_{i,j}
-    |j − (i + off)| dS_ij.  Their reference comes from reference_attention_backward of
+def _parameter_gradients(kernel_params: dict[str, Any], prep: Any, variant: Any, query: Any,
+                         key: Any, value: Any, grad_output: Any, **call: Any
+                         ) -> dict[str, _Param]:
+    """The kernel's variant-parameter gradients (the ``grad_params`` hooks: the sink
+    logits', ∂/∂σ_h = Σ_{batch, i} dS_{i,sink}; the ALiBi slopes', ∂/∂m_h = −Σ_{i,j}
+    |j − (i + off)| dS_ij) as linear functionals of dS (the lowered mask's gradient),
+    each with its reducer.  Their reference comes from reference_attention_backward of
     the call itself."""
-    if d_sinks is None and d_slopes is None:
+    given = {kw: x for kw, x in kernel_params.items() if x is not None}
+    if not given:
         return {}
-
-    if d_sinks is not None and prep.sinks is None:
-        raise SpecError("d_sinks was given but the call has no sinks")
-    if d_slopes is not None and call.get("alibi_slopes") is None:
-        raise SpecError("d_alibi_slopes was given but the call has no alibi_slopes")
+    owners = _judged_params()
+    active = variant.active()
+    for kw in given:
+        owner = owners[kw][0]
+        if owner not in active:
+            raise SpecError(f"{kw} was given but the call has no {owner.keywords[0]}")
     ref = reference_attention_backward(query, key, value, grad_output, **call)
-    geo = prep.geo
-    L, S, H = geo.L, geo.S, geo.heads
     out: dict[str, _Param] = {}
-    if d_sinks is not None:
-        def sink_sum(x: np.ndarray) -> np.ndarray:
-            return np.asarray(x[..., S].sum(axis=-1)).reshape(-1, H).sum(axis=0)
-        out["d_sinks"] = (_as_actual(d_sinks), ref.d_sinks, sink_sum)
-    if d_slopes is not None:
-        dist = np.abs(np.arange(S)[None, :] - (np.arange(L)[:, None] + geo.offset)).astype(
-            np.float64)
-        shape = tuple(ref.d_alibi_slopes.shape)
-
-        def slope_sum(x: np.ndarray, dist: np.ndarray = dist) -> np.ndarray:
-            per = (x[..., :S] * dist).sum(axis=(-2, -1)).reshape(-1, H)
-            return per.sum(axis=0).reshape(shape) if len(shape) == 1 else per.reshape(shape)
-        out["d_alibi_slopes"] = (_as_actual(d_slopes), ref.d_alibi_slopes, slope_sum)
+    for kw, x in given.items():
+        enc = getattr(ref, kw)
+        out[kw] = (_as_actual(x), enc, owners[kw][1].reduce(prep.geo, tuple(enc.shape)))
     for name, (a, enc, _) in out.items():
         if tuple(a.shape) != tuple(enc.shape):
             raise ShapeError(f"{name}.shape={tuple(a.shape)} does not match the shape of the "
@@ -544,22 +549,70 @@ def _compare_backward(
     causal_alignment: str, masked_rows: str, dropout_p: float, dropout_mask: Any,
     d_attn_mask: Any, rule: str | None, accumulation_dtype: Any, safety: float | None,
     rtol: float | None, atol: float | None, ulps: float | None, factor: float | None,
-    diagnose_bugs: bool, error_model: str, sink_keys: int, softcap: float | None,
+    diagnose_bugs: bool, error_model: str, sink_keys: int, cap: float | None,
     extra_bugs: tuple[BackwardBugClass, ...] = (), params: dict[str, _Param] | None = None,
 ) -> BackwardComparison:
     """compare_attention_backward of plain attention; ``sink_keys``: the last keys
-    are lowered sinks (:func:`_with_sink_keys`); ``softcap``: C·tanh(s/C) on the scaled
-    scores before the mask (backward_model.py: the worst-case propagation)."""
+    are lowered sinks (:func:`_with_sink_keys`); ``cap``: C·tanh(s/C) on the scaled
+    scores before the mask (backward_model.py: the worst-case propagation), put there
+    by the variant whose ``cap_keywords`` hook says how."""
     rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
 
     acts = {"dq": _as_actual(dq), "dk": _as_actual(dk), "dv": _as_actual(dv)}
     if d_attn_mask is not None:
         acts["d_attn_mask"] = _as_actual(d_attn_mask)
     emodel = _model_bwd(list(acts.values()), accumulation_dtype, error_model)
+    cap_kw = cap_keywords(cap)
     ref = reference_attention_backward(
         query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
         enable_gqa=enable_gqa, causal_alignment=causal_alignment, masked_rows=masked_rows,
-        dropout_p=dropout_p, dropout_mask=dropout_mask, softcap=softcap)
+        dropout_p=dropout_p, dropout_mask=dropout_mask, **cap_kw)
+    encs = _reference_gradients(ref, acts, sink_keys)
+    x = AttentionCall(
+        _f64(_as_array(query, "query")), _f64(_as_array(key, "key")),
+        _f64(_as_array(value, "value")), do=_f64(_as_array(grad_output, "grad_output")),
+        attn_mask=_as_mask(attn_mask), is_causal=is_causal,
+        scale=None if scale is None else float(scale), enable_gqa=enable_gqa,
+        causal_alignment=causal_alignment, masked_rows=masked_rows, dropout_p=float(dropout_p),
+        dropout_mask=None if dropout_mask is None else np.asarray(_as_array(dropout_mask,
+                                                                            "dropout_mask")),
+        opts=variant_options(**cap_kw) or VariantOptions())
+    pb = plain_backward(x)
+    shapes = {n: tuple(e.shape) for n, e in encs.items()}
+    model, nats, shapes = _bounds(pb, emodel, shapes, acts, encs, params)
+    kernel_dtype = max((a.dtype for a in acts.values()), key=lambda d: format_of(d).u)
+    plain = None
+    if rule == "flash":
+        pd = plain_backward(x, dtype=kernel_dtype)
+        plain = {"dq": pd.dq, "dk": pd.dk, "dv": pd.dv, "d_attn_mask": pd.d_mask}
+
+    n_el = float(sum(np.prod(sh) for sh in shapes.values()))
+    shown = emodel.with_events(*backward_events(pb, max(n_el, 1.0)))   # the report's λ
+    rule_text = _rule_line(rule, shown, safety, rtol, atol, ulps, factor,
+                           kernel=BACKWARD_KERNEL)
+    titles = {n: f"{t} ({n})" for n, t in _GRADS}
+    titles.update({p.keyword: f"{p.title} ({p.keyword})" for _, p in grad_params()})
+    comps, warns, fits_truth = _judge_gradients(
+        acts, encs, model, nats, shown, rule=rule, rule_text=rule_text, safety=safety,
+        rtol=rtol, atol=atol, ulps=ulps, factor=factor, plain=plain, titles=titles,
+        masked_nan=masked_rows == "nan")
+    _refuse_vacuous(comps, shown)
+    passed = all(c_.passed for c_ in comps.values())
+    result = BackwardComparison(passed, rule_text, emodel.fmt.name, _acc_text(emodel), comps,
+                                bounds=model, warnings=tuple(warns))
+    saf = 1.0 if safety is None or rule != "model" else safety
+    if passed or not diagnose_bugs or fits_truth:
+        return result
+    grads = {n: a for n, a in acts.items() if n not in (params or {})}
+    found = diagnose_backward(grads, x, model=emodel, safety=saf, shapes=shapes,
+                              extra=extra_bugs)
+    return replace(result, diagnosis_run=True, diagnoses=found)
+
+
+def _reference_gradients(ref: Any, acts: dict[str, np.ndarray], sink_keys: int
+                         ) -> dict[str, Any]:
+    """The reference Enclosures of the gradients the kernel returned (the lowered sink
+    keys' rows of dk, dv filled in ``acts``), their shapes checked."""
     encs = {"dq": ref.dq, "dk": ref.dk, "dv": ref.dv}
     if "d_attn_mask" in acts:
         if ref.d_attn_mask is None:
@@ -572,64 +625,34 @@ def _compare_backward(
         if tuple(a.shape) != tuple(encs[name].shape):
             raise ShapeError(f"{name}.shape={tuple(a.shape)} does not match the shape of the "
                              f"gradient it stands for {tuple(encs[name].shape)}")
-    x = AttentionCall(
-        _f64(_as_array(query, "query")), _f64(_as_array(key, "key")),
-        _f64(_as_array(value, "value")), do=_f64(_as_array(grad_output, "grad_output")),
-        attn_mask=_as_mask(attn_mask), is_causal=is_causal,
-        scale=None if scale is None else float(scale), enable_gqa=enable_gqa,
-        causal_alignment=causal_alignment, masked_rows=masked_rows, dropout_p=float(dropout_p),
-        dropout_mask=None if dropout_mask is None else np.asarray(_as_array(dropout_mask,
-                                                                            "dropout_mask")),
-        opts=VariantOptions(softcap=softcap))
-    pb = plain_backward(x)
-    shapes = {n: tuple(e.shape) for n, e in encs.items()}
-    if params:
-        # the parameters: sums of the mask gradient's per-element bounds (each holds on
-        # the check's event, so their sum bounds the sum's error), plus the kernel's own
-        # sum γ̃_n(u) Σ w|dS|; its elements count as events of the check
-        full = tuple(pb.p.shape)
-        model = backward_error_bound(pb, emodel, shapes={**shapes, "d_attn_mask": full})
-        nat_m, floor_m = natural_scales(pb, {"d_attn_mask": full}, emodel.eta)["d_attn_mask"]
-        e_m = model.pop("d_attn_mask")
-        ds_abs = np.abs(np.where(pb.allowed, pb.ds if pb.ds_pre is None else pb.ds_pre, 0.0))
-        nats = natural_scales(pb, shapes, emodel.eta)
-        for name, (a, enc, reduce) in params.items():
-            n_terms = max(float(np.prod(full)) / max(float(np.prod(a.shape)), 1.0), 1.0)
-            gam = emodel.gamma_sum(n_terms, format_of(a.dtype).u)
-            model[name] = np.asarray(reduce(e_m) + gam * reduce(ds_abs), dtype=np.float64)
-            nats[name] = (np.asarray(reduce(nat_m), dtype=np.float64),
-                          np.full(a.shape, float(np.max(floor_m, initial=0.0)) * n_terms))
-            acts[name], encs[name] = a, enc
-        shapes = {**shapes, "d_attn_mask": full}
-    else:
-        model = backward_error_bound(pb, emodel, shapes=shapes)
-        nats = natural_scales(pb, shapes, emodel.eta)
-    kernel_dtype = max((a.dtype for a in acts.values()), key=lambda d: format_of(d).u)
-    plain = None
-    if rule == "flash":
-        pd = plain_backward(x, dtype=kernel_dtype)
-        plain = {"dq": pd.dq, "dk": pd.dk, "dv": pd.dv, "d_attn_mask": pd.d_mask}
+    return encs
 
-    n_el = float(sum(np.prod(sh) for sh in shapes.values()))
-    shown = emodel.with_events(*backward_events(pb, max(n_el, 1.0)))   # the report's λ
-    rule_text = _rule_line(rule, shown, safety, rtol, atol, ulps, factor,
-                           kernel=BACKWARD_KERNEL)
-    comps, warns, fits_truth = _judge_gradients(
-        acts, encs, model, nats, shown, rule=rule, rule_text=rule_text, safety=safety,
-        rtol=rtol, atol=atol, ulps=ulps, factor=factor, plain=plain,
-        titles={n: f"{t} ({n})" for n, t in _GRADS + _PARAMS},
-        masked_nan=masked_rows == "nan")
-    _refuse_vacuous(comps, shown)
-    passed = all(c_.passed for c_ in comps.values())
-    result = BackwardComparison(passed, rule_text, emodel.fmt.name, _acc_text(emodel), comps,
-                                bounds=model, warnings=tuple(warns))
-    saf = 1.0 if safety is None or rule != "model" else safety
-    if passed or not diagnose_bugs or fits_truth:
-        return result
-    grads = {n: a for n, a in acts.items() if n not in dict(_PARAMS)}
-    found = diagnose_backward(grads, x, model=emodel, safety=saf, shapes=shapes,
-                              extra=extra_bugs)
-    return replace(result, diagnosis_run=True, diagnoses=found)
+
+def _bounds(pb: PlainBackward, emodel: ErrorModel, shapes: dict[str, tuple[int, ...]],
+            acts: dict[str, np.ndarray], encs: dict[str, Any], params: dict[str, _Param] | None
+            ) -> tuple[dict[str, np.ndarray], dict[str, Any], dict[str, tuple[int, ...]]]:
+    """(model bounds, natural scales, shapes) of every judged gradient; with variant
+    parameters (added to ``acts`` and ``encs``) their bounds: sums of the mask
+    gradient's per-element bounds (each holds on the check's event, so their sum bounds
+    the sum's error), plus the kernel's own sum γ̃_n(u) Σ w|dS|; its elements count as
+    events of the check."""
+    if not params:
+        return (backward_error_bound(pb, emodel, shapes=shapes),
+                natural_scales(pb, shapes, emodel.eta), shapes)
+    full = tuple(pb.p.shape)
+    model = backward_error_bound(pb, emodel, shapes={**shapes, "d_attn_mask": full})
+    nat_m, floor_m = natural_scales(pb, {"d_attn_mask": full}, emodel.eta)["d_attn_mask"]
+    e_m = model.pop("d_attn_mask")
+    ds_abs = np.abs(np.where(pb.allowed, pb.ds if pb.ds_pre is None else pb.ds_pre, 0.0))
+    nats = natural_scales(pb, shapes, emodel.eta)
+    for name, (a, enc, reduce) in params.items():
+        n_terms = max(float(np.prod(full)) / max(float(np.prod(a.shape)), 1.0), 1.0)
+        gam = emodel.gamma_sum(n_terms, format_of(a.dtype).u)
+        model[name] = np.asarray(reduce(e_m) + gam * reduce(ds_abs), dtype=np.float64)
+        nats[name] = (np.asarray(reduce(nat_m), dtype=np.float64),
+                      np.full(a.shape, float(np.max(floor_m, initial=0.0)) * n_terms))
+        acts[name], encs[name] = a, enc
+    return model, nats, {**shapes, "d_attn_mask": full}
 
 
 def _judge_gradients(

@@ -16,7 +16,12 @@ import pytest
 import mha_symbolic as ms
 from mha_symbolic.errors import SpecError, UnknownOptionError
 from mha_symbolic.oracle.variants import protocol
-from mha_symbolic.oracle.variants.registry import variant_keywords, variant_options
+from mha_symbolic.oracle.variants.registry import (
+    backward_bug_classes,
+    grad_params,
+    variant_keywords,
+    variant_options,
+)
 from mha_symbolic.testing.forward.bugs_variants import variant_bug_classes
 
 DOORS = ["reference_attention", "reference_attention_backward", "compare_attention",
@@ -278,3 +283,74 @@ def test_a_variant_not_positional_takes_part_in_a_kv_cache_decode() -> None:
     got = ms.reference_attention(q, k, v, cache_seqlens=np.array([10]),
                                  score_mod=ms.softcap_score_mod(3.0))
     np.testing.assert_array_equal(got.rounded("float64"), want.rounded("float64"))
+
+
+@pytest.fixture
+def key_lengths_with_backward_bug() -> Iterator[None]:
+    """The test's key-lengths variant with a backward bug class of its own (the
+    ``backward_bugs`` hook): the backward recomputes P without the lengths."""
+    def parse(key_lengths: Any = None) -> dict[str, Any]:
+        return {} if key_lengths is None else {"key_lengths": np.asarray(key_lengths)}
+
+    def keep(opts: Any, geo: Any, is_causal: bool) -> Any:
+        return np.arange(geo.S) < opts.key_lengths.reshape(-1, 1, 1, 1)
+
+    bug = protocol.BugClass(
+        "key_lengths_missing_in_backward", "key lengths not applied when the backward "
+        "recomputes P", lambda x: x.opts.key_lengths is not None,
+        lambda x: {"variant_changes": {"key_lengths": None}})
+    protocol.register(protocol.Variant(
+        name="key_lengths_bwd_test", keywords=("key_lengths",), fields={"key_lengths": None},
+        parse=parse, keep=keep, summary="test", backward_bugs=(bug,)))
+    try:
+        yield
+    finally:
+        protocol.unregister("key_lengths_bwd_test")
+
+
+def _hand_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray,
+                   keep: np.ndarray, keep_bwd: np.ndarray) -> list[np.ndarray]:
+    """FlashAttention-2's backward in float64 by hand: the forward's lse over ``keep``,
+    P recomputed over ``keep_bwd`` (a bug when they differ)."""
+    c = 1.0 / np.sqrt(q.shape[-1])
+    s = c * q @ np.swapaxes(k, -1, -2)
+    sm = np.where(keep, s, -np.inf)
+    mx = sm.max(axis=-1, keepdims=True)
+    lse = mx + np.log(np.exp(sm - mx).sum(axis=-1, keepdims=True))
+    out = np.exp(sm - lse) @ v
+    p = np.where(keep_bwd, np.exp(s - lse), 0.0)
+    dv = np.swapaxes(p, -1, -2) @ do
+    ds = p * (do @ np.swapaxes(v, -1, -2) - (do * out).sum(axis=-1, keepdims=True))
+    return [c * ds @ k, c * np.swapaxes(ds, -1, -2) @ q, dv]
+
+
+def test_a_new_variants_backward_bug_class_is_tried_and_named(
+        key_lengths_with_backward_bug: None) -> None:
+    rng = np.random.default_rng(5)
+    q, do = (rng.standard_normal((2, 2, 3, 4)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((2, 2, 5, 4)).astype(np.float32) for _ in range(2))
+    lengths = [2, 4]
+    keep = np.arange(5)[None, None, None, :] < np.array(lengths)[:, None, None, None]
+    args = [x.astype(np.float64) for x in (q, k, v, do)]
+    good = [g.astype(np.float32) for g in _hand_backward(*args, keep, keep)]
+    comp = ms.compare_attention_backward(*good, q, k, v, do, key_lengths=lengths)
+    assert comp.passed, comp.report()
+    bad = [g.astype(np.float32) for g in _hand_backward(*args, keep, np.ones_like(keep))]
+    comp = ms.compare_attention_backward(*bad, q, k, v, do, key_lengths=lengths)
+    assert not comp.passed
+    assert [d.bug for d in comp.diagnoses][:1] == ["key_lengths_missing_in_backward"], \
+        comp.report()
+
+
+def test_the_backward_side_asks_the_variants_for_their_hooks() -> None:
+    """The parameter gradients, backward bug classes, chain rules and refusals the
+    backward side uses are the registered variants' own (protocol.py's backward hooks)."""
+    owners = {p.keyword: v.name for v, p in grad_params()}
+    assert owners == {"d_alibi_slopes": "alibi", "d_score_mod": "score_mod",
+                      "d_sinks": "sinks"}
+    names = {b.name for b in backward_bug_classes()}
+    assert {"window_missing_in_backward", "alibi_missing_in_backward",
+            "alibi_slopes_reversed_in_backward", "softcap_derivative_missing"} <= names
+    with pytest.raises(SpecError, match="FP8 descale factors are not supported"):
+        x = np.ones((1, 1, 2, 2), np.float32)
+        ms.compare_attention_backward(x, x, x, x, x, x, x, q_descale=np.ones((1, 1)))
