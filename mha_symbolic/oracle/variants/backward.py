@@ -161,7 +161,7 @@ def _table_functional(m: RelativeBiasScoreMod, geo: Any, n_keys: int) -> ScoreFu
     target = np.arange(B, dtype=np.int64) % H if per_head else np.zeros(B, dtype=np.int64)
 
     def t_index(e: int, rows: Arr) -> tuple[Arr, Arr]:
-        d = _rel(n_keys, rows, m.offset)
+        d = _rel(n_keys, rows, int(m.offset[e // H]) if np.ndim(m.offset) else m.offset)
         col = np.where(cols[None, :] < S, np.clip(d, -W, W) + W, -1)
         return col, np.ones(col.shape)
 
