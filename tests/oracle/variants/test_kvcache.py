@@ -458,3 +458,44 @@ def test_a_score_mod_with_the_cache_keeps_its_literal_offset_or_one_per_sequence
     for name in ("dq", "dk", "dv"):
         np.testing.assert_array_equal(getattr(g, name).rounded("float32"),
                                       getattr(w, name).rounded("float32"))
+
+
+def test_rotary_with_leftpad_equals_each_sequence_sliced_out_forward_and_backward() -> None:
+    # a rotation's score reads p_q - p_k only, so in exact arithmetic sequence b's keys
+    # sliced out (positions 0 … n-lp-1, queries at n - lp - L + i) give the same exact
+    # answer as the padded cache at cache indices; correctly rounded, the same bits
+    q, k, v = _case(18, S=16, L=2)
+    n, lp = np.array([7, 16, 12]), np.array([2, 0, 5])
+    do = np.random.default_rng(19).standard_normal(q.shape).astype(np.float32)
+    kw = dict(enable_gqa=True, is_causal=True, causal_alignment="bottom_right",
+              rotary_base=100.0, rotary_dim=4)
+    got = ms.reference_attention(q, k, v, cache_seqlens=n, cache_leftpad=lp, **kw)
+    g = ms.reference_attention_backward(q, k, v, do, cache_seqlens=n, cache_leftpad=lp, **kw)
+    for b in range(B):
+        sl = slice(int(lp[b]), int(n[b]))
+        one = ms.reference_attention(q[b:b + 1], k[b:b + 1, :, sl], v[b:b + 1, :, sl], **kw)
+        np.testing.assert_array_equal(got.rounded("float32")[b], one.rounded("float32")[0])
+        g1 = ms.reference_attention_backward(q[b:b + 1], k[b:b + 1, :, sl], v[b:b + 1, :, sl],
+                                             do[b:b + 1], **kw)
+        np.testing.assert_array_equal(g.dq.rounded("float32")[b], g1.dq.rounded("float32")[0])
+        np.testing.assert_array_equal(g.dk.rounded("float32")[b, :, sl],
+                                      g1.dk.rounded("float32")[0])
+        assert not np.any(g.dk.rounded("float32")[b, :, :int(lp[b])])
+
+
+def test_flex_attention_decode_with_a_per_sequence_score_mod_offset_passes() -> None:
+    torch = pytest.importorskip("torch")
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, n, 8, generator=g) for n in (1, 16, 16))
+    n = np.array([9, 16])
+    nt = torch.tensor(n)
+    mod = ms.alibi_score_mod(np.array([0.5, 0.25]), offset=n - 1)
+    bm = flex.create_block_mask(lambda b, h, qi, kv: kv < nt[b], 2, None, 1, 16, device="cpu")
+    out = flex.flex_attention(q, k, v, score_mod=mod, block_mask=bm)
+    assert ms.compare_attention(out, q, k, v, score_mod=mod, cache_seqlens=n).passed
+    # the same decode with the ALiBi keyword (each sequence's own positions): equal
+    want = ms.reference_attention(q, k, v, alibi_slopes=np.array([0.5, 0.25]),
+                                  cache_seqlens=n).rounded("float32")
+    got = ms.reference_attention(q, k, v, score_mod=mod, cache_seqlens=n).rounded("float32")
+    np.testing.assert_array_equal(got, want)
