@@ -141,7 +141,8 @@ def _rows(names: list[str]) -> list[dict[str, Any]]:
 
 #: the library's bug class that names each planted bug (None: no class for it)
 EXPECTED = {"inv_freq_lowp": "rotary_angles_", "pairs_mixup": "rotary_interleaved_swapped",
-            "no_offset": "rotary_positions_not_offset", "rotary_dim_ignored": "rotary_dim_ignored"}
+            "no_offset": "rotary_positions_not_offset", "rotary_dim_ignored": "rotary_dim_ignored",
+            "inv_freq_headdim": "rotary_inv_freq_head_dim"}
 
 
 def _named(r: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 BUGS = ("rotary_interleaved_swapped", "rotary_positions_not_offset", "rotary_angles_bf16",
-        "rotary_angles_fp16", "rotary_dim_ignored")
+        "rotary_angles_fp16", "rotary_dim_ignored", "rotary_inv_freq_head_dim")
 
 
 def hf_cos_sin(positions: torch.Tensor, dim: int, base: float, scale: float = 1.0,
@@ -83,6 +83,10 @@ def hf_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, base: flo
     dt = q.dtype if not fp32_rotation else torch.float32
     cq, sq = hf_cos_sin(torch.arange(off, off + L), r, base, scale, dt, ad)
     ck, sk = hf_cos_sin(torch.arange(S), r, base, scale, dt, ad)
+    if bug == "rotary_inv_freq_head_dim":      # inv_freq over the head dim, r/2 of them
+        cq, sq = (t[:, : r // 2] for t in hf_cos_sin(torch.arange(off, off + L), D, base,
+                                                      scale, dt, ad))
+        ck, sk = (t[:, : r // 2] for t in hf_cos_sin(torch.arange(S), D, base, scale, dt, ad))
     comp = torch.float32 if fp32_rotation else None
     qr = apply(q, cq, sq, r, inter, comp)
     kr = apply(k, ck, sk, r, inter, comp)

@@ -76,6 +76,18 @@ def test_bugs_fail_and_are_named(name, bug, named):
     assert named in [d.bug for d in res.diagnoses], res.summary()
 
 
+def test_inv_freq_over_the_head_dim_is_named_first_not_rotary_dim_ignored():
+    # transformers#48652's bug (rotary_dim dims rotated, inv_freq over the head dim) fit
+    # rotary_dim_ignored's loose bf16 bound; its own class fits it far closer
+    kern = ri.KERNELS["gptj"]
+    spec = ri.spec_for(kern, rotary_dim=32, causal=True)
+    q, k, v = _inputs(8, 1024, 64, torch.bfloat16, 5)
+    out = ri.run(kern, q, k, v, spec, "inv_freq_headdim")
+    res = ms.compare_attention(out, q, k, v, **ri.ms_keywords(kern, spec, q, k))
+    assert not res
+    assert res.diagnoses[0].bug == "rotary_inv_freq_head_dim", res.summary()
+
+
 def test_rotary_on_v_fails():
     kern = ri.KERNELS["meta_llama"]
     spec = ri.spec_for(kern, rotary_dim=None, causal=False)

@@ -78,15 +78,27 @@ def _keep(opts: VariantOptions, geo: Geometry, is_causal: bool) -> np.ndarray[An
 
 
 def _query_offsets(opts: VariantOptions, geo: Geometry) -> np.ndarray[Any, Any]:
-    """The ``own_positions`` hook: query i of sequence b at cache_seqlens[b] - L + i."""
-    if opts.cache_leftpad is not None:
-        raise SpecError("query positions with cache_leftpad are not supported (where the "
-                        "positions start under left padding is kernel-specific)")
+    """The ``own_positions`` hook: query i of sequence b at cache_seqlens[b] - L + i,
+    key j at j — cache indices, left padding or not.  A distance (ALiBi, a window,
+    causal) is the same measured from the left padding (FlashAttention's test reference
+    shifts both: ``col_idx - key_leftpad`` against ``row_idx + sk - sq`` with sk the
+    valid count), and rotary reads these cache indices (FlashAttention-3's
+    ``seqlen_rotary = seqlen_k_og + leftpad_k``)."""
     n = opts.cache_seqlens.astype(np.int64)
     if len(geo.outer) != 1 or n.shape != geo.outer:
         raise ShapeError(f"cache_seqlens.shape={n.shape}: expected (batch,) for inputs "
                          f"of batch shape {geo.batch} (batch, heads, L, S)")
     return n - geo.L
+
+
+def _origins(opts: VariantOptions, geo: Geometry) -> np.ndarray[Any, Any] | None:
+    """The ``own_origins`` hook: sequence b's kept-key positions start at its first valid
+    key, cache_leftpad[b] (FlashAttention-3's chunks: ``construct_chunk_mask`` counts
+    them from ``col_idx - key_leftpad``)."""
+    left = opts.cache_leftpad
+    if left is None or not np.any(left) or opts.cache_origin_at_zero:
+        return None
+    return left.astype(np.int64)
 
 
 def _kv(x: Any) -> bool:
@@ -105,6 +117,10 @@ def _kv_leftpad(x: Any) -> bool:
     return _kv(x) and x.opts.cache_leftpad is not None and bool(np.any(x.opts.cache_leftpad))
 
 
+def _kv_leftpad_chunks(x: Any) -> bool:
+    return _kv_leftpad(x) and x.opts.attention_chunk is not None
+
+
 # the kept keys recomputed with the options changed (plain_variant's keep_changes)
 _BUGS = (
     BugClass("kv_cache_lengths_ignored", "cache_seqlens ignored: stale cache entries "
@@ -120,14 +136,19 @@ _BUGS = (
                  x.opts.cache_seqlens - 1, 0)}}),
     BugClass("kv_cache_leftpad_ignored", "cache_leftpad ignored: the left padding "
              "attended", _kv_leftpad, lambda x: {"keep_changes": {"cache_leftpad": None}}),
+    BugClass("kv_cache_leftpad_chunk_origin", "chunks counted from the cache's start, not "
+             "from each sequence's first valid key (cache_leftpad)", _kv_leftpad_chunks,
+             lambda x: {"keep_changes": {"cache_origin_at_zero": True}}),
 )
 
 KV_CACHE = register(Variant(
     name="kv_cache", keywords=("cache_seqlens", "cache_leftpad"),
-    fields={"cache_seqlens": None, "cache_leftpad": None}, parse=_parse,
+    # cache_origin_at_zero has no keyword: the bug switch of the chunk-origin class
+    fields={"cache_seqlens": None, "cache_leftpad": None, "cache_origin_at_zero": None},
+    parse=_parse,
     summary="KV-cache decode: valid keys cache_leftpad <= j < cache_seqlens, causal "
             "from their end (flash_attn_with_kvcache)", keep=_keep,
-    bugs=_BUGS, packed=False, own_positions=_query_offsets))
+    bugs=_BUGS, packed=False, own_positions=_query_offsets, own_origins=_origins))
 
 
 def _bshd(x: Any, name: str) -> np.ndarray[Any, Any]:

@@ -44,10 +44,15 @@ What a variant may contribute, each optional:
   ``own_positions`` — each batch element's own query offsets, ``own_positions(opts,
   geo)`` -> (n_outer,) (the KV cache: query i of sequence b sits at
   cache_seqlens[b] - L + i, as FlashAttention aligns them; :func:`own_query_offsets`).
-  A positional ``keep`` is then evaluated per sequence at its own offset
-  (:func:`.registry.kept`); a positional score operation (a relative-bias table, a
-  score_mod's ALiBi) beside ``own_positions`` is refused (:func:`.registry.variant_options`):
-  its distances have one offset per call, and a wrong answer is worse than a refusal.
+  With it ``own_origins`` — where each batch element's positions start for the kept-key
+  variants, ``own_origins(opts, geo)`` -> (n_outer,) or None (the KV cache's
+  ``cache_leftpad``: FlashAttention measures a window and chunks from the first valid
+  key; :func:`own_key_origins`).  A positional ``keep`` is then evaluated per sequence
+  at its own offset, its key axis starting at the origin (:func:`.registry.kept`); a
+  distance (a window, ALiBi) does not move with the origin, chunks do.  A positional
+  score operation (a score_mod's ALiBi, a relative-bias table) keeps its own literal
+  offset, as FlexAttention applies it to the raw q_idx, kv_idx (an offset of one per
+  batch element is the score_mod's own choice: ``alibi_score_mod(slopes, offset=n - L)``).
   A variant that reads the positions itself (rotary; ALiBi's keyword, whose
   :class:`~.semantics.Bias` takes one offset per batch element) is not ``positional``.
 
@@ -121,8 +126,8 @@ from typing import Any
 
 from ...errors import SpecError
 
-__all__ = ["BugClass", "GradParam", "Variant", "VariantOptions", "lengths_differ", "own_query_offsets",
-           "register", "registered", "unregister"]
+__all__ = ["BugClass", "GradParam", "Variant", "VariantOptions", "lengths_differ",
+           "own_key_origins", "own_query_offsets", "register", "registered", "unregister"]
 
 
 @dataclass(frozen=True)
@@ -204,6 +209,7 @@ class Variant:
     packed: bool = True
     positional: Callable[[VariantOptions], bool] | None = None
     own_positions: Callable[[VariantOptions, Any], Any] | None = None
+    own_origins: Callable[[VariantOptions, Any], Any] | None = None
     # testing-side forward hooks (h23f)
     plain_inputs: Callable[..., tuple[Any, Any, Any, bool, bool]] | None = None
     plain_keep: Callable[..., tuple[Callable[[Any], Any], bool]] | None = None
@@ -313,6 +319,16 @@ def own_query_offsets(opts: VariantOptions, geo: Any) -> Any:
     got = [v.own_positions(opts, geo) for v in opts.active() if v.own_positions is not None]
     if len(got) > 1:
         raise SpecError("two variants set the query positions")
+    return got[0] if got else None
+
+
+def own_key_origins(opts: VariantOptions, geo: Any) -> Any:
+    """Where each outer batch element's positions start for the kept-key variants (the
+    ``own_origins`` hook: key j of element b at position j - origin_b), or None."""
+    got = [v.own_origins(opts, geo) for v in opts.active() if v.own_origins is not None]
+    got = [g for g in got if g is not None]
+    if len(got) > 1:
+        raise SpecError("two variants set the key origins")
     return got[0] if got else None
 
 

@@ -18,7 +18,15 @@ from ..._text import echo
 from ...errors import SpecError, UnknownOptionError
 from ..inputs import to_float64
 from . import alibi, chunk, flex, fp8, kvcache, rotary, score_mod, sinks, softcap, window  # noqa: F401  (registration)
-from .protocol import GradParam, Variant, VariantOptions, keyword_owner, own_query_offsets, registered
+from .protocol import (
+    GradParam,
+    Variant,
+    VariantOptions,
+    keyword_owner,
+    own_key_origins,
+    own_query_offsets,
+    registered,
+)
 from .semantics import Bias, Cap, Geometry
 
 __all__ = [
@@ -95,26 +103,7 @@ def variant_options(**options: Any) -> VariantOptions | None:
         if given and any(x is not None for x in given.values()):
             fields.update(v.parse(**given))
     opts = VariantOptions(**fields)
-    _refuse_position_clash(opts)
     return None if opts.empty else opts
-
-
-def _refuse_position_clash(opts: VariantOptions) -> None:
-    """A variant that reads query positions beside one that moves them per sequence
-    (protocol.py, ``positional``/``own_positions``) is refused, not answered wrongly."""
-    active = opts.active()
-    movers = [v for v in active if v.own_positions is not None]
-    # a positional kept-key variant is measured per sequence (kept); a positional score
-    # operation (a score_mod's ALiBi, a relative-bias table) has one offset per call
-    readers = [v for v in active if v.positional is not None and v.positional(opts)
-               and v.keep is None]
-    if movers and readers:
-        m, r = movers[0], readers[0]
-        raise SpecError(
-            f"{r.name} ({', '.join(r.keywords)}) with {m.name} ({', '.join(m.keywords)}) is "
-            f"not supported: {r.name} is measured from each query's position, which "
-            f"{m.name} sets per sequence (FlashAttention's seqlen_k - seqlen_q per batch "
-            "element); check each sequence on its own, with k and v cut to its valid keys")
 
 
 def sdpa_variant_options(dropout_p: Any, dropout_mask: Any, **options: Any
@@ -146,7 +135,8 @@ def kept(opts: VariantOptions, geo: Geometry, is_causal: bool,
     """The variants' kept-key masks (each broadcastable to (*batch, L, S)), but those of
     the variants named in ``exclude``.  A positional variant's keys (a window, chunks)
     are measured from each sequence's own query positions when a variant sets them
-    (the KV cache: :func:`per_sequence`)."""
+    (the KV cache: :func:`per_sequence`), its keys from the sequence's origin (its
+    left padding)."""
     out = []
     for v in opts.active():
         if v.keep is None or v.name in exclude:
@@ -154,7 +144,8 @@ def kept(opts: VariantOptions, geo: Geometry, is_causal: bool,
         offsets = (own_query_offsets(opts, geo) if v.positional is not None
                    and v.positional(opts) else None)
         if offsets is not None:
-            part = per_sequence(partial(_keep_at, v.keep, opts, is_causal), geo, offsets)
+            part = per_sequence(partial(_keep_at, v.keep, opts, is_causal), geo, offsets,
+                                own_key_origins(opts, geo))
         else:
             part = v.keep(opts, geo, is_causal)
         if part is not None:
@@ -167,19 +158,39 @@ def _keep_at(keep: Callable[..., Any], opts: VariantOptions, is_causal: bool,
     return keep(opts, geo, is_causal)
 
 
-def per_sequence(keep: Callable[[Geometry], Any], geo: Geometry, offsets: Any
-                 ) -> np.ndarray[Any, Any] | None:
+def per_sequence(keep: Callable[[Geometry], Any], geo: Geometry, offsets: Any,
+                 origins: Any = None) -> np.ndarray[Any, Any] | None:
     """A kept-key mask evaluated per outer batch element b at query offset offsets[b]
-    (n_outer, 1 or H, L, S), or None when it keeps every key of every element."""
-    parts = [keep(Geometry(geo.batch, geo.heads, geo.L, geo.S, int(off))) for off in offsets]
+    (n_outer, 1 or H, L, S), or None when it keeps every key of every element.  With
+    ``origins`` element b's positions start at key origins[b]: the mask is evaluated at
+    offset offsets[b] - origins[b] and key j read as position j - origins[b] (keys
+    before the origin are dropped: the left padding, which the cache drops anyway)."""
+    if origins is None:
+        origins = np.zeros(len(offsets), dtype=np.int64)
+    parts = [keep(Geometry(geo.batch, geo.heads, geo.L, geo.S, int(off) - int(o)))
+             for off, o in zip(offsets, origins, strict=True)]
     if all(p is None for p in parts):
         return None
     full = np.ones((geo.L, geo.S), dtype=bool)
-    parts = [full if p is None else p for p in parts]
+    parts = [full if p is None else _from_origin(p, int(o), geo.S)
+             for p, o in zip(parts, origins, strict=True)]
     if all(np.ndim(p) <= 2 for p in parts):
         return np.stack([np.broadcast_to(p, (geo.L, geo.S)) for p in parts])[:, None]
     return np.stack([np.broadcast_to(p, (*geo.batch, geo.L, geo.S))[b]
                      for b, p in enumerate(parts)])
+
+
+def _from_origin(part: Any, origin: int, S: int) -> Any:
+    """A kept-key mask over positions 0 … S-1 read at keys j = position + origin."""
+    if origin == 0:
+        return part
+    arr = np.asarray(part)
+    out = np.zeros((*arr.shape[:-1], S), dtype=bool)
+    if arr.shape[-1] == 1:                     # broadcast over the keys
+        out[..., origin:] = arr
+        return out
+    out[..., origin:] = arr[..., :S - origin]
+    return out
 
 
 def sink_logits(opts: VariantOptions, geo: Geometry) -> np.ndarray[Any, Any] | None:

@@ -596,7 +596,8 @@ def _low_tables(spec: RotarySpec, npos: int, r: int, dtype: str
 def rotate_plain(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
                  k: np.ndarray[Any, Any], *, interleaved_swapped: bool = False,
                  no_offset: bool = False, all_dims: bool = False,
-                 angles_dtype: str | None = None) -> tuple[Rotation, tuple[Any, ...]]:
+                 angles_dtype: str | None = None, freqs_over_head_dim: bool = False
+                 ) -> tuple[Rotation, tuple[Any, ...]]:
     """The ``rotate_plain`` hook, the float64 rotation of the testing side
     (:func:`mha_symbolic.testing.forward.bugs_variants.plain_variant`): q, k
     (*lead, n, E) rotated as the exact semantics say (angles from the oracle's tables,
@@ -616,6 +617,8 @@ def rotate_plain(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
     rot = Rotation(spec, geo, E, offsets)
     q0, k0, qpos, kpos = rot.flat(q, k)
     tables = None if angles_dtype is None else _low_tables(spec, rot.npos, rot.r, angles_dtype)
+    if freqs_over_head_dim:
+        tables = _head_dim_tables(spec, rot.npos, rot.r, E)
     qr, _ = rot.float_rotate(q0, qpos, tables)
     kr, _ = rot.float_rotate(k0, kpos, tables)
     return rot, (q0, k0, qr, kr)
@@ -729,6 +732,17 @@ def _rot_partial(x: Any) -> bool:
             and sp.dim < x.q.shape[-1] - x.q.shape[-1] % 2)
 
 
+def _head_dim_tables(spec: RotarySpec, npos: int, r: int, E: int
+                     ) -> tuple[np.ndarray[Any, Any], ...]:
+    """A bug class's float64 tables: the r rotated dims' angles pos/λ · β^(-2m/E) with
+    inv_freq built over the head dim E instead of r (m < r/2)."""
+    assert spec.base is not None
+    inv = spec.base ** (-2.0 * np.arange(r // 2) / E) / spec.scale
+    theta = np.arange(npos, dtype=np.float64)[:, None] * inv[None, :]
+    z = np.zeros_like(theta)
+    return np.cos(theta), np.sin(theta), z, z
+
+
 def _switch(**changes: Any) -> Any:
     return lambda x: {"rotate_changes": changes}
 
@@ -746,7 +760,11 @@ _BUGS = (
     BugClass("rotary_angles_fp16", "rotary cos/sin computed in float16 (angles "
              "pos·inv_freq, or the tables, in fp16)", _rot, _switch(angles_dtype="float16")),
     BugClass("rotary_dim_ignored", "rotary_dim ignored: every dimension rotated "
-             "(inv_freq built from the head dim)", _rot_partial, _switch(all_dims=True)),
+             "(pairs and inv_freq over the head dim)", _rot_partial, _switch(all_dims=True)),
+    BugClass("rotary_inv_freq_head_dim", "rotary: the first rotary_dim dims rotated, "
+             "but inv_freq built over the head dim (pos·base^(-2m/head_dim), not "
+             "base^(-2m/rotary_dim); transformers#48652)", _rot_partial,
+             _switch(freqs_over_head_dim=True)),
 )
 
 ROTARY = register(Variant(

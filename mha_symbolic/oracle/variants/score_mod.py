@@ -1,5 +1,7 @@
 """FlexAttention's ``score_mod`` from the certified menu (:mod:`.score_mods`): a
-softcap, ALiBi or a relative-position bias table, applied in the order given."""
+softcap, ALiBi or a relative-position bias table, applied in the order given.  Its
+distances use the raw q_idx, kv_idx and its own offset, as FlexAttention applies it
+(a KV cache does not move them; an offset per batch element does)."""
 
 from __future__ import annotations
 
@@ -39,14 +41,25 @@ def _scores(opts: VariantOptions, geo: Geometry) -> tuple[Cap | Bias, ...]:
         elif isinstance(m, AlibiScoreMod):
             ops.append(Bias("alibi", per_problem(m.slopes, geo, "score_mod slopes")
                             if m.slopes.ndim == 1 else _outer_heads(m.slopes, geo),
-                            m.offset))
+                            _offset(m.offset, geo)))
         elif isinstance(m, RelativeBiasScoreMod):
             tab = m.table if m.table.ndim == 2 else m.table[None]
             if tab.shape[0] not in (1, geo.heads):
                 raise ShapeError(f"score_mod table.shape={m.table.shape}: expected "
                                  f"(2W + 1,) or (H={geo.heads}, 2W + 1)")
-            ops.append(Bias("table", tab, m.offset))
+            ops.append(Bias("table", tab, _offset(m.offset, geo)))
     return tuple(ops)
+
+
+def _offset(offset: Any, geo: Geometry) -> Any:
+    """A score_mod's literal offset: one int, or one per outer batch element."""
+    if not np.ndim(offset):
+        return offset
+    n = int(np.prod(geo.outer, dtype=np.int64)) if geo.outer else 1
+    if np.shape(offset) != (n,):
+        raise ShapeError(f"score_mod offset.shape={np.shape(offset)}: expected ({n},), one "
+                         f"per batch element of inputs of batch shape {geo.batch}")
+    return offset
 
 
 def _table_functional(m: RelativeBiasScoreMod, geo: Any, n_keys: int) -> ScoreFunctional:
@@ -59,7 +72,8 @@ def _table_functional(m: RelativeBiasScoreMod, geo: Any, n_keys: int) -> ScoreFu
     target = np.arange(B, dtype=np.int64) % H if per_head else np.zeros(B, dtype=np.int64)
 
     def t_index(e: int, rows: np.ndarray[Any, Any]) -> tuple[Any, Any]:
-        d = relative_distances(n_keys, rows, m.offset)
+        d = relative_distances(n_keys, rows,
+                               int(m.offset[e // H]) if np.ndim(m.offset) else m.offset)
         col = np.where(cols[None, :] < S, np.clip(d, -W, W) + W, -1)
         return col, np.ones(col.shape)
 

@@ -11,7 +11,9 @@ modifications whose mathematics it knows exactly:
 ``softcap_score_mod(c)``
     ``score -> c · tanh(score / c)`` (Gemma 2, FlashAttention's ``softcap``);
 ``alibi_score_mod(slopes, offset=0)``
-    ``score -> score - slopes[h] · |d|``,  ``d = kv_idx - (q_idx + offset)``
+    ``score -> score - slopes[h] · |d|``,  ``d = kv_idx - (q_idx + offset)`` (an
+    ``offset`` of one integer per batch element reads ``offset[b]``: a decode step's
+    own query positions)
     (Press et al., "Train short, test long", ICLR 2022; FlashAttention's
     ``alibi_slopes`` is ``offset = S - L``);
 ``relative_bias_score_mod(table, offset=0)``
@@ -75,6 +77,23 @@ def _on(t: Any, arr: np.ndarray[Any, Any], like: Any) -> Any:
     return base.to(dtype=like.dtype, device=like.device)
 
 
+def _offset_copy(offset: Any) -> Any:
+    return _torch_copy(offset) if np.ndim(offset) else None
+
+
+def _offset_at(offset: Any, t: Any, b: Any, like: Any) -> Any:
+    """The query offset of batch element b: the int, or ``offset[b]`` (torch or numpy).
+    (No numpy call on the int path: FlexAttention traces it with torch.compile.)"""
+    if isinstance(offset, (int, np.integer)):
+        return offset
+    if _is_torch(like):
+        import torch
+
+        base = t if t is not None else torch.as_tensor(offset)
+        return base.to(device=like.device)[b]
+    return offset[b]
+
+
 def _exact_positive(value: Any, name: str) -> Fraction:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise SpecError(f"{name}={value!r}: expected a positive real number")
@@ -102,17 +121,20 @@ class SoftcapScoreMod(ScoreMod):
 
 @dataclass(frozen=True, eq=False)
 class AlibiScoreMod(ScoreMod):
-    """``score -> score - slopes[h] · |kv_idx - (q_idx + offset)|`` (slopes (H,) or (B, H))."""
+    """``score -> score - slopes[h] · |kv_idx - (q_idx + offset)|`` (slopes (H,) or (B, H);
+    offset one int, or (B,) ints: ``offset[b]``)."""
 
     slopes: np.ndarray[Any, Any]
-    offset: int = 0
+    offset: Any = 0
     _torch: Any = field(default=None, repr=False, compare=False)
+    _torch_offset: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_torch", _torch_copy(self.slopes))
+        object.__setattr__(self, "_torch_offset", _offset_copy(self.offset))
 
     def __call__(self, score: Any, b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
-        d = kv_idx - (q_idx + self.offset)
+        d = kv_idx - (q_idx + _offset_at(self.offset, self._torch_offset, b, score))
         if _is_torch(score):
             t = _on(self._torch, self.slopes, score)
             slope = t[h] if t.ndim == 1 else t[b, h]
@@ -124,14 +146,17 @@ class AlibiScoreMod(ScoreMod):
 @dataclass(frozen=True, eq=False)
 class RelativeBiasScoreMod(ScoreMod):
     """``score -> score + table[h, clip(d, -W, W) + W]``, ``d = kv_idx - (q_idx + offset)``,
-    for a table of shape (2W + 1,) (shared by the heads) or (H, 2W + 1)."""
+    for a table of shape (2W + 1,) (shared by the heads) or (H, 2W + 1); offset one int,
+    or (B,) ints: ``offset[b]``."""
 
     table: np.ndarray[Any, Any]
-    offset: int = 0
+    offset: Any = 0
     _torch: Any = field(default=None, repr=False, compare=False)
+    _torch_offset: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_torch", _torch_copy(self.table))
+        object.__setattr__(self, "_torch_offset", _offset_copy(self.offset))
 
     @property
     def half_width(self) -> int:
@@ -139,7 +164,7 @@ class RelativeBiasScoreMod(ScoreMod):
 
     def __call__(self, score: Any, b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
         w = self.half_width
-        d = kv_idx - (q_idx + self.offset)
+        d = kv_idx - (q_idx + _offset_at(self.offset, self._torch_offset, b, score))
         if _is_torch(score):
             t = _on(self._torch, self.table, score)
             col = d.clamp(-w, w) + w
@@ -167,9 +192,17 @@ def _exact_array(x: Any, name: str) -> np.ndarray[Any, Any]:
     return to_float64(arr)
 
 
-def _offset(offset: Any) -> int:
+def _offset(offset: Any) -> Any:
+    if isinstance(offset, (list, tuple, np.ndarray)) or _is_torch(offset):
+        arr = np.asarray(offset.cpu() if _is_torch(offset) else offset)
+        if arr.ndim != 1 or arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+            raise SpecError(f"offset: expected an integer or a 1-D array of integers "
+                            f"(batch,), got dtype={arr.dtype}, shape={arr.shape}")
+        if arr.size and int(np.abs(arr).max()) > 2**53:
+            raise SpecError("offset: expected |offset| <= 2**53")
+        return arr.astype(np.int64)
     if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
-        raise SpecError(f"offset={offset!r}: expected an integer")
+        raise SpecError(f"offset={offset!r}: expected an integer, or (batch,) integers")
     if abs(int(offset)) > 2**53:
         raise SpecError(f"offset={offset!r}: expected |offset| <= 2**53")
     return int(offset)
@@ -177,7 +210,9 @@ def _offset(offset: Any) -> int:
 
 def alibi_score_mod(slopes: Any, offset: int = 0) -> AlibiScoreMod:
     """ALiBi, ``score -> score - slopes[h] · |kv_idx - (q_idx + offset)|``, as a
-    certified score_mod; ``slopes`` of shape (H,) or (B, H), taken exactly.
+    certified score_mod; ``slopes`` of shape (H,) or (B, H), taken exactly; ``offset``
+    one integer or one per batch element (B,) (a KV-cache decode's ``cache_seqlens -
+    L``: FlexAttention's ``q_idx + offset[b]``).
 
     >>> m = alibi_score_mod([0.5, 0.25])
     >>> float(m(np.float64(1.0), 0, 1, 3, 0))
@@ -192,7 +227,8 @@ def alibi_score_mod(slopes: Any, offset: int = 0) -> AlibiScoreMod:
 def relative_bias_score_mod(table: Any, offset: int = 0) -> RelativeBiasScoreMod:
     """A relative-position bias table as a certified score_mod:
     ``score -> score + table[h, clip(d, -W, W) + W]`` with ``d = kv_idx - (q_idx +
-    offset)`` and a table of shape (2W + 1,) or (H, 2W + 1), taken exactly.
+    offset)`` and a table of shape (2W + 1,) or (H, 2W + 1), taken exactly; ``offset``
+    one integer or (B,) integers (``offset[b]``).
 
     >>> m = relative_bias_score_mod([0.0, 1.0, 2.0])   # W = 1: d = -1, 0, +1
     >>> float(m(np.float64(0.0), 0, 0, 5, 9))           # d = 4 is clipped to +1

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import mha_symbolic as ms
-from mha_symbolic.errors import SpecError, UnknownOptionError
+from mha_symbolic.errors import ShapeError, SpecError, UnknownOptionError
 from mha_symbolic.oracle.variants import protocol
 from mha_symbolic.oracle.variants.registry import (
     backward_bug_classes,
@@ -68,12 +68,14 @@ def test_the_catalogue_is_the_variants_own_bug_classes_then_the_plain_ones() -> 
                                   "v_descale_missing", "descale_missing",
                                   "descale_applied_twice"]
     assert own["kv_cache"] == ["kv_cache_lengths_ignored", "kv_cache_length_one_long",
-                               "kv_cache_length_one_short", "kv_cache_leftpad_ignored"]
+                               "kv_cache_length_one_short", "kv_cache_leftpad_ignored",
+                               "kv_cache_leftpad_chunk_origin"]
     assert own["attention_chunk"] == ["attention_chunk_ignored", "attention_chunk_misaligned",
                                       "attention_chunk_boundary_off_by_one",
                                       "attention_chunk_boundary_off_by_one_late"]
     assert own["rotary"] == ["rotary_interleaved_swapped", "rotary_positions_not_offset",
-                             "rotary_angles_bf16", "rotary_angles_fp16", "rotary_dim_ignored"]
+                             "rotary_angles_bf16", "rotary_angles_fp16", "rotary_dim_ignored",
+                             "rotary_inv_freq_head_dim"]
     assert names[-3:] == ["no_scale", "causal_excludes_diagonal", "causal_sees_next_key"]
 
 
@@ -185,21 +187,22 @@ def test_a_variant_that_is_not_packed_is_refused_by_the_varlen_doors() -> None:
         ms.reference_attention_varlen(x, x, x, [0, 1, 3], [0, 1, 3], windw=(1, 0))
 
 
-@pytest.mark.parametrize("kw", [{"score_mod": ms.alibi_score_mod(np.array([0.5]))}])
-def test_a_positional_score_op_with_the_kv_cache_is_refused_not_answered_wrongly(
-        kw: dict[str, Any]) -> None:
-    # a score_mod's distances have one offset per call, while FlashAttention measures
-    # them from query i's own position cache_seqlens[b] - L + i (ALiBi's keyword reads
-    # those positions itself: tests/oracle/variants/test_kvcache.py)
+def test_a_positional_score_op_with_the_kv_cache_keeps_its_literal_offset() -> None:
+    # a score_mod's distances use the raw q_idx, kv_idx and its own offset (as
+    # FlexAttention calls it), which the cache does not move; ALiBi's keyword reads each
+    # sequence's own positions (tests/oracle/variants/test_kvcache.py)
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, 1, 1, 4))
     k, v = rng.standard_normal((2, 1, 1, 16, 4))
-    for door in (ms.reference_attention, ms.reference_attention_backward):
-        args = (q, k, v) if door is ms.reference_attention else (q, k, v, q)
-        with pytest.raises(SpecError, match=r"with kv_cache .* is not supported: .* check each "
-                                            r"sequence on its own"):
-            door(*args, cache_seqlens=np.array([10]), is_causal=True,
-                 causal_alignment="bottom_right", **kw)
+    mask = np.full((1, 1, 1, 16), -np.inf)
+    mask[..., :10] = -0.5 * np.abs(np.arange(10) - 2)        # d = j - (0 + 2)
+    call = dict(cache_seqlens=np.array([10]), is_causal=True, causal_alignment="bottom_right",
+                score_mod=ms.alibi_score_mod(np.array([0.5]), offset=2))
+    got = ms.reference_attention(q, k, v, **call)
+    want = ms.reference_attention(q, k, v, attn_mask=mask)
+    np.testing.assert_array_equal(got.rounded("float64"), want.rounded("float64"))
+    with pytest.raises(ShapeError, match="offset"):
+        ms.reference_attention(q, k, v, score_mod=ms.alibi_score_mod([0.5], offset=[1, 2]))
 
 
 def _sliced_by_hand(q: Any, k: Any, v: Any, n: list[int], **kw: Any) -> np.ndarray:

@@ -188,14 +188,11 @@ def test_rotary_hostile_input_is_one_clear_error_naming_the_argument(kw, err, na
     assert isinstance(info.value, MhaSymbolicError)
 
 
-def test_rotary_refuses_more_queries_than_positions_and_leftpad():
+def test_rotary_refuses_more_queries_than_positions():
+    # (with cache_leftpad rotary reads cache indices: tests/oracle/variants/test_kvcache.py)
     q, k, v = _qkv(5, 3, 4)
     with pytest.raises(InputValueError, match="negative"):
         ms.reference_attention(q, k, v, rotary_base=10.0)
-    q, k, v = _qkv(1, 6, 4, B=2)
-    with pytest.raises(SpecError, match="cache_leftpad"):
-        ms.reference_attention(q, k, v, rotary_base=10.0, cache_seqlens=np.array([3, 4]),
-                               cache_leftpad=np.array([1, 0]))
 
 
 def test_rotary_interleaved_alone_is_no_rotary_as_flashattention():
