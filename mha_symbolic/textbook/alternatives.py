@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MhaSymbolicError
 from ..exact.grammar import costly_power
+from .alternative_screen import may_fit
 from .claims import PrintedAnswer, parse_printed
 from .inputs import shape_of
 from .quantities import parse_quantity, quantity_value
@@ -299,7 +300,11 @@ def other_input_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer,
             if file_budget is not None:
                 file_budget[0] -= 1
             transposition = text.startswith(f"{key} transposed")
-            alts = {b: ex.attention(b, **changes_of(b, key, m, transposition)) for b in batches}
+            changes = {b: changes_of(b, key, m, transposition) for b in batches}
+            if not may_fit(name or "", {b: {**per_batch[b], **changes[b]} for b in batches},
+                           value_of, p, claim.rtol):
+                return  # Arb proves the claim cannot hold for X′: not built (module text)
+            alts = {b: ex.attention(b, **changes[b]) for b in batches}
 
             def att_of(b: int) -> Any:
                 if b not in alts:  # an element the variant was not built for
