@@ -23,7 +23,9 @@ least two significant digits (a one-digit answer fits too many arrays).  Alterna
 that are the same array are tried once; when distinct ones fit, they are reported
 together, never one picked.
 
-Each alternative is an exact computation (about 0.1 s for 8 tokens), so the work is
+Each alternative is an exact computation (about 0.1 s for 8 tokens), first screened in
+Arb balls (:mod:`.alternative_screen`: one that the balls prove cannot give the printed
+digits is not built; the counts below are unchanged by the screen), so the work is
 bounded: at most :data:`MAX_ALTERNATIVES` per claim, on examples of at most
 :data:`MAX_SCORES` score entries, and at most :data:`MAX_FILE_BUILDS` in one
 :func:`check_examples` run (:func:`file_allowance`); past them the diagnosis is not
