@@ -23,7 +23,9 @@ least two significant digits (a one-digit answer fits too many arrays).  Alterna
 that are the same array are tried once; when distinct ones fit, they are reported
 together, never one picked.
 
-Each alternative is an exact computation (about 0.1 s for 8 tokens), so the work is
+Each alternative is an exact computation (about 0.1 s for 8 tokens), first screened in
+Arb balls (:mod:`.alternative_screen`: one that the balls prove cannot give the printed
+digits is not built; the counts below are unchanged by the screen), so the work is
 bounded: at most :data:`MAX_ALTERNATIVES` per claim, on examples of at most
 :data:`MAX_SCORES` score entries, and at most :data:`MAX_FILE_BUILDS` in one
 :func:`check_examples` run (:func:`file_allowance`); past them the diagnosis is not
@@ -59,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MhaSymbolicError
 from ..exact.grammar import costly_power
+from .alternative_screen import may_fit
 from .claims import PrintedAnswer, parse_printed
 from .inputs import shape_of
 from .quantities import parse_quantity, quantity_value
@@ -299,7 +302,11 @@ def other_input_diagnosis(ex: WorkedExample, claim: Claim, p: PrintedAnswer,
             if file_budget is not None:
                 file_budget[0] -= 1
             transposition = text.startswith(f"{key} transposed")
-            alts = {b: ex.attention(b, **changes_of(b, key, m, transposition)) for b in batches}
+            changes = {b: changes_of(b, key, m, transposition) for b in batches}
+            if not may_fit(name or "", {b: {**per_batch[b], **changes[b]} for b in batches},
+                           value_of, p, claim.rtol):
+                return  # Arb proves the claim cannot hold for X′: not built (module text)
+            alts = {b: ex.attention(b, **changes[b]) for b in batches}
 
             def att_of(b: int) -> Any:
                 if b not in alts:  # an element the variant was not built for
