@@ -116,6 +116,103 @@ class _Flat:
         return np.asarray(out, dtype=np.float64)
 
 
+#: Rows (times keys and head dim) of one block of the first-order propagation.
+_BLOCK = 1 << 21
+
+
+def _first_order_sd(pb: PlainBackward, c: float, eq: Arr, ek: Arr) -> tuple[Arr, Arr]:
+    """(sd(dQ'), sd(dK')), flat (B, L, E) and (B, S, E): the standard deviations of the
+    first-order change of dQ' = c·dS K' and dK' = c·dSᵀ Q' when q', k' move by
+    independent, mean-zero roundings a, b with |a| <= eq, |b| <= ek elementwise (the
+    rotation's own roundings, module docstring).
+
+    With P = softmax(s), g = dS = P∘(dP − D) and s_il = c q'_i·k'_l, the scores move by
+    δs_il = c(a_i·k'_l + q'_i·b_l) and dS by δg_ij = Σ_l M_jl δs_il,
+    M = diag(g) − g Pᵀ − P gᵀ (∂D_i/∂s_il = g_il).  So, with k̄_i = Σ_l P_il k'_l,
+    h_i = Σ_l g_il k'_l and w_il = g_il(k'_l − k̄_i) − P_il h_i,
+
+        δdQ'_ie = c² Σ_f W_ief a_if + Σ_{l,f} (c² w_ile q'_if + c g_il [e = f]) b_lf,
+        W_i = Σ_l w_il k'_lᵀ;
+        δdK'_je = Σ_{i,f} (c² q'_ie w_ijf + c g_ij [e = f]) a_if
+                  + c² Σ_{l,f} Σ_i q'_ie q'_if (δ_jl g_ij − g_ij P_il − P_ij g_il) b_lf.
+
+    The variance of a sum of independent terms is the sum of coefficient² × bound²
+    (a bounded term's variance is at most its bound²); the last coefficient's three
+    parts are bounded by Minkowski's inequality over i (sd(ΣX) <= Σ sd(X)), with
+    T_il = Σ_f q'_if² ek_lf²."""
+    B, L, S = pb.p.shape
+    E = pb.q.shape[-1]
+    qr, kr = pb.q.reshape(B, L, E), pb.k.reshape(B, S, E)
+    g = np.where(pb.allowed, pb.ds, 0.0).reshape(B, L, S)
+    P = np.where(pb.allowed, pb.p, 0.0).reshape(B, L, S)
+    dq2, dk2 = (eq * eq).reshape(B, L, E), (ek * ek).reshape(B, S, E)
+    var_q = np.zeros((B, L, E))
+    var_a = np.zeros((B, S, E))
+    sd_yz = np.zeros((B, S, E))
+    x2 = np.zeros((B, S, E))
+    n = max(1, _BLOCK // max(S * E * max(E, 1), 1))
+    c2, c3, c4 = c * c, c ** 3, c ** 4
+    with np.errstate(over="ignore", invalid="ignore"):
+        for b in range(B):
+            K, K2 = kr[b], dk2[b]
+            for i0 in range(0, L, n):
+                sl = slice(i0, min(L, i0 + n))
+                gi, Pi, qi, a2 = g[b, sl], P[b, sl], qr[b, sl], dq2[b, sl]
+                kbar, h = Pi @ K, gi @ K
+                w = gi[..., None] * (K[None] - kbar[:, None]) - Pi[..., None] * h[:, None]
+                W = np.einsum("ile,lf->ief", w, K)
+                T = (qi * qi) @ K2.T
+                var_q[b, sl] = (c4 * np.einsum("ief,if->ie", W * W, a2)
+                                + c4 * np.einsum("ile,il->ie", w * w, T)
+                                + 2.0 * c3 * qi * np.einsum("ile,il,le->ie", w, gi, K2)
+                                + c2 * (gi * gi) @ K2)
+                U = np.einsum("ijf,if->ij", w * w, a2)
+                var_a[b] += (c4 * U.T @ (qi * qi)
+                             + 2.0 * c3 * np.einsum("ie,ije->je", qi * a2, w * gi[..., None])
+                             + c2 * (gi * gi).T @ a2)
+                rho = np.sqrt(np.sum(Pi * Pi * T, axis=-1, keepdims=True))
+                tau = np.sqrt(np.sum(gi * gi * T, axis=-1, keepdims=True))
+                sd_yz[b] += c2 * (np.abs(gi).T @ (np.abs(qi) * rho) + Pi.T @ (np.abs(qi) * tau))
+            for j0 in range(0, S, n):
+                sj = slice(j0, min(S, j0 + n))
+                xm = np.einsum("ij,ie,if->jef", g[b][:, sj], qr[b], qr[b])
+                x2[b, sj] = c4 * np.einsum("jef,jf->je", xm * xm, K2[sj])
+        sd_q = np.sqrt(np.maximum(var_q, 0.0))
+        sd_k = np.sqrt(np.maximum(var_a, 0.0) + (np.sqrt(x2) + sd_yz) ** 2)
+    return sd_q, sd_k
+
+
+def _probabilistic(fl: _Flat, pb: PlainBackward, model: Any, score_model: Any,
+                   flat_shapes: dict[str, tuple[int, ...]],
+                   dq_in: tuple[Arr, Arr], dk_in: tuple[Arr, Arr]) -> dict[str, Arr]:
+    """The probabilistic reading of the rotation's roundings (flat dq', dk' bounds):
+    their first-order effect λ·sd (:func:`_first_order_sd`, λ the check's), times
+    e^{4σ̄} for the second order (σ̄ the problem's largest score change λ·sd(δs): every
+    weight, hence every coefficient above, moves by at most e^{±2σ̄} along the way),
+    plus the plain bound with the angles' errors (shared along a frequency: their worst
+    case) and the second-order products Δq·Δk as each score's extra term."""
+    c = abs(fl.call(True).effective_scale)
+    lam = float(score_model.lam)
+    (rq, aq), (rk, ak) = dq_in, dk_in
+    aqr, akr = np.abs(fl.qr), np.abs(fl.kr)
+    with np.errstate(over="ignore", invalid="ignore"):
+        tq, tk = rq + aq, rk + ak
+        extra = c * 1.05 * (aq @ np.swapaxes(akr, -1, -2) + aqr @ np.swapaxes(ak, -1, -2)
+                            + tq @ np.swapaxes(tk, -1, -2))
+        var_s = c * c * ((rq * rq) @ np.swapaxes(akr * akr, -1, -2)
+                         + (aqr * aqr) @ np.swapaxes(rk * rk, -1, -2))
+        sig = lam * np.sqrt(np.where(pb.allowed, var_s, 0.0)) + np.where(pb.allowed, extra, 0.0)
+        top = np.max(sig, axis=(-2, -1), keepdims=True, initial=0.0)
+        second = np.expm1(np.minimum(4.0 * top, 700.0)) + 1.0
+        plain = backward_error_bound(pb, model, shapes=flat_shapes, score_extra=extra)
+        sd_q, sd_k = _first_order_sd(pb, c, rq, rk)
+        P = np.where(pb.allowed, pb.p, 0.0)
+        ds_abs = P * (np.abs(pb.dp) + np.abs(pb.d)) * 1.05
+        t_q = plain["dq"] + lam * second * sd_q + c * (ds_abs @ ak)
+        t_k = plain["dk"] + lam * second * sd_k + c * (np.swapaxes(ds_abs, -1, -2) @ aq)
+    return {"dq": t_q, "dk": t_k}
+
+
 def _bounds(fl: _Flat, pb: PlainBackward, model: Any, variant: Any,
             shapes: dict[str, tuple[int, ...]], score_model: Any
             ) -> tuple[dict[str, Arr], dict[str, Any]]:
@@ -142,6 +239,12 @@ def _bounds(fl: _Flat, pb: PlainBackward, model: Any, variant: Any,
     with np.errstate(over="ignore", invalid="ignore"):
         t_q = plain["dq"] + c * (ds_abs @ (dk_in[0] + dk_in[1]))
         t_k = plain["dk"] + c * (np.swapaxes(ds_abs, -1, -2) @ (dq_in[0] + dq_in[1]))
+    if getattr(score_model, "kind", "") == "probabilistic":
+        # both hold (the worst case for every rounding, the probabilistic reading with
+        # its probability): the smaller (as the plain model's two propagations)
+        pr = _probabilistic(fl, pb, model, score_model, flat_shapes, dq_in, dk_in)
+        t_q, t_k = np.fmin(t_q, pr["dq"]), np.fmin(t_k, pr["dk"])
+    with np.errstate(over="ignore", invalid="ignore"):
         dq, dk = _rt(rot, pb.dq, fl.qpos), _rt(rot, pb.dk, fl.kpos)
         back_q = sum(kern.bounds(pb.dq, dq, fl.qpos))
         back_k = sum(kern.bounds(pb.dk, dk, fl.kpos))

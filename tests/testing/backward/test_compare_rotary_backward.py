@@ -184,3 +184,86 @@ def test_rotary_backward_check_refuses_what_it_cannot_judge():
         ms.compare_attention_backward(*grads, q, k, v, do, rotary_base=10000.0, softcap=5.0)
     with pytest.raises(SpecError, match="rule='flash'"):
         ms.compare_attention_backward(*grads, q, k, v, do, rotary_base=10000.0, rule="flash")
+
+
+def _hf16_grads(dt, seed, L, S, E, *, bug=None, fp32_rotation=False):
+    """HF's RoPE (tests/kernels/rotary_kernels: fp32 angles, the rotation in the input
+    dtype, or in fp32 and stored) then SDPA in ``dt``, its autograd gradients; ``bug``:
+    a planted backward bug."""
+    from rotary_kernels import apply, hf_cos_sin
+
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, 2, n, E, generator=g).to(dt).requires_grad_(True)
+               for n in (L, S, S))
+    do = torch.randn(1, 2, L, E, generator=g).to(dt)
+    rd = torch.float32 if fp32_rotation else dt
+    cq, sq = hf_cos_sin(torch.arange(S - L, S), E, 10000.0, 1.0, rd)
+    ck, sk = hf_cos_sin(torch.arange(S), E, 10000.0, 1.0, rd)
+    comp = torch.float32 if fp32_rotation else None
+    qr, kr = apply(q, cq, sq, E, False, comp), apply(k, ck, sk, E, False, comp)
+    qr.retain_grad()
+    kr.retain_grad()
+    F.scaled_dot_product_attention(qr, kr, v).backward(do)
+    dq, dk = q.grad, k.grad
+    if bug == "rotation_applied_twice":      # R dQ' where Rᵀ dQ' belongs (sin's sign)
+        dq, dk = apply(qr.grad, cq, sq, E, False, comp), apply(kr.grad, ck, sk, E, False, comp)
+    elif bug == "rotation_not_transposed":
+        dq, dk = qr.grad, kr.grad
+    return (dq, dk, v.grad), (*(x.detach() for x in (q, k, v)), do)
+
+
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16], ids=str)
+def test_sixteen_bit_rotation_gets_a_verdict_and_catches_bugs(dt):
+    # HF rotates in bf16 (its products and sum rounded to bf16): the worst case of those
+    # roundings' effect is vacuous (ToleranceError before); the probabilistic reading
+    # decides, passes the correct kernels, fails the wrong rotations
+    for seed in range(2):
+        for fp32 in (False, True):
+            grads, inputs = _hf16_grads(dt, seed, 4, 9, 16, fp32_rotation=fp32)
+            res = ms.compare_attention_backward(*grads, *inputs, rotary_base=10000.0)
+            assert res.passed, res.report()
+        for bug in ("rotation_applied_twice", "rotation_not_transposed"):
+            grads, inputs = _hf16_grads(dt, seed, 4, 9, 16, bug=bug)
+            res = ms.compare_attention_backward(*grads, *inputs, rotary_base=10000.0)
+            assert not res.passed
+
+
+def test_bf16_rotation_under_the_worst_case_model_still_refuses():
+    from mha_symbolic.errors import ToleranceError
+
+    grads, inputs = _hf16_grads(torch.bfloat16, 0, 4, 9, 16)
+    with pytest.raises(ToleranceError, match="no verdict"):
+        ms.compare_attention_backward(*grads, *inputs, rotary_base=10000.0,
+                                      error_model="worst_case")
+
+
+def test_first_order_deviation_matches_the_jacobian_of_torch_autograd():
+    # sd of the first-order change of dQ', dK' under independent perturbations of q', k'
+    # bounded by eq, ek: Σ J² e², J the Jacobian by torch autograd (double backward)
+    from mha_symbolic.testing.backward.bugs import plain_backward
+    from mha_symbolic.testing.backward.rotated import _first_order_sd
+    from mha_symbolic.testing.call import AttentionCall
+
+    rng = np.random.default_rng(3)
+    L, S, E, c = 3, 5, 4, 0.7
+    q, k, v, do = (rng.standard_normal((1, n, E)) for n in (L, S, S, L))
+    mask = np.ones((1, L, S), dtype=bool)
+    mask[0, 0, 3:] = False
+    pb = plain_backward(AttentionCall(q, k, v, do=do, attn_mask=mask, scale=c))
+    eq, ek = rng.random((1, L, E)), rng.random((1, S, E))
+    sd_q, sd_k = _first_order_sd(pb, c, eq, ek)
+
+    def grads(qq, kk):
+        s = (c * qq @ kk.T).masked_fill(~torch.tensor(mask[0]), float("-inf"))
+        p = torch.softmax(s, -1)
+        dp = torch.tensor(do[0]) @ torch.tensor(v[0]).T
+        ds = p * (dp - (p * dp).sum(-1, keepdim=True))
+        return torch.cat([(c * ds @ kk).flatten(), (c * ds.T @ qq).flatten()])
+
+    jq, jk = torch.autograd.functional.jacobian(grads, (torch.tensor(q[0]), torch.tensor(k[0])))
+    jq, jk = jq.reshape(-1, L * E).numpy(), jk.reshape(-1, S * E).numpy()
+    sd = np.sqrt(jq**2 @ (eq[0]**2).ravel() + jk**2 @ (ek[0]**2).ravel())
+    np.testing.assert_allclose(sd_q.ravel(), sd[:L * E], rtol=1e-12)
+    # dK': the key perturbations' coefficients bounded by Minkowski's inequality
+    ratio = sd_k.ravel() / sd[L * E:]
+    assert np.all(ratio >= 1 - 1e-12) and float(np.median(ratio)) < 3.0, ratio
