@@ -35,7 +35,6 @@ sinks (softcap — Gemma-2 —, ALiBi, score_mod biases and tables, gpt-oss's si
 :class:`_Pipeline`: s = T(c·q'·k'), the transformed backward's hooks
 (:mod:`.transformed_backward`: dS⁰ = Φ∘dS) on the rotated q', k', then Rᵀ; the
 gradients of the sinks, slopes and tables are functionals of dS as without rotary.
-(:func:`refuse_unsupported` is the testing side's: its tolerance does not cover them.)
 """
 
 from __future__ import annotations
@@ -45,7 +44,6 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import SpecError
 from ..arith.balls import to_arb_mat
 from ..arith.constants import UP
 from ..backward.arb import arb_backward
@@ -57,22 +55,9 @@ from ..enclosure import Enclosure, Problem
 from .transformed import TransformedProblem
 from .transformed_backward import TransformHooks
 
-__all__ = ["refuse_unsupported", "rotary_backward"]
+__all__ = ["rotary_backward"]
 
 Arr = np.ndarray[Any, Any]
-
-
-def refuse_unsupported(opts: Any, prep: Any) -> None:
-    """Refuse, for the *check* of a rotated call's gradients (testing side), what its
-    tolerance does not cover: a variant that changes the scores or adds sinks (the
-    reference itself covers them: :class:`_Pipeline`)."""
-    what = [f"{v.name} ({', '.join(v.keywords)})" for v in opts.active()
-            if v.scores is not None or v.sinks is not None]
-    if what:
-        raise SpecError(f"checking gradients with rotary embeddings and {', '.join(what)} "
-                        "is not supported yet (reference_attention_backward certifies "
-                        "them): pass rotary with masks (attn_mask, is_causal, window, "
-                        "mask_mod, kv_cache)")
 
 
 class _Pipeline:

@@ -32,9 +32,11 @@ import numpy as np
 
 from ...errors import ShapeError, SpecError
 from ...oracle.api import reference_attention_backward
+from ...oracle.variants.forward import _exact_sum, lowered, lowered_after_cap, require_lowerable
+from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import plain_rotation
 from ...oracle.variants.rotary import KernelRotation
-from ...oracle.variants.rotary_backward import refuse_unsupported
+from ...oracle.variants.transformed import Cap
 from ..call import AttentionCall
 from ..forward.bugs import _fits
 from ..verdict import Diagnosis, _as_array, _f64
@@ -68,6 +70,29 @@ def _rt(rot: Any, x: Arr, pos: Arr) -> Arr:
     return np.asarray(rot.float_rotate(x, pos, (c, -s, ec, es))[0])
 
 
+def _lowered(prep: Any) -> tuple[float | None, Arr, Arr | None]:
+    """(softcap C or None, value, mask) of the plain problem the rest of a rotated
+    call's scores lower to (as :func:`~mha_symbolic.oracle.variants.forward.lowered`,
+    whose exact sum of the additive parts a rotary call's Prepared leaves out: the
+    rotation counts as transcendental there)."""
+    if any(isinstance(op, Cap) for op in prep.ops):
+        cap, _, v64, mask = lowered_after_cap(prep)
+        return cap, v64, mask
+    adds = [] if prep.user_madd is None else [prep.user_madd]
+    exact = True
+    for op in prep.ops:
+        vals, ok = op.floats_min(prep.geo)
+        adds.append(vals)
+        exact = exact and ok
+    total = None
+    if adds and exact:
+        total, exact = _exact_sum(adds)
+    low = replace(prep, total=total, lowerable=exact)
+    require_lowerable(low)
+    _, v64, mask = lowered(low)
+    return None, v64, mask
+
+
 class _Flat:
     """The call as B flat problems (heads matched), rotated in float64."""
 
@@ -77,35 +102,48 @@ class _Flat:
         self.prep, self.geo = prep, geo
         B, L, S = geo.B, geo.L, geo.S
         k64 = np.repeat(prep.k64, prep.group, axis=-3) if prep.group > 1 else prep.k64
-        v64 = np.repeat(prep.v64, prep.group, axis=-3) if prep.group > 1 else prep.v64
         rot, io = plain_rotation(variant, geo, prep.q64, k64)
         assert io is not None
         self.rot = rot
         self.q0, self.k0, self.qr, self.kr = io
-        Ev = v64.shape[-1]
-        self.v = np.broadcast_to(v64, (*geo.batch, S, Ev)).reshape(B, S, Ev)
+        # the rest of the scores as plain attention's: a softcap first, the additive
+        # parts (float mask, ALiBi, bias tables) as one mask, a sink as one more key
+        # (k' = 0, v = 0, mask column σ; oracle/variants/forward.lowered)
+        self.cap, v64, mask = _lowered(prep)
+        n_sink = int(v64.shape[-2]) - S
+        if n_sink:
+            z = np.zeros((B, n_sink, self.k0.shape[-1]))
+            self.k0, self.kr = np.concatenate([self.k0, z], 1), np.concatenate([self.kr, z], 1)
+        if prep.group > 1:
+            v64 = np.repeat(v64, prep.group, axis=-3)
+        Ev, Sx = v64.shape[-1], S + n_sink
+        self.S = S
+        self.v = np.broadcast_to(v64, (*geo.batch, Sx, Ev)).reshape(B, Sx, Ev)
         do = _f64(_as_array(grad_output, "grad_output"))
         self.do = np.broadcast_to(do, (*geo.batch, L, Ev)).reshape(B, L, Ev)
-        mask = prep.keep
-        if prep.user_madd is not None:   # a float attn_mask: additive, -inf off the keys
-            mask = prep.user_madd if mask is None else np.where(mask, prep.user_madd, -np.inf)
         self.keep = None if mask is None else np.ascontiguousarray(
-            np.broadcast_to(mask, (*geo.batch, L, S)).reshape(B, L, S))
+            np.broadcast_to(mask, (*geo.batch, L, Sx)).reshape(B, L, Sx))
         self.scale, self.masked_rows = scale, masked_rows
         self.qpos = rot.q_positions(range(B))
-        self.kpos = np.broadcast_to(rot.k_positions(), (B, S))
+        # (a sink's zero row at position 0: its rotation bounds are 0)
+        kpos = np.concatenate([rot.k_positions(), np.zeros(n_sink, dtype=np.int64)])
+        self.kpos = np.broadcast_to(kpos, (B, Sx))
 
     def call(self, rotated: bool) -> AttentionCall:
         q, k = (self.qr, self.kr) if rotated else (self.q0, self.k0)
         return AttentionCall(q, k, self.v, do=self.do, attn_mask=self.keep,
                              scale=None if self.scale is None else float(self.scale),
-                             masked_rows=self.masked_rows)
+                             masked_rows=self.masked_rows,
+                             opts=VariantOptions(softcap=self.cap))
 
     def reduce(self, name: str, flat: Arr, shape: tuple[int, ...], model: Any,
                mag: Arr | None = None) -> Arr:
         """A flat (B, n, E) bound summed into the input's shape (GQA groups, broadcast
         copies), plus the kernel's own sum of the copies γ̃_n(u)·Σ|values| (``mag``)."""
         lead = self.geo.batch
+        if name in ("dk", "dv"):    # a sink's rows are not the kernel's
+            flat = flat[:, :self.S]
+            mag = None if mag is None else mag[:, :self.S]
         x = flat.reshape(*lead, *flat.shape[-2:])
         rep = self.prep.group if name in ("dk", "dv") else 1
         out = reduce_to(x, shape, rep)
@@ -219,13 +257,15 @@ def _bounds(fl: _Flat, pb: PlainBackward, model: Any, variant: Any,
     """(bounds, natural scales) of dq, dk, dv at the inputs' shapes (module docstring);
     ``score_model`` reads the rotation's per-score term (the check's error model)."""
     geo, rot = fl.geo, fl.rot
-    B, L, S, E = geo.B, geo.L, geo.S, fl.q0.shape[-1]
-    vp = SimpleNamespace(rotation=rot, rotation_inputs=(fl.q0, fl.k0),
-                         rotation_outputs=(fl.qr, fl.kr), scale=fl.call(True).effective_scale,
-                         opts=variant)
+    B, L, S, E = geo.B, geo.L, int(fl.kr.shape[1]), fl.q0.shape[-1]   # S: with a sink's key
+    S0 = fl.S
+    vp = SimpleNamespace(rotation=rot, rotation_inputs=(fl.q0, fl.k0[:, :S0]),
+                         rotation_outputs=(fl.qr, fl.kr[:, :S0]),
+                         scale=fl.call(True).effective_scale, opts=variant)
     hook = next(v.error for v in variant.active() if v.rotate is not None and v.error)
-    extra = np.stack([hook(variant, vp, b, slice(0, L), score_model)[0] for b in range(B)]) \
-        if B else np.zeros((0, L, S))
+    extra = np.zeros((B, L, S))    # a sink's score σ has no rotation error
+    for b in range(B):
+        extra[b, :, :S0] = hook(variant, vp, b, slice(0, L), score_model)[0]
     flat_shapes: dict[str, tuple[int, ...]] = {"dq": (B, L, E), "dk": (B, S, E),
                                                "dv": (B, S, int(fl.v.shape[-1]))}
     plain = backward_error_bound(pb, model, shapes=flat_shapes, score_extra=extra)
@@ -239,7 +279,7 @@ def _bounds(fl: _Flat, pb: PlainBackward, model: Any, variant: Any,
     with np.errstate(over="ignore", invalid="ignore"):
         t_q = plain["dq"] + c * (ds_abs @ (dk_in[0] + dk_in[1]))
         t_k = plain["dk"] + c * (np.swapaxes(ds_abs, -1, -2) @ (dq_in[0] + dq_in[1]))
-    if getattr(score_model, "kind", "") == "probabilistic":
+    if getattr(score_model, "kind", "") == "probabilistic" and fl.cap is None:
         # both hold (the worst case for every rounding, the probabilistic reading with
         # its probability): the smaller (as the plain model's two propagations)
         pr = _probabilistic(fl, pb, model, score_model, flat_shapes, dq_in, dk_in)
@@ -315,7 +355,6 @@ def rotated_check(acts: dict[str, Arr], query: Any, key: Any, value: Any, grad_o
     if rule == "flash":
         raise SpecError("rule='flash' has no simulated kernel with rotary embeddings: use "
                         "rule='model', 'ulp' or 'allclose'")
-    refuse_unsupported(variant, prep)
     ref = reference_attention_backward(query, key, value, grad_output, **call, **variants)
     encs = {"dq": ref.dq, "dk": ref.dk, "dv": ref.dv}
     for name, a in acts.items():

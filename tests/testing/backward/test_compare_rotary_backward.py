@@ -180,8 +180,6 @@ def test_rotary_backward_bugs_fail_and_are_named(dtype, bug, case):
 
 def test_rotary_backward_check_refuses_what_it_cannot_judge():
     grads, (q, k, v, do) = _grads(torch.float32, 0, 2, 4, 8, r=8)
-    with pytest.raises(SpecError, match="not supported yet"):
-        ms.compare_attention_backward(*grads, q, k, v, do, rotary_base=10000.0, softcap=5.0)
     with pytest.raises(SpecError, match="rule='flash'"):
         ms.compare_attention_backward(*grads, q, k, v, do, rotary_base=10000.0, rule="flash")
 
@@ -267,3 +265,72 @@ def test_first_order_deviation_matches_the_jacobian_of_torch_autograd():
     # dK': the key perturbations' coefficients bounded by Minkowski's inequality
     ratio = sd_k.ravel() / sd[L * E:]
     assert np.all(ratio >= 1 - 1e-12) and float(np.median(ratio)) < 3.0, ratio
+
+
+def pipeline_grads(dtype, seed, L, S, E, *, softcap=None, sink=None, alibi=None,
+                   causal=False, bug=None):
+    """Gemma-2 / gpt-oss style attention in plain torch, autograd: GPT-NeoX RoPE (all
+    dims), scores c·q'·k', C·tanh(s/C) (``softcap``), −slope·|j − i| (``alibi``, L = S),
+    the causal mask (bottom-right), gpt-oss's sink column (softmax then dropped);
+    ``bug``: a rotary backward bug."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, 2, L, E, generator=g, dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(1, 2, S, E, generator=g, dtype=dtype, requires_grad=True)
+            for _ in range(2))
+    cq, sq = neox_cos_sin(torch.arange(S - L, S), E, 10000.0, dtype)
+    ck, sk = neox_cos_sin(torch.arange(S), E, 10000.0, dtype)
+    if bug == "rotation_missing":
+        qr, kr = q * 1, k * 1
+    else:
+        qr, kr = apply_rope(q, cq, sq, False), apply_rope(k, ck, sk, False)
+    qr.retain_grad()
+    kr.retain_grad()
+    s = qr @ kr.transpose(-1, -2) / E ** 0.5
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
+    if alibi is not None:
+        s = s - alibi * (torch.arange(S)[None, :] - torch.arange(L)[:, None]).abs().to(dtype)
+    if causal:
+        s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(S - L), float("-inf"))
+    if sink is not None:
+        s = torch.cat([s, torch.full((1, 2, L, 1), sink, dtype=dtype)], dim=-1)
+    p = torch.softmax(s, dim=-1)
+    out = (p[..., :S] if sink is not None else p) @ v
+    do = torch.randn(out.shape, generator=g, dtype=dtype)
+    out.backward(do)
+    dq, dk = (qr.grad, kr.grad) if bug == "rotation_not_transposed" else (q.grad, k.grad)
+    return (dq, dk, v.grad), (q.detach(), k.detach(), v.detach(), do)
+
+
+PIPELINES = {
+    # name: (L, S, E, kernel keywords, compare_attention_backward keywords)
+    "gemma2_softcap": (4, 9, 16, {"softcap": 2.0}, {"softcap": 2.0}),
+    "gemma2_softcap_causal": (5, 11, 16, {"softcap": 5.0, "causal": True},
+                              {"softcap": 5.0, "is_causal": True,
+                               "causal_alignment": "bottom_right"}),
+    "gpt_oss_sinks_causal": (5, 11, 16, {"sink": 0.5, "causal": True},
+                             {"sinks": np.array([0.5, 0.5]), "is_causal": True,
+                              "causal_alignment": "bottom_right"}),
+    "alibi": (6, 6, 16, {"alibi": 0.25}, {"alibi_slopes": np.array([0.25, 0.25])}),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", list(PIPELINES))
+def test_rotary_with_softcap_sinks_alibi_has_no_false_alarm_and_catches_bugs(dtype, case):
+    L, S, E, kern, ours = PIPELINES[case]
+    kw = {"rotary_base": 10000.0, **ours}
+    for seed in range(2):
+        grads, inputs = pipeline_grads(dtype, seed, L, S, E, **kern)
+        res = ms.compare_attention_backward(*grads, *inputs, **kw)
+        assert res.passed, res.report()
+        assert max(c.worst.ratio for c in res.gradients.values() if c.worst) < 0.5
+    for bug in ("rotation_not_transposed", "rotation_missing"):
+        grads, inputs = pipeline_grads(dtype, 3, L, S, E, bug=bug, **kern)
+        res = ms.compare_attention_backward(*grads, *inputs, **kw)
+        assert not res.passed
+        assert res.diagnoses and res.diagnoses[0].bug == bug, res.report()
+    # the wrong pipeline: the kernel's gradients without the cap / the sink judged
+    # against the call with it
+    grads, inputs = pipeline_grads(dtype, 4, L, S, E)
+    assert not ms.compare_attention_backward(*grads, *inputs, **kw).passed
