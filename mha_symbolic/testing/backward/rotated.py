@@ -181,8 +181,18 @@ def _first_order_sd(pb: PlainBackward, c: float, eq: Arr, ek: Arr) -> tuple[Arr,
     B, L, S = pb.p.shape
     E = pb.q.shape[-1]
     qr, kr = pb.q.reshape(B, L, E), pb.k.reshape(B, S, E)
-    g = np.where(pb.allowed, pb.ds, 0.0).reshape(B, L, S)
     P = np.where(pb.allowed, pb.p, 0.0).reshape(B, L, S)
+    if pb.cap is not None and pb.cap_t is not None and pb.ds_pre is not None:
+        # a softcap: s = C·tanh(s⁰/C) moves by Φ δs⁰ (Φ = 1 − t²) and Φ itself by
+        # −2tΦ δs⁰/C, so M becomes M̃ = D_Φ M D_Φ + diag(−2 g t Φ / C) (symmetric)
+        g = np.where(pb.allowed, pb.ds_pre, 0.0).reshape(B, L, S)
+        t = np.where(pb.allowed, pb.cap_t, 0.0).reshape(B, L, S)
+        phi = 1.0 - t * t
+        dia = -2.0 * g * t * phi / abs(float(pb.cap))
+    else:
+        g = np.where(pb.allowed, pb.ds, 0.0).reshape(B, L, S)
+        phi, dia = np.ones_like(g), np.zeros_like(g)
+    g0 = phi * g                           # dS⁰, what dQ' and dK' take
     dq2, dk2 = (eq * eq).reshape(B, L, E), (ek * ek).reshape(B, S, E)
     var_q = np.zeros((B, L, E))
     var_a = np.zeros((B, S, E))
@@ -195,25 +205,30 @@ def _first_order_sd(pb: PlainBackward, c: float, eq: Arr, ek: Arr) -> tuple[Arr,
             K, K2 = kr[b], dk2[b]
             for i0 in range(0, L, n):
                 sl = slice(i0, min(L, i0 + n))
-                gi, Pi, qi, a2 = g[b, sl], P[b, sl], qr[b, sl], dq2[b, sl]
-                kbar, h = Pi @ K, gi @ K
-                w = gi[..., None] * (K[None] - kbar[:, None]) - Pi[..., None] * h[:, None]
+                g0i, Pi, qi, a2 = g0[b, sl], P[b, sl], qr[b, sl], dq2[b, sl]
+                Pf = Pi * phi[b, sl]
+                kbar, h = Pf @ K, g0i @ K
+                # w_il = Σ_j M̃_lj k'_j
+                w = ((g0i * phi[b, sl] + dia[b, sl])[..., None] * K[None]
+                     - g0i[..., None] * kbar[:, None] - Pf[..., None] * h[:, None])
                 W = np.einsum("ile,lf->ief", w, K)
                 T = (qi * qi) @ K2.T
                 var_q[b, sl] = (c4 * np.einsum("ief,if->ie", W * W, a2)
                                 + c4 * np.einsum("ile,il->ie", w * w, T)
-                                + 2.0 * c3 * qi * np.einsum("ile,il,le->ie", w, gi, K2)
-                                + c2 * (gi * gi) @ K2)
+                                + 2.0 * c3 * qi * np.einsum("ile,il,le->ie", w, g0i, K2)
+                                + c2 * (g0i * g0i) @ K2)
                 U = np.einsum("ijf,if->ij", w * w, a2)
                 var_a[b] += (c4 * U.T @ (qi * qi)
-                             + 2.0 * c3 * np.einsum("ie,ije->je", qi * a2, w * gi[..., None])
-                             + c2 * (gi * gi).T @ a2)
-                rho = np.sqrt(np.sum(Pi * Pi * T, axis=-1, keepdims=True))
-                tau = np.sqrt(np.sum(gi * gi * T, axis=-1, keepdims=True))
-                sd_yz[b] += c2 * (np.abs(gi).T @ (np.abs(qi) * rho) + Pi.T @ (np.abs(qi) * tau))
+                             + 2.0 * c3 * np.einsum("ie,ije->je", qi * a2, w * g0i[..., None])
+                             + c2 * (g0i * g0i).T @ a2)
+                rho = np.sqrt(np.sum(Pf * Pf * T, axis=-1, keepdims=True))
+                tau = np.sqrt(np.sum(g0i * g0i * T, axis=-1, keepdims=True))
+                sd_yz[b] += c2 * (np.abs(g0i).T @ (np.abs(qi) * rho)
+                                  + np.abs(Pf).T @ (np.abs(qi) * tau))
+            xw = g0[b] * phi[b] + dia[b]       # M̃'s diagonal part
             for j0 in range(0, S, n):
                 sj = slice(j0, min(S, j0 + n))
-                xm = np.einsum("ij,ie,if->jef", g[b][:, sj], qr[b], qr[b])
+                xm = np.einsum("ij,ie,if->jef", xw[:, sj], qr[b], qr[b])
                 x2[b, sj] = c4 * np.einsum("jef,jf->je", xm * xm, K2[sj])
         sd_q = np.sqrt(np.maximum(var_q, 0.0))
         sd_k = np.sqrt(np.maximum(var_a, 0.0) + (np.sqrt(x2) + sd_yz) ** 2)
@@ -226,7 +241,8 @@ def _probabilistic(fl: _Flat, pb: PlainBackward, model: Any, score_model: Any,
     """The probabilistic reading of the rotation's roundings (flat dq', dk' bounds):
     their first-order effect λ·sd (:func:`_first_order_sd`, λ the check's), times
     e^{4σ̄} for the second order (σ̄ the problem's largest score change λ·sd(δs): every
-    weight, hence every coefficient above, moves by at most e^{±2σ̄} along the way),
+    weight, hence every coefficient above, moves by at most e^{±2σ̄} along the way;
+    e^{4σ̄(1 + 1/C)} with a softcap C),
     plus the plain bound with the angles' errors (shared along a frequency: their worst
     case) and the second-order products Δq·Δk as each score's extra term."""
     c = abs(fl.call(True).effective_scale)
@@ -241,7 +257,9 @@ def _probabilistic(fl: _Flat, pb: PlainBackward, model: Any, score_model: Any,
                          + (aqr * aqr) @ np.swapaxes(rk * rk, -1, -2))
         sig = lam * np.sqrt(np.where(pb.allowed, var_s, 0.0)) + np.where(pb.allowed, extra, 0.0)
         top = np.max(sig, axis=(-2, -1), keepdims=True, initial=0.0)
-        second = np.expm1(np.minimum(4.0 * top, 700.0)) + 1.0
+        # (a softcap's factors Φ, t move by at most e^{±2σ̄/C} relative as well)
+        cap_term = 0.0 if fl.cap is None else 4.0 * top / abs(fl.cap)
+        second = np.expm1(np.minimum(4.0 * top + cap_term, 700.0)) + 1.0
         plain = backward_error_bound(pb, model, shapes=flat_shapes, score_extra=extra)
         sd_q, sd_k = _first_order_sd(pb, c, rq, rk)
         P = np.where(pb.allowed, pb.p, 0.0)
@@ -279,7 +297,7 @@ def _bounds(fl: _Flat, pb: PlainBackward, model: Any, variant: Any,
     with np.errstate(over="ignore", invalid="ignore"):
         t_q = plain["dq"] + c * (ds_abs @ (dk_in[0] + dk_in[1]))
         t_k = plain["dk"] + c * (np.swapaxes(ds_abs, -1, -2) @ (dq_in[0] + dq_in[1]))
-    if getattr(score_model, "kind", "") == "probabilistic" and fl.cap is None:
+    if getattr(score_model, "kind", "") == "probabilistic":
         # both hold (the worst case for every rounding, the probabilistic reading with
         # its probability): the smaller (as the plain model's two propagations)
         pr = _probabilistic(fl, pb, model, score_model, flat_shapes, dq_in, dk_in)

@@ -235,7 +235,8 @@ def test_bf16_rotation_under_the_worst_case_model_still_refuses():
                                       error_model="worst_case")
 
 
-def test_first_order_deviation_matches_the_jacobian_of_torch_autograd():
+@pytest.mark.parametrize("cap", [None, 1.5], ids=["plain", "softcap"])
+def test_first_order_deviation_matches_the_jacobian_of_torch_autograd(cap):
     # sd of the first-order change of dQ', dK' under independent perturbations of q', k'
     # bounded by eq, ek: Σ J² e², J the Jacobian by torch autograd (double backward)
     from mha_symbolic.testing.backward.bugs import plain_backward
@@ -247,15 +248,21 @@ def test_first_order_deviation_matches_the_jacobian_of_torch_autograd():
     q, k, v, do = (rng.standard_normal((1, n, E)) for n in (L, S, S, L))
     mask = np.ones((1, L, S), dtype=bool)
     mask[0, 0, 3:] = False
-    pb = plain_backward(AttentionCall(q, k, v, do=do, attn_mask=mask, scale=c))
+    from mha_symbolic.oracle.variants.protocol import VariantOptions
+
+    pb = plain_backward(AttentionCall(q, k, v, do=do, attn_mask=mask, scale=c,
+                                      opts=VariantOptions(softcap=cap)))
     eq, ek = rng.random((1, L, E)), rng.random((1, S, E))
     sd_q, sd_k = _first_order_sd(pb, c, eq, ek)
 
     def grads(qq, kk):
-        s = (c * qq @ kk.T).masked_fill(~torch.tensor(mask[0]), float("-inf"))
-        p = torch.softmax(s, -1)
+        s0 = c * qq @ kk.T
+        s = s0 if cap is None else cap * torch.tanh(s0 / cap)
+        p = torch.softmax(s.masked_fill(~torch.tensor(mask[0]), float("-inf")), -1)
         dp = torch.tensor(do[0]) @ torch.tensor(v[0]).T
         ds = p * (dp - (p * dp).sum(-1, keepdim=True))
+        if cap is not None:
+            ds = ds * (1 - torch.tanh(s0 / cap) ** 2)
         return torch.cat([(c * ds @ kk).flatten(), (c * ds.T @ qq).flatten()])
 
     jq, jk = torch.autograd.functional.jacobian(grads, (torch.tensor(q[0]), torch.tensor(k[0])))
