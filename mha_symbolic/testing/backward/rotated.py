@@ -240,9 +240,10 @@ def _probabilistic(fl: _Flat, pb: PlainBackward, model: Any, score_model: Any,
                    dq_in: tuple[Arr, Arr], dk_in: tuple[Arr, Arr]) -> dict[str, Arr]:
     """The probabilistic reading of the rotation's roundings (flat dq', dk' bounds):
     their first-order effect λ·sd (:func:`_first_order_sd`, λ the check's), times
-    e^{4σ̄} for the second order (σ̄ the problem's largest score change λ·sd(δs): every
-    weight, hence every coefficient above, moves by at most e^{±2σ̄} along the way;
-    e^{4σ̄(1 + 1/C)} with a softcap C),
+    e^{4σ̄} for the second order (σ̄ the largest score change λ·sd(δs) + the angles' of
+    the row, for dQ', or of the key's column, for dK': those weights, hence the
+    coefficients above, move by at most e^{±2σ̄} along the way; e^{4σ̄(1 + 1/C)} with a
+    softcap C),
     plus the plain bound with the angles' errors (shared along a frequency: their worst
     case) and the second-order products Δq·Δk as each score's extra term."""
     c = abs(fl.call(True).effective_scale)
@@ -256,16 +257,21 @@ def _probabilistic(fl: _Flat, pb: PlainBackward, model: Any, score_model: Any,
         var_s = c * c * ((rq * rq) @ np.swapaxes(akr * akr, -1, -2)
                          + (aqr * aqr) @ np.swapaxes(rk * rk, -1, -2))
         sig = lam * np.sqrt(np.where(pb.allowed, var_s, 0.0)) + np.where(pb.allowed, extra, 0.0)
-        top = np.max(sig, axis=(-2, -1), keepdims=True, initial=0.0)
+        # σ̄ per query row (dQ'_i reads row i's scores) and per key (dK'_j: column j's)
         # (a softcap's factors Φ, t move by at most e^{±2σ̄/C} relative as well)
-        cap_term = 0.0 if fl.cap is None else 4.0 * top / abs(fl.cap)
-        second = np.expm1(np.minimum(4.0 * top + cap_term, 700.0)) + 1.0
-        plain = backward_error_bound(pb, model, shapes=flat_shapes, score_extra=extra)
+        grow = 4.0 * (1.0 + (0.0 if fl.cap is None else 1.0 / abs(fl.cap)))
+        top_q = np.max(sig, axis=-1, keepdims=True, initial=0.0)
+        top_k = np.swapaxes(np.max(sig, axis=-2, keepdims=True, initial=0.0), -1, -2)
+        second_q = np.exp(np.minimum(grow * top_q, 700.0))
+        second_k = np.exp(np.minimum(grow * top_k, 700.0))
+        # the plain part as the probabilistic model reads it (its γ̃ sums; the worst-case
+        # propagation, as the plain check of a softcap)
+        plain = backward_error_bound(pb, score_model, shapes=flat_shapes, score_extra=extra)
         sd_q, sd_k = _first_order_sd(pb, c, rq, rk)
         P = np.where(pb.allowed, pb.p, 0.0)
         ds_abs = P * (np.abs(pb.dp) + np.abs(pb.d)) * 1.05
-        t_q = plain["dq"] + lam * second * sd_q + c * (ds_abs @ ak)
-        t_k = plain["dk"] + lam * second * sd_k + c * (np.swapaxes(ds_abs, -1, -2) @ aq)
+        t_q = plain["dq"] + lam * second_q * sd_q + c * (ds_abs @ ak)
+        t_k = plain["dk"] + lam * second_k * sd_k + c * (np.swapaxes(ds_abs, -1, -2) @ aq)
     return {"dq": t_q, "dk": t_k}
 
 
