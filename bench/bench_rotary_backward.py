@@ -74,6 +74,7 @@ def sweep(seeds: int) -> None:
 SIXTEEN = {  # name: (L, S, E, H, hf_attention keywords, check keywords)
     "neox_E16": (4, 9, 16, 2, {}, {}),
     "neox_S128_E64": (8, 128, 64, 2, {}, {}),
+    "neox_decode_S512_E64": (8, 512, 64, 2, {}, {}),
     "gptj_r16_E32": (4, 64, 32, 2, {"rotary_dim": 16, "interleaved": True},
                      {"rotary_dim": 16, "rotary_interleaved": True}),
     "neox_causal_E32": (6, 33, 32, 2, {"causal": True}, {"is_causal": True}),

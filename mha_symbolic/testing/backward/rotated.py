@@ -154,11 +154,16 @@ class _Flat:
         return np.asarray(out, dtype=np.float64)
 
 
+#: The probabilistic reading runs for kernels this coarse (16 bits and below: at
+#: float32 the worst case decides, and the reading costs L·S·E² per head).
+_NARROW = 2.0**-12
 #: Rows (times keys and head dim) of one block of the first-order propagation.
 _BLOCK = 1 << 21
 
 
-def _first_order_sd(pb: PlainBackward, c: float, eq: Arr, ek: Arr) -> tuple[Arr, Arr]:
+def _first_order_sd(pb: PlainBackward, c: float, eq: Arr, ek: Arr,
+                    wq: Arr | None = None, wk: Arr | None = None, es: Arr | None = None
+                    ) -> tuple[Arr, ...]:
     """(sd(dQ'), sd(dK')), flat (B, L, E) and (B, S, E): the standard deviations of the
     first-order change of dQ' = c·dS K' and dK' = c·dSᵀ Q' when q', k' move by
     independent, mean-zero roundings a, b with |a| <= eq, |b| <= ek elementwise (the
@@ -177,7 +182,11 @@ def _first_order_sd(pb: PlainBackward, c: float, eq: Arr, ek: Arr) -> tuple[Arr,
     The variance of a sum of independent terms is the sum of coefficient² × bound²
     (a bounded term's variance is at most its bound²); the last coefficient's three
     parts are bounded by Minkowski's inequality over i (sd(ΣX) <= Σ sd(X)), with
-    T_il = Σ_f q'_if² ek_lf²."""
+    T_il = Σ_f q'_if² ek_lf².  With ``wq``, ``wk`` (perturbations shared, not
+    independent: the angles' errors) also the worst case of the same linear terms,
+    Σ |coefficient|·bound (|M̃_jl| split as for the Minkowski bound), as (wc_q, wc_k);
+    ``es`` (B, L, S) adds a bound on each score's own further change (δdQ'_i =
+    c Σ_l w_il δs_il exactly, and likewise dK')."""
     B, L, S = pb.p.shape
     E = pb.q.shape[-1]
     qr, kr = pb.q.reshape(B, L, E), pb.k.reshape(B, S, E)
@@ -198,6 +207,10 @@ def _first_order_sd(pb: PlainBackward, c: float, eq: Arr, ek: Arr) -> tuple[Arr,
     var_a = np.zeros((B, S, E))
     sd_yz = np.zeros((B, S, E))
     x2 = np.zeros((B, S, E))
+    wc_q, wc_k = np.zeros((B, L, E)), np.zeros((B, S, E))
+    wq = np.zeros((B, L, E)) if wq is None else wq.reshape(B, L, E)
+    wk = np.zeros((B, S, E)) if wk is None else wk.reshape(B, S, E)
+    es = np.zeros((B, L, S)) if es is None else np.where(pb.allowed, es, 0.0).reshape(B, L, S)
     n = max(1, _BLOCK // max(S * E * max(E, 1), 1))
     c2, c3, c4 = c * c, c ** 3, c ** 4
     with np.errstate(over="ignore", invalid="ignore"):
@@ -211,13 +224,13 @@ def _first_order_sd(pb: PlainBackward, c: float, eq: Arr, ek: Arr) -> tuple[Arr,
                 # w_il = Σ_j M̃_lj k'_j
                 w = ((g0i * phi[b, sl] + dia[b, sl])[..., None] * K[None]
                      - g0i[..., None] * kbar[:, None] - Pf[..., None] * h[:, None])
-                W = np.einsum("ile,lf->ief", w, K)
+                W = np.matmul(np.swapaxes(w, -1, -2), K)          # (i, e, f)
                 T = (qi * qi) @ K2.T
-                var_q[b, sl] = (c4 * np.einsum("ief,if->ie", W * W, a2)
-                                + c4 * np.einsum("ile,il->ie", w * w, T)
-                                + 2.0 * c3 * qi * np.einsum("ile,il,le->ie", w, g0i, K2)
+                var_q[b, sl] = (c4 * np.matmul(W * W, a2[..., None])[..., 0]
+                                + c4 * np.matmul(T[:, None, :], w * w)[:, 0, :]
+                                + 2.0 * c3 * qi * np.sum(w * (g0i[..., None] * K2), axis=1)
                                 + c2 * (g0i * g0i) @ K2)
-                U = np.einsum("ijf,if->ij", w * w, a2)
+                U = np.matmul(w * w, a2[..., None])[..., 0]
                 var_a[b] += (c4 * U.T @ (qi * qi)
                              + 2.0 * c3 * np.einsum("ie,ije->je", qi * a2, w * g0i[..., None])
                              + c2 * (g0i * g0i).T @ a2)
@@ -225,14 +238,26 @@ def _first_order_sd(pb: PlainBackward, c: float, eq: Arr, ek: Arr) -> tuple[Arr,
                 tau = np.sqrt(np.sum(g0i * g0i * T, axis=-1, keepdims=True))
                 sd_yz[b] += c2 * (np.abs(g0i).T @ (np.abs(qi) * rho)
                                   + np.abs(Pf).T @ (np.abs(qi) * tau))
+                # the worst case of the shared perturbations (A_il = |q'_i|·wk_l)
+                aw, wqi, ag0 = np.abs(w), wq[b, sl], np.abs(g0i)
+                A = np.abs(qi) @ wk[b].T
+                Ac = A + es[b, sl] / c if c else A   # the scores' own change, over c
+                wc_q[b, sl] = (c2 * np.matmul(np.abs(W), wqi[..., None])[..., 0]
+                               + c2 * np.matmul(Ac[:, None, :], aw)[:, 0, :] + c * ag0 @ wk[b])
+                Z = np.matmul(aw, wqi[..., None])[..., 0]
+                xwi = np.abs(g0i * phi[b, sl] + dia[b, sl])
+                mb = (xwi * Ac + ag0 * np.sum(np.abs(Pf) * Ac, axis=-1, keepdims=True)
+                      + np.abs(Pf) * np.sum(ag0 * Ac, axis=-1, keepdims=True))
+                wc_k[b] += c2 * (Z + mb).T @ np.abs(qi) + c * ag0.T @ wqi
             xw = g0[b] * phi[b] + dia[b]       # M̃'s diagonal part
             for j0 in range(0, S, n):
                 sj = slice(j0, min(S, j0 + n))
-                xm = np.einsum("ij,ie,if->jef", xw[:, sj], qr[b], qr[b])
-                x2[b, sj] = c4 * np.einsum("jef,jf->je", xm * xm, K2[sj])
+                qw = qr[b][None] * xw[:, sj].T[:, :, None]        # (j, i, e)
+                xm = np.matmul(np.swapaxes(qw, -1, -2), qr[b])     # (j, e, f)
+                x2[b, sj] = c4 * np.matmul(xm * xm, K2[sj][..., None])[..., 0]
         sd_q = np.sqrt(np.maximum(var_q, 0.0))
         sd_k = np.sqrt(np.maximum(var_a, 0.0) + (np.sqrt(x2) + sd_yz) ** 2)
-    return sd_q, sd_k
+    return sd_q, sd_k, wc_q, wc_k
 
 
 def _probabilistic(fl: _Flat, pb: PlainBackward, model: Any, score_model: Any,
@@ -244,19 +269,24 @@ def _probabilistic(fl: _Flat, pb: PlainBackward, model: Any, score_model: Any,
     the row, for dQ', or of the key's column, for dK': those weights, hence the
     coefficients above, move by at most e^{±2σ̄} along the way; e^{4σ̄(1 + 1/C)} with a
     softcap C),
-    plus the plain bound with the angles' errors (shared along a frequency: their worst
-    case) and the second-order products Δq·Δk as each score's extra term."""
+    plus the angles' errors (shared along a frequency) through the same linear terms at
+    their worst case, the second-order products Δq·Δk as a further change of each
+    score (the same linear terms), and the plain model's bound (both propagations, as
+    the plain check)."""
     c = abs(fl.call(True).effective_scale)
     lam = float(score_model.lam)
     (rq, aq), (rk, ak) = dq_in, dk_in
     aqr, akr = np.abs(fl.qr), np.abs(fl.kr)
     with np.errstate(over="ignore", invalid="ignore"):
         tq, tk = rq + aq, rk + ak
-        extra = c * 1.05 * (aq @ np.swapaxes(akr, -1, -2) + aqr @ np.swapaxes(ak, -1, -2)
-                            + tq @ np.swapaxes(tk, -1, -2))
+        # the angles' first-order part goes through the linear terms below (their worst
+        # case); the scores' extra term keeps the second-order products Δq·Δk
+        ang_s = c * 1.05 * (aq @ np.swapaxes(akr, -1, -2) + aqr @ np.swapaxes(ak, -1, -2))
+        extra = c * 1.05 * (tq @ np.swapaxes(tk, -1, -2))
         var_s = c * c * ((rq * rq) @ np.swapaxes(akr * akr, -1, -2)
                          + (aqr * aqr) @ np.swapaxes(rk * rk, -1, -2))
-        sig = lam * np.sqrt(np.where(pb.allowed, var_s, 0.0)) + np.where(pb.allowed, extra, 0.0)
+        sig = (lam * np.sqrt(np.where(pb.allowed, var_s, 0.0))
+               + np.where(pb.allowed, extra + ang_s, 0.0))
         # σ̄ per query row (dQ'_i reads row i's scores) and per key (dK'_j: column j's)
         # (a softcap's factors Φ, t move by at most e^{±2σ̄/C} relative as well)
         grow = 4.0 * (1.0 + (0.0 if fl.cap is None else 1.0 / abs(fl.cap)))
@@ -266,12 +296,10 @@ def _probabilistic(fl: _Flat, pb: PlainBackward, model: Any, score_model: Any,
         second_k = np.exp(np.minimum(grow * top_k, 700.0))
         # the plain part as the probabilistic model reads it (its γ̃ sums; the worst-case
         # propagation, as the plain check of a softcap)
-        plain = backward_error_bound(pb, score_model, shapes=flat_shapes, score_extra=extra)
-        sd_q, sd_k = _first_order_sd(pb, c, rq, rk)
-        P = np.where(pb.allowed, pb.p, 0.0)
-        ds_abs = P * (np.abs(pb.dp) + np.abs(pb.d)) * 1.05
-        t_q = plain["dq"] + lam * second_q * sd_q + c * (ds_abs @ ak)
-        t_k = plain["dk"] + lam * second_k * sd_k + c * (np.swapaxes(ds_abs, -1, -2) @ aq)
+        plain = backward_error_bound(pb, score_model, shapes=flat_shapes)
+        sd_q, sd_k, wc_q, wc_k = _first_order_sd(pb, c, rq, rk, aq, ak, extra)
+        t_q = plain["dq"] + second_q * (lam * sd_q + wc_q)
+        t_k = plain["dk"] + second_k * (lam * sd_k + wc_k)
     return {"dq": t_q, "dk": t_k}
 
 
@@ -303,7 +331,7 @@ def _bounds(fl: _Flat, pb: PlainBackward, model: Any, variant: Any,
     with np.errstate(over="ignore", invalid="ignore"):
         t_q = plain["dq"] + c * (ds_abs @ (dk_in[0] + dk_in[1]))
         t_k = plain["dk"] + c * (np.swapaxes(ds_abs, -1, -2) @ (dq_in[0] + dq_in[1]))
-    if getattr(score_model, "kind", "") == "probabilistic":
+    if getattr(score_model, "kind", "") == "probabilistic" and model.u >= _NARROW:
         # both hold (the worst case for every rounding, the probabilistic reading with
         # its probability): the smaller (as the plain model's two propagations)
         pr = _probabilistic(fl, pb, model, score_model, flat_shapes, dq_in, dk_in)

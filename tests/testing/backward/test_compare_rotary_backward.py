@@ -253,7 +253,7 @@ def test_first_order_deviation_matches_the_jacobian_of_torch_autograd(cap):
     pb = plain_backward(AttentionCall(q, k, v, do=do, attn_mask=mask, scale=c,
                                       opts=VariantOptions(softcap=cap)))
     eq, ek = rng.random((1, L, E)), rng.random((1, S, E))
-    sd_q, sd_k = _first_order_sd(pb, c, eq, ek)
+    sd_q, sd_k, wc_q, wc_k = _first_order_sd(pb, c, eq, ek, eq, ek)
 
     def grads(qq, kk):
         s0 = c * qq @ kk.T
@@ -272,6 +272,11 @@ def test_first_order_deviation_matches_the_jacobian_of_torch_autograd(cap):
     # dK': the key perturbations' coefficients bounded by Minkowski's inequality
     ratio = sd_k.ravel() / sd[L * E:]
     assert np.all(ratio >= 1 - 1e-12) and float(np.median(ratio)) < 3.0, ratio
+    # the worst case of the same linear terms (shared perturbations): Σ |J|·e
+    wc = np.abs(jq) @ eq[0].ravel() + np.abs(jk) @ ek[0].ravel()
+    for got, want in ((wc_q.ravel(), wc[:L * E]), (wc_k.ravel(), wc[L * E:])):
+        r = got / want
+        assert np.all(r >= 1 - 1e-12) and float(np.median(r)) < 3.0, r
 
 
 def pipeline_grads(dtype, seed, L, S, E, *, softcap=None, sink=None, alibi=None,
