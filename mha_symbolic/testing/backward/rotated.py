@@ -17,6 +17,12 @@ bounded, per flat problem, by (worst-case propagation, :mod:`.model`):
 
 summed over the query heads of a GQA group and broadcast copies as the plain model
 sums them.  dV is the plain one's (the rotation only moves P, through the scores).
+Under the probabilistic model, for kernels of 16 bits or fewer, also the probabilistic
+reading of the rotation's roundings (:func:`_probabilistic`: their first-order effect
+through the softmax's Jacobian, λ·sd) and the smaller bound kept — the worst case is
+vacuous there.  The rest of the scores lower as plain attention's (:func:`_lowered`):
+a softcap first, the additive parts (float mask, ALiBi, bias tables) as one mask, a
+sink as one more key with k' = 0, v = 0 (its rows are not the kernel's, dropped).
 The diagnosis names ``rotation_not_transposed`` (dQ', dK' returned without Rᵀ) and
 ``rotation_missing`` (the gradients of unrotated attention) once checked: every
 gradient within that variant's tolerance, not within the truth's.
