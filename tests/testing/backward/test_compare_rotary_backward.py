@@ -346,3 +346,24 @@ def test_rotary_with_softcap_sinks_alibi_has_no_false_alarm_and_catches_bugs(dty
     # against the call with it
     grads, inputs = pipeline_grads(dtype, 4, L, S, E)
     assert not ms.compare_attention_backward(*grads, *inputs, **kw).passed
+
+
+def test_sixteen_bit_gqa_decode_gets_a_verdict():
+    # 4 query heads on 2 kv heads, 2 new queries over 40 keys, HF's bf16 rotation: a
+    # verdict, and a zeroed dk fails
+    from rotary_kernels import apply, hf_cos_sin
+
+    dt, L, S, E = torch.bfloat16, 2, 40, 32
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, L, E, generator=g).to(dt).requires_grad_(True)
+    k, v = (torch.randn(1, 2, S, E, generator=g).to(dt).requires_grad_(True) for _ in range(2))
+    cq, sq = hf_cos_sin(torch.arange(S - L, S), E, 10000.0, 1.0, dt)
+    ck, sk = hf_cos_sin(torch.arange(S), E, 10000.0, 1.0, dt)
+    out = F.scaled_dot_product_attention(apply(q, cq, sq, E, False), apply(k, ck, sk, E, False),
+                                         v, enable_gqa=True)
+    do = torch.randn(out.shape, generator=g).to(dt)
+    out.backward(do)
+    inputs = (q.detach(), k.detach(), v.detach(), do)
+    kw = {"rotary_base": 10000.0, "enable_gqa": True}
+    assert ms.compare_attention_backward(q.grad, k.grad, v.grad, *inputs, **kw).passed
+    assert not ms.compare_attention_backward(q.grad, k.grad * 0, v.grad, *inputs, **kw).passed
