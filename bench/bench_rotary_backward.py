@@ -71,31 +71,124 @@ def sweep(seeds: int) -> None:
               + f" ({time.perf_counter() - t0:.1f} s)")
 
 
-def sixteen_bit(seeds: int = 3) -> None:
-    """HF's RoPE (tests/kernels/rotary_kernels.hf_attention: fp32 angles, the rotation
-    in the input dtype) at bf16 and fp16: verdict or ToleranceError per seed."""
-    sys.path.insert(0, str(ROOT / "tests" / "kernels"))
-    from rotary_kernels import hf_attention
+SIXTEEN = {  # name: (L, S, E, H, hf_attention keywords, check keywords)
+    "neox_E16": (4, 9, 16, 2, {}, {}),
+    "neox_S128_E64": (8, 128, 64, 2, {}, {}),
+    "neox_decode_S512_E64": (8, 512, 64, 2, {}, {}),
+    "gptj_r16_E32": (4, 64, 32, 2, {"rotary_dim": 16, "interleaved": True},
+                     {"rotary_dim": 16, "rotary_interleaved": True}),
+    "neox_causal_E32": (6, 33, 32, 2, {"causal": True}, {"is_causal": True}),
+    "gemma2_softcap_E32": (6, 33, 32, 2, {"softcap": 5.0}, {"softcap": 5.0}),
+    "gpt_oss_sinks_causal_E32": (6, 33, 32, 2, {"sink": 0.5, "causal": True},
+                                 {"sinks": np.array([0.5, 0.5]), "is_causal": True}),
+}
+BUGS16 = ("rotation_not_transposed", "rotation_missing", "rotation_applied_twice",
+          "rotary_interleaved_swapped", "rotary_positions_not_offset", "rotary_dim_ignored",
+          "dq_times_1.01")
 
+
+def _attend(qr, kr, v, *, causal, softcap=None, sink=None):
+    """SDPA (top-left causal), or with a softcap / gpt-oss sink column in plain torch."""
+    import torch.nn.functional as F
+
+    if softcap is None and sink is None:
+        return F.scaled_dot_product_attention(qr, kr, v, is_causal=causal)
+    L, S = qr.shape[-2], kr.shape[-2]
+    s = qr @ kr.transpose(-1, -2) / qr.shape[-1] ** 0.5
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
+    if causal:
+        s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), float("-inf"))
+    if sink is not None:
+        s = torch.cat([s, torch.full((*s.shape[:-1], 1), sink, dtype=s.dtype)], dim=-1)
+    p = torch.softmax(s, dim=-1)
+    return (p[..., :S] if sink is not None else p) @ v
+
+
+def _hf16(q, k, v, do, *, bug=None, fp32_rotation=False, rotary_dim=None,
+          interleaved=False, causal=False, softcap=None, sink=None):
+    """HF's RoPE (tests/kernels/rotary_kernels: fp32 angles, the rotation in the input
+    dtype, or in fp32 and stored, FlashAttention's) then SDPA, its autograd gradients;
+    ``bug`` a planted one (the forward's rotary classes, or the backward's)."""
+    from rotary_kernels import apply, hf_cos_sin
+
+    L, D = q.shape[-2:]
+    S = k.shape[-2]
+    r = D if rotary_dim is None or bug == "rotary_dim_ignored" else rotary_dim
+    off = 0 if bug == "rotary_positions_not_offset" else S - L
+    inter = interleaved != (bug == "rotary_interleaved_swapped")
+    dt = torch.float32 if fp32_rotation else q.dtype
+    cq, sq = hf_cos_sin(torch.arange(off, off + L), r, 10000.0, 1.0, dt)
+    ck, sk = hf_cos_sin(torch.arange(S), r, 10000.0, 1.0, dt)
+    comp = torch.float32 if fp32_rotation else None
+    q, k, v = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    if bug == "rotation_missing":
+        qr, kr = q * 1, k * 1
+    else:
+        qr, kr = apply(q, cq, sq, r, inter, comp), apply(k, ck, sk, r, inter, comp)
+    qr.retain_grad()
+    kr.retain_grad()
+    o = _attend(qr, kr, v, causal=causal, softcap=softcap, sink=sink)
+    o.backward(do)
+    dq, dk = q.grad, k.grad
+    if bug == "rotation_not_transposed":
+        dq, dk = qr.grad, kr.grad
+    elif bug == "rotation_applied_twice":   # R dQ' (the sign of sin flipped) for Rᵀ dQ'
+        dq = apply(qr.grad, cq, sq, r, inter, comp)
+        dk = apply(kr.grad, ck, sk, r, inter, comp)
+    elif bug == "dq_times_1.01":
+        dq = (dq.double() * 1.01).to(dq.dtype)
+    return dq, dk, v.grad
+
+
+def sixteen_bit(seeds: int = 3) -> None:
+    """bf16 and fp16: correct kernels (HF's rotation in the input dtype, the rotation in
+    fp32 stored) — false alarms and no-verdicts; the planted bugs — failed or not."""
+    sys.path.insert(0, str(ROOT / "tests" / "kernels"))
     from mha_symbolic.errors import ToleranceError
 
     for dt in (torch.bfloat16, torch.float16):
-        out = []
-        for seed in range(seeds):
-            g = torch.Generator().manual_seed(seed)
-            q, k, v = (torch.randn(1, 2, n, 16, generator=g).to(dt).requires_grad_(True)
-                       for n in (4, 9, 9))
-            o = hf_attention(q, k, v, base=10000.0)
-            do = torch.randn(o.shape, generator=g).to(dt)
-            o.backward(do)
-            try:
-                r = ms.compare_attention_backward(q.grad, k.grad, v.grad, q.detach(),
-                                                  k.detach(), v.detach(), do,
-                                                  rotary_base=10000.0)
-                out.append(f"{'passed' if r.passed else 'FAILED'} {_worst(r):.3g}")
-            except ToleranceError:
-                out.append("no verdict (ToleranceError)")
-        print(f"{dt!s:15s} HF RoPE (1, 2, 4/9, 16): " + "; ".join(out))
+        t0 = time.perf_counter()
+        n = alarms = undecided = 0
+        worst = 0.0
+        failed = {b: 0 for b in BUGS16}
+        tried = {b: 0 for b in BUGS16}
+        undecided_at: list[str] = []
+        for name, (L, S, E, H, kern, ours) in SIXTEEN.items():
+            for seed in range(seeds):
+                g = torch.Generator().manual_seed(seed)
+                q, k, v = (torch.randn(1, H, m, E, generator=g).to(dt) for m in (L, S, S))
+                do = torch.randn(1, H, L, E, generator=g).to(dt)
+                args = (q, k, v, do)
+                kw = {"rotary_base": 10000.0, **ours}
+                for fp32 in (False, True):
+                    try:
+                        r = ms.compare_attention_backward(*_hf16(*args, fp32_rotation=fp32,
+                                                                 **kern), q, k, v, do, **kw)
+                        n += 1
+                        alarms += not r.passed
+                        worst = max(worst, _worst(r))
+                    except ToleranceError:
+                        n += 1
+                        undecided += 1
+                        undecided_at.append(f"{name}/{seed}/{'fp32' if fp32 else 'HF'}")
+                for bug in BUGS16:
+                    if bug == "rotary_dim_ignored" and "rotary_dim" not in ours:
+                        continue
+                    if bug == "rotary_positions_not_offset" and L == S:
+                        continue
+                    tried[bug] += 1
+                    try:
+                        rb = ms.compare_attention_backward(*_hf16(*args, bug=bug, **kern), q, k,
+                                                           v, do, **kw)
+                        failed[bug] += not rb.passed
+                    except ToleranceError:
+                        pass
+        print(f"{dt!s:15s} correct calls {n}: false alarms {alarms}, no verdict {undecided}, "
+              f"worst error / tolerance {worst:.3g}; bugs failed: " + ", ".join(
+                  f"{b} {failed[b]}/{tried[b]}" for b in BUGS16)
+              + f" ({time.perf_counter() - t0:.1f} s)"
+              + (f"; no verdict at {', '.join(undecided_at)}" if undecided_at else ""))
 
 
 def timing(L: int, E: int = 64, reps: int = 3) -> None:

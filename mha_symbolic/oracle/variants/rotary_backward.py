@@ -30,9 +30,11 @@ dS_i = 0 exactly), keys only such rows see, and a zero scale.
 
 A float attn_mask is an additive part of the scores (exact doubles, as in the
 lowering); its gradient (``d_attn_mask``) is the functional of dS of
-:mod:`..backward.functionals`, in both tiers.  Not supported with rotary (refused with
-:class:`~mha_symbolic.errors.SpecError`, :func:`refuse_unsupported`): variants that
-change the scores or add sinks (softcap, ALiBi, score_mod biases: not derived here).
+:mod:`..backward.functionals`, in both tiers.  Variants that change the scores or add
+sinks (softcap — Gemma-2 —, ALiBi, score_mod biases and tables, gpt-oss's sinks) take
+:class:`_Pipeline`: s = T(c·q'·k'), the transformed backward's hooks
+(:mod:`.transformed_backward`: dS⁰ = Φ∘dS) on the rotated q', k', then Rᵀ; the
+gradients of the sinks, slopes and tables are functionals of dS as without rotary.
 """
 
 from __future__ import annotations
@@ -42,30 +44,67 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import SpecError
 from ..arith.balls import to_arb_mat
 from ..arith.constants import UP
 from ..backward.arb import arb_backward
 from ..backward.attention import _Flat, _setup
 from ..backward.fast import Radii, tier1_backward
 from ..backward.functionals import arb_part, tier1_part
+from ..conventions import exact_scale, masked_rows_of
 from ..enclosure import Enclosure, Problem
+from .transformed import TransformedProblem
+from .transformed_backward import TransformHooks
 
-__all__ = ["refuse_unsupported", "rotary_backward"]
+__all__ = ["rotary_backward"]
 
 Arr = np.ndarray[Any, Any]
 
 
-def refuse_unsupported(opts: Any, prep: Any) -> None:
-    """Refuse, for the gradients of a rotated call, what they do not cover: a variant
-    that changes the scores or adds sinks (its gradient is a functional of dS at
-    transformed scores, not derived here)."""
-    what = [f"{v.name} ({', '.join(v.keywords)})" for v in opts.active()
-            if v.scores is not None or v.sinks is not None]
-    if what:
-        raise SpecError(f"gradients with rotary embeddings and {', '.join(what)} are not "
-                        "certified yet: pass rotary with masks (attn_mask, is_causal, "
-                        "window, mask_mod, kv_cache)")
+class _Pipeline:
+    """A rotated call whose scores pass through a pipeline (softcaps, biases that are
+    not doubles, ALiBi, score_mod tables) or carry sinks: s_ij = T(c·q'_i·k'_j), the
+    gradients those of :mod:`.transformed_backward` at q', k' (dS⁰ = Φ∘dS, dQ' =
+    c·dS⁰ K', dK' = c·dS⁰ᵀ Q'), then Rᵀ.  Tier 1 runs the transformed hooks on the
+    float64-rotated q̃', k̃' with their dot products' bound as ``extra``
+    (:meth:`.rotary.Rotation.float_chunk`); Arb takes the weights and factors of the
+    :class:`.rotary.RotaryProblem` (scores from rotated balls).  A sink is one more key
+    with k' = 0 and v = 0 (never rotated: its score is σ), as without rotary."""
+
+    def __init__(self, prep: Any, rot: Any, scale: Any, masked_rows: str) -> None:
+        geo, lead = prep.geo, prep.lead
+        L, S, B = geo.L, geo.S, geo.B
+        q64, k64, v64 = prep.q64, prep.k64, prep.v64
+        E, Ev = q64.shape[-1], v64.shape[-1]
+        kr = np.repeat(k64, prep.group, axis=-3) if prep.group > 1 else k64
+        vr = np.repeat(v64, prep.group, axis=-3) if prep.group > 1 else v64
+        qf = np.broadcast_to(q64, (*lead, L, E)).reshape(B, L, E)
+        kf = np.broadcast_to(kr, (*lead, S, E)).reshape(B, S, E)
+        vf = np.broadcast_to(vr, (*lead, S, Ev)).reshape(B, S, Ev)
+        keep = prep.keep
+        allowed = (np.ones((B, L, S), dtype=bool) if keep is None else np.ascontiguousarray(
+            np.broadcast_to(keep, (*lead, L, S)).reshape(B, L, S)))
+        madd = (None if prep.user_madd is None else np.ascontiguousarray(
+            np.broadcast_to(prep.user_madd, (*lead, L, S)).reshape(B, L, S)))
+        empty = (np.asarray(~allowed.any(axis=-1)) if prep.sinks is None
+                 else np.zeros(allowed.shape[:-1], dtype=bool))
+        rows = masked_rows_of(masked_rows, empty, S, lead, what="", check=False)
+        uniform = None
+        if rows.uniform.any():
+            uniform = rows.uniform
+            allowed = allowed.copy()
+            allowed[uniform] = True
+        scale_exact, c_f, rho_c = exact_scale(scale, E)
+        args = (vf, allowed, madd, prep.ops, prep.sinks, scale_exact, E, geo, uniform)
+        self.arb_problem = rot.problem(qf, kf, *args)
+        qt, kt, extra = rot.float_chunk(qf, kf, range(B), allowed)
+        self.hooks = TransformHooks(TransformedProblem(qt, kt, *args), c_f, rho_c, extra)
+        self.S = S
+        mask = keep if keep is not None else np.ones((L, S), dtype=bool)
+        if prep.sinks is not None:
+            k64 = np.concatenate([k64, np.zeros((*k64.shape[:-2], 1, E))], axis=-2)
+            v64 = np.concatenate([v64, np.zeros((*v64.shape[:-2], 1, Ev))], axis=-2)
+            mask = np.concatenate([mask, np.ones((*mask.shape[:-1], 1), dtype=bool)], axis=-1)
+        self.k64, self.v64, self.mask = k64, v64, mask
 
 
 def _rotate_t(rot: Any, x: Arr, ex: Arr, pos: Arr, tables: tuple[Arr, ...]
@@ -117,8 +156,11 @@ def rotary_backward(rot: Any, opts: Any, prep: Any, grad_output: Any, *, scale: 
     :class:`.rotary.Rotation`, ``prep`` the call's :class:`.forward.Prepared`): the
     ``backward`` hook's work (module docstring)."""
     del progress
-    refuse_unsupported(opts, prep)
-    st = _setup(prep.q64, prep.k64, prep.v64, grad_output, _mask(prep), False, scale,
+    pipe = (_Pipeline(prep, rot, scale, masked_rows) if prep.ops or prep.sinks is not None
+            else None)
+    k_in, v_in, mask = ((prep.k64, prep.v64, _mask(prep)) if pipe is None
+                        else (pipe.k64, pipe.v64, pipe.mask))
+    st = _setup(prep.q64, k_in, v_in, grad_output, mask, False, scale,
                 enable_gqa, "top_left", masked_rows, 0.0, None, functionals=functionals,
                 mask_grad=False)
     outs = {kind: _Flat(*st.flat[kind], single=bool(
@@ -126,14 +168,29 @@ def rotary_backward(rot: Any, opts: Any, prep: Any, grad_output: Any, *, scale: 
         for kind in st.maps}
     flat_rows = {}
     for e in range(st.B):
-        flat_rows[e] = _problem(st, rot, e, outs)
-    problem = _RotaryBackwardProblem(st, rot, flat_rows)
+        flat_rows[e] = _problem(st, rot, e, outs, pipe)
+    problem = _RotaryBackwardProblem(st, rot, flat_rows, pipe)
     return {kind: outs[kind].enclosure(problem, kind, st.shapes[kind]) for kind in outs}
 
 
-def _problem(st: Any, rot: Any, e: int, outs: dict[str, _Flat]) -> Arr:
-    """Tier 1 of problem e added to ``outs`` (module docstring, 1.); returns its rows
-    whose dS is exactly 0 (:func:`_flat_rows`)."""
+def _rotate_keys(rot: Any, x: Arr, ex: Arr, pos: Arr, tables: tuple[Arr, ...], S: int,
+                 sign: int) -> tuple[Arr, Arr]:
+    """Rows 0 … S-1 of x (keys) rotated by sign·θ (R, or Rᵀ with the input bound ex);
+    a sink's row S (when there) passes unchanged."""
+    if sign > 0:
+        y, e = rot.float_rotate(x[:S], pos, tables)
+    else:
+        y, e = _rotate_t(rot, x[:S], ex[:S], pos, tables)
+    if x.shape[0] == S:
+        return y, e
+    return np.concatenate([y, x[S:]]), np.concatenate([e, ex[S:]])
+
+
+def _problem(st: Any, rot: Any, e: int, outs: dict[str, _Flat], pipe: _Pipeline | None
+             ) -> Arr:
+    """Tier 1 of problem e added to ``outs`` (module docstring, 1.; with a score
+    pipeline or sinks, :class:`_Pipeline`); returns its rows whose dS is exactly 0
+    (:func:`_flat_rows`)."""
     L, S, E, Ev = st.L, st.S, st.E, st.Ev
     empty = st.empty[e]
     nan_row = empty & (st.policy == "nan")
@@ -153,10 +210,13 @@ def _problem(st: Any, rot: Any, e: int, outs: dict[str, _Flat]) -> Arr:
     kpos = rot.k_positions()
     q, k, v, do = st.inputs(e)
     qpos = rot.q_positions(np.array([e]))[0]
+    S0 = kpos.shape[0]
     qr, eq = rot.float_rotate(q, qpos, tables)
-    kr, ek = rot.float_rotate(k, kpos, tables)
+    kr, ek = _rotate_keys(rot, k, np.zeros_like(k), kpos, tables, S0, 1)
+    w_hook, f_hook = (None, None) if pipe is None else pipe.hooks.tier1(e)
     hg = tier1_backward(qr, kr, v, do, partial(st.block, e), st.c_f, st.rho_c,
-                        radii=Radii(q=eq, k=ek), want_ds=bool(st.functionals))
+                        radii=Radii(q=eq, k=ek), want_ds=bool(st.functionals),
+                        weights=w_hook, factor=f_hook)
     allowed = st.dense(e)[0]
     flat = _flat_rows(allowed, v, do) | st.uniform[e]
     scale_zero = st.c_f == 0.0 and st.rho_c == 0.0
@@ -165,7 +225,7 @@ def _problem(st: Any, rot: Any, e: int, outs: dict[str, _Flat]) -> Arr:
         live_q = live_q & hg.live_rows
     live_k = hg.live_k & (not scale_zero) & (allowed & live_q[:, None]).any(axis=0)
     dq, e_dq = _rotate_t(rot, hg.dq, hg.e_dq, qpos, tables)
-    dk, e_dk = _rotate_t(rot, hg.dk, hg.e_dk, kpos, tables)
+    dk, e_dk = _rotate_keys(rot, hg.dk, hg.e_dk, kpos, tables, S0, -1)
     ok_q = hg.row_ok & np.all(np.isfinite(dq) & np.isfinite(e_dq), axis=-1)
     ok_k = hg.all_ok and bool(np.all(np.isfinite(dk) & np.isfinite(e_dk)))
     parts = {"dq": (dq, e_dq, ok_q, live_q, nan_row),
@@ -194,8 +254,10 @@ class _RotaryBackwardProblem(Problem):
     flat input of the gradient, ``rows`` its rows (query positions for dq, key
     positions for dk and dv), summed over the problems that share the input."""
 
-    def __init__(self, st: Any, rot: Any, flat_rows: dict[int, Arr]) -> None:
-        self.st, self.rot, self.flat_rows = st, rot, flat_rows
+    def __init__(self, st: Any, rot: Any, flat_rows: dict[int, Arr],
+                 pipe: _Pipeline | None = None) -> None:
+        self.st, self.rot, self.flat_rows, self.pipe = st, rot, flat_rows, pipe
+        self.S0 = st.S if pipe is None else pipe.S   # the keys (without a sink)
         self.groups: dict[str, list[list[int]]] = {}
         for kind in st.maps:
             g: list[list[int]] = [[] for _ in range(st.flat[kind][0])]
@@ -233,7 +295,10 @@ class _RotaryBackwardProblem(Problem):
             L, S, E = q.shape[0], k.shape[0], q.shape[1]
             qpos = [int(x) for x in self.rot.q_positions(np.array([e]))[0]]
             qb = self._rot([[arb(float(x)) for x in r] for r in q], qpos, prec, 1)
-            kb = self._rot([[arb(float(x)) for x in r] for r in k], list(range(S)), prec, 1)
+            S0 = self.S0
+            kb = self._rot([[arb(float(x)) for x in r] for r in k[:S0]], list(range(S0)),
+                           prec, 1)
+            kb += [[arb(float(x)) for x in r] for r in k[S0:]]   # a sink's 0 row
             got = (arb_mat(qb) if L and E else arb_mat(L, E),
                    arb_mat(kb) if S and E else arb_mat(S, E))
             if len(self._balls) >= 16:
@@ -248,7 +313,11 @@ class _RotaryBackwardProblem(Problem):
         _, _, v, do = st.inputs(e)
         qm, km = self._rotated(e, prec)
         E, S = qm.ncols(), km.nrows()
-        if E and S and rows:
+        tr = None
+        if self.pipe is not None:   # weights and factors of the rotated pipeline
+            g: list[list[Any]] = [[] for _ in rows]
+            tr = partial(self.pipe.arb_problem.arb_weights_factor, e, rows)
+        elif E and S and rows:
             sub = arb_mat([[qm[i, c] for c in range(E)] for i in rows])
             ents = (sub * km.transpose()).entries()
             g = [ents[n * S:(n + 1) * S] for n in range(len(rows))]
@@ -256,7 +325,7 @@ class _RotaryBackwardProblem(Problem):
             g = [[arb(0)] * S for _ in rows]
         res = arb_backward(g, prec, qm, km, to_arb_mat(v), to_arb_mat(do),
                            st.block(e, np.asarray(rows, dtype=np.int64)), rows, st.scale,
-                           st.E, st.f, prec, keys)
+                           st.E, st.f, prec, keys, transformed=tr)
         flat = self.flat_rows[e]
         res.ds = [[arb(0)] * S if flat[i] else row for i, row in zip(rows, res.ds, strict=True)]
         return res
@@ -288,7 +357,12 @@ class _RotaryBackwardProblem(Problem):
                     got = res.dv
                     if kind == "dk":
                         ctx.prec = prec
-                        got = self._rot(res.dk, list(rows), prec, -1)
+                        rk = [n for n, j in enumerate(rows) if j < self.S0]
+                        rot_k = self._rot([res.dk[n] for n in rk], [rows[n] for n in rk],
+                                          prec, -1)
+                        got = list(res.dk)
+                        for n, row in zip(rk, rot_k, strict=True):
+                            got[n] = row
                 ctx.prec = prec
                 for n in range(len(rows)):
                     out[n] = [a + x for a, x in zip(out[n], got[n], strict=True)]

@@ -52,8 +52,11 @@ class TransformHooks:
     ``tp`` (flat problems as the backward's, keys without the sink; the backward's k
     and v carry one more zero row when there are sinks)."""
 
-    def __init__(self, tp: TransformedProblem, c_f: float, rho_c: float) -> None:
-        self.tp, self.c_f, self.rho_c = tp, c_f, rho_c
+    def __init__(self, tp: TransformedProblem, c_f: float, rho_c: float,
+                 extra: Arr | None = None) -> None:
+        # extra (B, L): tp's q, k are float approximations whose dot products err by at
+        # most this per row (rotary's rotated q̃', k̃': _float_scores' step 1)
+        self.tp, self.c_f, self.rho_c, self.extra = tp, c_f, rho_c, extra
         self.S = tp.k.shape[1]
         self._t1: dict[tuple[int, int, int], tuple[Arr, Arr]] = {}
         self._t2: dict[tuple[int, bytes], tuple[dict[int, int], tuple[Arr, ...]]] = {}
@@ -88,7 +91,8 @@ class TransformHooks:
                 s, delta, phi, e_phi = _float_scores(
                     tp.q[e][i0:i1][None], tp.k[e][None], al[None], madd, tp.ops, tp.geo,
                     range(e, e + 1), self.c_f, self.rho_c, rows=slice(i0, i1),
-                    want_factor=True)
+                    want_factor=True,
+                    extra=None if self.extra is None else self.extra[e][i0:i1][None])
             s, delta, phi, e_phi = s[0], delta[0], phi[0], e_phi[0]
             s = np.where(al, s, 0.0)
             if tp.uniform is not None:

@@ -164,6 +164,9 @@ class _Parts:
         if score_extra is not None:
             # a variant's own bound on each score's error (rotary: the kernel's rotation)
             self.sig_s = self.sig_s + np.where(allowed, score_extra, 0.0)
+            if self.e_t is not None and pb.cap is not None:
+                # a softcap: its argument s⁰/C errs by that much more (tanh 1-Lipschitz)
+                self.e_t = self.e_t + np.where(allowed, score_extra, 0.0) / abs(float(pb.cap))
         self.rho = K_EXP * ua + u
         self.p, self.w = pb.p, pb.w
         self.keep_f = (np.where(pb.w > 0, pb.w / np.where(pb.p > 0, pb.p, 1.0), 0.0)

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import mha_symbolic as ms
-from mha_symbolic.errors import SpecError
 
 RNG = np.random.default_rng(2405)
 DPS = 50
@@ -64,11 +63,16 @@ def mp_grads(q: Any, k: Any, v: Any, do: Any, *, base: float | None = None,
              scale_pos: float = 1.0, cos: Any = None, sin: Any = None,
              interleaved: bool = False, rotary_dim: int | None = None,
              q_offset: int | None = None, keep: Any = None, madd: Any = None,
-             want_ds: bool = False) -> tuple[list[list[Any]], ...]:
+             want_ds: bool = False, softcap: float | None = None, sink: float | None = None,
+             alibi: float | None = None) -> tuple[list[list[Any]], ...]:
     """dq, dk, dv (and dS with ``want_ds``) of one head (L, E), (S, E), (S, Ev), (L, Ev)
     as mpf values at DPS, ``madd`` (L, S) added to the scores:
     dV = Pᵀ dO, dP = dO Vᵀ, dS = P∘(dP − rowsum(dP∘P)), dQ' = c dS K', dK' = c dSᵀ Q',
-    then dQ = Rᵀ dQ', dK = Rᵀ dK' (queries at q_offset + i, default S - L; keys at j)."""
+    then dQ = Rᵀ dQ', dK = Rᵀ dK' (queries at q_offset + i, default S - L; keys at j).
+    ``softcap`` C: s = C·tanh(s⁰/C) and dS⁰ = dS·(1 − tanh²(s⁰/C)) for dQ', dK' (dS the
+    capped scores' gradient); ``alibi`` a slope: −slope·|j − i| added (after the cap);
+    ``sink`` σ: e^σ joins each row's denominator, and the last item returned is then
+    d_sink = Σ_i P_i,sink·(0 − D_i)."""
     with mp.workdps(DPS):
         L, E = q.shape
         S, Ev = v.shape
@@ -86,32 +90,46 @@ def mp_grads(q: Any, k: Any, v: Any, do: Any, *, base: float | None = None,
         K = [_rotate(g[j], ka[j], pairs, 1) for j in range(S)]
         c = 1 / mp.sqrt(E)
         P = [[mp.mpf(0)] * S for _ in range(L)]
+        phi = [[mp.mpf(1)] * S for _ in range(L)]
+        p_sink = [mp.mpf(0)] * L
         for i in range(L):
             js = [j for j in range(S) if keep is None or keep[i][j]]
-            if not js:
+            if not js and sink is None:
                 continue
-            sc = {j: c * mp.fsum(a * b for a, b in zip(Q[i], K[j], strict=True))
-                  + (0 if madd is None else mp.mpf(float(madd[i][j]))) for j in js}
-            top = max(sc.values())
+            sc = {}
+            for j in js:
+                s0 = c * mp.fsum(a * b for a, b in zip(Q[i], K[j], strict=True))
+                if softcap is not None:
+                    t = mp.tanh(s0 / softcap)
+                    s0, phi[i][j] = softcap * t, 1 - t * t
+                if alibi is not None:
+                    s0 -= mp.mpf(alibi) * abs(j - i)
+                sc[j] = s0 + (0 if madd is None else mp.mpf(float(madd[i][j])))
+            top = max([*sc.values(), *([] if sink is None else [mp.mpf(sink)])])
             w = {j: mp.exp(sc[j] - top) for j in js}
-            d = mp.fsum(w.values())
+            ws = mp.mpf(0) if sink is None else mp.exp(mp.mpf(sink) - top)
+            d = mp.fsum(w.values()) + ws
             for j in js:
                 P[i][j] = w[j] / d
+            p_sink[i] = ws / d
         dv = [[mp.fsum(P[i][j] * dO[i][e] for i in range(L)) for e in range(Ev)]
               for j in range(S)]
         dP = [[mp.fsum(dO[i][e] * V[j][e] for e in range(Ev)) for j in range(S)]
               for i in range(L)]
-        dS = []
+        dS, d_sink = [], mp.mpf(0)
         for i in range(L):
             D = mp.fsum(dP[i][j] * P[i][j] for j in range(S))
             dS.append([P[i][j] * (dP[i][j] - D) for j in range(S)])
-        dq_r = [[c * mp.fsum(dS[i][j] * K[j][e] for j in range(S)) for e in range(E)]
+            d_sink += p_sink[i] * (0 - D)
+        ds0 = [[dS[i][j] * phi[i][j] for j in range(S)] for i in range(L)]
+        dq_r = [[c * mp.fsum(ds0[i][j] * K[j][e] for j in range(S)) for e in range(E)]
                 for i in range(L)]
-        dk_r = [[c * mp.fsum(dS[i][j] * Q[i][e] for i in range(L)) for e in range(E)]
+        dk_r = [[c * mp.fsum(ds0[i][j] * Q[i][e] for i in range(L)) for e in range(E)]
                 for j in range(S)]
         dq = [_rotate(dq_r[i], qa[i], pairs, -1) for i in range(L)]
         dk = [_rotate(dk_r[j], ka[j], pairs, -1) for j in range(S)]
-        return (dq, dk, dv, dS) if want_ds else (dq, dk, dv)
+        out: tuple[Any, ...] = (dq, dk, dv, dS) if want_ds else (dq, dk, dv)
+        return (*out, [[d_sink]]) if sink is not None else out
 
 
 def _data(L: int, S: int, E: int, dtype: type = np.float32) -> tuple[np.ndarray, ...]:
@@ -243,13 +261,66 @@ def test_rotary_mask_gradient_broadcast_over_rows_with_a_zero_grad_output_row():
     assert g.dq.rounded()[1].tolist() == [0.0] * 4
 
 
-def test_rotary_gradients_refuse_score_operations_and_sinks():
-    q, k, v, do = _data(2, 3, 4)
-    for extra in ({"softcap": 5.0}, {"sinks": np.zeros(1)},
-                  {"alibi_slopes": np.ones(1, np.float32)}):
-        with pytest.raises(SpecError, match="not certified yet"):
-            ms.reference_attention_backward(q[None], k[None], v[None], do[None],
-                                            rotary_base=10.0, **extra)
+PIPELINES = [
+    # (L, S, E, keywords of reference_attention_backward, of the mpmath loop): Gemma-2
+    # (rotary + softcap), gpt-oss (rotary + sinks, causal), ALiBi + rotary (L = S)
+    (3, 5, 6, {"rotary_base": 10000.0, "softcap": 2.0}, {"base": 10000.0, "softcap": 2.0}),
+    (2, 5, 6, {"rotary_base": 500.0, "rotary_dim": 4, "rotary_interleaved": True,
+               "softcap": 1.5, "is_causal": True, "causal_alignment": "bottom_right"},
+     {"base": 500.0, "rotary_dim": 4, "interleaved": True, "softcap": 1.5, "causal": True}),
+    (3, 5, 6, {"rotary_base": 10000.0, "sinks": np.array([0.75])},
+     {"base": 10000.0, "sink": 0.75}),
+    (3, 6, 4, {"rotary_base": 10000.0, "sinks": np.array([-0.5]), "is_causal": True,
+               "causal_alignment": "bottom_right", "softcap": 3.0},
+     {"base": 10000.0, "sink": -0.5, "causal": True, "softcap": 3.0}),
+    (4, 4, 6, {"rotary_base": 10000.0, "alibi_slopes": np.array([0.25])},
+     {"base": 10000.0, "alibi": 0.25}),
+]
+
+
+@pytest.mark.parametrize("L,S,E,kw,ref_kw", PIPELINES)
+def test_rotary_gradients_with_softcap_sinks_alibi_round_as_mpmath(L, S, E, kw, ref_kw):
+    # the reference's float64 rounding (Arb tier) equals the 50-digit mpmath loop
+    # rounded once, and float32 too; the sink logit's gradient as well
+    q, k, v, do = (x[None] for x in _data(L, S, E))
+    ref_kw = dict(ref_kw)
+    if ref_kw.pop("causal", False):   # bottom-right: query i sees keys j <= i + S - L
+        ref_kw["keep"] = [[j <= i + S - L for j in range(S)] for i in range(L)]
+    g = ms.reference_attention_backward(q, k, v, do, **kw)
+    with mp.workdps(DPS):
+        exact = mp_grads(q[0], k[0], v[0], do[0], **ref_kw)
+    for enc, rows in zip(g, exact[:3], strict=True):
+        assert np.array_equal(enc.rounded("float64")[0], _rnd(rows))
+        f32 = np.array([[_r24(x) for x in row] for row in rows], dtype=np.float32)
+        assert np.array_equal(enc.rounded("float32")[0], f32.reshape(len(rows), -1))
+    if "sink" in ref_kw:
+        assert g.d_sinks.rounded("float64").tolist() == [float(exact[3][0][0])]
+
+
+def test_rotary_gradients_with_a_relative_bias_table_round_as_mpmath():
+    # a score_mod table (T5-style relative bias, W = 2): the bias table[clip(j - i, -2, 2)
+    # + 2] added to the rotated scores; its gradient d_score_mod the table's functional
+    q, k, v, do = (x[None] for x in _data(3, 6, 4))
+    table = np.array([[0.5, -0.25, 0.0, 0.125, -1.0]])
+    mod = ms.relative_bias_score_mod(table)
+    g = ms.reference_attention_backward(q, k, v, do, rotary_base=100.0, score_mod=mod)
+    bias = [[table[0, min(max(j - i, -2), 2) + 2] for j in range(6)] for i in range(3)]
+    with mp.workdps(DPS):
+        dq, dk, dv, ds = mp_grads(q[0], k[0], v[0], do[0], base=100.0, madd=bias,
+                                  q_offset=3, want_ds=True)
+        dt = [mp.fsum(ds[i][j] for i in range(3) for j in range(6)
+                      if min(max(j - i, -2), 2) + 2 == t) for t in range(5)]
+    for enc, rows in zip(g, (dq, dk, dv), strict=True):
+        assert np.array_equal(enc.rounded("float64")[0], _rnd(rows))
+    assert np.array_equal(g.d_score_mod[0].rounded("float64"), _rnd([dt]))
+
+
+def test_rotary_gradients_with_softcap_differ_from_the_uncapped_ones():
+    # not vacuous: the cap changes every gradient the scores reach
+    q, k, v, do = (x[None] for x in _data(3, 5, 6))
+    capped = ms.reference_attention_backward(q, k, v, do, rotary_base=10.0, softcap=1.0)
+    plain = ms.reference_attention_backward(q, k, v, do, rotary_base=10.0)
+    assert not np.any(capped.dq.rounded() == plain.dq.rounded())
 
 
 def test_a_variant_backward_hook_replaces_the_plain_backward_in_the_door():
