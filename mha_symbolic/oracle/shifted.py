@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .arith.balls import Prec
 from .enclosure import Enclosure, Problem
 
 __all__ = ["ShiftedProblem", "exact_shift", "shift_of", "shifted"]
@@ -87,9 +88,15 @@ class ShiftedProblem(Problem):
                  cols: list[int] | None = None) -> list[list[Any]]:
         from flint import arb
 
-        two_n = arb(2) ** self.n  # exact: a power of two
-        return [[x * two_n for x in row]
-                for row in self.inner.arb_rows(b, rows, prec, kind, cols)]
+        got = self.inner.arb_rows(b, rows, prec, kind, cols)
+        # at ``prec`` (the inner rows return at the caller's precision, python-flint's
+        # 53 bits by default): a ball of prec bits times 2^n is then exact, where at 53
+        # bits it was rounded to one ulp of a double, a radius no precision shrank, so
+        # Ziv's loop could not decide a rounding whose boundary sat within it (issue 30,
+        # the limits kind: 42 huge-query inputs of seed 73)
+        with Prec(prec):
+            two_n = arb(2) ** self.n  # exact: a power of two
+            return [[x * two_n for x in row] for row in got]
 
     def rational_row(self, b: int, i: int, kind: str) -> list[Fraction | None] | None:
         row = self.inner.rational_row(b, i, kind)

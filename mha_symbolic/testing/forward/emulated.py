@@ -278,7 +278,7 @@ def dtype_level(x: AttentionCall, model: ErrorModel, progress: Any = None
                 last_p = p64
         if last_p is not None:      # the natural scales from the last run's weights
             a[ch.b, ch.rows] = last_p @ np.abs(ch.v)
-            a2[ch.b, ch.rows] = np.sqrt((last_p * last_p) @ (ch.v * ch.v))
+            a2[ch.b, ch.rows] = _root_sq(last_p, ch.v)
         if progress is not None:
             progress.update(ch.rows.stop - ch.rows.start)
     shape = pl.shape
@@ -286,6 +286,20 @@ def dtype_level(x: AttentionCall, model: ErrorModel, progress: Any = None
                       shape, model, tuple(n for n, _ in runs), a2.reshape(shape),
                       unit_roundoff(model.fmt) if dt != wk else unit_roundoff(model.acc),
                       vmax, lay.S)
+
+
+def _root_sq(p: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """sqrt(Σ_j p_j² v_j²) per row and feature; where v_j² overflows (|v| above 2^511,
+    issue 30: 0 · inf would be NaN and leave the level undecided) the same in the units
+    2^e > max|v|: sqrt(Σ p² (v 2^-e)²) 2^e (exact scalings)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = np.sqrt((p * p) @ (v * v))
+    if np.all(np.isfinite(r)):
+        return r
+    m = float(np.max(np.abs(v), initial=0.0))
+    e = math.frexp(m)[1] if m > 0 and math.isfinite(m) else 0
+    vs = np.ldexp(v, -e)
+    return np.where(np.isfinite(r), r, np.ldexp(np.sqrt((p * p) @ (vs * vs)), e))
 
 
 def store(a: np.ndarray, dt: np.dtype, wk: np.dtype) -> np.ndarray:

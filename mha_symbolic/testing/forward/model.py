@@ -598,6 +598,11 @@ def _perturbed_weights(w: _Work, rows: np.ndarray
     dps = np.where(np.isnan(dps), 1.0, dps)
     ptil = np.where(np.isnan(ptil), 1.0, ptil)
     dpw = np.where(allowed, np.minimum(ptil * w.F[rows], 1.0), 0.0)
+    if far.size:    # p̃ F in log space where F saturated (2 u_a spread > cap, issue 30)
+        exc = 2.0 * w.model.ua * np.broadcast_to(w.spread, w.p.shape)[rows].ravel()[far] - _EXP_CAP
+        at, sat = far[exc > 0], exc > 0             # F < (1 + F_cap) e^exc
+        lpf = np.minimum(lp[sat] + xx[sat], 0.0) + np.log1p(w.F[rows].ravel()[at]) + exc[sat]
+        dpw.ravel()[at] = np.minimum(np.exp(lpf), 1.0)
     return dps, ptil, dpw
 
 
@@ -695,7 +700,8 @@ def _probabilistic(w: _Work, Mp: _Moments) -> tuple[np.ndarray, np.ndarray]:
     tolb = P
     if rows.size:
         tolb = P.copy()
-        tolb[rows] = np.minimum(_worst(w, rows, y[rows], pv[rows]), P[rows])
+        # fmin: where P is NaN (0·inf at scores of 1e100-1e300) the worst case alone
+        tolb[rows] = np.fmin(_worst(w, rows, y[rows], pv[rows]), P[rows])
     return tolb, N
 
 
