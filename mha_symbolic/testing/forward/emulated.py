@@ -24,8 +24,9 @@ inputs, and takes their error against the exact answer as the yardstick:
 
 For each group of rows (one batch × head element, a block of query rows: the chunks
 of :class:`~.plain.Plain`) the worst error of the emulations relative to the
-element's natural scale ``a = Σ_j p_j |v_j|`` is ``r``; the dtype tolerance of an
-element is ::
+element's natural scale ``a = Σ_j p_j |v_j|`` is ``r`` (p the last gemm emulation's
+weights; ``a`` and ``sqrt(Σ_j p_j² v_j²)`` are matrix products in its accumulation
+dtype: a measured yardstick, not a bound); the dtype tolerance of an element is ::
 
     DTYPE_FACTOR · r · a  +  FLOOR_UA · u_a · a  +  FLOOR_P · u_P · sqrt(Σ_j p_j² v_j²)
                           +  ulp(exact)      (output dtype)
@@ -239,8 +240,8 @@ def dtype_level(x: AttentionCall, model: ErrorModel, progress: Any = None
     pl = Plain(x)
     lay = pl.layout
     kname = model.kernel.name
-    # each run: the chunk and whether its float64 weights are wanted (the last run that
-    # has weights gives the natural scales) -> (output, weights or None)
+    # each run: the chunk and whether its weights are wanted (the last run that has
+    # weights gives the natural scales) -> (output, weights in the work dtype or None)
     runs: list[tuple[str, Callable[[Chunk, bool], tuple[np.ndarray, np.ndarray | None]]]]
     shared = _SharedGemm()
     if kname in ("fused", "sequential"):
@@ -276,9 +277,10 @@ def dtype_level(x: AttentionCall, model: ErrorModel, progress: Any = None
             flat[ch.b, ch.rows] = out
             if p64 is not None:
                 last_p = p64
-        if last_p is not None:      # the natural scales from the last run's weights
-            a[ch.b, ch.rows] = last_p @ np.abs(ch.v)
-            a2[ch.b, ch.rows] = np.sqrt((last_p * last_p) @ (ch.v * ch.v))
+        if last_p is not None:      # the natural scales from the last run's weights,
+            vw = ch.v.astype(last_p.dtype)  # in its work dtype (issue 29: float32 products)
+            a[ch.b, ch.rows] = last_p @ np.abs(vw)
+            a2[ch.b, ch.rows] = np.sqrt((last_p * last_p) @ (vw * vw))
         if progress is not None:
             progress.update(ch.rows.stop - ch.rows.start)
     shape = pl.shape
@@ -365,7 +367,7 @@ def _gemm_weights(ch: Chunk, dt: np.dtype, wk: np.dtype, *, stores: int, scaled_
 def _gemm_out(ch: Chunk, p: np.ndarray, dt: np.dtype, wk: np.dtype, store_p: bool,
               want_p: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """P·V by one matrix product (P stored in ``dt`` first when ``store_p``), and the
-    float64 weights when ``want_p``."""
+    weights (in ``wk``) when ``want_p``."""
     R, S = p.shape
     if S == 0:
         return np.zeros((R, ch.v.shape[1])), np.zeros((R, 0))
@@ -374,7 +376,7 @@ def _gemm_out(ch: Chunk, p: np.ndarray, dt: np.dtype, wk: np.dtype, store_p: boo
         if store_p and dt != wk:
             p = store(p, dt, wk)
         out = (p @ v).astype(np.float64)
-    return out, p.astype(np.float64) if want_p else None
+    return out, p if want_p else None
 
 
 def _gemm(ch: Chunk, dt: np.dtype, wk: np.dtype, *, stores: int, scaled_query: bool,
