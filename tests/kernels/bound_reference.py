@@ -2,7 +2,7 @@
 the one-function, unblocked evaluation as it stood before issue 29 (commit 3a46ba0),
 kept verbatim as the reference that the fast, step-wise evaluation must reproduce
 (tests/testing/forward/test_attention_bound_fast.py), with one rule changed since:
-the non-negative products (Σ|q||k|, and through ``_Values`` Σ p|v|, Σ p v²) are float32
+the non-negative products (Σ|q||k|, and through ``_Values`` Σ p|v|) are float32
 upper bounds (issue 29, ``moments.nonneg_product``).  Not imported by the package."""
 
 from __future__ import annotations

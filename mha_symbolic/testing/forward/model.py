@@ -76,8 +76,8 @@ row's largest weight), and behind a softcap the shared errors are bounded per ke
 (u_a |t_j|: the cap is 1-Lipschitz) instead of from the top key.
 
 Every bound is computed in float64 on operands scaled by powers of two, so that no
-intermediate overflows, except the products of non-negative arrays (Σ|q||k|, Σ p|ã|,
-Σ p ã² and their kin): float32 matrix products made rigorous upper bounds by the
+intermediate overflows, except the products of non-negative arrays Σ|q||k| and Σ p|ã|
+(p the weights and their kin): float32 matrix products made rigorous upper bounds by the
 slack of :func:`.moments.nonneg_product`, (c̃ + 5nη)(1 + γ_{n+3}(2^-24));
 a row whose kernel would itself overflow (a score or a partial dot product beyond
 the dtype's range) is marked *vacuous*, as is any element whose tolerance reaches

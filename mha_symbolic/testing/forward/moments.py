@@ -1,6 +1,6 @@
 """The blocks the tolerance model of :mod:`.model` is computed with: row moments of
-weight matrices against the values (a float64 matmul for the signed Σ a ã, one float32
-matmul on stacked columns for the non-negative ones: :func:`nonneg_product`), row
+weight matrices against the values (a float64 matmul on stacked columns for Σ a ã and
+Σ a ã², a float32 one for Σ a |ã|: :func:`nonneg_product`), row
 maxima over the allowed keys, tie counts, the scaled keys and values a head's chunks
 share (:class:`HeadCache`, :class:`KeyRange`), power-of-two exponents; the result type
 :class:`Bound` and a variant's :class:`ScoreExtras`."""
@@ -126,8 +126,8 @@ class _Moments:
     """Row sums of a weight matrix a ≥ 0 against the effective values ã = κ v of a
     chunk: ``sa`` = Σ_j a_j, ``ab`` = Σ_j a_j |ã_j|, ``li`` = Σ_j a_j ã_j, ``sq`` =
     Σ_j a_j ã_j² (each (R, Ev); None when not needed), S the number of keys.  ``ab``
-    and ``sq`` are upper bounds of the exact sums (:func:`nonneg_product`), ``li`` and
-    ``sa`` float64 evaluations; ``ab_nominal`` Σ a|ã| as computed, without the upper
+    is an upper bound of the exact sum (:func:`nonneg_product`), the others float64
+    evaluations; ``ab_nominal`` Σ a|ã| as computed, without the upper
     bound's slack (0 where every term is 0: the vacuity test's natural scale)."""
 
     sa: np.ndarray
@@ -171,20 +171,21 @@ class _Moments:
 
 class _Values:
     """The (S, Ev) values of a chunk, scaled by 2^-ev, with the row multipliers κ
-    (dropout): the moments of a weight matrix by a float64 matmul against v (the signed
-    Σ a ã) and one float32 matmul against the stacked columns [|v|, v²]
-    (:func:`nonneg_product`, upper bounds; with dropout a∘κ against v and |v|, a∘κ²
-    against v²)."""
+    (dropout): the moments of a weight matrix by one float64 matmul on the stacked
+    columns [v, v²] (with dropout a∘κ against v, a∘κ² against v²) and a float32 one
+    against |v| (:func:`nonneg_product`, an upper bound).  Σ a ã² stays float64: the
+    centred sums Σ a (ã − c)² are taken by expansion, whose cancellation would pass a
+    float32 error of Σ a ã² on in full (values far from zero)."""
 
     def __init__(self, v: np.ndarray, kappa: np.ndarray | None, n_terms: int | None = None
                  ) -> None:
         self.v = v
         self.kappa = kappa
         self.Ev = v.shape[1]
-        self.av = np.abs(v)
+        self.av = np.abs(v)                    # in [0, 1): |v̄| < 1
+        self.av32 = self.av.astype(np.float32)
         self.v2 = v * v
-        self.rhs = np.concatenate([self.av, self.v2], axis=1)    # in [0, 1): |v̄| < 1
-        self.rhs32 = self.rhs.astype(np.float32)
+        self.rhs = np.concatenate([v, self.v2], axis=1)
         # the key count S of the moments' slack (:meth:`_Moments.quad`): the head's,
         # also for a chunk restricted to a range of its keys (the same formula)
         self.n_terms = n_terms
@@ -193,15 +194,11 @@ class _Values:
         """The values of the keys ``j0:j1`` (views of these rows, no copy), the slack
         still counting every key of the head."""
         sub = object.__new__(_Values)
-        sub.v, sub.av, sub.v2, sub.rhs, sub.rhs32 = (
-            a[j0:j1] for a in (self.v, self.av, self.v2, self.rhs, self.rhs32))
+        sub.v, sub.av, sub.av32, sub.v2, sub.rhs = (
+            a[j0:j1] for a in (self.v, self.av, self.av32, self.v2, self.rhs))
         sub.kappa, sub.Ev = kappa, self.Ev
         sub.n_terms = self.v.shape[0] if self.n_terms is None else self.n_terms
         return sub
-
-    def _nonneg(self, a: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """``nonneg_product`` of ``a`` against the stacked columns ``lo:hi`` ([|v|, v²])."""
-        return nonneg_product(a, self.rhs32[:, lo:hi], self.rhs[:, lo:hi], self.n_terms)
 
     def moments(self, a: np.ndarray, *, ab: bool = True, li: bool = True,
                 sq: bool = True) -> _Moments:
@@ -209,17 +206,17 @@ class _Values:
         sa = np.sum(a, axis=-1, keepdims=True)
         ab_m = li_m = sq_m = nom = None
         ak = a if self.kappa is None else a * self.kappa
-        if li:
-            li_m = np.asarray(ak @ self.v)
-        if ab and sq and self.kappa is None:
-            up, nom2 = self._nonneg(a, 0, 2 * Ev)
-            ab_m, sq_m, nom = up[:, :Ev], up[:, Ev:], nom2[:, :Ev]
+        if ab:
+            ab_m, nom = nonneg_product(ak, self.av32, self.av, self.n_terms)
+        if self.kappa is None and li and sq:
+            m = a @ self.rhs
+            li_m, sq_m = m[:, :Ev], m[:, Ev:]
         else:
-            if ab:
-                ab_m, nom = self._nonneg(ak, 0, Ev)
+            if li:
+                li_m = np.asarray(ak @ self.v)
             if sq:
-                a2 = a if self.kappa is None else a * (self.kappa * self.kappa)
-                sq_m = self._nonneg(a2, Ev, 2 * Ev)[0]
+                sq_m = np.asarray((a if self.kappa is None else
+                                   a * (self.kappa * self.kappa)) @ self.v2)
         return _Moments(sa, ab_m, li_m, sq_m, S, nom)
 
 
