@@ -1,9 +1,7 @@
 """The tolerance model of mha_symbolic/testing/forward/model.py evaluated plainly:
 the one-function, unblocked evaluation as it stood before issue 29 (commit 3a46ba0),
 kept verbatim as the reference that the fast, step-wise evaluation must reproduce
-(tests/testing/forward/test_attention_bound_fast.py), with one rule changed since:
-the non-negative products (Σ|q||k|, and through ``_Values`` Σ p|v|) are float32
-upper bounds (issue 29, ``moments.nonneg_product``).  Not imported by the package."""
+(tests/testing/forward/test_attention_bound_fast.py).  Not imported by the package."""
 
 from __future__ import annotations
 
@@ -20,7 +18,6 @@ from mha_symbolic.testing.forward.model import (
     _tie_counts,
     _Values,
 )
-from mha_symbolic.testing.forward.moments import nonneg_product
 from mha_symbolic.testing.tolerance import (
     _EXP_CAP,
     _FMAX,
@@ -70,8 +67,7 @@ def reference_attention_error_bound(
         xs = np.where(allowed, np.asarray(extras.scores, dtype=np.float64), 0.0)
         mmax = float(np.max(np.where(np.isfinite(xs), np.abs(xs), np.inf), initial=0.0))
     tb = qb @ kb.T
-    # issue 29 (h29k): non-negative products in float32, rigorous upper bounds
-    Ab = nonneg_product(np.abs(qb), np.abs(kb).T.astype(np.float32), np.abs(kb).T)[0]
+    Ab = np.abs(qb) @ np.abs(kb).T
     if abs(e2) < 900 and math.ldexp(E * max(1.0, abs(c)), e2) + mmax < hold / 2 and not (
             ker.scaled_query and float(np.max(np.abs(q), initial=0.0)) * abs(c) > fmt.max_finite / 2):
         # nothing can overflow (|q̄|, |k̄| < 1, so Σ|q̄||k̄| < E): plain products
@@ -387,7 +383,7 @@ def reference_attention_error_bound(
     # ---- back to unscaled units, underflow, vacuity
     with np.errstate(over="ignore", invalid="ignore"):
         tol = np.ldexp(tolb, ev) if abs(ev) < 2000 else tolb * math.ldexp(1.0, ev)
-        pv_u = np.ldexp(pv if Mp.ab_nominal is None else Mp.ab_nominal, ev)
+        pv_u = np.ldexp(pv, ev)
         vmax = float(np.max(np.abs(v), initial=0.0)) * (
             1.0 if kappa is None else float(np.max(np.abs(kappa), initial=1.0)))
         # underflow, in absolute terms: the weights stored in the output dtype (and the

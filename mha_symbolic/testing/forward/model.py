@@ -76,13 +76,10 @@ row's largest weight), and behind a softcap the shared errors are bounded per ke
 (u_a |t_j|: the cap is 1-Lipschitz) instead of from the top key.
 
 Every bound is computed in float64 on operands scaled by powers of two, so that no
-intermediate overflows, except the products of non-negative arrays Σ|q||k| and Σ p|ã|
-(p the weights and their kin): float32 matrix products made rigorous upper bounds by the
-slack of :func:`.moments.nonneg_product`, (c̃ + 5nη)(1 + γ_{n+3}(2^-24));
-a row whose kernel would itself overflow (a score or a partial dot product beyond
-the dtype's range) is marked *vacuous*, as is any element whose tolerance reaches
-Σ_j p_j |ã_j| (a 100 % error of the natural scale).  The derivation is repeated, with the
-constants, in docs/testing.md.
+intermediate overflows; a row whose kernel would itself overflow (a score or a
+partial dot product beyond the dtype's range) is marked *vacuous*, as is any
+element whose tolerance reaches Σ_j p_j |ã_j| (a 100 % error of the natural
+scale).  The derivation is repeated, with the constants, in docs/testing.md.
 """
 
 from __future__ import annotations
@@ -113,7 +110,6 @@ from .moments import (
     _rowmax,
     _tie_counts,
     _Values,
-    nonneg_product,
 )
 
 __all__ = ["Bound", "HeadCache", "ScoreExtras", "attention_error_bound"]
@@ -295,8 +291,7 @@ def _attention_error_bound(
         tolb, N = _worst(w, np.arange(R), Mp.li, Mp.ab), None
     else:
         tolb, N = _probabilistic(w, Mp)
-    return _finish(w, tolb, _underflow(w, N), v_all,
-                   Mp.ab if Mp.ab_nominal is None else Mp.ab_nominal)
+    return _finish(w, tolb, _underflow(w, N), v_all, Mp.ab)
 
 
 def _setup(q: np.ndarray, v: np.ndarray, allowed: np.ndarray, model: ErrorModel,
@@ -349,9 +344,7 @@ def _scaled_scores(w: _Work, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale:
         xs = np.where(allowed, np.asarray(extras.scores, dtype=np.float64), 0.0)
         mmax = float(np.max(np.where(np.isfinite(xs), np.abs(xs), np.inf), initial=0.0))
     tb = qb @ kb.T
-    # Σ_e |q̄_e||k̄_je| by a float32 product, an upper bound (|q̄|, |k̄| < 1)
-    akt = akb.T
-    Ab = nonneg_product(np.abs(qb), akt.astype(np.float32), akt)[0]
+    Ab = np.abs(qb) @ akb.T
     if abs(e2) < 900 and math.ldexp(E * max(1.0, abs(c)), e2) + mmax < hold / 2 and not (
             ker.scaled_query and float(np.max(np.abs(q), initial=0.0)) * abs(c) > fmt.max_finite / 2):
         # nothing can overflow (|q̄|, |k̄| < 1, so Σ|q̄||k̄| < E): plain products

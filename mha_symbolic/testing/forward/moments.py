@@ -1,8 +1,7 @@
 """The blocks the tolerance model of :mod:`.model` is computed with: row moments of
-weight matrices against the values (a float64 matmul on stacked columns for Σ a ã and
-Σ a ã², a float32 one for Σ a |ã|: :func:`nonneg_product`), row
-maxima over the allowed keys, tie counts, the scaled keys and values a head's chunks
-share (:class:`HeadCache`, :class:`KeyRange`), power-of-two exponents; the result type
+weight matrices against the values (one matmul on stacked columns), row maxima over
+the allowed keys, tie counts, the scaled keys and values a head's chunks share
+(:class:`HeadCache`, :class:`KeyRange`), power-of-two exponents; the result type
 :class:`Bound` and a variant's :class:`ScoreExtras`."""
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..tolerance import FloatFormat, gamma
+from ..tolerance import FloatFormat
 
 __all__ = ["Bound", "HeadCache", "KeyRange", "ScoreExtras"]
 
@@ -66,76 +65,17 @@ def _pow2_exponent(a: np.ndarray) -> int:
     return int(math.frexp(m)[1]) if m > 0 and math.isfinite(m) else 0
 
 
-#: float32's unit roundoff, and what one of its operations may lose below the normal
-#: range: a subnormal result rounds by ≤ 2^-150, a flush to zero (FTZ/DAZ) by < 2^-126
-_U32, _ETA32 = 2.0**-24, 2.0**-126
-#: the longest inner dimension given to float32 (γ_{n+3}(2^-24) ≤ 2.5e-4 of inflation)
-NONNEG_F32_MAX_TERMS = 4096
-
-
-def nonneg_product(a: np.ndarray, b32: np.ndarray, b64: np.ndarray, n_terms: int | None = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(upper, nominal): a rigorous upper bound on the exact ``a @ b`` for a ≥ 0 (R, n)
-    float64 and b ∈ [0, 1] (n, m), computed by a float32 matrix product (issue 29:
-    half the float64 flops), and the product itself without the bound's slack.
-
-    ``b64`` is b in float64, ``b32`` its float32 rounding.  With a' = 2^-e a ∈ [0, 1]
-    (e from max a, exact), every operand rounded to float32 errs by ≤ u x + η (u =
-    2^-24, η = 2^-126: :data:`_ETA32`), so x ≤ (x̂ + η)/(1 − u); a sum of n
-    non-negative products in float32, in any order, with or without FMA, is ≥ (1 −
-    u)^n Σ â b̂ − 2nη (each product and each addition rounds by ≤ u relative or η
-    absolute; no cancellation); with â, b̂ ≤ 1 the operands' η add ≤ 3nη.  So::
-
-        Σ_j a'_j b_j ≤ (c̃ + 5nη) (1 − u)^-(n+2),
-
-    c̃ the float32 result; (1 + γ_{n+3}(u)) also covers b's own float64 rounding and
-    the two float64 roundings of this expression, and the scale 2^e is exact (e is
-    kept within ±890: no float64 underflow).  A matrix with an inf or NaN, an empty
-    one, or more than :data:`NONNEG_F32_MAX_TERMS` terms per sum: the float64
-    product, both results the same.  ``n_terms`` (≥ the inner dimension) is the n of
-    the slack: a chunk cut to a range of a head's keys counts the head's, so that its
-    bound is the uncut chunk's up to the float32 summation order.
-
-    >>> import numpy as np
-    >>> a = np.array([[1.0, 2.0 ** -200]]); b = np.array([[0.5], [0.75]])
-    >>> up, nom = nonneg_product(a, b.astype(np.float32), b)
-    >>> bool(up[0, 0] >= 0.5 + 0.75 * 2.0 ** -200 and up[0, 0] - 0.5 < 1e-6), nom[0, 0]
-    (True, 0.5)
-    """
-    n = max(a.shape[-1], n_terms or 0)
-    m = float(np.max(a, initial=0.0)) if a.size else 0.0
-    # a' = 2^-e a ≤ 1; weights (max in (2^-8, 1]) as they are, no pass to scale them
-    e = 0 if 2.0**-8 < m <= 1.0 or m == 0 else int(math.frexp(m)[1])
-    if not (math.isfinite(m) and -890 < e < 1000 and a.shape[-1] > 0
-            and n <= NONNEG_F32_MAX_TERMS):
-        r = np.asarray(a @ b64)
-        return r, r
-    if e == 0:
-        a32 = a.astype(np.float32)
-    else:
-        a32 = np.empty(a.shape, np.float32)
-        np.multiply(a, math.ldexp(1.0, -e), out=a32, casting="same_kind")  # one rounding
-    c = np.asarray(a32 @ b32, dtype=np.float64)
-    f = math.ldexp(1.0, e)
-    up = (c + 5.0 * n * _ETA32) * ((1.0 + float(gamma(n + 3, _U32))) * f)
-    return up, c * f
-
-
 @dataclass
 class _Moments:
     """Row sums of a weight matrix a ≥ 0 against the effective values ã = κ v of a
     chunk: ``sa`` = Σ_j a_j, ``ab`` = Σ_j a_j |ã_j|, ``li`` = Σ_j a_j ã_j, ``sq`` =
-    Σ_j a_j ã_j² (each (R, Ev); None when not needed), S the number of keys.  ``ab``
-    is an upper bound of the exact sum (:func:`nonneg_product`), the others float64
-    evaluations; ``ab_nominal`` Σ a|ã| as computed, without the upper
-    bound's slack (0 where every term is 0: the vacuity test's natural scale)."""
+    Σ_j a_j ã_j² (each (R, Ev); None when not needed), S the number of keys."""
 
     sa: np.ndarray
     ab: np.ndarray | None
     li: np.ndarray | None
     sq: np.ndarray | None
     S: int
-    ab_nominal: np.ndarray | None = None
 
     def without(self, w: np.ndarray, v_row: np.ndarray) -> _Moments:
         """The moments with one term per row removed (weight ``w`` (R, 1), effective
@@ -171,21 +111,17 @@ class _Moments:
 
 class _Values:
     """The (S, Ev) values of a chunk, scaled by 2^-ev, with the row multipliers κ
-    (dropout): the moments of a weight matrix by one float64 matmul on the stacked
-    columns [v, v²] (with dropout a∘κ against v, a∘κ² against v²) and a float32 one
-    against |v| (:func:`nonneg_product`, an upper bound).  Σ a ã² stays float64: the
-    centred sums Σ a (ã − c)² are taken by expansion, whose cancellation would pass a
-    float32 error of Σ a ã² on in full (values far from zero)."""
+    (dropout): the moments of a weight matrix by one matmul on stacked columns
+    [|v|, v, v²] (two with dropout: a∘κ against [|v|, v], a∘κ² against v²)."""
 
     def __init__(self, v: np.ndarray, kappa: np.ndarray | None, n_terms: int | None = None
                  ) -> None:
         self.v = v
         self.kappa = kappa
         self.Ev = v.shape[1]
-        self.av = np.abs(v)                    # in [0, 1): |v̄| < 1
-        self.av32 = self.av.astype(np.float32)
+        self.av = np.abs(v)
         self.v2 = v * v
-        self.rhs = np.concatenate([v, self.v2], axis=1)
+        self.rhs = np.concatenate([self.av, v, self.v2], axis=1)
         # the key count S of the moments' slack (:meth:`_Moments.quad`): the head's,
         # also for a chunk restricted to a range of its keys (the same formula)
         self.n_terms = n_terms
@@ -194,8 +130,8 @@ class _Values:
         """The values of the keys ``j0:j1`` (views of these rows, no copy), the slack
         still counting every key of the head."""
         sub = object.__new__(_Values)
-        sub.v, sub.av, sub.av32, sub.v2, sub.rhs = (
-            a[j0:j1] for a in (self.v, self.av, self.av32, self.v2, self.rhs))
+        sub.v, sub.av, sub.v2, sub.rhs = (a[j0:j1] for a in (self.v, self.av, self.v2,
+                                                             self.rhs))
         sub.kappa, sub.Ev = kappa, self.Ev
         sub.n_terms = self.v.shape[0] if self.n_terms is None else self.n_terms
         return sub
@@ -204,20 +140,21 @@ class _Values:
                 sq: bool = True) -> _Moments:
         Ev, S = self.Ev, a.shape[-1] if self.n_terms is None else self.n_terms
         sa = np.sum(a, axis=-1, keepdims=True)
-        ab_m = li_m = sq_m = nom = None
-        ak = a if self.kappa is None else a * self.kappa
-        if ab:
-            ab_m, nom = nonneg_product(ak, self.av32, self.av, self.n_terms)
-        if self.kappa is None and li and sq:
-            m = a @ self.rhs
-            li_m, sq_m = m[:, :Ev], m[:, Ev:]
+        parts: list[np.ndarray | None] = [None, None, None]
+        want = [ab, li, sq]
+        if self.kappa is None:
+            lo, hi = want.index(True), 3 - want[::-1].index(True)
+            m = a @ self.rhs[:, lo * Ev:hi * Ev]
+            for i in range(lo, hi):
+                parts[i] = m[:, (i - lo) * Ev:(i - lo + 1) * Ev]
         else:
-            if li:
-                li_m = np.asarray(ak @ self.v)
+            if ab or li:
+                m = (a * self.kappa) @ self.rhs[:, :2 * Ev]
+                parts[0], parts[1] = m[:, :Ev], m[:, Ev:]
             if sq:
-                sq_m = np.asarray((a if self.kappa is None else
-                                   a * (self.kappa * self.kappa)) @ self.v2)
-        return _Moments(sa, ab_m, li_m, sq_m, S, nom)
+                parts[2] = (a * (self.kappa * self.kappa)) @ self.v2
+        ab_m, li_m, sq_m = (p if w else None for p, w in zip(parts, want, strict=True))
+        return _Moments(sa, ab_m, li_m, sq_m, S)
 
 
 class HeadCache:
