@@ -207,20 +207,6 @@ def _check_radicals(mats: list[Any]) -> None:
         raise InputValueError(f"the inputs' {exc}") from None
 
 
-def _exp(x: Any) -> Any:
-    """e^x, the softmax's numerator.  A softcapped score's x holds tanh of the raw
-    score, and SymPy's own simplification of exp then asks questions (is the argument
-    comparable, its real and imaginary parts) that cost up to 0.2 s each and never
-    simplify it: such an x is kept as written, but 0 (the row's top key) gives 1."""
-    import sympy as sp
-
-    if x == 0:
-        return sp.Integer(1)
-    if isinstance(x, sp.Basic) and x.has(sp.tanh):
-        return sp.exp(x, evaluate=False)
-    return sp.exp(x)
-
-
 def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int,
                   parts: list[Any] | None = None, sink: Any = None,
                   sink_shares: list[Any] | None = None) -> Any:
@@ -244,8 +230,8 @@ def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int,
             parts.append(None)
         if sink is not None:
             shift = _row_shift([t[r, j] for j in cols] + [sink])
-            exps = {j: _exp(t[r, j] - shift) for j in cols}
-            sink_exp = _exp(sink - shift)
+            exps = {j: sp.exp(t[r, j] - shift) for j in cols}
+            sink_exp = sp.exp(sink - shift)
             denom = sp.Add(*exps.values(), sink_exp)
             for j in cols:
                 w[r, j] = exps[j] / denom
@@ -264,7 +250,7 @@ def _softmax_rows(t: Any, keep: list[list[bool]], masked_rows: str, head: int,
                     w[r, j] = sp.nan
             continue  # "zero": the row stays 0, as PyTorch SDPA and FlashAttention return
         shift = _row_shift([t[r, j] for j in cols])
-        exps = {j: _exp(t[r, j] - shift) for j in cols}
+        exps = {j: sp.exp(t[r, j] - shift) for j in cols}
         denom = sp.Add(*exps.values())
         inverse = 1 / denom
         for j in cols:

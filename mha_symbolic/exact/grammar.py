@@ -487,6 +487,11 @@ class _Parser:
                 return sp.Integer(1)
             self._bound_magnitude(base, exponent, what)
             self._bound_integer_part(base, exponent, shown, what)
+            if base.is_Rational:
+                # a positive rational to an irrational power: SymPy's own evaluation
+                # leaves it as it is, but may first ask whether the base is prime (6 s
+                # for 481633^816, found by fuzzing): built unevaluated, the same object
+                return self._arith(lambda a, b: sp.Pow(a, b, evaluate=False), base, exponent)
             return self._arith(lambda a, b: sp.Pow(a, b), base, exponent)
         # a non-integer rational power: bound the integer part and the radical's cost
         if base.is_Rational:
