@@ -345,9 +345,12 @@ class _Parser:
         sp = self.sp
         atoms = [value] if value.is_Rational else value.atoms(sp.Rational)
         for r in atoms:
-            if max(int(r.p).bit_length(), int(r.q).bit_length()) > MAX_POWER_DIGITS * 3.33:
+            bits = max(int(r.p).bit_length(), int(r.q).bit_length())
+            if bits > MAX_POWER_DIGITS * 3.33:
                 raise ParseError(f"{self.shown} builds a number of more than "
                                  f"{MAX_POWER_DIGITS} digits")
+            if bits > _PRIME_TEST_BITS:
+                _primality_unknown(r)
 
     def _arith(self, op: Any, a: Any, b: Any) -> Any:
         """``op(a, b)`` for + and −; SymPy errors become ParseErrors."""
@@ -598,6 +601,25 @@ def costly_power(x: Any) -> bool:
         except MhaSymbolicError:
             return True
     return False
+
+
+#: integers longer than this are never tested for primality (see _primality_unknown)
+_PRIME_TEST_BITS = 512
+
+
+def _primality_unknown(r: Any) -> None:
+    """Mark the rational ``r`` as of unknown primality, so that SymPy does not decide it.
+
+    SymPy's assumption system may answer a cheap question about an integer (is it zero,
+    is it positive: ``log(n)`` asks) by first asking whether it is prime, in an order
+    that depends on the hash seed, and a strong BPSW test of a 5,800-digit integer costs
+    12 s (``log(949661^967)``, found by fuzzing).  No exact question of this package
+    needs primality: recording it as unknown (None) on the object stops the test."""
+    facts = r._assumptions
+    if facts is r.default_assumptions:
+        facts = r._assumptions = facts.copy()
+    for fact in ("prime", "composite"):
+        facts.setdefault(fact, None)
 
 
 def _integer_part_excess(base: Any, y: Any, cap: int) -> tuple[str, int] | None:
