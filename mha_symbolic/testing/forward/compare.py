@@ -69,7 +69,7 @@ from ..layout import with_layout
 from ..lse import with_lse
 from ..options import asserting, checked
 from ..pattern import locate_keys, patterned
-from ..tolerance import DEFAULT_SAFETY
+from ..tolerance import DEFAULT_SAFETY, ErrorModel
 from ..verdict import (
     AttentionComparison,
     Diagnosis,
@@ -211,28 +211,8 @@ def compare_attention(
         dropout_mask=None if dropout_mask is None else _as_array(dropout_mask,
                                                                  "dropout_mask").astype(bool),
     )
-    plain = Plain(x)
-    model = model.with_events(*plain.events())
-    lay = plain.layout
-    prog = Progress(None, lay.B * lay.L * lay.S * SECONDS_PER_SCORE)
-    bar = prog.bar(lay.B * lay.L, "tolerance")
-    try:
-        model_tol, vacuous = plain.bound(model, bar)
-    finally:
-        if bar is not None:
-            bar.close()
-    notes: list[str] = []
-    plain_err = None
-    if rule == "flash":
-        plain_err, note = _plain_error(x, a.dtype, lower, upper)
-        if note:
-            notes.append(note)
-    bar = prog.bar(lay.B * lay.L, "dtype level") if rule in ("model", "flash") else None
-    try:
-        level = dtype_level(x, model, bar) if rule in ("model", "flash") else None
-    finally:
-        if bar is not None:
-            bar.close()
+    model, model_tol, vacuous, plain_err, notes, level = _levels(x, a, model, rule, lower,
+                                                                 upper)
     mid = mid_of(lower, upper)
     coarse = lower, upper
     if level is not None:   # refine for the tighter of the two levels
@@ -262,6 +242,47 @@ def compare_attention(
     comp = _kept_promise(promise, comp)
     if comp.passed or not diagnose_bugs:
         return comp
+    return _diagnosed(comp, a, x, model, lower, upper, model_tol, two, mid, rule, safety,
+                      (query, key, value))
+
+
+def _levels(x: AttentionCall, a: np.ndarray, model: ErrorModel, rule: str,
+            lower: np.ndarray, upper: np.ndarray) -> tuple[ErrorModel, np.ndarray,
+                                                           np.ndarray, Any, list[str], Any]:
+    """The error model's tolerance (and which elements it leaves vacuous), the simulated
+    kernel's error (``rule="flash"``) and the dtype level, with their progress bars:
+    (the model with the call's events, model_tol, vacuous, plain_err, notes, level)."""
+    plain = Plain(x)
+    model = model.with_events(*plain.events())
+    lay = plain.layout
+    prog = Progress(None, lay.B * lay.L * lay.S * SECONDS_PER_SCORE)
+    bar = prog.bar(lay.B * lay.L, "tolerance")
+    try:
+        model_tol, vacuous = plain.bound(model, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    notes: list[str] = []
+    plain_err = None
+    if rule == "flash":
+        plain_err, note = _plain_error(x, a.dtype, lower, upper)
+        if note:
+            notes.append(note)
+    bar = prog.bar(lay.B * lay.L, "dtype level") if rule in ("model", "flash") else None
+    try:
+        level = dtype_level(x, model, bar) if rule in ("model", "flash") else None
+    finally:
+        if bar is not None:
+            bar.close()
+    return model, model_tol, vacuous, plain_err, notes, level
+
+
+def _diagnosed(comp: AttentionComparison, a: np.ndarray, x: AttentionCall,
+               model: ErrorModel, lower: np.ndarray, upper: np.ndarray,
+               model_tol: np.ndarray, two: Any, mid: np.ndarray, rule: str,
+               safety: float | None, inputs: tuple[Any, Any, Any]) -> AttentionComparison:
+    """A failed comparison with the bug classes its output fits (the catalogue, the key
+    hypotheses, and with two levels the precision bugs)."""
     saf = DEFAULT_SAFETY if safety is None or rule != "model" else safety
     found: tuple[Candidate, ...] = ()
     if not _within(a, lower, upper, saf * model_tol):
@@ -270,7 +291,7 @@ def compare_attention(
     diags = [Diagnosis(c.name, c.description, c.ratio) for c in found]
     if two is not None:
         diags += [Diagnosis(n, d, r, "explains" if ex else "size") for n, d, r, ex
-                  in precision_candidates(a, x, mid, model, query, key, value, two.dtype_tol)]
+                  in precision_candidates(a, x, mid, model, *inputs, two.dtype_tol)]
     return _with_diagnoses(comp, comp.diagnoses + tuple(diags))
 
 

@@ -577,8 +577,7 @@ def _log_perturbation(w: _Work) -> None:
     w.ex = np.expm1(np.minimum(w.x, _EXP_CAP), out=buf)
 
 
-def _perturbed_weights(w: _Work, rows: np.ndarray
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _perturbed_weights(w: _Work, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For the rows ``rows``: |p̃_j − p_j| ≤ p_j expm1(x_j), p̃_j ≤ p_j e^{x_j}, and the
     evaluation errors of the perturbed weights |p̂_j − p̃_j| ≤ p̃_j F_j, each capped at 1."""
     fused = jit.perturbed_weights(w, rows)  # one pass unless a key needs log space
@@ -595,8 +594,7 @@ def _perturbed_weights(w: _Work, rows: np.ndarray
         lexm1 = np.where(xx > 0, xx + np.log1p(-np.exp(-np.maximum(xx, 1e-300))), -np.inf)
         dps.ravel()[far] = np.minimum(np.exp(lp + lexm1), 1.0)
         ptil.ravel()[far] = np.minimum(np.exp(lp + xx), 1.0)
-    dps = np.where(np.isnan(dps), 1.0, dps)
-    ptil = np.where(np.isnan(ptil), 1.0, ptil)
+    dps, ptil = (np.where(np.isnan(z), 1.0, z) for z in (dps, ptil))
     dpw = np.where(allowed, np.minimum(ptil * w.F[rows], 1.0), 0.0)
     if far.size:    # p̃ F in log space where F saturated (2 u_a spread > cap, issue 30)
         exc = 2.0 * w.model.ua * np.broadcast_to(w.spread, w.p.shape)[rows].ravel()[far] - _EXP_CAP
