@@ -102,6 +102,26 @@ class Prepared:
         """The keys the lowering appends (the sink logit's one key, k = v = 0)."""
         return 0 if self.sinks is None else 1
 
+    def flat(self) -> tuple[Any, Any, Any, Any, Any]:
+        """The flat problems (B = the broadcast batch and heads): q (B, L, E), k (B, S,
+        E) and v (B, S, Ev) with the key/value heads repeated per GQA group (views where
+        no copy is needed), the kept keys (B, L, S) and the user's float mask (B, L, S)
+        or None."""
+        geo, lead = self.geo, self.lead
+        L, S, B = geo.L, geo.S, geo.B
+        E, Ev = self.q64.shape[-1], self.v64.shape[-1]
+        kr = np.repeat(self.k64, self.group, axis=-3) if self.group > 1 else self.k64
+        vr = np.repeat(self.v64, self.group, axis=-3) if self.group > 1 else self.v64
+        qf = np.broadcast_to(self.q64, (*lead, L, E)).reshape(B, L, E)
+        kf = np.broadcast_to(kr, (*lead, S, E)).reshape(B, S, E)
+        vf = np.broadcast_to(vr, (*lead, S, Ev)).reshape(B, S, Ev)
+        allowed = (np.ones((B, L, S), dtype=bool) if self.keep is None else
+                   np.ascontiguousarray(np.broadcast_to(self.keep, (*lead, L, S))
+                                        .reshape(B, L, S)))
+        madd = (None if self.user_madd is None else np.ascontiguousarray(
+            np.broadcast_to(self.user_madd, (*lead, L, S)).reshape(B, L, S)))
+        return qf, kf, vf, allowed, madd
+
 
 def prepare(query: Any, key: Any, value: Any, opts: VariantOptions, *, attn_mask: Any,
             is_causal: bool, scale: Any, enable_gqa: bool, causal_alignment: str,
@@ -224,19 +244,27 @@ def lowered_after_cap(prep: Prepared) -> tuple[float, np.ndarray[Any, Any],
         raise SpecError("the gradients' tolerance takes one softcap applied first, on the "
                         "scaled score (softcap= or a softcap score_mod before any bias); "
                         f"this call's score pipeline is {_pipeline_text(prep.ops)}")
+    total, exact = summed_biases(prep, prep.ops[1:])
+    if not exact:
+        require_lowerable(prep)
+    k64, v64, mask = lowered(replace(prep, total=total, lowerable=True))
+    return float(prep.ops[0].C), k64, v64, mask
+
+
+def summed_biases(prep: Prepared, ops: tuple[Any, ...]) -> tuple[Any, bool]:
+    """The user's float mask and the additive score operations ``ops`` as one exact
+    float64 sum (None when there is nothing to add or a part is not exact), and whether
+    every part (and the sum) is exact."""
     adds = [] if prep.user_madd is None else [prep.user_madd]
     exact = True
-    for op in prep.ops[1:]:
+    for op in ops:
         vals, ok = op.floats_min(prep.geo)
         adds.append(vals)
         exact = exact and ok
     total = None
     if adds and exact:
         total, exact = _exact_sum(adds)
-    if not exact:
-        require_lowerable(prep)
-    k64, v64, mask = lowered(replace(prep, total=total, lowerable=True))
-    return float(prep.ops[0].C), k64, v64, mask
+    return total, exact
 
 
 def _pipeline_text(ops: tuple[Any, ...]) -> str:

@@ -73,18 +73,9 @@ class _Pipeline:
     def __init__(self, prep: Any, rot: Any, scale: Any, masked_rows: str) -> None:
         geo, lead = prep.geo, prep.lead
         L, S, B = geo.L, geo.S, geo.B
-        q64, k64, v64 = prep.q64, prep.k64, prep.v64
+        qf, kf, vf, allowed, madd = prep.flat()
+        q64, k64, v64, keep = prep.q64, prep.k64, prep.v64, prep.keep
         E, Ev = q64.shape[-1], v64.shape[-1]
-        kr = np.repeat(k64, prep.group, axis=-3) if prep.group > 1 else k64
-        vr = np.repeat(v64, prep.group, axis=-3) if prep.group > 1 else v64
-        qf = np.broadcast_to(q64, (*lead, L, E)).reshape(B, L, E)
-        kf = np.broadcast_to(kr, (*lead, S, E)).reshape(B, S, E)
-        vf = np.broadcast_to(vr, (*lead, S, Ev)).reshape(B, S, Ev)
-        keep = prep.keep
-        allowed = (np.ones((B, L, S), dtype=bool) if keep is None else np.ascontiguousarray(
-            np.broadcast_to(keep, (*lead, L, S)).reshape(B, L, S)))
-        madd = (None if prep.user_madd is None else np.ascontiguousarray(
-            np.broadcast_to(prep.user_madd, (*lead, L, S)).reshape(B, L, S)))
         empty = (np.asarray(~allowed.any(axis=-1)) if prep.sinks is None
                  else np.zeros(allowed.shape[:-1], dtype=bool))
         rows = masked_rows_of(masked_rows, empty, S, lead, what="", check=False)

@@ -38,7 +38,12 @@ import numpy as np
 
 from ...errors import ShapeError, SpecError
 from ...oracle.api import reference_attention_backward
-from ...oracle.variants.forward import _exact_sum, lowered, lowered_after_cap, require_lowerable
+from ...oracle.variants.forward import (
+    lowered,
+    lowered_after_cap,
+    require_lowerable,
+    summed_biases,
+)
 from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import plain_rotation
 from ...oracle.variants.rotary import KernelRotation
@@ -84,15 +89,7 @@ def _lowered(prep: Any) -> tuple[float | None, Arr, Arr | None]:
     if any(isinstance(op, Cap) for op in prep.ops):
         cap, _, v64, mask = lowered_after_cap(prep)
         return cap, v64, mask
-    adds = [] if prep.user_madd is None else [prep.user_madd]
-    exact = True
-    for op in prep.ops:
-        vals, ok = op.floats_min(prep.geo)
-        adds.append(vals)
-        exact = exact and ok
-    total = None
-    if adds and exact:
-        total, exact = _exact_sum(adds)
+    total, exact = summed_biases(prep, prep.ops)
     low = replace(prep, total=total, lowerable=exact)
     require_lowerable(low)
     _, v64, mask = lowered(low)
