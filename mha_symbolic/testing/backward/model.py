@@ -83,6 +83,7 @@ zero (testing/backward.py).  The comparison then refuses a verdict
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -534,6 +535,25 @@ def _weighted_tensor_sq(a: Arr, x: Arr, y: Arr, wt: Arr, extra: Any = None) -> A
 def _probabilistic(pt: _Parts, lam: float) -> dict[str, tuple[Arr, Arr]]:
     """First-order propagation of independent errors; see the module docstring and
     docs/gradients.md §8 for each sensitivity.  Returns (value, bound) per problem."""
+    s = _sensitivities(pt, lam)
+    e_dq, e_dk = _prob_dq(pt, s, lam), _prob_dk(pt, s, lam)
+    e_dv, e_m = _prob_dv(pt, s, lam), _prob_dmask(pt, s, lam)
+    dq, dk, dv, dS, pb = s.dq, s.dk, s.dv, s.dS, s.pb
+    # second order: the linearisation of exp and of products; every relative
+    # perturbation is below σs + ρ, so the first-order terms are off by at most that
+    # factor (bounded once per row)
+    with np.errstate(invalid="ignore"):
+        second = np.expm1(np.minimum(np.max(pt.sig_s, axis=-1, keepdims=True, initial=0.0)
+                                     + pt.rho, 700.0))
+    second_q = 1.0 + 2.0 * second
+    second_k = 1.0 + 2.0 * np.max(second, axis=-2, keepdims=True)
+    return {"dq": (dq, e_dq * second_q), "dk": (dk, e_dk * second_k),
+            "dv": (dv, e_dv * second_k),
+            "dmask": (np.where(pb.allowed, dS, 0.0), e_m * second_q)}
+
+
+def _sensitivities(pt: _Parts, lam: float) -> SimpleNamespace:
+    """The terms every gradient's probabilistic bound shares (see _probabilistic)."""
     pb = pt.pb
     u, ua, eta = pt.u, pt.ua, pt.eta
     L, S = pt.L, pt.S
@@ -570,7 +590,22 @@ def _probabilistic(pt: _Parts, lam: float) -> dict[str, tuple[Arr, Arr]]:
           + pt.gam(pb.v.shape[-1]) * _rs(pt.ado * np.abs(out)) + ua * np.abs(pt.d))
     kb2 = kbar * kbar
 
-    # ---- dQ_ic (sums over the keys j of row i)
+    exact = pb.ds.size * k.shape[-1] ** 2 <= EXACT_TENSOR_BUDGET
+    return SimpleNamespace(exact=exact, pb=pb, c=c, s2=s2, sp2=sp2, sd2=sd2, rho2=rho2, kbar=kbar,
+                           M=M, w_qk=w_qk, V=V, X=X, Z=Z, kcol=kcol, qcol=qcol, KQ=KQ,
+                           out=out, r2_d=r2_d, sD=sD, kb2=kb2, u=u, ua=ua, eta=eta, L=L,
+                           S=S, q=q, k=k, do=do, P=P, W=W, Y=Y, dP=dP, dS=dS, P2=P2,
+                           Y2=Y2, dS2=dS2, q2=q2, k2=k2, do2=do2, dq=dq, dk=dk, dv=dv,
+                           t1=t1, t2=t2, t3=t3, t4=t4)
+
+
+def _prob_dq(pt: _Parts, s: SimpleNamespace, lam: float) -> Arr:
+    """The probabilistic bound of dQ_ic: sums over the keys j of row i (see _probabilistic)."""
+    pb, c, s2, sp2, sd2, rho2 = s.pb, s.c, s.s2, s.sp2, s.sd2, s.rho2
+    kbar, M, w_qk, X, Z, kcol = s.kbar, s.M, s.w_qk, s.X, s.Z, s.kcol
+    sD, kb2, u, ua, eta, S = s.sD, s.kb2, s.u, s.ua, s.eta, s.S
+    k, dP, dS, P2, Y2, dS2 = s.k, s.dP, s.dS, s.P2, s.Y2, s.dS2
+    q2, k2, dq = s.q2, s.k2, s.dq
     r_s = 3 * (c * c * _mm(dS2 * s2, k2) + c * c * kb2 * _rs(dS2 * s2) + dq * dq * _rs(P2 * s2))
     r_p = 2 * c * c * rho2 * (_mm(P2 * Y2, k2) + kb2 * _rs(P2 * dP * dP))
     r_dp = 2 * c * c * (_mm(P2 * sp2, k2) + kb2 * _rs(P2 * sp2))
@@ -606,8 +641,17 @@ def _probabilistic(pt: _Parts, lam: float) -> dict[str, tuple[Arr, Arr]]:
         e_dq = _worst(pt)["dq"][1]
     else:
         e_dq = add_dq + lam * np.sqrt(r2_dq)
+    return e_dq
 
-    # ---- dK_jc (sums over the rows i)
+
+def _prob_dk(pt: _Parts, s: SimpleNamespace, lam: float) -> Arr:
+    """The probabilistic bound of dK_jc: sums over the rows i (see _probabilistic)."""
+    exact = s.exact
+    pb, c, s2, sp2, sd2, rho2 = s.pb, s.c, s.s2, s.sp2, s.sd2, s.rho2
+    V, X, KQ, sD, u, ua = s.V, s.X, s.KQ, s.sD, s.u, s.ua
+    eta, L, q, P, Y, dS = s.eta, s.L, s.q, s.P, s.Y, s.dS
+    P2, Y2, dS2, q2, k2, dk = s.P2, s.Y2, s.dS2, s.q2, s.k2, s.dk
+    t1, t2, t3, t4 = s.t1, s.t2, s.t3, s.t4
     r_s = c * c * _mm(_t(2 * P2 * Y2 * s2 + 4 * P2 * (Y2 * t1 + t2)), q2)
     r_p = 2 * c * c * _mm(_t(rho2 * P2 * Y2 + P2 * t3), q2)
     r_dp = 2 * c * c * _mm(_t(P2 * sp2 + P2 * t4), q2)
@@ -633,8 +677,16 @@ def _probabilistic(pt: _Parts, lam: float) -> dict[str, tuple[Arr, Arr]]:
         e_dk = _worst(pt)["dk"][1]
     else:
         e_dk = add_dk + lam * np.sqrt(r2_dk)
+    return e_dk
 
-    # ---- dV_jc (sums over the rows i of W_ij dO_ic)
+
+def _prob_dv(pt: _Parts, s: SimpleNamespace, lam: float) -> Arr:
+    """The probabilistic bound of dV_jc: sums over the rows i of W_ij dO_ic (see _probabilistic)."""
+    exact = s.exact
+    pb, c, s2, rho2, V, KQ = s.pb, s.c, s.s2, s.rho2, s.V, s.KQ
+    u, eta, L, q, k, do = s.u, s.eta, s.L, s.q, s.k, s.do
+    P, W, P2, k2, do2, dv = s.P, s.W, s.P2, s.k2, s.do2, s.dv
+    t1 = s.t1
     W2 = W * W
     r_s = 2 * _mm(_t(W2 * (s2 + t1)), do2)
     r_p = rho2 * _mm(_t(W2), do2)
@@ -649,24 +701,21 @@ def _probabilistic(pt: _Parts, lam: float) -> dict[str, tuple[Arr, Arr]]:
     add_dv = (pt.gam(L) * _mm(_t(W), pt.ado) + u * np.abs(dv)
               + eta * (L * np.max(pt.ado, initial=0.0) + 1.0))
     e_dv = add_dv + lam * np.sqrt(r2_dv) if pb.dv_p_transposed else _worst(pt)["dv"][1]
+    return e_dv
 
-    # ---- d(mask)_ij = dS_ij
+
+def _prob_dmask(pt: _Parts, s: SimpleNamespace, lam: float) -> Arr:
+    """The probabilistic bound of d(mask)_ij = dS_ij (see _probabilistic)."""
+    c, s2, sp2, sd2, rho2, w_qk = s.c, s.s2, s.sp2, s.sd2, s.rho2, s.w_qk
+    V, X, sD, u, eta, dS = s.V, s.X, s.sD, s.u, s.eta, s.dS
+    P2, Y2, dS2, t1, t2, t3 = s.P2, s.Y2, s.dS2, s.t1, s.t2, s.t3
+    t4 = s.t4
     r2_m = (2 * P2 * Y2 * s2 + 4 * P2 * (Y2 * t1 + t2) + 2 * rho2 * (P2 * Y2) + 2 * P2 * t3
             + 2 * (P2 * sp2 + P2 * t4) + sd2 + P2 * sD * sD
             + 2 * u * u * c * c * P2 * (2 * Y2 * V + 2 * X)
             + c * c * u * u * (2 * P2 * Y2 * w_qk + 4 * P2 * (Y2 * _rs(P2 * w_qk) + _rs(dS2 * w_qk))))
     e_m = np.where(pt.live, lam * np.sqrt(r2_m) + u * np.abs(dS) + eta, 0.0)
-    # second order: the linearisation of exp and of products; every relative
-    # perturbation is below σs + ρ, so the first-order terms are off by at most that
-    # factor (bounded once per row)
-    with np.errstate(invalid="ignore"):
-        second = np.expm1(np.minimum(np.max(pt.sig_s, axis=-1, keepdims=True, initial=0.0)
-                                     + pt.rho, 700.0))
-    second_q = 1.0 + 2.0 * second
-    second_k = 1.0 + 2.0 * np.max(second, axis=-2, keepdims=True)
-    return {"dq": (dq, e_dq * second_q), "dk": (dk, e_dk * second_k),
-            "dv": (dv, e_dv * second_k),
-            "dmask": (np.where(pb.allowed, dS, 0.0), e_m * second_q)}
+    return e_m
 
 
 def batched_attention_error_bound(
