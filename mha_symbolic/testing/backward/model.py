@@ -313,11 +313,14 @@ def _gap_weight_error(s_all: Arr, sig_s: Arr, n_row: Arr, model: ErrorModel
 
         |P̃_* − P_*| <= X + 2.01 x̄ + 2ρ,   x̄ = (X + ρ + γ̃_n + (n + K_SOFTMAX) u_a)(1 + K_SOFTMAX u_a).
 
-    This assumes the backward's top score is the forward's (autograd stores P; a
-    FlashAttention backward recomputes the same dot product in the same order): a
-    recomputation that differs by up to 2σ_* moves P̃_* by e^{±2σ_*}, which no
-    tolerance short of the natural size covers.  It is used only where the relative
-    form admits any weight (:func:`_weight_error`)."""
+    A backward that recomputes the top score need not get the forward's: torch's CPU
+    flash backward differs by several ulps (review of 2026-12-03: q, k ~ N(0, 1000²),
+    E = 8, a correct dV failed at 1e4× when this term was left out), and a
+    recomputation that differs by up to 2σ_* moves P̃_* (at most 1 + ρ) by a factor
+    e^{±2σ_*}: (1 + ρ)·expm1(2σ_*) more.  Where σ_* is large (huge scores) the top
+    key's bound is then the natural one, 1, and the verdict needs the rows' other
+    structure; the bound is used only where the relative form admits any weight
+    (:func:`_weight_error`)."""
     ua, rho = model.ua, K_EXP * model.ua + model.u
     idx = np.argmax(s_all, axis=-1)[..., None]
     top = np.arange(s_all.shape[-1]) == idx
@@ -331,7 +334,9 @@ def _gap_weight_error(s_all: Arr, sig_s: Arr, n_row: Arr, model: ErrorModel
             * (1.0 + K_SOFTMAX * ua)
     # (+ the least double: e^{-x} underflows to 0 while the weight itself need not)
     floor = max(model.eta, math.ulp(0.0))
-    err = np.where(top, big_x + 2.01 * xbar + 2.0 * rho, g * (1.0 + 3.0 * rho) + floor)
+    recompute = (1.0 + rho) * np.expm1(np.minimum(2.0 * sig_top, 700.0))
+    err = np.where(top, big_x + 2.01 * xbar + 2.0 * rho + recompute,
+                   g * (1.0 + 3.0 * rho) + floor)
     return top, err
 
 

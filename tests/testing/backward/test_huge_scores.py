@@ -75,56 +75,75 @@ def _verdict(grads: list[np.ndarray], x: list[np.ndarray], model: str = "probabi
         return ms.compare_attention_backward(*grads, *x, error_model=model)
 
 
+def _outcome(grads: list[np.ndarray], x: list[np.ndarray], model: str = "probabilistic"
+             ) -> str:
+    """"pass", "fail" or "refused" (no verdict, with its one-line reason checked)."""
+    try:
+        return "pass" if _verdict(grads, x, model).passed else "fail"
+    except ToleranceError as exc:
+        msg = str(exc)
+        assert "no verdict" in msg and "please report" not in msg and "nan" not in msg, msg
+        return "refused"
+
+
+# At queries of 1e100-1e300 the top key's recomputed score may differ from the forward's
+# by up to 2σ (σ ≈ 1e84-1e284): a backward that recomputes P (FlashAttention's, torch's
+# CPU flash backward) may then give the top key any weight, so the check may refuse the
+# gradients that carry it (review of 2026-12-03).  It must never fail a correct kernel,
+# never pass a planted bug, and never give a NaN, infinite or "please report" answer.
+
 @pytest.mark.parametrize("scale", [1e100, 1e200, 1e300])
 @pytest.mark.parametrize("model", ["probabilistic", "worst_case"])
-def test_torch_sdpa_float64_at_huge_queries_passes_with_a_decided_verdict(
-        scale: float, model: str) -> None:
+def test_torch_sdpa_float64_at_huge_queries_is_never_failed(scale: float, model: str) -> None:
     x = _inputs(scale, np.float64)
-    r = _verdict(_torch_grads(*x), x, model)
-    assert r.passed
-    for name, comp in r.gradients.items():
-        assert np.all(np.isfinite(r.bounds[name]))
-        assert comp.n_vacuous == 0
-        assert comp.worst is not None and comp.worst.ratio < 0.5   # not at the edge
+    assert _outcome(_torch_grads(*x), x, model) in ("pass", "refused")
 
 
 @pytest.mark.parametrize("scale", [1e100, 1e300])
-def test_planted_bugs_fail_at_huge_queries(scale: float) -> None:
-    x = _inputs(scale, np.float64)
-    dq, dk, dv = _torch_grads(*x)
-    # one-hot rows: dV = Pᵀ dO carries the signal (dQ, dK are rounding noise there)
-    assert not _verdict([dq, dk, dv * 1.01], x).passed
-    assert not _verdict([dq, dk, np.roll(dv, 1, axis=-2)], x).passed
-    # one-hot rows beside ordinary rows: every gradient is checked tightly
-    x = _inputs(scale, np.float64, mixed=True)
-    dq, dk, dv = _torch_grads(*x)
-    assert _verdict([dq, dk, dv], x).passed
-    assert not _verdict([dq * 1.01, dk, dv], x).passed
-    assert not _verdict([dq, dk * 1.01, dv], x).passed
+def test_planted_bugs_never_pass_at_huge_queries(scale: float) -> None:
+    for mixed in (False, True):
+        x = _inputs(scale, np.float64, mixed=mixed)
+        dq, dk, dv = _torch_grads(*x)
+        assert _outcome([dq, dk, dv], x) in ("pass", "refused")
+        for bad in ([dq, dk, dv * 1.01], [dq, dk, np.roll(dv, 1, axis=-2)],
+                    [dq * 1.01, dk, dv], [dq, dk * 1.01, dv]):
+            assert _outcome(bad, x) in ("fail", "refused")
 
 
 @pytest.mark.parametrize(("dtype", "scale"), [(np.float64, 1e200), (np.float32, 1e30),
                                               (ml_dtypes.bfloat16, 1e30)])
-def test_the_fa2_kernel_at_huge_queries_passes_and_its_bugs_fail(dtype: Any, scale: float
-                                                                 ) -> None:
+def test_the_fa2_kernel_at_huge_queries_is_never_failed_and_its_bugs_never_pass(
+        dtype: Any, scale: float) -> None:
     for mixed in (False, True):
         x = _inputs(scale, dtype, mixed=mixed)
 
         def grads(bug: str | None, x: list[np.ndarray] = x) -> list[np.ndarray]:
             return [g.astype(dtype) for g in fa2_backward(*x, dtype=dtype, block=4, bug=bug)]
 
-        assert _verdict(grads(None), x).passed
-        assert not _verdict(grads("d_term_missing"), x).passed
-        assert not _verdict(grads("dv_p_not_transposed"), x).passed
-        if mixed:
-            assert not _verdict(grads("scale_missing_in_dq"), x).passed
+        assert _outcome(grads(None), x) in ("pass", "refused")
+        for bug in ("d_term_missing", "dv_p_not_transposed") + (
+                ("scale_missing_in_dq",) if mixed else ()):
+            assert _outcome(grads(bug), x) in ("fail", "refused")
 
 
-def test_float32_torch_sdpa_at_queries_of_1e30_passes_and_a_wrong_dv_fails() -> None:
-    x = _inputs(1e30, np.float32)
-    dq, dk, dv = _torch_grads(*x)
-    assert _verdict([dq, dk, dv], x).passed
-    assert not _verdict([dq, dk, dv * np.float32(1.01)], x).passed
+def test_a_recomputed_top_score_is_not_a_false_alarm() -> None:
+    # torch's CPU flash backward recomputes the scores a few float32 ulps away from the
+    # forward's: with q, k ~ N(0, 1000²) its correct dV was failed at 1e4× the tolerance
+    # when the top key's bound assumed the forward's score (review of 2026-12-03)
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        q = (rng.standard_normal((1, 2, 4, 8)) * 1000).astype(np.float32)
+        k = (rng.standard_normal((1, 2, 128, 8)) * 1000).astype(np.float32)
+        v, do = (rng.standard_normal(s).astype(np.float32) for s in ((1, 2, 128, 8),
+                                                                    (1, 2, 4, 8)))
+        t = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
+        torch.nn.functional.scaled_dot_product_attention(*t).backward(torch.tensor(do))
+        g = [a.grad.numpy() for a in t]
+        assert _outcome(g, [q, k, v, do]) in ("pass", "refused")
+        assert _outcome([g[0], g[1], g[2] * np.float32(1.5)], [q, k, v, do]) in (
+            "fail", "refused")
 
 
 @pytest.mark.parametrize("scores", [
