@@ -68,6 +68,8 @@ FLOOR_P = 4.0
 #: Accumulators of the vector-dot-product order (a GEMV, a SIMD loop over the keys:
 #: each sums every LANES-th key one term at a time); kernel="sequential" uses 1.
 LANES = 4
+#: rows whose scores' rounding bound exceeds this are left to the model (DtypeLevel.unstable)
+UNSTABLE_SCORE = 2.0**-4
 #: The orders that cost L·S·E_v elementwise operations run on this many rows of
 #: each row group (evenly spaced; their relative error stands for the group's).
 SAMPLE_ROWS = 8
@@ -94,6 +96,12 @@ class DtypeLevel:
     #: max |v| (times the dropout multiplier) per flat batch element, and S
     vmax: np.ndarray | None = None
     n_keys: int = 0
+    #: (B, L) rows whose scores a correct kernel may round by more than UNSTABLE_SCORE
+    #: (huge queries): there a different summation order can move the weights by O(1)
+    #: (even flip the top key) where every emulation agrees, so the level is no yardstick
+    #: and the rows are left to the model (review of 2026-12-03: q ~ 1e150, near-equal
+    #: keys, a correct float64 kernel failed at 6.7e14x)
+    unstable: np.ndarray | None = None
 
     #: the last call of :meth:`tolerance`: (mid, factor, result); a check asks twice,
     #: before and after refining the enclosure, mostly with the same midpoint
@@ -112,6 +120,10 @@ class DtypeLevel:
                     m0, mid, equal_nan=True):
                 return res
         res = self._tolerance(mid, factor)
+        if self.unstable is not None and np.any(self.unstable):
+            B = math.prod(self.shape[:-2])
+            und = res[1].reshape(B, *self.shape[-2:]) | self.unstable[:, :, None]
+            res = (res[0], und.reshape(self.shape), res[2])
         for arr in res[:2]:
             arr.flags.writeable = False
         self._memo = (mid.copy(), factor, res)
@@ -265,9 +277,16 @@ def dtype_level(x: AttentionCall, model: ErrorModel, progress: Any = None
     vmax = np.zeros(lay.B)
     kap = 1.0 / (1.0 - x.dropout_p) if 0 < x.dropout_p < 1 else 1.0
     groups: list[tuple[int, slice]] = []
+    unstable = np.zeros((lay.B, lay.L), bool)
+    ua_acc = unit_roundoff(model.acc)
+    g_acc = (lay.E + 2) * ua_acc / (1.0 - (lay.E + 2) * ua_acc)
     for ch in pl.chunks():
         groups.append((ch.b, ch.rows))
         vmax[ch.b] = kap * float(np.max(np.abs(ch.v), initial=0.0))
+        with np.errstate(over="ignore", invalid="ignore"):
+            kmax = float(np.max(_norms(ch.k), initial=0.0))
+            sig = g_acc * abs(ch.scale) * _norms(ch.q) * kmax
+        unstable[ch.b, ch.rows] = _unstable_rows(ch, sig)
         last_p = None
         for i, (flat, (_, run)) in enumerate(zip(flats, runs, strict=True)):
             out, p64 = run(ch, i == last_with_p)
@@ -285,7 +304,40 @@ def dtype_level(x: AttentionCall, model: ErrorModel, progress: Any = None
     return DtypeLevel(tuple(f.reshape(shape) for f in flats), a.reshape(shape), groups,
                       shape, model, tuple(n for n, _ in runs), a2.reshape(shape),
                       unit_roundoff(model.fmt) if dt != wk else unit_roundoff(model.acc),
-                      vmax, lay.S)
+                      vmax, lay.S, unstable)
+
+
+def _norms(x: np.ndarray) -> np.ndarray:
+    """Row 2-norms without overflow (rows scaled by their largest magnitude first)."""
+    m = np.max(np.abs(x), axis=-1, initial=0.0)
+    safe = np.where(m > 0, m, 1.0)
+    return m * np.sqrt(np.sum((x / safe[:, None]) ** 2, axis=-1))
+
+
+def _unstable_rows(ch: Chunk, sig: np.ndarray) -> np.ndarray:
+    """Rows whose scores' rounding bound ``sig`` exceeds UNSTABLE_SCORE and whose top
+    score has another allowed key within 4·sig + 50 of it: there a correct kernel's
+    summation order may move the weights by O(1) (the emulations cannot sample that).
+    Rows whose other keys are all far below the top (one-hot at huge scores) stay: every
+    correct kernel gives them the top key's value."""
+    out = ~(sig <= UNSTABLE_SCORE)
+    if not np.any(out):
+        return out
+    rows = np.flatnonzero(out)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sc = (ch.q[rows] @ ch.k.T) * ch.scale
+    allowed = ch.allowed[rows]
+    if ch.keys is not None:
+        sc = sc[:, ch.keys]
+    sc = np.where(allowed, sc, -np.inf)
+    if sc.shape[-1] < 2:
+        out[rows] = False
+        return out
+    top2 = -np.sort(-sc, axis=-1)[:, :2]
+    with np.errstate(invalid="ignore"):
+        near = ~((top2[:, 0] - top2[:, 1]) > 4.0 * sig[rows] + 50.0)
+    out[rows] = near & np.isfinite(top2[:, 0])
+    return out
 
 
 def _root_sq(p: np.ndarray, v: np.ndarray) -> np.ndarray:
