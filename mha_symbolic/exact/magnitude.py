@@ -31,6 +31,7 @@ exact.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,11 +103,28 @@ def _tiny_exponentials(expr: Any) -> list[Any]:
 
 def dominated(expr: Any) -> Dominated | None:
     """The split E = main + d of a value with tiny exponentials, or None when it has
-    none (or when the split does not apply: main not finite, the bound not finite)."""
+    none (or when the split does not apply: main not finite, the bound not finite).
+
+    Closed values (no free symbols) are remembered by their structure: a document's
+    diagnosis asks for the same value once per alternative it tries, and each split
+    costs a symbolic derivative (the long fuzz run's slowest documents)."""
     import sympy as sp
 
     if not isinstance(expr, sp.Basic) or not expr.has(sp.exp):
         return None
+    if expr.free_symbols:
+        return _dominated(expr)
+    return _dominated_closed(expr)
+
+
+@functools.lru_cache(maxsize=256)
+def _dominated_closed(expr: Any) -> Dominated | None:
+    return _dominated(expr)
+
+
+def _dominated(expr: Any) -> Dominated | None:
+    import sympy as sp
+
     tiny = _tiny_exponentials(expr)
     if not tiny:
         return None

@@ -345,7 +345,8 @@ def _scaled_scores(w: _Work, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale:
         mmax = float(np.max(np.where(np.isfinite(xs), np.abs(xs), np.inf), initial=0.0))
     tb = qb @ kb.T
     Ab = np.abs(qb) @ akb.T
-    if abs(e2) < 900 and math.ldexp(E * max(1.0, abs(c)), e2) + mmax < hold / 2 and not (
+    if abs(e2) < 900 and math.log2(E * max(1.0, abs(c))) + e2 < 1023 and (
+            math.ldexp(E * max(1.0, abs(c)), e2) + mmax < hold / 2) and not (
             ker.scaled_query and float(np.max(np.abs(q), initial=0.0)) * abs(c) > fmt.max_finite / 2):
         # nothing can overflow (|q̄|, |k̄| < 1, so Σ|q̄||k̄| < E): plain products
         f2 = math.ldexp(1.0, e2)
