@@ -140,6 +140,16 @@ def _row_dot(oh: Arr, ol: Arr, oe: Arr, b: Arr) -> tuple[Arr, Arr, Arr]:
     return hi, lo, err
 
 
+def normaliser_factor(eD: Arr, d_low: Arr, tau_d: Arr) -> Arr:
+    """γ >= |D~/Σw − 1| per row from the statistics pass: Σ w = (Σ w~)(1 + θ) with
+    |θ| <= tau_d and Σ w~ = D~ + ε with |ε| <= eD, d_low <= D~, so
+    |Σw/D~ − 1| <= β = (1 + eD/d_low)(1 + tau_d) − 1 and |D~/Σw − 1| <= β/(1 − β)
+    (NaN or inf where the statistics are not usable: the caller checks)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        beta = (eD / d_low + tau_d + (eD / d_low) * tau_d) * UP
+        return np.asarray(np.where(beta < 0.5, beta / (1.0 - beta) * UP, np.inf))
+
+
 @dataclass
 class _Chain:
     """One block's dS = P∘(dP − D) and W = f·keep∘P with their bounds (hi, lo, err);
@@ -353,11 +363,16 @@ class HeadTier2:
             st.done[rr] = True
             use(_Chunk(rr, blk, rs, st.ok[rr].copy()))
 
-    def _weights_at(self, rr: Arr, keys: Arr) -> tuple[Block, tuple[Arr, Arr, Arr], Arr]:
+    def _weights_at(self, rr: Arr, keys: Arr, normaliser: bool = True
+                    ) -> tuple[Block, tuple[Arr, Arr, Arr], Arr]:
         """P of rows ``rr`` (statistics cached) at the keys ``keys``: the scores of those
         keys with the cached shift (dd_scores, m=), exp~, and weights_dd with the row's
         D~ — |t~ − t| <= e_t for these keys, so |w/w~ − 1| <= tau =
-        (e_t(1 + e_t) + RHO_EXP2)(1 + 2 RHO_EXP2) (docs/oracle.md §3.5)."""
+        (e_t(1 + e_t) + RHO_EXP2)(1 + 2 RHO_EXP2) (docs/oracle.md §3.5).
+
+        ``normaliser`` False: the bound is of w/D~ (the exact weights over the computed
+        normaliser D~ = Dh + Dl, weights_dd with eD = tau_d = 0), not of P = w/Σw; the
+        caller accounts for the row's common factor D~/Σw (:func:`normaliser_factor`)."""
         st = self.st
         blk = _cols(self.block(rr), keys)
         if self.scores is None:
@@ -370,8 +385,9 @@ class HeadTier2:
         e_t = sc.e_t
         with np.errstate(over="ignore", invalid="ignore"):
             tau = (e_t * (1.0 + e_t) + RHO_EXP2) * (1.0 + 2.0 * RHO_EXP2) * UP
-        p = weights_dd(wh, wl, st.Dh[rr], st.Dl[rr], st.eD[rr], st.d_low[rr], tau,
-                       st.tau_d[rr], sc.notallowed, None, None, np.ones(rr.size, dtype=bool))
+        e_d, t_d = (st.eD[rr], st.tau_d[rr]) if normaliser else (np.zeros(rr.size),) * 2
+        p = weights_dd(wh, wl, st.Dh[rr], st.Dl[rr], e_d, st.d_low[rr], tau,
+                       t_d, sc.notallowed, None, None, np.ones(rr.size, dtype=bool))
         has_key = np.ones(rr.size, dtype=bool) if blk.allowed is None else blk.allowed.any(-1)
         # exp_dd's domain is t <= 2**-40: with the shift of the statistics pass a key's
         # recomputed t~ = s~ - m can exceed 0 by about e_t; rows where it could exceed
