@@ -43,7 +43,7 @@ from ..arith.jit import t2_weights
 from ..conventions import Block, DDScale
 from ..forward.dd import KVdd, dd_scores, tier2_block, tier2_from_scores, weights_dd
 from ..forward.mha import proj_dd
-from .fast import BWD_CHUNK
+from .fast import BWD_CHUNK, _compiled
 
 __all__ = ["DDSum", "HeadTier2", "scale_dd"]
 
@@ -192,6 +192,17 @@ def _chain(p: tuple[Arr, Arr, Arr], x: tuple[Arr, Arr, Arr], d: tuple[Arr, Arr, 
     ph, pl, pe = p
     xh, xl, xe = x
     dh, dl, de = d
+    kern = _compiled()
+    if fac is None and kern is not None and ph.ndim == 2 and ph.size:
+        sh, sl, se = np.empty_like(ph), np.empty_like(ph), np.empty_like(ph)
+        arrs = [np.ascontiguousarray(a, dtype=np.float64) for a in (ph, pl, pe, xh, xl, xe)]
+        fin = kern.chain_plain(*arrs, np.ascontiguousarray(dh, dtype=np.float64),
+                               np.ascontiguousarray(dl, dtype=np.float64),
+                               np.ascontiguousarray(de, dtype=np.float64),
+                               np.ascontiguousarray(live, dtype=np.bool_), U, 1.01 * U,
+                               1 + 2 * U, 8.02 * U2, 4 * ETA, FLOOR, UP, sh, sl, se)
+        ok = bool(fin and np.all(np.isfinite(ph)) and np.all(np.isfinite(pe)))
+        return _Chain(sh, sl, se, ph, pl, pe, ok)
     if fac is not None:
         fh, flo, rho_f = fac
         fa = abs(fh) + abs(flo)
