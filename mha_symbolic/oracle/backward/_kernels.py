@@ -123,3 +123,41 @@ def chain_plain(ph, pl, pe, xh, xl, xe, dh, dl, de, live, c_u, c_a, c_ab, c_s, c
             if not (np.isfinite(h) and np.isfinite(err + floor)):
                 fin = False
     return fin
+
+
+@njit
+def row_ddsum(h, lo, e, hi_out, lo_out, err_out, mag_out):
+    """Per row i, :class:`.dd.DDSum` over the columns j of (h, lo, e)[i, j] (the parts in
+    column order, each part's high word then its low word into one TwoSum chain): the
+    same operations in the same order, so bit-identical; err_out and mag_out are the
+    sums Σ e and Σ |words| (the caller applies DDSum's final formula)."""
+    r, S = h.shape
+    for i in range(r):
+        err = 0.0
+        mag = 0.0
+        c = 0.0
+        s = h[i, 0]
+        err += e[i, 0]
+        mag += abs(h[i, 0])
+        for j in range(S):
+            if j > 0:
+                err += e[i, j]
+                t = h[i, j]
+                mag += abs(t)
+                a = s
+                s = a + t
+                bb = s - a
+                c += (a - (s - bb)) + (t - bb)
+            t = lo[i, j]
+            mag += abs(t)
+            a = s
+            s = a + t
+            bb = s - a
+            c += (a - (s - bb)) + (t - bb)
+        a = s
+        s = a + c
+        bb = s - a
+        hi_out[i] = s
+        lo_out[i] = (a - (s - bb)) + (c - bb)
+        err_out[i] = err
+        mag_out[i] = mag

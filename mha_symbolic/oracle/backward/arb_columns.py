@@ -40,7 +40,7 @@ from ..arith.constants import UP
 from ..arith.formats import FloatFormat
 from ..conventions import Block
 from ..enclosure import _decide_balls
-from .dd import DDSum, _chain, normaliser_factor
+from .dd import _chain, normaliser_factor, row_sums_dd
 
 __all__ = ["ColumnProblem", "ColumnTier3", "RowBalls", "arb_balls", "column_gradients",
            "tier2_balls", "tier2_sharp_d", "undecided_rows"]
@@ -236,10 +236,7 @@ def tier2_sharp_d(cp: ColumnProblem, t2: Any, rb: RowBalls) -> RowBalls | None:
             ch = _chain(p, x, a, t2._live(blk, rr.size, cp.S), blk.keep, t2.fac)
             if not (bool(ok_r.all()) and ex and ch.ok):
                 return None
-            acc = DDSum()
-            for j in range(cp.S):
-                acc.add(ch.sh[:, j], ch.sl[:, j], ch.se[:, j])
-            h, lo, err = acc.result((rr.size,))
+            h, lo, err = row_sums_dd(ch.sh, ch.sl, ch.se)
             err = (err + gam * (np.abs(h) + np.abs(lo) + err)) * UP
             if not bool(np.all(np.isfinite(h) & np.isfinite(lo) & np.isfinite(err))):
                 return None

@@ -90,6 +90,23 @@ class DDSum:
         return hi, lo, (err + K * U * gK * (1 + gK) * mag) / (1 - gK) * UP
 
 
+def row_sums_dd(h: Arr, lo: Arr, e: Arr) -> tuple[Arr, Arr, Arr]:
+    """Σ_j over the columns of (h, lo, e) (r × n) row by row, as :class:`DDSum` with the
+    columns added in order (the compiled twin where active: bit-identical)."""
+    r, n = h.shape
+    kern = _compiled()
+    if kern is None or n < 2:
+        acc = DDSum()
+        for j in range(n):
+            acc.add(h[:, j], lo[:, j], e[:, j])
+        return acc.result((r,))
+    hi_o, lo_o, err, mag = (np.empty(r) for _ in range(4))
+    kern.row_ddsum(*(np.ascontiguousarray(a, dtype=np.float64) for a in (h, lo, e)),
+                   hi_o, lo_o, err, mag)
+    gK = gamma(2 * n)
+    return hi_o, lo_o, (err + 2 * n * U * gK * (1 + gK) * mag) / (1 - gK) * UP
+
+
 def scale_dd(h: Arr, lo: Arr, e: Arr, cs: DDScale) -> tuple[Arr, Arr, Arr]:
     """c·(h + lo) for the scale c = 2**cs.e (hi + lo + δ), |δ| <= cs.rho, with the bound
     |c·V − result| <= |c|e + 2**cs.e·rho·|h + lo| + (product rounding) + 4η:

@@ -439,6 +439,25 @@ def test_compiled_chain_equals_the_numpy_chain_bit_for_bit(monkeypatch: Any) -> 
         assert a.ok == b.ok and (trial != 5 or not a.ok), trial
 
 
+def test_compiled_row_sums_equal_ddsum_bit_for_bit() -> None:
+    """row_sums_dd (the compiled row-by-row DDSum) against DDSum over the columns."""
+    pytest.importorskip("numba")
+    if bfast._compiled() is None:
+        pytest.skip("compiled kernels off")
+    rng = np.random.default_rng(2)
+    for n in (2, 3, 64, 257):
+        h = rng.standard_normal((19, n)) * np.exp(rng.standard_normal((19, n)) * 8)
+        lo = h * 2.0**-54 * rng.standard_normal((19, n))
+        e = np.abs(h) * 1e-25
+        acc = bdd.DDSum()
+        for j in range(n):
+            acc.add(h[:, j], lo[:, j], e[:, j])
+        want = acc.result((19,))
+        got = bdd.row_sums_dd(h, lo, e)
+        for u, v in zip(got, want, strict=True):
+            assert np.array_equal(u.view(np.uint64), v.view(np.uint64)), n
+
+
 # --------------------------------------------------------------------------------------
 # Float64 rounding at a size where every element goes through tier 2
 
