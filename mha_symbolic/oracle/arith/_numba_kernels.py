@@ -241,22 +241,34 @@ def acc(terms, hi, lo):
 elem = njit(_t1_elem)
 
 @njit
-def slc(x, up1, step, parts, rem):
+def slc(x, up1, step, parts, rem, nz):
+    # nz[s]: slice s has a nonzero entry; nz[n_s]: the remainder has one.  q * inv
+    # equals q / up bit for bit: inv = 1/up is an exact power of two (up is one
+    # between 2**-1002 and 2**532, so both are normal)
     n_s = parts.shape[0]
     r_, d = x.shape
+    istep = 1.0 / step
+    for s in range(n_s + 1):
+        nz[s] = False
     for i in range(r_):
         for j in range(d):
             rr = x[i, j]
             up = up1[i]
+            inv = 1.0 / up
             for s in range(n_s):
                 if rr == 0.0:
                     break  # every later slice of this entry is 0 (parts is zeroed)
                 q = np.rint(rr * up)  # exact scalings; np.rint: any magnitude
-                q = q / up
+                q = q * inv
                 rr = rr - q
                 parts[s, i, j] = q
+                if q != 0.0:
+                    nz[s] = True
                 up = up * step
+                inv = inv * istep
             rem[i, j] = rr
+            if rr != 0.0:
+                nz[n_s] = True
 
 @njit
 def wsl(wh, w1, w2, w3, rem):

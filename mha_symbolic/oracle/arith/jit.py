@@ -237,18 +237,21 @@ def _np_row_sums(wh: Array, wl: Array, keep: Array | None, vs: list[Array], hidx
 
 # ---- dispatch ------------------------------------------------------------------------
 
-def slice_kernel(x: Array, up1: Array, step: float, n: int) -> tuple[Array, Array] | None:
-    """All ``n`` row-aligned slices of x at once (compiled) and the remainder, or None
-    without numba.  Slice s of row i: q = rint(r·2**(sβ - a_i))·2**(a_i - sβ), r -= q;
-    every step is exact, so any evaluation gives the same numbers as the numpy loop
-    of :func:`.exact_scores.slice_rows` (which stops early once r is 0)."""
+def slice_kernel(x: Array, up1: Array, step: float, n: int
+                 ) -> tuple[Array, Array, Array] | None:
+    """All ``n`` row-aligned slices of x at once (compiled), the remainder and which of
+    them (n slices, then the remainder) hold a nonzero entry, or None without numba.
+    Slice s of row i: q = rint(r·2**(sβ - a_i))·2**(a_i - sβ), r -= q; every step is
+    exact, so any evaluation gives the same numbers as the numpy loop of
+    :func:`.exact_scores.slice_rows` (which stops early once r is 0)."""
     k = _kernels()
     if k is None or x.size == 0 or x.ndim != 2:
         return None
     parts = np.zeros((n, *x.shape))  # slices after the remainder vanishes stay 0
     rem = np.empty_like(x, dtype=np.float64)
-    k.slc(np.ascontiguousarray(x, dtype=np.float64), up1, step, parts, rem)
-    return parts, rem
+    nz = np.zeros(n + 1, dtype=np.bool_)
+    k.slc(np.ascontiguousarray(x, dtype=np.float64), up1, step, parts, rem, nz)
+    return parts, rem, nz
 
 
 def t1_finish(n_f: Array, a_f: Array, d_f: Array, d_low: Array, tau0: Array, twt0: Array,

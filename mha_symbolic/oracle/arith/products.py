@@ -93,15 +93,14 @@ def slice_rows(x: Array, beta: int, max_slices: int, align: Array | None = None)
     extra = np.zeros(n)
     got = slice_kernel(x, pow2(beta - a), 2.0**beta, max_slices)
     if got is not None:  # compiled: all slices at once, then cut where the numpy loop stops
-        allp, r = got
+        allp, r, nz = got
         for s in range(1, max_slices + 1):
             q = allp[s - 1]
             parts.append(q)
             bounds.append(pow2(a - (s - 1) * beta).astype(np.float64))
-            nonzero.append(bool(q.any()))
+            nonzero.append(bool(nz[s - 1]))
             extra += pow2(a - s * beta)
-            rest = allp[s:].any() or r.any()
-            if not rest:
+            if not nz[s:].any():   # the later slices and the remainder are all 0
                 break
     else:
         r = np.array(x, dtype=np.float64, copy=True)
@@ -116,7 +115,7 @@ def slice_rows(x: Array, beta: int, max_slices: int, align: Array | None = None)
             extra += pow2(a - s * beta)  # rint adds at most half a unit per slice and entry
             if not r.any():
                 break
-    zero_rem = not r.any()
+    zero_rem = not (nz[max_slices] if got is not None else r.any())
     rem_norm = np.zeros(n) if zero_rem else norm_up(r)
     # sum_s |parts_s| <= |x| + sum_s unit_s (each rint moves by <= unit_s/2, twice)
     norm = (norm_up(x) + sq * extra) * UP

@@ -36,10 +36,11 @@ from typing import Any
 import numpy as np
 
 from ..arith.balls import EXP_FLOOR, Prec, scale_arb, to_arb_mat
+from ..arith.constants import UP
 from ..arith.formats import FloatFormat
 from ..conventions import Block
 from ..enclosure import _decide_balls
-from .dd import DDSum, _chain
+from .dd import _chain, normaliser_factor, row_sums_dd
 
 __all__ = ["ColumnProblem", "ColumnTier3", "RowBalls", "arb_balls", "column_gradients",
            "tier2_balls", "tier2_sharp_d", "undecided_rows"]
@@ -212,8 +213,13 @@ def tier2_sharp_d(cp: ColumnProblem, t2: Any, rb: RowBalls) -> RowBalls | None:
     so D_i = a_i + Σ_j P_ij (dP_ij − a_i) for the exact double-double a_i = D̃d_i; the
     terms are tier 2's dS with D replaced by a_i (:func:`.dd._chain` with e_D = 0: its
     bound is then |dS~ − P(dP − a)| without the loose bound of D̃d), summed by
-    :class:`.dd.DDSum` (its bound adds the terms' bounds):
-    D_i ∈ a_i + Σ~ ± (e_Σ)."""
+    :class:`.dd.DDSum` (its bound adds the terms' bounds).  The row's normaliser is a
+    common factor: P_ij = c_i·P̂_ij with P̂ = w/D~ (bounded by weights_dd with
+    eD = tau_d = 0: the exponentials' and the division's errors only) and
+    c_i = D~/Σ_j w_ij, |c_i − 1| <= γ_i (:func:`.dd.normaliser_factor`); so
+    D_i − a_i = c_i Σ_j P̂_ij (dP_ij − a_i) ∈ c_i (Σ~ ± e_Σ) and
+    D_i ∈ a_i + Σ~ ± (e_Σ + γ_i (|Σ~| + e_Σ)): the normaliser's uncertainty is
+    charged to the small Σ~ only, not to every term."""
     from flint import arb
 
     st = t2.st
@@ -223,16 +229,15 @@ def tier2_sharp_d(cp: ColumnProblem, t2: Any, rb: RowBalls) -> RowBalls | None:
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         for s0 in range(0, rows_all.size, step):
             rr = rows_all[s0:s0 + step]
-            blk, p, ok_r = t2._weights_at(rr, np.arange(cp.S))
+            blk, p, ok_r = t2._weights_at(rr, np.arange(cp.S), normaliser=False)
+            gam = normaliser_factor(st.eD[rr], st.d_low[rr], st.tau_d[rr])
             x, ex = t2._x(rr, None)
             a = (st.Ddh[rr], st.Ddl[rr], np.zeros(rr.size))
             ch = _chain(p, x, a, t2._live(blk, rr.size, cp.S), blk.keep, t2.fac)
             if not (bool(ok_r.all()) and ex and ch.ok):
                 return None
-            acc = DDSum()
-            for j in range(cp.S):
-                acc.add(ch.sh[:, j], ch.sl[:, j], ch.se[:, j])
-            h, lo, err = acc.result((rr.size,))
+            h, lo, err = row_sums_dd(ch.sh, ch.sl, ch.se)
+            err = (err + gam * (np.abs(h) + np.abs(lo) + err)) * UP
             if not bool(np.all(np.isfinite(h) & np.isfinite(lo) & np.isfinite(err))):
                 return None
             for n, i in enumerate(rr.tolist()):

@@ -43,7 +43,7 @@ from ..arith.jit import t2_weights
 from ..conventions import Block, DDScale
 from ..forward.dd import KVdd, dd_scores, tier2_block, tier2_from_scores, weights_dd
 from ..forward.mha import proj_dd
-from .fast import BWD_CHUNK
+from .fast import BWD_CHUNK, _compiled
 
 __all__ = ["DDSum", "HeadTier2", "scale_dd"]
 
@@ -88,6 +88,23 @@ class DDSum:
         hi, lo = two_sum(hi, c)
         gK = gamma(K)
         return hi, lo, (err + K * U * gK * (1 + gK) * mag) / (1 - gK) * UP
+
+
+def row_sums_dd(h: Arr, lo: Arr, e: Arr) -> tuple[Arr, Arr, Arr]:
+    """Σ_j over the columns of (h, lo, e) (r × n) row by row, as :class:`DDSum` with the
+    columns added in order (the compiled twin where active: bit-identical)."""
+    r, n = h.shape
+    kern = _compiled()
+    if kern is None or n < 2:
+        acc = DDSum()
+        for j in range(n):
+            acc.add(h[:, j], lo[:, j], e[:, j])
+        return acc.result((r,))
+    hi_o, lo_o, err, mag = (np.empty(r) for _ in range(4))
+    kern.row_ddsum(*(np.ascontiguousarray(a, dtype=np.float64) for a in (h, lo, e)),
+                   hi_o, lo_o, err, mag)
+    gK = gamma(2 * n)
+    return hi_o, lo_o, (err + 2 * n * U * gK * (1 + gK) * mag) / (1 - gK) * UP
 
 
 def scale_dd(h: Arr, lo: Arr, e: Arr, cs: DDScale) -> tuple[Arr, Arr, Arr]:
@@ -140,6 +157,16 @@ def _row_dot(oh: Arr, ol: Arr, oe: Arr, b: Arr) -> tuple[Arr, Arr, Arr]:
     return hi, lo, err
 
 
+def normaliser_factor(eD: Arr, d_low: Arr, tau_d: Arr) -> Arr:
+    """γ >= |D~/Σw − 1| per row from the statistics pass: Σ w = (Σ w~)(1 + θ) with
+    |θ| <= tau_d and Σ w~ = D~ + ε with |ε| <= eD, d_low <= D~, so
+    |Σw/D~ − 1| <= β = (1 + eD/d_low)(1 + tau_d) − 1 and |D~/Σw − 1| <= β/(1 − β)
+    (NaN or inf where the statistics are not usable: the caller checks)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        beta = (eD / d_low + tau_d + (eD / d_low) * tau_d) * UP
+        return np.asarray(np.where(beta < 0.5, beta / (1.0 - beta) * UP, np.inf))
+
+
 @dataclass
 class _Chain:
     """One block's dS = P∘(dP − D) and W = f·keep∘P with their bounds (hi, lo, err);
@@ -182,6 +209,17 @@ def _chain(p: tuple[Arr, Arr, Arr], x: tuple[Arr, Arr, Arr], d: tuple[Arr, Arr, 
     ph, pl, pe = p
     xh, xl, xe = x
     dh, dl, de = d
+    kern = _compiled()
+    if fac is None and kern is not None and ph.ndim == 2 and ph.size:
+        sh, sl, se = np.empty_like(ph), np.empty_like(ph), np.empty_like(ph)
+        arrs = [np.ascontiguousarray(a, dtype=np.float64) for a in (ph, pl, pe, xh, xl, xe)]
+        fin = kern.chain_plain(*arrs, np.ascontiguousarray(dh, dtype=np.float64),
+                               np.ascontiguousarray(dl, dtype=np.float64),
+                               np.ascontiguousarray(de, dtype=np.float64),
+                               np.ascontiguousarray(live, dtype=np.bool_), U, 1.01 * U,
+                               1 + 2 * U, 8.02 * U2, 4 * ETA, FLOOR, UP, sh, sl, se)
+        ok = bool(fin and np.all(np.isfinite(ph)) and np.all(np.isfinite(pe)))
+        return _Chain(sh, sl, se, ph, pl, pe, ok)
     if fac is not None:
         fh, flo, rho_f = fac
         fa = abs(fh) + abs(flo)
@@ -353,11 +391,16 @@ class HeadTier2:
             st.done[rr] = True
             use(_Chunk(rr, blk, rs, st.ok[rr].copy()))
 
-    def _weights_at(self, rr: Arr, keys: Arr) -> tuple[Block, tuple[Arr, Arr, Arr], Arr]:
+    def _weights_at(self, rr: Arr, keys: Arr, normaliser: bool = True
+                    ) -> tuple[Block, tuple[Arr, Arr, Arr], Arr]:
         """P of rows ``rr`` (statistics cached) at the keys ``keys``: the scores of those
         keys with the cached shift (dd_scores, m=), exp~, and weights_dd with the row's
         D~ — |t~ − t| <= e_t for these keys, so |w/w~ − 1| <= tau =
-        (e_t(1 + e_t) + RHO_EXP2)(1 + 2 RHO_EXP2) (docs/oracle.md §3.5)."""
+        (e_t(1 + e_t) + RHO_EXP2)(1 + 2 RHO_EXP2) (docs/oracle.md §3.5).
+
+        ``normaliser`` False: the bound is of w/D~ (the exact weights over the computed
+        normaliser D~ = Dh + Dl, weights_dd with eD = tau_d = 0), not of P = w/Σw; the
+        caller accounts for the row's common factor D~/Σw (:func:`normaliser_factor`)."""
         st = self.st
         blk = _cols(self.block(rr), keys)
         if self.scores is None:
@@ -370,8 +413,9 @@ class HeadTier2:
         e_t = sc.e_t
         with np.errstate(over="ignore", invalid="ignore"):
             tau = (e_t * (1.0 + e_t) + RHO_EXP2) * (1.0 + 2.0 * RHO_EXP2) * UP
-        p = weights_dd(wh, wl, st.Dh[rr], st.Dl[rr], st.eD[rr], st.d_low[rr], tau,
-                       st.tau_d[rr], sc.notallowed, None, None, np.ones(rr.size, dtype=bool))
+        e_d, t_d = (st.eD[rr], st.tau_d[rr]) if normaliser else (np.zeros(rr.size),) * 2
+        p = weights_dd(wh, wl, st.Dh[rr], st.Dl[rr], e_d, st.d_low[rr], tau,
+                       t_d, sc.notallowed, None, None, np.ones(rr.size, dtype=bool))
         has_key = np.ones(rr.size, dtype=bool) if blk.allowed is None else blk.allowed.any(-1)
         # exp_dd's domain is t <= 2**-40: with the shift of the statistics pass a key's
         # recomputed t~ = s~ - m can exceed 0 by about e_t; rows where it could exceed

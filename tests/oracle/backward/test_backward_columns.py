@@ -302,3 +302,36 @@ def test_statistics_without_d_are_refused_for_dk() -> None:
     assert not rb.has_d
     with pytest.raises(AssertionError):
         arb_columns.column_gradients(cp, [0], 128, rb, "dk")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_sharpened_d_contains_arbs_d_and_is_narrower_than_tier_2s(name: str) -> None:
+    """tier2_sharp_d's D_i (the normaliser charged to the small correction only) against
+    Arb's D_i at 256 bits (arb_balls, every row's exponentials): contained, and no wider
+    than tier 2's own D_i on every live row (narrower on most)."""
+    from flint import ctx
+
+    c = _case(name)
+    prob = _grads(c).dk._problem
+    n_live = n_narrow = 0
+    for e in range(len(prob.st.maps["dq"])):
+        head = prob._head(e)
+        head.rows(np.arange(prob.st.L), "dq")
+        cp = prob._columns.problem(e)
+        assert cp is not None
+        old = ctx.prec
+        ctx.prec = 128   # as the Arb tier calls them
+        try:
+            rb = arb_columns.tier2_balls(cp, head)
+            assert rb is not None
+            sharp = arb_columns.tier2_sharp_d(cp, head, rb)
+            assert sharp is not None
+        finally:
+            ctx.prec = old
+        ref = arb_columns.arb_balls(cp, 256)
+        for i in np.flatnonzero(cp.live).tolist():
+            assert sharp.d[i].contains(ref.d[i].mid()), (name, e, i, sharp.d[i], ref.d[i])
+            assert sharp.d[i].rad() <= rb.d[i].rad()
+            n_live += 1
+            n_narrow += bool(sharp.d[i].rad() < 0.5 * rb.d[i].rad())
+    assert n_live > 0 and 2 * n_narrow >= n_live

@@ -406,6 +406,58 @@ def test_numba_and_numpy_twins_give_bit_identical_gradients(monkeypatch: Any) ->
         assert np.array_equal(x.view(np.uint64), y.view(np.uint64))
 
 
+def test_compiled_chain_equals_the_numpy_chain_bit_for_bit(monkeypatch: Any) -> None:
+    """tier 2's dS = P∘(dP − D) and its bound without dropout (the compiled twin of
+    :func:`.dd._chain`) against the numpy formulas, on blocks with huge, tiny and
+    overflowing values and dead keys."""
+    pytest.importorskip("numba")
+    if bfast._compiled() is None:
+        pytest.skip("compiled kernels off")
+    rng = np.random.default_rng(1)
+    r, S = 37, 53
+    for trial in range(12):
+        sc = 10.0 ** int(rng.integers(-300, 300)) if trial % 3 == 0 else 1.0
+        ph = rng.random((r, S))
+        pl = ph * 2.0**-54 * rng.standard_normal((r, S))
+        pe = ph * 1e-25
+        xh = rng.standard_normal((r, S)) * sc
+        xl = xh * 2.0**-54 * rng.standard_normal((r, S))
+        xe = np.abs(xh) * 1e-30
+        dh = rng.standard_normal(r) * sc
+        dl, de = dh * 2.0**-55, np.abs(dh) * 1e-24
+        live = rng.random((r, S)) < 0.8
+        if trial == 5:
+            xh[0, 0], dh[0] = 1e308, -1e308   # dP − D overflows: ok must be False
+        args = ((ph, pl, pe), (xh, xl, xe), (dh, dl, de), live, None, None)
+        with np.errstate(over="ignore", invalid="ignore"):
+            a = bdd._chain(*args)
+            with monkeypatch.context() as mp:
+                mp.setattr(bdd, "_compiled", lambda: None)
+                b = bdd._chain(*args)
+        for u, v in ((a.sh, b.sh), (a.sl, b.sl), (a.se, b.se), (a.wh, b.wh), (a.we, b.we)):
+            assert np.array_equal(u.view(np.uint64), v.view(np.uint64)), trial
+        assert a.ok == b.ok and (trial != 5 or not a.ok), trial
+
+
+def test_compiled_row_sums_equal_ddsum_bit_for_bit() -> None:
+    """row_sums_dd (the compiled row-by-row DDSum) against DDSum over the columns."""
+    pytest.importorskip("numba")
+    if bfast._compiled() is None:
+        pytest.skip("compiled kernels off")
+    rng = np.random.default_rng(2)
+    for n in (2, 3, 64, 257):
+        h = rng.standard_normal((19, n)) * np.exp(rng.standard_normal((19, n)) * 8)
+        lo = h * 2.0**-54 * rng.standard_normal((19, n))
+        e = np.abs(h) * 1e-25
+        acc = bdd.DDSum()
+        for j in range(n):
+            acc.add(h[:, j], lo[:, j], e[:, j])
+        want = acc.result((19,))
+        got = bdd.row_sums_dd(h, lo, e)
+        for u, v in zip(got, want, strict=True):
+            assert np.array_equal(u.view(np.uint64), v.view(np.uint64)), n
+
+
 # --------------------------------------------------------------------------------------
 # Float64 rounding at a size where every element goes through tier 2
 
