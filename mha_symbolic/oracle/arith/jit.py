@@ -338,6 +338,20 @@ def row_dots(q: Array, kTs: list[Array], hidx: Array) -> tuple[Array, Array]:
     return gh, gl
 
 
+def row_dots_k(q: Array, ks: list[Array], hidx: Array) -> tuple[Array, Array]:
+    """:func:`row_dots` with each head's keys ``ks[h]`` in their (S, E) layout (no
+    transposed copy of a head: the kernel transposes blocks of a few keys in cache);
+    the same Sum2 chain per score, so the same (gh, gl) bit for bit."""
+    k = _kernels()
+    if k is None or q.size == 0 or ks[0].size == 0:
+        return _np_row_dots(q, [x.T for x in ks], hidx)
+    gh = np.empty((q.shape[0], ks[0].shape[0]))
+    gl = np.empty_like(gh)
+    k.rdotk(np.ascontiguousarray(q), _typed(ks), np.ascontiguousarray(hidx, dtype=np.int64),
+            gh, gl)
+    return gh, gl
+
+
 def row_sums(wh: Array, wl: Array, keep: Array | None, vs: list[Array], hidx: Array,
              want_n: bool
              ) -> tuple[Array, Array, Array | None, Array | None, Array, Array]:

@@ -124,12 +124,22 @@ def test_row_kernels_equal_their_numpy_twins(monkeypatch: Any) -> None:
         jit._kernels.cache_clear()
         try:
             got.append([*jit.row_dots(q, [kT], np.zeros(3, int)),
+                        # the keys in their own layout, two heads (blocks of keys
+                        # transposed in the kernel): the same chains
+                        *jit.row_dots_k(q, [np.ascontiguousarray(kT.T)], np.zeros(3, int)),
+                        *jit.row_dots_k(q, [np.ascontiguousarray(kT.T[::-1]),
+                                            np.ascontiguousarray(kT.T)], np.array([1, 0, 1])),
                         *jit.row_sums(wh, wl, keep, [v], np.zeros(3, int), True),
                         *jit.row_sums(wh, wl, None, [v], np.zeros(3, int), False)[:2]])
         finally:
             jit._kernels.cache_clear()
     for a, b in zip(*got, strict=True):
         assert np.array_equal(a, b)
+    # the (S, E) layout gives row_dots' scores; head 0 of the last call is the keys reversed
+    assert np.array_equal(got[0][2], got[0][0]) and np.array_equal(got[0][3], got[0][1])
+    for n in (4, 5):
+        assert np.array_equal(got[0][n][[0, 2]], got[0][n - 4][[0, 2]])
+        assert np.array_equal(got[0][n][1], got[0][n - 4][1][::-1])
 
 
 def test_arrays_returned_before_a_rounding_are_not_modified_by_it() -> None:
