@@ -594,3 +594,18 @@ def rdotk(q, ks, hidx, gh, gl):
                     c[jj] = c[jj] + e
             for jj in range(nb):
                 gh[i, j0 + jj], gl[i, j0 + jj] = two_sum_s(s[jj], c[jj])
+
+@njit
+def vscale(v, sc, vcat):
+    # tier 1's [v', |v'|] (v' = v·sc per column, sc powers of two) in one pass; whether
+    # a nonzero value's |v'| is below 2**-1022 (the scaling may then be inexact)
+    S, Ev = v.shape
+    tiny = False
+    for j in range(S):
+        for c in range(Ev):
+            x = v[j, c] * sc[c]
+            a = abs(x)
+            vcat[j, c] = x
+            vcat[j, Ev + c] = a
+            tiny |= (a < 2.0**-1022) & (v[j, c] != 0.0)
+    return tiny

@@ -338,6 +338,28 @@ def row_dots(q: Array, kTs: list[Array], hidx: Array) -> tuple[Array, Array]:
     return gh, gl
 
 
+def _np_vscale(v: Array, sc: Array, vcat: Array, check: bool) -> bool:
+    """Fill ``vcat`` (S, 2·Ev) with [v·sc, |v·sc|] (``sc`` per column); with ``check``,
+    whether some nonzero ``v`` has ``|v·sc| < 2**-1022`` (else False)."""
+    Ev = v.shape[1]
+    v2, absv = vcat[:, :Ev], vcat[:, Ev:]
+    np.multiply(v, sc, out=v2)
+    np.abs(v2, out=absv)
+    return bool(check and v.size and float(np.min(absv)) < 2.0**-1022
+                and np.count_nonzero(absv < 2.0**-1022) != np.count_nonzero(v == 0))
+
+
+def vscale(v: Array, sc: Array, vcat: Array, check: bool) -> bool:
+    """Tier 1's values scaled by powers of two, and their magnitudes, in one pass
+    (:class:`.fast.KV`): :func:`_np_vscale` (multiplications by powers of two and
+    absolute values: the same numbers in any order; the flag is a plain predicate)."""
+    k = _kernels()
+    if (k is None or not v.size or v.dtype != np.float64 or not v.flags.c_contiguous
+            or not vcat.flags.c_contiguous):
+        return _np_vscale(v, sc, vcat, check)
+    return bool(k.vscale(v, np.ascontiguousarray(sc, dtype=np.float64), vcat)) and check
+
+
 def row_dots_k(q: Array, ks: list[Array], hidx: Array) -> tuple[Array, Array]:
     """:func:`row_dots` with each head's keys ``ks[h]`` in their (S, E) layout (no
     transposed copy of a head: the kernel transposes blocks of a few keys in cache);

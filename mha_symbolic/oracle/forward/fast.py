@@ -30,7 +30,7 @@ from ..arith.constants import (
     gamma,
 )
 from ..arith.dd import two_sum
-from ..arith.jit import Workspace, t1_finish, t1_weights
+from ..arith.jit import Workspace, t1_finish, t1_weights, vscale
 from ..arith.products import norm_up
 from ..conventions import Block
 
@@ -74,13 +74,10 @@ class KV:
                 else np.empty((S, 2 * Ev)))
         self.buf = None
         v2, absv = vcat[:, :Ev], vcat[:, Ev:]
-        np.multiply(self.v, sc, out=v2)
-        np.abs(v2, out=absv)
         # the scaling is exact unless a value becomes subnormal: none of |v'| below
         # 2**-1022 but the zeros (else the exact check, and scale 1 where it fails)
-        if S and np.any(F > 0) and float(np.min(absv)) < 2.0**-1022 and (
-                np.count_nonzero(absv < 2.0**-1022) != np.count_nonzero(self.v == 0)
-                ) and not np.array_equal(v2 / sc, self.v):
+        tiny = vscale(self.v, sc, vcat, bool(S and np.any(F > 0)))
+        if tiny and not np.array_equal(v2 / sc, self.v):
             F = np.zeros(Ev, dtype=np.int64)
             sc = np.ones(Ev)
             v2[...] = self.v
