@@ -80,6 +80,13 @@ def _cases() -> list[tuple[str, Any, Any, Any, dict[str, Any]]]:
     vm[:, :, 0, 0] = 5e-324
     vm[:, :, 1, :] *= 1e300
     out.append(("values mixed 1e300 and 5e-324", q, k, vm, gqa))
+    q, k, v = qkv(2, 4, 2, 1, 64, 16)
+    v[:, :, ::3] = -0.0
+    v[:, 0, :, 1] = -0.0                        # a column of -0.0 only
+    v[:, 1, :, 2] = np.where(np.arange(64) % 2, 0.0, -0.0)
+    out.append(("f32 values -0.0", q, k, v, gqa))
+    out.append(("f32 values -0.0 causal", q[:, :, :1].repeat(3, axis=2), k, v,
+                {**gqa, "is_causal": True, "causal_alignment": "bottom_right"}))
     out.append(("broadcast kv batch", *qkv(3, 4, 2, 1, 128, 16)[:1],
                 *qkv(1, 4, 2, 1, 128, 16)[1:], gqa))
     # the KV-cache variant

@@ -354,7 +354,8 @@ def vscale(v: Array, sc: Array, vcat: Array, check: bool) -> bool:
     (:class:`.fast.KV`): :func:`_np_vscale` (multiplications by powers of two and
     absolute values: the same numbers in any order; the flag is a plain predicate)."""
     k = _kernels()
-    if (k is None or not v.size or v.dtype != np.float64 or not v.flags.c_contiguous
+    if (k is None or not v.size or v.dtype not in (np.float64, np.float32)
+            or not v.flags.c_contiguous
             or not vcat.flags.c_contiguous):
         return _np_vscale(v, sc, vcat, check)
     return bool(k.vscale(v, np.ascontiguousarray(sc, dtype=np.float64), vcat)) and check

@@ -84,7 +84,8 @@ class Stack:
         self.rep = rep
         # keys and values widened to float64 one key/value head at a time, when first
         # asked for (issue 29, decode: no full-size float64 copy of a float32 KV cache)
-        self._kv64: OrderedDict[tuple[int, ...], tuple[Any, Any]] = OrderedDict()
+        self._k64: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._v64: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         # per key/value head, from tier 1's set-up: max_j norm_up(k_j), max_j |v_jl|
         self.head_stats: dict[tuple[int, ...], tuple[float, Any]] = {}
 
@@ -93,14 +94,29 @@ class Stack:
         kidx = idx if self.rep == 1 else (*idx[:-1], idx[-1] // self.rep)
         return idx, kidx
 
+    @staticmethod
+    def _wide(cache: OrderedDict[tuple[int, ...], Any], arr: Any, kidx: tuple[int, ...]) -> Any:
+        """Head ``kidx`` of ``arr`` in float64 (the last two kept)."""
+        got = cache.get(kidx)
+        if got is None:
+            got = cache[kidx] = to_float64(arr[kidx])
+            if len(cache) > 2:
+                cache.popitem(last=False)
+        return got
+
     def qkv(self, c: int) -> tuple[Any, Any, Any, tuple[int, ...]]:
         idx, kidx = self.index(c)
-        got = self._kv64.get(kidx)
-        if got is None:
-            got = self._kv64[kidx] = (to_float64(self.k[kidx]), to_float64(self.v[kidx]))
-            if len(self._kv64) > 2:
-                self._kv64.popitem(last=False)
-        return self.q[idx], got[0], got[1], kidx
+        return (self.q[idx], self._wide(self._k64, self.k, kidx),
+                self._wide(self._v64, self.v, kidx), kidx)
+
+    def tier1_qkv(self, c: int) -> tuple[Any, Any, Any, tuple[int, ...]]:
+        """:meth:`qkv` for tier 1's set-up (:class:`.fast.KV`): float32 values as they
+        are (the set-up reads them once, into its float64 [v', |v'|]: exact), not
+        widened first."""
+        idx, kidx = self.index(c)
+        v = (self.v[kidx] if self.v.dtype == np.float32
+             else self._wide(self._v64, self.v, kidx))
+        return self.q[idx], self._wide(self._k64, self.k, kidx), v, kidx
 
 
 class _AttentionProblem(Problem):
@@ -440,7 +456,7 @@ def _run_tier1(stack: Stack, model: ScoreModel, out: _Rows, c_f: float, rho_c: f
     out.hull = (np.empty((B, Ev)), np.empty((B, Ev)))
     c = 0
     while c < B:
-        qc, kc, vc, kidx = stack.qkv(c)
+        qc, kc, vc, kidx = stack.tier1_qkv(c)
         kv = _head_kv(kv_cache, kidx, kc, vc)
         if kidx not in stack.head_stats:
             stack.head_stats[kidx] = (kv.kmax, np.maximum(np.abs(kv.vhi), np.abs(kv.vlo)))

@@ -39,9 +39,9 @@ Array = np.ndarray[Any, Any]
 
 @dataclass
 class KV:
-    """Keys and values of one stack element (exact doubles, or approximations with
-    radii: ``kr[j] >= ||k_j - k~_j||`` and ``vr[l] >= max_j |v_jl - v~_jl|``), with the
-    per-head quantities every block reuses."""
+    """Keys and values of one stack element (exact doubles, the values possibly float32;
+    or approximations with radii: ``kr[j] >= ||k_j - k~_j||`` and ``vr[l] >= max_j
+    |v_jl - v~_jl|``), with the per-head quantities every block reuses."""
 
     k: Array
     v: Array
@@ -63,8 +63,10 @@ class KV:
         # would become subnormal (checked: then the scaling is 1)
         Ev = self.v.shape[1]
         # the values' hull per column (plain attention's output lies in it: value_hull)
-        self.vlo = np.min(self.v, axis=0) if S else np.zeros(Ev)
-        self.vhi = np.max(self.v, axis=0) if S else np.zeros(Ev)
+        # (``v`` may be float32: tier 1 of plain attention passes a float32 head as is,
+        # and everything below is exact in float64)
+        self.vlo = np.min(self.v, axis=0).astype(np.float64) if S else np.zeros(Ev)
+        self.vhi = np.max(self.v, axis=0).astype(np.float64) if S else np.zeros(Ev)
         vm = np.maximum(self.vhi, -self.vlo) if S else np.zeros(Ev)
         _, F = np.frexp(vm)
         F = np.where((vm > 0) & (F >= -1021) & (F <= 1023), F, 0).astype(np.int64)

@@ -58,3 +58,16 @@ def test_float64_values_whose_sum_overflows_are_finite() -> None:
     k = np.full((1, 4, 2), 1.5e308)
     enc = reference_attention(np.zeros((1, 1, 2)), k, np.ones((1, 4, 2)))
     assert np.array_equal(enc.rounded("float64"), np.ones((1, 1, 2)))
+
+
+def test_float32_values_whose_float32_sum_overflows_are_finite() -> None:
+    # float32 inputs are checked by a float32 sum: its overflow must not refuse them
+    k = np.full((1, 6, 2), 3e38, dtype=np.float32)
+    k[0, 3] = np.float32(3.3e38)
+    with np.errstate(over="ignore"):
+        assert not np.isfinite(np.add.reduce(k, axis=None))
+    enc = reference_attention(np.zeros((1, 1, 2), np.float32), k, np.ones((1, 6, 2), np.float32))
+    assert np.array_equal(enc.rounded("float64"), np.ones((1, 1, 2)))
+    k[0, 4, 1] = np.inf
+    with pytest.raises(InputValueError, match=r"key\[0, 4, 1\]"):
+        reference_attention(np.zeros((1, 1, 2), np.float32), k, k)
