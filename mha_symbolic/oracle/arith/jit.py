@@ -318,13 +318,21 @@ def accumulate(terms: list[Array]) -> tuple[Array, Array]:
 
 
 def _typed(arrays: list[Array]) -> Any:
-    """A numba typed List of C-contiguous float64 arrays (the kernels index it by head)."""
+    """A numba typed List of C-contiguous float64 arrays (the kernels index it by head),
+    or of float32 arrays when every one is float32 (the kernels widen each element as
+    they read it: exact, so the same results as from float64 copies)."""
     from numba.typed import List
 
+    dt = np.float32 if all(a.dtype == np.float32 for a in arrays) else np.float64
     out = List()
     for a in arrays:
-        out.append(np.ascontiguousarray(a, dtype=np.float64))
+        out.append(np.ascontiguousarray(a, dtype=dt))
     return out
+
+
+def _wide(arrays: list[Array]) -> list[Array]:
+    """The arrays in float64 (the numpy twins' operands: exact widening)."""
+    return [np.asarray(a, dtype=np.float64) for a in arrays]
 
 
 def row_dots(q: Array, kTs: list[Array], hidx: Array) -> tuple[Array, Array]:
@@ -367,7 +375,7 @@ def row_dots_k(q: Array, ks: list[Array], hidx: Array) -> tuple[Array, Array]:
     the same Sum2 chain per score, so the same (gh, gl) bit for bit."""
     k = _kernels()
     if k is None or q.size == 0 or ks[0].size == 0:
-        return _np_row_dots(q, [x.T for x in ks], hidx)
+        return _np_row_dots(q, [x.T for x in _wide(ks)], hidx)
     gh = np.empty((q.shape[0], ks[0].shape[0]))
     gl = np.empty_like(gh)
     k.rdotk(np.ascontiguousarray(q), _typed(ks), np.ascontiguousarray(hidx, dtype=np.int64),
@@ -380,7 +388,7 @@ def row_sums(wh: Array, wl: Array, keep: Array | None, vs: list[Array], hidx: Ar
              ) -> tuple[Array, Array, Array | None, Array | None, Array, Array]:
     k = _kernels()
     if k is None or wh.size == 0:
-        return _np_row_sums(wh, wl, keep, vs, hidx, want_n)
+        return _np_row_sums(wh, wl, keep, _wide(vs), hidx, want_n)
     r = wh.shape[0]
     Ev = vs[0].shape[1] if want_n else 0
     out_d = np.empty((4, r))

@@ -109,6 +109,14 @@ class Stack:
         return (self.q[idx], self._wide(self._k64, self.k, kidx),
                 self._wide(self._v64, self.v, kidx), kidx)
 
+    def rows_kv(self, c: int) -> tuple[Any, Any]:
+        """The keys and values of element c for tier 2 by rows: float32 heads as they
+        are (its kernels widen each element as they read it: exact), else float64."""
+        idx, kidx = self.index(c)
+        if self.k.dtype == np.float32 and self.v.dtype == np.float32:
+            return self.k[kidx], self.v[kidx]
+        return self._wide(self._k64, self.k, kidx), self._wide(self._v64, self.v, kidx)
+
     def tier1_qkv(self, c: int) -> tuple[Any, Any, Any, tuple[int, ...]]:
         """:meth:`qkv` for tier 1's set-up (:class:`.fast.KV`): float32 values as they
         are (the set-up reads them once, into its float64 [v', |v'|]: exact), not
@@ -174,17 +182,21 @@ class _AttentionProblem(Problem):
         key/value head), or None when they are not all float32 values."""
         if not self._f32_kv(b):
             return None
-        _, k, v, kidx = self.stack.qkv(b)
-        return self._cached(self._kvr, kidx, lambda: KVrows(np.asarray(k), np.asarray(v),
-                                                             self.stack.head_stats.get(kidx)),
+        _, kidx = self.stack.index(b)
+        if kidx in self._kvr:
+            self._kvr.move_to_end(kidx)
+            return self._kvr[kidx]
+        k, v = self.stack.rows_kv(b)
+        return self._cached(self._kvr, kidx, lambda: KVrows(k, v, self.stack.head_stats.get(kidx)),
                             size=8)
 
     def _f32_kv(self, b: int) -> bool:
         """Whether the keys and values of element b are all float32 values (cached)."""
         if self.narrow:
             return True
-        _, k, v, kidx = self.stack.qkv(b)
+        _, kidx = self.stack.index(b)
         if kidx not in self._f32:
+            _, k, v, _ = self.stack.qkv(b)
             self._f32[kidx] = float32_valued(np.asarray(k)) and float32_valued(np.asarray(v))
         return self._f32[kidx]
 
@@ -469,7 +481,8 @@ def _run_tier1(stack: Stack, model: ScoreModel, out: _Rows, c_f: float, rho_c: f
                 [model.block(g, slice(0, L)) for g in group], [L] * n, S), S)
             if j1 > j0:
                 out.store(c, n, slice(0, L), j0, j1, tier1_block(np.ascontiguousarray(
-                    np.concatenate([stack.qkv(g)[0] for g in group])), None, kv.keys(j0, j1),
+                    np.concatenate([stack.q[stack.index(g)[0]] for g in group])), None,
+                    kv.keys(j0, j1),
                     blk, c_f, rho_c, r_f, rho_r, weights, ws))
             if bar is not None:
                 bar.update(n)

@@ -79,7 +79,8 @@ def rows_path_pays(rows: int) -> bool:
 @dataclass
 class KVrows:
     """Keys ``k`` (S, E) and values ``v`` (S, Ev) of one stack element, float32 values
-    held as float64 (check with :func:`float32_valued`), with what every block reuses:
+    held as float64 (check with :func:`float32_valued`) or float32 arrays (the kernels
+    widen as they read: exact), with what every block reuses:
     ``kc`` and ``vc`` C-contiguous (the dot kernel transposes a few keys at a time in
     cache: no transposed copy of the head), ``kmax`` >= max_j ||k_j||, ``colmax`` >=
     max_j |v_jl|."""
@@ -98,9 +99,10 @@ class KVrows:
         if self.known is not None and self.S:
             self.kmax = self.known[0]
             self.colmax = self.known[1] * UP
-        else:
-            self.kmax = float(np.max(norm_up(self.k))) if self.S else 0.0
-            self.colmax = (np.max(np.abs(self.v), axis=0) * UP if self.S
+        else:       # (in float64: the keys and values may be float32 arrays)
+            k64, v64 = (np.asarray(x, dtype=np.float64) for x in (self.k, self.v))
+            self.kmax = float(np.max(norm_up(k64))) if self.S else 0.0
+            self.colmax = (np.max(np.abs(v64), axis=0) * UP if self.S
                            else np.zeros(self.Ev))
         self.known = None
 
