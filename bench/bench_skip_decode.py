@@ -10,7 +10,8 @@
 1b. ``causal64``: the same fp64-rounded at (1, 2, 2048, 2048, 64) (float32 inputs: tier
    2 by rows refines almost every row), unmasked, causal, causal without skipping.
 2. ``decode``: (1, 32 query heads, 8 kv heads, L = 1, S = 4096, E = 128), float32
-   inputs, GQA: ``reference_attention(..., enable_gqa=True).rounded("float32")`` against
+   inputs, GQA (``decode_small``: many small heads, (8, 64 query heads, 1 kv head,
+   S = 512, E = 64), MQA): ``reference_attention(..., enable_gqa=True).rounded("float32")`` against
    numpy float64 attention (the query heads of a group against their key head by one
    broadcast matmul, no copies) and torch SDPA in float64 (``enable_gqa=True``).
 3. ``bound``: the tolerance model alone (``Plain.bound``) at (1, 8, 2048, 2048, 64) bf16,
@@ -130,22 +131,23 @@ def part_causal64(runs: int) -> None:
                 q, k, v, is_causal=True).rounded("float64"), runs), plain, "unmasked")
 
 
-def part_decode(runs: int) -> None:
+def part_decode(runs: int, B: int = 1, H: int = 32, Hk: int = 8, S: int = 4096,
+                E: int = 128) -> None:
     import torch
     torch.set_num_threads(1)
-    print("2. decode (1, 32 q heads / 8 kv heads, L = 1, S = 4096, 128), float32 inputs")
+    print(f"2. decode ({B}, {H} q heads / {Hk} kv heads, L = 1, S = {S}, {E}), float32 inputs")
     rng = np.random.default_rng(1)
-    q = rng.standard_normal((1, 32, 1, 128)).astype(np.float32)
-    k, v = (rng.standard_normal((1, 8, 4096, 128)).astype(np.float32) for _ in range(2))
+    q = rng.standard_normal((B, H, 1, E)).astype(np.float32)
+    k, v = (rng.standard_normal((B, Hk, S, E)).astype(np.float32) for _ in range(2))
 
     def numpy64() -> Any:
-        q64 = q.astype(np.float64).reshape(1, 8, 4, 128)     # (b, kv head, group, E)
+        q64 = q.astype(np.float64).reshape(B, Hk, H // Hk, E)     # (b, kv head, group, E)
         k64, v64 = k.astype(np.float64), v.astype(np.float64)
-        s = q64 @ np.swapaxes(k64, -1, -2) / np.sqrt(128.0)
+        s = q64 @ np.swapaxes(k64, -1, -2) / np.sqrt(float(E))
         s -= s.max(axis=-1, keepdims=True)
         p = np.exp(s)
         p /= p.sum(axis=-1, keepdims=True)
-        return (p @ v64).reshape(1, 32, 1, 128)
+        return (p @ v64).reshape(B, H, 1, E)
 
     tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
 
@@ -203,7 +205,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--len", type=int, default=4096, help="L = S of part 1")
     ap.add_argument("--parts", nargs="+", default=["causal", "causal64", "decode", "bound"],
-                    choices=["causal", "causal64", "decode", "bound"])
+                    choices=["causal", "causal64", "decode", "decode_small", "bound"])
     args = ap.parse_args()
     print(f"tree {Path(__file__).resolve().parents[1]}, runs {args.runs}, 1 thread")
     if "causal" in args.parts:
@@ -212,6 +214,8 @@ def main() -> None:
         part_causal64(args.runs)
     if "decode" in args.parts:
         part_decode(args.runs)
+    if "decode_small" in args.parts:
+        part_decode(args.runs, 8, 64, 1, 512, 64)
     if "bound" in args.parts:
         part_bound(args.runs)
 

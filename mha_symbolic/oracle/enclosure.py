@@ -257,8 +257,9 @@ class Enclosure(MpmathViews):
 
     # ---- tiers -----------------------------------------------------------------
     _ok2: Array
-    #: the double-double values of the rows tier 2 took: (b, rows, hi, lo, err) blocks
-    _dd_blocks: list[tuple[int, Array, Array, Array, Array]]
+    #: the double-double values of the rows tier 2 took: (b, rows, hi, lo, err) blocks,
+    #: one per call of _refine_rows (row n of a block is element b[n] row rows[n])
+    _dd_blocks: list[tuple[Array, Array, Array, Array, Array]]
 
     def _refine_rows(self, rows_mask: Array) -> None:
         """Run tier 2 on the rows in ``rows_mask`` still at tier 1; tighten their bounds
@@ -270,6 +271,9 @@ class Enclosure(MpmathViews):
         bs = np.flatnonzero(todo.any(axis=1)).tolist()
         bar = self._progress.bar(len(bs), "refining (double-double)") if self._progress else None
         items = [(b, np.flatnonzero(todo[b])) for b in bs]
+        # the rows tier 2 decided, gathered over the items (many small heads: one
+        # elementwise pass for all, not one per item)
+        parts: list[tuple[Array, Array, Array, Array, Array]] = []
         for n, got in self._problem.refine_many(items, self._kind):
             b, rows = items[n]
             if bar is not None:
@@ -280,14 +284,16 @@ class Enclosure(MpmathViews):
             self._tier[b, rows] = 2
             good = rows[okr]
             if good.size:
-                h, lw, e = h[okr], lw[okr], e[okr]
-                l2, u2 = dd_enclosure(h, lw, e)
-                exact = e == 0
-                lo[b, good] = np.where(exact, h, l2)
-                hi[b, good] = np.where(exact, h, u2)
-                mid[b, good] = h
-                self._dd_blocks.append((b, good, h, lw, e))
-                self._ok2[b, good] = True
+                parts.append((np.full(good.size, b), good, h[okr], lw[okr], e[okr]))
+        if parts:
+            bb, good, h, lw, e = (np.concatenate(x) for x in zip(*parts, strict=True))
+            l2, u2 = dd_enclosure(h, lw, e)
+            exact = e == 0
+            lo[bb, good] = np.where(exact, h, l2)
+            hi[bb, good] = np.where(exact, h, u2)
+            mid[bb, good] = h
+            self._dd_blocks.append((bb, good, h, lw, e))
+            self._ok2[bb, good] = True
         if bar is not None:
             bar.close()
         self._clamp(lo, hi, mid, rows_mask)

@@ -152,11 +152,13 @@ def validate_finite(x: np.ndarray[Any, Any], name: str, *, allow_neg_inf: bool =
         return
     if not allow_neg_inf and is_float_dtype(x.dtype):
         # one pass without a float64 copy (issue 29, decode): a sum is finite only
-        # if every term is (inf, -inf and NaN propagate; float64 accumulation cannot
-        # overflow on values of a narrower format, and a float64 overflow only sends
-        # the call to the elementwise search below)
+        # if every term is (inf, -inf and NaN propagate, in any order of summation).
+        # float32 is summed in float32 (no cast: half the time of a float64 sum), the
+        # others in float64 (cannot overflow on the narrower formats); an overflow
+        # only sends the call to the elementwise search below
+        acc = np.float32 if x.dtype == np.float32 else np.float64
         with np.errstate(over="ignore", invalid="ignore"):
-            if np.isfinite(np.add.reduce(x, axis=None, dtype=np.float64)):
+            if np.isfinite(np.add.reduce(x, axis=None, dtype=acc)):
                 return
     a = np.asarray(x, dtype=np.float64)
     bad = np.isnan(a) | (a == np.inf) if allow_neg_inf else ~np.isfinite(a)

@@ -566,3 +566,58 @@ def rsum(wh, wl, keep, vs, hidx, want_n, out_d, nh, nl):
         if want_n:
             for c in range(Ev):
                 nh[i, c], nl[i, c] = two_sum_s(sn[c], cn[c])
+
+#: keys per block of rdotk: (E, RDOT_JB) doubles transposed per block stay in L1/L2
+RDOT_JB = 16
+
+@njit
+def rdotk(q, ks, hidx, gh, gl):
+    # rdot with each head's keys in their (S, E) layout: the keys are transposed a
+    # block of RDOT_JB at a time into a small buffer (once per block and run of rows
+    # on one head), and every score runs the same Sum2 chain over l as in rdot
+    r, E = q.shape
+    S = gh.shape[1]
+    buf = np.empty((E, RDOT_JB))
+    s = np.empty(RDOT_JB)
+    c = np.empty(RDOT_JB)
+    for j0 in range(0, S, RDOT_JB):
+        nb = min(RDOT_JB, S - j0)
+        last = -1
+        for i in range(r):
+            h = hidx[i]
+            if h != last:
+                k = ks[h]
+                for jj in range(nb):
+                    for l in range(E):
+                        buf[l, jj] = k[j0 + jj, l]
+                last = h
+            for jj in range(nb):
+                s[jj] = 0.0
+                c[jj] = 0.0
+            for l in range(E):
+                ql = q[i, l]
+                for jj in range(nb):
+                    p = ql * buf[l, jj]
+                    a = s[jj]
+                    t = a + p
+                    bb = t - a
+                    e = (a - (t - bb)) + (p - bb)
+                    s[jj] = t
+                    c[jj] = c[jj] + e
+            for jj in range(nb):
+                gh[i, j0 + jj], gl[i, j0 + jj] = two_sum_s(s[jj], c[jj])
+
+@njit
+def vscale(v, sc, vcat):
+    # tier 1's [v', |v'|] (v' = v·sc per column, sc powers of two) in one pass; whether
+    # a nonzero value's |v'| is below 2**-1022 (the scaling may then be inexact)
+    S, Ev = v.shape
+    tiny = False
+    for j in range(S):
+        for c in range(Ev):
+            x = v[j, c] * sc[c]
+            a = abs(x)
+            vcat[j, c] = x
+            vcat[j, Ev + c] = a
+            tiny |= (a < 2.0**-1022) & (v[j, c] != 0.0)
+    return tiny

@@ -321,13 +321,21 @@ def accumulate(terms: list[Array]) -> tuple[Array, Array]:
 
 
 def _typed(arrays: list[Array]) -> Any:
-    """A numba typed List of C-contiguous float64 arrays (the kernels index it by head)."""
+    """A numba typed List of C-contiguous float64 arrays (the kernels index it by head),
+    or of float32 arrays when every one is float32 (the kernels widen each element as
+    they read it: exact, so the same results as from float64 copies)."""
     from numba.typed import List
 
+    dt = np.float32 if all(a.dtype == np.float32 for a in arrays) else np.float64
     out = List()
     for a in arrays:
-        out.append(np.ascontiguousarray(a, dtype=np.float64))
+        out.append(np.ascontiguousarray(a, dtype=dt))
     return out
+
+
+def _wide(arrays: list[Array]) -> list[Array]:
+    """The arrays in float64 (the numpy twins' operands: exact widening)."""
+    return [np.asarray(a, dtype=np.float64) for a in arrays]
 
 
 def row_dots(q: Array, kTs: list[Array], hidx: Array) -> tuple[Array, Array]:
@@ -341,12 +349,49 @@ def row_dots(q: Array, kTs: list[Array], hidx: Array) -> tuple[Array, Array]:
     return gh, gl
 
 
+def _np_vscale(v: Array, sc: Array, vcat: Array, check: bool) -> bool:
+    """Fill ``vcat`` (S, 2·Ev) with [v·sc, |v·sc|] (``sc`` per column); with ``check``,
+    whether some nonzero ``v`` has ``|v·sc| < 2**-1022`` (else False)."""
+    Ev = v.shape[1]
+    v2, absv = vcat[:, :Ev], vcat[:, Ev:]
+    np.multiply(v, sc, out=v2)
+    np.abs(v2, out=absv)
+    return bool(check and v.size and float(np.min(absv)) < 2.0**-1022
+                and np.count_nonzero(absv < 2.0**-1022) != np.count_nonzero(v == 0))
+
+
+def vscale(v: Array, sc: Array, vcat: Array, check: bool) -> bool:
+    """Tier 1's values scaled by powers of two, and their magnitudes, in one pass
+    (:class:`.fast.KV`): :func:`_np_vscale` (multiplications by powers of two and
+    absolute values: the same numbers in any order; the flag is a plain predicate)."""
+    k = _kernels()
+    if (k is None or not v.size or v.dtype not in (np.float64, np.float32)
+            or not v.flags.c_contiguous
+            or not vcat.flags.c_contiguous):
+        return _np_vscale(v, sc, vcat, check)
+    return bool(k.vscale(v, np.ascontiguousarray(sc, dtype=np.float64), vcat)) and check
+
+
+def row_dots_k(q: Array, ks: list[Array], hidx: Array) -> tuple[Array, Array]:
+    """:func:`row_dots` with each head's keys ``ks[h]`` in their (S, E) layout (no
+    transposed copy of a head: the kernel transposes blocks of a few keys in cache);
+    the same Sum2 chain per score, so the same (gh, gl) bit for bit."""
+    k = _kernels()
+    if k is None or q.size == 0 or ks[0].size == 0:
+        return _np_row_dots(q, [x.T for x in _wide(ks)], hidx)
+    gh = np.empty((q.shape[0], ks[0].shape[0]))
+    gl = np.empty_like(gh)
+    k.rdotk(np.ascontiguousarray(q), _typed(ks), np.ascontiguousarray(hidx, dtype=np.int64),
+            gh, gl)
+    return gh, gl
+
+
 def row_sums(wh: Array, wl: Array, keep: Array | None, vs: list[Array], hidx: Array,
              want_n: bool
              ) -> tuple[Array, Array, Array | None, Array | None, Array, Array]:
     k = _kernels()
     if k is None or wh.size == 0:
-        return _np_row_sums(wh, wl, keep, vs, hidx, want_n)
+        return _np_row_sums(wh, wl, keep, _wide(vs), hidx, want_n)
     r = wh.shape[0]
     Ev = vs[0].shape[1] if want_n else 0
     out_d = np.empty((4, r))

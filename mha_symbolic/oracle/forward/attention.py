@@ -84,23 +84,82 @@ class Stack:
         self.rep = rep
         # keys and values widened to float64 one key/value head at a time, when first
         # asked for (issue 29, decode: no full-size float64 copy of a float32 KV cache)
-        self._kv64: OrderedDict[tuple[int, ...], tuple[Any, Any]] = OrderedDict()
+        self._k64: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._v64: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         # per key/value head, from tier 1's set-up: max_j norm_up(k_j), max_j |v_jl|
         self.head_stats: dict[tuple[int, ...], tuple[float, Any]] = {}
+        # the queries as (B, L, E) when that is a view (decode groups take theirs as one
+        # slice), and each problem's key/value head as one integer (kv_ids)
+        B = math.prod(batch)
+        self.q_flat = (q.reshape(B, L, E) if q.shape[:-2] == batch and q.flags.c_contiguous
+                       else None)
+        self._kv_ids: list[int] | None = None
+
+    def kv_ids(self) -> list[int]:
+        """Per flat problem, the flat index of its key/value head (equal ids: the same
+        head; problems of one GQA group or broadcast batch are consecutive)."""
+        if self._kv_ids is None:
+            B = math.prod(self.batch)
+            if not self.batch:
+                self._kv_ids = [0] * B
+            else:
+                at = list(np.unravel_index(np.arange(B), self.batch))
+                kvb = list(self.batch)
+                if self.rep > 1:
+                    at[-1] = at[-1] // self.rep
+                    kvb[-1] //= self.rep
+                self._kv_ids = np.ravel_multi_index(tuple(at), tuple(kvb)).tolist()
+        return self._kv_ids
+
+    def queries(self, c: int, n: int) -> Any:
+        """The query rows of problems c … c + n − 1 as one (n·L, E) array."""
+        if self.q_flat is not None:
+            return self.q_flat[c:c + n].reshape(-1, self.q_flat.shape[-1])
+        return np.concatenate([self.q[self.index(g)[0]] for g in range(c, c + n)])
 
     def index(self, c: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        idx = tuple(int(x) for x in np.unravel_index(c, self.batch)) if self.batch else ()
+        """(query index, key/value index) of flat problem c: ``np.unravel_index`` by
+        hand (a decode step asks once per query head: issue 29, many small heads)."""
+        if not self.batch:
+            return (), ()
+        at = [0] * len(self.batch)
+        for d in range(len(self.batch) - 1, -1, -1):
+            c, at[d] = divmod(c, self.batch[d])
+        idx = tuple(at)
         kidx = idx if self.rep == 1 else (*idx[:-1], idx[-1] // self.rep)
         return idx, kidx
 
+    @staticmethod
+    def _wide(cache: OrderedDict[tuple[int, ...], Any], arr: Any, kidx: tuple[int, ...]) -> Any:
+        """Head ``kidx`` of ``arr`` in float64 (the last two kept)."""
+        got = cache.get(kidx)
+        if got is None:
+            got = cache[kidx] = to_float64(arr[kidx])
+            if len(cache) > 2:
+                cache.popitem(last=False)
+        return got
+
     def qkv(self, c: int) -> tuple[Any, Any, Any, tuple[int, ...]]:
         idx, kidx = self.index(c)
-        got = self._kv64.get(kidx)
-        if got is None:
-            got = self._kv64[kidx] = (to_float64(self.k[kidx]), to_float64(self.v[kidx]))
-            if len(self._kv64) > 2:
-                self._kv64.popitem(last=False)
-        return self.q[idx], got[0], got[1], kidx
+        return (self.q[idx], self._wide(self._k64, self.k, kidx),
+                self._wide(self._v64, self.v, kidx), kidx)
+
+    def rows_kv(self, c: int) -> tuple[Any, Any]:
+        """The keys and values of element c for tier 2 by rows: float32 heads as they
+        are (its kernels widen each element as they read it: exact), else float64."""
+        _, kidx = self.index(c)
+        if self.k.dtype == np.float32 and self.v.dtype == np.float32:
+            return self.k[kidx], self.v[kidx]
+        return self._wide(self._k64, self.k, kidx), self._wide(self._v64, self.v, kidx)
+
+    def tier1_qkv(self, c: int) -> tuple[Any, Any, Any, tuple[int, ...]]:
+        """:meth:`qkv` for tier 1's set-up (:class:`.fast.KV`): float32 values as they
+        are (the set-up reads them once, into its float64 [v', |v'|]: exact), not
+        widened first."""
+        idx, kidx = self.index(c)
+        v = (self.v[kidx] if self.v.dtype == np.float32
+             else self._wide(self._v64, self.v, kidx))
+        return self.q[idx], self._wide(self._k64, self.k, kidx), v, kidx
 
 
 class _AttentionProblem(Problem):
@@ -158,17 +217,21 @@ class _AttentionProblem(Problem):
         key/value head), or None when they are not all float32 values."""
         if not self._f32_kv(b):
             return None
-        _, k, v, kidx = self.stack.qkv(b)
-        return self._cached(self._kvr, kidx, lambda: KVrows(np.asarray(k), np.asarray(v),
-                                                             self.stack.head_stats.get(kidx)),
+        _, kidx = self.stack.index(b)
+        if kidx in self._kvr:
+            self._kvr.move_to_end(kidx)
+            return self._kvr[kidx]
+        k, v = self.stack.rows_kv(b)
+        return self._cached(self._kvr, kidx, lambda: KVrows(k, v, self.stack.head_stats.get(kidx)),
                             size=8)
 
     def _f32_kv(self, b: int) -> bool:
         """Whether the keys and values of element b are all float32 values (cached)."""
         if self.narrow:
             return True
-        _, k, v, kidx = self.stack.qkv(b)
+        _, kidx = self.stack.index(b)
         if kidx not in self._f32:
+            _, k, v, _ = self.stack.qkv(b)
             self._f32[kidx] = float32_valued(np.asarray(k)) and float32_valued(np.asarray(v))
         return self._f32[kidx]
 
@@ -416,15 +479,17 @@ def _head_kv(cache: OrderedDict[tuple[int, ...], KV], kidx: tuple[int, ...], k: 
     return kv
 
 
-def _decode_group(stack: Stack, c: int, kidx: Any, B: int, L: int, step: int) -> list[int]:
+def _decode_group(stack: Stack, c: int, B: int, L: int, step: int) -> list[int]:
     """Short rows (decode): the query heads that follow problem c on the same key/value
     head (a GQA group, a broadcast batch), as one tier-1 block of at most ``step`` rows;
     rows are independent, the per-head set-up shared."""
-    group = [c]
-    while (step >= 2 * L and c + len(group) < B and (len(group) + 1) * L <= step
-           and stack.index(c + len(group))[1] == kidx):
-        group.append(c + len(group))
-    return group
+    if step < 2 * L:
+        return [c]
+    ids = stack.kv_ids()
+    n, most = 1, min(B - c, step // L)
+    while n < most and ids[c + n] == ids[c]:
+        n += 1
+    return list(range(c, c + n))
 
 
 def _run_tier1(stack: Stack, model: ScoreModel, out: _Rows, c_f: float, rho_c: float,
@@ -440,21 +505,23 @@ def _run_tier1(stack: Stack, model: ScoreModel, out: _Rows, c_f: float, rho_c: f
     out.hull = (np.empty((B, Ev)), np.empty((B, Ev)))
     c = 0
     while c < B:
-        qc, kc, vc, kidx = stack.qkv(c)
+        qc, kc, vc, kidx = stack.tier1_qkv(c)
         kv = _head_kv(kv_cache, kidx, kc, vc)
         if kidx not in stack.head_stats:
             stack.head_stats[kidx] = (kv.kmax, np.maximum(np.abs(kv.vhi), np.abs(kv.vlo)))
-        group = _decode_group(stack, c, kidx, B, L, step)
+        group = _decode_group(stack, c, B, L, step)
         out.hull[0][c:c + len(group)] = kv.vlo
         out.hull[1][c:c + len(group)] = kv.vhi
         if len(group) > 1:
             n = len(group)
-            blk, j0, j1 = restrict_keys(concat_blocks(
-                [model.block(g, slice(0, L)) for g in group], [L] * n, S), S)
+            # (no mask nor dropout: every key of every row, without asking each head)
+            blk, j0, j1 = (Block(None, None, None, None), 0, S) if model.trivial else \
+                restrict_keys(concat_blocks([model.block(g, slice(0, L)) for g in group],
+                                            [L] * n, S), S)
             if j1 > j0:
                 out.store(c, n, slice(0, L), j0, j1, tier1_block(np.ascontiguousarray(
-                    np.concatenate([stack.qkv(g)[0] for g in group])), None, kv.keys(j0, j1),
-                    blk, c_f, rho_c, r_f, rho_r, weights, ws))
+                    stack.queries(c, n)), None, kv.keys(j0, j1), blk, c_f, rho_c, r_f,
+                    rho_r, weights, ws))
             if bar is not None:
                 bar.update(n)
             c += n

@@ -30,7 +30,7 @@ from ..arith.constants import (
     gamma,
 )
 from ..arith.dd import two_sum
-from ..arith.jit import Workspace, t1_finish, t1_weights
+from ..arith.jit import Workspace, t1_finish, t1_weights, vscale
 from ..arith.products import norm_up
 from ..conventions import Block
 
@@ -39,9 +39,9 @@ Array = np.ndarray[Any, Any]
 
 @dataclass
 class KV:
-    """Keys and values of one stack element (exact doubles, or approximations with
-    radii: ``kr[j] >= ||k_j - k~_j||`` and ``vr[l] >= max_j |v_jl - v~_jl|``), with the
-    per-head quantities every block reuses."""
+    """Keys and values of one stack element (exact doubles, the values possibly float32;
+    or approximations with radii: ``kr[j] >= ||k_j - k~_j||`` and ``vr[l] >= max_j
+    |v_jl - v~_jl|``), with the per-head quantities every block reuses."""
 
     k: Array
     v: Array
@@ -63,8 +63,10 @@ class KV:
         # would become subnormal (checked: then the scaling is 1)
         Ev = self.v.shape[1]
         # the values' hull per column (plain attention's output lies in it: value_hull)
-        self.vlo = np.min(self.v, axis=0) if S else np.zeros(Ev)
-        self.vhi = np.max(self.v, axis=0) if S else np.zeros(Ev)
+        # (``v`` may be float32: tier 1 of plain attention passes a float32 head as is,
+        # and everything below is exact in float64)
+        self.vlo = np.min(self.v, axis=0).astype(np.float64) if S else np.zeros(Ev)
+        self.vhi = np.max(self.v, axis=0).astype(np.float64) if S else np.zeros(Ev)
         vm = np.maximum(self.vhi, -self.vlo) if S else np.zeros(Ev)
         _, F = np.frexp(vm)
         F = np.where((vm > 0) & (F >= -1021) & (F <= 1023), F, 0).astype(np.int64)
@@ -74,13 +76,10 @@ class KV:
                 else np.empty((S, 2 * Ev)))
         self.buf = None
         v2, absv = vcat[:, :Ev], vcat[:, Ev:]
-        np.multiply(self.v, sc, out=v2)
-        np.abs(v2, out=absv)
         # the scaling is exact unless a value becomes subnormal: none of |v'| below
         # 2**-1022 but the zeros (else the exact check, and scale 1 where it fails)
-        if S and np.any(F > 0) and float(np.min(absv)) < 2.0**-1022 and (
-                np.count_nonzero(absv < 2.0**-1022) != np.count_nonzero(self.v == 0)
-                ) and not np.array_equal(v2 / sc, self.v):
+        tiny = vscale(self.v, sc, vcat, bool(S and np.any(F > 0)))
+        if tiny and not np.array_equal(v2 / sc, self.v):
             F = np.zeros(Ev, dtype=np.int64)
             sc = np.ones(Ev)
             v2[...] = self.v

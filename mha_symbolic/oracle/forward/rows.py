@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..arith.constants import ETA, UP, U, gamma
-from ..arith.jit import numba_active, row_dots, row_sums
+from ..arith.jit import numba_active, row_dots_k, row_sums
 from ..arith.products import norm_up
 from ..conventions import Block, DDScale
 from .dd import Tier2, scale_and_mask, tier2_from_scores
@@ -79,8 +79,11 @@ def rows_path_pays(rows: int) -> bool:
 @dataclass
 class KVrows:
     """Keys ``k`` (S, E) and values ``v`` (S, Ev) of one stack element, float32 values
-    held as float64 (check with :func:`float32_valued`), with what every block reuses:
-    ``kT`` (E, S) contiguous, ``kmax`` >= max_j ||k_j||, ``colmax`` >= max_j |v_jl|."""
+    held as float64 (check with :func:`float32_valued`) or float32 arrays (the kernels
+    widen as they read: exact), with what every block reuses:
+    ``kc`` and ``vc`` C-contiguous (the dot kernel transposes a few keys at a time in
+    cache: no transposed copy of the head), ``kmax`` >= max_j ||k_j||, ``colmax`` >=
+    max_j |v_jl|."""
 
     k: Array
     v: Array
@@ -91,28 +94,29 @@ class KVrows:
     def __post_init__(self) -> None:
         self.S, self.E = self.k.shape
         self.Ev = self.v.shape[1]
-        self.kT = np.ascontiguousarray(self.k.T)  # (E, S): the dot kernel walks keys inner
+        self.kc = np.ascontiguousarray(self.k)
         self.vc = np.ascontiguousarray(self.v)
         if self.known is not None and self.S:
             self.kmax = self.known[0]
             self.colmax = self.known[1] * UP
-        else:
-            self.kmax = float(np.max(norm_up(self.k))) if self.S else 0.0
-            self.colmax = (np.max(np.abs(self.v), axis=0) * UP if self.S
+        else:       # (in float64: the keys and values may be float32 arrays)
+            k64, v64 = (np.asarray(x, dtype=np.float64) for x in (self.k, self.v))
+            self.kmax = float(np.max(norm_up(k64))) if self.S else 0.0
+            self.colmax = (np.max(np.abs(v64), axis=0) * UP if self.S
                            else np.zeros(self.Ev))
         self.known = None
 
     def keys(self, j0: int, j1: int) -> KVrows:
         """The keys ``j0:j1`` only, for a block whose other keys are all masked (issue
-        29): ``kT``'s columns copied contiguous (E·(j1 - j0), small beside the block's
-        dot products), the values a view; the head's ``kmax`` and ``colmax`` kept (upper
-        bounds of the range's, so the bounds of :func:`tier2_rows` hold, with the range's
-        key count: a masked key has weight 0 exactly and adds nothing)."""
+        29): views of the keys and values (rows of C-contiguous arrays: contiguous);
+        the head's ``kmax`` and ``colmax`` kept (upper bounds of the range's, so the
+        bounds of :func:`tier2_rows` hold, with the range's key count: a masked key has
+        weight 0 exactly and adds nothing)."""
         if j0 == 0 and j1 == self.S:
             return self
         sub = copy.copy(self)
         sub.k, sub.v, sub.vc = self.k[j0:j1], self.v[j0:j1], self.vc[j0:j1]
-        sub.kT = np.ascontiguousarray(self.kT[:, j0:j1])
+        sub.kc = self.kc[j0:j1]
         sub.S = j1 - j0
         return sub
 
@@ -203,7 +207,7 @@ def tier2_rows(q: Array, kv: KVrows | RowsBatch, blk: Block, cs: DDScale,
         S = kv.S
         bad = np.zeros(r, dtype=bool)
         if E and S:
-            gh, gl = row_dots(np.ascontiguousarray(q), [h.kT for h in kv.heads], kv.hidx)
+            gh, gl = row_dots_k(np.ascontiguousarray(q), [h.kc for h in kv.heads], kv.hidx)
             qn = norm_up(q)
             # Sum2 of E exact products (1.): |gh + gl - g| <= γ_E² Σ|q_l k_jl| (Cauchy–Schwarz)
             gE = gamma(E)

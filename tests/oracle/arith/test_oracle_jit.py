@@ -89,3 +89,47 @@ def test_numpy_twins_run_without_numba(monkeypatch: Any) -> None:
     finally:
         monkeypatch.delenv("MHA_SYMBOLIC_NUMBA")
         jit._kernels.cache_clear()
+
+
+def test_value_scaling_kernel_equals_its_twin(monkeypatch: Any) -> None:
+    # tier 1's [v·2^-F, |v·2^-F|] and the flag "a nonzero value scales below 2^-1022"
+    pytest.importorskip("numba")
+    r = np.random.default_rng(3)
+    v = r.standard_normal((37, 5))
+    v[::4, 1] = -0.0
+    v[2, 2] = 0.0
+    v[:, 3] *= 2.0**-1040                 # subnormal values
+    v[5, 4] = 5e-324
+    v[6, 4] = 1e300
+    sc = np.ldexp(1.0, np.array([-3, 2, 0, 0, -997]))
+    for check in (True, False):
+        got = []
+        for flag in ("1", "0"):
+            monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", flag)
+            jit._kernels.cache_clear()
+            try:
+                vcat = np.full((37, 10), np.nan)
+                got.append((jit.vscale(v, sc, vcat, check), vcat))
+            finally:
+                jit._kernels.cache_clear()
+        (f1, a), (f2, b) = got
+        assert f1 == f2 == check                      # 5e-324·2^-997 underflows to 0
+        assert np.array_equal(a, b) and np.array_equal(np.signbit(a), np.signbit(b))
+        assert np.array_equal(a[:, :5], v * sc) and np.array_equal(a[:, 5:], np.abs(v * sc))
+    v32 = r.standard_normal((37, 5)).astype(np.float32)   # float32 values (plain tier 1)
+    v32[::4, 1] = -0.0
+    v32[:, 4] *= np.float32(2.0**-140)                      # float32 subnormals
+    sc = np.ldexp(1.0, np.array([-3, 2, 0, 0, -900]))       # 2^-140·2^-900 < 2^-1022
+    for flag in ("1", "0"):
+        monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", flag)
+        jit._kernels.cache_clear()
+        try:
+            vcat = np.full((37, 10), np.nan)
+            f = jit.vscale(v32, sc, vcat, True)
+        finally:
+            jit._kernels.cache_clear()
+        w = v32.astype(np.float64) * sc
+        assert f and np.array_equal(vcat, np.hstack([w, np.abs(w)]))
+        assert np.array_equal(np.signbit(vcat[:, :5]), np.signbit(w))
+    vcat = np.empty((37, 10))
+    assert not jit.vscale(np.abs(v[:, :3]) + 1.0, sc[:3], vcat[:, :6].copy(), True)

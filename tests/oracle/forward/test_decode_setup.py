@@ -58,3 +58,39 @@ def test_float64_values_whose_sum_overflows_are_finite() -> None:
     k = np.full((1, 4, 2), 1.5e308)
     enc = reference_attention(np.zeros((1, 1, 2)), k, np.ones((1, 4, 2)))
     assert np.array_equal(enc.rounded("float64"), np.ones((1, 1, 2)))
+
+
+def test_float32_values_whose_float32_sum_overflows_are_finite() -> None:
+    # float32 inputs are checked by a float32 sum: its overflow must not refuse them
+    k = np.full((1, 6, 2), 3e38, dtype=np.float32)
+    k[0, 3] = np.float32(3.3e38)
+    with np.errstate(over="ignore"):
+        assert not np.isfinite(np.add.reduce(k, axis=None))
+    enc = reference_attention(np.zeros((1, 1, 2), np.float32), k, np.ones((1, 6, 2), np.float32))
+    assert np.array_equal(enc.rounded("float64"), np.ones((1, 1, 2)))
+    k[0, 4, 1] = np.inf
+    with pytest.raises(InputValueError, match=r"key\[0, 4, 1\]"):
+        reference_attention(np.zeros((1, 1, 2), np.float32), k, k)
+
+
+@pytest.mark.parametrize("qs,ks,rep", [((2, 8, 1, 4), (2, 2, 5, 4), 4), ((3, 4, 1, 4), (1, 4, 5, 4), 1),
+                                       ((2, 3, 6, 1, 4), (1, 3, 2, 5, 4), 3), ((1, 4), (5, 4), 1)])
+def test_stack_head_ids_and_queries_agree_with_its_index(qs: tuple[int, ...],
+                                                         ks: tuple[int, ...], rep: int) -> None:
+    # the decode groups' bookkeeping (Stack.kv_ids, Stack.queries) against Stack.index
+    from mha_symbolic.oracle.forward.attention import Stack
+    rng = np.random.default_rng(len(qs))
+    q, k = rng.standard_normal(qs), rng.standard_normal(ks)
+    kb = (*ks[:-3], ks[-3] * rep) if rep > 1 else ks[:-2]
+    batch = tuple(np.broadcast_shapes(qs[:-2], kb))
+    for qq in (q, np.broadcast_to(q, (*batch, *qs[-2:])).copy()[..., ::-1, :]):
+        st = Stack(qq, k, k, batch, rep)
+        B = int(np.prod(batch))
+        kidx = [st.index(c)[1] for c in range(B)]
+        ids = st.kv_ids()
+        assert [[ids[a] == ids[b] for b in range(B)] for a in range(B)] == \
+            [[kidx[a] == kidx[b] for b in range(B)] for a in range(B)]
+        for c in range(B):
+            for n in range(1, B - c + 1):
+                want = np.concatenate([st.q[st.index(g)[0]] for g in range(c, c + n)])
+                assert np.array_equal(st.queries(c, n), want)

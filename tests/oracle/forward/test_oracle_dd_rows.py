@@ -124,12 +124,46 @@ def test_row_kernels_equal_their_numpy_twins(monkeypatch: Any) -> None:
         jit._kernels.cache_clear()
         try:
             got.append([*jit.row_dots(q, [kT], np.zeros(3, int)),
+                        # the keys in their own layout, two heads (blocks of keys
+                        # transposed in the kernel): the same chains
+                        *jit.row_dots_k(q, [np.ascontiguousarray(kT.T)], np.zeros(3, int)),
+                        *jit.row_dots_k(q, [np.ascontiguousarray(kT.T[::-1]),
+                                            np.ascontiguousarray(kT.T)], np.array([1, 0, 1])),
                         *jit.row_sums(wh, wl, keep, [v], np.zeros(3, int), True),
                         *jit.row_sums(wh, wl, None, [v], np.zeros(3, int), False)[:2]])
         finally:
             jit._kernels.cache_clear()
     for a, b in zip(*got, strict=True):
         assert np.array_equal(a, b)
+    # the (S, E) layout gives row_dots' scores; head 0 of the last call is the keys reversed
+    assert np.array_equal(got[0][2], got[0][0]) and np.array_equal(got[0][3], got[0][1])
+    for n in (4, 5):
+        assert np.array_equal(got[0][n][[0, 2]], got[0][n - 4][[0, 2]])
+        assert np.array_equal(got[0][n][1], got[0][n - 4][1][::-1])
+
+
+def test_row_kernels_read_float32_heads_as_their_float64_widening(monkeypatch: Any) -> None:
+    # tier 2 by rows passes float32 key/value heads as they are (issue 29, decode)
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(6)
+    q, k, v = _f32(rng, (4, 20)), _f32(rng, (40, 20)), _f32(rng, (40, 6))
+    k[3, :] = -0.0
+    v[::5, 2] = 2.0**-140                         # float32 subnormals, exact in float64
+    wh = np.abs(rng.standard_normal((4, 40)))
+    wl = wh * 2.0**-60 * rng.standard_normal((4, 40))
+    keep = rng.random((4, 40)) > 0.4
+    hidx = np.array([0, 1, 1, 0])
+    for flag in ("1", "0"):
+        monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", flag)
+        jit._kernels.cache_clear()
+        try:
+            outs = [[*jit.row_dots_k(q, [kk, kk[::-1].copy()], hidx),
+                     *jit.row_sums(wh, wl, keep, [vv, vv[::-1].copy()], hidx, True)]
+                    for kk, vv in ((k, v), (k.astype(np.float32), v.astype(np.float32)))]
+        finally:
+            jit._kernels.cache_clear()
+        for a, b in zip(*outs, strict=True):
+            assert np.array_equal(a, b) and np.array_equal(np.signbit(a), np.signbit(b))
 
 
 def test_arrays_returned_before_a_rounding_are_not_modified_by_it() -> None:
