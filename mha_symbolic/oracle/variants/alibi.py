@@ -59,8 +59,10 @@ def _plain_scores(opts: VariantOptions, geo: Geometry, *, alibi_sign: float = 1.
 
 
 def _whole(opts: VariantOptions) -> dict[str, Any]:
-    """A packed call read as one sequence (``packed_whole``): sequence 0's slopes[0]."""
-    return {"alibi_slopes": opts.alibi_slopes[0]}
+    """A packed call read as one sequence (``packed_whole``): sequence 0's slopes, (H,)
+    kept whole (one slope per head; a (B, H) array gives its row 0)."""
+    sl = opts.alibi_slopes
+    return {"alibi_slopes": sl if sl.ndim == 1 else sl[0]}
 
 
 def _alibi(x: Any) -> bool:

@@ -765,6 +765,8 @@ _BUGS = (
              "but inv_freq built over the head dim (pos·base^(-2m/head_dim), not "
              "base^(-2m/rotary_dim); transformers#48652)", _rot_partial,
              _switch(freqs_over_head_dim=True)),
+    BugClass("rotary_on_v", "rotary applied to v as well as q and k (v rotated at the "
+             "key positions)", _rot, _switch(on_v=True)),
 )
 
 ROTARY = register(Variant(
@@ -773,4 +775,4 @@ ROTARY = register(Variant(
             "HF conventions", transcendental=lambda opts: opts.rotary is not None,
     rotate=rotation_of, rotate_plain=rotate_plain, rotate_emulated=rotate_emulated,
     error=error_terms, backward=_backward,
-    packed=False, bugs=_BUGS))
+    bugs=_BUGS))

@@ -345,11 +345,10 @@ def _compare_variant(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any
                         ": use rule='model', 'ulp' or 'allclose'")
     prep = prepare(query, key, value, variant, **call)
     if any(v.rotate is not None for v in variant.active()):
-        if given:
-            raise SpecError(f"{' and '.join(kernel_params)} with a variant that rotates q "
-                            "and k are not supported")
+        params = _parameter_gradients(kernel_params, prep, variant, query, key, value,
+                                      grad_output, **call, **variants)
         return _compare_rotated(dq, dk, dv, query, key, value, grad_output, prep, variant,
-                                call=call, variants=variants, **judge)
+                                call=call, variants=variants, params=params, **judge)
     cap = None
     if variant.has_cap:
         cap, k64, v64, mask = lowered_after_cap(prep)
@@ -371,20 +370,31 @@ def _compare_rotated(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any
                      variants: dict[str, Any], rule: str | None, accumulation_dtype: Any,
                      safety: float | None, rtol: float | None, atol: float | None,
                      ulps: float | None, factor: float | None, diagnose_bugs: bool,
-                     error_model: str) -> BackwardComparison:
+                     error_model: str, params: dict[str, _Param] | None = None
+                     ) -> BackwardComparison:
     """compare_attention_backward of a call whose variant rotates q and k: the reference
-    and tolerance of :mod:`.rotated`, judged as the plain check's."""
+    and tolerance of :mod:`.rotated`, judged as the plain check's; ``params``: the
+    kernel's variant-parameter gradients (d_sinks, d_alibi_slopes), bounded by the
+    rotated check's mask-gradient bound (:meth:`.rotated.RotatedCheck.param_bounds`)."""
     acts = {"dq": _as_actual(dq), "dk": _as_actual(dk), "dv": _as_actual(dv)}
     base = _model_bwd(list(acts.values()), accumulation_dtype, error_model)
     chk = rotated_check(acts, query, key, value, grad_output, prep, variant, base, rule=rule,
-                        call=call, variants=variants)
+                        call=call, variants=variants, with_mask_events=bool(params))
+    titles = {n: f"{t} ({n})" for n, t in _GRADS}
+    if params:
+        p_bounds, p_nats = chk.param_bounds(params)
+        chk.bounds.update(p_bounds)
+        chk.nats.update(p_nats)
+        for name, (a, enc, _) in params.items():
+            acts[name], chk.encs[name] = a, enc
+        titles.update({p.keyword: f"{p.title} ({p.keyword})" for _, p in grad_params()})
     rule = _rule_options(rule, rtol=rtol, atol=atol, ulps=ulps, factor=factor, safety=safety)
     rule_text = _rule_line(rule, chk.shown, safety, rtol, atol, ulps, factor,
                            kernel=BACKWARD_KERNEL + " with rotary")
     comps, warns, fits_truth = _judge_gradients(
         acts, chk.encs, chk.bounds, chk.nats, chk.shown, rule=rule, rule_text=rule_text,
         safety=safety, rtol=rtol, atol=atol, ulps=ulps, factor=factor, plain=None,
-        titles={n: f"{t} ({n})" for n, t in _GRADS}, masked_nan=call["masked_rows"] == "nan")
+        titles=titles, masked_nan=call["masked_rows"] == "nan")
     _refuse_vacuous(comps, chk.shown)
     passed = all(c_.passed for c_ in comps.values())
     result = BackwardComparison(passed, rule_text, base.fmt.name, _acc_text(base), comps,
@@ -392,7 +402,8 @@ def _compare_rotated(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any
     if passed or not diagnose_bugs or fits_truth:
         return result
     saf = 1.0 if safety is None or rule != "model" else safety
-    return replace(result, diagnosis_run=True, diagnoses=chk.diagnose(acts, saf))
+    grads = {n: a for n, a in acts.items() if n not in (params or {})}
+    return replace(result, diagnosis_run=True, diagnoses=chk.diagnose(grads, saf))
 
 
 def _exactly_scaled(x: np.ndarray, n: int) -> np.ndarray | None:

@@ -50,6 +50,7 @@ from ...oracle.variants.rotary import KernelRotation
 from ...oracle.variants.transformed import Cap
 from ..call import AttentionCall
 from ..forward.bugs import _fits
+from ..tolerance import format_of
 from ..verdict import Diagnosis, _as_array, _f64
 from .bugs import PlainBackward, plain_backward, reduce_to
 from .model import backward_error_bound, backward_events, natural_scales
@@ -306,6 +307,22 @@ def _probabilistic(fl: _Flat, pb: PlainBackward, model: Any, score_model: Any,
     return {"dq": t_q, "dk": t_k}
 
 
+def _score_extra(fl: _Flat, variant: Any, score_model: Any) -> Arr:
+    """(B, L, S + sinks): each score's further error from the kernel's rotation (the
+    variant's ``error`` hook; a sink's score σ has none)."""
+    geo, rot = fl.geo, fl.rot
+    B, L, S = geo.B, geo.L, int(fl.kr.shape[1])
+    S0 = fl.S
+    vp = SimpleNamespace(rotation=rot, rotation_inputs=(fl.q0, fl.k0[:, :S0]),
+                         rotation_outputs=(fl.qr, fl.kr[:, :S0]),
+                         scale=fl.call(True).effective_scale, opts=variant)
+    hook = next(v.error for v in variant.active() if v.rotate is not None and v.error)
+    extra = np.zeros((B, L, S))
+    for b in range(B):
+        extra[b, :, :S0] = hook(variant, vp, b, slice(0, L), score_model)[0]
+    return extra
+
+
 def _bounds(fl: _Flat, pb: PlainBackward, model: Any, variant: Any,
             shapes: dict[str, tuple[int, ...]], score_model: Any
             ) -> tuple[dict[str, Arr], dict[str, Any]]:
@@ -313,14 +330,7 @@ def _bounds(fl: _Flat, pb: PlainBackward, model: Any, variant: Any,
     ``score_model`` reads the rotation's per-score term (the check's error model)."""
     geo, rot = fl.geo, fl.rot
     B, L, S, E = geo.B, geo.L, int(fl.kr.shape[1]), fl.q0.shape[-1]   # S: with a sink's key
-    S0 = fl.S
-    vp = SimpleNamespace(rotation=rot, rotation_inputs=(fl.q0, fl.k0[:, :S0]),
-                         rotation_outputs=(fl.qr, fl.kr[:, :S0]),
-                         scale=fl.call(True).effective_scale, opts=variant)
-    hook = next(v.error for v in variant.active() if v.rotate is not None and v.error)
-    extra = np.zeros((B, L, S))    # a sink's score σ has no rotation error
-    for b in range(B):
-        extra[b, :, :S0] = hook(variant, vp, b, slice(0, L), score_model)[0]
+    extra = _score_extra(fl, variant, score_model)
     flat_shapes: dict[str, tuple[int, ...]] = {"dq": (B, L, E), "dk": (B, S, E),
                                                "dv": (B, S, int(fl.v.shape[-1]))}
     plain = backward_error_bound(pb, model, shapes=flat_shapes, score_extra=extra)
@@ -394,6 +404,34 @@ class RotatedCheck:
     flat: _Flat
     pb: PlainBackward
 
+    variant: Any = None
+    score_model: Any = None
+
+    def param_bounds(self, params: dict[str, Any]
+                     ) -> tuple[dict[str, Arr], dict[str, Any]]:
+        """The bounds of the kernel's variant-parameter gradients (``params``: keyword ->
+        (actual, enclosure, reducer); d_sinks, d_alibi_slopes): as the plain check's
+        (compare._bounds), sums of the mask gradient's per-element bounds — here the
+        plain bound of dS at the float64-rotated inputs with each score widened by the
+        rotation's error (the worst-case propagation, which takes that widening) —
+        plus the kernel's own sum γ̃_n(u) Σ w|dS|; and their natural scales."""
+        pb, fl = self.pb, self.flat
+        full = tuple(pb.p.shape)
+        extra = _score_extra(fl, self.variant, self.score_model)
+        e_m = backward_error_bound(pb, self.shown, shapes={"d_attn_mask": full},
+                                   score_extra=extra)["d_attn_mask"]
+        nat_m, floor_m = natural_scales(pb, {"d_attn_mask": full},
+                                        self.shown.eta)["d_attn_mask"]
+        ds_abs = np.abs(np.where(pb.allowed, pb.ds if pb.ds_pre is None else pb.ds_pre, 0.0))
+        out, nats = {}, {}
+        for name, (a, _, reduce) in params.items():
+            n_terms = max(float(np.prod(full)) / max(float(np.prod(a.shape)), 1.0), 1.0)
+            gam = self.shown.gamma_sum(n_terms, format_of(a.dtype).u)
+            out[name] = np.asarray(reduce(e_m) + gam * reduce(ds_abs), dtype=np.float64)
+            nats[name] = (np.asarray(reduce(nat_m), dtype=np.float64),
+                          np.full(a.shape, float(np.max(floor_m, initial=0.0)) * n_terms))
+        return out, nats
+
     def diagnose(self, acts: dict[str, Arr], safety: float) -> tuple[Diagnosis, ...]:
         shapes = {n: tuple(e.shape) for n, e in self.encs.items()}
         return _diagnose(self.flat, {n: _f64(a) for n, a in acts.items()}, self.pb,
@@ -402,7 +440,8 @@ class RotatedCheck:
 
 def rotated_check(acts: dict[str, Arr], query: Any, key: Any, value: Any, grad_output: Any,
                   prep: Any, variant: Any, model: Any, *, rule: str | None,
-                  call: dict[str, Any], variants: dict[str, Any]) -> RotatedCheck:
+                  call: dict[str, Any], variants: dict[str, Any],
+                  with_mask_events: bool = False) -> RotatedCheck:
     """The reference and the tolerance of a call whose variant rotates q and k, the
     kernel's gradients ``acts`` (dq, dk, dv) checked for shape; ``model`` the check's
     error model (its per-score rotation term; the propagation is the worst case),
@@ -419,9 +458,13 @@ def rotated_check(acts: dict[str, Arr], query: Any, key: Any, value: Any, grad_o
     fl = _Flat(prep, variant, grad_output, call.get("scale"), call["masked_rows"])
     pb = plain_backward(fl.call(True))
     shapes = {n: tuple(e.shape) for n, e in encs.items()}
-    events = backward_events(pb, max(float(sum(np.prod(sh) for sh in shapes.values())), 1.0))
+    n_el = float(sum(np.prod(sh) for sh in shapes.values()))
+    if with_mask_events:    # parameter gradients judged by the mask gradient's bounds
+        n_el += float(np.prod(pb.p.shape))
+    events = backward_events(pb, max(n_el, 1.0))
     # the worst-case propagation (as softcap); the rotation's per-score term as the
     # check's error model reads it (probabilistic: min(worst case, λσ), as the forward's)
     shown = replace(model, kind="worst_case").with_events(*events)
     bounds, nats = _bounds(fl, pb, shown, variant, shapes, model.with_events(*events))
-    return RotatedCheck(encs, bounds, nats, shown, fl, pb)
+    return RotatedCheck(encs, bounds, nats, shown, fl, pb, variant,
+                        model.with_events(*events))

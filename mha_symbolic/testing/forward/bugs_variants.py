@@ -41,7 +41,7 @@ from ...oracle.variants.registry import (
 from ...oracle.variants.semantics import Cap, Geometry
 from ..call import AttentionCall
 from ..tolerance import ErrorModel
-from .bugs import _matching
+from .bugs import Candidate
 from .model_variants import variant_error_bound
 from .plain import fit_ratio
 
@@ -115,9 +115,18 @@ def plain_variant(
     S = k.shape[-2]
     off = 0 if x.causal_alignment == "top_left" else S - L
     geo = Geometry(lead, H, L, S, off)
-    # q, k rotated before the scores (as the kernel's, or a buggy kernel's)
-    rot, rot_io = plain_rotation(o, geo, q, k, rotate_changes)
+    # q, k rotated before the scores (as the kernel's, or a buggy kernel's); the switch
+    # ``on_v`` of rotate_changes also rotates v as a key (a kernel that rotates V too)
+    changes = dict(rotate_changes or {})
+    on_v = bool(changes.pop("on_v", False))
+    rot, rot_io = plain_rotation(o, geo, q, k, changes)
     if rot_io is not None:
+        if on_v:
+            if v.shape[-1] != E:
+                raise ValueError("rotary on v needs the value dim of the query's")
+            _, v_io = plain_rotation(o, geo, q, v, changes)
+            assert v_io is not None
+            v = v_io[3].reshape(v.shape)
         q, k = rot_io[2].reshape(*lead, L, E), rot_io[3].reshape(*lead, S, E)
     c = (1.0 / math.sqrt(E) if x.scale is None else float(x.scale)) if scale is None else scale
     G = q @ np.swapaxes(k, -1, -2)
@@ -366,20 +375,28 @@ def variant_bug_classes() -> tuple[BugClass, ...]:
 
 
 def diagnose_variant(actual: np.ndarray, x: AttentionCall, *, model: ErrorModel,
-                     safety: float) -> tuple[Any, ...]:
+                     safety: float, tol: np.ndarray | None = None) -> tuple[Any, ...]:
     """The variant bug classes whose float64 output ``actual`` matches within
-    ``safety`` times the buggy variant's own bound under ``model``, best first
-    (callers have found that ``actual`` does not match the truth)."""
-
-    class _Entry:
-        def __init__(self, bug: BugClass) -> None:
-            self.name, self.description, self.bug = bug.name, bug.description, bug
-
-        def applies(self, xx: AttentionCall) -> bool:
-            return self.bug.applies(xx)
-
-        def variant(self, xx: AttentionCall) -> VariantPlain:
-            return plain_variant(xx, **self.bug.switches(xx))
-
-    entries = tuple(_Entry(b) for b in variant_bug_classes())
-    return _matching(actual, x, entries, model, safety)
+    ``safety`` times the buggy variant's own bound under ``model`` and, where ``tol``
+    (the verdict's own tolerance, per element) is given, within ``tol`` too: a
+    reproduction is never judged looser than the verdict judged the truth (a bug whose
+    own bound is wider, e.g. ``no_scale``'s larger scores, does not absorb an unrelated
+    error).  Best first; callers have found that ``actual`` does not match the truth."""
+    found: list[Candidate] = []
+    a = np.asarray(actual, dtype=np.float64)
+    for bug in variant_bug_classes():
+        try:
+            if not bug.applies(x):
+                continue
+            pv = plain_variant(x, **bug.switches(x))
+            if pv.shape != a.shape:
+                continue
+            bound = safety * pv.bound(model)[0]
+            if tol is not None:
+                bound = np.minimum(bound, np.broadcast_to(tol, bound.shape))
+            w = fit_ratio(a, pv.out, bound, 1.0)
+        except (ValueError, IndexError):  # a variant that makes no sense for these shapes
+            continue
+        if w <= 1.0:
+            found.append(Candidate(bug.name, bug.description, w))
+    return tuple(sorted(found, key=lambda c: c.ratio))

@@ -254,9 +254,15 @@ def _packed_whole(opts: VariantOptions) -> VariantOptions:
 
 def _packed_bugs(x_parts: list[AttentionCall], cq: list[int], ck: list[int],
                  qp: np.ndarray, kp: np.ndarray, vp_: np.ndarray, base: AttentionCall,
-                 actual: np.ndarray, model: ErrorModel, safety: float) -> tuple[Any, ...]:
+                 actual: np.ndarray, model: ErrorModel, safety: float,
+                 tol: np.ndarray | None = None) -> tuple[Any, ...]:
     """Diagnosis of a packed output: the per-sequence variant bugs (applied to every
-    sequence) and the two varlen bugs (attention across the boundaries)."""
+    sequence) and the two varlen bugs (attention across the boundaries); each judged
+    within ``safety`` × its own bound and, where given, the verdict's tolerance
+    ``tol`` (never looser than the verdict)."""
+
+    def within(bound: np.ndarray) -> np.ndarray:
+        return bound if tol is None else np.minimum(bound, np.broadcast_to(tol, bound.shape))
 
     found: list[Any] = []
 
@@ -266,7 +272,7 @@ def _packed_bugs(x_parts: list[AttentionCall], cq: list[int], ck: list[int],
     def check(name: str, desc: str, outs: list[Any]) -> None:
         out = packed([o.out for o in outs])
         bound = packed([o.bound(model)[0] for o in outs])
-        ok, ratio = _fits(actual, out, safety * bound)
+        ok, ratio = _fits(actual, out, within(safety * bound))
         if ok:
             found.append(Candidate(name, desc, ratio))
 
@@ -287,7 +293,7 @@ def _packed_bugs(x_parts: list[AttentionCall], cq: list[int], ck: list[int],
         try:
             o = plain_variant(whole)
             ok, ratio = _fits(actual, np.swapaxes(o.out[0], 0, 1),
-                              safety * np.swapaxes(o.bound(model)[0][0], 0, 1))
+                              within(safety * np.swapaxes(o.bound(model)[0][0], 0, 1)))
             if ok:
                 found.append(Candidate("varlen_no_boundaries", "packed sequences attend to "
                                        "each other (cu_seqlens not applied)", ratio))
@@ -367,12 +373,12 @@ def compare_attention_varlen(
         tol, vac = np.zeros(a.shape), np.zeros(a.shape, dtype=bool)
     model = model.with_events(*events)
 
-    def diagnose(saf: float) -> tuple[Any, ...]:
+    def diagnose(saf: float, tol: np.ndarray | None = None) -> tuple[Any, ...]:
         base = replace(parts[0], mod_keep=None) if parts else None
         if base is None:
             return ()
         return _packed_bugs(parts, cq, ck, qp, kp, vp_, base, np.asarray(a, np.float64),
-                            model, saf)
+                            model, saf, tol)
 
     comp = _verdict(a, ref, tol, vac, model=model, x=None, rule=rule, safety=safety,
                     rtol=rtol, atol=atol, ulps=ulps, factor=None,
