@@ -211,6 +211,7 @@ class _Work:
     p: np.ndarray
     spread: np.ndarray
     arg_m: np.ndarray | None    # min(2 u_a spread, cap) when the fused loops made it
+    top_fused: np.ndarray | None    # argmax(on(s, −inf)) when the fused loops made it
     n_ax: np.ndarray
     n_row: np.ndarray
     vals: _Values
@@ -401,7 +402,7 @@ def _scaled_scores(w: _Work, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale:
 def _exact_weights(w: _Work, dv: np.ndarray | None) -> None:
     """The exact weights p (float64), the row maxima and the spreads s_max − s_j."""
     ax, s = w.axis, w.s
-    w.arg_m = None
+    w.arg_m = w.top_fused = None
     fused = jit.shifted_scores(w)       # the passes before the exps fused, or None
     if fused is not None:
         e, smax = fused
@@ -444,7 +445,8 @@ def _score_errors(w: _Work, q: np.ndarray, k: np.ndarray, dq: np.ndarray | None,
     t, A, s, c, kb, qb, E, S = w.t, w.A, w.s, w.c, w.kb, w.qb, w.E, w.S
     shift_ok = extras is None or extras.centred
     need_dist = ((ker.scaled_query and not _is_pow2(c)) or dq is not None) and shift_ok
-    w.top = np.argmax(w.on(s, -np.inf), axis=-1) if w.centred and S else None
+    w.top = None if not (w.centred and S) else (
+        w.top_fused if w.top_fused is not None else np.argmax(w.on(s, -np.inf), axis=-1))
     if dq is None and dk is None and jit.score_errors(w):
         return None             # the plain path in one fused pass: the same values
     dist = None
