@@ -7,8 +7,9 @@ the values of the plain one).
 
 Saves, per case, the model's tolerance and vacuity (``Plain.bound``) and the dtype
 level's tolerance and undecided rows (``dtype_level(...).tolerance`` against the float64
-output) for six cases (bf16/fp16/fp32, plain, causal, bool and float masks, GQA, decode,
-kernels fused/eager/sequential); ``--compare`` prints which are bit-identical.
+output) for nine cases (bf16/fp16/fp32, plain, causal, bool and float masks, GQA, decode,
+kernels fused/eager/sequential; three unmasked ones of several chunks); ``--compare``
+prints which are bit-identical.
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ CASES = [("bfloat16", (2, 4, 4, 384, 384, 64), False, None, False, None),
          ("float32", (2, 2, 2, 200, 900, 16), False, "bool", False, None),
          ("bfloat16", (1, 32, 8, 1, 4096, 128), False, None, True, None),
          ("float16", (1, 2, 2, 500, 500, 16), True, "float", False, "eager"),
-         ("bfloat16", (1, 4, 4, 256, 1024, 64), True, None, False, "sequential")]
+         ("bfloat16", (1, 4, 4, 256, 1024, 64), True, None, False, "sequential"),
+         # unmasked chunks of 2^17 scores (issue 29): the benchmark's rows, odd key counts
+         ("bfloat16", (1, 4, 4, 512, 512, 64), False, None, False, None),
+         ("float32", (1, 2, 2, 700, 1024, 32), False, None, False, None),
+         ("float16", (1, 4, 2, 2500, 64, 16), False, None, True, "eager")]
 
 
 def save(path: str) -> None:

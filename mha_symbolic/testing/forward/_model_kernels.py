@@ -259,16 +259,29 @@ def log_weights(s: Array, lse: Array, D: Array, allowed: Array, logp: Array, ld:
 
 @njit
 def shifted_scores(s: Array, allowed: Array, a2ua: float, cap: float, d: Array,
-                   spread: Array, arg: Array, smax: Array) -> None:
+                   spread: Array, arg: Array, smax: Array, top: Array) -> None:
     """model._exact_weights' passes before the exp and _weight_errors' before the
     expm1: the row maximum m of on(s, −inf) (0 when not finite), d = on(s, −inf) − m,
-    spread = on(m − s, 0), arg = min(2u_a spread, cap) (np.minimum: NaN kept)."""
+    spread = on(m − s, 0), arg = min(2u_a spread, cap) (np.minimum: NaN kept), and
+    _score_errors' top key np.argmax(on(s, −inf)) (numpy's rule: the first maximum,
+    the first NaN if any)."""
     R, S = s.shape
     for i in range(R):
         m = -np.inf
+        bm = -np.inf
+        ti = 0
+        done = False
         for j in range(S):
             x = s[i, j] if allowed[i, j] else -np.inf
             m = x if j == 0 else _mx(m, x)
+            if j == 0:
+                bm = x
+                done = x != x
+            elif not done and not (x <= bm):
+                bm = x
+                ti = j
+                done = x != x
+        top[i] = ti
         if not np.isfinite(m):
             m = 0.0
         smax[i] = m

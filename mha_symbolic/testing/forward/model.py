@@ -96,9 +96,9 @@ from ..tolerance import (
     gamma,
     gamma_tilde,
     hoeffding_bound,
-    underflow_eta,
 )
 from . import model_jit as jit
+from .model_finish import _final_roundings, _finish, _underflow
 from .moments import (
     Bound,
     HeadCache,
@@ -211,6 +211,7 @@ class _Work:
     p: np.ndarray
     spread: np.ndarray
     arg_m: np.ndarray | None    # min(2 u_a spread, cap) when the fused loops made it
+    top_fused: np.ndarray | None    # argmax(on(s, −inf)) when the fused loops made it
     n_ax: np.ndarray
     n_row: np.ndarray
     vals: _Values
@@ -401,7 +402,7 @@ def _scaled_scores(w: _Work, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale:
 def _exact_weights(w: _Work, dv: np.ndarray | None) -> None:
     """The exact weights p (float64), the row maxima and the spreads s_max − s_j."""
     ax, s = w.axis, w.s
-    w.arg_m = None
+    w.arg_m = w.top_fused = None
     fused = jit.shifted_scores(w)       # the passes before the exps fused, or None
     if fused is not None:
         e, smax = fused
@@ -444,7 +445,8 @@ def _score_errors(w: _Work, q: np.ndarray, k: np.ndarray, dq: np.ndarray | None,
     t, A, s, c, kb, qb, E, S = w.t, w.A, w.s, w.c, w.kb, w.qb, w.E, w.S
     shift_ok = extras is None or extras.centred
     need_dist = ((ker.scaled_query and not _is_pow2(c)) or dq is not None) and shift_ok
-    w.top = np.argmax(w.on(s, -np.inf), axis=-1) if w.centred and S else None
+    w.top = None if not (w.centred and S) else (
+        w.top_fused if w.top_fused is not None else np.argmax(w.on(s, -np.inf), axis=-1))
     if dq is None and dk is None and jit.score_errors(w):
         return None             # the plain path in one fused pass: the same values
     dist = None
@@ -635,13 +637,6 @@ def _worst(w: _Work, rows: np.ndarray, y_r: np.ndarray, pv_r: np.ndarray) -> np.
     return np.asarray(pre_w + fin * (np.abs(y_r) + pre_w))
 
 
-def _final_roundings(w: _Work) -> float:
-    """The final division and the extra output roundings in u_a, and the store in u."""
-    n_fin = 2 + (0 if w.extras is None else w.extras.final_roundings)
-    g = float(gamma(n_fin, w.model.ua))
-    return g + w.model.u * (1.0 + g)
-
-
 def _probabilistic(w: _Work, Mp: _Moments) -> tuple[np.ndarray, np.ndarray]:
     """Shared (deterministic) + Hoeffding over key groups, and the worst case on the
     rows where it can win; returns (bound in scaled units, the tie counts N).
@@ -724,77 +719,3 @@ def _prob_passes(w: _Work, N: np.ndarray, g_theta_p: np.ndarray
         nvw_sum=np.sum(w.on(Npp * w.var_w, 0.0), axis=-1, keepdims=True),
         fx=w.rowmax(ex + (1.0 + ex) * F), Fmax=w.rowmax(F), exmax=w.rowmax(ex),
         rem3=w.rowmax(np.maximum(Fp - F1, 0.0)))
-
-
-def _underflow(w: _Work, N: np.ndarray | None) -> np.ndarray | float:
-    """Keys whose weight may fall below the output dtype's normal range when stored:
-    |fl(p) − p| ≤ max(u p, η_u), so η_u per such key on top of the relative terms
-    (unscaled units)."""
-    model, allowed, p, vals, ev = w.model, w.allowed, w.p, w.vals, w.ev
-    lam, eta_u = model.lam, model.eta
-    wf = model.weights
-    eta_term: np.ndarray | float = 0.0
-    if wf is not None:
-        # weights stored unnormalised in the format wf (FP8 kernels): P̃_j = p_j / p_ref
-        # ≤ 1, p_ref the row's largest weight; |fl(P̃) − P̃| ≤ max(u_w P̃, min(η_w, P̃)) (a
-        # subnormal rounds by at most half a spacing, never by more than itself), so in
-        # normalised weights min(η_w p_ref, p_j) per key that can fall below wf's normal
-        # range, on top of the relative u_w charged above
-        p_ref = w.rowmax(p)
-        eta_w = underflow_eta(wf)
-        smallw = allowed & (p < 4.0 * math.ldexp(1.0, wf.emin) * p_ref)
-        if np.any(smallw):
-            a_eta = np.where(smallw, np.minimum(eta_w * p_ref, p), 0.0)
-            Mw = vals.moments(a_eta, li=False, sq=False)
-            assert Mw.ab is not None
-            eta_s = Mw.ab
-            if N is not None:
-                nmax = w.rowmax(N)
-                sq2 = vals.moments(a_eta * a_eta, ab=False, li=False).sq
-                assert sq2 is not None
-                eta_s = np.minimum(eta_s, lam * np.sqrt(nmax * sq2))
-            eta_term = np.ldexp(eta_s, ev) if abs(ev) < 2000 else eta_s * 2.0**ev
-        return eta_term
-    small = w.on(p < 4.0 * math.ldexp(1.0, model.fmt.emin), False)
-    if np.any(small):
-        Ms = vals.moments(small.astype(np.float64), li=False)
-        assert Ms.ab is not None and Ms.sq is not None
-        n_w_u = 1.0 + (1.0 if w.kappa is not None else 0.0)     # the P store, dropout
-        eta_s = n_w_u * Ms.ab                                     # Σ_small |ã_j|, scaled
-        if N is not None:
-            nmax = w.rowmax(N)
-            eta_s = np.minimum(eta_s, lam * np.sqrt(n_w_u * nmax * Ms.sq))
-        eta_term = np.ldexp(eta_s, ev) * eta_u if abs(ev) < 2000 else eta_s * eta_u * 2.0**ev
-    return eta_term
-
-
-def _finish(w: _Work, tolb: np.ndarray, eta_term: np.ndarray | float, v: np.ndarray,
-            pv: np.ndarray) -> Bound:
-    """Back to unscaled units, the underflow in absolute terms, vacuity."""
-    model, ev, kappa = w.model, w.ev, w.kappa
-    tolb = tolb * (1.0 + 2.0**-40)              # the float64 rounding of the bound itself
-    # fully masked rows: an exact zero (or NaN) is expected
-    tolb = np.where(w.alive if w.centred else True, tolb, 0.0)
-    tol = np.ldexp(tolb, ev) if abs(ev) < 2000 else tolb * math.ldexp(1.0, ev)
-    pv_u = np.ldexp(pv, ev)
-    vmax = float(np.max(np.abs(v), initial=0.0)) * (
-        1.0 if kappa is None else float(np.max(np.abs(kappa), initial=1.0)))
-    # underflow, in absolute terms: the weights stored in the output dtype (and the
-    # dropout product) err by η_u only where they fall below its normal range (the
-    # keys `small`; above it the relative terms hold), the final store by η_u; in the
-    # accumulation dtype every exp, product, rescaling and division may underflow
-    # (the tiny unit first: n_row (vmax + 1) alone overflows for values near the float64
-    # maximum, where the product with eta_a is far inside the range)
-    tol_kernel = tol + (4.0 * model.eta_a * w.n_row) * (vmax + 1.0) + 4.0 * model.eta_a
-    tol = tol_kernel + eta_term + model.eta * 2.0
-    vacuous = np.broadcast_to(w.vac_rows[:, None], tol.shape) | ~np.isfinite(tol)
-    row_alive = np.any(w.allowed, axis=-1, keepdims=True)
-    # vacuous: the kernel's own errors (relative terms, underflow or flushing in the
-    # accumulation) reach the natural size Σ p|v|: every digit may be lost.  The output
-    # format's underflow (the stores of P and O) is not counted: an answer whose natural
-    # size is below it sits in the format's subnormal range, where even the correctly
-    # rounded answer may be zero (a fp16 value of 2^-24 with one key was refused; found by
-    # the property-based example)
-    vacuous = vacuous | ((tol_kernel >= pv_u) & (pv_u > 0) & row_alive)
-    tol = np.where(np.isfinite(tol), np.minimum(tol, _FMAX), _FMAX)
-    return Bound(np.asarray(tol, dtype=np.float64), np.asarray(vacuous))

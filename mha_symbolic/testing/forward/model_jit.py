@@ -64,15 +64,17 @@ def _rows(a: np.ndarray | float, R: int) -> np.ndarray:
 
 def shifted_scores(w: _Work) -> tuple[np.ndarray, np.ndarray] | None:
     """model._exact_weights up to its exps: (e^{on(s, −inf) − m}, m (R, 1)); sets
-    w.spread = on(m − s, 0) and w.arg_m = min(2 u_a spread, cap) (for _weight_errors)."""
+    w.spread = on(m − s, 0), w.arg_m = min(2 u_a spread, cap) (for _weight_errors) and
+    w.top_fused = argmax(on(s, −inf)) (for _score_errors: one pass fewer)."""
     kern = _kern(w, w.s)
     if kern is None:
         return None
     R, S = w.R, w.S
     d, w.spread, w.arg_m = (np.empty((R, S)) for _ in range(3))
     smax = np.empty(R)
+    w.top_fused = np.empty(R, dtype=np.intp)
     kern.shifted_scores(w.s, w.allowed, 2.0 * w.model.ua, _EXP_CAP, d, w.spread, w.arg_m,
-                        smax)
+                        smax, w.top_fused)
     return np.exp(d, out=d), smax[:, None]     # masked keys: exp(−inf) = 0, as on(·, 0)
 
 

@@ -167,3 +167,27 @@ def test_the_verdicts_fused_pass_gives_the_numpy_findings(seed: int) -> None:
     assert got is not None
     want = _elements(a, lower, upper, tol, vac, hull, mid, fmt)
     assert all(_same(x, y) for x, y in zip(got, want, strict=True)), (got[1:], want[1:])
+
+
+def test_the_fused_top_key_is_numpys_argmax() -> None:
+    """shifted_scores' top key (h29f: _score_errors' argmax pass fused) is np.argmax of
+    on(s, −inf): the first of tied maxima, the first NaN, key 0 in a fully masked row."""
+    kern = kernels()
+    if kern is None:
+        pytest.skip("numba not installed")
+    rng = np.random.default_rng(3)
+    S = 9
+    s = np.round(rng.standard_normal((64, S)) * 2) / 2        # many ties
+    s[5, [2, 6]] = np.nan
+    s[6, 4] = np.nan
+    s[7, :] = -np.inf
+    s[8, [1, 7]] = np.inf
+    allowed = rng.random((64, S)) < 0.8
+    allowed[9] = False
+    allowed[6, 4] = False                                     # a masked NaN counts as −inf
+    outs = [np.empty((64, S)) for _ in range(3)]
+    top = np.empty(64, dtype=np.intp)
+    kern.shifted_scores(s, allowed, 2.0**-7, 700.0, *outs, np.empty(64), top)
+    want = np.argmax(np.where(allowed, s, -np.inf), axis=-1)
+    assert np.array_equal(top, want)
+    assert top[9] == 0 and top[7] == 0

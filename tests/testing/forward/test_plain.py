@@ -109,3 +109,26 @@ def test_fit_ratio_matches_nan_with_nan() -> None:
     a = np.array([1.0, np.nan, 3.0])
     assert fit_ratio(a, np.array([1.0, np.nan, 3.5]), np.ones(3), 1.0) == pytest.approx(0.5)
     assert fit_ratio(a, np.array([1.0, 2.0, 3.0]), np.ones(3), 1.0) == np.inf
+
+
+def test_unmasked_bound_runs_in_chunks_of_2_17_scores_with_the_same_values() -> None:
+    """Issue 29: without a mask the model's chunks hold twice the rows (2^17 scores) where
+    the rows of a 2^16 chunk are a multiple of 32; the tolerances are bit-identical to
+    those of 2^16 chunks (each chunk's bound recomputed here at 2^16 scores)."""
+    from mha_symbolic.testing.forward import plain as plain_mod
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((1, 1, n, 16)) for n in (600, 512, 512))
+    pl = Plain(AttentionCall(q, k, v))
+    model = error_model("bfloat16").with_events(*pl.events())
+    rows = [ch.rows for ch, _, _ in pl._bound_chunks(model)]
+    assert [r.stop - r.start for r in rows] == [256, 256, 88]      # 2^17 / 512 rows each
+    tol, vac = pl.bound(model)
+    ref = np.zeros((600, 16))
+    for ch in pl.chunks(plain_mod.BOUND_CHUNK_SCORES):       # 128 rows each
+        assert ch.rows.stop - ch.rows.start <= 128
+        ref[ch.rows] = pl._bound_chunk(ch.restricted(), model)[0]
+    assert np.array_equal(tol.reshape(600, 16), ref) and not vac.any()
+    causal = Plain(AttentionCall(q, k, v, is_causal=True))
+    assert {ch.rows.stop - ch.rows.start for ch, _, _ in causal._bound_chunks(model)} <= {128, 88}
+    odd = Plain(AttentionCall(q, k[..., :500, :], v[..., :500, :]))   # 131 rows: unchanged
+    assert odd._bound_chunk_scores() == plain_mod.BOUND_CHUNK_SCORES
