@@ -25,7 +25,6 @@ import numpy as np
 from ..._display import ReportDisplay
 from ...errors import ShapeError, SpecError, ToleranceError
 from ...oracle.api import reference_attention_backward
-from ...oracle.shifted import SHIFT_ABOVE, shift_of
 from ...oracle.variants.forward import lowered, lowered_after_cap, prepare, require_lowerable
 from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import (
@@ -69,6 +68,7 @@ from .bugs import (
 from .model import BACKWARD_KERNEL, backward_error_bound, backward_events, natural_scales
 from .rotated import rotated_check
 from .softmax_d import with_softmax_d
+from .units import power_of_two_form
 
 __all__ = [
     "BackwardComparison",
@@ -393,69 +393,6 @@ def _compare_rotated(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any
         return result
     saf = 1.0 if safety is None or rule != "model" else safety
     return replace(result, diagnosis_run=True, diagnoses=chk.diagnose(acts, saf))
-
-
-def _exactly_scaled(x: np.ndarray, n: int) -> np.ndarray | None:
-    """x · 2^-n in x's own float dtype if every element is exact (no bit lost to the
-    subnormal range), else None.  NaN and inf stay what they are (a failing actual)."""
-    y = np.ldexp(x, -n).astype(x.dtype)
-    fin = np.isfinite(x)
-    with np.errstate(over="ignore", invalid="ignore"):
-        back = np.ldexp(y, n)
-    return y if np.array_equal(back[fin], x[fin]) else None
-
-
-def power_of_two_form(value: Any, grad_output: Any, *actual: Any) -> tuple[Any, ...] | None:
-    """The backward check in units 2^-a (values) and 2^-b (grad_output), for values
-    or dO beyond 2^400 whose products would leave the float64 range (issue 30;
-    the oracle does the same, :mod:`mha_symbolic.oracle.shifted`).
-
-    Why it is the same check: attention's backward is linear in dO and, given the
-    scores, bilinear in (V, dO) for dQ, dK and the mask gradient: O = P V and
-    dP = dO Vᵀ scale with V, so D = rowsum(dO ∘ O) and dS = P ∘ (dP − D) scale by
-    2^-(a+b), hence dQ = c dS K and dK = c dSᵀ Q by 2^-(a+b), and dV = Pᵀ dO by 2^-b;
-    P (and the dropout keep-mask) do not change.  The exact gradients of the scaled
-    inputs are therefore the exact gradients times those powers of two, and so are the
-    kernel's rounding errors, since floating point is invariant under exact power-of-two
-    scaling unless it overflows or underflows: a kernel run that overflowed ends in inf
-    or NaN (inf absorbs sums and products by nonzero numbers, and attention divides only
-    by the softmax normaliser >= 1), which stays a failure here; an underflow in the
-    original run errs by at most the format's absolute unit, which the scaled model's
-    floor (the same unit, in units 2^-s) exceeds, so the tolerance stays a bound.  Used
-    only when every scaled array is exact (``_exactly_scaled``: no bit of an input or
-    a kernel's gradient is lost), else the check runs unscaled.  Returns (value,
-    grad_output, dq, dk, dv, d_attn_mask, (note,)) or None (nothing to scale)."""
-    if value is None or grad_output is None:
-        return None
-    v, do = _as_array(value, "value"), _as_array(grad_output, "grad_output")
-    if v.dtype != np.float64 or do.dtype != np.float64:
-        return None  # narrower formats end far below 2^400
-    a, b = shift_of(v), shift_of(do)
-    if a == 0 and b == 0:
-        return None
-    shifts = (a + b, a + b, b, a + b)  # dq, dk, dv, d_attn_mask
-    scaled: list[Any] = []
-    for x, n in ((v, a), (do, b)):
-        y = _exactly_scaled(x, n)
-        if y is None:
-            return None
-        scaled.append(y)
-    for g, n in zip(actual, shifts, strict=True):
-        if g is None:
-            scaled.append(None)
-            continue
-        arr = _as_array(g, "gradient")
-        if arr.dtype not in (np.float64, np.float32):
-            return None
-        y = _exactly_scaled(arr, n)
-        if y is None:
-            return None
-        scaled.append(y)
-    units = ", ".join(f"{name} × 2^-{n}" for name, n in (("value", a), ("grad_output", b)) if n)
-    shown = f"dq, dk (and d_attn_mask) are shown × 2^-{a + b}" + (f" and dv × 2^-{b}" if b else "")
-    note = (f"checked in exact power-of-two units (entries above 2^{SHIFT_ABOVE}): {units}, so "
-            f"{shown}")
-    return (*scaled, (note,))
 
 
 def _variant_backward_bugs(query: Any, key: Any, value: Any, variant: Any, **call: Any
