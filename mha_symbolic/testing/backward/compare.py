@@ -616,7 +616,8 @@ def _judge_gradients(
         lower, upper = _refined(enc, lower, upper, bounds[name], rule, f_a, safety, rtol,
                                 atol, ulps)
         mid = mid_of(lower, upper)
-        tol = _tolerance(rule, model=bounds[name], mid=mid, fmt=f_a, rtol=rtol, atol=atol,
+        bound, unbounded = _finite_part(bounds[name], rule)
+        tol = _tolerance(rule, model=bound, mid=mid, fmt=f_a, rtol=rtol, atol=atol,
                          ulps=ulps, factor=factor, safety=safety,
                          plain=None if plain is None else plain[name])
         title = titles[name]
@@ -626,34 +627,56 @@ def _judge_gradients(
             names = _index_names(a.ndim, "position")
         else:
             names = tuple(f"dim{i}" for i in range(a.ndim))
-        vac = None
+        vac = None if unbounded is None else np.broadcast_to(unbounded, a.shape)
         if nats is not None and name in nats and rule in ("model", "flash"):
-            vac = np.broadcast_to(_vacuity(bounds[name], nats[name]), a.shape)
+            vac = np.broadcast_to(_vacuity(bound, nats[name]), a.shape) | (
+                False if vac is None else vac)
         # "the exact one is not zero": certifiably so somewhere (its enclosure excludes
         # 0); an exact gradient of e^(−1e200), enclosed as [−1e-38, 1e-38], is zero to
         # every float and a zero gradient is then right (issue 30), not undetectable
-        zero_passes = bool(np.any(np.isfinite(mid) & ((lower > 0) | (upper < 0)))
-                           and _within(np.zeros_like(a), lower, upper, tol))
+        nonzero = np.isfinite(mid) & ((lower > 0) | (upper < 0))
+        judged = np.ones(a.shape, bool) if vac is None else ~vac
+        zero_passes = bool(np.any(nonzero & judged)
+                           and _within(np.zeros_like(a), lower, upper, tol, judged))
         if zero_passes:
             warns.append(f"the {title} tolerance admits an all-zero gradient: this check cannot "
                          f"tell a missing gradient from the right one (dtype {f_a.name}, "
                          f"accumulation {model.acc.name})")
             if rule in ("model", "flash"):
-                # the model's tolerance would pass a missing gradient: vacuous, every
-                # element (a rule the caller chose, ulp or allclose, stays a warning)
-                vac = np.ones(a.shape, dtype=bool)
+                # the model's tolerance would pass a missing gradient: vacuous where the
+                # exact gradient is certifiably non-zero (a zero is not wrong where it is
+                # enclosed, and those elements stay judged: a wrong value there fails;
+                # issue 30); a rule the caller chose, ulp or allclose, stays a warning
+                vac = np.asarray(nonzero) | (False if vac is None else vac)
         comps[name] = _verdict(a, lower, upper, tol, vac, model=m_a, rule=rule_text,
                                index_names=names, title=title, raise_vacuous=False)
         fits_truth &= _within(a, lower, upper, saf * bounds[name])
     return comps, warns, fits_truth
 
 
-def _within(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray) -> bool:
+def _finite_part(bound: np.ndarray, rule: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the model bound with its non-finite elements set to 0, those elements): an
+    element whose model bound left the float64 range (a score error so large that
+    e^(score error) overflows) has no finite tolerance, so it is vacuous and not judged
+    (counted; a passing check with it gives no verdict, :func:`_refuse_vacuous`); the
+    others keep their finite bounds (issue 30).  Only for the rules built on the model
+    ("model", "flash"); (bound, None) where every element is finite."""
+    bound = np.asarray(bound, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.isfinite(bound) & (bound >= 0))
+    if rule not in ("model", "flash") or not np.any(bad):
+        return bound, None
+    return np.where(bad, 0.0, bound), bad
+
+
+def _within(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray,
+            where: np.ndarray | None = None) -> bool:
+    """Every element (of ``where``) of ``a`` within ``tol`` of ``[lower, upper]``."""
     with np.errstate(invalid="ignore"):
         a64 = _f64(a)
         dist = np.maximum(np.maximum(a64 - upper, lower - a64), 0.0)
         ok = (np.isnan(lower) & np.isnan(a64)) | (dist <= tol)
-    return bool(np.all(ok))
+    return bool(np.all(ok if where is None else ok | ~where))
 
 
 def diagnose_backward(actual: dict[str, np.ndarray], x: AttentionCall, *, model: ErrorModel,
