@@ -302,10 +302,12 @@ def _compare_plain(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any,
     huge values or grad_output (:func:`power_of_two_form`)."""
     shifted = power_of_two_form(value, grad_output, dq, dk, dv, d_attn_mask)
     note: tuple[str, ...] = ()
+    floor = 1.0
     if shifted is not None:
-        value, grad_output, dq, dk, dv, d_attn_mask, note = shifted
+        value, grad_output, dq, dk, dv, d_attn_mask, note, floor = shifted
     result = _compare_backward(dq, dk, dv, query, key, value, grad_output, **call, **dropout,
-                               d_attn_mask=d_attn_mask, **judge, sink_keys=0, cap=None)
+                               d_attn_mask=d_attn_mask, **judge, sink_keys=0, cap=None,
+                               floor_scale=floor)
     return replace(result, warnings=(*result.warnings, *note)) if note else result
 
 
@@ -488,6 +490,7 @@ def _compare_backward(
     rtol: float | None, atol: float | None, ulps: float | None, factor: float | None,
     diagnose_bugs: bool, error_model: str, sink_keys: int, cap: float | None,
     extra_bugs: tuple[BackwardBugClass, ...] = (), params: dict[str, _Param] | None = None,
+    floor_scale: float = 1.0,
 ) -> BackwardComparison:
     """compare_attention_backward of plain attention; ``sink_keys``: the last keys
     are lowered sinks (:func:`_with_sink_keys`); ``cap``: C·tanh(s/C) on the scaled
@@ -499,6 +502,8 @@ def _compare_backward(
     if d_attn_mask is not None:
         acts["d_attn_mask"] = _as_actual(d_attn_mask)
     emodel = _model_bwd(list(acts.values()), accumulation_dtype, error_model)
+    if floor_scale != 1.0:   # power-of-two units scaled up (units.py)
+        emodel = replace(emodel, floor_scale=floor_scale)
     cap_kw = cap_keywords(cap)
     ref = reference_attention_backward(
         query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal, scale=scale,

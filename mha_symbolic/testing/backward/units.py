@@ -10,6 +10,7 @@ near the float64 maximum") says when this is exact and when it is not used.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -17,8 +18,31 @@ import numpy as np
 from ...oracle.shifted import SHIFT_ABOVE, shift_of
 from ..verdict import _as_array
 
-__all__ = ["power_of_two_form", "shifts_of_gradients"]
+__all__ = ["power_of_two_form", "shifts_of_gradients", "unit_shift"]
 
+
+
+#: Entries of V and dO all below 2^-SHIFT_BELOW are scaled up to units near 1: the
+#: probabilistic model squares products of them (σ_p² ∝ (u |dO||V|)²), which for
+#: |dO||V| below ~2^-460 underflow to 0 and would leave a tolerance of 0 where a
+#: kernel's rounding errors are not (a false alarm at dO of 2^-900, V of 2^1000).
+SHIFT_BELOW = 200
+
+
+def unit_shift(x: np.ndarray) -> int:
+    """n with max|x|·2^-n in units the float64 model handles: ``shift_of`` (n > 0)
+    above 2^SHIFT_ABOVE, n < 0 (max|x|·2^-n in [1/2, 1)) below 2^-SHIFT_BELOW, else 0.
+
+    >>> unit_shift(np.array([2.0 ** -900])), unit_shift(np.array([1.0, 2.0 ** 1000]))
+    (-899, 600)
+    """
+    n = shift_of(x)
+    if n:
+        return n
+    top = float(np.max(np.abs(x), initial=0.0)) if x.size else 0.0
+    if 0.0 < top < 2.0 ** -SHIFT_BELOW:
+        return math.frexp(top)[1]
+    return 0
 
 
 def shifts_of_gradients(a: int, b: int) -> tuple[int, int, int, int]:
@@ -58,14 +82,19 @@ def power_of_two_form(value: Any, grad_output: Any, *actual: Any) -> tuple[Any, 
     original run errs by at most the format's absolute unit, which the scaled model's
     floor (the same unit, in units 2^-s) exceeds, so the tolerance stays a bound.  Used
     only when every scaled array is exact (``_exactly_scaled``: no bit of an input or
-    a kernel's gradient is lost), else the check runs unscaled.  Returns (value,
-    grad_output, dq, dk, dv, d_attn_mask, (note,)) or None (nothing to scale)."""
+    a kernel's gradient is lost), else the check runs unscaled.  Scaled up (V or dO all
+    below 2^-200, whose squared products the probabilistic model would underflow to a
+    tolerance of 0), an underflow of the original run, at most η in its units, is
+    η·2^-n in the scaled one: the returned ``floor`` 2^-min(0, a, b, a+b) multiplies the
+    model's η (``ErrorModel.floor_scale``), so the tolerance stays a bound.  Returns
+    (value, grad_output, dq, dk, dv, d_attn_mask, (note,), floor) or None (nothing to
+    scale)."""
     if value is None or grad_output is None:
         return None
     v, do = _as_array(value, "value"), _as_array(grad_output, "grad_output")
     if v.dtype != np.float64 or do.dtype != np.float64:
         return None  # narrower formats end far below 2^400
-    a, b = shift_of(v), shift_of(do)
+    a, b = unit_shift(v), unit_shift(do)
     if a == 0 and b == 0:
         return None
     shifts = shifts_of_gradients(a, b)
@@ -86,8 +115,11 @@ def power_of_two_form(value: Any, grad_output: Any, *actual: Any) -> tuple[Any, 
         if y is None:
             return None
         scaled.append(y)
-    units = ", ".join(f"{name} × 2^-{n}" for name, n in (("value", a), ("grad_output", b)) if n)
-    shown = f"dq, dk (and d_attn_mask) are shown × 2^-{a + b}" + (f" and dv × 2^-{b}" if b else "")
-    note = (f"checked in exact power-of-two units (entries above 2^{SHIFT_ABOVE}): {units}, so "
-            f"{shown}")
-    return (*scaled, (note,))
+    units = ", ".join(f"{name} × 2^{-n}" for name, n in (("value", a), ("grad_output", b)) if n)
+    shown = f"dq, dk (and d_attn_mask) are shown × 2^{-(a + b)}" + (
+        f" and dv × 2^{-b}" if b else "")
+    note = (f"checked in exact power-of-two units (entries above 2^{SHIFT_ABOVE} or all below "
+            f"2^-{SHIFT_BELOW}): {units}, so {shown}")
+    # scaled up (n < 0), the original run's underflows (η in its units) are η·2^-n here
+    floor = math.ldexp(1.0, -min(0, a, b, a + b))
+    return (*scaled, (note,), floor)
