@@ -306,6 +306,10 @@ class ErrorModel:
     #: an FP8 kernel (FlashAttention-3) converts the unnormalised weights e^{s−m} ≤ 1
     #: to its fp8 input format (tolerance_variants.py); None: P in the output dtype
     weights: FloatFormat | None = None
+    #: the absolute underflow errors (η, η_a) times this power of two: a check stated in
+    #: power-of-two units 2^-n with n < 0 (testing/backward/units.py) meets the
+    #: original run's underflows, η in its units, as η·2^-n
+    floor_scale: float = 1.0
 
     @property
     def u(self) -> float:
@@ -323,13 +327,14 @@ class ErrorModel:
         of the arithmetic: converting to a narrower storage dtype keeps subnormals, as
         CUDA's cvt and x86's F16C conversions do)."""
         if self.flush and self.fmt == self.acc:
-            return math.ldexp(1.0, self.fmt.emin)
-        return underflow_eta(self.fmt)
+            return math.ldexp(1.0, self.fmt.emin) * self.floor_scale
+        return underflow_eta(self.fmt) * self.floor_scale
 
     @property
     def eta_a(self) -> float:
         """The same in the accumulation dtype."""
-        return math.ldexp(1.0, self.acc.emin) if self.flush else underflow_eta(self.acc)
+        return (math.ldexp(1.0, self.acc.emin) if self.flush
+                else underflow_eta(self.acc)) * self.floor_scale
 
     @property
     def us(self) -> float:

@@ -25,7 +25,6 @@ import numpy as np
 from ..._display import ReportDisplay
 from ...errors import ShapeError, SpecError, ToleranceError
 from ...oracle.api import reference_attention_backward
-from ...oracle.shifted import SHIFT_ABOVE, shift_of
 from ...oracle.variants.forward import lowered, lowered_after_cap, prepare, require_lowerable
 from ...oracle.variants.protocol import VariantOptions
 from ...oracle.variants.registry import (
@@ -69,6 +68,7 @@ from .bugs import (
 from .model import BACKWARD_KERNEL, backward_error_bound, backward_events, natural_scales
 from .rotated import rotated_check
 from .softmax_d import with_softmax_d
+from .units import power_of_two_form
 
 __all__ = [
     "BackwardComparison",
@@ -302,10 +302,12 @@ def _compare_plain(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any,
     huge values or grad_output (:func:`power_of_two_form`)."""
     shifted = power_of_two_form(value, grad_output, dq, dk, dv, d_attn_mask)
     note: tuple[str, ...] = ()
+    floor = 1.0
     if shifted is not None:
-        value, grad_output, dq, dk, dv, d_attn_mask, note = shifted
+        value, grad_output, dq, dk, dv, d_attn_mask, note, floor = shifted
     result = _compare_backward(dq, dk, dv, query, key, value, grad_output, **call, **dropout,
-                               d_attn_mask=d_attn_mask, **judge, sink_keys=0, cap=None)
+                               d_attn_mask=d_attn_mask, **judge, sink_keys=0, cap=None,
+                               floor_scale=floor)
     return replace(result, warnings=(*result.warnings, *note)) if note else result
 
 
@@ -406,69 +408,6 @@ def _compare_rotated(dq: Any, dk: Any, dv: Any, query: Any, key: Any, value: Any
     return replace(result, diagnosis_run=True, diagnoses=chk.diagnose(grads, saf))
 
 
-def _exactly_scaled(x: np.ndarray, n: int) -> np.ndarray | None:
-    """x · 2^-n in x's own float dtype if every element is exact (no bit lost to the
-    subnormal range), else None.  NaN and inf stay what they are (a failing actual)."""
-    y = np.ldexp(x, -n).astype(x.dtype)
-    fin = np.isfinite(x)
-    with np.errstate(over="ignore", invalid="ignore"):
-        back = np.ldexp(y, n)
-    return y if np.array_equal(back[fin], x[fin]) else None
-
-
-def power_of_two_form(value: Any, grad_output: Any, *actual: Any) -> tuple[Any, ...] | None:
-    """The backward check in units 2^-a (values) and 2^-b (grad_output), for values
-    or dO beyond 2^400 whose products would leave the float64 range (issue 30;
-    the oracle does the same, :mod:`mha_symbolic.oracle.shifted`).
-
-    Why it is the same check: attention's backward is linear in dO and, given the
-    scores, bilinear in (V, dO) for dQ, dK and the mask gradient: O = P V and
-    dP = dO Vᵀ scale with V, so D = rowsum(dO ∘ O) and dS = P ∘ (dP − D) scale by
-    2^-(a+b), hence dQ = c dS K and dK = c dSᵀ Q by 2^-(a+b), and dV = Pᵀ dO by 2^-b;
-    P (and the dropout keep-mask) do not change.  The exact gradients of the scaled
-    inputs are therefore the exact gradients times those powers of two, and so are the
-    kernel's rounding errors, since floating point is invariant under exact power-of-two
-    scaling unless it overflows or underflows: a kernel run that overflowed ends in inf
-    or NaN (inf absorbs sums and products by nonzero numbers, and attention divides only
-    by the softmax normaliser >= 1), which stays a failure here; an underflow in the
-    original run errs by at most the format's absolute unit, which the scaled model's
-    floor (the same unit, in units 2^-s) exceeds, so the tolerance stays a bound.  Used
-    only when every scaled array is exact (``_exactly_scaled``: no bit of an input or
-    a kernel's gradient is lost), else the check runs unscaled.  Returns (value,
-    grad_output, dq, dk, dv, d_attn_mask, (note,)) or None (nothing to scale)."""
-    if value is None or grad_output is None:
-        return None
-    v, do = _as_array(value, "value"), _as_array(grad_output, "grad_output")
-    if v.dtype != np.float64 or do.dtype != np.float64:
-        return None  # narrower formats end far below 2^400
-    a, b = shift_of(v), shift_of(do)
-    if a == 0 and b == 0:
-        return None
-    shifts = (a + b, a + b, b, a + b)  # dq, dk, dv, d_attn_mask
-    scaled: list[Any] = []
-    for x, n in ((v, a), (do, b)):
-        y = _exactly_scaled(x, n)
-        if y is None:
-            return None
-        scaled.append(y)
-    for g, n in zip(actual, shifts, strict=True):
-        if g is None:
-            scaled.append(None)
-            continue
-        arr = _as_array(g, "gradient")
-        if arr.dtype not in (np.float64, np.float32):
-            return None
-        y = _exactly_scaled(arr, n)
-        if y is None:
-            return None
-        scaled.append(y)
-    units = ", ".join(f"{name} × 2^-{n}" for name, n in (("value", a), ("grad_output", b)) if n)
-    shown = f"dq, dk (and d_attn_mask) are shown × 2^-{a + b}" + (f" and dv × 2^-{b}" if b else "")
-    note = (f"checked in exact power-of-two units (entries above 2^{SHIFT_ABOVE}): {units}, so "
-            f"{shown}")
-    return (*scaled, (note,))
-
-
 def _variant_backward_bugs(query: Any, key: Any, value: Any, variant: Any, **call: Any
                            ) -> tuple[BackwardBugClass, ...]:
     """The registered variants' backward bug classes (their ``backward_bugs`` hooks) as
@@ -562,6 +501,7 @@ def _compare_backward(
     rtol: float | None, atol: float | None, ulps: float | None, factor: float | None,
     diagnose_bugs: bool, error_model: str, sink_keys: int, cap: float | None,
     extra_bugs: tuple[BackwardBugClass, ...] = (), params: dict[str, _Param] | None = None,
+    floor_scale: float = 1.0,
 ) -> BackwardComparison:
     """compare_attention_backward of plain attention; ``sink_keys``: the last keys
     are lowered sinks (:func:`_with_sink_keys`); ``cap``: C·tanh(s/C) on the scaled
@@ -573,6 +513,8 @@ def _compare_backward(
     if d_attn_mask is not None:
         acts["d_attn_mask"] = _as_actual(d_attn_mask)
     emodel = _model_bwd(list(acts.values()), accumulation_dtype, error_model)
+    if floor_scale != 1.0:   # power-of-two units scaled up (units.py)
+        emodel = replace(emodel, floor_scale=floor_scale)
     cap_kw = cap_keywords(cap)
     ref = reference_attention_backward(
         query, key, value, grad_output, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
@@ -690,7 +632,8 @@ def _judge_gradients(
         lower, upper = _refined(enc, lower, upper, bounds[name], rule, f_a, safety, rtol,
                                 atol, ulps)
         mid = mid_of(lower, upper)
-        tol = _tolerance(rule, model=bounds[name], mid=mid, fmt=f_a, rtol=rtol, atol=atol,
+        bound, unbounded = _finite_part(bounds[name], rule)
+        tol = _tolerance(rule, model=bound, mid=mid, fmt=f_a, rtol=rtol, atol=atol,
                          ulps=ulps, factor=factor, safety=safety,
                          plain=None if plain is None else plain[name])
         title = titles[name]
@@ -700,34 +643,56 @@ def _judge_gradients(
             names = _index_names(a.ndim, "position")
         else:
             names = tuple(f"dim{i}" for i in range(a.ndim))
-        vac = None
+        vac = None if unbounded is None else np.broadcast_to(unbounded, a.shape)
         if nats is not None and name in nats and rule in ("model", "flash"):
-            vac = np.broadcast_to(_vacuity(bounds[name], nats[name]), a.shape)
+            vac = np.broadcast_to(_vacuity(bound, nats[name]), a.shape) | (
+                False if vac is None else vac)
         # "the exact one is not zero": certifiably so somewhere (its enclosure excludes
         # 0); an exact gradient of e^(−1e200), enclosed as [−1e-38, 1e-38], is zero to
         # every float and a zero gradient is then right (issue 30), not undetectable
-        zero_passes = bool(np.any(np.isfinite(mid) & ((lower > 0) | (upper < 0)))
-                           and _within(np.zeros_like(a), lower, upper, tol))
+        nonzero = np.isfinite(mid) & ((lower > 0) | (upper < 0))
+        judged = np.ones(a.shape, bool) if vac is None else ~vac
+        zero_passes = bool(np.any(nonzero & judged)
+                           and _within(np.zeros_like(a), lower, upper, tol, judged))
         if zero_passes:
             warns.append(f"the {title} tolerance admits an all-zero gradient: this check cannot "
                          f"tell a missing gradient from the right one (dtype {f_a.name}, "
                          f"accumulation {model.acc.name})")
             if rule in ("model", "flash"):
-                # the model's tolerance would pass a missing gradient: vacuous, every
-                # element (a rule the caller chose, ulp or allclose, stays a warning)
-                vac = np.ones(a.shape, dtype=bool)
+                # the model's tolerance would pass a missing gradient: vacuous where the
+                # exact gradient is certifiably non-zero (a zero is not wrong where it is
+                # enclosed, and those elements stay judged: a wrong value there fails;
+                # issue 30); a rule the caller chose, ulp or allclose, stays a warning
+                vac = np.asarray(nonzero) | (False if vac is None else vac)
         comps[name] = _verdict(a, lower, upper, tol, vac, model=m_a, rule=rule_text,
                                index_names=names, title=title, raise_vacuous=False)
         fits_truth &= _within(a, lower, upper, saf * bounds[name])
     return comps, warns, fits_truth
 
 
-def _within(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray) -> bool:
+def _finite_part(bound: np.ndarray, rule: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the model bound with its non-finite elements set to 0, those elements): an
+    element whose model bound left the float64 range (a score error so large that
+    e^(score error) overflows) has no finite tolerance, so it is vacuous and not judged
+    (counted; a passing check with it gives no verdict, :func:`_refuse_vacuous`); the
+    others keep their finite bounds (issue 30).  Only for the rules built on the model
+    ("model", "flash"); (bound, None) where every element is finite."""
+    bound = np.asarray(bound, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.isfinite(bound) & (bound >= 0))
+    if rule not in ("model", "flash") or not np.any(bad):
+        return bound, None
+    return np.where(bad, 0.0, bound), bad
+
+
+def _within(a: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: np.ndarray,
+            where: np.ndarray | None = None) -> bool:
+    """Every element (of ``where``) of ``a`` within ``tol`` of ``[lower, upper]``."""
     with np.errstate(invalid="ignore"):
         a64 = _f64(a)
         dist = np.maximum(np.maximum(a64 - upper, lower - a64), 0.0)
         ok = (np.isnan(lower) & np.isnan(a64)) | (dist <= tol)
-    return bool(np.all(ok))
+    return bool(np.all(ok if where is None else ok | ~where))
 
 
 def diagnose_backward(actual: dict[str, np.ndarray], x: AttentionCall, *, model: ErrorModel,
