@@ -12,8 +12,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-sk = pytest.importorskip("mha_symbolic.testing.forward._store_kernels")
-from mha_symbolic.testing.forward.emulated import _store_inplace  # noqa: E402
+pytest.importorskip("numba")
+from mha_symbolic.testing.forward import _store_kernels as sk
+from mha_symbolic.testing.forward.emulated import _store_inplace
 
 DTYPES = [("bfloat16", ml_dtypes.bfloat16, sk.bf16_inplace, 16),
           ("float16", np.float16, sk.f16_inplace, None)]
