@@ -44,6 +44,7 @@ not written around (bench/bench_verdicts.py, bench/verdict_kernels.py; docs/test
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -253,23 +254,27 @@ def dtype_level(x: AttentionCall, model: ErrorModel, progress: Any = None
     kname = model.kernel.name
     # each run: the chunk and whether its float64 weights are wanted (the last run that
     # has weights gives the natural scales) -> (output, weights or None)
-    runs: list[tuple[str, Callable[[Chunk, bool], tuple[np.ndarray, np.ndarray | None]]]]
+    runs: list[tuple[str, Callable[[Chunk, _Cast, bool],
+                                   tuple[np.ndarray, np.ndarray | None]]]]
     shared = _SharedGemm()
+    # (the operands in ``wk`` are cast once per chunk and shared by every run: _Cast)
     if kname in ("fused", "sequential"):
         lanes = 1 if kname == "sequential" else LANES
-        runs = [("gemm", lambda ch, want: shared.plain(ch, dt, wk, want)),
-                ("online", lambda ch, want: _online(ch, dt, wk)),
+        runs = [("gemm", lambda ch, cw, want: shared.plain(ch, dt, wk, want, cw)),
+                ("online", lambda ch, cw, want: _online(ch, dt, wk, cw)),
                 (f"{lanes} accumulator{'s' if lanes > 1 else ''}",
-                 lambda ch, want: _lanes(ch, dt, wk, lanes)),
-                ("gemm, q and k scaled by √c", lambda ch, want: _gemm(
+                 lambda ch, cw, want: _lanes(ch, dt, wk, lanes, cw)),
+                ("gemm, q and k scaled by √c", lambda ch, cw, want: _gemm(
                     ch, dt, wk, stores=0, scaled_query=False, store_p=False, split_scale=True,
-                    want_p=want))]
+                    want_p=want, cw=cw))]
         if dt != wk:     # the plain gemm's weights, stored: its scores and softmax reused
-            runs.append(("gemm with P stored", lambda ch, want: shared.stored(ch, dt, wk, want)))
+            runs.append(("gemm with P stored",
+                         lambda ch, cw, want: shared.stored(ch, dt, wk, want, cw)))
     else:
         sq = model.kernel.scaled_query
-        runs = [("gemm", lambda ch, want: _gemm(ch, dt, wk, stores=model.kernel.score_stores,
-                                                scaled_query=sq, store_p=True, want_p=want))]
+        runs = [("gemm", lambda ch, cw, want: _gemm(
+            ch, dt, wk, stores=model.kernel.score_stores, scaled_query=sq, store_p=True,
+            want_p=want, cw=cw))]
     last_with_p = max(i for i, (name, _) in enumerate(runs) if name.startswith("gemm"))
     flats = [np.zeros((lay.B, lay.L, lay.Ev)) for _ in runs]
     a = np.zeros((lay.B, lay.L, lay.Ev))
@@ -288,8 +293,9 @@ def dtype_level(x: AttentionCall, model: ErrorModel, progress: Any = None
             sig = g_acc * abs(ch.scale) * _norms(ch.q) * kmax
         unstable[ch.b, ch.rows] = _unstable_rows(ch, sig)
         last_p = None
+        cw = _Cast(ch, wk)
         for i, (flat, (_, run)) in enumerate(zip(flats, runs, strict=True)):
-            out, p64 = run(ch, i == last_with_p)
+            out, p64 = run(ch, cw, i == last_with_p)
             if ch.nan_rows is not None:
                 out = np.where(ch.nan_rows[:, None], np.nan, out)
             flat[ch.b, ch.rows] = out
@@ -297,7 +303,8 @@ def dtype_level(x: AttentionCall, model: ErrorModel, progress: Any = None
                 last_p = p64
         if last_p is not None:      # the natural scales from the last run's weights
             a[ch.b, ch.rows] = last_p @ np.abs(ch.v)
-            a2[ch.b, ch.rows] = _root_sq(last_p, ch.v)
+            # (last_p is this function's own float64 copy: squared in place)
+            a2[ch.b, ch.rows] = _root_sq(np.multiply(last_p, last_p, out=last_p), ch.v)
         if progress is not None:
             progress.update(ch.rows.stop - ch.rows.start)
     shape = pl.shape
@@ -340,18 +347,19 @@ def _unstable_rows(ch: Chunk, sig: np.ndarray) -> np.ndarray:
     return out
 
 
-def _root_sq(p: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """sqrt(Σ_j p_j² v_j²) per row and feature; where v_j² overflows (|v| above 2^511,
-    issue 30: 0 · inf would be NaN and leave the level undecided) the same in the units
-    2^e > max|v|: sqrt(Σ p² (v 2^-e)²) 2^e (exact scalings)."""
+def _root_sq(pp: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """sqrt(Σ_j p_j² v_j²) per row and feature from the squared weights ``pp = p·p``;
+    where v_j² overflows (|v| above 2^511, issue 30: 0 · inf would be NaN and leave the
+    level undecided) the same in the units 2^e > max|v|: sqrt(Σ p² (v 2^-e)²) 2^e (exact
+    scalings)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        r = np.sqrt((p * p) @ (v * v))
+        r = np.sqrt(pp @ (v * v))
     if np.all(np.isfinite(r)):
         return r
     m = float(np.max(np.abs(v), initial=0.0))
     e = math.frexp(m)[1] if m > 0 and math.isfinite(m) else 0
     vs = np.ldexp(v, -e)
-    return np.where(np.isfinite(r), r, np.ldexp(np.sqrt((p * p) @ (vs * vs)), e))
+    return np.where(np.isfinite(r), r, np.ldexp(np.sqrt(pp @ (vs * vs)), e))
 
 
 def store(a: np.ndarray, dt: np.dtype, wk: np.dtype) -> np.ndarray:
@@ -382,11 +390,83 @@ def normalised(e: np.ndarray, tot: np.ndarray, wk: np.dtype) -> np.ndarray:
     return np.where(zero, wk.type(0), e / np.where(zero, wk.type(1), tot)).astype(wk)
 
 
+class _Cast:
+    """The operands of one chunk in the work dtype ``wk``, cast once and shared by every
+    emulated run on the chunk (the same ``astype`` values each run made on its own);
+    the mask's additive terms scaled for base 2 (the online order) are made on first
+    use."""
+
+    def __init__(self, ch: Chunk, wk: np.dtype) -> None:
+        self.q, self.k, self.v = ch.q.astype(wk), ch.k.astype(wk), ch.v.astype(wk)
+        self.mask_add = None if ch.mask_add is None else ch.mask_add.astype(wk)
+        self.kappa = None if ch.kappa is None else ch.kappa.astype(wk)
+        self._ch, self._wk = ch, wk
+        self._madd2: np.ndarray | None = None
+
+    def mask_add_log2e(self) -> np.ndarray | None:
+        if self._ch.mask_add is None:
+            return None
+        if self._madd2 is None:
+            self._madd2 = (self._ch.mask_add * _LOG2E).astype(self._wk)
+        return self._madd2
+
+
+def _store_inplace(a: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """:func:`store` into ``a`` itself (its dtype the work dtype): the same values
+    (bit for bit, NaN payloads included).  A contiguous float32 array stored to
+    bfloat16 / float16 goes through the integer kernels of :mod:`._store_kernels`
+    (with numba: ~5× faster than the two ``astype``; their NaNs redone by ``astype``)."""
+    kern = _store_kernel(a, dt)
+    if kern is not None:
+        if kern(a.reshape(-1).view(np.uint32)):
+            nan = np.isnan(a)
+            with np.errstate(invalid="ignore"):
+                a[nan] = a[nan].astype(dt)
+        return a
+    with np.errstate(over="ignore", invalid="ignore"):
+        a[...] = a.astype(dt)
+    return a
+
+
+_STORE_KERNELS: list[Any] = []
+
+
+def _store_kernel(a: np.ndarray, dt: np.dtype) -> Any:
+    """The compiled in-place store of float32 ``a`` to ``dt``, or None (numba missing
+    or disabled by ``MHA_SYMBOLIC_NUMBA=0``, another dtype, a non-contiguous array)."""
+    if a.dtype != np.float32 or not a.flags.c_contiguous or a.size == 0 or (
+            dt.name not in ("float16", "bfloat16")):
+        return None
+    if os.environ.get("MHA_SYMBOLIC_NUMBA", "1") == "0":
+        return None
+    if not _STORE_KERNELS:
+        try:
+            from . import _store_kernels
+        except ImportError:
+            _STORE_KERNELS.append(None)
+        else:
+            _STORE_KERNELS.append(_store_kernels)
+    sk = _STORE_KERNELS[0]
+    if sk is None:
+        return None
+    return sk.f16_inplace if dt.name == "float16" else sk.bf16_inplace
+
+
+def _where_inplace(a: np.ndarray, keep: np.ndarray, fill: Any) -> np.ndarray:
+    """``_kept(keep, a, fill)`` written into ``a`` (``a`` owned by the caller)."""
+    if not keep.all():
+        np.copyto(a, fill, where=~keep)
+    return a
+
+
 def _scores(ch: Chunk, dt: np.dtype, wk: np.dtype, stores: int,
-            scaled_query: bool, split_scale: bool = False) -> tuple[np.ndarray, np.ndarray]:
+            scaled_query: bool, split_scale: bool = False, cw: _Cast | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
     """(scores in wk with -inf where masked, allowed); ``split_scale``: q and k each
-    multiplied by √c first (torch's MATH backend)."""
-    q, k = ch.q.astype(wk), ch.k.astype(wk)
+    multiplied by √c first (torch's MATH backend).  The result is a fresh array (the
+    caller may overwrite it)."""
+    cw = _Cast(ch, wk) if cw is None else cw
+    q, k = cw.q, cw.k
     c = wk.type(ch.scale)
     allowed = ch.allowed
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
@@ -394,61 +474,73 @@ def _scores(ch: Chunk, dt: np.dtype, wk: np.dtype, stores: int,
             r = wk.type(math.sqrt(abs(ch.scale)))
             s = ((q * (r if ch.scale >= 0 else -r)).astype(wk) @ (k * r).astype(wk).T)
         elif scaled_query:
-            s = store(store(q * c, dt, wk) @ k.T, dt, wk)
+            s = _store_inplace(_store_inplace(q * c, dt) @ k.T, dt)
         else:
             s = q @ k.T
             if stores:
-                s = store(s, dt, wk)
-            s = s * c
+                _store_inplace(s, dt)
+            s *= c
             if stores:
-                s = store(s, dt, wk)
-        if ch.mask_add is not None:
-            s = s + ch.mask_add.astype(wk)
+                _store_inplace(s, dt)
+        if s.dtype != wk:
+            s = s.astype(wk)
+        if cw.mask_add is not None:
+            s += cw.mask_add
             if stores:
-                s = store(s, dt, wk)
+                _store_inplace(s, dt)
         if ch.uniform is not None and np.any(ch.uniform):
             allowed = allowed | ch.uniform[:, None]
-            s = np.where(ch.uniform[:, None], wk.type(0), s)
-        s = _kept(allowed, s, wk.type(-np.inf)).astype(wk, copy=False)
+            s[ch.uniform] = wk.type(0)
+        _where_inplace(s, allowed, wk.type(-np.inf))
     return s, allowed
 
 
 def _gemm_weights(ch: Chunk, dt: np.dtype, wk: np.dtype, *, stores: int, scaled_query: bool,
-                  split_scale: bool = False) -> np.ndarray:
+                  split_scale: bool = False, cw: _Cast | None = None) -> np.ndarray:
     """The weights of the one-matrix-product order in ``wk`` (the dropout multipliers
-    applied), before any store of P; (R, 0) for a chunk with no key."""
-    s, allowed = _scores(ch, dt, wk, stores, scaled_query, split_scale)
+    applied), before any store of P; (R, 0) for a chunk with no key.  The passes run in
+    place on the scores' array (the values of :func:`exp_shifted`, :func:`normalised`)."""
+    cw = _Cast(ch, wk) if cw is None else cw
+    s, allowed = _scores(ch, dt, wk, stores, scaled_query, split_scale, cw)
     if s.shape[1] == 0:
         return s
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
-        e = exp_shifted(s, allowed, wk)
-        p = normalised(e, np.sum(e, axis=-1, keepdims=True), wk)
-        if ch.kappa is not None:
-            p = (p * ch.kappa.astype(wk)).astype(wk)
-    return p
+        m = np.max(s, axis=-1, keepdims=True)
+        s -= np.where(np.isfinite(m), m, wk.type(0))
+        e = _where_inplace(np.exp(s, out=s), allowed, wk.type(0))
+        tot = np.sum(e, axis=-1, keepdims=True)
+        zero = tot == 0
+        if not zero.any():
+            e /= tot
+        else:
+            e = np.where(zero, wk.type(0), e / np.where(zero, wk.type(1), tot)).astype(wk)
+        if cw.kappa is not None:
+            e *= cw.kappa
+    return e
 
 
 def _gemm_out(ch: Chunk, p: np.ndarray, dt: np.dtype, wk: np.dtype, store_p: bool,
-              want_p: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """P·V by one matrix product (P stored in ``dt`` first when ``store_p``), and the
-    float64 weights when ``want_p``."""
+              want_p: bool, cw: _Cast | None = None, inplace: bool = False
+              ) -> tuple[np.ndarray, np.ndarray | None]:
+    """P·V by one matrix product (P stored in ``dt`` first when ``store_p``; into ``p``
+    itself when ``inplace``), and the float64 weights when ``want_p``."""
     R, S = p.shape
     if S == 0:
         return np.zeros((R, ch.v.shape[1])), np.zeros((R, 0))
-    v = ch.v.astype(wk)
+    v = ch.v.astype(wk) if cw is None else cw.v
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         if store_p and dt != wk:
-            p = store(p, dt, wk)
+            p = _store_inplace(p if inplace else p.copy(), dt)
         out = (p @ v).astype(np.float64)
     return out, p.astype(np.float64) if want_p else None
 
 
 def _gemm(ch: Chunk, dt: np.dtype, wk: np.dtype, *, stores: int, scaled_query: bool,
-          store_p: bool, split_scale: bool = False, want_p: bool = True
-          ) -> tuple[np.ndarray, np.ndarray | None]:
+          store_p: bool, split_scale: bool = False, want_p: bool = True,
+          cw: _Cast | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     p = _gemm_weights(ch, dt, wk, stores=stores, scaled_query=scaled_query,
-                      split_scale=split_scale)
-    return _gemm_out(ch, p, dt, wk, store_p, want_p)
+                      split_scale=split_scale, cw=cw)
+    return _gemm_out(ch, p, dt, wk, store_p, want_p, cw, inplace=True)
 
 
 class _SharedGemm:
@@ -459,56 +551,71 @@ class _SharedGemm:
         self._ch: Chunk | None = None
         self._p: np.ndarray | None = None
 
-    def _weights(self, ch: Chunk, dt: np.dtype, wk: np.dtype) -> np.ndarray:
+    def _weights(self, ch: Chunk, dt: np.dtype, wk: np.dtype, cw: _Cast | None
+                 ) -> np.ndarray:
         if self._ch is not ch or self._p is None:
-            self._ch, self._p = ch, _gemm_weights(ch, dt, wk, stores=0, scaled_query=False)
+            self._ch, self._p = ch, _gemm_weights(ch, dt, wk, stores=0, scaled_query=False,
+                                                  cw=cw)
         return self._p
 
-    def plain(self, ch: Chunk, dt: np.dtype, wk: np.dtype, want_p: bool
-              ) -> tuple[np.ndarray, np.ndarray | None]:
-        return _gemm_out(ch, self._weights(ch, dt, wk), dt, wk, False, want_p)
+    def plain(self, ch: Chunk, dt: np.dtype, wk: np.dtype, want_p: bool,
+              cw: _Cast | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        return _gemm_out(ch, self._weights(ch, dt, wk, cw), dt, wk, False, want_p, cw)
 
-    def stored(self, ch: Chunk, dt: np.dtype, wk: np.dtype, want_p: bool
-               ) -> tuple[np.ndarray, np.ndarray | None]:
-        out = _gemm_out(ch, self._weights(ch, dt, wk), dt, wk, True, want_p)
+    def stored(self, ch: Chunk, dt: np.dtype, wk: np.dtype, want_p: bool,
+               cw: _Cast | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        # the last use of the weights: stored in place
+        out = _gemm_out(ch, self._weights(ch, dt, wk, cw), dt, wk, True, want_p, cw,
+                        inplace=True)
         self._ch = self._p = None           # the chunk is done
         return out
 
 
-def _online(ch: Chunk, dt: np.dtype, wk: np.dtype) -> tuple[np.ndarray, None]:
-    """FlashAttention-2's forward over key blocks, last block first, in base 2."""
-    q, k, v = ch.q.astype(wk), ch.k.astype(wk), ch.v.astype(wk)
+def _online(ch: Chunk, dt: np.dtype, wk: np.dtype, cw: _Cast | None = None
+            ) -> tuple[np.ndarray, None]:
+    """FlashAttention-2's forward over key blocks, last block first, in base 2 (the
+    full blocks' passes in place in buffers allocated once per chunk)."""
+    cw = _Cast(ch, wk) if cw is None else cw
+    q, k, v = cw.q, cw.k, cw.v
     R, S = q.shape[0], k.shape[0]
     Ev = v.shape[1]
     c2 = wk.type(ch.scale * _LOG2E)
     allowed = ch.allowed
-    madd = None if ch.mask_add is None else (ch.mask_add * _LOG2E).astype(wk)
+    madd = cw.mask_add_log2e()
     uni = ch.uniform[:, None] if ch.uniform is not None and np.any(ch.uniform) else None
     m = np.full((R, 1), -np.inf, wk)
     lsum = np.zeros((R, 1), wk)
     acc = np.zeros((R, Ev), wk)
     store_p = dt != wk
+    s_full, p_full, pv = np.empty((R, BLOCK), wk), np.empty((R, BLOCK), wk), np.empty((R, Ev), wk)
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         for j1 in range(S, 0, -BLOCK):
             j0 = max(0, j1 - BLOCK)
-            s = (q @ k[j0:j1].T) * c2
+            if j1 - j0 == BLOCK:
+                s, p = np.matmul(q, k[j0:j1].T, out=s_full), p_full
+            else:                        # the one short block: fresh arrays
+                s = q @ k[j0:j1].T
+                p = np.empty_like(s)
+            s *= c2
             al = allowed[:, j0:j1]
             if madd is not None:
-                s = s + madd[:, j0:j1]
+                s += madd[:, j0:j1]
             if uni is not None:
                 al = al | uni
-                s = np.where(uni, wk.type(0), s)
-            s = _kept(al, s, wk.type(-np.inf)).astype(wk, copy=False)
+                s[uni[:, 0]] = wk.type(0)
+            _where_inplace(s, al, wk.type(-np.inf))
             m_new = np.maximum(m, np.max(s, axis=-1, keepdims=True))
             safe = np.where(np.isfinite(m_new), m_new, wk.type(0))
             alpha = np.where(np.isfinite(m), np.exp2(m - safe), wk.type(0)).astype(wk)
-            p = _kept(al, np.exp2(s - safe), wk.type(0)).astype(wk, copy=False)
+            np.subtract(s, safe, out=p)
+            _where_inplace(np.exp2(p, out=p), al, wk.type(0))
             lsum = (lsum * alpha + np.sum(p, axis=-1, keepdims=True)).astype(wk, copy=False)
-            if ch.kappa is not None:
-                p = (p * ch.kappa[:, j0:j1].astype(wk)).astype(wk)
+            if cw.kappa is not None:
+                p *= cw.kappa[:, j0:j1]
             if store_p:
-                p = store(p, dt, wk)
-            acc = (acc * alpha + p @ v[j0:j1]).astype(wk, copy=False)
+                _store_inplace(p, dt)
+            acc *= alpha
+            acc += np.matmul(p, v[j0:j1], out=pv)
             m = m_new
         out = np.where(lsum == 0, wk.type(0), acc / np.where(lsum == 0, wk.type(1), lsum))
     return out.astype(np.float64), None
@@ -549,7 +656,8 @@ def hull_violations(actual: np.ndarray, x: AttentionCall, model: ErrorModel) -> 
     return bad.reshape(pl.shape)
 
 
-def _lanes(ch: Chunk, dt: np.dtype, wk: np.dtype, lanes: int) -> tuple[np.ndarray, None]:
+def _lanes(ch: Chunk, dt: np.dtype, wk: np.dtype, lanes: int, cw: _Cast | None = None
+           ) -> tuple[np.ndarray, None]:
     """Sums over the keys in ``lanes`` interleaved accumulators, each one term at a
     time (products rounded, then added: no FMA), then added together; the softmax sum
     likewise.  On :data:`SAMPLE_ROWS` evenly spaced rows of the group (NaN elsewhere):
@@ -567,7 +675,7 @@ def _lanes(ch: Chunk, dt: np.dtype, wk: np.dtype, lanes: int) -> tuple[np.ndarra
                 None if ch.uniform is None else ch.uniform[idx], ch.scale,
                 nan_rows=None if ch.nan_rows is None else ch.nan_rows[idx])
     s, allowed = _scores(sub, dt, wk, 0, False)
-    v = ch.v.astype(wk)
+    v = ch.v.astype(wk) if cw is None else cw.v
     pad = (-S) % lanes
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         e = exp_shifted(s, allowed, wk)
