@@ -34,7 +34,7 @@ def unit_shift(x: np.ndarray) -> int:
     above 2^SHIFT_ABOVE, n < 0 (max|x|·2^-n in [1/2, 1)) below 2^-SHIFT_BELOW, else 0.
 
     >>> unit_shift(np.array([2.0 ** -900])), unit_shift(np.array([1.0, 2.0 ** 1000]))
-    (-899, 600)
+    (-899, 601)
     """
     n = shift_of(x)
     if n:
