@@ -21,7 +21,7 @@ balls **prove** that the claim cannot hold for it:
 * a special value (−∞, NaN) only for an entry removed or NaN, never a finite ball.
 
 Anything else — a ball that is
-not finite, a quantity or an option the ball evaluator does not model (softcap, ALiBi,
+not finite, a quantity or an option the ball evaluator does not model (ALiBi,
 sinks, windows, the intermediates of :mod:`.intermediates`, gradients …), any error of
 the screen itself — lets the alternative through to the exact computation.  So the
 screen only skips work: the diagnoses stated are those of the exact path alone.
@@ -46,7 +46,7 @@ SCREENED = frozenset({"score", "scaled_score", "weight", "head_output", "concat"
 #: other one given (not None) leaves the alternative unscreened.
 _MODELLED = frozenset({"scores", "query", "key", "value", "x", "x_kv", "w_q", "w_k", "w_v",
                        "w_o", "b_q", "b_k", "b_v", "b_o", "heads", "kv_heads", "d_k", "scale",
-                       "mask", "causal_alignment", "mask_fill", "mask_fill_stage"})
+                       "mask", "causal_alignment", "mask_fill", "mask_fill_stage", "softcap"})
 _DEFAULTS = {"masked_rows": "zero", "softmax_over": "keys"}
 
 

@@ -5,9 +5,11 @@ python-flint ``arb`` balls, so that an input may stand for a whole interval (int
 evaluation: every output ball contains the output for every choice of the inputs in
 their balls).  It follows ``exact_attention``'s conventions exactly — projections
 ``x W + b``, heads side by side, GQA by ``g // group``, scale ``1/sqrt(d_k)`` unless
-given, boolean/causal masks (``AttentionSpec.takes_part``), additive masks,
-``mask_fill`` replacing the scaled (or raw) score, fully masked rows zero — and is used
-by :mod:`.intervals` to judge claims against inputs printed rounded.
+given, a softcap ``cap·tanh(s/cap)`` of the scaled scores (before the masks),
+boolean/causal masks (``AttentionSpec.takes_part``), additive masks, ``mask_fill``
+replacing the scaled (or raw) score, fully masked rows zero — and is used by
+:mod:`.intervals` to judge claims against inputs printed rounded, and by
+:mod:`.alternative_screen` to skip alternatives that cannot fit.
 
 The softmax is evaluated as e^(t_j − c) / Σ_k e^(t_k − c) with c the row's largest
 midpoint (any c gives the same value; this one keeps the balls tight).
@@ -132,6 +134,8 @@ def ball_attention(kwargs: dict[str, Any], env: dict[tuple[str, tuple[int, ...]]
         scale = arb(int(d_k)).rsqrt()
     else:
         scale = arb(1)
+    cap_given = kwargs.get("softcap")
+    cap = to_arb(exact_number(cap_given, "softcap"), 128) if cap_given is not None else None
     spec = AttentionSpec(n_q=n_q, n_k=n_k, heads=heads, kv_heads=kv, mask=kwargs.get("mask"),
                          causal_alignment=kwargs.get("causal_alignment", "top_left"))
     fill_given = kwargs.get("mask_fill")
@@ -151,6 +155,8 @@ def ball_attention(kwargs: dict[str, Any], env: dict[tuple[str, tuple[int, ...]]
                     row.append(fill)  # None: removed
                     continue
                 e = scores[h][r][j] * scale
+                if cap is not None:  # as exact_attention: after the scale, before masks
+                    e = cap * (e / cap).tanh()
                 if additive is not None:
                     a = additive[r][j]
                     if (isinstance(a, str) and "inf" in a) or (isinstance(a, float)

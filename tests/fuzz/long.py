@@ -39,6 +39,8 @@ inputs are written, with their index, to ``--crashes`` (a folder).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import multiprocessing as mp
 import multiprocessing.connection
@@ -146,6 +148,41 @@ def _alarm(signum: int, frame: Any) -> None:
     raise OverLimit()
 
 
+_WARM_KINDS = ("number", "claim", "source", "api", "arrays", "document", "derivation", "cli",
+               "bounded")
+
+
+def _warm_up(seed: int) -> float:
+    """Run, untimed and uncounted, a few inputs of every in-process kind (of another seed)
+    and the ``limits`` kind at every scale of queries, values and dO, so that numba's
+    kernels are compiled (or loaded from its cache) before the CPU limit applies: the
+    first input of a fresh checkout that reaches a kernel otherwise pays its compilation
+    (10-20 CPU s), an over-time that is the harness's, not the input's.  The workers are
+    forked after it and inherit the compiled kernels.  Returns the CPU seconds spent."""
+    t0 = time.process_time()
+    signal.signal(signal.SIGPROF, _alarm)
+    todo = [("limits", (1, iv, ido, iq, 2, 3, eq)) for iq in range(4) for iv in (0, 1, 5)
+            for ido in (0, 5) for eq in (0, 1)]
+    left = dict.fromkeys(_WARM_KINDS, 3)
+    for j in range(2000):
+        if not any(left.values()):
+            break
+        kind = kind_of(seed + 1_000_003, j)
+        if left.get(kind, 0) > 0:
+            left[kind] -= 1
+            todo.append(make_input(seed + 1_000_003, j))
+    for kind, payload in todo:
+        signal.setitimer(signal.ITIMER_PROF, 60.0)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                run_input(kind, payload)
+        except BaseException:   # a warm-up input's own problem is not counted
+            pass
+        finally:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+    return time.process_time() - t0
+
+
 def _worker(seed: int, indices: range, limit: float, memory_gb: float, state: Any,
             conn: Any, crashes: str) -> None:
     if memory_gb > 0:
@@ -241,6 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint", default="fuzz-long.json")
     ap.add_argument("--crashes", default="fuzz-crashes")
     ap.add_argument("--resume", action="store_true", help="continue from the checkpoint")
+    ap.add_argument("--start", type=int, default=0, metavar="I",
+                    help="first input index of a fresh run (a run continued without its checkpoint:"
+                         " inputs are drawn from (seed, i) alone, so [I, --inputs) is the rest)")
+    ap.add_argument("--no-warm-up", action="store_true",
+                    help="skip compiling the kernels before the first timed input")
     ap.add_argument("--replay", type=int, metavar="I", help="run input I alone and print it")
     ap.add_argument("--only", default="", metavar="KINDS",
                     help="comma-separated kinds to run (a scouting run), e.g. document,cli")
@@ -265,11 +307,15 @@ def main(argv: list[str] | None = None) -> int:
     if saved and (saved.get("seed") != args.seed or saved.get("workers") != args.workers):
         sys.exit("--resume needs the checkpoint's --seed and --workers")
     counts: Counter[str] = Counter(saved.get("counts", {}))
-    nexts = saved.get("next", list(range(args.workers)))
+    if args.start < 0:
+        sys.exit("--start must be >= 0")
+    nexts = saved.get("next", [args.start + w for w in range(args.workers)])
     elapsed0 = saved.get("elapsed_s", 0.0)
     cpu_max = saved.get("max_cpu_s", 0.0)
     wall_max = saved.get("max_wall_s", 0.0)
     by_kind: dict[str, dict[str, float]] = saved.get("by_kind", {})
+    if not args.no_warm_up:
+        print(f"warm-up: {_warm_up(args.seed):.1f} CPU s", file=sys.stderr, flush=True)
     ctx = mp.get_context("fork")
     start = time.monotonic()
     workers: dict[int, Any] = {}
@@ -290,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         data = {
             "command": "python -m tests.fuzz.long " + " ".join(sys.argv[1:] if argv is None else argv),
             "seed": args.seed, "workers": args.workers, "inputs_target": args.inputs,
+            "start": saved.get("start", args.start),
             "limit_cpu_s": args.limit, "memory_gb": args.memory_gb, "inputs": done,
             "next": nexts, "elapsed_s": round(elapsed, 1),
             "rate_per_s": round(done / elapsed, 1) if elapsed else None,
