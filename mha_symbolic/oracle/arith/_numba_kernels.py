@@ -621,3 +621,31 @@ def vscale(v, sc, vcat):
             vcat[j, Ev + c] = a
             tiny |= (a < 2.0**-1022) & (v[j, c] != 0.0)
     return tiny
+
+@njit
+def wdiv(wh, wl, dh, dl, rel, add, eta4, up, floor, notallowed, ph, pl, err, fin):
+    """:func:`..forward.dd.weights_dd` without keep or dropout factor: p = w/D by
+    dd_div_s, err = ((|p|·rel)·1.01 + add) + 4η, then err·UP + FLOOR; masked keys 0;
+    fin[i]: every p and bound of row i is finite (the numpy twin's order: bit-identical)."""
+    r, S = wh.shape
+    for i in range(r):
+        ok = True
+        di = dh[i]
+        dli = dl[i]
+        ri = rel[i]
+        ai = add[i]
+        for j in range(S):
+            if notallowed is not None and notallowed[i, j]:
+                ph[i, j] = 0.0
+                pl[i, j] = 0.0
+                err[i, j] = 0.0
+                continue
+            a, b = dd_div_s(wh[i, j], wl[i, j], di, dli)
+            e = ((abs(a) * ri) * 1.01 + ai) + eta4
+            e = e * up + floor
+            ph[i, j] = a
+            pl[i, j] = b
+            err[i, j] = e
+            if not (np.isfinite(a) and np.isfinite(e)):
+                ok = False
+        fin[i] = ok

@@ -307,6 +307,30 @@ def t2_weights(sh: Array, sl: Array, m: Array, notallowed: Array | None) -> tupl
     return wh, wl
 
 
+def weights_plain(wh: Array, wl: Array, Dh: Array, Dl: Array, eD: Array, d_low: Array,
+                  tau: Array, tau_d: Array, notallowed: Array | None
+                  ) -> tuple[Array, Array, Array, Array] | None:
+    """:func:`..forward.dd.weights_dd` without keep and dropout factor, compiled (p, its
+    low word, its bound, per row whether all are finite), or None without numba.  The
+    per-row factors are formed here as the numpy twin forms them; the kernel then does
+    the twin's elementwise operations in its order (bit-identical)."""
+    k = _kernels()
+    if k is None:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.ascontiguousarray((tau + tau_d) / (1.0 - tau_d) + eD / d_low + 2.0**-99,
+                                   dtype=np.float64)
+        add = np.ascontiguousarray(2 * C.TINY2 / d_low, dtype=np.float64)
+    ph, pl, err = (np.empty(wh.shape) for _ in range(3))
+    fin = np.empty(wh.shape[0], dtype=np.bool_)
+    k.wdiv(np.ascontiguousarray(wh, dtype=np.float64), np.ascontiguousarray(wl, dtype=np.float64),
+           np.ascontiguousarray(Dh, dtype=np.float64), np.ascontiguousarray(Dl, dtype=np.float64),
+           rel, add, 4 * _ETA, _UP, _FLOOR,
+           None if notallowed is None else np.ascontiguousarray(notallowed, dtype=np.bool_),
+           ph, pl, err, fin)
+    return ph, pl, err, fin
+
+
 def accumulate(terms: list[Array]) -> tuple[Array, Array]:
     k = _kernels()
     if k is None or len(terms) < 2 or terms[0].ndim != 2 or terms[0].size == 0:

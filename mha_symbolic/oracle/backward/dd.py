@@ -455,10 +455,10 @@ class HeadTier2:
         """Add the rows ``rr`` of dSᵀ Q (want "dk") or Wᵀ dO ("dv") to ``acc`` (exact slice
         products of the double-double operands, proj_dd); False when a scaling was not
         exact."""
-        bt = np.ascontiguousarray((self.q if want == "dk" else self.do)[rr].T)
+        bt = (self.q if want == "dk" else self.do)[rr].T
         h, lo, e = ch.ds0 if want == "dk" else (ch.wh, ch.wl, ch.we)
-        th, tl, te, ex = proj_dd(np.ascontiguousarray(h.T), bt, None,
-                                 x_lo=np.ascontiguousarray(lo.T), x_err=np.ascontiguousarray(e.T))
+        # transposed views: proj_dd forms its scaled operands in C order, no copies here
+        th, tl, te, ex = proj_dd(h.T, bt, None, x_lo=lo.T, x_err=e.T)
         acc.add(th, tl, te)
         return bool(ex)
 

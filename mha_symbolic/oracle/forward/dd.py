@@ -40,7 +40,7 @@ from ..arith.constants import (
     gamma,
 )
 from ..arith.dd import dd_div, dd_mul, pow2, two_sum
-from ..arith.jit import t2_scores, t2_weights
+from ..arith.jit import t2_scores, t2_weights, weights_plain
 from ..arith.products import (
     Slices,
     beta_for,
@@ -506,6 +506,11 @@ def weights_dd(wh: Array, wl: Array, Dh: Array, Dl: Array, eD: Array, d_low: Arr
     """p_j = keep_j r w_j/D in double-double: relative (tau + tau_d)/(1 - tau_d) for the
     weights, eD/D for the normaliser, 2**-100 for the division; cut keys add
     2·TINY2/D~."""
+    if keep is None and fac is None and wh.ndim == 2 and wh.size:
+        got = weights_plain(wh, wl, Dh, Dl, eD, d_low, tau, tau_d, notallowed)
+        if got is not None:  # compiled: the formulas below in one pass, bit-identical
+            ph, pl, err, fin = got
+            return Tier2(ph, pl, err, ok & fin)
     # p = w / D row by row
     ph, pl = dd_div(wh, wl, np.broadcast_to(Dh[:, None], wh.shape).copy(),
                     np.broadcast_to(Dl[:, None], wh.shape).copy())
