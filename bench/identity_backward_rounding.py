@@ -27,8 +27,7 @@ def _inputs(rng: Any, shape_q: tuple[int, ...], shape_kv: tuple[int, ...], f32: 
         x = rng.standard_normal(sh)
         return x.astype(np.float32) if f32 else x
 
-    ev = shape_kv[:-1] + (shape_kv[-1],)
-    return draw(shape_q), draw(shape_kv), draw(ev), draw(shape_q[:-1] + (ev[-1],))
+    return draw(shape_q), draw(shape_kv), draw(shape_kv), draw(shape_q)
 
 
 def _cases() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:

@@ -33,6 +33,7 @@ from .arith.formats import (
     round_float64_to,
     round_fraction,
 )
+from .arith.jit import dd_bounds
 from .mp import MpmathViews
 from .progress import Progress
 
@@ -138,7 +139,12 @@ def dd_enclosure(hi: Array, lo: Array, err: Array) -> tuple[Array, Array]:
     exact, so the end is within s + e ± u|a|.  If e >= u|a|(1 + 2**-50) it is >= s
     (lower = s); otherwise, when u|a| is below a quarter of the gap under s, it is
     >= s - gap (lower = nextafter(s, -inf): |e| <= half the gap on its side).  Else
-    (huge err) a generous form: s - 2u(|a| + |s|) stepped outward."""
+    (huge err) a generous form: s - 2u(|a| + |s|) stepped outward.  Compiled where numba
+    is active (:func:`.arith.jit.dd_bounds`: the same operations, bit-identical)."""
+    if np.size(hi) and np.shape(hi) == np.shape(lo) == np.shape(err):
+        got = dd_bounds(hi, lo, err)
+        if got is not None:
+            return got
 
     with np.errstate(invalid="ignore", over="ignore"):
         out = []

@@ -649,3 +649,65 @@ def wdiv(wh, wl, dh, dl, rel, add, eta4, up, floor, notallowed, ph, pl, err, fin
             if not (np.isfinite(a) and np.isfinite(e)):
                 ok = False
         fin[i] = ok
+
+@njit
+def dec64(mf, rf, rad, ok, val):
+    """:func:`.formats.decide_rounding` for float64 (z = mf), element by element with
+    the numpy twin's operations (half gaps by nextafter, the same tests): bit-identical."""
+    n = mf.shape[0]
+    for i in range(n):
+        m = mf[i]
+        r = rf[i]
+        rd = rad[i]
+        good = np.isfinite(m) and np.isfinite(r) and np.isfinite(rd)
+        good = good and (abs(m) >= 2.0**-960 or m == 0.0)
+        zz = m if good else 1.0
+        lo_n = np.nextafter(zz, -np.inf)
+        hi_n = np.nextafter(zz, np.inf)
+        below = (zz - lo_n) / 2
+        above = (hi_n - zz) / 2
+        if not np.isfinite(hi_n):
+            above = (zz - lo_n) / 2
+        if not np.isfinite(lo_n):
+            below = (hi_n - zz) / 2
+        d = m - m
+        base = d + r
+        good = good and (base - rd > -below * (1 - 2.0**-20)) and (
+            base + rd < above * (1 - 2.0**-20))
+        good = good and (abs(d) + abs(r) + rd) <= min(below, above) * 2.0**20
+        z = m
+        if m == 0.0:
+            sure = (abs(r) + rd) < abs(m) * (1 - 2.0**-50)
+            sure = sure or (m == 0.0 and r == 0.0 and rd == 0.0)
+            good = good and sure
+            z = -0.0 if m < 0 else 0.0
+        ok[i] = good
+        val[i] = z if good else np.nan
+
+@njit
+def ddenc(hi, lo, err, u, out_lo, out_hi):
+    """:func:`..enclosure.dd_enclosure` element by element (the numpy twin's operations
+    in its order: bit-identical)."""
+    n = hi.shape[0]
+    for i in range(n):
+        h = hi[i]
+        for k in range(2):
+            sign = -1.0 if k == 0 else 1.0
+            toward = -np.inf if k == 0 else np.inf
+            a = lo[i] + sign * err[i]
+            s = h + a
+            bb = s - h
+            e = (h - (s - bb)) + (a - bb)
+            slack = u * abs(a) * (1 + 2.0**-50) + 2.0**-1074
+            step = np.nextafter(s, toward)
+            safe = slack <= abs(step - s) / 4
+            inside = (e >= slack) if k == 0 else (-e >= slack)
+            if safe:
+                res = s if inside else step
+            else:
+                res = np.nextafter(s + sign * 2 * u * (abs(a) + abs(s)) + sign * 2.0**-1074,
+                                   toward)
+            if k == 0:
+                out_lo[i] = res
+            else:
+                out_hi[i] = res

@@ -331,6 +331,34 @@ def weights_plain(wh: Array, wl: Array, Dh: Array, Dl: Array, eD: Array, d_low: 
     return ph, pl, err, fin
 
 
+def decide_float64(mf: Array, rf: Array, rad: Array) -> tuple[Array, Array] | None:
+    """:func:`.formats.decide_rounding` to float64, compiled ((decided, value), the
+    arrays' shape), or None without numba."""
+    k = _kernels()
+    if k is None:
+        return None
+    shape = np.shape(mf)
+    flat = [np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), shape)).ravel()
+            for a in (mf, rf, rad)]
+    ok = np.empty(flat[0].size, dtype=np.bool_)
+    val = np.empty(flat[0].size)
+    k.dec64(*flat, ok, val)
+    return ok.reshape(shape), val.reshape(shape)
+
+
+def dd_bounds(hi: Array, lo: Array, err: Array) -> tuple[Array, Array] | None:
+    """:func:`..enclosure.dd_enclosure` compiled (lower, upper), or None without numba."""
+    k = _kernels()
+    if k is None:
+        return None
+    shape = np.shape(hi)
+    flat = [np.ascontiguousarray(a, dtype=np.float64).ravel() for a in (hi, lo, err)]
+    out_lo = np.empty(flat[0].size)
+    out_hi = np.empty(flat[0].size)
+    k.ddenc(*flat, _U, out_lo, out_hi)
+    return out_lo.reshape(shape), out_hi.reshape(shape)
+
+
 def accumulate(terms: list[Array]) -> tuple[Array, Array]:
     k = _kernels()
     if k is None or len(terms) < 2 or terms[0].ndim != 2 or terms[0].size == 0:
