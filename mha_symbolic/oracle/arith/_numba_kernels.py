@@ -244,31 +244,43 @@ elem = njit(_t1_elem)
 def slc(x, up1, step, parts, rem, nz):
     # nz[s]: slice s has a nonzero entry; nz[n_s]: the remainder has one.  q * inv
     # equals q / up bit for bit: inv = 1/up is an exact power of two (up is one
-    # between 2**-1002 and 2**532, so both are normal)
+    # between 2**-1002 and 2**532, so both are normal).  Slice by slice over a row
+    # (the inner loop over the entries vectorises; entry by entry the slices form one
+    # chain of dependent roundings): an entry that is already 0 keeps its slices +0
+    # and its remainder as it is, as when the chain stops at it.  Every plane of
+    # ``parts`` is written (np.empty will do).
     n_s = parts.shape[0]
     r_, d = x.shape
     istep = 1.0 / step
     for s in range(n_s + 1):
         nz[s] = False
+    buf = np.empty(d)
     for i in range(r_):
         for j in range(d):
-            rr = x[i, j]
-            up = up1[i]
-            inv = 1.0 / up
-            for s in range(n_s):
-                if rr == 0.0:
-                    break  # every later slice of this entry is 0 (parts is zeroed)
+            buf[j] = x[i, j]
+        up = up1[i]
+        inv = 1.0 / up
+        for s in range(n_s):
+            cnt = 0
+            out = parts[s, i]
+            for j in range(d):
+                rr = buf[j]
                 q = np.rint(rr * up)  # exact scalings; np.rint: any magnitude
                 q = q * inv
-                rr = rr - q
-                parts[s, i, j] = q
-                if q != 0.0:
-                    nz[s] = True
-                up = up * step
-                inv = inv * istep
-            rem[i, j] = rr
-            if rr != 0.0:
-                nz[n_s] = True
+                q = q if rr != 0.0 else 0.0
+                buf[j] = rr - q
+                out[j] = q
+                cnt += q != 0.0
+            if cnt:
+                nz[s] = True
+            up = up * step
+            inv = inv * istep
+        cnt = 0
+        for j in range(d):
+            rem[i, j] = buf[j]
+            cnt += buf[j] != 0.0
+        if cnt:
+            nz[n_s] = True
 
 @njit
 def wsl(wh, w1, w2, w3, rem):

@@ -247,7 +247,7 @@ def slice_kernel(x: Array, up1: Array, step: float, n: int
     k = _kernels()
     if k is None or x.size == 0 or x.ndim != 2:
         return None
-    parts = np.zeros((n, *x.shape))  # slices after the remainder vanishes stay 0
+    parts = np.empty((n, *x.shape))  # the kernel writes every plane (0 after an entry ends)
     rem = np.empty_like(x, dtype=np.float64)
     nz = np.zeros(n + 1, dtype=np.bool_)
     k.slc(np.ascontiguousarray(x, dtype=np.float64), up1, step, parts, rem, nz)
