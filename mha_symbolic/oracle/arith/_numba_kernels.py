@@ -723,3 +723,48 @@ def ddenc(hi, lo, err, u, out_lo, out_hi):
                 out_lo[i] = res
             else:
                 out_hi[i] = res
+
+@njit
+def slc_t(y, up1, step, parts, rem, nz):
+    """:func:`slc` for the rows of x = yᵀ (y C-contiguous (d, m): row c of x is column c
+    of y, aligned by up1[c]): the same operations on every entry (bit-identical), in
+    y's memory order; parts[s] and rem are (d, m), the caller reads their transposes."""
+    n_s = parts.shape[0]
+    d, m = y.shape
+    istep = 1.0 / step
+    ups = np.empty((n_s, m))
+    invs = np.empty((n_s, m))
+    for c in range(m):
+        up = up1[c]
+        inv = 1.0 / up
+        for s in range(n_s):
+            ups[s, c] = up
+            invs[s, c] = inv
+            up = up * step
+            inv = inv * istep
+    cnt = np.zeros(n_s + 1, dtype=np.int64)
+    buf = np.empty(m)
+    for i in range(d):
+        for c in range(m):
+            buf[c] = y[i, c]
+        for s in range(n_s):
+            out = parts[s, i]
+            u_ = ups[s]
+            v_ = invs[s]
+            k = 0
+            for c in range(m):
+                rr = buf[c]
+                q = np.rint(rr * u_[c])
+                q = q * v_[c]
+                q = q if rr != 0.0 else 0.0
+                buf[c] = rr - q
+                out[c] = q
+                k += q != 0.0
+            cnt[s] += k
+        k = 0
+        for c in range(m):
+            rem[i, c] = buf[c]
+            k += buf[c] != 0.0
+        cnt[n_s] += k
+    for s in range(n_s + 1):
+        nz[s] = cnt[s] > 0

@@ -247,9 +247,16 @@ def slice_kernel(x: Array, up1: Array, step: float, n: int
     k = _kernels()
     if k is None or x.size == 0 or x.ndim != 2:
         return None
+    nz = np.zeros(n + 1, dtype=np.bool_)
+    if x.dtype == np.float64 and x.T.flags.c_contiguous and not x.flags.c_contiguous:
+        # a transposed array (rows of x are columns in memory): sliced in place, the
+        # slices handed back as transposed views (BLAS reads them without copies)
+        parts_t = np.empty((n, x.shape[1], x.shape[0]))
+        rem_t = np.empty((x.shape[1], x.shape[0]))
+        k.slc_t(x.T, np.ascontiguousarray(up1, dtype=np.float64), step, parts_t, rem_t, nz)
+        return parts_t.transpose(0, 2, 1), rem_t.T, nz
     parts = np.empty((n, *x.shape))  # the kernel writes every plane (0 after an entry ends)
     rem = np.empty_like(x, dtype=np.float64)
-    nz = np.zeros(n + 1, dtype=np.bool_)
     k.slc(np.ascontiguousarray(x, dtype=np.float64), up1, step, parts, rem, nz)
     return parts, rem, nz
 

@@ -63,10 +63,10 @@ def proj_dd(x: Array, w: Array, b: Array | None, x_lo: Array | None = None,
     okw = (ew >= -1022) & (ew <= 1023)
     px = pow2(np.where(okx, -ex, 0))
     pw = pow2(np.where(okw, -ew, 0))
-    # C order whatever the operands' layout (a transposed view is read in place; the
-    # slicing kernel wants C-contiguous rows)
-    x2 = np.multiply(x, px[:, None], order="C")
-    w2 = np.multiply(w, pw[:, None], order="C")
+    # in the operands' own layout (a transposed operand stays transposed: it is sliced
+    # in place and read by BLAS as a transpose, no copies)
+    x2 = x * px[:, None]
+    w2 = w * pw[:, None]
     exact = bool(okx.all() and okw.all() and np.array_equal(x2 / px[:, None], x)
                  and np.array_equal(w2 / pw[:, None], w))
     beta = beta_for(d)
@@ -75,7 +75,7 @@ def proj_dd(x: Array, w: Array, b: Array | None, x_lo: Array | None = None,
     plain = None
     pb = None
     if x_lo is not None:
-        xl2 = np.multiply(x_lo, px[:, None], order="C")
+        xl2 = x_lo * px[:, None]
         # the low words are scaled exactly too (a subnormal result would lose bits)
         exact = exact and bool(np.array_equal(xl2 / px[:, None], x_lo))
         plain = [(xl2, w2)]

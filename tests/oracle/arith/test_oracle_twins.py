@@ -84,6 +84,24 @@ def test_slices_equal_their_twin(monkeypatch: Any, beta: int) -> None:
     assert np.array_equal(sum(got[:-4]), x) or not got[-1][0]  # exact when no remainder
 
 
+def test_transposed_operands_are_sliced_as_their_copies() -> None:
+    # a transposed (F-ordered) matrix is sliced in place by its own kernel: the same
+    # slices, bit for bit, as its C-ordered copy
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(5)
+    y = _values(rng, (53, 31))
+    y = y / (np.max(np.abs(y)) * 2)
+    x = y.T
+    assert not x.flags.c_contiguous
+    a = np.zeros(31, dtype=np.int64)
+    got = slice_rows(x, 22, 5, a)
+    ref = slice_rows(np.ascontiguousarray(x), 22, 5, a)
+    assert len(got.parts) == len(ref.parts) and got.nonzero == ref.nonzero
+    for p, q in zip([*got.parts, got.rem_norm], [*ref.parts, ref.rem_norm], strict=True):
+        _same(np.ascontiguousarray(p), np.ascontiguousarray(q))
+    assert got.zero_rem == ref.zero_rem
+
+
 def test_weights_equal_their_twin(monkeypatch: Any) -> None:
     rng = np.random.default_rng(7)
     r, s = 29, 43
