@@ -348,11 +348,17 @@ class _BackwardProblem(ExactDecisions, Problem):
             g: list[list[Any]] = [[] for _ in rows]
             g_prec = 0
             tr = partial(st.hooks.arb, e, rows)
-        else:
-            g, g_prec = exact_scores(q[rows], k, st.E)
-        return arb_backward(g, g_prec, to_arb_mat(q), to_arb_mat(k), to_arb_mat(v),
-                            to_arb_mat(do), st.block(e, np.asarray(rows, dtype=np.int64)), rows,
-                            st.scale, st.E, st.f, prec, keys, transformed=tr)
+        km = to_arb_mat(k)
+        if tr is None:
+            g, g_prec = exact_scores(q[rows], k, st.E, km)
+        # rows only (dQ, dS): Q is not read and of dO only the rows (each exact
+        # conversion of a whole (L, E) matrix costs ~15 ms at L = 1024)
+        qm = to_arb_mat(q) if keys is not None else None
+        dom = to_arb_mat(do) if keys is not None else to_arb_mat(np.ascontiguousarray(do[rows]))
+        return arb_backward(g, g_prec, qm, km, to_arb_mat(v), dom,
+                            st.block(e, np.asarray(rows, dtype=np.int64)), rows,
+                            st.scale, st.E, st.f, prec, keys, transformed=tr,
+                            dom_rows=keys is None)
 
     def _column_problem(self, e: int) -> ColumnProblem | None:
         """Problem e for the key-column path of dK and dV (:mod:`.arb_columns`); None
