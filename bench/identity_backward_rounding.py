@@ -3,8 +3,9 @@
 About twenty ``reference_attention_backward`` calls (plain float32- and float64-valued
 inputs, causal top-left / bottom-right, GQA, bool and float masks, dropout with a
 scale, window, ALiBi, sinks + window, softcap, uniform rows, one 256² head), each
-gradient rounded to float64, float32 and bfloat16 and stored as int64 / int32 / int16
-bit patterns.  Usage, one tree each, then compare:
+gradient rounded to float64, float32 and bfloat16 (in that order, and on a fresh call
+in the reverse order) and stored as int64 / int32 / int16 bit patterns, with the bounds
+(lower, upper) after the roundings.  Usage, one tree each, then compare:
 
     PYTHONPATH=/tmp/before python bench/identity_backward_rounding.py /tmp/old.npz
     PYTHONPATH=$PWD python bench/identity_backward_rounding.py /tmp/new.npz
@@ -76,13 +77,18 @@ def run(path: str) -> None:
         q, k, v, do = _inputs(rng, spec["q"], spec["kv"], spec["f32"])
         if "mul" in spec:
             q = (q * spec["mul"]).astype(q.dtype)
-        g = reference_attention_backward(q, k, v, do, **door)
-        for kind, enc in (("dq", g.dq), ("dk", g.dk), ("dv", g.dv), ("dmask", g.d_attn_mask)):
-            if enc is None:
-                continue
-            for fmt, view in FORMATS:
-                arr = np.asarray(enc.rounded(fmt))
-                res[f"{name}|{kind}|{fmt}"] = np.ascontiguousarray(arr).view(view)
+        for order in (FORMATS, FORMATS[::-1]):   # float64 first, and last
+            g = reference_attention_backward(q, k, v, do, **door)
+            tag = "" if order is FORMATS else "|reversed"
+            for kind, enc in (("dq", g.dq), ("dk", g.dk), ("dv", g.dv), ("dmask", g.d_attn_mask)):
+                if enc is None:
+                    continue
+                for fmt, view in order:
+                    arr = np.asarray(enc.rounded(fmt))
+                    res[f"{name}|{kind}|{fmt}{tag}"] = np.ascontiguousarray(arr).view(view)
+                # the bounds after the roundings (tiers 2 and 3 may have tightened them)
+                res[f"{name}|{kind}|lower{tag}"] = np.ascontiguousarray(enc.lower).view(np.int64)
+                res[f"{name}|{kind}|upper{tag}"] = np.ascontiguousarray(enc.upper).view(np.int64)
         print(name, flush=True)
     np.savez(path, **res)
     print(f"{len(res)} arrays -> {path}")

@@ -33,7 +33,7 @@ import numpy as np
 from ...errors import ShapeError, SpecError
 from ..arith.balls import exact_prec, scale_arb, to_arb_mat
 from ..arith.constants import UP, U, gamma
-from ..arith.formats import FloatFormat
+from ..arith.formats import FloatFormat, get_format
 from ..conventions import (
     POLICIES,
     Block,
@@ -56,7 +56,7 @@ from .arb import arb_backward, exact_scores
 from .arb_columns import ColumnProblem, ColumnTier3
 from .dd import DDSum, HeadTier2
 from .exact import Accumulator, Decomposition, ExactDecisions, ExactProblem, IntMatrix, QField
-from .fast import tier1_backward
+from .fast import tier1_backward, tier1_structure
 from .functionals import ScoreFunctional, arb_part, dd_part, exact_part, tier1_part
 
 __all__ = ["POLICIES", "AttentionGradients", "plain_attention_backward"]
@@ -520,7 +520,8 @@ class _Flat:
         self.live[t] |= live
         self.nan[t] |= nan
 
-    def enclosure(self, problem: Problem, kind: str, shape: tuple[int, ...]) -> Enclosure:
+    def parts(self) -> tuple[Arr, Arr, Arr, Arr, Arr]:
+        """(value, bound, ok rows, zero rows, NaN rows) of the Enclosure."""
         err = self.err
         if (self.count > 1).any():
             n = np.maximum(self.count, 1)
@@ -529,12 +530,102 @@ class _Flat:
             err = np.where(many, (self.err + g * self.mag) / (1 - g) * UP, self.err)
         ok = self.ok & np.all(np.isfinite(self.val) & np.isfinite(err), axis=-1)
         zero = ~self.live & ~self.nan
-        return _GradEnclosure(problem, kind, shape, self.val, err, ok, zero, self.nan)
+        return self.val, err, ok, zero, self.nan
+
+    def enclosure(self, problem: Problem, kind: str, shape: tuple[int, ...]) -> Enclosure:
+        return _GradEnclosure(problem, kind, shape, *self.parts())
+
+    def placeholder(self, problem: Problem, kind: str, shape: tuple[int, ...]) -> Enclosure:
+        """The Enclosure before tier 1 (:class:`_Deferred`): the zero and NaN rows of the
+        score model's structure, every other bound infinite (no row decided)."""
+        inf = np.full(self.val.shape, np.inf)
+        return _GradEnclosure(problem, kind, shape, np.zeros(self.val.shape), inf,
+                              np.ones(self.ok.shape, dtype=bool), ~self.live & ~self.nan,
+                              self.nan, owned=True)
+
+
+class _Deferred:
+    """Tier 1 of a plain call, run when first needed (issue 29 item 4).
+
+    Rounded to float64, tier 1 decides nothing but the structural zeros (its float64
+    bounds are wider than half an ulp of float64), so ``rounded("float64")`` runs on
+    placeholders (:meth:`_Flat.placeholder`: the same zero and NaN rows, every other
+    row undecided) and goes to tier 2 at once: the flow of :meth:`Enclosure._round`
+    after tier 1's first test, the same roundings.  Anything else that reads the
+    bounds (``lower``, ``upper``, ``midpoint``, the other formats, the views of the
+    variants) first runs tier 1 for every gradient of the call (:meth:`real`), and the
+    rows tier 2 refined meanwhile keep their double-double bounds."""
+
+    def __init__(self, st: _Setup, progress: bool | None, encs: dict[str, Enclosure]) -> None:
+        self.st, self.progress, self.encs = st, progress, encs
+        self.quiet = False   # inside a float64 rounding on the placeholders
+
+    def real(self) -> None:
+        encs, self.encs = self.encs, {}
+        if not encs:
+            return
+        problem = next(iter(encs.values()))._problem
+        flats, prog = _tier1(self.st, self.progress)
+        for kind, enc in encs.items():
+            assert isinstance(enc, _GradEnclosure)
+            enc._deferred = None
+            saved = (enc._tier, enc._ok2, getattr(enc, "_dd_blocks", []), enc._rounded_cache,
+                     enc._exact_rows, enc.__dict__["_lo_"], enc.__dict__["_hi_"],
+                     enc.__dict__["_mid_"])
+            Enclosure.__init__(enc, problem, kind, self.st.shapes[kind], *flats[kind].parts())
+            enc._progress = prog if prog.enabled else None
+            tier, ok2, blocks, cache, exact_rows, lo0, hi0, mid0 = saved
+            take = ok2 & (enc._tier == 1)   # tier 2's bounds of the rows it refined
+            if take.any():
+                lo, hi, mid = enc._writable()
+                lo[take], hi[take], mid[take] = lo0[take], hi0[take], mid0[take]
+                enc._lo, enc._hi, enc._mid = lo, hi, mid
+                enc._ok2 |= take
+                enc._dd_blocks = [*getattr(enc, "_dd_blocks", []), *blocks]
+            enc._tier = np.maximum(enc._tier, np.where(enc._zero_rows | enc._nan_rows,
+                                                       enc._tier, tier)).astype(np.int8)
+            enc._rounded_cache.update(cache)
+            enc._exact_rows.update(exact_rows)
+
+
+def _deferred_bounds(name: str) -> Any:
+    """A bound array of :class:`_GradEnclosure` (``_lo``, ``_hi``, ``_mid``): reading it
+    runs a deferred tier 1 first (outside a float64 rounding on the placeholders)."""
+    key = name + "_"
+
+    def get(self: Any) -> Arr:
+        d = self.__dict__.get("_deferred")
+        if d is not None and not d.quiet:
+            d.real()
+        return self.__dict__[key]  # type: ignore[no-any-return]
+
+    def put(self: Any, value: Arr) -> None:
+        self.__dict__[key] = value
+
+    return property(get, put)
 
 
 class _GradEnclosure(Enclosure):
     """A gradient's Enclosure: before rounding it tells its problem the format
-    (:meth:`_BackwardProblem.hint`)."""
+    (:meth:`_BackwardProblem.hint`); its tier 1 may be deferred (:class:`_Deferred`)."""
+
+    _deferred: _Deferred | None = None
+    _lo = _deferred_bounds("_lo")
+    _hi = _deferred_bounds("_hi")
+    _mid = _deferred_bounds("_mid")
+
+    def rounded(self, dtype: Any = "float64") -> Arr:
+        d = self._deferred
+        if d is not None:
+            if get_format(dtype).name != "float64":
+                d.real()
+            else:
+                d.quiet = True
+                try:
+                    return super().rounded(dtype)
+                finally:
+                    d.quiet = False
+        return super().rounded(dtype)
 
     def _round(self, fmt: FloatFormat) -> Arr:
         hint = getattr(self._problem, "hint", None)
@@ -572,7 +663,7 @@ def plain_attention_backward(
     (:mod:`..api`), which routes calls with variants to :mod:`..variants.backward`."""
     st = _setup(query, key, value, grad_output, attn_mask, is_causal, scale, enable_gqa,
                 causal_alignment, masked_rows, dropout_p, dropout_mask)
-    res = _gradients(st, progress)
+    res = _deferred_gradients(st, progress) or _gradients(st, progress)
     return AttentionGradients(res["dq"], res["dk"], res["dv"], res.get("dmask"))
 
 
@@ -592,17 +683,69 @@ def backward_enclosures(
     return _gradients(st, progress)
 
 
+def _flats(st: _Setup, kinds: Any) -> dict[str, _Flat]:
+    return {kind: _Flat(*st.flat[kind], single=bool(
+        np.array_equal(np.sort(st.maps[kind]), np.arange(st.flat[kind][0]))))
+        for kind in kinds}
+
+
+def _progress_of(st: _Setup, progress: bool | None) -> Progress:
+    return Progress(progress, expected_seconds(
+        3 * st.B * st.L * st.S * max(1, (st.E + st.Ev) // 64), "tier1"))
+
+
+def _deferred_gradients(st: _Setup, progress: bool | None) -> dict[str, Enclosure] | None:
+    """The Enclosures of a plain call (dq, dk, dv; no mask gradient, no hooks) with tier 1
+    deferred (:class:`_Deferred`), or None where the call does not qualify."""
+    if st.hooks is not None or st.functionals or "dmask" in st.maps or not (
+            st.B and st.L and st.S):
+        return None
+    outs = _flats(st, ("dq", "dk", "dv"))
+    scale_zero = st.c_f == 0.0 and st.rho_c == 0.0
+    for e in range(st.B):
+        # the zero and NaN rows exactly as _gradients forms them from tier 1's flags
+        empty = st.empty[e]
+        nan_row = empty & (st.policy == "nan")
+        nan_all = np.full(st.S, bool(nan_row.any()))
+        live_rows, live_k, live_v = tier1_structure(partial(st.block, e), st.L, st.S)
+        live_q = ~empty & (not scale_zero) & live_rows
+        for kind, live, nan in (("dq", live_q, nan_row), ("dk", live_k & (not scale_zero), nan_all),
+                                ("dv", live_v, nan_all)):
+            t = int(st.maps[kind][e])
+            outs[kind].live[t] |= live
+            outs[kind].nan[t] |= nan
+    problem = _BackwardProblem(st)
+    res = {kind: outs[kind].placeholder(problem, kind, st.shapes[kind]) for kind in outs}
+    problem.encs = res
+    later = _Deferred(st, progress, res)
+    prog = _progress_of(st, progress)
+    for enc in res.values():
+        assert isinstance(enc, _GradEnclosure)
+        enc._deferred = later
+        enc._progress = prog if prog.enabled else None
+    return res
+
+
 def _gradients(st: _Setup, progress: bool | None) -> dict[str, Enclosure]:
     """Tier 1 over every problem, summed into the gradients' shapes: the Enclosures."""
+    outs, prog = _tier1(st, progress)
+    problem = _BackwardProblem(st)
+    res = {kind: outs[kind].enclosure(problem, kind, st.shapes[kind]) for kind in outs}
+    problem.encs = res
+    for enc in res.values():
+        enc._progress = prog if prog.enabled else None
+    return res
+
+
+def _tier1(st: _Setup, progress: bool | None) -> tuple[dict[str, _Flat], Progress]:
+    """Tier 1 over every problem, summed into the gradients' shapes (:class:`_Flat`)."""
     B, L, S, E, Ev = st.B, st.L, st.S, st.E, st.Ev
     want_mask = "dmask" in st.maps
     want_ds = want_mask or bool(st.functionals)
-    outs = {kind: _Flat(*st.flat[kind], single=bool(
-        np.array_equal(np.sort(st.maps[kind]), np.arange(st.flat[kind][0]))))
-        for kind in st.maps}
+    outs = _flats(st, st.maps)
     f_f, rho_f = dropout_f(st.model.dropout_factor)
     scale_zero = st.c_f == 0.0 and st.rho_c == 0.0  # dQ = c·dS K = 0 and dK = 0 exactly
-    prog = Progress(progress, expected_seconds(3 * B * L * S * max(1, (E + Ev) // 64), "tier1"))
+    prog = _progress_of(st, progress)
     bar = prog.bar(B, "certified gradients") if B and L and S else None
     bl, bs = st.mask_bcast
     for e in range(B):
@@ -661,9 +804,4 @@ def _gradients(st: _Setup, progress: bool | None) -> dict[str, Enclosure]:
             bar.update(1)
     if bar is not None:
         bar.close()
-    problem = _BackwardProblem(st)
-    res = {kind: outs[kind].enclosure(problem, kind, st.shapes[kind]) for kind in outs}
-    problem.encs = res
-    for enc in res.values():
-        enc._progress = prog if prog.enabled else None
-    return res
+    return outs, prog
