@@ -33,7 +33,7 @@ from .arith.formats import (
     round_float64_to,
     round_fraction,
 )
-from .arith.jit import dd_bounds
+from .arith.jit import dd_bounds, decide_float64
 from .mp import MpmathViews
 from .progress import Progress
 
@@ -109,6 +109,13 @@ def _decide_balls(balls: list[Any], fmt: FloatFormat) -> tuple[Array, Array]:
             ok[idx] = True
             value[idx] = ends[0]
     return ok, value
+
+
+def _decide(mf: Array, rf: Array, rad: Array, fmt: FloatFormat) -> tuple[Array, Array]:
+    """:func:`.arith.formats.decide_rounding`, by its compiled twin to float64 where numba
+    is active (bit-identical)."""
+    got = decide_float64(mf, rf, rad) if fmt.name == "float64" and np.size(mf) else None
+    return decide_rounding(mf, rf, rad, fmt) if got is None else got
 
 
 def outward(mid: Array, err: Array, scratch: Array | None = None) -> tuple[Array, Array]:
@@ -494,7 +501,7 @@ class Enclosure(MpmathViews):
         for b, rws, h, lw, e in getattr(self, "_dd_blocks", ()):
             und = ~decided[b, rws]
             if und.any():
-                okr, val = decide_rounding(h[und], lw[und], e[und], fmt)
+                okr, val = _decide(h[und], lw[und], e[und], fmt)
                 sub, dsub = value[b, rws], decided[b, rws]  # copies (fancy indexing)
                 sub[und] = np.where(okr, val, sub[und])
                 dsub[und] = okr

@@ -301,15 +301,8 @@ def decide_rounding(mf: np.ndarray[Any, Any], rf: np.ndarray[Any, Any],
     A result z = 0 also needs the sign: +0.0 when the whole interval is positive,
     -0.0 when it is negative (|rf| + rad < |mf|·(1 - 2**-50) decides it), undecided
     when the interval holds 0 (IEEE: a positive value that rounds to zero is +0).
-    To float64 the compiled twin runs where numba is active (:mod:`.jit`: the same
-    operations element by element, bit-identical)."""
+    To float64 :func:`.jit.decide_float64` is its compiled twin (bit-identical)."""
     mf = np.asarray(mf, dtype=np.float64)
-    if fmt.name == "float64" and mf.size:
-        from .jit import decide_float64  # jit's kernels are optional (numba)
-
-        got = decide_float64(mf, rf, rad)
-        if got is not None:
-            return got
     with np.errstate(invalid="ignore", over="ignore"):
         z = round_float64_to(mf, fmt)
         ok = np.isfinite(z) & np.isfinite(mf) & np.isfinite(rf) & np.isfinite(rad)
