@@ -189,7 +189,9 @@ def tier2_block(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Bl
     """Rows qh (+ ql) (r, E) (radius ``qr[i] >= ||q_i - q~_i||`` or None) against ``kv``;
     ``dropout`` = (r_hi, r_lo, rho_r) of the factor 1/(1 - p) or None; ``kind`` is
     "output" (r × Ev) or "weights" (r × S); ``want_stats`` (output only) also returns
-    the block's :class:`RowStats` (the gradients' second tier reuses them)."""
+    the block's :class:`RowStats` (the gradients' second tier reuses them); ``kind``
+    "stats": those alone (no output: ``hi``, ``lo``, ``err`` empty, ``ok`` the rows'
+    statistics hold)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         return _tier2(qh, ql, qr, kv, blk, cs, dropout, kind, want_stats)
 
@@ -369,6 +371,11 @@ def tier2_from_scores(sh: Array, sl: Array, m: Array, e_t: Array, kv: KVdd,
         t0 = S * TINY2 / d_low  # cut keys: |w - w~| <= TINY2 each, relative to D~
     tau_d = tau + t0
     bad |= ~(tau_d < 2.0**-20)
+    if kind == "stats":   # the gradients' statistics pass: no output
+        z = np.zeros((wh.shape[0], 0))
+        ok = ~bad & has_key
+        return Tier2(z, z, z, ok, stats=RowStats(m, wh, wl, tau, Dh, Dl, eD, d_low, tau_d,
+                                                 notallowed, ok))
     fac = None
     if dropout is not None:
         fac = dropout
