@@ -7,10 +7,11 @@ It is built from the forward's second tier (docs/oracle.md §3.3-3.5), not a cop
 of it:
 
 1. **Row statistics** of a problem, once per row and cached (O(L) memory):
-   :func:`..dd_attention.tier2_block` with ``want_stats`` gives each row's shift m,
-   the double-double weights w~ and their normaliser D~ with bounds, and the
-   output O (with dropout) with its bound; ``D_i = dO_i·O_i`` (FlashAttention-2's
-   form of Σ_j P_ij dP_ij) is formed in double-double (:func:`_row_dot`).
+   :func:`..dd_attention.tier2_block` (``kind="stats"``: no output) gives each row's
+   shift m, the double-double weights w~ and their normaliser D~ with bounds;
+   ``D_i = Σ_j P_ij dP_ij`` is formed in double-double with the normaliser as a
+   common factor (:meth:`HeadTier2._row_d`; FlashAttention-2's dO_i·O_i, kept as
+   :func:`_row_dot`, was about 12× wider).
 2. **The weights of the rows or key columns asked for**: from the same pass, or
    recomputed for a set of keys J with the cached shift
    (:func:`..dd_attention.dd_scores`, ``m=``) — P = w~/D~ with
