@@ -96,13 +96,17 @@ class _Deferred:
         self.st, self.progress, self.encs, self.tier1 = st, progress, encs, tier1
         self.quiet = False   # inside a float64 rounding on the placeholders
 
-    def real(self) -> None:
-        encs, self.encs = self.encs, {}
+    def real(self, also: Enclosure | None = None) -> None:
+        """Run tier 1 and re-initialise the call's Enclosures from it (and ``also``: a
+        copy of one of them, which this object does not list)."""
+        encs, self.encs = list(self.encs.items()), {}
+        if also is not None and all(also is not e for _, e in encs):
+            encs.append((also._kind, also))
         if not encs:
             return
-        problem = next(iter(encs.values()))._problem
+        problem = encs[0][1]._problem
         flats, prog = self.tier1(self.st, self.progress)
-        for kind, enc in encs.items():
+        for kind, enc in encs:
             assert isinstance(enc, _GradEnclosure)
             enc._deferred = None
             saved = (enc._tier, enc._ok2, getattr(enc, "_dd_blocks", []), enc._rounded_cache,
@@ -132,7 +136,7 @@ def _deferred_bounds(name: str) -> Any:
     def get(self: Any) -> Arr:
         d = self.__dict__.get("_deferred")
         if d is not None and not d.quiet:
-            d.real()
+            d.real(self)
         return self.__dict__[key]  # type: ignore[no-any-return]
 
     def put(self: Any, value: Arr) -> None:
@@ -154,7 +158,7 @@ class _GradEnclosure(Enclosure):
         d = self._deferred
         if d is not None:
             if get_format(dtype).name != "float64":
-                d.real()
+                d.real(self)
             else:
                 d.quiet = True
                 try:

@@ -107,3 +107,15 @@ def test_variant_and_mask_gradient_calls_stay_eager() -> None:
     assert g.dq._deferred is None
     g = reference_attention_backward(*args, window=(2, 1))
     assert getattr(g.dq, "_deferred", None) is None
+
+
+def test_a_copy_of_a_deferred_gradient_gets_real_bounds() -> None:
+    import copy
+
+    args, kw = CASES["plain"]
+    g = reference_attention_backward(*args, **kw)
+    c = copy.copy(g.dk)
+    want = g.dk.lower                       # runs tier 1 for the call's own Enclosures
+    assert c._deferred is not None          # the copy is not one of them
+    np.testing.assert_array_equal(c.lower, want)
+    assert np.all(np.isfinite(c.upper))
