@@ -10,8 +10,8 @@ of it:
    :func:`..dd_attention.tier2_block` (``kind="stats"``: no output) gives each row's
    shift m, the double-double weights w~ and their normaliser D~ with bounds;
    ``D_i = Σ_j P_ij dP_ij`` is formed in double-double with the normaliser as a
-   common factor (:meth:`HeadTier2._row_d`; FlashAttention-2's dO_i·O_i, kept as
-   :func:`_row_dot`, was about 12× wider).
+   common factor (:meth:`HeadTier2._row_d`; FlashAttention-2's dO_i·O_i, whose
+   product :func:`_row_dot` stays tested, was wider: docs/gradients.md §4).
 2. **The weights of the rows or key columns asked for**: from the same pass, or
    recomputed for a set of keys J with the cached shift
    (:func:`..dd_attention.dd_scores`, ``m=``) — P = w~/D~ with
