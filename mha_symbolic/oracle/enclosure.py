@@ -33,6 +33,7 @@ from .arith.formats import (
     round_float64_to,
     round_fraction,
 )
+from .arith.jit import dd_bounds, decide_float64
 from .mp import MpmathViews
 from .progress import Progress
 
@@ -110,6 +111,13 @@ def _decide_balls(balls: list[Any], fmt: FloatFormat) -> tuple[Array, Array]:
     return ok, value
 
 
+def _decide(mf: Array, rf: Array, rad: Array, fmt: FloatFormat) -> tuple[Array, Array]:
+    """:func:`.arith.formats.decide_rounding`, by its compiled twin to float64 where numba
+    is active (bit-identical)."""
+    got = decide_float64(mf, rf, rad) if fmt.name == "float64" and np.size(mf) else None
+    return decide_rounding(mf, rf, rad, fmt) if got is None else got
+
+
 def outward(mid: Array, err: Array, scratch: Array | None = None) -> tuple[Array, Array]:
     """Float64 bounds of [mid - err, mid + err] (err >= 0): x = fl(mid - err) is within
     half an ulp of the end; subtracting d = fl(|x|·2**-51 + 2**-1073) >= ulp(x) (exact
@@ -138,7 +146,12 @@ def dd_enclosure(hi: Array, lo: Array, err: Array) -> tuple[Array, Array]:
     exact, so the end is within s + e ± u|a|.  If e >= u|a|(1 + 2**-50) it is >= s
     (lower = s); otherwise, when u|a| is below a quarter of the gap under s, it is
     >= s - gap (lower = nextafter(s, -inf): |e| <= half the gap on its side).  Else
-    (huge err) a generous form: s - 2u(|a| + |s|) stepped outward."""
+    (huge err) a generous form: s - 2u(|a| + |s|) stepped outward.  Compiled where numba
+    is active (:func:`.arith.jit.dd_bounds`: the same operations, bit-identical)."""
+    if np.size(hi) and np.shape(hi) == np.shape(lo) == np.shape(err):
+        got = dd_bounds(hi, lo, err)
+        if got is not None:
+            return got
 
     with np.errstate(invalid="ignore", over="ignore"):
         out = []
@@ -488,7 +501,7 @@ class Enclosure(MpmathViews):
         for b, rws, h, lw, e in getattr(self, "_dd_blocks", ()):
             und = ~decided[b, rws]
             if und.any():
-                okr, val = decide_rounding(h[und], lw[und], e[und], fmt)
+                okr, val = _decide(h[und], lw[und], e[und], fmt)
                 sub, dsub = value[b, rws], decided[b, rws]  # copies (fancy indexing)
                 sub[und] = np.where(okr, val, sub[und])
                 dsub[und] = okr

@@ -244,31 +244,43 @@ elem = njit(_t1_elem)
 def slc(x, up1, step, parts, rem, nz):
     # nz[s]: slice s has a nonzero entry; nz[n_s]: the remainder has one.  q * inv
     # equals q / up bit for bit: inv = 1/up is an exact power of two (up is one
-    # between 2**-1002 and 2**532, so both are normal)
+    # between 2**-1002 and 2**532, so both are normal).  Slice by slice over a row
+    # (the inner loop over the entries vectorises; entry by entry the slices form one
+    # chain of dependent roundings): an entry that is already 0 keeps its slices +0
+    # and its remainder as it is, as when the chain stops at it.  Every plane of
+    # ``parts`` is written (np.empty will do).
     n_s = parts.shape[0]
     r_, d = x.shape
     istep = 1.0 / step
     for s in range(n_s + 1):
         nz[s] = False
+    buf = np.empty(d)
     for i in range(r_):
         for j in range(d):
-            rr = x[i, j]
-            up = up1[i]
-            inv = 1.0 / up
-            for s in range(n_s):
-                if rr == 0.0:
-                    break  # every later slice of this entry is 0 (parts is zeroed)
+            buf[j] = x[i, j]
+        up = up1[i]
+        inv = 1.0 / up
+        for s in range(n_s):
+            cnt = 0
+            out = parts[s, i]
+            for j in range(d):
+                rr = buf[j]
                 q = np.rint(rr * up)  # exact scalings; np.rint: any magnitude
                 q = q * inv
-                rr = rr - q
-                parts[s, i, j] = q
-                if q != 0.0:
-                    nz[s] = True
-                up = up * step
-                inv = inv * istep
-            rem[i, j] = rr
-            if rr != 0.0:
-                nz[n_s] = True
+                q = q if rr != 0.0 else 0.0
+                buf[j] = rr - q
+                out[j] = q
+                cnt += q != 0.0
+            if cnt:
+                nz[s] = True
+            up = up * step
+            inv = inv * istep
+        cnt = 0
+        for j in range(d):
+            rem[i, j] = buf[j]
+            cnt += buf[j] != 0.0
+        if cnt:
+            nz[n_s] = True
 
 @njit
 def wsl(wh, w1, w2, w3, rem):
@@ -621,3 +633,138 @@ def vscale(v, sc, vcat):
             vcat[j, Ev + c] = a
             tiny |= (a < 2.0**-1022) & (v[j, c] != 0.0)
     return tiny
+
+@njit
+def wdiv(wh, wl, dh, dl, rel, add, eta4, up, floor, notallowed, ph, pl, err, fin):
+    """:func:`..forward.dd.weights_dd` without keep or dropout factor: p = w/D by
+    dd_div_s, err = ((|p|·rel)·1.01 + add) + 4η, then err·UP + FLOOR; masked keys 0;
+    fin[i]: every p and bound of row i is finite (the numpy twin's order: bit-identical)."""
+    r, S = wh.shape
+    for i in range(r):
+        ok = True
+        di = dh[i]
+        dli = dl[i]
+        ri = rel[i]
+        ai = add[i]
+        for j in range(S):
+            if notallowed is not None and notallowed[i, j]:
+                ph[i, j] = 0.0
+                pl[i, j] = 0.0
+                err[i, j] = 0.0
+                continue
+            a, b = dd_div_s(wh[i, j], wl[i, j], di, dli)
+            e = ((abs(a) * ri) * 1.01 + ai) + eta4
+            e = e * up + floor
+            ph[i, j] = a
+            pl[i, j] = b
+            err[i, j] = e
+            if not (np.isfinite(a) and np.isfinite(e)):
+                ok = False
+        fin[i] = ok
+
+@njit
+def dec64(mf, rf, rad, ok, val):
+    """:func:`.formats.decide_rounding` for float64 (z = mf), element by element with
+    the numpy twin's operations (half gaps by nextafter, the same tests): bit-identical."""
+    n = mf.shape[0]
+    for i in range(n):
+        m = mf[i]
+        r = rf[i]
+        rd = rad[i]
+        good = np.isfinite(m) and np.isfinite(r) and np.isfinite(rd)
+        good = good and (abs(m) >= 2.0**-960 or m == 0.0)
+        zz = m if good else 1.0
+        lo_n = np.nextafter(zz, -np.inf)
+        hi_n = np.nextafter(zz, np.inf)
+        below = (zz - lo_n) / 2
+        above = (hi_n - zz) / 2
+        if not np.isfinite(hi_n):
+            above = (zz - lo_n) / 2
+        if not np.isfinite(lo_n):
+            below = (hi_n - zz) / 2
+        d = m - m
+        base = d + r
+        good = good and (base - rd > -below * (1 - 2.0**-20)) and (
+            base + rd < above * (1 - 2.0**-20))
+        good = good and (abs(d) + abs(r) + rd) <= min(below, above) * 2.0**20
+        z = m
+        if m == 0.0:
+            sure = (abs(r) + rd) < abs(m) * (1 - 2.0**-50)
+            sure = sure or (m == 0.0 and r == 0.0 and rd == 0.0)
+            good = good and sure
+            z = -0.0 if m < 0 else 0.0
+        ok[i] = good
+        val[i] = z if good else np.nan
+
+@njit
+def ddenc(hi, lo, err, u, out_lo, out_hi):
+    """:func:`..enclosure.dd_enclosure` element by element (the numpy twin's operations
+    in its order: bit-identical)."""
+    n = hi.shape[0]
+    for i in range(n):
+        h = hi[i]
+        for k in range(2):
+            sign = -1.0 if k == 0 else 1.0
+            toward = -np.inf if k == 0 else np.inf
+            a = lo[i] + sign * err[i]
+            s = h + a
+            bb = s - h
+            e = (h - (s - bb)) + (a - bb)
+            slack = u * abs(a) * (1 + 2.0**-50) + 2.0**-1074
+            step = np.nextafter(s, toward)
+            safe = slack <= abs(step - s) / 4
+            inside = (e >= slack) if k == 0 else (-e >= slack)
+            if safe:
+                res = s if inside else step
+            else:
+                res = np.nextafter(s + sign * 2 * u * (abs(a) + abs(s)) + sign * 2.0**-1074,
+                                   toward)
+            if k == 0:
+                out_lo[i] = res
+            else:
+                out_hi[i] = res
+
+@njit
+def slc_t(y, up1, step, parts, rem, nz):
+    """:func:`slc` for the rows of x = yᵀ (y C-contiguous (d, m): row c of x is column c
+    of y, aligned by up1[c]): the same operations on every entry (bit-identical), in
+    y's memory order; parts[s] and rem are (d, m), the caller reads their transposes."""
+    n_s = parts.shape[0]
+    d, m = y.shape
+    istep = 1.0 / step
+    ups = np.empty((n_s, m))
+    invs = np.empty((n_s, m))
+    for c in range(m):
+        up = up1[c]
+        inv = 1.0 / up
+        for s in range(n_s):
+            ups[s, c] = up
+            invs[s, c] = inv
+            up = up * step
+            inv = inv * istep
+    cnt = np.zeros(n_s + 1, dtype=np.int64)
+    buf = np.empty(m)
+    for i in range(d):
+        for c in range(m):
+            buf[c] = y[i, c]
+        for s in range(n_s):
+            out = parts[s, i]
+            u_ = ups[s]
+            v_ = invs[s]
+            k = 0
+            for c in range(m):
+                rr = buf[c]
+                q = np.rint(rr * u_[c])
+                q = q * v_[c]
+                q = q if rr != 0.0 else 0.0
+                buf[c] = rr - q
+                out[c] = q
+                k += q != 0.0
+            cnt[s] += k
+        k = 0
+        for c in range(m):
+            rem[i, c] = buf[c]
+            k += buf[c] != 0.0
+        cnt[n_s] += k
+    for s in range(n_s + 1):
+        nz[s] = cnt[s] > 0

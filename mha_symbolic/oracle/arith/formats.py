@@ -300,7 +300,8 @@ def decide_rounding(mf: np.ndarray[Any, Any], rf: np.ndarray[Any, Any],
     a margin of 2**-20·gap and |d| + |rf| + rad <= 2**20·gap makes that harmless.
     A result z = 0 also needs the sign: +0.0 when the whole interval is positive,
     -0.0 when it is negative (|rf| + rad < |mf|·(1 - 2**-50) decides it), undecided
-    when the interval holds 0 (IEEE: a positive value that rounds to zero is +0)."""
+    when the interval holds 0 (IEEE: a positive value that rounds to zero is +0).
+    To float64 :func:`.jit.decide_float64` is its compiled twin (bit-identical)."""
     mf = np.asarray(mf, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         z = round_float64_to(mf, fmt)

@@ -247,9 +247,16 @@ def slice_kernel(x: Array, up1: Array, step: float, n: int
     k = _kernels()
     if k is None or x.size == 0 or x.ndim != 2:
         return None
-    parts = np.zeros((n, *x.shape))  # slices after the remainder vanishes stay 0
-    rem = np.empty_like(x, dtype=np.float64)
     nz = np.zeros(n + 1, dtype=np.bool_)
+    if x.dtype == np.float64 and x.T.flags.c_contiguous and not x.flags.c_contiguous:
+        # a transposed array (rows of x are columns in memory): sliced in place, the
+        # slices handed back as transposed views (BLAS reads them without copies)
+        parts_t = np.empty((n, x.shape[1], x.shape[0]))
+        rem_t = np.empty((x.shape[1], x.shape[0]))
+        k.slc_t(x.T, np.ascontiguousarray(up1, dtype=np.float64), step, parts_t, rem_t, nz)
+        return parts_t.transpose(0, 2, 1), rem_t.T, nz
+    parts = np.empty((n, *x.shape))  # the kernel writes every plane (0 after an entry ends)
+    rem = np.empty_like(x, dtype=np.float64)
     k.slc(np.ascontiguousarray(x, dtype=np.float64), up1, step, parts, rem, nz)
     return parts, rem, nz
 
@@ -305,6 +312,58 @@ def t2_weights(sh: Array, sl: Array, m: Array, notallowed: Array | None) -> tupl
     th, tl = _table2()
     k.t2w(sh, sl, m, notallowed, wh, wl, th, tl, _POW2)
     return wh, wl
+
+
+def weights_plain(wh: Array, wl: Array, Dh: Array, Dl: Array, eD: Array, d_low: Array,
+                  tau: Array, tau_d: Array, notallowed: Array | None
+                  ) -> tuple[Array, Array, Array, Array] | None:
+    """:func:`..forward.dd.weights_dd` without keep and dropout factor, compiled (p, its
+    low word, its bound, per row whether all are finite), or None without numba.  The
+    per-row factors are formed here as the numpy twin forms them; the kernel then does
+    the twin's elementwise operations in its order (bit-identical)."""
+    k = _kernels()
+    if k is None:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.ascontiguousarray((tau + tau_d) / (1.0 - tau_d) + eD / d_low + 2.0**-99,
+                                   dtype=np.float64)
+        add = np.ascontiguousarray(2 * C.TINY2 / d_low, dtype=np.float64)
+    ph, pl, err = (np.empty(wh.shape) for _ in range(3))
+    fin = np.empty(wh.shape[0], dtype=np.bool_)
+    k.wdiv(np.ascontiguousarray(wh, dtype=np.float64), np.ascontiguousarray(wl, dtype=np.float64),
+           np.ascontiguousarray(Dh, dtype=np.float64), np.ascontiguousarray(Dl, dtype=np.float64),
+           rel, add, 4 * _ETA, _UP, _FLOOR,
+           None if notallowed is None else np.ascontiguousarray(notallowed, dtype=np.bool_),
+           ph, pl, err, fin)
+    return ph, pl, err, fin
+
+
+def decide_float64(mf: Array, rf: Array, rad: Array) -> tuple[Array, Array] | None:
+    """:func:`.formats.decide_rounding` to float64, compiled ((decided, value), the
+    arrays' shape), or None without numba."""
+    k = _kernels()
+    if k is None:
+        return None
+    shape = np.shape(mf)
+    flat = [np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), shape)).ravel()
+            for a in (mf, rf, rad)]
+    ok = np.empty(flat[0].size, dtype=np.bool_)
+    val = np.empty(flat[0].size)
+    k.dec64(*flat, ok, val)
+    return ok.reshape(shape), val.reshape(shape)
+
+
+def dd_bounds(hi: Array, lo: Array, err: Array) -> tuple[Array, Array] | None:
+    """:func:`..enclosure.dd_enclosure` compiled (lower, upper), or None without numba."""
+    k = _kernels()
+    if k is None:
+        return None
+    shape = np.shape(hi)
+    flat = [np.ascontiguousarray(a, dtype=np.float64).ravel() for a in (hi, lo, err)]
+    out_lo = np.empty(flat[0].size)
+    out_hi = np.empty(flat[0].size)
+    k.ddenc(*flat, _U, out_lo, out_hi)
+    return out_lo.reshape(shape), out_hi.reshape(shape)
 
 
 def accumulate(terms: list[Array]) -> tuple[Array, Array]:

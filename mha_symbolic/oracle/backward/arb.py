@@ -57,10 +57,11 @@ def _fmpq_arb(x: Fraction) -> Any:
     return arb(fmpq(x.numerator, x.denominator))
 
 
-def exact_scores(q: Arr, k: Arr, E: int) -> tuple[list[list[Any]], int]:
+def exact_scores(q: Arr, k: Arr, E: int, km: Any = None) -> tuple[list[list[Any]], int]:
     """The dot products q_i·k_j of exact doubles as exact balls and the precision that
-    holds them (:func:`..arb.exact_prec`)."""
-    kmT = to_arb_mat(k).transpose()
+    holds them (:func:`..arb.exact_prec`); ``km`` the exact arb_mat of k when the caller
+    has it."""
+    kmT = (to_arb_mat(k) if km is None else km).transpose()
     k_prec = exact_prec(q, k, E)
     return exact_score_rows(q, kmT, k_prec), k_prec
 
@@ -135,12 +136,13 @@ def _arb_product(rows_: list[list[Any]], m: Any, c: Any, n: int, inner: int) -> 
 def arb_backward(g_rows: list[list[Any]], g_prec: int, qm: Any, km: Any, vm: Any, dom: Any,
                  blk: Block, rows: list[int], scale: Fraction | None, E: int, f: Fraction,
                  prec: int, keys: list[int] | None = None, want_out: bool = False,
-                 transformed: Any = None) -> ArbGradients:
+                 transformed: Any = None, dom_rows: bool = False) -> ArbGradients:
     """Gradients of one problem at ``prec`` bits (sets and restores the precision).
 
     ``g_rows[n]`` the scores q_i·k_j (i = rows[n]) as balls with at most ``g_prec``
     bits; qm (L×E), km (S×E), vm (S×Ev), dom (L×Ev) arb_mat enclosures of the
-    inputs (all rows); ``blk`` the score model of ``rows`` (masks, keep, uniform);
+    inputs (all rows; ``dom_rows``: dom holds only the rows ``rows``, in order, and qm
+    may be None — without ``keys``); ``blk`` the score model of ``rows`` (masks, keep, uniform);
     ``scale`` exact or None for 1/sqrt(E); f the exact dropout factor.  Returns dq
     and ds for ``rows``; with ``keys``, dk and dv of those keys (then ``rows`` must
     be every row: every row contributes).  ``transformed`` (a transformed score):
@@ -166,7 +168,8 @@ def arb_backward(g_rows: list[list[Any]], g_prec: int, qm: Any, km: Any, vm: Any
         zero = arb(0)
         # X = dO Vᵀ for the rows; dP = f·keep∘X; D = Σ P dP; dS = P∘(dP − D) on live keys
         if Ev and r and S:
-            dsub = arb_mat([[dom[i, col] for col in range(Ev)] for i in rows])
+            dsub = dom if dom_rows else arb_mat([[dom[i, col] for col in range(Ev)]
+                                                 for i in rows])
             x_ents = (dsub * vm.transpose()).entries()
         else:
             x_ents = [zero] * (r * S)
@@ -180,6 +183,7 @@ def arb_backward(g_rows: list[list[Any]], g_prec: int, qm: Any, km: Any, vm: Any
         out = _arb_product(w_rows, vm, None, r, S) if want_out else None
         if keys is None:
             return ArbGradients(dq, ds_rows, None, None, out)
+        assert not dom_rows and qm is not None
         # dK = c·dS[:, keys]ᵀ Q, dV = W[:, keys]ᵀ dO (rows = every row)
         dk = _arb_product([[ds0_rows[n][j] for n in range(r)] for j in keys], qm, c, len(keys), r)
         dv = _arb_product([[w_rows[n][j] for n in range(r)] for j in keys], dom, None, len(keys), r)

@@ -16,9 +16,10 @@ column products.  Two sources of statistics:
 * **tier 2** (:func:`tier2_balls`): the double-double statistics pass of
   :class:`.dd.HeadTier2` carries proved bounds — its shift m (a double), D~ = Dh + Dl
   with |Σ w~ − D~| <= eD and |Σ w / Σ w~ − 1| <= tau_d (docs/oracle.md §3.5), so
-  l ∈ (D~ ± eD)(1 ± tau_d); and D_i = dO_i·O_i within Dde (:func:`.dd._row_dot`).
+  l ∈ (D~ ± eD)(1 ± tau_d); and D_i = Σ_j P_ij dP_ij within Dde (:meth:`.dd.HeadTier2._row_d`).
   Balls about 2**-84 wide, for no Arb exponential at all; D_i sharpened for a dK key
-  they leave undecided (:func:`tier2_sharp_d`, about 12× narrower);
+  they leave undecided (:func:`tier2_sharp_d`: shifted by tier 2's D, narrower where |D|
+  is large against the spread of dP);
 * **Arb** (:func:`arb_balls`): every row's exponentials at the precision asked for
   (no shift: Arb does not overflow; the row's largest float64 score where it is
   beyond ±10**4), once per problem and precision.

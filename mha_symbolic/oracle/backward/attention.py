@@ -32,7 +32,6 @@ import numpy as np
 
 from ...errors import ShapeError, SpecError
 from ..arith.balls import exact_prec, scale_arb, to_arb_mat
-from ..arith.constants import UP, U, gamma
 from ..arith.formats import FloatFormat
 from ..conventions import (
     POLICIES,
@@ -55,8 +54,9 @@ from ..progress import Progress, expected_seconds
 from .arb import arb_backward, exact_scores
 from .arb_columns import ColumnProblem, ColumnTier3
 from .dd import DDSum, HeadTier2
+from .enclosures import _Deferred, _Flat, _GradEnclosure, _mask_part
 from .exact import Accumulator, Decomposition, ExactDecisions, ExactProblem, IntMatrix, QField
-from .fast import tier1_backward
+from .fast import tier1_backward, tier1_structure
 from .functionals import ScoreFunctional, arb_part, dd_part, exact_part, tier1_part
 
 __all__ = ["POLICIES", "AttentionGradients", "plain_attention_backward"]
@@ -348,11 +348,17 @@ class _BackwardProblem(ExactDecisions, Problem):
             g: list[list[Any]] = [[] for _ in rows]
             g_prec = 0
             tr = partial(st.hooks.arb, e, rows)
-        else:
-            g, g_prec = exact_scores(q[rows], k, st.E)
-        return arb_backward(g, g_prec, to_arb_mat(q), to_arb_mat(k), to_arb_mat(v),
-                            to_arb_mat(do), st.block(e, np.asarray(rows, dtype=np.int64)), rows,
-                            st.scale, st.E, st.f, prec, keys, transformed=tr)
+        km = to_arb_mat(k)
+        if tr is None:
+            g, g_prec = exact_scores(q[rows], k, st.E, km)
+        # rows only (dQ, dS): Q is not read and of dO only the rows (each exact
+        # conversion of a whole (L, E) matrix costs ~15 ms at L = 1024)
+        qm = to_arb_mat(q) if keys is not None else None
+        dom = to_arb_mat(do) if keys is not None else to_arb_mat(np.ascontiguousarray(do[rows]))
+        return arb_backward(g, g_prec, qm, km, to_arb_mat(v), dom,
+                            st.block(e, np.asarray(rows, dtype=np.int64)), rows,
+                            st.scale, st.E, st.f, prec, keys, transformed=tr,
+                            dom_rows=keys is None)
 
     def _column_problem(self, e: int) -> ColumnProblem | None:
         """Problem e for the key-column path of dK and dV (:mod:`.arb_columns`); None
@@ -481,79 +487,6 @@ _NAMES = {"dq": "grad_query", "dk": "grad_key", "dv": "grad_value", "dmask": "gr
 # Tier 1 over all problems, summed into the inputs' shapes
 
 
-class _Flat:
-    """A gradient laid out as its input (n, rows, cols), summed over the problems that
-    share an input: the float sum of n terms errs by <= γ_{n−1} Σ|terms| (H1), the
-    bounds are a float sum of nonnegative terms (H2)."""
-
-    def __init__(self, n: int, rows: int, cols: int, single: bool = False) -> None:
-        self.single = single  # every input is one problem's: no sums
-        self.val = np.zeros((n, rows, cols))
-        self.err = np.zeros((n, rows, cols))
-        self.mag = np.zeros((n, rows, cols)) if not single else np.zeros((0, rows, cols))
-        self.count = np.zeros(n, dtype=np.int64)
-        self.ok = np.ones((n, rows), dtype=bool)
-        self.live = np.zeros((n, rows), dtype=bool)
-        self.nan = np.zeros((n, rows), dtype=bool)
-
-    def add(self, t: int, val: Arr, err: Arr, ok: Arr, live: Arr, nan: Arr) -> None:
-        if self.single:
-            self.val[t] = val
-            self.err[t] = err
-            if not live.all():  # structural zeros: exactly 0
-                self.val[t][~live] = 0.0
-                self.err[t][~live] = 0.0
-        else:
-            val = np.where(live[:, None], val, 0.0)
-            err = np.where(live[:, None], err, 0.0)
-            self.val[t] += val
-            self.err[t] += err
-            self.mag[t] += np.abs(val)
-        self.count[t] += 1
-        self.ok[t] &= ok
-        self.live[t] |= live
-        self.nan[t] |= nan
-
-    def enclosure(self, problem: Problem, kind: str, shape: tuple[int, ...]) -> Enclosure:
-        err = self.err
-        if (self.count > 1).any():
-            n = np.maximum(self.count, 1)
-            g = (n * U / (1 - n * U) * UP)[:, None, None]
-            many = (self.count > 1)[:, None, None]
-            err = np.where(many, (self.err + g * self.mag) / (1 - g) * UP, self.err)
-        ok = self.ok & np.all(np.isfinite(self.val) & np.isfinite(err), axis=-1)
-        zero = ~self.live & ~self.nan
-        return _GradEnclosure(problem, kind, shape, self.val, err, ok, zero, self.nan)
-
-
-class _GradEnclosure(Enclosure):
-    """A gradient's Enclosure: before rounding it tells its problem the format
-    (:meth:`_BackwardProblem.hint`)."""
-
-    def _round(self, fmt: FloatFormat) -> Arr:
-        hint = getattr(self._problem, "hint", None)
-        if hint is not None:
-            hint(fmt)
-        return super()._round(fmt)
-
-
-def _mask_part(ds: Arr, e_ds: Arr, bl: bool, bs: bool) -> tuple[Arr, Arr]:
-    """ds summed over the axes the mask broadcasts along: nested float sums of n
-    terms, γ_n Σ|terms| plus the terms' bounds (H2)."""
-    n_terms = 1
-    mag = np.abs(ds)
-    for axis, flag in ((0, bl), (1, bs)):
-        if flag:
-            n_terms *= ds.shape[axis]
-            ds = ds.sum(axis=axis, keepdims=True)
-            e_ds = e_ds.sum(axis=axis, keepdims=True)
-            mag = mag.sum(axis=axis, keepdims=True)
-    if n_terms > 1:
-        g = gamma(n_terms)
-        e_ds = (e_ds + g * mag) / (1.0 - g) * UP
-    return ds, e_ds
-
-
 def plain_attention_backward(
     query: Any, key: Any, value: Any, grad_output: Any, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
@@ -566,7 +499,7 @@ def plain_attention_backward(
     (:mod:`..api`), which routes calls with variants to :mod:`..variants.backward`."""
     st = _setup(query, key, value, grad_output, attn_mask, is_causal, scale, enable_gqa,
                 causal_alignment, masked_rows, dropout_p, dropout_mask)
-    res = _gradients(st, progress)
+    res = _deferred_gradients(st, progress) or _gradients(st, progress)
     return AttentionGradients(res["dq"], res["dk"], res["dv"], res.get("dmask"))
 
 
@@ -586,17 +519,69 @@ def backward_enclosures(
     return _gradients(st, progress)
 
 
+def _flats(st: _Setup, kinds: Any) -> dict[str, _Flat]:
+    return {kind: _Flat(*st.flat[kind], single=bool(
+        np.array_equal(np.sort(st.maps[kind]), np.arange(st.flat[kind][0]))))
+        for kind in kinds}
+
+
+def _progress_of(st: _Setup, progress: bool | None) -> Progress:
+    return Progress(progress, expected_seconds(
+        3 * st.B * st.L * st.S * max(1, (st.E + st.Ev) // 64), "tier1"))
+
+
+def _deferred_gradients(st: _Setup, progress: bool | None) -> dict[str, Enclosure] | None:
+    """The Enclosures of a plain call (dq, dk, dv; no mask gradient, no hooks) with tier 1
+    deferred (:class:`_Deferred`), or None where the call does not qualify."""
+    if st.hooks is not None or st.functionals or "dmask" in st.maps or not (
+            st.B and st.L and st.S):
+        return None
+    outs = _flats(st, ("dq", "dk", "dv"))
+    scale_zero = st.c_f == 0.0 and st.rho_c == 0.0
+    for e in range(st.B):
+        # the zero and NaN rows exactly as _gradients forms them from tier 1's flags
+        empty = st.empty[e]
+        nan_row = empty & (st.policy == "nan")
+        nan_all = np.full(st.S, bool(nan_row.any()))
+        live_rows, live_k, live_v = tier1_structure(partial(st.block, e), st.L, st.S)
+        live_q = ~empty & (not scale_zero) & live_rows
+        for kind, live, nan in (("dq", live_q, nan_row), ("dk", live_k & (not scale_zero), nan_all),
+                                ("dv", live_v, nan_all)):
+            t = int(st.maps[kind][e])
+            outs[kind].live[t] |= live
+            outs[kind].nan[t] |= nan
+    problem = _BackwardProblem(st)
+    res = {kind: outs[kind].placeholder(problem, kind, st.shapes[kind]) for kind in outs}
+    problem.encs = res
+    later = _Deferred(st, progress, res, _tier1)
+    prog = _progress_of(st, progress)
+    for enc in res.values():
+        assert isinstance(enc, _GradEnclosure)
+        enc._deferred = later
+        enc._progress = prog if prog.enabled else None
+    return res
+
+
 def _gradients(st: _Setup, progress: bool | None) -> dict[str, Enclosure]:
     """Tier 1 over every problem, summed into the gradients' shapes: the Enclosures."""
+    outs, prog = _tier1(st, progress)
+    problem = _BackwardProblem(st)
+    res = {kind: outs[kind].enclosure(problem, kind, st.shapes[kind]) for kind in outs}
+    problem.encs = res
+    for enc in res.values():
+        enc._progress = prog if prog.enabled else None
+    return res
+
+
+def _tier1(st: _Setup, progress: bool | None) -> tuple[dict[str, _Flat], Progress]:
+    """Tier 1 over every problem, summed into the gradients' shapes (:class:`_Flat`)."""
     B, L, S, E, Ev = st.B, st.L, st.S, st.E, st.Ev
     want_mask = "dmask" in st.maps
     want_ds = want_mask or bool(st.functionals)
-    outs = {kind: _Flat(*st.flat[kind], single=bool(
-        np.array_equal(np.sort(st.maps[kind]), np.arange(st.flat[kind][0]))))
-        for kind in st.maps}
+    outs = _flats(st, st.maps)
     f_f, rho_f = dropout_f(st.model.dropout_factor)
     scale_zero = st.c_f == 0.0 and st.rho_c == 0.0  # dQ = c·dS K = 0 and dK = 0 exactly
-    prog = Progress(progress, expected_seconds(3 * B * L * S * max(1, (E + Ev) // 64), "tier1"))
+    prog = _progress_of(st, progress)
     bar = prog.bar(B, "certified gradients") if B and L and S else None
     bl, bs = st.mask_bcast
     for e in range(B):
@@ -655,9 +640,4 @@ def _gradients(st: _Setup, progress: bool | None) -> dict[str, Enclosure]:
             bar.update(1)
     if bar is not None:
         bar.close()
-    problem = _BackwardProblem(st)
-    res = {kind: outs[kind].enclosure(problem, kind, st.shapes[kind]) for kind in outs}
-    problem.encs = res
-    for enc in res.values():
-        enc._progress = prog if prog.enabled else None
-    return res
+    return outs, prog

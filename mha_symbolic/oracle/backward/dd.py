@@ -7,10 +7,11 @@ It is built from the forward's second tier (docs/oracle.md §3.3-3.5), not a cop
 of it:
 
 1. **Row statistics** of a problem, once per row and cached (O(L) memory):
-   :func:`..dd_attention.tier2_block` with ``want_stats`` gives each row's shift m,
-   the double-double weights w~ and their normaliser D~ with bounds, and the
-   output O (with dropout) with its bound; ``D_i = dO_i·O_i`` (FlashAttention-2's
-   form of Σ_j P_ij dP_ij) is formed in double-double (:func:`_row_dot`).
+   :func:`..dd_attention.tier2_block` (``kind="stats"``: no output) gives each row's
+   shift m, the double-double weights w~ and their normaliser D~ with bounds;
+   ``D_i = Σ_j P_ij dP_ij`` is formed in double-double with the normaliser as a
+   common factor (:meth:`HeadTier2._row_d`; FlashAttention-2's dO_i·O_i, whose
+   product :func:`_row_dot` stays tested, was wider: docs/gradients.md §4).
 2. **The weights of the rows or key columns asked for**: from the same pass, or
    recomputed for a set of keys J with the cached shift
    (:func:`..dd_attention.dd_scores`, ``m=``) — P = w~/D~ with
@@ -293,6 +294,19 @@ class _Chunk:
 
     def __init__(self, rr: Arr, blk: Block, rs: Any, ok: Arr) -> None:
         self.rr, self.blk, self.rs, self.ok = rr, blk, rs, ok
+        #: X = dO Vᵀ of every row and key of the chunk (hi, lo, err) and whether its
+        #: scalings were exact (formed once, for D and for the chain)
+        self.x: tuple[tuple[Arr, Arr, Arr], bool] | None = None
+
+    def weights_hat(self) -> tuple[Block, tuple[Arr, Arr, Arr]]:
+        """P̂ = w/D~ (every row and key) bounded by the exponentials' and the division's
+        errors alone (weights_dd with eD = tau_d = 0): the row's normaliser D~/Σw is a
+        common factor the caller accounts for (:func:`normaliser_factor`)."""
+        rs = self.rs
+        z = np.zeros(rs.Dh.shape)
+        p = weights_dd(rs.wh, rs.wl, rs.Dh, rs.Dl, z, rs.d_low, rs.tau, z, rs.notallowed,
+                       None, None, np.ones(rs.Dh.shape[0], dtype=bool))
+        return self.blk, (p.hi, p.lo, p.err)
 
     def weights(self, sel: Arr | None, keys: Arr | None) -> tuple[Block, tuple[Arr, Arr, Arr]]:
         """(score model, P = w~/D~ with its bound) of the rows ``sel`` (a mask; all when
@@ -361,35 +375,63 @@ class HeadTier2:
 
     # ---- 1. row statistics, and in the same pass whatever the caller forms of them
     def _stats_pass(self, rows: Arr, use: Callable[[_Chunk], None]) -> None:
-        """Run the forward's tier 2 on ``rows`` (chunks), cache the statistics (D_i =
-        dO_i·O_i by :func:`_row_dot`) and hand each chunk to ``use``."""
+        """Run the forward's tier 2 on ``rows`` (chunks; its statistics only, no output),
+        form X = dO Vᵀ and D_i = Σ_j P_ij dP_ij (:meth:`_row_d`), cache the statistics and
+        hand each chunk to ``use``."""
         st = self.st
         for s0 in range(0, rows.size, self._step(self.S)):
             rr = rows[s0:s0 + self._step(self.S)]
             blk = self.block(rr)
             if self.scores is None:
                 res = tier2_block(np.ascontiguousarray(self.q[rr]), None, None, self.kv, blk,
-                                  self.cs, self.fac, "output", want_stats=True)
+                                  self.cs, self.fac, "stats", want_stats=True)
             else:
                 sc = self.scores(rr, None, None)
                 with np.errstate(over="ignore", invalid="ignore", divide="ignore",
                                  under="ignore"):
                     res = tier2_from_scores(sc.sh, sc.sl, sc.m, sc.e_t, self.kv, sc.notallowed,
-                                            blk.keep, sc.has_key, self.fac, "output", sc.bad,
+                                            blk.keep, sc.has_key, self.fac, "stats", sc.bad,
                                             want_stats=True)
             rs = res.stats
             assert rs is not None
             has_key = np.ones(rr.size, dtype=bool) if blk.allowed is None else blk.allowed.any(-1)
             ok = res.ok | ~has_key
-            dd_h, dd_l, dd_e = _row_dot(res.hi, res.lo, res.err, self.do[rr])
+            ck = _Chunk(rr, blk, rs, ok)
+            ck.x = self._x(rr, None)
+            dd_h, dd_l, dd_e = self._row_d(ck)
             st.m[rr], st.Dh[rr], st.Dl[rr], st.eD[rr] = rs.m, rs.Dh, rs.Dl, rs.eD
             st.d_low[rr], st.tau_d[rr] = rs.d_low, rs.tau_d
             st.Ddh[rr] = np.where(has_key, dd_h, 0.0)
             st.Ddl[rr] = np.where(has_key, dd_l, 0.0)
             st.Dde[rr] = np.where(has_key, dd_e, 0.0)
-            st.ok[rr] = ok & ((np.isfinite(dd_h) & np.isfinite(dd_e)) | ~has_key)
+            st.ok[rr] = ok & ((np.isfinite(dd_h) & np.isfinite(dd_l) & np.isfinite(dd_e))
+                              | ~has_key)
             st.done[rr] = True
-            use(_Chunk(rr, blk, rs, st.ok[rr].copy()))
+            ck.ok = st.ok[rr].copy()
+            use(ck)
+
+    def _row_d(self, ck: _Chunk) -> tuple[Arr, Arr, Arr]:
+        """D_i = Σ_j P_ij dP_ij of the chunk's rows (docs/gradients.md §4, step 1): Σ_j P_ij
+        = 1 over the allowed keys and P = c·P̂ with P̂ = w/D~ and c = D~/Σw,
+        |c − 1| <= γ (:func:`normaliser_factor`), so D = c Σ_j P̂_ij dP_ij ∈
+        c(Σ~ ± e_Σ) and D ∈ Σ~ ± (e_Σ + γ(|Σ~| + e_Σ)): the terms P̂∘dP by :func:`_chain`
+        (D = 0 there; its bound is |P̂ dP − t~|), summed by :func:`row_sums_dd` (its
+        bound adds the terms'); the normaliser's uncertainty is charged to the sum, not
+        to every term.  Non-finite where the row's values do not hold (the caller
+        checks); X's inexact scalings make every row non-finite."""
+        blk, p = ck.weights_hat()
+        assert ck.x is not None
+        x, ex = ck.x
+        r = ck.rr.size
+        z = np.zeros(r)
+        ch = _chain(p, x, (z, z, z), self._live(blk, r, self.S), blk.keep, self.fac)
+        h, lo, err = row_sums_dd(ch.sh, ch.sl, ch.se)
+        rs = ck.rs
+        gam = normaliser_factor(rs.eD, rs.d_low, rs.tau_d)
+        err = (err + gam * (np.abs(h) + np.abs(lo) + err)) * UP
+        if not ex:
+            err = np.full(r, np.nan)
+        return h, lo, err
 
     def _weights_at(self, rr: Arr, keys: Arr, normaliser: bool = True
                     ) -> tuple[Block, tuple[Arr, Arr, Arr], Arr]:
@@ -438,11 +480,12 @@ class HeadTier2:
             live[blk.uniform] = False
         return live
 
-    def _chain_at(self, rr: Arr, blk: Block, p: tuple[Arr, Arr, Arr], keys: Arr | None
+    def _chain_at(self, rr: Arr, blk: Block, p: tuple[Arr, Arr, Arr], keys: Arr | None,
+                  x_at: tuple[tuple[Arr, Arr, Arr], bool] | None = None
                   ) -> tuple[_Chain, bool]:
         """dS and W (with bounds) of rows rr at keys (all when None), and whether X's
-        scalings were exact."""
-        x, ex = self._x(rr, keys)
+        scalings were exact; ``x_at`` X of these rows and keys when formed already."""
+        x, ex = self._x(rr, keys) if x_at is None else x_at
         d = (self.st.Ddh[rr], self.st.Ddl[rr], self.st.Dde[rr])
         n = self.S if keys is None else keys.size
         ch = _chain(p, x, d, self._live(blk, rr.size, n), blk.keep, self.fac)
@@ -455,10 +498,10 @@ class HeadTier2:
         """Add the rows ``rr`` of dSᵀ Q (want "dk") or Wᵀ dO ("dv") to ``acc`` (exact slice
         products of the double-double operands, proj_dd); False when a scaling was not
         exact."""
-        bt = np.ascontiguousarray((self.q if want == "dk" else self.do)[rr].T)
+        bt = (self.q if want == "dk" else self.do)[rr].T
         h, lo, e = ch.ds0 if want == "dk" else (ch.wh, ch.wl, ch.we)
-        th, tl, te, ex = proj_dd(np.ascontiguousarray(h.T), bt, None,
-                                 x_lo=np.ascontiguousarray(lo.T), x_err=np.ascontiguousarray(e.T))
+        # transposed views: proj_dd forms its scaled operands in C order, no copies here
+        th, tl, te, ex = proj_dd(h.T, bt, None, x_lo=lo.T, x_err=e.T)
         acc.add(th, tl, te)
         return bool(ex)
 
@@ -507,14 +550,17 @@ class HeadTier2:
                 if full_keys and full_rows and want == "dq":
                     continue   # formed with the rows below
                 blk, p = ck.weights(None, None if full_keys else keys)
-                ch, ex = self._chain_at(rr, blk, p, None if full_keys else keys)
+                ch, ex = self._chain_at(rr, blk, p, None if full_keys else keys,
+                                        ck.x if full_keys else None)
                 good[kind] = (good[kind] and bool(ck.ok.all()) and ex and ch.ok
                               and self._col_product(ch, rr, kind, acc))
             if not sel.any():
                 return
             blk, p = ck.weights(None if full_rows else sel, None)
             rs_ = rr[sel]
-            ch, ex = self._chain_at(rs_, blk, p, None)
+            assert ck.x is not None
+            x_sel = ck.x if full_rows else (tuple(a[sel] for a in ck.x[0]), ck.x[1])
+            ch, ex = self._chain_at(rs_, blk, p, None, x_sel)  # type: ignore[arg-type]
             for kind, (keys, acc) in accs.items():
                 if keys.size == self.S and full_rows and want == "dq":
                     good[kind] = (good[kind] and bool(ck.ok.all()) and ex and ch.ok
@@ -552,7 +598,9 @@ class HeadTier2:
 
         def use(ck: _Chunk) -> None:
             blk, p = ck.weights(None, keys)
-            ch, ex = self._chain_at(ck.rr, blk, p, keys)
+            assert ck.x is not None
+            ch, ex = self._chain_at(ck.rr, blk, p, keys,
+                                    (tuple(a[:, keys] for a in ck.x[0]), ck.x[1]))  # type: ignore[arg-type]
             good[want] = (good[want] and bool(ck.ok.all()) and ex and ch.ok
                           and self._col_product(ch, ck.rr, want, acc))
 

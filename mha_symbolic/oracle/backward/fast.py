@@ -41,7 +41,7 @@ from ..forward.fast import KV, tier1_block
 from .elements import _elem_dp, _elem_ds, _elem_t, _elem_w
 
 __all__ = ["BlockSum", "HeadGrads", "Radii", "blocked_matmul", "blocked_rowdot", "mm_up",
-           "tier1_backward"]
+           "tier1_backward", "tier1_structure"]
 
 Arr = np.ndarray[Any, Any]
 
@@ -298,6 +298,23 @@ def _live_keys(blk: Block, r: int, S: int) -> tuple[Arr, Arr]:
         live &= ~single[:, None]
     wk = (np.ones((r, S), dtype=bool) if allowed is None else allowed)
     return live, np.asarray((wk if blk.keep is None else wk & blk.keep).any(axis=0))
+
+
+def tier1_structure(block: Callable[[slice], Block], L: int, S: int, chunk: int = BWD_CHUNK
+                    ) -> tuple[Arr, Arr, Arr]:
+    """(live_rows, live_k, live_v) of :class:`HeadGrads` without the arithmetic: the same
+    blocks' :func:`_live_keys` (the structure of the score model only)."""
+    live_rows = np.zeros(L, dtype=bool)
+    live_k = np.zeros(S, dtype=bool)
+    live_v = np.zeros(S, dtype=bool)
+    step = max(1, chunk // max(S, 1))
+    for i0 in range(0, L, step):
+        i1 = min(L, i0 + step)
+        live, kept_v = _live_keys(block(slice(i0, i1)), i1 - i0, S)
+        live_rows[i0:i1] = live.any(axis=-1)
+        live_k |= live.any(axis=0)
+        live_v |= kept_v
+    return live_rows, live_k, live_v
 
 
 def _x_block(dob: Arr, abs_do: Arr, vt: Arr, abs_vt: Arr, vr_t: Arr | None,

@@ -40,7 +40,7 @@ from ..arith.constants import (
     gamma,
 )
 from ..arith.dd import dd_div, dd_mul, pow2, two_sum
-from ..arith.jit import t2_scores, t2_weights
+from ..arith.jit import t2_scores, t2_weights, weights_plain
 from ..arith.products import (
     Slices,
     beta_for,
@@ -189,7 +189,9 @@ def tier2_block(qh: Array, ql: Array | None, qr: Array | None, kv: KVdd, blk: Bl
     """Rows qh (+ ql) (r, E) (radius ``qr[i] >= ||q_i - q~_i||`` or None) against ``kv``;
     ``dropout`` = (r_hi, r_lo, rho_r) of the factor 1/(1 - p) or None; ``kind`` is
     "output" (r × Ev) or "weights" (r × S); ``want_stats`` (output only) also returns
-    the block's :class:`RowStats` (the gradients' second tier reuses them)."""
+    the block's :class:`RowStats` (the gradients' second tier reuses them); ``kind``
+    "stats": those alone (no output: ``hi``, ``lo``, ``err`` empty, ``ok`` the rows'
+    statistics hold)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         return _tier2(qh, ql, qr, kv, blk, cs, dropout, kind, want_stats)
 
@@ -369,6 +371,11 @@ def tier2_from_scores(sh: Array, sl: Array, m: Array, e_t: Array, kv: KVdd,
         t0 = S * TINY2 / d_low  # cut keys: |w - w~| <= TINY2 each, relative to D~
     tau_d = tau + t0
     bad |= ~(tau_d < 2.0**-20)
+    if kind == "stats":   # the gradients' statistics pass: no output
+        z = np.zeros((wh.shape[0], 0))
+        ok = ~bad & has_key
+        return Tier2(z, z, z, ok, stats=RowStats(m, wh, wl, tau, Dh, Dl, eD, d_low, tau_d,
+                                                 notallowed, ok))
     fac = None
     if dropout is not None:
         fac = dropout
@@ -506,6 +513,11 @@ def weights_dd(wh: Array, wl: Array, Dh: Array, Dl: Array, eD: Array, d_low: Arr
     """p_j = keep_j r w_j/D in double-double: relative (tau + tau_d)/(1 - tau_d) for the
     weights, eD/D for the normaliser, 2**-100 for the division; cut keys add
     2·TINY2/D~."""
+    if keep is None and fac is None and wh.ndim == 2 and wh.size:
+        got = weights_plain(wh, wl, Dh, Dl, eD, d_low, tau, tau_d, notallowed)
+        if got is not None:  # compiled: the formulas below in one pass, bit-identical
+            ph, pl, err, fin = got
+            return Tier2(ph, pl, err, ok & fin)
     # p = w / D row by row
     ph, pl = dd_div(wh, wl, np.broadcast_to(Dh[:, None], wh.shape).copy(),
                     np.broadcast_to(Dl[:, None], wh.shape).copy())

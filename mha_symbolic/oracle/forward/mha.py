@@ -63,6 +63,8 @@ def proj_dd(x: Array, w: Array, b: Array | None, x_lo: Array | None = None,
     okw = (ew >= -1022) & (ew <= 1023)
     px = pow2(np.where(okx, -ex, 0))
     pw = pow2(np.where(okw, -ew, 0))
+    # in the operands' own layout (a transposed operand stays transposed: it is sliced
+    # in place and read by BLAS as a transpose, no copies)
     x2 = x * px[:, None]
     w2 = w * pw[:, None]
     exact = bool(okx.all() and okw.all() and np.array_equal(x2 / px[:, None], x)
