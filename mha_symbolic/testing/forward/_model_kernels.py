@@ -488,3 +488,79 @@ def level_tolerance(a: Array, a2: Array, has_a2: bool, m: Array, ok_any: Array,
                     pw = tiny
             tol[i, j] = x + pw * ulp_scale
             und[i, j] = u
+
+
+
+_HASH_MUL = np.uint64(0x9E3779B97F4A7C15)     # Fibonacci hashing of the score's bits
+_EMPTY = np.uint64(0x7FF8DEADBEEF0001)        # a NaN's bits: never a key (NaNs are skipped)
+
+
+@njit
+def _slot(table: Array, b: Any, shift: Any, mask: int) -> int:
+    """The slot of bits ``b`` in the open-addressing ``table``: b's, or the empty one
+    where b would go (linear probing)."""
+    h = np.int64(((b ^ (b >> np.uint64(29))) * _HASH_MUL) >> shift)
+    while table[h] != _EMPTY and table[h] != b:
+        h = (h + 1) & mask
+    return h
+
+
+@njit
+def _fill(bits: Array, s: Array, allowed: Array, i: int, table: Array, cnt: Array,
+          used: Array, shift: Any, mask: int, count: bool) -> tuple[int, bool]:
+    """Row i's allowed non-NaN scores into ``table`` (their bits, −0 as +0; ``cnt`` the
+    multiplicities when ``count``, else stopping at the first repeat): (slots used,
+    whether a score repeated)."""
+    n = 0
+    dup = False
+    for j in range(s.shape[1]):
+        x = s[i, j]
+        if not allowed[i, j] or x != x:
+            continue
+        b = bits[i, j] if x != 0.0 else np.uint64(0)
+        h = _slot(table, b, shift, mask)
+        if table[h] == b:
+            dup = True
+            if not count:
+                break
+            cnt[h] += 1
+        else:
+            table[h] = b
+            cnt[h] = 1
+            used[n] = h
+            n += 1
+    return n, dup
+
+
+@njit
+def tie_counts(s: Array, bits: Array, allowed: Array, out: Array) -> None:
+    """moments._tie_counts: ``out`` (R, S), preset to 1 by the caller, gets for each
+    allowed key the number of allowed keys of its row with exactly its score (``==`` of
+    float64: −0 equals +0, NaN equals nothing, so a NaN score counts 1); ``bits`` is
+    ``s`` viewed as uint64.  Per row a hash table (>= 8S slots, only the used ones
+    reset) finds whether a score repeats; only such rows are counted (a second pass)."""
+    R, S = s.shape
+    size = 16
+    lg = 4
+    while size < 8 * S:
+        size *= 2
+        lg += 1
+    shift = np.uint64(64 - lg)
+    mask = size - 1
+    table = np.full(size, _EMPTY, np.uint64)
+    cnt = np.zeros(size, np.int64)
+    used = np.empty(S, np.int64)
+    for i in range(R):
+        n, dup = _fill(bits, s, allowed, i, table, cnt, used, shift, mask, False)
+        for m in range(n):
+            table[used[m]] = _EMPTY
+        if not dup:
+            continue
+        n, dup = _fill(bits, s, allowed, i, table, cnt, used, shift, mask, True)
+        for j in range(S):
+            x = s[i, j]
+            if allowed[i, j] and x == x:
+                b = bits[i, j] if x != 0.0 else np.uint64(0)
+                out[i, j] = float(cnt[_slot(table, b, shift, mask)])
+        for m in range(n):
+            table[used[m]] = _EMPTY

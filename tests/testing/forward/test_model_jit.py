@@ -191,3 +191,37 @@ def test_the_fused_top_key_is_numpys_argmax() -> None:
     want = np.argmax(np.where(allowed, s, -np.inf), axis=-1)
     assert np.array_equal(top, want)
     assert top[9] == 0 and top[7] == 0
+
+
+def _brute_tie_counts(s: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """N_ij by a plain double loop: allowed keys of row i whose score == s_ij."""
+    R, S = s.shape
+    out = np.ones((R, S))
+    for i in range(R):
+        row = [float(x) for x, a in zip(s[i], allowed[i], strict=True) if a]
+        for j in range(S):
+            if allowed[i, j]:
+                out[i, j] = float(sum(1 for x in row if x == s[i, j])) or 1.0
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_hashed_tie_counts_are_the_counts_of_equal_scores(monkeypatch: Any,
+                                                              seed: int) -> None:
+    """moments._tie_counts with the compiled hash tables (numba) and with the sort (numpy)
+    against a double loop: ±0 equal, NaN equal to nothing, infinities tied, masked keys 1,
+    rows with and without repeats, S = 1 and long rows (table growth)."""
+    from mha_symbolic.testing.forward.moments import _tie_counts
+
+    rng = np.random.default_rng(seed)
+    pool = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 5e-324, 1e300])
+    R, S = (7, 1) if seed == 0 else (int(rng.integers(2, 12)), int(rng.integers(2, 300)))
+    s = rng.standard_normal((R, S))
+    s[::2] = rng.choice(pool, (len(s[::2]), S))                 # ties and specials
+    if seed % 2:
+        s[1] = np.round(s[1] * 2) / 2
+    allowed = rng.random((R, S)) < (1.0 if seed < 2 else 0.6)
+    expect = _brute_tie_counts(s, allowed)
+    for numba_on in ("1", "0"):
+        monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", numba_on)
+        np.testing.assert_array_equal(_tie_counts(s, allowed), expect)
