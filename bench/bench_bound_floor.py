@@ -27,19 +27,9 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def _times(fn: Callable[[], object], runs: int) -> list[float]:
-    out = []
-    for _ in range(runs):
-        t = time.process_time()
-        fn()
-        out.append(time.process_time() - t)
-    return out
 
 
 def main() -> None:
@@ -140,7 +130,9 @@ def main() -> None:
         fn()                                      # warm-up
     for _ in range(args.runs):                    # interleaved
         for name, fn in fns.items():
-            res[name] += _times(fn, 1)
+            t0 = time.process_time()
+            fn()
+            res[name].append(time.process_time() - t0)
     with open("/proc/loadavg") as fh:
         load = " ".join(fh.read().split()[:3])
     print(f"(4, 8, 512, 512, 64) bf16 {'causal' if args.causal else 'plain'}: "
