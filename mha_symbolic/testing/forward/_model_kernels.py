@@ -564,3 +564,82 @@ def tie_counts(s: Array, bits: Array, allowed: Array, out: Array) -> None:
                 out[i, j] = float(cnt[_slot(table, b, shift, mask)])
         for m in range(n):
             table[used[m]] = _EMPTY
+
+
+# --------------------------------------------------------------------------------------
+# The dtype level's online order (emulated._online): one key block's passes in float32
+
+
+@njit
+def _block32(a: Array, n: int) -> Any:
+    """numpy's float32 pairwise sum of a[:n] for n <= 128 (:func:`_block` in float32:
+    8 float32 accumulators; fewer than 8 terms: one, from −0.0)."""
+    if n < 8:
+        res = np.float32(-0.0)
+        for i in range(n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[0], a[1], a[2], a[3]
+    r4, r5, r6, r7 = a[4], a[5], a[6], a[7]
+    i = 8
+    m = n - (n % 8)
+    while i < m:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[i]
+        i += 1
+    return res
+
+
+@njit
+def online_scores(s: Array, allowed: Array, madd: Array, has_madd: bool, c2: Any,
+                  m: Array, m_new: Array, safe: Array, p: Array) -> None:
+    """The block's passes before its exp2 (float32, ``s`` the block's q kᵀ): s·c2 (+
+    the mask's scaled terms), −inf where masked, m_new = np.maximum(m, row max) (NaN
+    propagates), safe = m_new where finite else 0, p = s − safe."""
+    R, n = s.shape
+    ninf = np.float32(-np.inf)
+    zero = np.float32(0.0)
+    for i in range(R):
+        mx = ninf
+        for j in range(n):
+            x = s[i, j] * c2
+            if has_madd:
+                x = x + madd[i, j]
+            if not allowed[i, j]:
+                x = ninf
+            s[i, j] = x
+            mx = x if j == 0 else _mx(mx, x)
+        mi = m[i]
+        mn = mi if (mi != mi or not (mx > mi or mx != mx) or n == 0) else mx
+        m_new[i] = mn
+        sf = mn if np.isfinite(mn) else zero
+        safe[i] = sf
+        for j in range(n):
+            p[i, j] = s[i, j] - sf
+
+
+@njit
+def online_weights(p: Array, allowed: Array, lsum: Array, alpha: Array, kappa: Array,
+                   has_kappa: bool) -> None:
+    """The block's passes after its exp2 (float32): 0 where masked, lsum = lsum·alpha +
+    the row's pairwise sum (numpy's float32 np.sum), then p·κ (dropout)."""
+    R, n = p.shape
+    zero = np.float32(0.0)
+    for i in range(R):
+        for j in range(n):
+            if not allowed[i, j]:
+                p[i, j] = zero
+        lsum[i] = lsum[i] * alpha[i] + (zero + _block32(p[i], n))
+        if has_kappa:
+            for j in range(n):
+                p[i, j] = p[i, j] * kappa[i, j]
