@@ -25,11 +25,12 @@ _TWO_M52 = 2.0**-52
 
 
 @njit
-def _block(a: Array, lo: int, n: int) -> float:
+def _block(a: Array, lo: int, n: int, neg0: Any = -0.0) -> Any:
     """numpy's pairwise sum of a[lo:lo + n] for n <= 128: 8 accumulators (fewer than 8
-    terms: one, from -0.0)."""
+    terms: one, from -0.0); in a's dtype (``neg0``: −0.0 in it, np.float32(−0.0) for
+    float32 rows: numpy sums float32 in float32)."""
     if n < 8:
-        res = -0.0
+        res = neg0
         for i in range(n):
             res += a[lo + i]
         return res
@@ -571,36 +572,6 @@ def tie_counts(s: Array, bits: Array, allowed: Array, out: Array) -> None:
 
 
 @njit
-def _block32(a: Array, n: int) -> Any:
-    """numpy's float32 pairwise sum of a[:n] for n <= 128 (:func:`_block` in float32:
-    8 float32 accumulators; fewer than 8 terms: one, from −0.0)."""
-    if n < 8:
-        res = np.float32(-0.0)
-        for i in range(n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3 = a[0], a[1], a[2], a[3]
-    r4, r5, r6, r7 = a[4], a[5], a[6], a[7]
-    i = 8
-    m = n - (n % 8)
-    while i < m:
-        r0 += a[i]
-        r1 += a[i + 1]
-        r2 += a[i + 2]
-        r3 += a[i + 3]
-        r4 += a[i + 4]
-        r5 += a[i + 5]
-        r6 += a[i + 6]
-        r7 += a[i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[i]
-        i += 1
-    return res
-
-
-@njit
 def online_scores(s: Array, allowed: Array, madd: Array, has_madd: bool, c2: Any,
                   m: Array, m_new: Array, safe: Array, p: Array) -> None:
     """The block's passes before its exp2 (float32, ``s`` the block's q kᵀ): s·c2 (+
@@ -639,7 +610,7 @@ def online_weights(p: Array, allowed: Array, lsum: Array, alpha: Array, kappa: A
         for j in range(n):
             if not allowed[i, j]:
                 p[i, j] = zero
-        lsum[i] = lsum[i] * alpha[i] + (zero + _block32(p[i], n))
+        lsum[i] = lsum[i] * alpha[i] + (zero + _block(p[i], 0, n, np.float32(-0.0)))
         if has_kappa:
             for j in range(n):
                 p[i, j] = p[i, j] * kappa[i, j]
