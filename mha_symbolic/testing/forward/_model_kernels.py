@@ -25,11 +25,12 @@ _TWO_M52 = 2.0**-52
 
 
 @njit
-def _block(a: Array, lo: int, n: int) -> float:
+def _block(a: Array, lo: int, n: int, neg0: Any = -0.0) -> Any:
     """numpy's pairwise sum of a[lo:lo + n] for n <= 128: 8 accumulators (fewer than 8
-    terms: one, from -0.0)."""
+    terms: one, from -0.0); in a's dtype (``neg0``: −0.0 in it, np.float32(−0.0) for
+    float32 rows: numpy sums float32 in float32)."""
     if n < 8:
-        res = -0.0
+        res = neg0
         for i in range(n):
             res += a[lo + i]
         return res
@@ -488,3 +489,128 @@ def level_tolerance(a: Array, a2: Array, has_a2: bool, m: Array, ok_any: Array,
                     pw = tiny
             tol[i, j] = x + pw * ulp_scale
             und[i, j] = u
+
+
+
+_HASH_MUL = np.uint64(0x9E3779B97F4A7C15)     # Fibonacci hashing of the score's bits
+_EMPTY = np.uint64(0x7FF8DEADBEEF0001)        # a NaN's bits: never a key (NaNs are skipped)
+
+
+@njit
+def _slot(table: Array, b: Any, shift: Any, mask: int) -> int:
+    """The slot of bits ``b`` in the open-addressing ``table``: b's, or the empty one
+    where b would go (linear probing)."""
+    h = np.int64(((b ^ (b >> np.uint64(29))) * _HASH_MUL) >> shift)
+    while table[h] != _EMPTY and table[h] != b:
+        h = (h + 1) & mask
+    return h
+
+
+@njit
+def _fill(bits: Array, s: Array, allowed: Array, i: int, table: Array, cnt: Array,
+          used: Array, shift: Any, mask: int, count: bool) -> tuple[int, bool]:
+    """Row i's allowed non-NaN scores into ``table`` (their bits, −0 as +0; ``cnt`` the
+    multiplicities when ``count``, else stopping at the first repeat): (slots used,
+    whether a score repeated)."""
+    n = 0
+    dup = False
+    for j in range(s.shape[1]):
+        x = s[i, j]
+        if not allowed[i, j] or x != x:
+            continue
+        b = bits[i, j] if x != 0.0 else np.uint64(0)
+        h = _slot(table, b, shift, mask)
+        if table[h] == b:
+            dup = True
+            if not count:
+                break
+            cnt[h] += 1
+        else:
+            table[h] = b
+            cnt[h] = 1
+            used[n] = h
+            n += 1
+    return n, dup
+
+
+@njit
+def tie_counts(s: Array, bits: Array, allowed: Array, out: Array) -> None:
+    """moments._tie_counts: ``out`` (R, S), preset to 1 by the caller, gets for each
+    allowed key the number of allowed keys of its row with exactly its score (``==`` of
+    float64: −0 equals +0, NaN equals nothing, so a NaN score counts 1); ``bits`` is
+    ``s`` viewed as uint64.  Per row a hash table (>= 8S slots, only the used ones
+    reset) finds whether a score repeats; only such rows are counted (a second pass)."""
+    R, S = s.shape
+    size = 16
+    lg = 4
+    while size < 8 * S:
+        size *= 2
+        lg += 1
+    shift = np.uint64(64 - lg)
+    mask = size - 1
+    table = np.full(size, _EMPTY, np.uint64)
+    cnt = np.zeros(size, np.int64)
+    used = np.empty(S, np.int64)
+    for i in range(R):
+        n, dup = _fill(bits, s, allowed, i, table, cnt, used, shift, mask, False)
+        for m in range(n):
+            table[used[m]] = _EMPTY
+        if not dup:
+            continue
+        n, dup = _fill(bits, s, allowed, i, table, cnt, used, shift, mask, True)
+        for j in range(S):
+            x = s[i, j]
+            if allowed[i, j] and x == x:
+                b = bits[i, j] if x != 0.0 else np.uint64(0)
+                out[i, j] = float(cnt[_slot(table, b, shift, mask)])
+        for m in range(n):
+            table[used[m]] = _EMPTY
+
+
+# --------------------------------------------------------------------------------------
+# The dtype level's online order (emulated._online): one key block's passes in float32
+
+
+@njit
+def online_scores(s: Array, allowed: Array, madd: Array, has_madd: bool, c2: Any,
+                  m: Array, m_new: Array, safe: Array, p: Array) -> None:
+    """The block's passes before its exp2 (float32, ``s`` the block's q kᵀ): s·c2 (+
+    the mask's scaled terms), −inf where masked, m_new = np.maximum(m, row max) (NaN
+    propagates), safe = m_new where finite else 0, p = s − safe."""
+    R, n = s.shape
+    ninf = np.float32(-np.inf)
+    zero = np.float32(0.0)
+    for i in range(R):
+        mx = ninf
+        for j in range(n):
+            x = s[i, j] * c2
+            if has_madd:
+                x = x + madd[i, j]
+            if not allowed[i, j]:
+                x = ninf
+            s[i, j] = x
+            mx = x if j == 0 else _mx(mx, x)
+        mi = m[i]
+        mn = mi if (mi != mi or not (mx > mi or mx != mx) or n == 0) else mx
+        m_new[i] = mn
+        sf = mn if np.isfinite(mn) else zero
+        safe[i] = sf
+        for j in range(n):
+            p[i, j] = s[i, j] - sf
+
+
+@njit
+def online_weights(p: Array, allowed: Array, lsum: Array, alpha: Array, kappa: Array,
+                   has_kappa: bool) -> None:
+    """The block's passes after its exp2 (float32): 0 where masked, lsum = lsum·alpha +
+    the row's pairwise sum (numpy's float32 np.sum), then p·κ (dropout)."""
+    R, n = p.shape
+    zero = np.float32(0.0)
+    for i in range(R):
+        for j in range(n):
+            if not allowed[i, j]:
+                p[i, j] = zero
+        lsum[i] = lsum[i] * alpha[i] + (zero + _block(p[i], 0, n, np.float32(-0.0)))
+        if has_kappa:
+            for j in range(n):
+                p[i, j] = p[i, j] * kappa[i, j]

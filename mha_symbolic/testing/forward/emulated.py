@@ -588,6 +588,7 @@ def _online(ch: Chunk, dt: np.dtype, wk: np.dtype, cw: _Cast | None = None
     acc = np.zeros((R, Ev), wk)
     store_p = dt != wk
     s_full, p_full, pv = np.empty((R, BLOCK), wk), np.empty((R, BLOCK), wk), np.empty((R, Ev), wk)
+    kern = _online_kernels(wk, uni)
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         for j1 in range(S, 0, -BLOCK):
             j0 = max(0, j1 - BLOCK)
@@ -596,6 +597,14 @@ def _online(ch: Chunk, dt: np.dtype, wk: np.dtype, cw: _Cast | None = None
             else:                        # the one short block: fresh arrays
                 s = q @ k[j0:j1].T
                 p = np.empty_like(s)
+            if kern is not None:         # the same passes compiled (model_jit)
+                m, lsum, alpha = _online_block(kern, s, p, allowed[:, j0:j1], madd,
+                                               cw.kappa, j0, j1, c2, m, lsum, wk)
+                if store_p:
+                    _store_inplace(p, dt)
+                acc *= alpha
+                acc += np.matmul(p, v[j0:j1], out=pv)
+                continue
             s *= c2
             al = allowed[:, j0:j1]
             if madd is not None:
@@ -619,6 +628,35 @@ def _online(ch: Chunk, dt: np.dtype, wk: np.dtype, cw: _Cast | None = None
             m = m_new
         out = np.where(lsum == 0, wk.type(0), acc / np.where(lsum == 0, wk.type(1), lsum))
     return out.astype(np.float64), None
+
+
+def _online_kernels(wk: np.dtype, uni: np.ndarray | None) -> Any:
+    """The compiled kernels for :func:`_online`'s block passes (float32 work, no uniform
+    rows), or None (numba missing or disabled, another work dtype: the numpy passes)."""
+    if wk != np.float32 or uni is not None:
+        return None
+    return kernels()
+
+
+def _online_block(kern: Any, s: np.ndarray, p: np.ndarray, al: np.ndarray,
+                  madd: np.ndarray | None, kappa: np.ndarray | None, j0: int, j1: int,
+                  c2: Any, m: np.ndarray, lsum: np.ndarray, wk: np.dtype
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One key block of :func:`_online` up to its store, by the kernels (the numpy passes'
+    float32 operations in their order; the exp2s stay numpy's): the scaled, masked
+    scores and their shift into ``p``, exp2, the masked weights, the running sum (and
+    κ): returns (m_new, lsum_new, alpha), each (R, 1)."""
+    R = s.shape[0]
+    m_new, safe = np.empty((R, 1), wk), np.empty((R, 1), wk)
+    none = np.zeros((1, 1), wk)
+    kern.online_scores(s, al, none if madd is None else madd[:, j0:j1], madd is not None,
+                       c2, m[:, 0], m_new[:, 0], safe[:, 0], p)
+    alpha = np.where(np.isfinite(m), np.exp2(m - safe), wk.type(0)).astype(wk)
+    np.exp2(p, out=p)
+    lsum = lsum.copy()
+    kern.online_weights(p, al, lsum[:, 0], alpha[:, 0],
+                        none if kappa is None else kappa[:, j0:j1], kappa is not None)
+    return m_new, lsum, alpha
 
 
 # ------------------------------------------------------------------------------------

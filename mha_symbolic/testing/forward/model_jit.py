@@ -159,3 +159,16 @@ def prob_passes(w: _Work, N: np.ndarray, g_theta_p: np.ndarray
     col = [stats[i][:, None] for i in range(8)]
     return dict(ww=ww, Dmax=col[0], shmax=col[1], pr_sum=col[2], nvw_sum=col[3],
                 fx=col[4], Fmax=col[5], exmax=col[6], rem3=col[7])
+
+
+def tie_counts(s: np.ndarray, allowed: np.ndarray, out: np.ndarray) -> bool:
+    """moments._tie_counts into ``out`` (ones, (R, S)) by the compiled hash-table kernel
+    (exact integer counts: the sort's values); False (nothing done) without numba or
+    for other shapes and dtypes."""
+    kern = kernels()
+    if kern is None or s.ndim != 2 or s.dtype != np.float64 or allowed.shape != s.shape \
+            or allowed.dtype != np.bool_ or out.shape != s.shape:
+        return False
+    s = np.ascontiguousarray(s)
+    kern.tie_counts(s, s.view(np.uint64), allowed, out)
+    return True

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..tolerance import FloatFormat
+from . import model_jit as jit
 
 __all__ = ["Bound", "HeadCache", "KeyRange", "ScoreExtras"]
 
@@ -223,6 +224,8 @@ def _tie_counts(s: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     out = np.ones((R, S))
     if S <= 1 or R == 0:
         return out
+    if jit.tie_counts(s, allowed, out):
+        return out              # the same counts, by a hash table per row (no sort)
     key = np.where(allowed, s, np.nan)             # masked keys: NaN, never equal
     srt = np.sort(key, axis=1)
     dup_rows = np.flatnonzero(np.any(srt[:, 1:] == srt[:, :-1], axis=1))

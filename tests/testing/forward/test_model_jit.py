@@ -191,3 +191,77 @@ def test_the_fused_top_key_is_numpys_argmax() -> None:
     want = np.argmax(np.where(allowed, s, -np.inf), axis=-1)
     assert np.array_equal(top, want)
     assert top[9] == 0 and top[7] == 0
+
+
+def _brute_tie_counts(s: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """N_ij by a plain double loop: allowed keys of row i whose score == s_ij."""
+    R, S = s.shape
+    out = np.ones((R, S))
+    for i in range(R):
+        row = [float(x) for x, a in zip(s[i], allowed[i], strict=True) if a]
+        for j in range(S):
+            if allowed[i, j]:
+                out[i, j] = float(sum(1 for x in row if x == s[i, j])) or 1.0
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_hashed_tie_counts_are_the_counts_of_equal_scores(monkeypatch: Any,
+                                                              seed: int) -> None:
+    """moments._tie_counts with the compiled hash tables (numba) and with the sort (numpy)
+    against a double loop: ±0 equal, NaN equal to nothing, infinities tied, masked keys 1,
+    rows with and without repeats, S = 1 and long rows (table growth)."""
+    from mha_symbolic.testing.forward.moments import _tie_counts
+
+    rng = np.random.default_rng(seed)
+    pool = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 5e-324, 1e300])
+    R, S = (7, 1) if seed == 0 else (int(rng.integers(2, 12)), int(rng.integers(2, 300)))
+    s = rng.standard_normal((R, S))
+    s[::2] = rng.choice(pool, (len(s[::2]), S))                 # ties and specials
+    if seed % 2:
+        s[1] = np.round(s[1] * 2) / 2
+    allowed = rng.random((R, S)) < (1.0 if seed < 2 else 0.6)
+    expect = _brute_tie_counts(s, allowed)
+    for numba_on in ("1", "0"):
+        monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", numba_on)
+        np.testing.assert_array_equal(_tie_counts(s, allowed), expect)
+
+
+@pytest.mark.parametrize("dtype,S,mask,scale", [
+    ("bfloat16", 130, "float", 1.0), ("float16", 65, "bool", 1.0), ("float16", 7, None, 1.0),
+    ("bfloat16", 200, "causal", 1.0), ("float16", 129, "dropout", 1.0),
+    ("float16", 96, None, 300.0), ("float32", 64, "float", 30.0)])
+def test_the_online_orders_compiled_blocks_give_the_numpy_passes_bytes(
+        monkeypatch: Any, dtype: str, S: int, mask: str | None, scale: float) -> None:
+    """emulated._online with numba (the block passes compiled) and without: the same
+    output bytes, NaNs and infinities included (float masks with −inf, fully masked rows,
+    causal, dropout multipliers, a short last block of 1–7 keys, overflowing scores)."""
+    from mha_symbolic.testing.call import AttentionCall
+    from mha_symbolic.testing.forward.emulated import _Cast, _online
+    from mha_symbolic.testing.forward.plain import Plain
+
+    rng = np.random.default_rng(S)
+    L, E = 33, 16
+    q, k, v = ((scale * rng.standard_normal((1, 2, n, E))).astype(DTYPES[dtype])
+               .astype(np.float64) for n in (L, S, S))
+    attn, drop = None, None
+    if mask == "bool":
+        attn = rng.random((L, S)) < 0.5
+        attn[3] = False                                  # a fully masked row
+    if mask == "float":
+        attn = rng.standard_normal((L, S)) * 4.0
+        attn[rng.random((L, S)) < 0.3] = -np.inf
+        attn[5] = -np.inf
+    if mask == "dropout":
+        drop = rng.random((1, 2, L, S)) < 0.8
+    x = AttentionCall(q, k, v, attn_mask=attn, is_causal=mask == "causal",
+                      dropout_p=0.2 if drop is not None else 0.0, dropout_mask=drop)
+    dt = np.dtype(DTYPES[dtype])
+    for ch in Plain(x).chunks():
+        outs = []
+        for flag in ("1", "0"):
+            monkeypatch.setenv("MHA_SYMBOLIC_NUMBA", flag)
+            with np.errstate(all="ignore"):
+                wk = np.dtype(np.float32)
+                outs.append(_online(ch, dt, wk, _Cast(ch, wk))[0])
+        assert outs[0].tobytes() == outs[1].tobytes()
