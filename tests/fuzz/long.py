@@ -189,6 +189,7 @@ def _worker(seed: int, indices: range, limit: float, memory_gb: float, state: An
         cap = int(memory_gb * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     os.environ.pop("MHA_SYMBOLIC_DEBUG", None)
+    _worker_tempdir(indices.start)
     signal.signal(signal.SIGPROF, _alarm)
     for i in indices:
         state[0] = i
@@ -250,6 +251,18 @@ def _by_kind_table(by_kind: dict[str, dict[str, float]]) -> dict[str, dict[str, 
 
 def _load(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _worker_tempdir(first: int) -> None:
+    """A temporary folder of the worker's own inside the run's: with two workers, one's
+    ``derive --pdf`` (a ``mha-symbolic-tex-*`` folder that exists while pdflatex runs)
+    was counted as left behind by the other's input (seed 73 #382638, a ``derive
+    --format fragment`` that runs no pdflatex)."""
+    import tempfile
+
+    own = tempfile.mkdtemp(prefix=f"worker-{first}-")
+    os.environ["TMPDIR"] = own
+    tempfile.tempdir = own
 
 
 def _private_tempdir() -> None:
