@@ -62,6 +62,7 @@ class Shape:
     causal: bool          # only with L == S (torch's is_causal is top-left)
     dtypes: tuple[str, ...] = ("fp32", "bf16", "fp16")
     big: bool = False
+    fp32_rotation: bool = False   # FlashAttention's kernel: rotate in float32, store
 
 
 SHAPES = (
@@ -71,6 +72,9 @@ SHAPES = (
     Shape("decode", 2, 1, 256, 64, None, False, False),
     Shape("prefill512_neox", 4, 512, 512, 128, None, False, False, ("bf16",), True),
     Shape("prefill512_gptj_causal", 4, 512, 512, 128, None, True, True, ("bf16",), True),
+    Shape("chunk512_fa", 4, 512, 1024, 128, None, False, False, ("bf16",), True, True),
+    Shape("decode4096", 2, 1, 4096, 128, None, False, False, ("bf16", "fp16"), True),
+    Shape("decode4096_fa", 2, 1, 4096, 128, None, True, False, ("bf16",), True, True),
 )
 
 
@@ -86,8 +90,11 @@ def tables(n: int, r: int, low: bool) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def rotate(x: torch.Tensor, pos: torch.Tensor, r: int, interleaved: bool, low: bool,
-           flip: bool) -> torch.Tensor:
-    """x (B, H, n, E) rotated in its own dtype at ``pos`` (n,), the first r dims."""
+           flip: bool, fp32: bool = False) -> torch.Tensor:
+    """x (B, H, n, E) rotated at ``pos`` (n,), the first r dims: in its own dtype (HF),
+    or (``fp32``) in float32 and stored in its dtype (FlashAttention's kernel)."""
+    if fp32:
+        return rotate(x.float(), pos, r, interleaved, low, flip).to(x.dtype)
     c, s = tables(int(pos.max()) + 1, r, low)
     c, s = c[pos].to(x.dtype), s[pos].to(x.dtype)
     xr, rest = x[..., :r], x[..., r:]
@@ -112,9 +119,10 @@ def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sh: Shape,
     low, flip = bug == "cos_sin_bf16", bug == "sign_flip"
     qpos = torch.arange(L) if bug == "no_offset" else torch.arange(S - L, S)
     kpos = torch.arange(S)
-    qr = rotate(q, qpos, r, inter, low, flip)
-    kr = rotate(k, kpos, r, inter, low, flip)
-    vr = rotate(v, kpos, r, inter, low, flip) if bug == "rotary_on_v" else v
+    f32 = sh.fp32_rotation
+    qr = rotate(q, qpos, r, inter, low, flip, f32)
+    kr = rotate(k, kpos, r, inter, low, flip, f32)
+    vr = rotate(v, kpos, r, inter, low, flip, f32) if bug == "rotary_on_v" else v
     return F.scaled_dot_product_attention(qr, kr, vr, is_causal=sh.causal,
                                           scale=1.0 if bug == "no_scale" else None)
 

@@ -574,7 +574,7 @@ def _round(x: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
 
 
 def _low_tables(spec: RotarySpec, npos: int, r: int, dtype: str
-                ) -> tuple[np.ndarray[Any, Any], ...]:
+                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """A kernel's tables built in ``dtype`` (a bug class): tables rounded to it; base
     mode — inv_freq in fp32 as HF builds it, then the positions, inv_freq and their
     product in ``dtype``, cos and sin rounded to it."""
@@ -589,22 +589,29 @@ def _low_tables(spec: RotarySpec, npos: int, r: int, dtype: str
         theta = _round(_round(np.arange(npos, dtype=np.float64), dtype)[:, None] * inv[None, :],
                        dtype)
         c, s = _round(np.cos(theta), dtype), _round(np.sin(theta), dtype)
-    z = np.zeros_like(c)
-    return c, s, z, z
+    return c, s
 
 
-def rotate_plain(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
-                 k: np.ndarray[Any, Any], *, interleaved_swapped: bool = False,
-                 no_offset: bool = False, all_dims: bool = False,
-                 angles_dtype: str | None = None, freqs_over_head_dim: bool = False
-                 ) -> tuple[Rotation, tuple[Any, ...]]:
-    """The ``rotate_plain`` hook, the float64 rotation of the testing side
-    (:func:`mha_symbolic.testing.forward.bugs_variants.plain_variant`): q, k
-    (*lead, n, E) rotated as the exact semantics say (angles from the oracle's tables,
-    within 2^-52), or as a buggy kernel does (the switches; docs/variants.md's
-    catalogue).  Returns the rotation and (q0, k0, q', k'), each flat (B, n, E)."""
+@dataclass(frozen=True)
+class _BugRotation:
+    """What a buggy kernel rotates with (the catalogue's switches applied): its spec,
+    the query offsets and, where a switch changes the angles, its own float64 tables
+    (ĉ, ŝ) of shape (positions, r/2)."""
+
+    rot: Rotation
+    tables: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None
+    sign: float          # -1: the sine's sign flipped (a rotation by −θ)
+
+
+def _bug_rotation(opts: VariantOptions, geo: Geometry, E: int, *,
+                  interleaved_swapped: bool = False, no_offset: bool = False,
+                  all_dims: bool = False, angles_dtype: str | None = None,
+                  freqs_over_head_dim: bool = False, sign_flipped: bool = False
+                  ) -> _BugRotation:
+    """The rotation of a kernel with the catalogue's bugs (docs/variants.md), shared by
+    the float64 evaluation (:func:`rotate_plain`) and the emulated kernels
+    (:func:`rotate_emulated`): no switch is the correct rotation."""
     spec: RotarySpec = opts.rotary
-    E = q.shape[-1]
     if interleaved_swapped:
         spec = RotarySpec(spec.cos, spec.sin, not spec.interleaved, spec.dim, spec.base,
                           spec.scale)
@@ -615,10 +622,33 @@ def rotate_plain(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
     if no_offset:
         offsets = np.zeros_like(offsets)
     rot = Rotation(spec, geo, E, offsets)
-    q0, k0, qpos, kpos = rot.flat(q, k)
-    tables = None if angles_dtype is None else _low_tables(spec, rot.npos, rot.r, angles_dtype)
+    tables = None
+    if angles_dtype is not None:
+        tables = _low_tables(spec, rot.npos, rot.r, angles_dtype)
     if freqs_over_head_dim:
         tables = _head_dim_tables(spec, rot.npos, rot.r, E)
+    return _BugRotation(rot, tables, -1.0 if sign_flipped else 1.0)
+
+
+def rotate_plain(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
+                 k: np.ndarray[Any, Any], **switches: Any
+                 ) -> tuple[Rotation, tuple[Any, ...]]:
+    """The ``rotate_plain`` hook, the float64 rotation of the testing side
+    (:func:`mha_symbolic.testing.forward.bugs_variants.plain_variant`): q, k
+    (*lead, n, E) rotated as the exact semantics say (angles from the oracle's tables,
+    within 2^-52), or as a buggy kernel does (``switches``: :func:`_bug_rotation`'s,
+    docs/variants.md's catalogue).  Returns the rotation and (q0, k0, q', k'), each
+    flat (B, n, E)."""
+    bug = _bug_rotation(opts, geo, q.shape[-1], **switches)
+    rot = bug.rot
+    q0, k0, qpos, kpos = rot.flat(q, k)
+    tables = None
+    if bug.tables is not None:
+        z = np.zeros_like(bug.tables[0])
+        tables = (bug.tables[0], bug.sign * bug.tables[1], z, z)
+    elif bug.sign < 0:
+        c, s, ec, es = rot.spec.float_tables(rot.npos, rot.r)
+        tables = (c, -s, ec, es)
     qr, _ = rot.float_rotate(q0, qpos, tables)
     kr, _ = rot.float_rotate(k0, kpos, tables)
     return rot, (q0, k0, qr, kr)
@@ -661,7 +691,7 @@ def _fp32_running_tables(spec: RotarySpec, npos: int, r: int
 
 
 def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
-                    k: np.ndarray[Any, Any], fmt: str
+                    k: np.ndarray[Any, Any], fmt: str, **switches: Any
                     ) -> list[tuple[str, np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
     """The ``rotate_emulated`` hook: q, k (*lead, n, E) rotated as *correct* kernels
     storing in ``fmt`` rotate them, for the testing side's dtype level
@@ -671,11 +701,17 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
     too): the rotation in float32, q' and k' stored in ``fmt``.  Angles in float32 (HF's
     ``LlamaRotaryEmbedding``), or the tables given; in base mode also llama.cpp's angles
     by a running product (:func:`_fp32_running_tables`), rotated in float32.  Returns [(name, q', k')], each
-    (*lead, n, E) float64 (one entry when the two coincide, ``fmt`` float32)."""
-    spec: RotarySpec = opts.rotary
+    (*lead, n, E) float64 (one entry when the two coincide, ``fmt`` float32).
+
+    ``switches`` (:func:`_bug_rotation`'s): the same kernels with a bug of the
+    catalogue — the level a correct implementation of that bug would be judged at (the
+    diagnosis, :mod:`mha_symbolic.testing.forward.variants`); a bug's own tables replace
+    the float32 ones (and llama.cpp's)."""
     E = q.shape[-1]
-    rot = Rotation(spec, geo, E, query_offsets(opts, geo))
-    c32, s32 = _fp32_tables(spec, rot.npos, rot.r)
+    bug = _bug_rotation(opts, geo, E, **switches)
+    rot = bug.rot
+    spec = rot.spec
+    c32, s32 = bug.tables if bug.tables is not None else _fp32_tables(spec, rot.npos, rot.r)
 
     def rnd(x: np.ndarray[Any, Any], dt: str) -> np.ndarray[Any, Any]:
         return np.asarray(x, np.float64) if dt == "float64" else _round(x, dt)
@@ -683,7 +719,7 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
     def rotate(x: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], dt: str, store: str,
                tables: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] = (c32, s32)
                ) -> np.ndarray[Any, Any]:
-        c, s = rnd(tables[0], dt)[pos], rnd(tables[1], dt)[pos]
+        c, s = rnd(tables[0], dt)[pos], bug.sign * rnd(tables[1], dt)[pos]
         xa, xb = x[..., rot.ia], x[..., rot.ib]
         out = np.array(x, dtype=np.float64, copy=True)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -701,7 +737,7 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
         qr = rotate(q0, qpos, dt, fmt).reshape(*lead, geo.L, E)
         kr = rotate(k0, kpos, dt, fmt).reshape(*lead, geo.S, E)
         out.append((name, qr, kr))
-    if not spec.tables:
+    if not spec.tables and bug.tables is None:
         # llama.cpp's angles (a running product), the rotation in float32
         run = _fp32_running_tables(spec, rot.npos, rot.r)
         qr = rotate(q0, qpos, "float32", fmt, run).reshape(*lead, geo.L, E)
@@ -733,14 +769,13 @@ def _rot_partial(x: Any) -> bool:
 
 
 def _head_dim_tables(spec: RotarySpec, npos: int, r: int, E: int
-                     ) -> tuple[np.ndarray[Any, Any], ...]:
+                     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """A bug class's float64 tables: the r rotated dims' angles pos/λ · β^(-2m/E) with
     inv_freq built over the head dim E instead of r (m < r/2)."""
     assert spec.base is not None
     inv = spec.base ** (-2.0 * np.arange(r // 2) / E) / spec.scale
     theta = np.arange(npos, dtype=np.float64)[:, None] * inv[None, :]
-    z = np.zeros_like(theta)
-    return np.cos(theta), np.sin(theta), z, z
+    return np.cos(theta), np.sin(theta)
 
 
 def _switch(**changes: Any) -> Any:
@@ -767,6 +802,8 @@ _BUGS = (
              _switch(freqs_over_head_dim=True)),
     BugClass("rotary_on_v", "rotary applied to v as well as q and k (v rotated at the "
              "key positions)", _rot, _switch(on_v=True)),
+    BugClass("rotary_sign_flipped", "rotary sine with the wrong sign (rotate_half "
+             "returning (x2, -x1)): q and k rotated by -θ", _rot, _switch(sign_flipped=True)),
 )
 
 ROTARY = register(Variant(

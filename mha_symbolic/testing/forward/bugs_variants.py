@@ -73,6 +73,8 @@ class VariantPlain:
     rotation: Any = None          # a variant's rotation of q and k (``rotate_plain``)
     rotation_inputs: tuple[np.ndarray, np.ndarray] | None = None    # q, k flat (B, n, E)
     rotation_outputs: tuple[np.ndarray, np.ndarray] | None = None   # q', k' flat
+    rotate_changes: dict[str, Any] | None = None   # a bug's rotation switches (``on_v``)
+    v_unrotated: np.ndarray | None = None   # v before a buggy kernel rotated it (``on_v``)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -120,13 +122,14 @@ def plain_variant(
     changes = dict(rotate_changes or {})
     on_v = bool(changes.pop("on_v", False))
     rot, rot_io = plain_rotation(o, geo, q, k, changes)
+    v0 = None
     if rot_io is not None:
         if on_v:
             if v.shape[-1] != E:
                 raise ValueError("rotary on v needs the value dim of the query's")
             _, v_io = plain_rotation(o, geo, q, v, changes)
             assert v_io is not None
-            v = v_io[3].reshape(v.shape)
+            v0, v = v, v_io[3].reshape(v.shape)
         q, k = rot_io[2].reshape(*lead, L, E), rot_io[3].reshape(*lead, S, E)
     c = (1.0 / math.sqrt(E) if x.scale is None else float(x.scale)) if scale is None else scale
     G = q @ np.swapaxes(k, -1, -2)
@@ -165,7 +168,8 @@ def plain_variant(
                         v_descaled=v_changed, k=k, scale=c, n_add=sc.n_add,
                         qk_descaled=qk_changed, uniform=uniform, opts=o, rotation=rot,
                         rotation_inputs=None if rot_io is None else rot_io[:2],
-                        rotation_outputs=None if rot_io is None else rot_io[2:])
+                        rotation_outputs=None if rot_io is None else rot_io[2:],
+                        rotate_changes=rotate_changes, v_unrotated=v0)
 
 
 #: the testing hooks of the protocol whose keyword-only parameters are switches
