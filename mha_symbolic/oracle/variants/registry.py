@@ -244,7 +244,8 @@ def emulated_inputs(opts: VariantOptions, geo: Geometry, q: Any, k: Any, fmt: st
     variant's ``rotate_emulated`` rotations (with the bug switches ``changes``, as
     :func:`plain_rotation`'s: the kernels of a bug class), or the inputs themselves
     ("") when none rotates; None when a variant changes the scores, adds sinks or
-    changes the inputs (the model alone judges those calls)."""
+    changes the inputs, or the hook has no emulation of that bug (the model alone
+    judges those calls)."""
     active = opts.active()
     if any(v.scores is not None or v.sinks is not None or v.inputs is not None
            or (v.rotate is not None and v.rotate_emulated is None) for v in active):

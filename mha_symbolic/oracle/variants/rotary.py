@@ -692,7 +692,7 @@ def _fp32_running_tables(spec: RotarySpec, npos: int, r: int
 
 def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
                     k: np.ndarray[Any, Any], fmt: str, **switches: Any
-                    ) -> list[tuple[str, np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
+                    ) -> list[tuple[str, np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None:
     """The ``rotate_emulated`` hook: q, k (*lead, n, E) rotated as *correct* kernels
     storing in ``fmt`` rotate them, for the testing side's dtype level
     (:mod:`mha_symbolic.testing.forward.emulated`): HF transformers'
@@ -705,13 +705,18 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
 
     ``switches`` (:func:`_bug_rotation`'s): the same kernels with a bug of the
     catalogue — the level a correct implementation of that bug would be judged at (the
-    diagnosis, :mod:`mha_symbolic.testing.forward.variants`); a bug's own tables replace
-    the float32 ones (and llama.cpp's)."""
+    diagnosis, :mod:`mha_symbolic.testing.forward.variants`).  None for the bugs with
+    tables of their own (angles in a 16-bit format, inv_freq over the head dim): how a
+    kernel rounds those (cos in float32 or float64 before the 16-bit rounding, angles in
+    float32) moves single table entries by an ulp of the 16-bit format, far beyond the
+    level of one recipe, so the model alone judges them."""
     E = q.shape[-1]
     bug = _bug_rotation(opts, geo, E, **switches)
+    if bug.tables is not None:
+        return None
     rot = bug.rot
     spec = rot.spec
-    c32, s32 = bug.tables if bug.tables is not None else _fp32_tables(spec, rot.npos, rot.r)
+    c32, s32 = _fp32_tables(spec, rot.npos, rot.r)
 
     def rnd(x: np.ndarray[Any, Any], dt: str) -> np.ndarray[Any, Any]:
         return np.asarray(x, np.float64) if dt == "float64" else _round(x, dt)
@@ -737,7 +742,7 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
         qr = rotate(q0, qpos, dt, fmt).reshape(*lead, geo.L, E)
         kr = rotate(k0, kpos, dt, fmt).reshape(*lead, geo.S, E)
         out.append((name, qr, kr))
-    if not spec.tables and bug.tables is None:
+    if not spec.tables:
         # llama.cpp's angles (a running product), the rotation in float32
         run = _fp32_running_tables(spec, rot.npos, rot.r)
         qr = rotate(q0, qpos, "float32", fmt, run).reshape(*lead, geo.L, E)
