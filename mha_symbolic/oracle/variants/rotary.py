@@ -592,25 +592,14 @@ def _low_tables(spec: RotarySpec, npos: int, r: int, dtype: str
     return c, s
 
 
-@dataclass(frozen=True)
-class _BugRotation:
-    """What a buggy kernel rotates with (the catalogue's switches applied): its spec,
-    the query offsets and, where a switch changes the angles, its own float64 tables
-    (ĉ, ŝ) of shape (positions, r/2)."""
-
-    rot: Rotation
-    tables: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None
-    sign: float          # -1: the sine's sign flipped (a rotation by −θ)
-
-
 def _bug_rotation(opts: VariantOptions, geo: Geometry, E: int, *,
                   interleaved_swapped: bool = False, no_offset: bool = False,
                   all_dims: bool = False, angles_dtype: str | None = None,
                   freqs_over_head_dim: bool = False, sign_flipped: bool = False
-                  ) -> _BugRotation:
-    """The rotation of a kernel with the catalogue's bugs (docs/variants.md), shared by
-    the float64 evaluation (:func:`rotate_plain`) and the emulated kernels
-    (:func:`rotate_emulated`): no switch is the correct rotation."""
+                  ) -> tuple[Rotation, tuple[np.ndarray[Any, Any], ...] | None, float]:
+    """(rotation, tables, sign) of a kernel with the catalogue's bugs (docs/variants.md),
+    for :func:`rotate_plain` and :func:`rotate_emulated`: the bug's own float64 tables
+    (ĉ, ŝ) where it changes the angles, sign -1 for a rotation by −θ."""
     spec: RotarySpec = opts.rotary
     if interleaved_swapped:
         spec = RotarySpec(spec.cos, spec.sin, not spec.interleaved, spec.dim, spec.base,
@@ -627,7 +616,7 @@ def _bug_rotation(opts: VariantOptions, geo: Geometry, E: int, *,
         tables = _low_tables(spec, rot.npos, rot.r, angles_dtype)
     if freqs_over_head_dim:
         tables = _head_dim_tables(spec, rot.npos, rot.r, E)
-    return _BugRotation(rot, tables, -1.0 if sign_flipped else 1.0)
+    return rot, tables, -1.0 if sign_flipped else 1.0
 
 
 def rotate_plain(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
@@ -639,14 +628,13 @@ def rotate_plain(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
     within 2^-52), or as a buggy kernel does (``switches``: :func:`_bug_rotation`'s,
     docs/variants.md's catalogue).  Returns the rotation and (q0, k0, q', k'), each
     flat (B, n, E)."""
-    bug = _bug_rotation(opts, geo, q.shape[-1], **switches)
-    rot = bug.rot
+    rot, own, sign = _bug_rotation(opts, geo, q.shape[-1], **switches)
     q0, k0, qpos, kpos = rot.flat(q, k)
     tables = None
-    if bug.tables is not None:
-        z = np.zeros_like(bug.tables[0])
-        tables = (bug.tables[0], bug.sign * bug.tables[1], z, z)
-    elif bug.sign < 0:
+    if own is not None:
+        z = np.zeros_like(own[0])
+        tables = (own[0], sign * own[1], z, z)
+    elif sign < 0:
         c, s, ec, es = rot.spec.float_tables(rot.npos, rot.r)
         tables = (c, -s, ec, es)
     qr, _ = rot.float_rotate(q0, qpos, tables)
@@ -703,18 +691,15 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
     by a running product (:func:`_fp32_running_tables`), rotated in float32.  Returns [(name, q', k')], each
     (*lead, n, E) float64 (one entry when the two coincide, ``fmt`` float32).
 
-    ``switches`` (:func:`_bug_rotation`'s): the same kernels with a bug of the
-    catalogue — the level a correct implementation of that bug would be judged at (the
-    diagnosis, :mod:`mha_symbolic.testing.forward.variants`).  None for the bugs with
-    tables of their own (angles in a 16-bit format, inv_freq over the head dim): how a
-    kernel rounds those (cos in float32 or float64 before the 16-bit rounding, angles in
-    float32) moves single table entries by an ulp of the 16-bit format, far beyond the
-    level of one recipe, so the model alone judges them."""
+    ``switches`` (:func:`_bug_rotation`'s): these kernels with a bug of the catalogue
+    (the level a kernel implementing it is judged at: the diagnosis).  None for bugs
+    with tables of their own: how a kernel rounds those (cos in float32 or float64
+    before the 16-bit rounding) moves single entries by a 16-bit ulp, beyond any one
+    recipe's level; the model alone judges them."""
     E = q.shape[-1]
-    bug = _bug_rotation(opts, geo, E, **switches)
-    if bug.tables is not None:
+    rot, own, sign = _bug_rotation(opts, geo, E, **switches)
+    if own is not None:
         return None
-    rot = bug.rot
     spec = rot.spec
     c32, s32 = _fp32_tables(spec, rot.npos, rot.r)
 
@@ -724,7 +709,7 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
     def rotate(x: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], dt: str, store: str,
                tables: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] = (c32, s32)
                ) -> np.ndarray[Any, Any]:
-        c, s = rnd(tables[0], dt)[pos], bug.sign * rnd(tables[1], dt)[pos]
+        c, s = rnd(tables[0], dt)[pos], sign * rnd(tables[1], dt)[pos]
         xa, xb = x[..., rot.ia], x[..., rot.ib]
         out = np.array(x, dtype=np.float64, copy=True)
         with np.errstate(over="ignore", invalid="ignore"):
