@@ -21,7 +21,8 @@ What a variant may contribute, each optional:
   the testing side's float64 rotation (``rotate_plain(opts, geo, q, k, **changes)`` ->
   (rotation, (q, k, q', k') flat); ``changes`` are the bug switches its catalogue uses)
   and ``rotate_emulated``, the rotations correct kernels storing in a format compute
-  (``rotate_emulated(opts, geo, q, k, fmt)`` -> [(name, q', k')]: the dtype level's);
+  (``rotate_emulated(opts, geo, q, k, fmt, **changes)`` -> [(name, q', k')]: the dtype
+  level's; with a bug's switches the kernels of that bug, None where it has none);
 * ``error`` — the variant's own term in the testing side's error model (issue 23):
   ``error(opts, vp, b, rows, model)`` -> (independent bound, variance) per score,
   added to :class:`~mha_symbolic.testing.forward.model.ScoreExtras`;
@@ -200,7 +201,7 @@ class Variant:
     transcendental: Callable[[VariantOptions], bool] | None = None
     rotate: Callable[..., Any] | None = None
     rotate_plain: Callable[..., tuple[Any, tuple[Any, ...]]] | None = None
-    rotate_emulated: Callable[..., list[tuple[str, Any, Any]]] | None = None
+    rotate_emulated: Callable[..., list[tuple[str, Any, Any]] | None] | None = None
     error: Callable[..., tuple[Any, Any]] | None = None
     gradients: bool = True
     backward: Callable[..., dict[str, Any]] | None = None

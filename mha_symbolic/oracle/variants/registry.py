@@ -236,13 +236,16 @@ def plain_rotation(opts: VariantOptions, geo: Geometry, q: Any, k: Any,
     return hook(opts, geo, q, k, **(changes or {}))
 
 
-def emulated_inputs(opts: VariantOptions, geo: Geometry, q: Any, k: Any, fmt: str
+def emulated_inputs(opts: VariantOptions, geo: Geometry, q: Any, k: Any, fmt: str,
+                    changes: dict[str, Any] | None = None
                     ) -> list[tuple[str, Any, Any]] | None:
     """The q, k of the testing side's emulated correct kernels (its dtype level) for a
     call whose variants only keep keys or rotate q and k: [(name, q', k')] — a
-    variant's ``rotate_emulated`` rotations, or the inputs themselves ("") when none
-    rotates; None when a variant changes the scores, adds sinks or changes the inputs
-    (the model alone judges those calls)."""
+    variant's ``rotate_emulated`` rotations (with the bug switches ``changes``, as
+    :func:`plain_rotation`'s: the kernels of a bug class), or the inputs themselves
+    ("") when none rotates; None when a variant changes the scores, adds sinks or
+    changes the inputs, or the hook has no emulation of that bug (the model alone
+    judges those calls)."""
     active = opts.active()
     if any(v.scores is not None or v.sinks is not None or v.inputs is not None
            or (v.rotate is not None and v.rotate_emulated is None) for v in active):
@@ -252,7 +255,7 @@ def emulated_inputs(opts: VariantOptions, geo: Geometry, q: Any, k: Any, fmt: st
         return [("", q, k)]
     hook = rot[0].rotate_emulated
     assert hook is not None and len(rot) == 1
-    return hook(opts, geo, q, k, fmt)
+    return hook(opts, geo, q, k, fmt, **(changes or {}))
 
 
 def bug_classes() -> tuple[Any, ...]:

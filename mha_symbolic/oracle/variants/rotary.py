@@ -573,11 +573,12 @@ def _round(x: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
         return np.asarray(x).astype(dt).astype(np.float64)
 
 
-def _low_tables(spec: RotarySpec, npos: int, r: int, dtype: str
-                ) -> tuple[np.ndarray[Any, Any], ...]:
+def _low_tables(spec: RotarySpec, npos: int, r: int, dtype: str, cos32: bool = False
+                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """A kernel's tables built in ``dtype`` (a bug class): tables rounded to it; base
     mode — inv_freq in fp32 as HF builds it, then the positions, inv_freq and their
-    product in ``dtype``, cos and sin rounded to it."""
+    product in ``dtype``, cos and sin rounded to it (``cos32``: computed in float32
+    first, as torch's 16-bit cos does)."""
     if spec.cos is not None and spec.sin is not None:
         c, s = _round(spec.cos[:npos], dtype), _round(spec.sin[:npos], dtype)
     else:
@@ -588,23 +589,22 @@ def _low_tables(spec: RotarySpec, npos: int, r: int, dtype: str
         inv = _round(inv / np.float32(spec.scale), dtype)
         theta = _round(_round(np.arange(npos, dtype=np.float64), dtype)[:, None] * inv[None, :],
                        dtype)
-        c, s = _round(np.cos(theta), dtype), _round(np.sin(theta), dtype)
-    z = np.zeros_like(c)
-    return c, s, z, z
+        t = theta.astype(np.float32) if cos32 else theta
+        c, s = _round(np.cos(t), dtype), _round(np.sin(t), dtype)
+    return c, s
 
 
-def rotate_plain(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
-                 k: np.ndarray[Any, Any], *, interleaved_swapped: bool = False,
-                 no_offset: bool = False, all_dims: bool = False,
-                 angles_dtype: str | None = None, freqs_over_head_dim: bool = False
-                 ) -> tuple[Rotation, tuple[Any, ...]]:
-    """The ``rotate_plain`` hook, the float64 rotation of the testing side
-    (:func:`mha_symbolic.testing.forward.bugs_variants.plain_variant`): q, k
-    (*lead, n, E) rotated as the exact semantics say (angles from the oracle's tables,
-    within 2^-52), or as a buggy kernel does (the switches; docs/variants.md's
-    catalogue).  Returns the rotation and (q0, k0, q', k'), each flat (B, n, E)."""
+def _bug_rotation(opts: VariantOptions, geo: Geometry, E: int, *,
+                  interleaved_swapped: bool = False, no_offset: bool = False,
+                  all_dims: bool = False, angles_dtype: str | None = None,
+                  freqs_over_head_dim: bool = False, sign_flipped: bool = False
+                  ) -> tuple[Rotation, list[tuple[np.ndarray[Any, Any], ...]] | None, float]:
+    """(rotation, tables, sign) of a kernel with the catalogue's bugs (docs/variants.md),
+    for :func:`rotate_plain` and :func:`rotate_emulated`: where the bug changes the
+    angles, its own tables [(ĉ, ŝ), …] as kernels build them (cos and sin in float64,
+    then in float32, before their rounding; the first is the float64 evaluation's), sign
+    -1 for a rotation by −θ."""
     spec: RotarySpec = opts.rotary
-    E = q.shape[-1]
     if interleaved_swapped:
         spec = RotarySpec(spec.cos, spec.sin, not spec.interleaved, spec.dim, spec.base,
                           spec.scale)
@@ -615,10 +615,33 @@ def rotate_plain(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
     if no_offset:
         offsets = np.zeros_like(offsets)
     rot = Rotation(spec, geo, E, offsets)
-    q0, k0, qpos, kpos = rot.flat(q, k)
-    tables = None if angles_dtype is None else _low_tables(spec, rot.npos, rot.r, angles_dtype)
+    tables = None
+    if angles_dtype is not None:
+        tables = [_low_tables(spec, rot.npos, rot.r, angles_dtype, f32)
+                  for f32 in (False, True)]
     if freqs_over_head_dim:
-        tables = _head_dim_tables(spec, rot.npos, rot.r, E)
+        tables = [_head_dim_tables(spec, rot.npos, rot.r, E, f32) for f32 in (False, True)]
+    return rot, tables, -1.0 if sign_flipped else 1.0
+
+
+def rotate_plain(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
+                 k: np.ndarray[Any, Any], **switches: Any
+                 ) -> tuple[Rotation, tuple[Any, ...]]:
+    """The ``rotate_plain`` hook, the float64 rotation of the testing side
+    (:func:`mha_symbolic.testing.forward.bugs_variants.plain_variant`): q, k
+    (*lead, n, E) rotated as the exact semantics say (angles from the oracle's tables,
+    within 2^-52), or as a buggy kernel does (``switches``: :func:`_bug_rotation`'s,
+    docs/variants.md's catalogue).  Returns the rotation and (q0, k0, q', k'), each
+    flat (B, n, E)."""
+    rot, own, sign = _bug_rotation(opts, geo, q.shape[-1], **switches)
+    q0, k0, qpos, kpos = rot.flat(q, k)
+    tables = None
+    if own is not None:
+        z = np.zeros_like(own[0][0])
+        tables = (own[0][0], sign * own[0][1], z, z)
+    elif sign < 0:
+        c, s, ec, es = rot.spec.float_tables(rot.npos, rot.r)
+        tables = (c, -s, ec, es)
     qr, _ = rot.float_rotate(q0, qpos, tables)
     kr, _ = rot.float_rotate(k0, kpos, tables)
     return rot, (q0, k0, qr, kr)
@@ -661,7 +684,7 @@ def _fp32_running_tables(spec: RotarySpec, npos: int, r: int
 
 
 def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
-                    k: np.ndarray[Any, Any], fmt: str
+                    k: np.ndarray[Any, Any], fmt: str, **switches: Any
                     ) -> list[tuple[str, np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
     """The ``rotate_emulated`` hook: q, k (*lead, n, E) rotated as *correct* kernels
     storing in ``fmt`` rotate them, for the testing side's dtype level
@@ -671,11 +694,18 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
     too): the rotation in float32, q' and k' stored in ``fmt``.  Angles in float32 (HF's
     ``LlamaRotaryEmbedding``), or the tables given; in base mode also llama.cpp's angles
     by a running product (:func:`_fp32_running_tables`), rotated in float32.  Returns [(name, q', k')], each
-    (*lead, n, E) float64 (one entry when the two coincide, ``fmt`` float32)."""
-    spec: RotarySpec = opts.rotary
+    (*lead, n, E) float64 (one entry when the two coincide, ``fmt`` float32).
+
+    ``switches`` (:func:`_bug_rotation`'s): these kernels with a bug of the catalogue
+    (the level a kernel implementing it is judged at: the diagnosis); a bug with tables
+    of its own is rotated with each way of building them (cos in float64 or float32
+    before a 16-bit rounding moves single entries by a 16-bit ulp)."""
     E = q.shape[-1]
-    rot = Rotation(spec, geo, E, query_offsets(opts, geo))
-    c32, s32 = _fp32_tables(spec, rot.npos, rot.r)
+    rot, own, sign = _bug_rotation(opts, geo, E, **switches)
+    spec = rot.spec
+    recipes = [("", _fp32_tables(spec, rot.npos, rot.r))] if own is None else [
+        (f", tables {i + 1}", (t[0], t[1])) for i, t in enumerate(own)]
+    c32, s32 = recipes[0][1]
 
     def rnd(x: np.ndarray[Any, Any], dt: str) -> np.ndarray[Any, Any]:
         return np.asarray(x, np.float64) if dt == "float64" else _round(x, dt)
@@ -683,7 +713,7 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
     def rotate(x: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], dt: str, store: str,
                tables: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] = (c32, s32)
                ) -> np.ndarray[Any, Any]:
-        c, s = rnd(tables[0], dt)[pos], rnd(tables[1], dt)[pos]
+        c, s = rnd(tables[0], dt)[pos], sign * rnd(tables[1], dt)[pos]
         xa, xb = x[..., rot.ia], x[..., rot.ib]
         out = np.array(x, dtype=np.float64, copy=True)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -697,11 +727,12 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
     if fmt not in ("float32", "float64"):
         styles.insert(0, (f"rotation in {fmt} (HF)", fmt))
     out = []
-    for name, dt in styles:
-        qr = rotate(q0, qpos, dt, fmt).reshape(*lead, geo.L, E)
-        kr = rotate(k0, kpos, dt, fmt).reshape(*lead, geo.S, E)
-        out.append((name, qr, kr))
-    if not spec.tables:
+    for tag, tab in recipes:
+        for name, dt in styles:
+            qr = rotate(q0, qpos, dt, fmt, tab).reshape(*lead, geo.L, E)
+            kr = rotate(k0, kpos, dt, fmt, tab).reshape(*lead, geo.S, E)
+            out.append((name + tag, qr, kr))
+    if not spec.tables and own is None:
         # llama.cpp's angles (a running product), the rotation in float32
         run = _fp32_running_tables(spec, rot.npos, rot.r)
         qr = rotate(q0, qpos, "float32", fmt, run).reshape(*lead, geo.L, E)
@@ -732,15 +763,19 @@ def _rot_partial(x: Any) -> bool:
             and sp.dim < x.q.shape[-1] - x.q.shape[-1] % 2)
 
 
-def _head_dim_tables(spec: RotarySpec, npos: int, r: int, E: int
-                     ) -> tuple[np.ndarray[Any, Any], ...]:
-    """A bug class's float64 tables: the r rotated dims' angles pos/λ · β^(-2m/E) with
-    inv_freq built over the head dim E instead of r (m < r/2)."""
+def _head_dim_tables(spec: RotarySpec, npos: int, r: int, E: int, f32: bool = False
+                     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """A bug class's tables: the r rotated dims' angles pos/λ · β^(-2m/E) with inv_freq
+    built over the head dim E instead of r (m < r/2); in float64, or (``f32``) as HF
+    builds them, all in float32."""
     assert spec.base is not None
+    if f32:
+        c, s = _fp32_tables(RotarySpec(None, None, spec.interleaved, E, spec.base,
+                                       spec.scale), npos, E)
+        return c[:, : r // 2], s[:, : r // 2]
     inv = spec.base ** (-2.0 * np.arange(r // 2) / E) / spec.scale
     theta = np.arange(npos, dtype=np.float64)[:, None] * inv[None, :]
-    z = np.zeros_like(theta)
-    return np.cos(theta), np.sin(theta), z, z
+    return np.cos(theta), np.sin(theta)
 
 
 def _switch(**changes: Any) -> Any:
@@ -767,6 +802,8 @@ _BUGS = (
              _switch(freqs_over_head_dim=True)),
     BugClass("rotary_on_v", "rotary applied to v as well as q and k (v rotated at the "
              "key positions)", _rot, _switch(on_v=True)),
+    BugClass("rotary_sign_flipped", "rotary sine with the wrong sign (rotate_half "
+             "returning (x2, -x1)): q and k rotated by -θ", _rot, _switch(sign_flipped=True)),
 )
 
 ROTARY = register(Variant(

@@ -5,8 +5,9 @@ the variants (FlashAttention, FlexAttention, xformers, vLLM; docs/variants.md li
 them) and the switches of :func:`plain_variant` that reproduce it.  A variant's own
 entries live in its module (the protocol's ``bugs``, :class:`BugClass` data); the
 plain pipeline's (scale, causal off-by-ones) here.  As in
-:mod:`.bugs`, a class is only *named* after it is checked: the actual output lies
-within the model tolerance of the buggy variant and not within tolerance of the truth.
+:mod:`.bugs`, a class is only *named* after it is checked: the actual output fails the
+truth's verdict and passes the one the buggy call would get (its own model bound and
+dtype level: :func:`mha_symbolic.testing.forward.variants._at_verdict_tolerance`).
 
 :func:`plain_variant` is attention with every variant in float64 — not a reference
 (the reference is the oracle's enclosure), but the input of the tolerance model
@@ -41,11 +42,10 @@ from ...oracle.variants.registry import (
 from ...oracle.variants.semantics import Cap, Geometry
 from ..call import AttentionCall
 from ..tolerance import ErrorModel
-from .bugs import Candidate
 from .model_variants import variant_error_bound
 from .plain import fit_ratio
 
-__all__ = ["VariantPlain", "diagnose_variant", "own_kept", "plain_variant", "variant_bug_classes"]
+__all__ = ["VariantPlain", "own_kept", "plain_variant", "variant_bug_classes"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,8 @@ class VariantPlain:
     rotation: Any = None          # a variant's rotation of q and k (``rotate_plain``)
     rotation_inputs: tuple[np.ndarray, np.ndarray] | None = None    # q, k flat (B, n, E)
     rotation_outputs: tuple[np.ndarray, np.ndarray] | None = None   # q', k' flat
+    rotate_changes: dict[str, Any] | None = None   # a bug's rotation switches (``on_v``)
+    v_unrotated: np.ndarray | None = None   # v before a buggy kernel rotated it (``on_v``)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -120,13 +122,14 @@ def plain_variant(
     changes = dict(rotate_changes or {})
     on_v = bool(changes.pop("on_v", False))
     rot, rot_io = plain_rotation(o, geo, q, k, changes)
+    v0 = None
     if rot_io is not None:
         if on_v:
             if v.shape[-1] != E:
                 raise ValueError("rotary on v needs the value dim of the query's")
             _, v_io = plain_rotation(o, geo, q, v, changes)
             assert v_io is not None
-            v = v_io[3].reshape(v.shape)
+            v0, v = v, v_io[3].reshape(v.shape)
         q, k = rot_io[2].reshape(*lead, L, E), rot_io[3].reshape(*lead, S, E)
     c = (1.0 / math.sqrt(E) if x.scale is None else float(x.scale)) if scale is None else scale
     G = q @ np.swapaxes(k, -1, -2)
@@ -165,7 +168,8 @@ def plain_variant(
                         v_descaled=v_changed, k=k, scale=c, n_add=sc.n_add,
                         qk_descaled=qk_changed, uniform=uniform, opts=o, rotation=rot,
                         rotation_inputs=None if rot_io is None else rot_io[:2],
-                        rotation_outputs=None if rot_io is None else rot_io[2:])
+                        rotation_outputs=None if rot_io is None else rot_io[2:],
+                        rotate_changes=rotate_changes, v_unrotated=v0)
 
 
 #: the testing hooks of the protocol whose keyword-only parameters are switches
@@ -372,31 +376,3 @@ def variant_bug_classes() -> tuple[BugClass, ...]:
     :func:`mha_symbolic.oracle.variants.registry.bug_classes`), then the plain
     pipeline's."""
     return bug_classes() + _PLAIN_BUGS
-
-
-def diagnose_variant(actual: np.ndarray, x: AttentionCall, *, model: ErrorModel,
-                     safety: float, tol: np.ndarray | None = None) -> tuple[Any, ...]:
-    """The variant bug classes whose float64 output ``actual`` matches within
-    ``safety`` times the buggy variant's own bound under ``model`` and, where ``tol``
-    (the verdict's own tolerance, per element) is given, within ``tol`` too: a
-    reproduction is never judged looser than the verdict judged the truth (a bug whose
-    own bound is wider, e.g. ``no_scale``'s larger scores, does not absorb an unrelated
-    error).  Best first; callers have found that ``actual`` does not match the truth."""
-    found: list[Candidate] = []
-    a = np.asarray(actual, dtype=np.float64)
-    for bug in variant_bug_classes():
-        try:
-            if not bug.applies(x):
-                continue
-            pv = plain_variant(x, **bug.switches(x))
-            if pv.shape != a.shape:
-                continue
-            bound = safety * pv.bound(model)[0]
-            if tol is not None:
-                bound = np.minimum(bound, np.broadcast_to(tol, bound.shape))
-            w = fit_ratio(a, pv.out, bound, 1.0)
-        except (ValueError, IndexError):  # a variant that makes no sense for these shapes
-            continue
-        if w <= 1.0:
-            found.append(Candidate(bug.name, bug.description, w))
-    return tuple(sorted(found, key=lambda c: c.ratio))

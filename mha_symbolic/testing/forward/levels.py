@@ -76,7 +76,9 @@ def variant_dtype_level(x: AttentionCall, vp: Any, model: ErrorModel) -> DtypeLe
     FlashAttention's in float32), their outputs pooled into one level.  None for the
     other variants (score pipelines, sinks, FP8 descale): the model alone judges
     those.  ``vp``: the call's float64 evaluation
-    (:func:`.bugs_variants.plain_variant`)."""
+    (:func:`.bugs_variants.plain_variant`), or a bug class's: then the emulated kernels
+    are that bug's (its scale, kept keys, v and rotation switches), the level a correct
+    implementation of the bug is judged at."""
     L, E = vp.q.shape[-2:]
     lead = tuple(vp.q.shape[:-2])
     S = vp.allowed.shape[-1]
@@ -87,7 +89,11 @@ def variant_dtype_level(x: AttentionCall, vp: Any, model: ErrorModel) -> DtypeLe
         q, k = vp.q, np.broadcast_to(vp.k, (*lead, S, E))
     off = 0 if x.causal_alignment == "top_left" else S - L
     geo = Geometry(lead, lead[-1] if lead else 1, L, S, off)
-    inputs = emulated_inputs(vp.opts, geo, q, k, model.fmt.name)
+    # a bug's rotation (``vp.rotate_changes``): the kernels implementing that bug, v
+    # rotated as a key by each of them where the bug rotates v too (``on_v``)
+    changes = dict(vp.rotate_changes or {})
+    on_v = bool(changes.pop("on_v", False))
+    inputs = emulated_inputs(vp.opts, geo, q, k, model.fmt.name, changes)
     if inputs is None:
         return None
     keep = vp.allowed if vp.uniform is None else vp.allowed & ~vp.uniform[..., None]
@@ -95,8 +101,14 @@ def variant_dtype_level(x: AttentionCall, vp: Any, model: ErrorModel) -> DtypeLe
     if x.attn_mask is not None and x.attn_mask.dtype != np.bool_:
         mask = np.where(keep, x.attn_mask, -np.inf)
     v = np.broadcast_to(vp.v, (*lead, S, vp.v.shape[-1]))
+    vs = [v] * len(inputs)
+    if on_v and vp.v_unrotated is not None:
+        v0 = np.broadcast_to(vp.v_unrotated, (*lead, S, E))
+        rotated = emulated_inputs(vp.opts, geo, q, v0, model.fmt.name, changes)
+        assert rotated is not None
+        vs = [np.asarray(ve) for _, _, ve in rotated]
     levels = []
-    for name, qe, ke in inputs:
+    for (name, qe, ke), v in zip(inputs, vs, strict=True):
         xe = AttentionCall(np.asarray(qe), np.asarray(ke), v, attn_mask=mask, scale=vp.scale,
                            masked_rows=x.masked_rows, in_format=x.in_format)
         lev = dtype_level(xe, model)

@@ -25,7 +25,7 @@ so.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,7 @@ from ...oracle.variants.semantics import Geometry
 from ..call import AttentionCall
 from ..options import asserting, checked
 from ..pattern import key_clause, sequence_pattern
-from ..tolerance import DEFAULT_SAFETY, FORMATS, ErrorModel
+from ..tolerance import FORMATS, ErrorModel
 from ..verdict import (
     _as_actual,
     _check_enclosure,
@@ -51,15 +51,15 @@ from ..verdict import (
     _rule_options,
     _tolerance,
     _with_diagnoses,
-    _within,
     mid_of,
 )
 from ..verdict import _verdict as _judge
-from .bugs import Candidate, _fits
-from .bugs_variants import diagnose_variant, own_kept, plain_variant, variant_bug_classes
+from .bugs import Candidate
+from .bugs_variants import own_kept, plain_variant, variant_bug_classes
 from .emulated import hull_violations
-from .levels import dtype_factor, two_levels, variant_dtype_level
+from .levels import TwoLevels, dtype_factor, two_levels, variant_dtype_level
 from .model_variants import FP8_FORMATS, variant_events
+from .plain import fit_ratio
 
 __all__ = ["assert_attention_varlen_close", "compare_attention_varlen",
            "compare_variant_attention"]
@@ -119,6 +119,55 @@ def _variant_inputs(query: Any, key: Any, value: Any, opts: VariantOptions, *,
                          mod_keep=keep, in_format=qa.dtype.name)
 
 
+def _stored(dt: Any) -> Any:
+    """The store of a plain kernel in ``dt`` (rule='flash': FlashAttention's out_pt)."""
+
+    def store(t: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.asarray(t).astype(dt).astype(np.float64)
+
+    return store
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """A check's tolerance options, and the tolerance the verdict gives a call under
+    them (:meth:`tolerance`): the one code for the truth's verdict and for each bug
+    class the diagnosis tries (:func:`_at_verdict_tolerance`)."""
+
+    rule: str
+    safety: float | None = None
+    rtol: float | None = None
+    atol: float | None = None
+    ulps: float | None = None
+    factor: float | None = None
+
+    def tolerance(self, model_tol: np.ndarray, vacuous: np.ndarray, mid: np.ndarray,
+                  model: ErrorModel, level: Any = None, plain: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray | None, TwoLevels | None]:
+        """(tolerance, vacuous elements or None, the two levels or None) of a call whose
+        model bound is ``model_tol`` (``vacuous``), exact value ``mid``, dtype level
+        ``level`` (rule='model') and simulated plain kernel ``plain`` (rule='flash')."""
+        r = self.rule
+        # flash: factor × the simulated plain kernel's error, never below the model's
+        # tolerance (issue 10's floor: the simulated kernel may be the more accurate one)
+        tol = _tolerance(r, model=model_tol, mid=mid, fmt=model.fmt, rtol=self.rtol,
+                         atol=self.atol, ulps=self.ulps, factor=self.factor,
+                         safety=self.safety, plain=plain)
+        vac = vacuous if r in ("model", "certified", "flash") else None
+        two = None
+        if level is not None:
+            two = two_levels(level, mid, tol, vacuous, r, self.factor, None)
+            tol, vac = two.tol, two.vacuous
+        return tol, vac, two
+
+    def for_bugs(self) -> _Rule:
+        """The rule a bug class is judged by: this one, but the model's two levels for
+        'ulp' and 'allclose' (tolerances stated for the truth's kernel, that say
+        nothing of what a kernel implementing the bug rounds to)."""
+        return self if self.rule in ("model", "certified", "flash") else _Rule("model")
+
+
 def compare_variant_attention(
     actual: Any, query: Any, key: Any, value: Any, opts: VariantOptions, *,
     attn_mask: Any = None, is_causal: bool = False, scale: float | None = None,
@@ -148,32 +197,29 @@ def compare_variant_attention(
     model = model.with_events(*variant_events(vp))  # for the report's λ
     plain = None
     if rule == "flash":  # FlashAttention's out_pt: a plain kernel storing in a's dtype
-        dt = a.dtype
-
-        def store(t: np.ndarray) -> np.ndarray:
-            with np.errstate(over="ignore", invalid="ignore"):
-                return np.asarray(t).astype(dt).astype(np.float64)
-
         with np.errstate(over="ignore", invalid="ignore"):
-            plain = np.broadcast_to(plain_variant(x, store=store).out, a.shape)
+            plain = np.broadcast_to(plain_variant(x, store=_stored(a.dtype)).out, a.shape)
     # the dtype level (issue 22) where the variants lower to plain attention
     level = variant_dtype_level(x, vp, model) if rule == "model" else None
-    return _verdict(a, ref, tol, vac, model=model, x=x, rule=rule, safety=safety, rtol=rtol,
-                    atol=atol, ulps=ulps, factor=factor, diagnose_bugs=diagnose_bugs,
-                    names=_index_names(a.ndim), title="attention output", plain=plain,
-                    nan_ok=masked_rows == "nan", level=level)
+    return _verdict(a, ref, tol, vac, model=model, x=x,
+                    rules=_Rule(rule, safety, rtol, atol, ulps, factor),
+                    diagnose_bugs=diagnose_bugs, names=_index_names(a.ndim),
+                    title="attention output", plain=plain, nan_ok=masked_rows == "nan",
+                    level=level)
 
 
 def _verdict(a: np.ndarray, ref: Any, model_tol: np.ndarray, vacuous: np.ndarray, *,
-             model: ErrorModel, x: Any, rule: str, safety: float | None,
-             rtol: float | None, atol: float | None, ulps: float | None,
-             factor: float | None, diagnose_bugs: bool, names: tuple[str, ...], title: str,
-             diagnose: Any = None, plain: np.ndarray | None = None,
-             nan_ok: bool = False, level: Any = None) -> Any:
+             model: ErrorModel, x: Any, rules: _Rule, diagnose_bugs: bool,
+             names: tuple[str, ...], title: str, diagnose: Any = None,
+             plain: np.ndarray | None = None, nan_ok: bool = False, level: Any = None
+             ) -> Any:
     """The verdict of :mod:`.compare` (its guards included: a non-finite enclosure or
     tolerance, or a vacuous tolerance where the output would pass, raise
     ToleranceError), with the dtype level ``level`` where there is one (rule='model'),
-    then the variant diagnosis."""
+    then the variant diagnosis: the bug classes whose own verdict ``a`` passes
+    (:func:`_at_verdict_tolerance`; ``diagnose(rules)``, the varlen doors')."""
+    rule, safety, factor = rules.rule, rules.safety, rules.factor
+    rtol, atol, ulps = rules.rtol, rules.atol, rules.ulps
 
     lower, upper = np.asarray(ref.lower, np.float64), np.asarray(ref.upper, np.float64)
     _check_enclosure(lower, upper, nan_ok)
@@ -186,56 +232,60 @@ def _verdict(a: np.ndarray, ref: Any, model_tol: np.ndarray, vacuous: np.ndarray
         lower, upper = _refined(ref, lower, upper, model_tol, rule, model.fmt, safety, rtol,
                                 atol, ulps)
     mid = mid_of(lower, upper)
-    # flash: factor × the simulated plain kernel's error, never below the model's
-    # tolerance (issue 10's floor: the simulated kernel may be the more accurate one)
-    tol = _tolerance(rule, model=model_tol, mid=mid, fmt=model.fmt, rtol=rtol, atol=atol,
-                     ulps=ulps, factor=factor, safety=safety, plain=plain)
-    vac = vacuous if rule in ("model", "certified", "flash") else None
+    tol, vac, two = rules.tolerance(model_tol, vacuous, mid, model, level, plain)
     rule_text = _rule_line(rule, model, safety, rtol, atol, ulps, factor)
-    two = None
-    if level is not None:
-        two = two_levels(level, mid, tol, vacuous, rule, factor, None)
-        tol, vac, rule_text = two.tol, two.vacuous, two.rule_line(rule_text)
+    if two is not None:
+        rule_text = two.rule_line(rule_text)
     comp = _judge(a, lower, upper, tol, vac, model=model, rule=rule_text,
                   index_names=names, title=title, hull=_hull(a, x, model))
     if two is not None and not comp.passed:
         comp = replace(comp, notes=(*comp.notes, two.levels_note(a, lower, upper)))
     if comp.passed or not diagnose_bugs:
         return comp
-    saf = DEFAULT_SAFETY if safety is None or rule != "model" else safety
-    if not _within(a, lower, upper, saf * model_tol):
-        if diagnose is None:
-            found = diagnose_variant(np.asarray(a, dtype=np.float64), x, model=model,
-                                     safety=saf)
-        else:
-            found = diagnose(saf)
-        comp = _with_diagnoses(comp, found)
-    elif two is not None and diagnose is None:
-        # wrong for its dtype only: the bug classes whose float64 evaluation the output
-        # lies within the dtype tolerance of (a correct kernel's noise around the bug)
-        comp = _with_diagnoses(comp, _dtype_only_bugs(np.asarray(a, np.float64), x,
-                                                      two.dtype_tol))
-    return comp
+    a64 = np.asarray(a, dtype=np.float64)
+    if diagnose is not None:
+        return _with_diagnoses(comp, diagnose(rules.for_bugs()))
+    found = (_at_verdict_tolerance(a64, x, bug, model, rules.for_bugs())
+             for bug in variant_bug_classes())
+    return _with_diagnoses(comp, tuple(sorted((c for c in found if c is not None),
+                                              key=lambda c: c.ratio)))
 
 
-def _dtype_only_bugs(a: np.ndarray, x: AttentionCall, dtol: np.ndarray
-                     ) -> tuple[Candidate, ...]:
-    """The variant bug classes that explain an output wrong only for its dtype: ``a``
-    within the dtype tolerance ``dtol`` of the buggy evaluation everywhere (the
-    truth's is not: the caller found it), best first."""
-    found = []
-    for bug in variant_bug_classes():
-        try:
-            if not bug.applies(x):
-                continue
-            out = plain_variant(x, **bug.switches(x)).out
-        except (ValueError, IndexError):   # a variant that makes no sense for these shapes
-            continue
-        if out.shape == a.shape:
-            ok, ratio = _fits(a, out, dtol)
-            if ok:
-                found.append(Candidate(bug.name, bug.description, ratio))
-    return tuple(sorted(found, key=lambda c: c.ratio))
+def _at_verdict_tolerance(a: np.ndarray, x: AttentionCall, bug: Any, model: ErrorModel,
+                          rules: _Rule) -> Candidate | None:
+    """``bug`` as a candidate for the failing output ``a``: named only if a correct
+    kernel implementing that bug would have passed with ``a`` — ``a`` within, element
+    by element, the tolerance the verdict gives the buggy call (:meth:`_Rule.tolerance`
+    on the bug's float64 evaluation: its own model bound, its own dtype level — the
+    emulated kernels with the bug's scale, keys, v and rotation — and, rule='flash',
+    its own simulated plain kernel).  Never the truth's tolerance (a bug whose answer
+    lies near the truth's would absorb any error up to it) nor the bug's model bound
+    alone at 16 bits (``no_scale``'s larger scores widen it past the other bugs'
+    answers).  None where the bug does not apply or its evaluation makes no sense for
+    these shapes."""
+    try:
+        if not bug.applies(x):
+            return None
+        switches = bug.switches(x)
+        pv = plain_variant(x, **switches)
+        if pv.shape != a.shape:
+            return None
+        mtol, mvac = (np.broadcast_to(t, a.shape) for t in pv.bound(model))
+        plain = None
+        if rules.rule == "flash":
+            with np.errstate(over="ignore", invalid="ignore"):
+                plain = plain_variant(x, store=_stored(a.dtype), **switches).out
+        tol, _, _ = rules.tolerance(mtol, mvac, pv.out, model, plain=plain)
+        ratio = fit_ratio(a, pv.out, tol, 1.0)
+        if ratio <= 1.0 and rules.rule == "model":
+            # the levels only tighten the model's tolerance: emulated only when needed
+            level = variant_dtype_level(x, pv, model)
+            if level is not None:
+                tol, _, _ = rules.tolerance(mtol, mvac, pv.out, model, level)
+                ratio = fit_ratio(a, pv.out, tol, 1.0)
+    except (ValueError, IndexError):  # a variant that makes no sense for these shapes
+        return None
+    return Candidate(bug.name, bug.description, ratio) if ratio <= 1.0 else None
 
 
 # --------------------------------------------------------------------------------------
@@ -254,27 +304,27 @@ def _packed_whole(opts: VariantOptions) -> VariantOptions:
 
 def _packed_bugs(x_parts: list[AttentionCall], cq: list[int], ck: list[int],
                  qp: np.ndarray, kp: np.ndarray, vp_: np.ndarray, base: AttentionCall,
-                 actual: np.ndarray, model: ErrorModel, safety: float,
-                 tol: np.ndarray | None = None) -> tuple[Any, ...]:
+                 actual: np.ndarray, model: ErrorModel, rules: _Rule) -> tuple[Any, ...]:
     """Diagnosis of a packed output: the per-sequence variant bugs (applied to every
-    sequence) and the two varlen bugs (attention across the boundaries); each judged
-    within ``safety`` × its own bound and, where given, the verdict's tolerance
-    ``tol`` (never looser than the verdict)."""
-
-    def within(bound: np.ndarray) -> np.ndarray:
-        return bound if tol is None else np.minimum(bound, np.broadcast_to(tol, bound.shape))
+    sequence) and the two varlen bugs (attention across the boundaries); each named
+    only if ``actual`` is within the tolerance the verdict gives the buggy call
+    (``rules`` on its own model bound, as :func:`_at_verdict_tolerance`; the varlen
+    doors have no dtype level)."""
 
     found: list[Any] = []
 
     def packed(outs: list[np.ndarray]) -> np.ndarray:
         return np.concatenate([np.swapaxes(o[0], 0, 1) for o in outs], axis=0)
 
-    def check(name: str, desc: str, outs: list[Any]) -> None:
-        out = packed([o.out for o in outs])
-        bound = packed([o.bound(model)[0] for o in outs])
-        ok, ratio = _fits(actual, out, within(safety * bound))
-        if ok:
+    def fit(name: str, desc: str, out: np.ndarray, bound: np.ndarray) -> None:
+        tol, _, _ = rules.tolerance(bound, np.zeros(bound.shape, bool), out, model)
+        ratio = fit_ratio(actual, out, tol, 1.0)
+        if ratio <= 1.0:
             found.append(Candidate(name, desc, ratio))
+
+    def check(name: str, desc: str, outs: list[Any]) -> None:
+        fit(name, desc, packed([o.out for o in outs]),
+            packed([o.bound(model)[0] for o in outs]))
 
     for bug in variant_bug_classes():
         if not any(bug.applies(xp) for xp in x_parts):
@@ -292,11 +342,9 @@ def _packed_bugs(x_parts: list[AttentionCall], cq: list[int], ck: list[int],
                         v=np.swapaxes(vp_, 0, 1)[None], opts=_packed_whole(base.opts))
         try:
             o = plain_variant(whole)
-            ok, ratio = _fits(actual, np.swapaxes(o.out[0], 0, 1),
-                              within(safety * np.swapaxes(o.bound(model)[0][0], 0, 1)))
-            if ok:
-                found.append(Candidate("varlen_no_boundaries", "packed sequences attend to "
-                                       "each other (cu_seqlens not applied)", ratio))
+            fit("varlen_no_boundaries", "packed sequences attend to each other (cu_seqlens "
+                "not applied)", np.swapaxes(o.out[0], 0, 1),
+                np.swapaxes(o.bound(model)[0][0], 0, 1))
         except (ValueError, IndexError):
             pass
         # each sequence also sees the first key of the next one (an end offset + 1)
@@ -373,15 +421,15 @@ def compare_attention_varlen(
         tol, vac = np.zeros(a.shape), np.zeros(a.shape, dtype=bool)
     model = model.with_events(*events)
 
-    def diagnose(saf: float, tol: np.ndarray | None = None) -> tuple[Any, ...]:
+    def diagnose(rules: _Rule) -> tuple[Any, ...]:
         base = replace(parts[0], mod_keep=None) if parts else None
         if base is None:
             return ()
         return _packed_bugs(parts, cq, ck, qp, kp, vp_, base, np.asarray(a, np.float64),
-                            model, saf, tol)
+                            model, rules)
 
-    comp = _verdict(a, ref, tol, vac, model=model, x=None, rule=rule, safety=safety,
-                    rtol=rtol, atol=atol, ulps=ulps, factor=None,
+    comp = _verdict(a, ref, tol, vac, model=model, x=None,
+                    rules=_Rule(rule, safety, rtol, atol, ulps),
                     diagnose_bugs=diagnose_bugs, names=("token", "head", "feature"),
                     title="varlen attention output", diagnose=diagnose,
                     nan_ok=masked_rows == "nan")

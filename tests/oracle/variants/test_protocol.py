@@ -75,7 +75,7 @@ def test_the_catalogue_is_the_variants_own_bug_classes_then_the_plain_ones() -> 
                                       "attention_chunk_boundary_off_by_one_late"]
     assert own["rotary"] == ["rotary_interleaved_swapped", "rotary_positions_not_offset",
                              "rotary_angles_bf16", "rotary_angles_fp16", "rotary_dim_ignored",
-                             "rotary_inv_freq_head_dim", "rotary_on_v"]
+                             "rotary_inv_freq_head_dim", "rotary_on_v", "rotary_sign_flipped"]
     assert names[-3:] == ["no_scale", "causal_excludes_diagonal", "causal_sees_next_key"]
 
 
