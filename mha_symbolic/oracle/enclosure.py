@@ -111,6 +111,10 @@ def _decide_balls(balls: list[Any], fmt: FloatFormat) -> tuple[Array, Array]:
     return ok, value
 
 
+#: Arb's precision cap for an element whose exact boundary test gave up (its term budget)
+GAVE_UP_PREC = 2048
+
+
 def _decide(mf: Array, rf: Array, rad: Array, fmt: FloatFormat) -> tuple[Array, Array]:
     """:func:`.arith.formats.decide_rounding`, by its compiled twin to float64 where numba
     is active (bit-identical)."""
@@ -524,10 +528,15 @@ class Enclosure(MpmathViews):
         # rising, the test's error is raised only if Arb cannot decide them either
         gave_up: dict[tuple[int, int, int], PrecisionError] = {}
         while rows:
+            if gave_up and prec > GAVE_UP_PREC:
+                # up to GAVE_UP_PREC bits only: callers fall back on the budget's error
+                # (the shifted backward), which must come soon
+                for (b, i), cols in rows.items():
+                    for col in cols:
+                        if (b, i, col) in gave_up:
+                            raise gave_up[(b, i, col)]
             if prec > MAX_PREC:
                 (b, i), cols = next(iter(rows.items()))
-                if (b, i, cols[0]) in gave_up:
-                    raise gave_up[(b, i, cols[0])]
                 raise PrecisionError(
                     f"could not decide the {fmt.name} rounding of element "
                     f"{self._user_index(b, i, cols[0])} within {MAX_PREC} bits"
