@@ -111,6 +111,10 @@ def _decide_balls(balls: list[Any], fmt: FloatFormat) -> tuple[Array, Array]:
     return ok, value
 
 
+#: Arb's precision cap for an element whose exact boundary test gave up (its term budget)
+GAVE_UP_PREC = 2048
+
+
 def _decide(mf: Array, rf: Array, rad: Array, fmt: FloatFormat) -> tuple[Array, Array]:
     """:func:`.arith.formats.decide_rounding`, by its compiled twin to float64 where numba
     is active (bit-identical)."""
@@ -520,7 +524,17 @@ class Enclosure(MpmathViews):
         prec = START_PREC.get(fmt.p, 96)
         bar = self._progress.bar(len(rows), "refining (Arb)") if (
             self._progress and len(rows) > 8) else None
+        # elements whose exact boundary test gave up (its term budget): Arb goes on
+        # rising, the test's error is raised only if Arb cannot decide them either
+        gave_up: dict[tuple[int, int, int], PrecisionError] = {}
         while rows:
+            if gave_up and prec > GAVE_UP_PREC:
+                # up to GAVE_UP_PREC bits only: callers fall back on the budget's error
+                # (the shifted backward), which must come soon
+                for (b, i), cols in rows.items():
+                    for col in cols:
+                        if (b, i, col) in gave_up:
+                            raise gave_up[(b, i, col)]
             if prec > MAX_PREC:
                 (b, i), cols = next(iter(rows.items()))
                 raise PrecisionError(
@@ -572,8 +586,15 @@ class Enclosure(MpmathViews):
                         ends = _round_ends(balls[n], fmt)
                     if ends is not None:
                         t_b = _boundary_between(ends[0], ends[1], fmt)
-                        if t_b is not None:
-                            sign = self._problem.boundary_sign(b, i, col, self._kind, t_b)
+                        if t_b is not None and (b, i, col) not in gave_up:
+                            try:
+                                sign = self._problem.boundary_sign(b, i, col, self._kind,
+                                                                   t_b)
+                            except PrecisionError as exc:
+                                # a ball around a tiny value holds 0 at this precision;
+                                # more bits may still exclude the boundary
+                                gave_up[(b, i, col)] = exc
+                                sign = None
                             if sign is not None:
                                 value[b, i, col] = (ends[1] if sign > 0 else ends[0]
                                                     if sign < 0 else round_fraction(t_b, fmt))
