@@ -53,6 +53,7 @@ from ..arith.balls import Prec
 from ..arith.constants import ETA, UP, gamma
 from .protocol import BugClass, Variant, VariantOptions, lengths_differ, own_query_offsets, register
 from .rotary_backward import rotary_backward
+from .rotary_tables import fp32_running_tables, fp32_tables, head_dim_tables, low_tables, round_to
 from .semantics import Geometry, float_array
 from .transformed import TransformedProblem
 
@@ -565,35 +566,6 @@ def error_terms(opts: VariantOptions, vp: Any, b: int, rows: slice, model: Any
     return term, var
 
 
-def _round(x: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any]:
-    import ml_dtypes
-
-    dt = np.float32 if dtype == "float32" else getattr(ml_dtypes, dtype, np.float16)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.asarray(x).astype(dt).astype(np.float64)
-
-
-def _low_tables(spec: RotarySpec, npos: int, r: int, dtype: str, cos32: bool = False
-                ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """A kernel's tables built in ``dtype`` (a bug class): tables rounded to it; base
-    mode — inv_freq in fp32 as HF builds it, then the positions, inv_freq and their
-    product in ``dtype``, cos and sin rounded to it (``cos32``: computed in float32
-    first, as torch's 16-bit cos does)."""
-    if spec.cos is not None and spec.sin is not None:
-        c, s = _round(spec.cos[:npos], dtype), _round(spec.sin[:npos], dtype)
-    else:
-        assert spec.base is not None
-        m = np.arange(r // 2)
-        inv = (np.float32(1.0) / (np.float32(spec.base) ** (np.float32(2) * m.astype(np.float32)
-                                                            / np.float32(r))))
-        inv = _round(inv / np.float32(spec.scale), dtype)
-        theta = _round(_round(np.arange(npos, dtype=np.float64), dtype)[:, None] * inv[None, :],
-                       dtype)
-        t = theta.astype(np.float32) if cos32 else theta
-        c, s = _round(np.cos(t), dtype), _round(np.sin(t), dtype)
-    return c, s
-
-
 def _bug_rotation(opts: VariantOptions, geo: Geometry, E: int, *,
                   interleaved_swapped: bool = False, no_offset: bool = False,
                   all_dims: bool = False, angles_dtype: str | None = None,
@@ -617,10 +589,10 @@ def _bug_rotation(opts: VariantOptions, geo: Geometry, E: int, *,
     rot = Rotation(spec, geo, E, offsets)
     tables = None
     if angles_dtype is not None:
-        tables = [_low_tables(spec, rot.npos, rot.r, angles_dtype, f32)
+        tables = [low_tables(spec, rot.npos, rot.r, angles_dtype, f32)
                   for f32 in (False, True)]
     if freqs_over_head_dim:
-        tables = [_head_dim_tables(spec, rot.npos, rot.r, E, f32) for f32 in (False, True)]
+        tables = [head_dim_tables(spec, rot.npos, rot.r, E, f32) for f32 in (False, True)]
     return rot, tables, -1.0 if sign_flipped else 1.0
 
 
@@ -647,42 +619,6 @@ def rotate_plain(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
     return rot, (q0, k0, qr, kr)
 
 
-def _fp32_tables(spec: RotarySpec, npos: int, r: int
-                 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """cos, sin as correct kernels build them: the tables as given, or (base mode) HF's
-    ``LlamaRotaryEmbedding`` — inv_freq = 1 / base^(2m/r), positions / scale, their
-    product, cos and sin, all in float32."""
-    if spec.cos is not None and spec.sin is not None:
-        return spec.cos[:npos], spec.sin[:npos]
-    assert spec.base is not None
-    f32 = np.float32
-    m = np.arange(r // 2).astype(f32)
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        inv = f32(1.0) / (f32(spec.base) ** (f32(2) * m / f32(r)))
-        t = np.arange(npos, dtype=f32) / f32(spec.scale)
-        theta = t[:, None] * inv[None, :]
-        return np.cos(theta).astype(np.float64), np.sin(theta).astype(np.float64)
-
-
-def _fp32_running_tables(spec: RotarySpec, npos: int, r: int
-                         ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """cos, sin as llama.cpp's ggml builds them (``ggml_rope_cache_init``): theta_scale =
-    base^(-2/r), θ_0 = pos / scale, θ_m = θ_{m-1}·theta_scale pair after pair, cos and
-    sin, all in float32 (pair m's angle carries m roundings: several times HF's angle
-    error at long positions)."""
-    assert spec.base is not None
-    f32 = np.float32
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        ratio = f32(spec.base) ** (f32(-2) / f32(r))
-        theta = np.arange(npos, dtype=f32) / f32(spec.scale)
-        cols = []
-        for _ in range(r // 2):
-            cols.append(theta)
-            theta = (theta * ratio).astype(f32)
-        ang = np.stack(cols, axis=-1)
-        return np.cos(ang).astype(np.float64), np.sin(ang).astype(np.float64)
-
-
 def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any],
                     k: np.ndarray[Any, Any], fmt: str, **switches: Any
                     ) -> list[tuple[str, np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
@@ -703,12 +639,12 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
     E = q.shape[-1]
     rot, own, sign = _bug_rotation(opts, geo, E, **switches)
     spec = rot.spec
-    recipes = [("", _fp32_tables(spec, rot.npos, rot.r))] if own is None else [
+    recipes = [("", fp32_tables(spec, rot.npos, rot.r))] if own is None else [
         (f", tables {i + 1}", (t[0], t[1])) for i, t in enumerate(own)]
     c32, s32 = recipes[0][1]
 
     def rnd(x: np.ndarray[Any, Any], dt: str) -> np.ndarray[Any, Any]:
-        return np.asarray(x, np.float64) if dt == "float64" else _round(x, dt)
+        return np.asarray(x, np.float64) if dt == "float64" else round_to(x, dt)
 
     def rotate(x: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], dt: str, store: str,
                tables: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] = (c32, s32)
@@ -734,7 +670,7 @@ def rotate_emulated(opts: VariantOptions, geo: Geometry, q: np.ndarray[Any, Any]
             out.append((name + tag, qr, kr))
     if not spec.tables and own is None:
         # llama.cpp's angles (a running product), the rotation in float32
-        run = _fp32_running_tables(spec, rot.npos, rot.r)
+        run = fp32_running_tables(spec, rot.npos, rot.r)
         qr = rotate(q0, qpos, "float32", fmt, run).reshape(*lead, geo.L, E)
         kr = rotate(k0, kpos, "float32", fmt, run).reshape(*lead, geo.S, E)
         out.append(("angles by a running product (llama.cpp), rotation in float32", qr, kr))
@@ -761,21 +697,6 @@ def _rot_partial(x: Any) -> bool:
     sp = x.opts.rotary
     return (sp is not None and not sp.tables and sp.dim is not None
             and sp.dim < x.q.shape[-1] - x.q.shape[-1] % 2)
-
-
-def _head_dim_tables(spec: RotarySpec, npos: int, r: int, E: int, f32: bool = False
-                     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """A bug class's tables: the r rotated dims' angles pos/λ · β^(-2m/E) with inv_freq
-    built over the head dim E instead of r (m < r/2); in float64, or (``f32``) as HF
-    builds them, all in float32."""
-    assert spec.base is not None
-    if f32:
-        c, s = _fp32_tables(RotarySpec(None, None, spec.interleaved, E, spec.base,
-                                       spec.scale), npos, E)
-        return c[:, : r // 2], s[:, : r // 2]
-    inv = spec.base ** (-2.0 * np.arange(r // 2) / E) / spec.scale
-    theta = np.arange(npos, dtype=np.float64)[:, None] * inv[None, :]
-    return np.cos(theta), np.sin(theta)
 
 
 def _switch(**changes: Any) -> Any:
