@@ -560,7 +560,7 @@ class HeadTier2:
             rs_ = rr[sel]
             assert ck.x is not None
             x_sel = ck.x if full_rows else (tuple(a[sel] for a in ck.x[0]), ck.x[1])
-            ch, ex = self._chain_at(rs_, blk, p, None, x_sel)  # type: ignore[arg-type]
+            ch, ex = self._chain_at(rs_, blk, p, None, x_sel)
             for kind, (keys, acc) in accs.items():
                 if keys.size == self.S and full_rows and want == "dq":
                     good[kind] = (good[kind] and bool(ck.ok.all()) and ex and ch.ok

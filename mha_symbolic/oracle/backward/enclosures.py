@@ -137,7 +137,7 @@ def _deferred_bounds(name: str) -> Any:
         d = self.__dict__.get("_deferred")
         if d is not None and not d.quiet:
             d.real(self)
-        return self.__dict__[key]  # type: ignore[no-any-return]
+        return self.__dict__[key]
 
     def put(self: Any, value: Arr) -> None:
         self.__dict__[key] = value

@@ -570,7 +570,7 @@ def _bug_rotation(opts: VariantOptions, geo: Geometry, E: int, *,
                   interleaved_swapped: bool = False, no_offset: bool = False,
                   all_dims: bool = False, angles_dtype: str | None = None,
                   freqs_over_head_dim: bool = False, sign_flipped: bool = False
-                  ) -> tuple[Rotation, list[tuple[np.ndarray[Any, Any], ...]] | None, float]:
+                  ) -> tuple[Rotation, list[Any] | None, float]:
     """(rotation, tables, sign) of a kernel with the catalogue's bugs (docs/variants.md),
     for :func:`rotate_plain` and :func:`rotate_emulated`: where the bug changes the
     angles, its own tables [(ĉ, ŝ), …] as kernels build them (cos and sin in float64,
